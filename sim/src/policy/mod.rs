@@ -6,6 +6,8 @@
 use std::any::Any;
 use std::fmt;
 
+pub mod registry;
+
 /// Byte offset inside the simulated address space.
 pub type Addr = u64;
 
