@@ -6,6 +6,7 @@
 use std::any::Any;
 use std::fmt;
 
+pub mod bfc;
 pub mod registry;
 
 /// Byte offset inside the simulated address space.

@@ -1,0 +1,1184 @@
+//! `bfc`: TensorFlow's BFC ("best-fit with coalescing") allocator, tsl variant.
+//!
+//! Requests are rounded up to 256 bytes. Memory comes in regions (TF: one `cudaMalloc` each),
+//! split into chunks that tile each region exactly; a free chunk lives in one of 21 bins, bin `b`
+//! holding sizes in `[256 << b, 256 << (b + 1))` (bin 20: everything >= 256 MiB), each ordered by
+//! (size, address). An allocation takes the smallest free chunk >= the rounded size (lowest
+//! address on ties), searching from the request's bin upward, and splits off the high part as a
+//! new free chunk when `chunk >= 2 * rounded` or `chunk - rounded >= 128 MiB` (tsl:
+//! `fragmentation_fraction * limit` when that fraction is set). A free merges the chunk with its
+//! next, then its previous neighbour, never across regions. When nothing fits, `Extend` adds a
+//! region: with `allow_growth` it is sized by a target that starts at 2 MiB and doubles (or
+//! doubles until the request fits, and then does not double again); without it, the first
+//! region takes the whole limit. Optional garbage collection releases wholly free regions when
+//! the limit would otherwise refuse a new one.
+//!
+//! Because every chunk of a higher bin is larger than every chunk of a lower one, the 21 bins
+//! are kept as one ordered map keyed by (size, address); [`Bfc::bins`] partitions it on demand.
+//! Alloc and free are O(log n) in the number of free chunks; chunk lookup by address is a hash.
+//! Exact constants and rules: `reference/allocators.md` section 1.
+
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+
+use super::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Policy, Request};
+use crate::trace::NO_ALLOC_ID;
+
+#[cfg(test)]
+mod tests;
+
+/// Number of bins (`kNumBins`).
+pub const NUM_BINS: usize = 21;
+/// Every chunk size is a multiple of this (`kMinAllocationSize`).
+pub const MIN_ALLOCATION_BYTES: u64 = 256;
+/// Split threshold on the leftover when no fragmentation fraction is set (core-2.x's
+/// `kMaxInternalFragmentation`, tsl's fallback).
+pub const DEFAULT_MAX_INTERNAL_FRAGMENTATION_BYTES: u64 = 128 << 20;
+/// Memory limit used when the caller gives none: 1 TiB, large enough never to bind on a trace
+/// replay, small enough that region arithmetic cannot overflow.
+pub const DEFAULT_LIMIT_BYTES: u64 = 1 << 40;
+/// First region size target with `allow_growth` (capped by the limit).
+pub const INITIAL_GROWTH_REGION_BYTES: u64 = 2 << 20;
+
+const MIN_ALLOCATION_BITS: u32 = 8;
+const NONE: u32 = u32::MAX;
+
+/// TF's `RoundedBytes`: `n` rounded up to a multiple of 256. Saturates near `u64::MAX` (such a
+/// request can never fit anyway).
+#[must_use]
+pub fn rounded_bytes(n: u64) -> u64 {
+    n.checked_next_multiple_of(MIN_ALLOCATION_BYTES)
+        .unwrap_or(u64::MAX - (MIN_ALLOCATION_BYTES - 1))
+}
+
+/// TF's `BinNumForSize`: `min(20, floor(log2(max(n, 256) >> 8)))`.
+#[must_use]
+pub fn bin_num_for_size(n: u64) -> usize {
+    let v = n.max(MIN_ALLOCATION_BYTES) >> MIN_ALLOCATION_BITS;
+    // v >= 1, so ilog2 is defined and at most 55.
+    (v.ilog2() as usize).min(NUM_BINS - 1)
+}
+
+/// TF's `BinNumToSize`: the smallest chunk size of bin `bin` (`256 << bin`).
+#[must_use]
+pub fn bin_size_bytes(bin: usize) -> u64 {
+    u32::try_from(bin)
+        .ok()
+        .and_then(|b| MIN_ALLOCATION_BYTES.checked_shl(b))
+        .unwrap_or(0)
+}
+
+/// Construction options.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BfcOptions {
+    /// `memory_limit_` (TF's `total_memory`): regions never add up to more.
+    pub limit_bytes: u64,
+    /// Grow by doubling regions from 2 MiB (true) or take the whole limit at once (false).
+    pub allow_growth: bool,
+    /// Release wholly free regions when the limit blocks an `Extend` (TF's GPU garbage
+    /// collection).
+    pub garbage_collection: bool,
+    /// tsl's `fragmentation_fraction`: when > 0, a chunk is also split when its leftover is at
+    /// least `fraction * limit_bytes` bytes instead of 128 MiB.
+    pub fragmentation_fraction: f64,
+    /// Where the first region goes when the caller queues no base (later regions follow the
+    /// highest region end so far).
+    pub first_region_base: Addr,
+}
+
+impl Default for BfcOptions {
+    fn default() -> Self {
+        Self {
+            limit_bytes: DEFAULT_LIMIT_BYTES,
+            allow_growth: true,
+            garbage_collection: false,
+            fragmentation_fraction: 0.0,
+            first_region_base: 0,
+        }
+    }
+}
+
+/// TF's `AllocatorStats` as BFC maintains them (`bytes_reserved`, `peak_bytes_reserved` and
+/// `largest_free_block_bytes` are never written by tsl's BFC, so they are left out).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BfcStats {
+    /// Successful allocations since construction or the last [`Bfc::clear_stats`].
+    pub num_allocs: u64,
+    /// Sum of the CHUNK sizes of in-use chunks.
+    pub bytes_in_use: u64,
+    pub peak_bytes_in_use: u64,
+    /// Largest chunk handed out.
+    pub largest_alloc_size: u64,
+    pub bytes_limit: u64,
+}
+
+/// One region (one sub-allocator grab).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionInfo {
+    pub base: Addr,
+    pub size_bytes: u64,
+}
+
+/// One chunk, as [`Bfc::chunks`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkInfo {
+    pub addr: Addr,
+    pub size_bytes: u64,
+    pub in_use: bool,
+    /// Bytes the client asked for (0 for a free chunk).
+    pub requested_bytes: u64,
+    /// TF's `allocation_id` (1, 2, ...), `None` when free.
+    pub allocation_id: Option<u64>,
+    /// Trace id of the request that holds the chunk ([`NO_ALLOC_ID`] when free or unknown).
+    pub request_id: u32,
+    /// `BinNumForSize(size)`: the bin a free chunk is in, and the bin TF's dump counts any chunk
+    /// under.
+    pub bin: usize,
+    /// Index into [`Bfc::regions`].
+    pub region: usize,
+    /// TF's chunk handle (index into its `chunks_` vector; deleted handles are reused LIFO, as
+    /// TF does). The dump's `next <h>` refers to these.
+    pub handle: u32,
+    /// Handle of the next chunk in the region, `None` for the last (TF prints `-1` as
+    /// `18446744073709551615`).
+    pub next_handle: Option<u32>,
+}
+
+/// One bin, as [`Bfc::bins`] reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BinInfo {
+    /// `256 << bin`.
+    pub bin_size_bytes: u64,
+    /// The bin's free chunks `(addr, size_bytes)` in search order (size, then address).
+    pub free_chunks: Vec<(Addr, u64)>,
+    /// TF's `get_bin_debug_info`, which buckets ALL chunks (free and in use) by
+    /// `BinNumForSize(chunk size)`.
+    pub total_chunks: u64,
+    pub chunks_in_use: u64,
+    pub total_bytes: u64,
+    pub bytes_in_use: u64,
+    pub requested_bytes_in_use: u64,
+}
+
+/// One live chunk for [`Bfc::from_state`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveChunk {
+    pub addr: Addr,
+    /// Chunk size (a multiple of 256).
+    pub size_bytes: u64,
+    /// What the client asked for (`<= size_bytes`).
+    pub requested_bytes: u64,
+    /// TF's allocation id of the chunk.
+    pub allocation_id: u64,
+    /// Trace id the replay will free it by ([`NO_ALLOC_ID`] if the trace does not know it).
+    pub request_id: u32,
+}
+
+/// A successful [`Bfc::allocate`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BfcAllocation {
+    pub addr: Addr,
+    pub chunk_bytes: u64,
+    pub allocation_id: u64,
+}
+
+/// Why [`Bfc::from_state`] refused its input.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BfcStateError {
+    #[error(
+        "region {index} at {base:#x} of {size_bytes} B is empty, not a multiple of 256 B or overflows"
+    )]
+    BadRegion {
+        index: usize,
+        base: Addr,
+        size_bytes: u64,
+    },
+    #[error("regions at {first:#x} and {second:#x} overlap")]
+    RegionsOverlap { first: Addr, second: Addr },
+    #[error(
+        "chunk at {addr:#x} of {size_bytes} B (requested {requested_bytes} B) is empty, \
+         not a multiple of 256 B or smaller than its request"
+    )]
+    BadChunk {
+        addr: Addr,
+        size_bytes: u64,
+        requested_bytes: u64,
+    },
+    #[error("chunk at {addr:#x} of {size_bytes} B lies outside every region or off its 256 B grid")]
+    ChunkOutsideRegions { addr: Addr, size_bytes: u64 },
+    #[error("chunks at {first:#x} and {second:#x} overlap")]
+    ChunksOverlap { first: Addr, second: Addr },
+    #[error("stats say {stats_bytes} B in use, the live chunks hold {chunk_bytes} B")]
+    BytesInUseMismatch { stats_bytes: u64, chunk_bytes: u64 },
+    #[error("regions hold {region_bytes} B, more than the limit of {limit_bytes} B")]
+    OverLimit { region_bytes: u64, limit_bytes: u64 },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Chunk {
+    addr: Addr,
+    size_bytes: u64,
+    requested_bytes: u64,
+    /// 0 when free (TF: -1).
+    allocation_id: u64,
+    request_id: u32,
+    prev: u32,
+    next: u32,
+}
+
+impl Chunk {
+    fn in_use(&self) -> bool {
+        self.allocation_id != 0
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Region {
+    base: Addr,
+    size_bytes: u64,
+    /// Handle of the region's first chunk. It never changes: merges only ever delete the
+    /// right-hand chunk, and the first chunk has no left neighbour.
+    first: u32,
+}
+
+/// An internal structure is inconsistent (a bug, never a user error).
+#[derive(Debug)]
+struct Broken(&'static str);
+
+impl From<Broken> for AllocError {
+    fn from(b: Broken) -> Self {
+        Self::Unsupported(format!("bfc internal error: {}", b.0))
+    }
+}
+
+/// Folded-multiply hasher for chunk addresses: SipHash would cost more than the rest of a free,
+/// and addresses (multiples of 256) need their high product bits folded into the low ones.
+#[derive(Clone, Copy, Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0 ^ u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        let p = u128::from(x ^ self.0) * 0x9e37_79b9_7f4a_7c15_u128;
+        self.0 = (p as u64) ^ ((p >> 64) as u64);
+    }
+}
+
+type AddrMap = HashMap<Addr, u32, BuildHasherDefault<AddrHasher>>;
+
+fn free_key(size_bytes: u64, addr: Addr) -> u128 {
+    (u128::from(size_bytes) << 64) | u128::from(addr)
+}
+
+fn key_size(key: u128) -> u64 {
+    (key >> 64) as u64
+}
+
+fn key_addr(key: u128) -> Addr {
+    key as u64
+}
+
+/// TensorFlow's BFC allocator over simulated addresses. See the module header.
+#[derive(Clone, Debug)]
+pub struct Bfc {
+    opts: BfcOptions,
+    max_internal_fragmentation_bytes: u64,
+    /// TF's `chunks_`: handles index it; deleted chunks form a LIFO list through `next`.
+    chunks: Vec<Chunk>,
+    unused_head: u32,
+    /// Every free chunk, keyed by (size << 64 | addr): the 21 bins in search order.
+    free_by_size: BTreeMap<u128, u32>,
+    in_use_by_addr: AddrMap,
+    /// Sorted by base.
+    regions: Vec<Region>,
+    pending_region_bases: VecDeque<Addr>,
+    next_default_base: Addr,
+    /// Largest power of two (at most 256) dividing every region base: the alignment BFC can
+    /// promise, since chunk offsets are multiples of 256.
+    base_align_bytes: u64,
+    curr_region_allocation_bytes: u64,
+    total_region_allocated_bytes: u64,
+    next_allocation_id: u64,
+    stats: BfcStats,
+    live_bytes: u64,
+}
+
+impl Default for Bfc {
+    fn default() -> Self {
+        Self::new(BfcOptions::default())
+    }
+}
+
+impl Bfc {
+    /// An empty allocator (no region yet).
+    #[must_use]
+    pub fn new(opts: BfcOptions) -> Self {
+        let limit = opts.limit_bytes;
+        let curr = if opts.allow_growth {
+            rounded_bytes(limit.min(INITIAL_GROWTH_REGION_BYTES))
+        } else {
+            rounded_bytes(limit)
+        };
+        let max_frag = if opts.fragmentation_fraction > 0.0 {
+            // TF multiplies in double and truncates into an int64.
+            (opts.fragmentation_fraction * limit as f64) as u64
+        } else {
+            DEFAULT_MAX_INTERNAL_FRAGMENTATION_BYTES
+        };
+        Self {
+            opts,
+            max_internal_fragmentation_bytes: max_frag,
+            chunks: Vec::new(),
+            unused_head: NONE,
+            free_by_size: BTreeMap::new(),
+            in_use_by_addr: AddrMap::default(),
+            regions: Vec::new(),
+            pending_region_bases: VecDeque::new(),
+            next_default_base: opts.first_region_base,
+            base_align_bytes: MIN_ALLOCATION_BYTES,
+            curr_region_allocation_bytes: curr,
+            total_region_allocated_bytes: 0,
+            next_allocation_id: 1,
+            stats: BfcStats {
+                bytes_limit: limit,
+                ..BfcStats::default()
+            },
+            live_bytes: 0,
+        }
+    }
+
+    /// Rebuilds an allocator from observed state (e.g. a TensorFlow log at a checkpoint):
+    /// the regions, the live chunks, the region size target and the stats. Free chunks are the
+    /// gaps between live chunks inside each region (BFC never leaves two free chunks side by
+    /// side). The next allocation id is one past `max(stats.num_allocs, largest live id)`.
+    /// Chunk handles are assigned in address order, so they will not match TF's.
+    ///
+    /// # Errors
+    /// When regions overlap or are not 256-byte multiples, a chunk is malformed, lies outside
+    /// the regions or overlaps another, the regions exceed the limit, or `stats.bytes_in_use`
+    /// differs from the live chunks' total.
+    pub fn from_state(
+        opts: BfcOptions,
+        regions: &[RegionInfo],
+        live_chunks: &[LiveChunk],
+        curr_region_allocation_bytes: u64,
+        stats: BfcStats,
+    ) -> Result<Self, BfcStateError> {
+        let mut bfc = Self::new(opts);
+        let mut regs: Vec<RegionInfo> = regions.to_vec();
+        regs.sort_by_key(|r| r.base);
+        let mut region_bytes: u64 = 0;
+        for (index, r) in regs.iter().enumerate() {
+            let end = r.base.checked_add(r.size_bytes);
+            if r.size_bytes == 0 || r.size_bytes % MIN_ALLOCATION_BYTES != 0 || end.is_none() {
+                return Err(BfcStateError::BadRegion {
+                    index,
+                    base: r.base,
+                    size_bytes: r.size_bytes,
+                });
+            }
+            region_bytes = region_bytes.saturating_add(r.size_bytes);
+        }
+        for w in regs.windows(2) {
+            if let [a, b] = w
+                && a.base + a.size_bytes > b.base
+            {
+                return Err(BfcStateError::RegionsOverlap {
+                    first: a.base,
+                    second: b.base,
+                });
+            }
+        }
+        if region_bytes > opts.limit_bytes {
+            return Err(BfcStateError::OverLimit {
+                region_bytes,
+                limit_bytes: opts.limit_bytes,
+            });
+        }
+        let mut live: Vec<LiveChunk> = live_chunks.to_vec();
+        live.sort_by_key(|c| c.addr);
+        let mut chunk_bytes: u64 = 0;
+        for c in &live {
+            if c.size_bytes == 0
+                || c.size_bytes % MIN_ALLOCATION_BYTES != 0
+                || c.requested_bytes > c.size_bytes
+            {
+                return Err(BfcStateError::BadChunk {
+                    addr: c.addr,
+                    size_bytes: c.size_bytes,
+                    requested_bytes: c.requested_bytes,
+                });
+            }
+            chunk_bytes = chunk_bytes.saturating_add(c.size_bytes);
+        }
+        for w in live.windows(2) {
+            if let [a, b] = w
+                && a.addr.saturating_add(a.size_bytes) > b.addr
+            {
+                return Err(BfcStateError::ChunksOverlap {
+                    first: a.addr,
+                    second: b.addr,
+                });
+            }
+        }
+        if stats.bytes_in_use != chunk_bytes {
+            return Err(BfcStateError::BytesInUseMismatch {
+                stats_bytes: stats.bytes_in_use,
+                chunk_bytes,
+            });
+        }
+
+        let mut max_id = 0;
+        let mut next_live = live.iter().peekable();
+        for r in &regs {
+            let end = r.base + r.size_bytes;
+            let mut cursor = r.base;
+            let mut prev = NONE;
+            let mut first = NONE;
+            while let Some(c) = next_live.next_if(|c| c.addr < end) {
+                let c_end = c.addr.saturating_add(c.size_bytes);
+                if c.addr < cursor || c_end > end || (c.addr - r.base) % MIN_ALLOCATION_BYTES != 0 {
+                    return Err(BfcStateError::ChunkOutsideRegions {
+                        addr: c.addr,
+                        size_bytes: c.size_bytes,
+                    });
+                }
+                if c.addr > cursor {
+                    let gap = free_chunk(cursor, c.addr - cursor, prev);
+                    let h = bfc.append_chunk(gap, &mut prev, &mut first);
+                    bfc.free_by_size
+                        .insert(free_key(gap.size_bytes, gap.addr), h);
+                }
+                let chunk = Chunk {
+                    addr: c.addr,
+                    size_bytes: c.size_bytes,
+                    requested_bytes: c.requested_bytes,
+                    // 0 marks free chunks here; TF's ids start at 1 anyway.
+                    allocation_id: c.allocation_id.max(1),
+                    request_id: c.request_id,
+                    prev,
+                    next: NONE,
+                };
+                let h = bfc.append_chunk(chunk, &mut prev, &mut first);
+                bfc.in_use_by_addr.insert(c.addr, h);
+                bfc.live_bytes += c.requested_bytes;
+                max_id = max_id.max(c.allocation_id);
+                cursor = c_end;
+            }
+            if cursor < end {
+                let gap = free_chunk(cursor, end - cursor, prev);
+                let h = bfc.append_chunk(gap, &mut prev, &mut first);
+                bfc.free_by_size
+                    .insert(free_key(gap.size_bytes, gap.addr), h);
+            }
+            bfc.regions.push(Region {
+                base: r.base,
+                size_bytes: r.size_bytes,
+                first,
+            });
+            bfc.note_base(r.base);
+            bfc.next_default_base = bfc.next_default_base.max(end);
+        }
+        if let Some(c) = next_live.next() {
+            return Err(BfcStateError::ChunkOutsideRegions {
+                addr: c.addr,
+                size_bytes: c.size_bytes,
+            });
+        }
+        bfc.total_region_allocated_bytes = region_bytes;
+        bfc.curr_region_allocation_bytes = curr_region_allocation_bytes;
+        bfc.next_allocation_id = stats.num_allocs.max(max_id).saturating_add(1);
+        bfc.stats = BfcStats {
+            bytes_limit: opts.limit_bytes,
+            ..stats
+        };
+        Ok(bfc)
+    }
+
+    /// The options this allocator was built with.
+    #[must_use]
+    pub fn options(&self) -> &BfcOptions {
+        &self.opts
+    }
+
+    /// The split threshold on a chunk's leftover in effect.
+    #[must_use]
+    pub fn max_internal_fragmentation_bytes(&self) -> u64 {
+        self.max_internal_fragmentation_bytes
+    }
+
+    /// The next region base is `addr` (for replays at TensorFlow's own addresses). Replaces
+    /// any queued bases; later regions follow the highest region end again.
+    pub fn set_next_region_base(&mut self, addr: Addr) {
+        self.pending_region_bases.clear();
+        self.pending_region_bases.push_back(addr);
+    }
+
+    /// Appends bases for the next regions, consumed one per `Extend` in order.
+    pub fn queue_region_bases(&mut self, bases: impl IntoIterator<Item = Addr>) {
+        self.pending_region_bases.extend(bases);
+    }
+
+    /// Size target of the next region (`curr_region_allocation_bytes_`).
+    #[must_use]
+    pub fn curr_region_allocation_bytes(&self) -> u64 {
+        self.curr_region_allocation_bytes
+    }
+
+    /// Sum of region sizes (`total_region_allocated_bytes_`).
+    #[must_use]
+    pub fn total_region_allocated_bytes(&self) -> u64 {
+        self.total_region_allocated_bytes
+    }
+
+    /// TF's `AllocatorStats`.
+    #[must_use]
+    pub fn stats(&self) -> BfcStats {
+        self.stats
+    }
+
+    /// TF's `ClearStats`: resets the allocation count and the largest allocation, and sets the
+    /// peak to the current use.
+    pub fn clear_stats(&mut self) {
+        self.stats.num_allocs = 0;
+        self.stats.peak_bytes_in_use = self.stats.bytes_in_use;
+        self.stats.largest_alloc_size = 0;
+    }
+
+    /// The id the next allocation will get.
+    #[must_use]
+    pub fn next_allocation_id(&self) -> u64 {
+        self.next_allocation_id
+    }
+
+    /// Regions in address order.
+    #[must_use]
+    pub fn regions(&self) -> Vec<RegionInfo> {
+        self.regions
+            .iter()
+            .map(|r| RegionInfo {
+                base: r.base,
+                size_bytes: r.size_bytes,
+            })
+            .collect()
+    }
+
+    /// Every chunk in address order.
+    #[must_use]
+    pub fn chunks(&self) -> Vec<ChunkInfo> {
+        let mut out = Vec::with_capacity(self.chunks.len());
+        for (region, r) in self.regions.iter().enumerate() {
+            let mut h = r.first;
+            while let Some(c) = self.chunks.get(h as usize) {
+                out.push(ChunkInfo {
+                    addr: c.addr,
+                    size_bytes: c.size_bytes,
+                    in_use: c.in_use(),
+                    requested_bytes: c.requested_bytes,
+                    allocation_id: c.in_use().then_some(c.allocation_id),
+                    request_id: c.request_id,
+                    bin: bin_num_for_size(c.size_bytes),
+                    region,
+                    handle: h,
+                    next_handle: (c.next != NONE).then_some(c.next),
+                });
+                h = c.next;
+            }
+        }
+        out
+    }
+
+    /// The 21 bins with their free chunks and TF's per-bin debug counters.
+    #[must_use]
+    pub fn bins(&self) -> Vec<BinInfo> {
+        let mut bins: Vec<BinInfo> = (0..NUM_BINS)
+            .map(|b| BinInfo {
+                bin_size_bytes: bin_size_bytes(b),
+                ..BinInfo::default()
+            })
+            .collect();
+        for &key in self.free_by_size.keys() {
+            if let Some(bin) = bins.get_mut(bin_num_for_size(key_size(key))) {
+                bin.free_chunks.push((key_addr(key), key_size(key)));
+            }
+        }
+        for r in &self.regions {
+            let mut h = r.first;
+            while let Some(c) = self.chunks.get(h as usize) {
+                if let Some(bin) = bins.get_mut(bin_num_for_size(c.size_bytes)) {
+                    bin.total_chunks += 1;
+                    bin.total_bytes += c.size_bytes;
+                    if c.in_use() {
+                        bin.chunks_in_use += 1;
+                        bin.bytes_in_use += c.size_bytes;
+                        bin.requested_bytes_in_use += c.requested_bytes;
+                    }
+                }
+                h = c.next;
+            }
+        }
+        bins
+    }
+
+    /// Size of the largest free chunk (TF's `LargestFreeChunk`).
+    #[must_use]
+    pub fn largest_free_chunk_bytes(&self) -> u64 {
+        self.free_by_size
+            .last_key_value()
+            .map_or(0, |(&k, _)| key_size(k))
+    }
+
+    /// The in-use chunk that starts at `addr`.
+    #[must_use]
+    pub fn chunk_at(&self, addr: Addr) -> Option<ChunkInfo> {
+        let h = *self.in_use_by_addr.get(&addr)?;
+        let c = self.chunks.get(h as usize)?;
+        let region = self
+            .regions
+            .partition_point(|r| r.base <= addr)
+            .checked_sub(1)?;
+        Some(ChunkInfo {
+            addr: c.addr,
+            size_bytes: c.size_bytes,
+            in_use: true,
+            requested_bytes: c.requested_bytes,
+            allocation_id: Some(c.allocation_id),
+            request_id: c.request_id,
+            bin: bin_num_for_size(c.size_bytes),
+            region,
+            handle: h,
+            next_handle: (c.next != NONE).then_some(c.next),
+        })
+    }
+
+    /// TF's `AllocateRaw(num_bytes)`, tagging the chunk with trace id `request_id`.
+    ///
+    /// # Errors
+    /// [`AllocError::OutOfMemory`] when no chunk fits and the limit refuses a region;
+    /// [`AllocError::Unsupported`] for a zero-byte request (TF returns null) or a queued region
+    /// base that overlaps an existing region.
+    pub fn allocate(
+        &mut self,
+        num_bytes: u64,
+        request_id: u32,
+    ) -> Result<BfcAllocation, AllocError> {
+        if num_bytes == 0 {
+            return Err(AllocError::Unsupported(
+                "zero-byte request (BFC returns null)".into(),
+            ));
+        }
+        let rounded = rounded_bytes(num_bytes);
+        if let Some(a) = self.find_chunk(rounded, num_bytes, request_id)? {
+            return Ok(a);
+        }
+        if self.extend(rounded)?
+            && let Some(a) = self.find_chunk(rounded, num_bytes, request_id)?
+        {
+            return Ok(a);
+        }
+        if self.deallocate_free_regions(rounded)?
+            && self.extend(rounded)?
+            && let Some(a) = self.find_chunk(rounded, num_bytes, request_id)?
+        {
+            return Ok(a);
+        }
+        Err(AllocError::OutOfMemory {
+            requested_bytes: num_bytes,
+            largest_free_bytes: self.largest_free_chunk_bytes(),
+            footprint_bytes: self.total_region_allocated_bytes,
+            limit_bytes: Some(self.opts.limit_bytes),
+        })
+    }
+
+    /// TF's `DeallocateRaw`: frees the in-use chunk at `addr` and coalesces it with its free
+    /// neighbours. Returns the freed chunk's size.
+    ///
+    /// # Errors
+    /// [`FreeError::UnknownAddr`] when no in-use chunk starts at `addr`.
+    pub fn deallocate(&mut self, addr: Addr) -> Result<u64, FreeError> {
+        let unknown = FreeError::UnknownAddr(addr);
+        let h = self.in_use_by_addr.remove(&addr).ok_or(unknown.clone())?;
+        let c = self.chunks.get_mut(h as usize).ok_or(unknown.clone())?;
+        let size = c.size_bytes;
+        self.stats.bytes_in_use -= size;
+        self.live_bytes -= c.requested_bytes;
+        c.allocation_id = 0;
+        c.requested_bytes = 0;
+        c.request_id = NO_ALLOC_ID;
+        let (prev, next) = (c.prev, c.next);
+        let mut h = h;
+        if let Some(n) = self.chunks.get(next as usize)
+            && !n.in_use()
+        {
+            self.free_by_size.remove(&free_key(n.size_bytes, n.addr));
+            self.merge(h, next).map_err(|_| unknown.clone())?;
+        }
+        if let Some(p) = self.chunks.get(prev as usize)
+            && !p.in_use()
+        {
+            self.free_by_size.remove(&free_key(p.size_bytes, p.addr));
+            self.merge(prev, h).map_err(|_| unknown.clone())?;
+            h = prev;
+        }
+        let c = self.chunks.get(h as usize).ok_or(unknown)?;
+        self.free_by_size.insert(free_key(c.size_bytes, c.addr), h);
+        Ok(size)
+    }
+
+    /// Links `chunk` after `*prev` (from_state builds regions left to right).
+    fn append_chunk(&mut self, chunk: Chunk, prev: &mut u32, first: &mut u32) -> u32 {
+        let h = self.new_handle(chunk);
+        if let Some(p) = self.chunks.get_mut(*prev as usize) {
+            p.next = h;
+        }
+        if *first == NONE {
+            *first = h;
+        }
+        *prev = h;
+        h
+    }
+
+    fn note_base(&mut self, base: Addr) {
+        let align = 1u64 << base.trailing_zeros().min(MIN_ALLOCATION_BITS);
+        self.base_align_bytes = self.base_align_bytes.min(align);
+    }
+
+    fn new_handle(&mut self, chunk: Chunk) -> u32 {
+        if let Some(slot) = self.chunks.get_mut(self.unused_head as usize) {
+            let h = self.unused_head;
+            self.unused_head = slot.next;
+            *slot = chunk;
+            h
+        } else {
+            // More than 4 billion chunks cannot be simulated in memory anyway.
+            let h = u32::try_from(self.chunks.len()).unwrap_or(NONE - 1);
+            self.chunks.push(chunk);
+            h
+        }
+    }
+
+    fn delete_handle(&mut self, h: u32) {
+        let head = self.unused_head;
+        if let Some(c) = self.chunks.get_mut(h as usize) {
+            *c = free_chunk(0, 0, NONE);
+            c.next = head;
+            self.unused_head = h;
+        }
+    }
+
+    /// `Merge(h1, h2)`: `h2` (the right neighbour) is absorbed into `h1`.
+    fn merge(&mut self, h1: u32, h2: u32) -> Result<(), Broken> {
+        let c2 = *self
+            .chunks
+            .get(h2 as usize)
+            .ok_or(Broken("merge: bad handle"))?;
+        let c1 = self
+            .chunks
+            .get_mut(h1 as usize)
+            .ok_or(Broken("merge: bad handle"))?;
+        c1.next = c2.next;
+        c1.size_bytes += c2.size_bytes;
+        if let Some(n) = self.chunks.get_mut(c2.next as usize) {
+            n.prev = h1;
+        }
+        self.delete_handle(h2);
+        Ok(())
+    }
+
+    /// `FindChunkPtr`: smallest free chunk >= `rounded`, lowest address on ties; split it when
+    /// the rule says so; mark the low part in use.
+    fn find_chunk(
+        &mut self,
+        rounded: u64,
+        num_bytes: u64,
+        request_id: u32,
+    ) -> Result<Option<BfcAllocation>, Broken> {
+        let Some((&key, &h)) = self.free_by_size.range(free_key(rounded, 0)..).next() else {
+            return Ok(None);
+        };
+        self.free_by_size.remove(&key);
+        let size = key_size(key);
+        if size / 2 >= rounded || size - rounded >= self.max_internal_fragmentation_bytes {
+            self.split(h, rounded)?;
+        }
+        let id = self.next_allocation_id;
+        self.next_allocation_id += 1;
+        let c = self
+            .chunks
+            .get_mut(h as usize)
+            .ok_or(Broken("find_chunk: bad handle"))?;
+        c.requested_bytes = num_bytes;
+        c.allocation_id = id;
+        c.request_id = request_id;
+        let (addr, chunk_bytes) = (c.addr, c.size_bytes);
+        self.in_use_by_addr.insert(addr, h);
+        self.live_bytes += num_bytes;
+        let s = &mut self.stats;
+        s.num_allocs += 1;
+        s.bytes_in_use += chunk_bytes;
+        s.peak_bytes_in_use = s.peak_bytes_in_use.max(s.bytes_in_use);
+        s.largest_alloc_size = s.largest_alloc_size.max(chunk_bytes);
+        Ok(Some(BfcAllocation {
+            addr,
+            chunk_bytes,
+            allocation_id: id,
+        }))
+    }
+
+    /// `SplitChunk(h, num_bytes)`: the high part becomes a new free chunk, binned without
+    /// coalescing (its right neighbour cannot be free).
+    fn split(&mut self, h: u32, num_bytes: u64) -> Result<(), Broken> {
+        let c = *self
+            .chunks
+            .get(h as usize)
+            .ok_or(Broken("split: bad handle"))?;
+        let rest = Chunk {
+            addr: c.addr + num_bytes,
+            size_bytes: c.size_bytes - num_bytes,
+            requested_bytes: 0,
+            allocation_id: 0,
+            request_id: NO_ALLOC_ID,
+            prev: h,
+            next: c.next,
+        };
+        let h2 = self.new_handle(rest);
+        if let Some(n) = self.chunks.get_mut(c.next as usize) {
+            n.prev = h2;
+        }
+        let c = self
+            .chunks
+            .get_mut(h as usize)
+            .ok_or(Broken("split: bad handle"))?;
+        c.next = h2;
+        c.size_bytes = num_bytes;
+        self.free_by_size
+            .insert(free_key(rest.size_bytes, rest.addr), h2);
+        Ok(())
+    }
+
+    /// `Extend`: adds one region if the limit allows `rounded` more bytes.
+    fn extend(&mut self, rounded: u64) -> Result<bool, AllocError> {
+        let available = self
+            .opts
+            .limit_bytes
+            .saturating_sub(self.total_region_allocated_bytes)
+            / MIN_ALLOCATION_BYTES
+            * MIN_ALLOCATION_BYTES;
+        if rounded > available {
+            return Ok(false);
+        }
+        let mut curr = self.curr_region_allocation_bytes;
+        let increased = rounded > curr;
+        while rounded > curr {
+            curr = curr.max(MIN_ALLOCATION_BYTES).saturating_mul(2);
+        }
+        let bytes = curr.min(available);
+        let base = self
+            .pending_region_bases
+            .pop_front()
+            .unwrap_or(self.next_default_base);
+        let idx = self.regions.partition_point(|r| r.base < base);
+        let end = base.checked_add(bytes);
+        let clash_prev = idx
+            .checked_sub(1)
+            .and_then(|i| self.regions.get(i))
+            .is_some_and(|p| p.base + p.size_bytes > base);
+        let clash_next = self
+            .regions
+            .get(idx)
+            .is_some_and(|n| end.is_none_or(|e| e > n.base));
+        let Some(end) = end.filter(|_| !clash_prev && !clash_next) else {
+            return Err(AllocError::Unsupported(format!(
+                "bfc: a region of {bytes} B at {base:#x} overlaps an existing region"
+            )));
+        };
+        self.curr_region_allocation_bytes = if increased {
+            curr
+        } else {
+            curr.saturating_mul(2)
+        };
+        self.total_region_allocated_bytes += bytes;
+        let h = self.new_handle(free_chunk(base, bytes, NONE));
+        self.free_by_size.insert(free_key(bytes, base), h);
+        self.regions.insert(
+            idx,
+            Region {
+                base,
+                size_bytes: bytes,
+                first: h,
+            },
+        );
+        self.note_base(base);
+        self.next_default_base = self.next_default_base.max(end);
+        Ok(true)
+    }
+
+    /// `DeallocateFreeRegions`: with garbage collection on, releases every region that holds no
+    /// in-use chunk, if that makes room for `rounded` under the limit.
+    fn deallocate_free_regions(&mut self, rounded: u64) -> Result<bool, Broken> {
+        if !self.opts.garbage_collection {
+            return Ok(false);
+        }
+        // No two free chunks are adjacent and chunks never span regions, so a region without
+        // in-use chunks is exactly one free chunk.
+        let is_free = |bfc: &Self, r: &Region| {
+            bfc.chunks
+                .get(r.first as usize)
+                .is_some_and(|c| !c.in_use() && c.size_bytes == r.size_bytes)
+        };
+        let total_free: u64 = self
+            .regions
+            .iter()
+            .filter(|r| is_free(self, r))
+            .map(|r| r.size_bytes)
+            .sum();
+        if total_free == 0 {
+            return Ok(false);
+        }
+        let available = self
+            .opts
+            .limit_bytes
+            .saturating_sub(self.total_region_allocated_bytes)
+            + total_free;
+        if rounded > available {
+            return Ok(false);
+        }
+        let regions = std::mem::take(&mut self.regions);
+        let mut kept = Vec::with_capacity(regions.len());
+        for r in regions {
+            if is_free(self, &r) {
+                self.free_by_size.remove(&free_key(r.size_bytes, r.base));
+                self.delete_handle(r.first);
+                self.total_region_allocated_bytes -= r.size_bytes;
+            } else {
+                kept.push(r);
+            }
+        }
+        self.regions = kept;
+        Ok(true)
+    }
+
+    fn counters_impl(&self) -> Counters {
+        let footprint = self.total_region_allocated_bytes;
+        Counters {
+            live_allocs: self.in_use_by_addr.len() as u64,
+            live_bytes: self.live_bytes,
+            allocated_bytes: self.stats.bytes_in_use,
+            footprint_bytes: footprint,
+            free_bytes: footprint - self.stats.bytes_in_use,
+            free_blocks: self.free_by_size.len() as u64,
+            largest_free_bytes: self.largest_free_chunk_bytes(),
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let mut seen = vec![false; self.chunks.len()];
+        let mut region_total: u64 = 0;
+        let mut free_count = 0usize;
+        let mut in_use_count = 0usize;
+        let mut in_use_bytes: u64 = 0;
+        let mut requested: u64 = 0;
+        let mut prev_end: Option<Addr> = None;
+        for (i, r) in self.regions.iter().enumerate() {
+            if prev_end.is_some_and(|e| e > r.base) {
+                return Err(format!(
+                    "region {i} at {:#x} overlaps its predecessor",
+                    r.base
+                ));
+            }
+            prev_end = Some(r.base + r.size_bytes);
+            region_total += r.size_bytes;
+            let mut h = r.first;
+            let mut prev = NONE;
+            let mut cursor = r.base;
+            let mut prev_free = false;
+            while h != NONE {
+                let c = self
+                    .chunks
+                    .get(h as usize)
+                    .ok_or_else(|| format!("region {i}: dangling handle {h}"))?;
+                match seen.get_mut(h as usize) {
+                    Some(s) if !*s => *s = true,
+                    _ => return Err(format!("chunk handle {h} reached twice")),
+                }
+                if c.prev != prev {
+                    return Err(format!("chunk {h} at {:#x}: bad prev link", c.addr));
+                }
+                if c.addr != cursor {
+                    return Err(format!(
+                        "chunk {h} at {:#x}, expected {cursor:#x}: region {i} not tiled",
+                        c.addr
+                    ));
+                }
+                if c.size_bytes == 0 || c.size_bytes % MIN_ALLOCATION_BYTES != 0 {
+                    return Err(format!("chunk {h} has size {}", c.size_bytes));
+                }
+                if c.in_use() {
+                    if self.in_use_by_addr.get(&c.addr) != Some(&h) {
+                        return Err(format!("in-use chunk {h} missing from the address map"));
+                    }
+                    if c.requested_bytes > c.size_bytes {
+                        return Err(format!("chunk {h}: request larger than chunk"));
+                    }
+                    in_use_count += 1;
+                    in_use_bytes += c.size_bytes;
+                    requested += c.requested_bytes;
+                    prev_free = false;
+                } else {
+                    if prev_free {
+                        return Err(format!("two adjacent free chunks at {:#x}", c.addr));
+                    }
+                    if self.free_by_size.get(&free_key(c.size_bytes, c.addr)) != Some(&h) {
+                        return Err(format!("free chunk {h} at {:#x} not in its bin", c.addr));
+                    }
+                    free_count += 1;
+                    prev_free = true;
+                }
+                cursor += c.size_bytes;
+                prev = h;
+                h = c.next;
+            }
+            if cursor != r.base + r.size_bytes {
+                return Err(format!("region {i}: chunks end at {cursor:#x}"));
+            }
+        }
+        if free_count != self.free_by_size.len() {
+            return Err(format!(
+                "{} binned chunks but {free_count} free chunks in regions",
+                self.free_by_size.len()
+            ));
+        }
+        if in_use_count != self.in_use_by_addr.len() {
+            return Err("address map holds chunks not in any region".into());
+        }
+        let mut h = self.unused_head;
+        while h != NONE {
+            match seen.get_mut(h as usize) {
+                Some(s) if !*s => *s = true,
+                _ => return Err(format!("unused handle {h} is bad or reached twice")),
+            }
+            h = self.chunks.get(h as usize).map_or(NONE, |c| c.next);
+        }
+        if seen.iter().any(|s| !s) {
+            return Err("a chunk handle is neither in a region nor unused".into());
+        }
+        let s = &self.stats;
+        if region_total != self.total_region_allocated_bytes {
+            return Err(format!(
+                "regions hold {region_total} B, total_region_allocated_bytes {}",
+                self.total_region_allocated_bytes
+            ));
+        }
+        if region_total > self.opts.limit_bytes {
+            return Err("regions exceed the memory limit".into());
+        }
+        if in_use_bytes != s.bytes_in_use || requested != self.live_bytes {
+            return Err(format!(
+                "in use {in_use_bytes} B / requested {requested} B, counters say {} / {}",
+                s.bytes_in_use, self.live_bytes
+            ));
+        }
+        if s.peak_bytes_in_use < s.bytes_in_use {
+            return Err("peak_bytes_in_use below bytes_in_use".into());
+        }
+        let mut blocks = Vec::new();
+        self.blocks_impl(&mut blocks);
+        let expect = Counters::from_blocks(&blocks, self.total_region_allocated_bytes);
+        if expect != self.counters_impl() {
+            return Err(format!(
+                "counters {:?} disagree with blocks {expect:?}",
+                self.counters_impl()
+            ));
+        }
+        Ok(())
+    }
+
+    fn blocks_impl(&self, out: &mut Vec<Block>) {
+        for r in &self.regions {
+            let mut h = r.first;
+            while let Some(c) = self.chunks.get(h as usize) {
+                let state = if c.in_use() {
+                    BlockState::Used {
+                        id: c.request_id,
+                        requested_bytes: c.requested_bytes,
+                    }
+                } else {
+                    BlockState::Free
+                };
+                out.push(Block {
+                    addr: c.addr,
+                    len_bytes: c.size_bytes,
+                    state,
+                });
+                h = c.next;
+            }
+        }
+    }
+}
+
+fn free_chunk(addr: Addr, size_bytes: u64, prev: u32) -> Chunk {
+    Chunk {
+        addr,
+        size_bytes,
+        requested_bytes: 0,
+        allocation_id: 0,
+        request_id: NO_ALLOC_ID,
+        prev,
+        next: NONE,
+    }
+}
+
+impl Policy for Bfc {
+    fn name(&self) -> &'static str {
+        "bfc"
+    }
+
+    /// BFC ignores the requested alignment, as TF does; chunks sit at multiples of 256 from
+    /// their region base, so any alignment up to the bases' own is honoured and larger ones are
+    /// refused.
+    fn alloc(&mut self, req: Request) -> Result<Placement, AllocError> {
+        if req.align_bytes > self.base_align_bytes {
+            return Err(AllocError::Unsupported(format!(
+                "bfc places chunks on a {} B grid; {} B alignment requested",
+                self.base_align_bytes, req.align_bytes
+            )));
+        }
+        let a = self.allocate(req.size_bytes, req.id)?;
+        Ok(Placement {
+            addr: a.addr,
+            reserved_bytes: a.chunk_bytes,
+        })
+    }
+
+    fn free(&mut self, addr: Addr) -> Result<(), FreeError> {
+        self.deallocate(addr).map(|_| ())
+    }
+
+    fn counters(&self) -> Counters {
+        self.counters_impl()
+    }
+
+    fn blocks(&self, out: &mut Vec<Block>) {
+        self.blocks_impl(out);
+    }
+
+    fn clone_box(&self) -> Box<dyn Policy> {
+        Box::new(self.clone())
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        self.check()
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
