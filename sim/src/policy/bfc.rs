@@ -22,6 +22,7 @@ use std::any::Any;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
+use super::registry::{PolicyConfig, RegistryError};
 use super::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Policy, Request};
 use crate::trace::NO_ALLOC_ID;
 
@@ -353,6 +354,30 @@ impl Bfc {
             },
             live_bytes: 0,
         }
+    }
+
+    /// The allocator the registry builds: limit (default [`DEFAULT_LIMIT_BYTES`]), growth and
+    /// garbage collection from `config`.
+    ///
+    /// # Errors
+    /// When `config.align_bytes` exceeds the 256 B chunk grid.
+    pub fn from_config(config: &PolicyConfig) -> Result<Self, RegistryError> {
+        // TF ignores the requested alignment; only the chunk grid aligns.
+        if config.align_bytes > MIN_ALLOCATION_BYTES {
+            return Err(RegistryError::InvalidConfig {
+                name: "bfc".into(),
+                reason: format!(
+                    "alignment {} B exceeds the 256 B chunk grid",
+                    config.align_bytes
+                ),
+            });
+        }
+        Ok(Self::new(BfcOptions {
+            limit_bytes: config.limit_bytes.unwrap_or(DEFAULT_LIMIT_BYTES),
+            allow_growth: config.bfc_allow_growth,
+            garbage_collection: config.bfc_garbage_collection,
+            ..BfcOptions::default()
+        }))
     }
 
     /// Rebuilds an allocator from observed state (e.g. a TensorFlow log at a checkpoint):
