@@ -7,6 +7,11 @@ use std::any::Any;
 use std::fmt;
 
 pub mod bfc;
+pub mod best_fit;
+pub mod buddy;
+pub mod first_fit;
+mod fit_common;
+pub mod pool;
 pub mod registry;
 
 /// Byte offset inside the simulated address space.

@@ -4,7 +4,7 @@
 //! turns one of them and a [`PolicyConfig`] into a boxed [`Policy`]. Adding a policy touches two
 //! places: its module and one arm of [`build`].
 
-use crate::policy::Policy;
+use crate::policy::{Policy, best_fit, buddy, first_fit, pool};
 use crate::trace::TraceView;
 
 /// Every registered policy name, in the order frontends list them.
@@ -75,6 +75,14 @@ pub enum RegistryError {
     InvalidConfig { name: String, reason: String },
 }
 
+/// Maps a constructor's reason into [`RegistryError::InvalidConfig`] for policy `name`.
+fn invalid(name: &str) -> impl Fn(String) -> RegistryError + '_ {
+    move |reason| RegistryError::InvalidConfig {
+        name: name.to_owned(),
+        reason,
+    }
+}
+
 impl RegistryError {
     fn unknown(name: &str) -> Self {
         Self::UnknownPolicy {
@@ -98,11 +106,15 @@ pub fn build(
 ) -> Result<Box<dyn Policy>, RegistryError> {
     let _ = (config, trace);
     match name {
-        "first-fit" => Err(RegistryError::NotAvailable(name.to_owned())),
-        "best-fit" => Err(RegistryError::NotAvailable(name.to_owned())),
+        "first-fit" => Ok(Box::new(
+            first_fit::FirstFit::new(config).map_err(invalid(name))?,
+        )),
+        "best-fit" => Ok(Box::new(
+            best_fit::BestFit::new(config).map_err(invalid(name))?,
+        )),
         "bfc" => Ok(Box::new(crate::policy::bfc::Bfc::from_config(config)?)),
-        "buddy" => Err(RegistryError::NotAvailable(name.to_owned())),
-        "pool" => Err(RegistryError::NotAvailable(name.to_owned())),
+        "buddy" => Ok(Box::new(buddy::Buddy::new(config).map_err(invalid(name))?)),
+        "pool" => Ok(Box::new(pool::Pool::new(config).map_err(invalid(name))?)),
         "glibc" => Err(RegistryError::NotAvailable(name.to_owned())),
         "oracle" => Err(RegistryError::NotAvailable(name.to_owned())),
         _ => Err(RegistryError::unknown(name)),
