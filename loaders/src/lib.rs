@@ -1,1 +1,161 @@
-//! Loaders.
+//! allocview's loaders: input files into polars DataFrames with documented schemas.
+//!
+//! Entry points: [`load`] (any supported file, kind detected from content),
+//! [`malloc_trace::load_malloc_trace`], and [`trace_view`] to hand an event DataFrame to the
+//! simulator without copying.
+//!
+//! # The event DataFrame
+//!
+//! One row per event, in file order. Columns are single-chunk and contiguous, so the simulator
+//! replays straight from them.
+//!
+//! | column | dtype | meaning |
+//! |---|---|---|
+//! | `t_ns` | Int64 | time in nanoseconds, as written in the file (never decreasing; see the summary) |
+//! | `thread` | UInt8, or UInt16 past 256 threads | index into the threads table (first appearance order) |
+//! | `kind` | UInt8 | 0 `alloc`, 1 `free`, 2 `free_null`, 3 `free_unknown`, 4 `alloc_failed` ([`allocview_sim::trace::EventKind`]) |
+//! | `size_bytes` | UInt64 | requested bytes; for a `free`, the size of the allocation it ends; 0 when unknown |
+//! | `address` | UInt64 | the pointer (0 for NULL) |
+//! | `alloc_id` | UInt32, nullable | dense 0-based id of the allocation, in allocation order; a `free` carries the id it ends; null when the event belongs to no allocation |
+//! | `size_class` | UInt8 | bit length of `size_bytes` (1 -> 1, 2..3 -> 2, 4..7 -> 3, ...) |
+//! | `call` | UInt8, optional | only for traces with the fifth column: index into [`malloc_trace::CALL_NAMES`] |
+//!
+//! That is 31 bytes per event (32 with `call`).
+//!
+//! # The threads table
+//!
+//! `thread` (UInt16, the index used in the events) and `tid` (UInt64, the id in the file).
+
+pub mod error;
+pub mod input;
+pub mod malloc_trace;
+pub mod stats;
+
+use std::path::Path;
+
+use allocview_sim::trace::{NO_ALLOC_ID, TraceView};
+use polars::prelude::*;
+
+pub use error::{LineError, LoadError};
+pub use malloc_trace::{LoadOptions, LoadSummary, MallocTrace, Strictness};
+
+/// The kinds of input allocview reads, told apart by content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputKind {
+    /// libtracemalloc text (plain or gzip).
+    MallocTrace,
+}
+
+/// Tells what kind of input a file holds, from its first bytes (decompressed).
+///
+/// # Errors
+/// When the file cannot be read or is of no known kind.
+pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
+    use std::io::BufRead as _;
+    let mut reader = input::open_text(path)?;
+    let mut first = String::new();
+    // A file that fails to decompress here is reported by the full load with its details.
+    let mut lines = 0;
+    while lines < 20 {
+        first.clear();
+        match reader.read_line(&mut first) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        lines += 1;
+        let line = first.trim_end();
+        if line.is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split('\t').collect();
+        if (4..=5).contains(&fields.len())
+            && fields
+                .first()
+                .is_some_and(|t| t.bytes().all(|b| b.is_ascii_digit() || b == b'.'))
+        {
+            return Ok(InputKind::MallocTrace);
+        }
+        break;
+    }
+    Err(LoadError::format(
+        path,
+        "unrecognised input: expected a libtracemalloc trace (lines of \
+         `<sec>.<usec>\\t<thread>\\t<size>\\t<pointer>`, plain or gzip)",
+    ))
+}
+
+/// Borrows the simulator's view of an event DataFrame (no copy) and validates it.
+///
+/// # Errors
+/// When a column is missing, has the wrong dtype or is not contiguous, or the events break a
+/// [`TraceView`] invariant.
+pub fn trace_view<'a>(events: &'a DataFrame, path: &Path) -> Result<TraceView<'a>, LoadError> {
+    let t_ns = contiguous(events.column("t_ns")?.i64()?, path, "t_ns")?;
+    let kind = contiguous(events.column("kind")?.u8()?, path, "kind")?;
+    let size_bytes = contiguous(events.column("size_bytes")?.u64()?, path, "size_bytes")?;
+    let alloc_id = raw_values(events.column("alloc_id")?.u32()?, path, "alloc_id")?;
+    TraceView::new(t_ns, kind, size_bytes, alloc_id).map_err(|source| LoadError::Trace {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn contiguous<'a, T: PolarsNumericType>(
+    ca: &'a ChunkedArray<T>,
+    path: &Path,
+    name: &str,
+) -> Result<&'a [T::Native], LoadError> {
+    ca.cont_slice().map_err(|_| {
+        LoadError::format(
+            path,
+            format!("column {name} is not one contiguous chunk without nulls"),
+        )
+    })
+}
+
+/// The value buffer of a single-chunk column, nulls included (their slots hold a sentinel).
+fn raw_values<'a>(ca: &'a UInt32Chunked, path: &Path, name: &str) -> Result<&'a [u32], LoadError> {
+    let mut chunks = ca.downcast_iter();
+    match (chunks.next(), chunks.next()) {
+        (Some(arr), None) => {
+            let values = arr.values().as_slice();
+            // Null slots must hold the sentinel, or the simulator would misread them.
+            if let Some(validity) = arr.validity() {
+                if values
+                    .iter()
+                    .zip(validity.iter())
+                    .any(|(&v, valid)| !valid && v != NO_ALLOC_ID)
+                {
+                    return Err(LoadError::format(
+                        path,
+                        format!("column {name}: null slots must hold {NO_ALLOC_ID}"),
+                    ));
+                }
+            }
+            Ok(values)
+        }
+        (None, _) => Ok(&[]),
+        _ => Err(LoadError::format(
+            path,
+            format!("column {name} is not one contiguous chunk"),
+        )),
+    }
+}
+
+/// A loaded input of any kind.
+#[derive(Clone, Debug)]
+pub enum Loaded {
+    MallocTrace(MallocTrace),
+}
+
+/// Loads any supported file, detecting its kind from content.
+///
+/// # Errors
+/// See [`detect`] and the kind-specific loaders.
+pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
+    match detect(path)? {
+        InputKind::MallocTrace => Ok(Loaded::MallocTrace(malloc_trace::load_malloc_trace(
+            path, opts,
+        )?)),
+    }
+}

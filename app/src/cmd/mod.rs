@@ -1,0 +1,4 @@
+//! Headless subcommands: each prints a table for people or JSON for scripts.
+
+pub mod load;
+pub mod stats;

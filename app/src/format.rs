@@ -1,0 +1,89 @@
+//! Number formatting shared by every output (tables, TUI, GUI, reports), so they agree.
+
+/// Bytes in binary units with three significant figures: `512 B`, `1.50 KiB`, `20.3 MiB`.
+#[must_use]
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = UNITS[0];
+    for u in UNITS.iter().skip(1) {
+        if v < 1024.0 {
+            break;
+        }
+        v /= 1024.0;
+        unit = u;
+    }
+    if v < 10.0 {
+        format!("{v:.2} {unit}")
+    } else if v < 100.0 {
+        format!("{v:.1} {unit}")
+    } else {
+        format!("{v:.0} {unit}")
+    }
+}
+
+/// An integer with thousands separators: `1,145,773`.
+#[must_use]
+pub fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Seconds with a unit that keeps three significant figures: `812 ns`, `1.25 ms`, `12.3 s`.
+#[must_use]
+pub fn seconds(s: f64) -> String {
+    if s < 1e-6 {
+        format!("{:.0} ns", s * 1e9)
+    } else if s < 1e-3 {
+        format!("{:.1} µs", s * 1e6)
+    } else if s < 1.0 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{s:.2} s")
+    }
+}
+
+/// The size range of a size class: `[2^(c-1), 2^c)`.
+#[must_use]
+pub fn class_range(class: u8) -> String {
+    match class {
+        0 => "0".to_owned(),
+        1 => "1".to_owned(),
+        c => {
+            let lo = 1u128 << (c - 1);
+            let hi = (1u128 << c) - 1;
+            let fmt = |v: u128| u64::try_from(v).map_or_else(|_| v.to_string(), bytes);
+            format!("{}..{}", fmt(lo), fmt(hi))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1536), "1.50 KiB");
+        assert_eq!(bytes(60_436_060), "57.6 MiB");
+        assert_eq!(bytes(195_323_906), "186 MiB");
+        assert_eq!(count(0), "0");
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1_145_773), "1,145,773");
+        assert_eq!(seconds(0.00125), "1.2 ms");
+        assert_eq!(class_range(1), "1");
+        assert_eq!(class_range(3), "4 B..7 B");
+    }
+}

@@ -1,0 +1,122 @@
+//! `allocview stats` as a user runs it: the real binary on the bundled sample traces.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn sample(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../sample-traces")
+        .join(name)
+}
+
+fn allocview(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn stats_json_has_the_documented_keys_and_reference_values() {
+    for name in ["find_usr_include", "xz_T2_8KiB_blocks"] {
+        let trace = sample(&format!("{name}.trace.gz"));
+        let out = allocview(&["stats", "--json", trace.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ours: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let reference: Value = serde_json::from_str(
+            &std::fs::read_to_string(sample(&format!("{name}.stats.json"))).unwrap(),
+        )
+        .unwrap();
+        for key in [
+            "events",
+            "mallocs",
+            "frees",
+            "frees_null",
+            "frees_unknown",
+            "threads",
+            "peak_live_bytes",
+            "peak_live_event",
+            "final_live_bytes",
+            "final_live_blocks",
+            "size_classes",
+            "bytes_by_class",
+        ] {
+            assert_eq!(ours[key], reference[key], "{name}: {key}");
+        }
+        assert!(ours["load_seconds"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn stats_table_is_readable() {
+    let trace = sample("xz_T2_8KiB_blocks.trace.gz");
+    let out = allocview(&["stats", trace.to_str().unwrap()]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("10,098"), "{text}");
+    assert!(text.contains("peak live"), "{text}");
+    assert!(text.contains("186 MiB"), "{text}");
+    assert!(text.contains("class"), "{text}");
+}
+
+#[test]
+fn bad_input_fails_with_file_line_and_expectation_and_lenient_recovers() {
+    let dir = std::env::temp_dir().join(format!("allocview-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.trace");
+    std::fs::write(
+        &path,
+        "0.1\t1\t8\t0x10\n0.2\t1\t8\tnotaptr\n0.3\t1\t-1\t0x10\n",
+    )
+    .unwrap();
+    let out = allocview(&["stats", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("line 2"), "{err}");
+    assert!(err.contains("column 9"), "{err}");
+    assert!(err.contains("pointer"), "{err}");
+    assert!(err.contains("bad.trace"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+
+    let out = allocview(&["stats", "--lenient", "--json", path.to_str().unwrap()]);
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["events"], 2);
+    assert_eq!(v["bad_lines"], 1);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("skipped 1 malformed"), "{err}");
+}
+
+#[test]
+fn unknown_input_and_missing_file_are_clear_errors() {
+    let out = allocview(&["stats", "/nonexistent.trace"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("/nonexistent.trace"), "{err}");
+
+    let out = allocview(&["stats", env!("CARGO_MANIFEST_DIR")]);
+    assert!(!out.status.success());
+    assert!(!String::from_utf8(out.stderr).unwrap().contains("panicked"));
+
+    let path = std::env::temp_dir().join(format!("allocview-cli-{}-text.txt", std::process::id()));
+    std::fs::write(&path, "hello world\n").unwrap();
+    let out = allocview(&["stats", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("unrecognised input"), "{err}");
+}
+
+#[test]
+fn help_is_readable() {
+    let out = allocview(&["--help"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("stats"));
+    assert!(text.contains("Examples"));
+}

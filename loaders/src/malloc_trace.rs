@@ -1,0 +1,790 @@
+//! The libtracemalloc text format, into an event DataFrame.
+//!
+//! One call a line, tab-separated:
+//!
+//! ```text
+//! <sec>.<frac>\t<thread id>\t<size>\t<pointer>[\t<call>]
+//! ```
+//!
+//! `size` is `-1` for a free; `pointer` is `0x...` (or bare hex) or `(nil)`; the optional fifth
+//! column names the call (`malloc`, `calloc`, `realloc`, `free`, `memalign`, ...). Fractions of a
+//! second may have up to nine digits (six in practice).
+//!
+//! Semantics (each has a test on a real trace):
+//! - `free(NULL)` becomes a `free_null` event;
+//! - a free of a pointer that is not live (allocated by an untraced call) becomes `free_unknown`:
+//!   counted and kept, never fatal;
+//! - an address reused after its free starts a new allocation with a new id;
+//! - allocations never freed stay live at the end;
+//! - a malloc that returns a pointer that is still live means the trace missed its free (e.g. an
+//!   untraced realloc in place); it is counted in `mallocs_of_live_ptr` and reported, and a
+//!   synthetic `free` row (same time and thread) ends the older allocation just before it, so
+//!   live bytes stay right (such a trace has that many more rows than lines);
+//! - timestamps that go backwards are clamped to the previous time, counted and reported.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Instant;
+
+use allocview_sim::trace::{EventKind, NO_ALLOC_ID, size_class};
+use polars::prelude::*;
+use polars_arrow::bitmap::MutableBitmap;
+
+use crate::error::{LineError, LoadError};
+use crate::input::{Compression, StreamEnd, TextStream};
+
+/// Names of the `call` column's codes, in code order.
+pub const CALL_NAMES: [&str; 11] = [
+    "malloc",
+    "calloc",
+    "realloc",
+    "free",
+    "memalign",
+    "posix_memalign",
+    "aligned_alloc",
+    "valloc",
+    "pvalloc",
+    "reallocarray",
+    "other",
+];
+
+const CALL_MALLOC: u8 = 0;
+const CALL_FREE: u8 = 3;
+
+/// The code of a call name in the `call` column.
+#[must_use]
+pub fn call_code(name: &[u8]) -> Option<u8> {
+    CALL_NAMES
+        .iter()
+        .position(|n| n.as_bytes() == name)
+        .and_then(|i| u8::try_from(i).ok())
+}
+
+/// How strictly to treat malformed lines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Strictness {
+    /// The first malformed line is an error.
+    #[default]
+    Strict,
+    /// Malformed lines are skipped, counted and the first few reported.
+    Lenient,
+}
+
+/// Options for [`load_malloc_trace`].
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    pub strictness: Strictness,
+    /// Receives the number of file bytes read so far (for a progress bar).
+    pub progress: Option<Arc<AtomicU64>>,
+}
+
+/// How many skipped lines are kept verbatim in the summary.
+pub const MAX_REPORTED_BAD_LINES: usize = 5;
+
+/// What the loader counted while reading. Every record it did not turn into a plain event is
+/// counted here, so nothing is lost silently.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadSummary {
+    pub compression: Option<Compression>,
+    /// Events (rows), one per parsed line.
+    pub events: u64,
+    /// Lines with a size >= 0 (calls that allocate), including failed ones.
+    pub mallocs: u64,
+    /// Lines with size -1, including `free(NULL)` and frees of unknown pointers.
+    pub frees: u64,
+    pub frees_null: u64,
+    pub frees_unknown: u64,
+    /// Allocations that returned NULL with a size > 0.
+    pub mallocs_failed: u64,
+    /// Allocations whose pointer was still live (a missed free).
+    pub mallocs_of_live_ptr: u64,
+    pub mallocs_size_zero: u64,
+    /// Lines skipped in lenient mode.
+    pub bad_lines: u64,
+    /// The first [`MAX_REPORTED_BAD_LINES`] skipped lines' errors.
+    pub first_bad_lines: Vec<LineError>,
+    /// Timestamps that were earlier than the previous line's (clamped).
+    pub timestamps_non_monotonic: u64,
+    /// Set when the compressed stream ended early: what was there was loaded.
+    pub truncated: Option<String>,
+    /// A last line without its newline in a truncated stream, dropped because it may be cut.
+    pub dropped_partial_last_line: bool,
+    /// True when lines carried the fifth (call name) column.
+    pub has_call_column: bool,
+    /// Decompressed bytes parsed.
+    pub text_bytes: u64,
+}
+
+impl LoadSummary {
+    /// Human-readable warnings (empty when the load was clean).
+    #[must_use]
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(why) = &self.truncated {
+            out.push(format!(
+                "the compressed stream is truncated ({why}); loaded the {} events before the cut{}",
+                self.events,
+                if self.dropped_partial_last_line {
+                    ", and dropped the incomplete last line"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if self.bad_lines > 0 {
+            let mut msg = format!("skipped {} malformed lines", self.bad_lines);
+            for e in &self.first_bad_lines {
+                msg.push_str(&format!("\n  {e}"));
+            }
+            if self.bad_lines > self.first_bad_lines.len() as u64 {
+                msg.push_str("\n  ...");
+            }
+            out.push(msg);
+        }
+        if self.frees_unknown > 0 {
+            out.push(format!(
+                "{} frees of pointers that were never allocated in the trace (kept as free_unknown \
+                 events; typical of tracers that do not trace calloc/realloc)",
+                self.frees_unknown
+            ));
+        }
+        if self.mallocs_of_live_ptr > 0 {
+            out.push(format!(
+                "{} allocations returned a pointer that was still live; the trace missed their \
+                 frees, so the older allocations were ended there",
+                self.mallocs_of_live_ptr
+            ));
+        }
+        if self.timestamps_non_monotonic > 0 {
+            out.push(format!(
+                "{} timestamps went backwards and were clamped to the previous time",
+                self.timestamps_non_monotonic
+            ));
+        }
+        out
+    }
+}
+
+/// A loaded malloc trace.
+#[derive(Clone, Debug)]
+pub struct MallocTrace {
+    /// One row per event; see the crate docs for the schema.
+    pub events: DataFrame,
+    /// The threads table: `thread` (index used in `events`) and `tid` (the id in the file).
+    pub threads: DataFrame,
+    pub summary: LoadSummary,
+    pub load_seconds: f64,
+}
+
+/// Multiplicative hashing for pointer keys: pointers are already well spread in their middle
+/// bits, and SipHash would dominate the parse time.
+#[derive(Default)]
+struct PtrHasher(u64);
+
+impl Hasher for PtrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (n ^ (n >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type PtrMap<V> = HashMap<u64, V, BuildHasherDefault<PtrHasher>>;
+
+/// The thread column starts as `u8` and widens to `u16` only for traces with more than 256
+/// threads: a byte per event matters at tens of millions of events.
+enum ThreadColumn {
+    Narrow(Vec<u8>),
+    Wide(Vec<u16>),
+}
+
+impl ThreadColumn {
+    fn push(&mut self, index: u16) {
+        match self {
+            Self::Narrow(v) => {
+                if let Ok(b) = u8::try_from(index) {
+                    v.push(b);
+                } else {
+                    let mut wide: Vec<u16> = Vec::with_capacity(v.capacity());
+                    wide.extend(v.iter().map(|&b| u16::from(b)));
+                    wide.push(index);
+                    *self = Self::Wide(wide);
+                }
+            }
+            Self::Wide(v) => v.push(index),
+        }
+    }
+
+    fn into_column(self) -> Column {
+        match self {
+            Self::Narrow(v) => UInt8Chunked::from_vec("thread".into(), v).into_column(),
+            Self::Wide(v) => UInt16Chunked::from_vec("thread".into(), v).into_column(),
+        }
+    }
+}
+
+/// One parsed line.
+struct Line<'a> {
+    t_ns: i64,
+    tid: u64,
+    /// `None` for a free.
+    size_bytes: Option<u64>,
+    addr: u64,
+    call: Option<&'a [u8]>,
+}
+
+/// The columns being built, plus the state needed to pair frees with allocations.
+struct Builder {
+    t_ns: Vec<i64>,
+    thread: ThreadColumn,
+    kind: Vec<u8>,
+    size_bytes: Vec<u64>,
+    address: Vec<u64>,
+    alloc_id: Vec<u32>,
+    size_class: Vec<u8>,
+    /// Created on the first line with a call column, back-filled with defaults.
+    call: Option<Vec<u8>>,
+    live: PtrMap<(u32, u64)>,
+    tids: PtrMap<u16>,
+    tid_order: Vec<u64>,
+    last_tid: Option<(u64, u16)>,
+    next_alloc_id: u32,
+    prev_t_ns: i64,
+    summary: LoadSummary,
+}
+
+impl Builder {
+    fn with_capacity(events: usize) -> Self {
+        Self {
+            t_ns: Vec::with_capacity(events),
+            thread: ThreadColumn::Narrow(Vec::with_capacity(events)),
+            kind: Vec::with_capacity(events),
+            size_bytes: Vec::with_capacity(events),
+            address: Vec::with_capacity(events),
+            alloc_id: Vec::with_capacity(events),
+            size_class: Vec::with_capacity(events),
+            call: None,
+            live: PtrMap::default(),
+            tids: PtrMap::default(),
+            tid_order: Vec::new(),
+            last_tid: None,
+            next_alloc_id: 0,
+            prev_t_ns: i64::MIN,
+            summary: LoadSummary::default(),
+        }
+    }
+
+    fn thread_index(&mut self, tid: u64) -> Result<u16, &'static str> {
+        if let Some((last, idx)) = self.last_tid {
+            if last == tid {
+                return Ok(idx);
+            }
+        }
+        let idx = if let Some(&idx) = self.tids.get(&tid) {
+            idx
+        } else {
+            let idx = u16::try_from(self.tid_order.len()).map_err(|_| "at most 65536 threads")?;
+            self.tids.insert(tid, idx);
+            self.tid_order.push(tid);
+            idx
+        };
+        self.last_tid = Some((tid, idx));
+        Ok(idx)
+    }
+
+    fn push(&mut self, line: &Line<'_>) -> Result<(), &'static str> {
+        let thread = self.thread_index(line.tid)?;
+        let mut t_ns = line.t_ns;
+        if t_ns < self.prev_t_ns {
+            self.summary.timestamps_non_monotonic += 1;
+            t_ns = self.prev_t_ns;
+        }
+        self.prev_t_ns = t_ns;
+        let (kind, size, id) = match line.size_bytes {
+            Some(size) => {
+                self.summary.mallocs += 1;
+                if size == 0 {
+                    self.summary.mallocs_size_zero += 1;
+                }
+                if line.addr == 0 {
+                    if size > 0 {
+                        self.summary.mallocs_failed += 1;
+                    }
+                    (EventKind::AllocFailed, size, NO_ALLOC_ID)
+                } else {
+                    let id = self.next_alloc_id;
+                    if id == NO_ALLOC_ID {
+                        return Err("at most 4294967294 allocations");
+                    }
+                    self.next_alloc_id += 1;
+                    if let Some((old_id, old_size)) = self.live.insert(line.addr, (id, size)) {
+                        self.summary.mallocs_of_live_ptr += 1;
+                        self.push_row(
+                            t_ns,
+                            thread,
+                            EventKind::Free,
+                            old_size,
+                            line.addr,
+                            old_id,
+                            CALL_FREE,
+                        );
+                    }
+                    (EventKind::Alloc, size, id)
+                }
+            }
+            None => {
+                self.summary.frees += 1;
+                if line.addr == 0 {
+                    self.summary.frees_null += 1;
+                    (EventKind::FreeNull, 0, NO_ALLOC_ID)
+                } else if let Some((id, size)) = self.live.remove(&line.addr) {
+                    (EventKind::Free, size, id)
+                } else {
+                    self.summary.frees_unknown += 1;
+                    (EventKind::FreeUnknown, 0, NO_ALLOC_ID)
+                }
+            }
+        };
+        let call = match line.call {
+            Some(name) => {
+                let code = call_code(name).ok_or("a known call name")?;
+                if self.call.is_none() {
+                    self.summary.has_call_column = true;
+                    self.call = Some(default_calls(&self.kind));
+                }
+                code
+            }
+            None if kind.is_free() => CALL_FREE,
+            None => CALL_MALLOC,
+        };
+        self.push_row(t_ns, thread, kind, size, line.addr, id, call);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push_row(
+        &mut self,
+        t_ns: i64,
+        thread: u16,
+        kind: EventKind,
+        size: u64,
+        addr: u64,
+        id: u32,
+        call: u8,
+    ) {
+        if let Some(calls) = self.call.as_mut() {
+            calls.push(call);
+        }
+        self.t_ns.push(t_ns);
+        self.thread.push(thread);
+        self.kind.push(kind.code());
+        self.size_bytes.push(size);
+        self.address.push(addr);
+        self.alloc_id.push(id);
+        self.size_class.push(size_class(size));
+        self.summary.events += 1;
+    }
+
+    fn finish(self) -> Result<(DataFrame, DataFrame, LoadSummary), LoadError> {
+        let Self {
+            t_ns,
+            thread,
+            kind,
+            size_bytes,
+            address,
+            alloc_id,
+            size_class,
+            call,
+            tid_order,
+            summary,
+            ..
+        } = self;
+        let height = kind.len();
+        let has_null_ids = alloc_id.contains(&NO_ALLOC_ID);
+        let alloc_id_col = if has_null_ids {
+            let mut validity = MutableBitmap::with_capacity(height);
+            for &id in &alloc_id {
+                validity.push(id != NO_ALLOC_ID);
+            }
+            UInt32Chunked::from_vec_validity("alloc_id".into(), alloc_id, Some(validity.into()))
+        } else {
+            UInt32Chunked::from_vec("alloc_id".into(), alloc_id)
+        };
+        let mut columns = vec![
+            Int64Chunked::from_vec("t_ns".into(), t_ns).into_column(),
+            thread.into_column(),
+            UInt8Chunked::from_vec("kind".into(), kind).into_column(),
+            UInt64Chunked::from_vec("size_bytes".into(), size_bytes).into_column(),
+            UInt64Chunked::from_vec("address".into(), address).into_column(),
+            alloc_id_col.into_column(),
+            UInt8Chunked::from_vec("size_class".into(), size_class).into_column(),
+        ];
+        if let Some(call) = call {
+            columns.push(UInt8Chunked::from_vec("call".into(), call).into_column());
+        }
+        let events = DataFrame::new(height, columns)?;
+        let n_threads = tid_order.len();
+        let threads = DataFrame::new(
+            n_threads,
+            vec![
+                UInt16Chunked::from_vec(
+                    "thread".into(),
+                    (0..n_threads)
+                        .map(|i| u16::try_from(i).unwrap_or(u16::MAX))
+                        .collect(),
+                )
+                .into_column(),
+                UInt64Chunked::from_vec("tid".into(), tid_order).into_column(),
+            ],
+        )?;
+        Ok((events, threads, summary))
+    }
+}
+
+fn default_calls(kinds: &Vec<u8>) -> Vec<u8> {
+    let mut calls = Vec::with_capacity(kinds.capacity());
+    calls.extend(kinds.iter().map(|&k| {
+        if EventKind::from_code(k).is_some_and(EventKind::is_free) {
+            CALL_FREE
+        } else {
+            CALL_MALLOC
+        }
+    }));
+    calls
+}
+
+/// A field-level parse failure: byte offset of the field in the line, its name, what was
+/// expected.
+struct FieldError {
+    offset: usize,
+    field: &'static str,
+    expected: &'static str,
+}
+
+fn field_err(offset: usize, field: &'static str, expected: &'static str) -> FieldError {
+    FieldError {
+        offset,
+        field,
+        expected,
+    }
+}
+
+const EXPECT_TIME: &str = "a time <seconds>.<fraction> (e.g. 0.000123)";
+const EXPECT_TID: &str = "a decimal thread id";
+const EXPECT_SIZE: &str = "a size in bytes (decimal, or -1 for a free)";
+const EXPECT_PTR: &str = "a pointer (0x<hex> or (nil))";
+const EXPECT_CALL: &str = "a call name (malloc, calloc, realloc, free, memalign, ...)";
+const EXPECT_END: &str = "the end of the line after at most 5 tab-separated fields";
+
+fn parse_decimal(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 20 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &b in s {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(d))?;
+    }
+    Some(v)
+}
+
+fn parse_hex(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 16 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &b in s {
+        let d = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            _ => return None,
+        };
+        v = (v << 4) | u64::from(d);
+    }
+    Some(v)
+}
+
+fn parse_time(s: &[u8]) -> Option<i64> {
+    let (sec, frac) = match s.iter().position(|&b| b == b'.') {
+        Some(dot) => (&s[..dot], &s[dot + 1..]),
+        None => (s, &s[s.len()..]),
+    };
+    if frac.len() > 9 {
+        return None;
+    }
+    let sec = parse_decimal(sec)?;
+    let mut frac_ns = if frac.is_empty() {
+        0
+    } else {
+        parse_decimal(frac)?
+    };
+    for _ in frac.len()..9 {
+        frac_ns *= 10;
+    }
+    let ns = sec.checked_mul(1_000_000_000)?.checked_add(frac_ns)?;
+    i64::try_from(ns).ok()
+}
+
+/// Splits off the next tab-separated field; returns it and the offset after its tab.
+fn next_field(line: &[u8], start: usize) -> (&[u8], usize) {
+    let rest = &line[start.min(line.len())..];
+    match rest.iter().position(|&b| b == b'\t') {
+        Some(i) => (&rest[..i], start + i + 1),
+        None => (rest, line.len() + 1),
+    }
+}
+
+fn parse_line(line: &[u8]) -> Result<Line<'_>, FieldError> {
+    let (time, p1) = next_field(line, 0);
+    let t_ns = parse_time(time).ok_or_else(|| field_err(0, "time", EXPECT_TIME))?;
+    if p1 > line.len() {
+        return Err(field_err(line.len(), "thread", EXPECT_TID));
+    }
+    let (tid, p2) = next_field(line, p1);
+    let tid = parse_decimal(tid).ok_or_else(|| field_err(p1, "thread", EXPECT_TID))?;
+    if p2 > line.len() {
+        return Err(field_err(line.len(), "size", EXPECT_SIZE));
+    }
+    let (size, p3) = next_field(line, p2);
+    let size_bytes = if size == b"-1" {
+        None
+    } else {
+        Some(parse_decimal(size).ok_or_else(|| field_err(p2, "size", EXPECT_SIZE))?)
+    };
+    if p3 > line.len() {
+        return Err(field_err(line.len(), "pointer", EXPECT_PTR));
+    }
+    let (ptr, p4) = next_field(line, p3);
+    let addr = if ptr == b"(nil)" {
+        0
+    } else {
+        let hex = ptr
+            .strip_prefix(b"0x")
+            .or_else(|| ptr.strip_prefix(b"0X"))
+            .unwrap_or(ptr);
+        parse_hex(hex).ok_or_else(|| field_err(p3, "pointer", EXPECT_PTR))?
+    };
+    let call = if p4 <= line.len() {
+        let (call, p5) = next_field(line, p4);
+        if p5 <= line.len() {
+            return Err(field_err(p5 - 1, "end of line", EXPECT_END));
+        }
+        if call_code(call).is_none() {
+            return Err(field_err(p4, "call", EXPECT_CALL));
+        }
+        Some(call)
+    } else {
+        None
+    };
+    Ok(Line {
+        t_ns,
+        tid,
+        size_bytes,
+        addr,
+        call,
+    })
+}
+
+fn shorten(bytes: &[u8]) -> String {
+    const MAX: usize = 60;
+    let s = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX)]).into_owned();
+    if bytes.len() > MAX { s + "..." } else { s }
+}
+
+/// Loads a libtracemalloc text trace (plain or gzip).
+///
+/// # Errors
+/// On I/O errors, and in strict mode on the first malformed line (with its line number, column
+/// and what was expected).
+pub fn load_malloc_trace(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadError> {
+    let started = Instant::now();
+    let mut stream = TextStream::open(path)?;
+    let progress = stream.progress_handle();
+    let mirror = opts.progress.clone();
+    // Reserve for the expected number of events: untouched capacity costs address space, not
+    // memory, and large vectors grow by mremap anyway.
+    let expected_events = estimate_events(path, stream.compression(), stream.file_bytes());
+    let mut b = Builder::with_capacity(expected_events);
+    b.summary.compression = Some(stream.compression());
+    let mut carry: Vec<u8> = Vec::new();
+    let mut line_no: u64 = 0;
+    let mut text_bytes: u64 = 0;
+    while let Some(block) = stream.next_block()? {
+        text_bytes += block.len() as u64;
+        let mut start = 0;
+        if !carry.is_empty() {
+            match block.iter().position(|&c| c == b'\n') {
+                Some(nl) => {
+                    carry.extend_from_slice(&block[..nl]);
+                    line_no += 1;
+                    let line = std::mem::take(&mut carry);
+                    handle_line(&mut b, &line, line_no, path, opts.strictness)?;
+                    start = nl + 1;
+                }
+                None => {
+                    carry.extend_from_slice(&block);
+                    stream.recycle(block);
+                    continue;
+                }
+            }
+        }
+        let body = &block[start..];
+        let mut pos = 0;
+        while let Some(nl) = body[pos..].iter().position(|&c| c == b'\n') {
+            line_no += 1;
+            handle_line(&mut b, &body[pos..pos + nl], line_no, path, opts.strictness)?;
+            pos += nl + 1;
+        }
+        carry.extend_from_slice(&body[pos..]);
+        stream.recycle(block);
+        if let Some(m) = &mirror {
+            m.store(
+                progress.load(std::sync::atomic::Ordering::Relaxed),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+    }
+    let end = stream.end().cloned().unwrap_or(StreamEnd::Complete);
+    if !carry.is_empty() {
+        if let StreamEnd::Truncated(_) = end {
+            b.summary.dropped_partial_last_line = true;
+        } else {
+            line_no += 1;
+            handle_line(&mut b, &carry, line_no, path, opts.strictness)?;
+        }
+    }
+    if let StreamEnd::Truncated(why) = end {
+        b.summary.truncated = Some(why);
+    }
+    b.summary.text_bytes = text_bytes;
+    let (events, threads, summary) = b.finish()?;
+    Ok(MallocTrace {
+        events,
+        threads,
+        summary,
+        load_seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn handle_line(
+    b: &mut Builder,
+    raw: &[u8],
+    line_no: u64,
+    path: &Path,
+    strictness: Strictness,
+) -> Result<(), LoadError> {
+    let line = raw.strip_suffix(b"\r").unwrap_or(raw);
+    if line.is_empty() {
+        return Ok(());
+    }
+    let err = match parse_line(line) {
+        Ok(parsed) => match b.push(&parsed) {
+            Ok(()) => return Ok(()),
+            Err(expected) => LineError {
+                line: line_no,
+                column: 1,
+                field: "line",
+                expected,
+                found: shorten(line),
+            },
+        },
+        Err(fe) => {
+            let rest = &line[fe.offset.min(line.len())..];
+            let end = rest.iter().position(|&c| c == b'\t').unwrap_or(rest.len());
+            LineError {
+                line: line_no,
+                column: fe.offset + 1,
+                field: fe.field,
+                expected: fe.expected,
+                found: shorten(&rest[..end]),
+            }
+        }
+    };
+    match strictness {
+        Strictness::Strict => Err(LoadError::Parse {
+            path: path.to_path_buf(),
+            detail: err,
+        }),
+        Strictness::Lenient => {
+            b.summary.bad_lines += 1;
+            if b.summary.first_bad_lines.len() < MAX_REPORTED_BAD_LINES {
+                b.summary.first_bad_lines.push(err);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Typical bytes per line in real traces (`0.000123\t140642980739072\t472\t0x5605134312a0`).
+const TYPICAL_LINE_BYTES: u64 = 40;
+
+fn estimate_events(path: &Path, compression: Compression, file_bytes: u64) -> usize {
+    let text_bytes = match compression {
+        Compression::Plain => file_bytes,
+        // The gzip trailer holds the uncompressed size modulo 2^32: use it unless the ratio
+        // says it wrapped, in which case assume a typical 5x ratio.
+        Compression::Gzip => gzip_isize(path)
+            .filter(|&isize| isize >= file_bytes)
+            .unwrap_or(file_bytes.saturating_mul(5)),
+    };
+    usize::try_from(text_bytes / TYPICAL_LINE_BYTES + 1024).unwrap_or(1 << 20)
+}
+
+fn gzip_isize(path: &Path) -> Option<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    f.seek(SeekFrom::End(-4)).ok()?;
+    let mut buf = [0u8; 4];
+    f.read_exact(&mut buf).ok()?;
+    Some(u64::from(u32::from_le_bytes(buf)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_fields() {
+        let l = parse_line(b"1.000002\t77\t-1\t(nil)").ok().unwrap();
+        assert_eq!(l.t_ns, 1_000_002_000);
+        assert_eq!(l.tid, 77);
+        assert_eq!(l.size_bytes, None);
+        assert_eq!(l.addr, 0);
+        let l = parse_line(b"0.5\t1\t10\t0xABCdef\tcalloc").ok().unwrap();
+        assert_eq!(l.t_ns, 500_000_000);
+        assert_eq!(l.size_bytes, Some(10));
+        assert_eq!(l.addr, 0xabcdef);
+        assert_eq!(l.call, Some(&b"calloc"[..]));
+    }
+
+    #[test]
+    fn field_errors_point_at_the_field() {
+        let e = parse_line(b"0.1\t1\t-2\t0x10").err().unwrap();
+        assert_eq!((e.offset, e.field), (6, "size"));
+        let e = parse_line(b"0.1\t1\t5\t0xZZ").err().unwrap();
+        assert_eq!((e.offset, e.field), (8, "pointer"));
+        let e = parse_line(b"0.1\t1\t5").err().unwrap();
+        assert_eq!(e.field, "pointer");
+        let e = parse_line(b"x\t1\t5\t0x1").err().unwrap();
+        assert_eq!((e.offset, e.field), (0, "time"));
+        let e = parse_line(b"0.1\t1\t5\t0x1\tmalloc\textra").err().unwrap();
+        assert_eq!(e.field, "end of line");
+        let e = parse_line(b"0.1\t1\t5\t0x1\tmallocx").err().unwrap();
+        assert_eq!((e.offset, e.field), (12, "call"));
+        assert!(parse_line(b"0.1\t1\t99999999999999999999999\t0x1").is_err());
+        assert!(parse_line(b"0.1234567890\t1\t5\t0x1").is_err());
+    }
+}

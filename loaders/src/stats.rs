@@ -1,0 +1,170 @@
+//! Whole-trace statistics: what `allocview stats` prints. Computed in one pass over the
+//! contiguous columns.
+
+use std::collections::BTreeMap;
+
+use allocview_sim::trace::{EventKind, NUM_SIZE_CLASSES, TraceView};
+
+use crate::malloc_trace::LoadSummary;
+
+/// Statistics of a trace. Field meanings match the reference `<name>.stats.json` files: live
+/// bytes are the sum of the requested sizes of allocations not yet freed, and a size's class is
+/// its bit length. Class counts and bytes are over successful allocations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceStats {
+    pub events: u64,
+    pub mallocs: u64,
+    pub frees: u64,
+    pub frees_null: u64,
+    pub frees_unknown: u64,
+    pub mallocs_failed: u64,
+    pub mallocs_of_live_ptr: u64,
+    pub mallocs_size_zero: u64,
+    pub bad_lines: u64,
+    pub threads: u64,
+    /// Events per thread, in thread-index order (first appearance).
+    pub events_per_thread: Vec<u64>,
+    pub duration_s: f64,
+    pub timestamps_non_monotonic: u64,
+    pub malloc_bytes_total: u64,
+    pub malloc_size_min: u64,
+    pub malloc_size_max: u64,
+    pub malloc_size_mean: f64,
+    pub peak_live_bytes: u64,
+    /// 0-based event (row) index where the peak is first reached.
+    pub peak_live_event: u64,
+    pub peak_live_time_s: f64,
+    pub peak_live_blocks_at_peak_bytes: u64,
+    pub max_live_blocks: u64,
+    pub final_live_bytes: u64,
+    pub final_live_blocks: u64,
+    /// Class -> number of successful allocations.
+    pub size_classes: BTreeMap<u8, u64>,
+    /// Class -> bytes requested by successful allocations.
+    pub bytes_by_class: BTreeMap<u8, u64>,
+    /// Class -> (live allocations, live bytes) at the end of the trace.
+    pub final_live_by_class: BTreeMap<u8, (u64, u64)>,
+}
+
+impl TraceStats {
+    /// Computes the statistics of a validated trace. `thread` is the events' thread column
+    /// (widened to u16), `summary` the loader's counts.
+    #[must_use]
+    pub fn compute(
+        view: &TraceView<'_>,
+        thread: &[u16],
+        n_threads: usize,
+        summary: &LoadSummary,
+    ) -> Self {
+        let mut live_bytes: u64 = 0;
+        let mut live_blocks: u64 = 0;
+        let mut peak_live_bytes = 0;
+        let mut peak_event = 0;
+        let mut peak_blocks = 0;
+        let mut max_blocks = 0;
+        let mut class_count = [0u64; NUM_SIZE_CLASSES];
+        let mut class_bytes = [0u64; NUM_SIZE_CLASSES];
+        let mut live_class_count = [0u64; NUM_SIZE_CLASSES];
+        let mut live_class_bytes = [0u64; NUM_SIZE_CLASSES];
+        let mut total: u64 = 0;
+        let mut min = u64::MAX;
+        let mut max = 0;
+        let mut allocs: u64 = 0;
+        let mut per_thread = vec![0u64; n_threads];
+        for &t in thread {
+            if let Some(c) = per_thread.get_mut(usize::from(t)) {
+                *c += 1;
+            }
+        }
+        for (i, (&kind, &size)) in view.kind.iter().zip(view.size_bytes).enumerate() {
+            let class = usize::from(allocview_sim::trace::size_class(size));
+            match EventKind::from_code(kind) {
+                Some(EventKind::Alloc) => {
+                    live_bytes += size;
+                    live_blocks += 1;
+                    allocs += 1;
+                    total += size;
+                    min = min.min(size);
+                    max = max.max(size);
+                    if let Some(c) = class_count.get_mut(class) {
+                        *c += 1;
+                    }
+                    if let Some(c) = class_bytes.get_mut(class) {
+                        *c += size;
+                    }
+                    if let Some(c) = live_class_count.get_mut(class) {
+                        *c += 1;
+                    }
+                    if let Some(c) = live_class_bytes.get_mut(class) {
+                        *c += size;
+                    }
+                    if live_bytes > peak_live_bytes {
+                        peak_live_bytes = live_bytes;
+                        peak_event = i;
+                        peak_blocks = live_blocks;
+                    }
+                    max_blocks = max_blocks.max(live_blocks);
+                }
+                Some(EventKind::Free) => {
+                    live_bytes -= size;
+                    live_blocks -= 1;
+                    if let Some(c) = live_class_count.get_mut(class) {
+                        *c -= 1;
+                    }
+                    if let Some(c) = live_class_bytes.get_mut(class) {
+                        *c -= size;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let to_map = |a: &[u64; NUM_SIZE_CLASSES]| -> BTreeMap<u8, u64> {
+            (0u8..)
+                .zip(a.iter())
+                .filter(|&(_, &v)| v > 0)
+                .map(|(c, &v)| (c, v))
+                .collect()
+        };
+        let final_live_by_class = (0u8..)
+            .zip(live_class_count.iter().zip(&live_class_bytes))
+            .filter(|&(_, (&n, _))| n > 0)
+            .map(|(c, (&n, &b))| (c, (n, b)))
+            .collect();
+        let t0 = view.t_ns.first().copied().unwrap_or(0);
+        let t_end = view.t_ns.last().copied().unwrap_or(0);
+        let secs = |ns: i64| ns as f64 / 1e9;
+        Self {
+            events: view.len() as u64,
+            mallocs: summary.mallocs,
+            frees: summary.frees,
+            frees_null: summary.frees_null,
+            frees_unknown: summary.frees_unknown,
+            mallocs_failed: summary.mallocs_failed,
+            mallocs_of_live_ptr: summary.mallocs_of_live_ptr,
+            mallocs_size_zero: summary.mallocs_size_zero,
+            bad_lines: summary.bad_lines,
+            threads: n_threads as u64,
+            events_per_thread: per_thread,
+            duration_s: secs(t_end - t0),
+            timestamps_non_monotonic: summary.timestamps_non_monotonic,
+            malloc_bytes_total: total,
+            malloc_size_min: if allocs == 0 { 0 } else { min },
+            malloc_size_max: max,
+            malloc_size_mean: if allocs == 0 {
+                0.0
+            } else {
+                total as f64 / allocs as f64
+            },
+            peak_live_bytes,
+            peak_live_event: peak_event as u64,
+            peak_live_time_s: view.t_ns.get(peak_event).map_or(0.0, |&t| secs(t - t0)),
+            peak_live_blocks_at_peak_bytes: peak_blocks,
+            max_live_blocks: max_blocks,
+            final_live_bytes: live_bytes,
+            final_live_blocks: live_blocks,
+            size_classes: to_map(&class_count),
+            bytes_by_class: to_map(&class_bytes),
+            final_live_by_class,
+        }
+    }
+}
