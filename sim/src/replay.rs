@@ -1,0 +1,531 @@
+//! The replay engine: feeds a trace's events to a policy and measures it.
+//!
+//! [`replay`] walks the events in order: an `Alloc` becomes [`Policy::alloc`], a `Free` becomes
+//! [`Policy::free`] of the address its allocation got; the other kinds (free of NULL or of an
+//! unknown pointer, failed mallocs) do not reach the policy. A failed allocation is recorded as
+//! an [`Oom`] and the run goes on; the later free of that allocation is skipped. After every
+//! event the policy's O(1) [`Counters`] feed the downsampled [`Series`] and the exact
+//! [`Summary`] scalars; the loop itself allocates nothing per event.
+//!
+//! Seeking: a `clone_box()` checkpoint of the policy is kept every `checkpoint_every` events, so
+//! [`Replay::state_at`] replays at most that many events from the nearest one. Addresses never
+//! move, so the id → address table of the full run (8 bytes per allocation) resolves every free
+//! of the replayed stretch. Checkpoint memory is bounded by
+//! [`ReplayOptions::checkpoint_budget_bytes`]: each checkpoint is charged an estimate of its size
+//! (64 bytes per live allocation and per free block, plus 256), and when the total exceeds the
+//! budget the interval doubles and every other checkpoint is dropped, so a seek then replays up
+//! to twice as many events.
+
+use std::time::Instant;
+
+use crate::policy::{Addr, AllocError, Counters, FreeError, Policy, Request};
+use crate::series::{Bucketing, Series, SeriesBuilder, Values};
+use crate::trace::{EventKind, TraceView};
+
+/// Knobs of a replay.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// Events between policy checkpoints (the longest replay a seek does). Default 16384.
+    pub checkpoint_every: usize,
+    /// Upper bound on the estimated memory of all checkpoints; the interval doubles past it.
+    /// Default 512 MiB.
+    pub checkpoint_budget_bytes: u64,
+    /// Number of time buckets of the series. Default 2048.
+    pub buckets: usize,
+    /// Alignment of every request (traces do not record one); should match the policy's
+    /// `PolicyConfig::align_bytes`. Default 16.
+    pub align_bytes: u64,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        Self {
+            checkpoint_every: 16_384,
+            checkpoint_budget_bytes: 512 << 20,
+            buckets: 2048,
+            align_bytes: 16,
+        }
+    }
+}
+
+/// An allocation the policy could not serve.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Oom {
+    /// Index of the `Alloc` event.
+    pub event: usize,
+    pub request: Request,
+    pub error: AllocError,
+    /// The policy's counters when the request failed.
+    pub counters_at_failure: Counters,
+}
+
+/// A free the policy rejected: a bug in the policy, reported rather than hidden.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FreeFailure {
+    pub event: usize,
+    pub error: FreeError,
+}
+
+/// Exact scalars of a replay (not downsampled).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    /// Events replayed.
+    pub events: usize,
+    /// Highest footprint after any event.
+    pub peak_footprint_bytes: u64,
+    /// First event at which the peak footprint was reached (`None` for an empty trace).
+    pub peak_footprint_event: Option<usize>,
+    /// Footprint after the last event.
+    pub final_footprint_bytes: u64,
+    /// Highest live bytes (of the allocations the policy served).
+    pub peak_live_bytes: u64,
+    /// First event at which the peak live bytes were reached.
+    pub peak_live_event: Option<usize>,
+    /// Highest allocated (reserved) bytes.
+    pub peak_allocated_bytes: u64,
+    /// [`crate::metrics::fragmentation`] at `peak_footprint_event`.
+    pub fragmentation_at_peak: f64,
+    /// Event-weighted mean of [`crate::metrics::fragmentation`] over the states after each
+    /// event. Event-weighted rather than time-weighted because traced timestamps are coarse
+    /// (many events share one) and include the tracer's own pauses.
+    pub mean_fragmentation: f64,
+    /// Failed allocations.
+    pub oom_count: u64,
+    /// Wall-clock seconds of the replay loop (policy calls, metrics and checkpoints).
+    pub replay_seconds: f64,
+    /// `events / replay_seconds`.
+    pub events_per_second: f64,
+    /// Counters after the last event.
+    pub final_counters: Counters,
+}
+
+/// Why a seek failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SeekError {
+    #[error("event {event} is past the end of the trace ({events} events)")]
+    OutOfRange { event: usize, events: usize },
+    #[error("trace has {got} events but the replay was made from {expected}")]
+    TraceMismatch { expected: usize, got: usize },
+    #[error("event {event}: replaying from a checkpoint placed allocation {id} elsewhere")]
+    Diverged { event: usize, id: u32 },
+}
+
+#[derive(Clone, Debug)]
+struct Checkpoint {
+    /// The policy state before this event (after all earlier ones).
+    next_event: usize,
+    policy: Box<dyn Policy>,
+    approx_bytes: u64,
+}
+
+/// Marks an allocation that failed, in the id → address table.
+const FAILED: Addr = Addr::MAX;
+
+/// The result of replaying one trace through one policy.
+#[derive(Clone, Debug)]
+pub struct Replay {
+    /// The policy's registry name.
+    pub policy_name: &'static str,
+    pub summary: Summary,
+    pub series: Series,
+    /// Every failed allocation, in event order.
+    pub ooms: Vec<Oom>,
+    /// The policy as it was when the first allocation failed.
+    pub first_oom_state: Option<Box<dyn Policy>>,
+    /// Frees the policy rejected (always empty for a correct policy).
+    pub free_failures: Vec<FreeFailure>,
+    /// The policy after the last event.
+    pub final_state: Box<dyn Policy>,
+    checkpoints: Vec<Checkpoint>,
+    checkpoint_every: usize,
+    addrs: Vec<Addr>,
+    align_bytes: u64,
+}
+
+fn approx_bytes(c: &Counters) -> u64 {
+    (c.live_allocs + c.free_blocks) * 64 + 256
+}
+
+/// Applies event `i` to `policy`, with the addresses from `addrs`. Returns the failure of an
+/// allocation, if any; `Ok(Some(addr))` for a served allocation.
+#[inline]
+fn apply(
+    policy: &mut dyn Policy,
+    code: u8,
+    id: u32,
+    size_bytes: u64,
+    align_bytes: u64,
+    addrs: &[Addr],
+) -> Result<Option<Addr>, Result<AllocError, FreeError>> {
+    if code == EventKind::Alloc as u8 {
+        let req = Request {
+            id,
+            size_bytes,
+            align_bytes,
+        };
+        return match policy.alloc(req) {
+            Ok(p) => Ok(Some(p.addr)),
+            Err(e) => Err(Ok(e)),
+        };
+    }
+    if code == EventKind::Free as u8 {
+        let addr = addrs.get(id as usize).copied().unwrap_or(FAILED);
+        if addr != FAILED {
+            policy.free(addr).map_err(Err)?;
+        }
+    }
+    Ok(None)
+}
+
+/// Replays `trace` through `policy` (see the module docs).
+#[must_use]
+pub fn replay(trace: &TraceView<'_>, mut policy: Box<dyn Policy>, opts: &ReplayOptions) -> Replay {
+    let n = trace.len();
+    let bucketing = Bucketing::for_trace(trace, opts.buckets);
+    let mut series = SeriesBuilder::new(bucketing);
+    let mut addrs: Vec<Addr> = vec![FAILED; trace.num_allocs as usize];
+    let mut ooms = Vec::new();
+    let mut free_failures = Vec::new();
+    let mut first_oom_state = None;
+    let mut interval = opts.checkpoint_every.max(1);
+    let mut checkpoints: Vec<Checkpoint> = Vec::with_capacity(n / interval + 1);
+    let mut checkpoint_bytes = 0u64;
+    let mut next_checkpoint = 0usize;
+
+    let mut peak_footprint = 0u64;
+    let mut peak_footprint_event = None;
+    let mut frag_at_peak = 0.0f64;
+    let mut peak_live = 0u64;
+    let mut peak_live_event = None;
+    let mut peak_allocated = 0u64;
+    let mut frag_sum = 0.0f64;
+    let mut counters = policy.counters();
+
+    let started = Instant::now();
+    let events = trace
+        .kind
+        .iter()
+        .zip(trace.alloc_id)
+        .zip(trace.size_bytes)
+        .zip(trace.t_ns);
+    for (i, (((&code, &id), &size), &t)) in events.enumerate() {
+        if i == next_checkpoint {
+            let approx = approx_bytes(&counters);
+            checkpoints.push(Checkpoint {
+                next_event: i,
+                policy: policy.clone_box(),
+                approx_bytes: approx,
+            });
+            checkpoint_bytes += approx;
+            while checkpoint_bytes > opts.checkpoint_budget_bytes && checkpoints.len() > 1 {
+                interval = interval.saturating_mul(2);
+                checkpoints.retain(|c| c.next_event % interval == 0);
+                checkpoint_bytes = checkpoints.iter().map(|c| c.approx_bytes).sum();
+            }
+            next_checkpoint = (i / interval + 1).saturating_mul(interval);
+        }
+        let mut failed = false;
+        match apply(policy.as_mut(), code, id, size, opts.align_bytes, &addrs) {
+            Ok(Some(addr)) => {
+                if let Some(slot) = addrs.get_mut(id as usize) {
+                    *slot = addr;
+                }
+            }
+            Ok(None) => {}
+            Err(Ok(error)) => {
+                failed = true;
+                if first_oom_state.is_none() {
+                    first_oom_state = Some(policy.clone_box());
+                }
+                ooms.push(Oom {
+                    event: i,
+                    request: Request {
+                        id,
+                        size_bytes: size,
+                        align_bytes: opts.align_bytes,
+                    },
+                    error,
+                    counters_at_failure: policy.counters(),
+                });
+            }
+            Err(Err(error)) => free_failures.push(FreeFailure { event: i, error }),
+        }
+        counters = policy.counters();
+        let v = Values::of(&counters);
+        series.push(i, t, &v, failed);
+        if counters.footprint_bytes > peak_footprint || peak_footprint_event.is_none() {
+            peak_footprint = counters.footprint_bytes;
+            peak_footprint_event = Some(i);
+            frag_at_peak = v.frag;
+        }
+        if counters.live_bytes > peak_live || peak_live_event.is_none() {
+            peak_live = counters.live_bytes;
+            peak_live_event = Some(i);
+        }
+        peak_allocated = peak_allocated.max(counters.allocated_bytes);
+        frag_sum += v.frag;
+    }
+    let replay_seconds = started.elapsed().as_secs_f64();
+    if checkpoints.is_empty() {
+        checkpoints.push(Checkpoint {
+            next_event: 0,
+            policy: policy.clone_box(),
+            approx_bytes: approx_bytes(&counters),
+        });
+    }
+
+    let summary = Summary {
+        events: n,
+        peak_footprint_bytes: peak_footprint,
+        peak_footprint_event,
+        final_footprint_bytes: counters.footprint_bytes,
+        peak_live_bytes: peak_live,
+        peak_live_event,
+        peak_allocated_bytes: peak_allocated,
+        fragmentation_at_peak: frag_at_peak,
+        mean_fragmentation: if n == 0 { 0.0 } else { frag_sum / n as f64 },
+        oom_count: ooms.len() as u64,
+        replay_seconds,
+        events_per_second: if replay_seconds > 0.0 {
+            n as f64 / replay_seconds
+        } else {
+            0.0
+        },
+        final_counters: counters,
+    };
+    Replay {
+        policy_name: policy.name(),
+        summary,
+        series: series.finish(),
+        ooms,
+        first_oom_state,
+        free_failures,
+        final_state: policy,
+        checkpoints,
+        checkpoint_every: interval,
+        addrs,
+        align_bytes: opts.align_bytes,
+    }
+}
+
+impl Replay {
+    /// The current checkpoint interval (the configured one, doubled while over budget): the
+    /// most events a seek replays.
+    #[must_use]
+    pub fn checkpoint_every(&self) -> usize {
+        self.checkpoint_every
+    }
+
+    /// Number of checkpoints kept.
+    #[must_use]
+    pub fn checkpoint_count(&self) -> usize {
+        self.checkpoints.len()
+    }
+
+    /// Where allocation `id` was placed; `None` when it failed or is not in the trace.
+    #[must_use]
+    pub fn addr_of(&self, id: u32) -> Option<Addr> {
+        self.addrs
+            .get(id as usize)
+            .copied()
+            .filter(|&a| a != FAILED)
+    }
+
+    /// The policy before the first event.
+    #[must_use]
+    pub fn initial_state(&self) -> Box<dyn Policy> {
+        self.checkpoints
+            .first()
+            .map_or_else(|| self.final_state.clone_box(), |c| c.policy.clone_box())
+    }
+
+    /// The policy state just after `event` and its counters, replaying at most
+    /// [`Self::checkpoint_every`] events from the nearest checkpoint.
+    ///
+    /// # Errors
+    /// When `event` is past the end, `trace` is not the replayed trace, or the policy turns
+    /// out not to be deterministic.
+    pub fn state_at(
+        &self,
+        trace: &TraceView<'_>,
+        event: usize,
+    ) -> Result<(Box<dyn Policy>, Counters), SeekError> {
+        let events = self.summary.events;
+        if trace.len() != events {
+            return Err(SeekError::TraceMismatch {
+                expected: events,
+                got: trace.len(),
+            });
+        }
+        if event >= events {
+            return Err(SeekError::OutOfRange { event, events });
+        }
+        if event + 1 == events {
+            let policy = self.final_state.clone_box();
+            let counters = policy.counters();
+            return Ok((policy, counters));
+        }
+        let k = self
+            .checkpoints
+            .partition_point(|c| c.next_event <= event)
+            .saturating_sub(1);
+        let (mut policy, from) = match self.checkpoints.get(k) {
+            Some(c) => (c.policy.clone_box(), c.next_event),
+            None => return Err(SeekError::OutOfRange { event, events }),
+        };
+        let stretch = trace
+            .kind
+            .iter()
+            .zip(trace.alloc_id)
+            .zip(trace.size_bytes)
+            .enumerate()
+            .take(event + 1)
+            .skip(from);
+        for (i, ((&code, &id), &size)) in stretch {
+            match apply(
+                policy.as_mut(),
+                code,
+                id,
+                size,
+                self.align_bytes,
+                &self.addrs,
+            ) {
+                Ok(Some(addr)) if self.addr_of(id) == Some(addr) => {}
+                Ok(None) => {}
+                // A failure that the full run also saw replays identically.
+                Err(Ok(_)) if self.addr_of(id).is_none() => {}
+                _ => return Err(SeekError::Diverged { event: i, id }),
+            }
+        }
+        let counters = policy.counters();
+        Ok((policy, counters))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::registry::{PolicyConfig, build};
+    use crate::trace::OwnedTrace;
+
+    fn sample_trace() -> OwnedTrace {
+        let mut t = OwnedTrace::new();
+        let a = t.alloc(0, 100); // first fit: [0, 112)
+        let b = t.alloc(10, 200); // [112, 320)
+        t.free(20, a);
+        let c = t.alloc(30, 50); // reuses [0, 64)
+        t.free(40, b);
+        t.free(50, c);
+        t
+    }
+
+    #[test]
+    fn replays_first_fit_with_exact_scalars() {
+        let owned = sample_trace();
+        let view = owned.view().unwrap();
+        let policy = build("first-fit", &PolicyConfig::default(), &view).unwrap();
+        let opts = ReplayOptions {
+            checkpoint_every: 2,
+            buckets: 3,
+            ..ReplayOptions::default()
+        };
+        let r = replay(&view, policy, &opts);
+        let s = &r.summary;
+        assert_eq!(s.events, 6);
+        assert_eq!(s.peak_footprint_bytes, 320);
+        assert_eq!(s.peak_footprint_event, Some(1));
+        assert_eq!(s.final_footprint_bytes, 0);
+        assert_eq!(s.peak_live_bytes, 300);
+        assert_eq!(s.peak_allocated_bytes, 112 + 208);
+        assert!((s.fragmentation_at_peak - (1.0 - 300.0 / 320.0)).abs() < 1e-12);
+        assert_eq!(s.oom_count, 0);
+        assert_eq!(r.addr_of(2), Some(0));
+        assert_eq!(r.series.len(), 3);
+        assert_eq!(r.series.footprint_bytes.max, vec![320, 320, 64]);
+        assert_eq!(r.series.footprint_bytes.last, vec![320, 320, 0]);
+        assert_eq!(r.checkpoint_count(), 3);
+
+        for event in 0..6 {
+            let (_, from_seek) = r.state_at(&view, event).unwrap();
+            let mut fresh = build("first-fit", &PolicyConfig::default(), &view).unwrap();
+            let mut addrs = vec![FAILED; 3];
+            for i in 0..=event {
+                let out = apply(
+                    fresh.as_mut(),
+                    view.kind[i],
+                    view.alloc_id[i],
+                    view.size_bytes[i],
+                    16,
+                    &addrs,
+                );
+                if let Ok(Some(a)) = out {
+                    addrs[view.alloc_id[i] as usize] = a;
+                }
+            }
+            assert_eq!(from_seek, fresh.counters(), "event {event}");
+        }
+        assert!(matches!(
+            r.state_at(&view, 6),
+            Err(SeekError::OutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn failed_allocations_are_recorded_and_their_frees_skipped() {
+        let mut t = OwnedTrace::new();
+        let a = t.alloc(0, 64);
+        let big = t.alloc(1, 1000);
+        let c = t.alloc(2, 32);
+        t.free(3, big);
+        t.free(4, a);
+        t.free(5, c);
+        let view = t.view().unwrap();
+        let config = PolicyConfig {
+            limit_bytes: Some(256),
+            ..PolicyConfig::default()
+        };
+        let policy = build("best-fit", &config, &view).unwrap();
+        let r = replay(&view, policy, &ReplayOptions::default());
+        assert_eq!(r.ooms.len(), 1);
+        let oom = &r.ooms[0];
+        assert_eq!(oom.event, 1);
+        assert_eq!(oom.request.size_bytes, 1000);
+        assert_eq!(oom.counters_at_failure.live_bytes, 64);
+        assert!(matches!(oom.error, AllocError::OutOfMemory { .. }));
+        let first = r.first_oom_state.as_ref().unwrap();
+        assert_eq!(first.counters().footprint_bytes, 64);
+        assert!(r.free_failures.is_empty());
+        assert_eq!(r.addr_of(big), None);
+        assert_eq!(r.addr_of(c), Some(64));
+        assert_eq!(r.summary.oom_count, 1);
+        assert_eq!(r.series.ooms.iter().sum::<u64>(), 1);
+        assert_eq!(r.summary.final_counters, Counters::default());
+        let (_, c3) = r.state_at(&view, 3).unwrap();
+        assert_eq!(c3.live_bytes, 96);
+    }
+
+    #[test]
+    fn checkpoint_budget_thins_checkpoints() {
+        let mut t = OwnedTrace::new();
+        for i in 0..1000 {
+            t.alloc(i, 16);
+        }
+        let view = t.view().unwrap();
+        let policy = build("first-fit", &PolicyConfig::default(), &view).unwrap();
+        let opts = ReplayOptions {
+            checkpoint_every: 10,
+            // Room for a few thousand estimated bytes only.
+            checkpoint_budget_bytes: 20_000,
+            ..ReplayOptions::default()
+        };
+        let r = replay(&view, policy, &opts);
+        assert!(r.checkpoint_every() > 10);
+        let total: u64 = r.checkpoints.iter().map(|c| c.approx_bytes).sum();
+        assert!(total <= 20_000, "{total}");
+        for c in &r.checkpoints {
+            assert_eq!(c.next_event % r.checkpoint_every(), 0);
+        }
+        let (_, c) = r.state_at(&view, 537).unwrap();
+        assert_eq!(c.live_allocs, 538);
+    }
+}
