@@ -4,12 +4,15 @@
 //! - [`policy`]: the [`policy::Policy`] trait and the policies;
 //! - [`replay`]: the replay engine ([`replay::replay`]), with [`metrics`], downsampled [`series`]
 //!   and per-size-class [`classes`];
+//! - [`plan`]: static memory planners over buffer lifetimes (TFLite, MegEngine, minimalloc-style search);
 //!
 //! This crate knows nothing of files, polars or user interfaces.
 
 pub mod classes;
 pub mod metrics;
+pub mod plan;
 pub mod policy;
 pub mod replay;
 pub mod series;
+pub mod testing;
 pub mod trace;

@@ -1,0 +1,245 @@
+//! Helpers for testing policies: a [`Shadow`] model independent of every policy, and a driver
+//! that feeds a trace to a policy and checks it after every operation.
+//!
+//! This is a plain public module (not `cfg(test)`) so that the integration tests in `sim/tests`
+//! and other crates can use it. It never panics: every check returns a `Result` whose error
+//! says what broke and at which event.
+
+pub mod shadow;
+
+pub use shadow::{LiveRange, Promises, Shadow, check_block_list, promises_for};
+
+use crate::policy::registry::{PolicyConfig, RegistryError, build};
+use crate::policy::{AllocError, Block, Placement, Policy, Request};
+use crate::trace::{EventKind, OwnedTrace, TraceView};
+
+/// One step of a generated workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Allocate `size_bytes`.
+    Alloc { size_bytes: u64 },
+    /// Free the live allocation at position `victim % live` of the live list (skipped when
+    /// nothing is live).
+    Free { victim: usize },
+}
+
+/// Turns generated ops into a valid trace (one event per nanosecond).
+#[must_use]
+pub fn ops_to_trace(ops: &[Op]) -> OwnedTrace {
+    let mut trace = OwnedTrace::new();
+    let mut live: Vec<u32> = Vec::new();
+    for (t_ns, op) in (0i64..).zip(ops) {
+        match *op {
+            Op::Alloc { size_bytes } => live.push(trace.alloc(t_ns, size_bytes)),
+            Op::Free { victim } => {
+                if !live.is_empty() {
+                    let id = live.swap_remove(victim % live.len());
+                    trace.free(t_ns, id);
+                }
+            }
+        }
+    }
+    trace
+}
+
+/// Builds policy `name` for `trace`; `Ok(None)` when the registry says it is not available yet.
+///
+/// # Errors
+/// Any other registry error.
+pub fn build_available(
+    name: &str,
+    config: &PolicyConfig,
+    trace: &TraceView<'_>,
+) -> Result<Option<Box<dyn Policy>>, String> {
+    match build(name, config, trace) {
+        Ok(p) => Ok(Some(p)),
+        Err(RegistryError::NotAvailable(_)) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// How [`drive_checked`] feeds and checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DriveOptions {
+    /// Alignment of every request.
+    pub align_bytes: u64,
+    /// Run the full [`Shadow::check`] after every `check_every`-th event (1 = every event) and
+    /// after the last one.
+    pub check_every: usize,
+    pub promises: Promises,
+}
+
+impl DriveOptions {
+    /// Checks after every event, with the promises of policy `name`.
+    #[must_use]
+    pub fn strict(name: &str, align_bytes: u64) -> Self {
+        Self {
+            align_bytes,
+            check_every: 1,
+            promises: promises_for(name),
+        }
+    }
+}
+
+/// What a checked drive produced.
+#[derive(Debug)]
+pub struct Driven {
+    /// Placement of each allocation id (`None` when it failed).
+    pub placements: Vec<Option<Placement>>,
+    /// Every failed allocation: `(event, error)`.
+    pub failures: Vec<(usize, AllocError)>,
+    /// The policy after the last event.
+    pub policy: Box<dyn Policy>,
+    /// The shadow after the last event.
+    pub shadow: Shadow,
+}
+
+/// Feeds `trace` to `policy` and checks it against a [`Shadow`] as it goes: every placement is
+/// aligned and overlaps nothing live, a failed allocation leaves the policy unchanged, every free
+/// of a served allocation succeeds, and the full [`Shadow::check`] passes at each check step.
+///
+/// # Errors
+/// The first broken rule, with its event index.
+pub fn drive_checked(
+    mut policy: Box<dyn Policy>,
+    trace: &TraceView<'_>,
+    opts: &DriveOptions,
+) -> Result<Driven, String> {
+    let mut shadow = Shadow::new();
+    let mut placements: Vec<Option<Placement>> = vec![None; trace.num_allocs as usize];
+    let mut failures = Vec::new();
+    let every = opts.check_every.max(1);
+    let last = trace.len().saturating_sub(1);
+    for i in 0..trace.len() {
+        let at = |e: String| format!("event {i}: {e}");
+        let check_now = i % every == 0 || i == last;
+        let id = trace.alloc_id.get(i).copied().unwrap_or_default();
+        let size_bytes = trace.size_bytes.get(i).copied().unwrap_or_default();
+        match trace.kind_at(i) {
+            Some(EventKind::Alloc) => {
+                let req = Request {
+                    id,
+                    size_bytes,
+                    align_bytes: opts.align_bytes,
+                };
+                let before = policy.counters();
+                let mut before_blocks: Vec<Block> = Vec::new();
+                if check_now {
+                    policy.blocks(&mut before_blocks);
+                }
+                match policy.alloc(req) {
+                    Ok(p) => {
+                        shadow.on_alloc(&req, &p).map_err(at)?;
+                        if let Some(slot) = placements.get_mut(id as usize) {
+                            *slot = Some(p);
+                        }
+                    }
+                    Err(e) => {
+                        if policy.counters() != before {
+                            return Err(at(format!("failed allocation changed counters: {e}")));
+                        }
+                        if check_now {
+                            let mut after = Vec::new();
+                            policy.blocks(&mut after);
+                            if after != before_blocks {
+                                return Err(at(format!("failed allocation changed blocks: {e}")));
+                            }
+                        }
+                        failures.push((i, e));
+                    }
+                }
+            }
+            Some(EventKind::Free) => {
+                if let Some(p) = placements.get(id as usize).copied().flatten() {
+                    policy
+                        .free(p.addr)
+                        .map_err(|e| at(format!("free of allocation {id}: {e}")))?;
+                    let r = shadow.on_free(p.addr).map_err(at)?;
+                    if r.id != id {
+                        return Err(at(format!(
+                            "freed {:#x} held allocation {}, not {id}",
+                            p.addr, r.id
+                        )));
+                    }
+                }
+            }
+            _ => {}
+        }
+        if check_now {
+            shadow.check(policy.as_ref(), opts.promises).map_err(at)?;
+        }
+    }
+    Ok(Driven {
+        placements,
+        failures,
+        policy,
+        shadow,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ops_to_trace_frees_by_index_modulo_live() {
+        let ops = [
+            Op::Free { victim: 3 },
+            Op::Alloc { size_bytes: 10 },
+            Op::Alloc { size_bytes: 20 },
+            Op::Free { victim: 5 },
+            Op::Alloc { size_bytes: 30 },
+        ];
+        let t = ops_to_trace(&ops);
+        let view = t.view().unwrap();
+        // The leading free is dropped; victim 5 % 2 = 1 frees the second allocation.
+        assert_eq!(view.len(), 4);
+        assert_eq!(view.kind_at(2), Some(EventKind::Free));
+        assert_eq!(view.alloc_id[2], 1);
+        assert_eq!(view.size_bytes[2], 20);
+    }
+
+    #[test]
+    fn driver_catches_a_policy_that_lies_about_live_bytes() {
+        #[derive(Clone, Debug)]
+        struct Liar(Box<dyn Policy>);
+        impl Policy for Liar {
+            fn name(&self) -> &'static str {
+                "liar"
+            }
+            fn alloc(&mut self, req: Request) -> Result<Placement, AllocError> {
+                self.0.alloc(req)
+            }
+            fn free(&mut self, addr: u64) -> Result<(), crate::policy::FreeError> {
+                self.0.free(addr)
+            }
+            fn counters(&self) -> crate::policy::Counters {
+                let mut c = self.0.counters();
+                c.live_bytes += 1;
+                c
+            }
+            fn blocks(&self, out: &mut Vec<Block>) {
+                self.0.blocks(out);
+            }
+            fn clone_box(&self) -> Box<dyn Policy> {
+                Box::new(self.clone())
+            }
+            fn check_invariants(&self) -> Result<(), String> {
+                Ok(())
+            }
+            fn as_any(&self) -> &dyn std::any::Any {
+                self
+            }
+        }
+        let t = ops_to_trace(&[Op::Alloc { size_bytes: 8 }]);
+        let view = t.view().unwrap();
+        let inner = build("first-fit", &PolicyConfig::default(), &view).unwrap();
+        let err = drive_checked(
+            Box::new(Liar(inner)),
+            &view,
+            &DriveOptions::strict("first-fit", 16),
+        )
+        .unwrap_err();
+        assert!(err.contains("event 0"), "{err}");
+    }
+}
