@@ -1,0 +1,206 @@
+//! Replays the sample traces through every available policy and checks the facts that hold for
+//! any correct policy: live bytes follow the trace's reference statistics, the footprint covers
+//! the live bytes everywhere, and seeking from a checkpoint gives the state of a straight replay.
+
+mod support;
+
+use allocview_sim::classes::ClassSeries;
+use allocview_sim::policy::registry::{POLICY_NAMES, PolicyConfig};
+use allocview_sim::policy::{Block, Policy, Request};
+use allocview_sim::replay::{Replay, ReplayOptions, replay};
+use allocview_sim::series::Bucketing;
+use allocview_sim::testing::build_available;
+use allocview_sim::trace::{EventKind, OwnedTrace, TraceView};
+
+/// The number after `"key":` in a stats JSON file (no serde in `sim`).
+fn stat(json: &str, key: &str) -> u64 {
+    let pat = format!("\"{key}\":");
+    let at = json.find(&pat).unwrap_or_else(|| panic!("{key} missing")) + pat.len();
+    json[at..]
+        .trim_start()
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+struct Sample {
+    trace: OwnedTrace,
+    stats: String,
+}
+
+fn sample(name: &str) -> Sample {
+    let trace = support::read_trace(&support::sample_trace(&format!("{name}.trace.gz")));
+    let stats =
+        std::fs::read_to_string(support::sample_trace(&format!("{name}.stats.json"))).unwrap();
+    Sample { trace, stats }
+}
+
+const OPTS: ReplayOptions = ReplayOptions {
+    checkpoint_every: 4096,
+    checkpoint_budget_bytes: 512 << 20,
+    buckets: 300,
+    align_bytes: 16,
+};
+
+/// Applies events `0..=last` to a fresh policy, without the engine: the reference for seeks.
+fn straight(policy: &mut Box<dyn Policy>, view: &TraceView<'_>, last: usize) {
+    let mut addrs = vec![None; view.num_allocs as usize];
+    for i in 0..=last {
+        let id = view.alloc_id[i];
+        match view.kind_at(i) {
+            Some(EventKind::Alloc) => {
+                let req = Request {
+                    id,
+                    size_bytes: view.size_bytes[i],
+                    align_bytes: OPTS.align_bytes,
+                };
+                addrs[id as usize] = policy.alloc(req).ok().map(|p| p.addr);
+            }
+            Some(EventKind::Free) => {
+                if let Some(a) = addrs[id as usize] {
+                    policy.free(a).unwrap();
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn check_replay(name: &str, s: &Sample, view: &TraceView<'_>, r: &Replay) {
+    let peak_live = stat(&s.stats, "peak_live_bytes");
+    let sum = &r.summary;
+    assert_eq!(sum.events, stat(&s.stats, "events") as usize, "{name}");
+    assert!(r.ooms.is_empty() && r.free_failures.is_empty(), "{name}");
+    assert_eq!(sum.peak_live_bytes, peak_live, "{name}");
+    assert_eq!(
+        sum.peak_live_event,
+        Some(stat(&s.stats, "peak_live_event") as usize),
+        "{name}"
+    );
+    let fin = sum.final_counters;
+    assert_eq!(fin.live_bytes, stat(&s.stats, "final_live_bytes"), "{name}");
+    assert_eq!(
+        fin.live_allocs,
+        stat(&s.stats, "final_live_blocks"),
+        "{name}"
+    );
+    assert!(
+        sum.peak_footprint_bytes >= sum.peak_allocated_bytes,
+        "{name}"
+    );
+    assert!(sum.peak_allocated_bytes >= sum.peak_live_bytes, "{name}");
+    assert_eq!(sum.final_footprint_bytes, fin.footprint_bytes, "{name}");
+    assert!((0.0..=1.0).contains(&sum.mean_fragmentation), "{name}");
+
+    let se = &r.series;
+    assert_eq!(se.len(), OPTS.buckets, "{name}");
+    assert_eq!(se.event_count.iter().sum::<u64>() as usize, sum.events);
+    for b in 0..se.len() {
+        let (fp, live, alloc) = (&se.footprint_bytes, &se.live_bytes, &se.allocated_bytes);
+        assert!(fp.max[b] >= live.max[b], "{name} bucket {b}");
+        assert!(fp.min[b] >= live.min[b], "{name} bucket {b}");
+        assert!(fp.last[b] >= live.last[b], "{name} bucket {b}");
+        assert!(alloc.last[b] >= live.last[b], "{name} bucket {b}");
+        assert!(
+            fp.min[b] <= fp.last[b] && fp.last[b] <= fp.max[b],
+            "{name} bucket {b}"
+        );
+    }
+    assert_eq!(se.live_bytes.max.iter().max(), Some(&peak_live), "{name}");
+    assert_eq!(
+        se.footprint_bytes.max.iter().max(),
+        Some(&sum.peak_footprint_bytes),
+        "{name}"
+    );
+
+    // Seeks from checkpoints agree with straight replays, blocks included.
+    let n = sum.events;
+    let k = r.checkpoint_every();
+    assert!(
+        r.checkpoint_count() > 2,
+        "{name}: too few checkpoints to test seeking"
+    );
+    let events = [0, 1, k - 1, k, k + 1, 2 * k + 17, n / 2, n - 2, n - 1];
+    for event in events.into_iter().filter(|&e| e < n) {
+        let (seeked, counters) = r.state_at(view, event).unwrap();
+        let mut fresh = build_available(name, &PolicyConfig::default(), view)
+            .unwrap()
+            .unwrap();
+        straight(&mut fresh, view, event);
+        assert_eq!(counters, fresh.counters(), "{name} event {event}");
+        let (mut a, mut b): (Vec<Block>, Vec<Block>) = (Vec::new(), Vec::new());
+        seeked.blocks(&mut a);
+        fresh.blocks(&mut b);
+        assert_eq!(a, b, "{name} event {event}");
+    }
+}
+
+fn replay_all(trace_name: &str) {
+    let s = sample(trace_name);
+    let view = s.trace.view().unwrap();
+    let mut replayed = 0;
+    for name in POLICY_NAMES {
+        let Some(policy) = build_available(name, &PolicyConfig::default(), &view).unwrap() else {
+            eprintln!("skipping {name}: not available yet");
+            continue;
+        };
+        let r = replay(&view, policy, &OPTS);
+        eprintln!(
+            "{trace_name} {name}: peak footprint {} B, {:.1} M events/s",
+            r.summary.peak_footprint_bytes,
+            r.summary.events_per_second / 1e6
+        );
+        check_replay(name, &s, &view, &r);
+        replayed += 1;
+    }
+    assert!(replayed >= 4, "only {replayed} policies available");
+}
+
+#[test]
+fn find_usr_include_through_every_policy() {
+    replay_all("find_usr_include");
+}
+
+#[test]
+fn xz_through_every_policy() {
+    replay_all("xz_T2_8KiB_blocks");
+}
+
+#[test]
+fn size_classes_follow_the_trace() {
+    let s = sample("find_usr_include");
+    let view = s.trace.view().unwrap();
+    let bucketing = Bucketing::for_trace(&view, OPTS.buckets);
+    let classes = ClassSeries::build(&view, bucketing, 1000);
+    let peak_event = stat(&s.stats, "peak_live_event") as usize;
+    let h = classes.histogram_at(&view, peak_event).unwrap();
+    assert_eq!(
+        h.live_bytes.iter().sum::<u64>(),
+        stat(&s.stats, "peak_live_bytes")
+    );
+    assert_eq!(
+        h.live_count.iter().sum::<u64>(),
+        stat(&s.stats, "peak_live_blocks_at_peak_bytes")
+    );
+    let last = classes.live_bytes_at_end(OPTS.buckets - 1).unwrap();
+    assert_eq!(last.iter().sum::<u64>(), stat(&s.stats, "final_live_bytes"));
+    let h_end = classes.histogram_at(&view, view.len() - 1).unwrap();
+    assert_eq!(&h_end.live_bytes[..], last);
+
+    // The per-bucket class totals agree with the replay's live-bytes series.
+    let r = replay(
+        &view,
+        build_available("first-fit", &PolicyConfig::default(), &view)
+            .unwrap()
+            .unwrap(),
+        &OPTS,
+    );
+    for b in 0..OPTS.buckets {
+        let total: u64 = classes.live_bytes_at_end(b).unwrap().iter().sum();
+        assert_eq!(total, r.series.live_bytes.last[b], "bucket {b}");
+        let peak: u64 = classes.live_bytes_peak(b).unwrap().iter().sum();
+        assert!(peak >= r.series.live_bytes.max[b], "bucket {b}");
+    }
+}
