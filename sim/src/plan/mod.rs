@@ -35,6 +35,8 @@ pub mod naive;
 pub mod pushdown;
 pub mod search;
 pub mod shared_objects;
+#[cfg(test)]
+mod tests;
 mod units;
 pub mod validate;
 

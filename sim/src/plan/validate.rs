@@ -1,7 +1,7 @@
 //! The plan checker every test runs on every instance.
 //!
 //! A plan is valid when (1) each offset is a multiple of its buffer's alignment and each buffer
-//! ends within the plan's total, (2) each overwrite child sits at its parent's offset plus the
+//! that ever holds memory ends within the plan's total, (2) each overwrite child sits at its parent's offset plus the
 //! declared offset, and (3) no two buffers live at the same time share a byte, except members of
 //! one overwrite chain (which nest by construction). For (3) each chain is cut into pieces during
 //! which its outermost live member holds all its memory ([`super::units::live_pieces`]); a sweep
@@ -39,7 +39,7 @@ pub fn validate(buffers: &[Buffer], plan: &Plan) -> Result<(), PlanError> {
         let end_bytes = offset_bytes
             .checked_add(b.size_bytes)
             .ok_or(PlanError::Overflow)?;
-        if end_bytes > plan.total_bytes {
+        if b.needs_memory() && end_bytes > plan.total_bytes {
             return Err(PlanError::BeyondTotal {
                 index,
                 end_bytes,
@@ -136,21 +136,25 @@ mod tests {
     }
 
     #[test]
-    fn overlap_hidden_behind_a_neighbour_is_found() {
-        // 2 starts last, inside 0 but above 1's offset: its predecessor by offset is 1.
+    fn overlap_with_the_lower_or_upper_neighbour_is_found() {
+        // 2 starts last; it may hit the piece below it (0) or the one above it (1).
         let bufs = [
             Buffer::new(10, 0, 10),
             Buffer::new(2, 0, 10),
-            Buffer::new(1, 5, 6),
+            Buffer::new(2, 5, 6),
         ];
+        assert_eq!(validate(&bufs, &plan(&[0, 10, 12], 14)), Ok(()));
         assert_eq!(
-            validate(&bufs, &plan(&[0, 10, 11], 12)),
-            Ok(()),
-            "disjoint placement"
+            validate(&bufs, &plan(&[0, 10, 3], 13)),
+            Err(PlanError::Overlap { a: 0, b: 2 })
         );
         assert_eq!(
-            validate(&bufs, &plan(&[0, 10, 3], 12)),
+            validate(&bufs, &plan(&[1, 11, 0], 13)),
             Err(PlanError::Overlap { a: 0, b: 2 })
+        );
+        assert_eq!(
+            validate(&bufs, &plan(&[0, 11, 10], 13)),
+            Err(PlanError::Overlap { a: 1, b: 2 })
         );
     }
 

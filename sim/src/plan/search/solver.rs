@@ -216,7 +216,8 @@ impl<'a> Solver<'a> {
         }
         self.nodes_remaining -= 1;
         self.nodes += 1;
-        if self.nodes % 64 == 0
+        // The clock is read at the first node and every 64th after it.
+        if self.nodes % 64 == 1
             && let Some(d) = self.deadline
             && Instant::now() >= d
         {
