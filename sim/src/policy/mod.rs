@@ -10,6 +10,7 @@ pub mod bfc;
 pub mod best_fit;
 pub mod buddy;
 pub mod first_fit;
+pub mod glibc;
 mod fit_common;
 pub mod pool;
 pub mod registry;

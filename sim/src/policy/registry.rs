@@ -115,7 +115,7 @@ pub fn build(
         "bfc" => Ok(Box::new(crate::policy::bfc::Bfc::from_config(config)?)),
         "buddy" => Ok(Box::new(buddy::Buddy::new(config).map_err(invalid(name))?)),
         "pool" => Ok(Box::new(pool::Pool::new(config).map_err(invalid(name))?)),
-        "glibc" => Err(RegistryError::NotAvailable(name.to_owned())),
+        "glibc" => Ok(Box::new(crate::policy::glibc::Glibc::from_config(config)?)),
         "oracle" => Err(RegistryError::NotAvailable(name.to_owned())),
         _ => Err(RegistryError::unknown(name)),
     }
