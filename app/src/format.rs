@@ -53,6 +53,20 @@ pub fn seconds(s: f64) -> String {
     }
 }
 
+/// A rate per second with an SI suffix: `950`, `12.3 k`, `45.1 M`.
+#[must_use]
+pub fn rate(per_s: f64) -> String {
+    if per_s >= 1e9 {
+        format!("{:.1} G", per_s / 1e9)
+    } else if per_s >= 1e6 {
+        format!("{:.1} M", per_s / 1e6)
+    } else if per_s >= 1e3 {
+        format!("{:.1} k", per_s / 1e3)
+    } else {
+        format!("{per_s:.0}")
+    }
+}
+
 /// The size range of a size class: `[2^(c-1), 2^c)`.
 #[must_use]
 pub fn class_range(class: u8) -> String {

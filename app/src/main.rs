@@ -6,6 +6,7 @@
 mod cmd;
 mod format;
 mod progress;
+mod units;
 
 use std::process::ExitCode;
 
@@ -29,12 +30,15 @@ struct Cli {
 enum Command {
     /// Summarise a trace: events, threads, peak and final live bytes, size classes.
     Stats(cmd::stats::StatsArgs),
+    /// Replay a trace through allocator policies and compare footprint, fragmentation and OOMs.
+    Compare(cmd::compare::CompareArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Stats(args) => cmd::stats::run(&args),
+        Command::Compare(args) => cmd::compare::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -182,6 +182,27 @@ impl<'a> TraceView<'a> {
         })
     }
 
+    /// Rebuilds a view over columns that [`TraceView::new`] has already accepted, without
+    /// checking them again (an O(n) pass a frontend cannot afford every frame). Columns that
+    /// were never validated give wrong replays, never undefined behaviour: every access in
+    /// this crate is bounds-checked.
+    #[must_use]
+    pub fn revalidated(
+        t_ns: &'a [i64],
+        kind: &'a [u8],
+        size_bytes: &'a [u64],
+        alloc_id: &'a [u32],
+        num_allocs: u32,
+    ) -> Self {
+        Self {
+            t_ns,
+            kind,
+            size_bytes,
+            alloc_id,
+            num_allocs,
+        }
+    }
+
     /// Number of events.
     #[must_use]
     pub fn len(&self) -> usize {
