@@ -26,6 +26,7 @@
 //!
 //! `thread` (UInt16, the index used in the events) and `tid` (UInt64, the id in the file).
 
+pub mod binary;
 pub mod error;
 pub mod input;
 pub mod malloc_trace;
@@ -44,6 +45,8 @@ pub use malloc_trace::{LoadOptions, LoadSummary, MallocTrace, Strictness};
 pub enum InputKind {
     /// libtracemalloc text (plain or gzip).
     MallocTrace,
+    /// allocview's binary trace (or a tracer spool): loads into the same DataFrame.
+    BinaryTrace,
 }
 
 /// Tells what kind of input a file holds, from its first bytes (decompressed).
@@ -52,6 +55,9 @@ pub enum InputKind {
 /// When the file cannot be read or is of no known kind.
 pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
     use std::io::BufRead as _;
+    if binary::is_binary(&binary::file_head(path)?) {
+        return Ok(InputKind::BinaryTrace);
+    }
     let mut reader = input::open_text(path)?;
     let mut first = String::new();
     // A file that fails to decompress here is reported by the full load with its details.
@@ -157,5 +163,6 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
         InputKind::MallocTrace => Ok(Loaded::MallocTrace(malloc_trace::load_malloc_trace(
             path, opts,
         )?)),
+        InputKind::BinaryTrace => Ok(Loaded::MallocTrace(binary::load_binary(path, opts)?)),
     }
 }

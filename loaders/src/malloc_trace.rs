@@ -232,18 +232,73 @@ impl ThreadColumn {
     }
 }
 
-/// One parsed line.
-struct Line<'a> {
-    t_ns: i64,
-    tid: u64,
+/// One parsed line (or one record of a binary trace).
+pub(crate) struct Line<'a> {
+    pub(crate) t_ns: i64,
+    pub(crate) tid: u64,
     /// `None` for a free.
-    size_bytes: Option<u64>,
-    addr: u64,
-    call: Option<&'a [u8]>,
+    pub(crate) size_bytes: Option<u64>,
+    pub(crate) addr: u64,
+    pub(crate) call: Option<&'a [u8]>,
+}
+
+/// One call as written in a trace file, before any pairing or clamping: what `allocview
+/// convert` copies between the text and binary forms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub t_ns: i64,
+    pub tid: u64,
+    /// `None` for a free (size `-1` in the text form).
+    pub size_bytes: Option<u64>,
+    /// The pointer (0 for NULL).
+    pub addr: u64,
+    /// Index into [`CALL_NAMES`]; `None` when the line has no fifth column.
+    pub call: Option<u8>,
+}
+
+/// Where parsed lines go: the DataFrame [`Builder`], or a callback over raw [`Record`]s.
+pub(crate) trait LineSink {
+    fn push_line(&mut self, line: &Line<'_>) -> Result<(), &'static str>;
+    fn summary_mut(&mut self) -> &mut LoadSummary;
+}
+
+impl LineSink for Builder {
+    fn push_line(&mut self, line: &Line<'_>) -> Result<(), &'static str> {
+        self.push(line)
+    }
+    fn summary_mut(&mut self) -> &mut LoadSummary {
+        &mut self.summary
+    }
+}
+
+struct RecordSink<F> {
+    f: F,
+    summary: LoadSummary,
+}
+
+impl<F: FnMut(&Record) -> Result<(), &'static str>> LineSink for RecordSink<F> {
+    fn push_line(&mut self, line: &Line<'_>) -> Result<(), &'static str> {
+        let call = match line.call {
+            Some(name) => Some(call_code(name).ok_or("a known call name")?),
+            None => None,
+        };
+        (self.f)(&Record {
+            t_ns: line.t_ns,
+            tid: line.tid,
+            size_bytes: line.size_bytes,
+            addr: line.addr,
+            call,
+        })?;
+        self.summary.events += 1;
+        Ok(())
+    }
+    fn summary_mut(&mut self) -> &mut LoadSummary {
+        &mut self.summary
+    }
 }
 
 /// The columns being built, plus the state needed to pair frees with allocations.
-struct Builder {
+pub(crate) struct Builder {
     t_ns: Vec<i64>,
     thread: ThreadColumn,
     kind: Vec<u8>,
@@ -259,11 +314,11 @@ struct Builder {
     last_tid: Option<(u64, u16)>,
     next_alloc_id: u32,
     prev_t_ns: i64,
-    summary: LoadSummary,
+    pub(crate) summary: LoadSummary,
 }
 
 impl Builder {
-    fn with_capacity(events: usize) -> Self {
+    pub(crate) fn with_capacity(events: usize) -> Self {
         Self {
             t_ns: Vec::with_capacity(events),
             thread: ThreadColumn::Narrow(Vec::with_capacity(events)),
@@ -284,10 +339,10 @@ impl Builder {
     }
 
     fn thread_index(&mut self, tid: u64) -> Result<u16, &'static str> {
-        if let Some((last, idx)) = self.last_tid {
-            if last == tid {
-                return Ok(idx);
-            }
+        if let Some((last, idx)) = self.last_tid
+            && last == tid
+        {
+            return Ok(idx);
         }
         let idx = if let Some(&idx) = self.tids.get(&tid) {
             idx
@@ -301,7 +356,7 @@ impl Builder {
         Ok(idx)
     }
 
-    fn push(&mut self, line: &Line<'_>) -> Result<(), &'static str> {
+    pub(crate) fn push(&mut self, line: &Line<'_>) -> Result<(), &'static str> {
         let thread = self.thread_index(line.tid)?;
         let mut t_ns = line.t_ns;
         if t_ns < self.prev_t_ns {
@@ -394,7 +449,7 @@ impl Builder {
         self.summary.events += 1;
     }
 
-    fn finish(self) -> Result<(DataFrame, DataFrame, LoadSummary), LoadError> {
+    pub(crate) fn finish(self) -> Result<(DataFrame, DataFrame, LoadSummary), LoadError> {
         let Self {
             t_ns,
             thread,
@@ -611,14 +666,50 @@ fn shorten(bytes: &[u8]) -> String {
 /// and what was expected).
 pub fn load_malloc_trace(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadError> {
     let started = Instant::now();
-    let mut stream = TextStream::open(path)?;
-    let progress = stream.progress_handle();
-    let mirror = opts.progress.clone();
+    let stream = TextStream::open(path)?;
     // Reserve for the expected number of events: untouched capacity costs address space, not
     // memory, and large vectors grow by mremap anyway.
     let expected_events = estimate_events(path, stream.compression(), stream.file_bytes());
     let mut b = Builder::with_capacity(expected_events);
-    b.summary.compression = Some(stream.compression());
+    read_text(stream, path, opts, &mut b)?;
+    let (events, threads, summary) = b.finish()?;
+    Ok(MallocTrace {
+        events,
+        threads,
+        summary,
+        load_seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Calls `f` on every record of a libtracemalloc text trace, in file order, as written (no
+/// pairing, no clamping). Returns the summary of what was read (`events` counts the records;
+/// `bad_lines` and `truncated` as for [`load_malloc_trace`]).
+///
+/// # Errors
+/// As [`load_malloc_trace`]; an error returned by `f` stops the read as a malformed line.
+pub fn read_text_records(
+    path: &Path,
+    opts: &LoadOptions,
+    f: impl FnMut(&Record) -> Result<(), &'static str>,
+) -> Result<LoadSummary, LoadError> {
+    let stream = TextStream::open(path)?;
+    let mut sink = RecordSink {
+        f,
+        summary: LoadSummary::default(),
+    };
+    read_text(stream, path, opts, &mut sink)?;
+    Ok(sink.summary)
+}
+
+fn read_text<S: LineSink>(
+    mut stream: TextStream,
+    path: &Path,
+    opts: &LoadOptions,
+    b: &mut S,
+) -> Result<(), LoadError> {
+    let progress = stream.progress_handle();
+    let mirror = opts.progress.clone();
+    b.summary_mut().compression = Some(stream.compression());
     let mut carry: Vec<u8> = Vec::new();
     let mut line_no: u64 = 0;
     let mut text_bytes: u64 = 0;
@@ -631,7 +722,7 @@ pub fn load_malloc_trace(path: &Path, opts: &LoadOptions) -> Result<MallocTrace,
                     carry.extend_from_slice(&block[..nl]);
                     line_no += 1;
                     let line = std::mem::take(&mut carry);
-                    handle_line(&mut b, &line, line_no, path, opts.strictness)?;
+                    handle_line(b, &line, line_no, path, opts.strictness)?;
                     start = nl + 1;
                 }
                 None => {
@@ -645,7 +736,7 @@ pub fn load_malloc_trace(path: &Path, opts: &LoadOptions) -> Result<MallocTrace,
         let mut pos = 0;
         while let Some(nl) = body[pos..].iter().position(|&c| c == b'\n') {
             line_no += 1;
-            handle_line(&mut b, &body[pos..pos + nl], line_no, path, opts.strictness)?;
+            handle_line(b, &body[pos..pos + nl], line_no, path, opts.strictness)?;
             pos += nl + 1;
         }
         carry.extend_from_slice(&body[pos..]);
@@ -660,27 +751,21 @@ pub fn load_malloc_trace(path: &Path, opts: &LoadOptions) -> Result<MallocTrace,
     let end = stream.end().cloned().unwrap_or(StreamEnd::Complete);
     if !carry.is_empty() {
         if let StreamEnd::Truncated(_) = end {
-            b.summary.dropped_partial_last_line = true;
+            b.summary_mut().dropped_partial_last_line = true;
         } else {
             line_no += 1;
-            handle_line(&mut b, &carry, line_no, path, opts.strictness)?;
+            handle_line(b, &carry, line_no, path, opts.strictness)?;
         }
     }
     if let StreamEnd::Truncated(why) = end {
-        b.summary.truncated = Some(why);
+        b.summary_mut().truncated = Some(why);
     }
-    b.summary.text_bytes = text_bytes;
-    let (events, threads, summary) = b.finish()?;
-    Ok(MallocTrace {
-        events,
-        threads,
-        summary,
-        load_seconds: started.elapsed().as_secs_f64(),
-    })
+    b.summary_mut().text_bytes = text_bytes;
+    Ok(())
 }
 
-fn handle_line(
-    b: &mut Builder,
+fn handle_line<S: LineSink>(
+    b: &mut S,
     raw: &[u8],
     line_no: u64,
     path: &Path,
@@ -691,7 +776,7 @@ fn handle_line(
         return Ok(());
     }
     let err = match parse_line(line) {
-        Ok(parsed) => match b.push(&parsed) {
+        Ok(parsed) => match b.push_line(&parsed) {
             Ok(()) => return Ok(()),
             Err(expected) => LineError {
                 line: line_no,
@@ -719,9 +804,10 @@ fn handle_line(
             detail: err,
         }),
         Strictness::Lenient => {
-            b.summary.bad_lines += 1;
-            if b.summary.first_bad_lines.len() < MAX_REPORTED_BAD_LINES {
-                b.summary.first_bad_lines.push(err);
+            let summary = b.summary_mut();
+            summary.bad_lines += 1;
+            if summary.first_bad_lines.len() < MAX_REPORTED_BAD_LINES {
+                summary.first_bad_lines.push(err);
             }
             Ok(())
         }
