@@ -49,6 +49,19 @@ pub fn fragmentation(c: &Counters) -> f64 {
     }
 }
 
+/// Sum of [`fragmentation`] over `states` states that share one `footprint_bytes` and whose live
+/// bytes add up to `live_sum`: `states − live_sum / footprint` (0 when the footprint is 0). Lets
+/// the replay average fragmentation with one division per footprint change instead of one per
+/// event.
+#[must_use]
+pub fn fragmentation_sum(live_sum: u128, states: u64, footprint_bytes: u64) -> f64 {
+    if footprint_bytes == 0 {
+        0.0
+    } else {
+        states as f64 - live_sum as f64 / footprint_bytes as f64
+    }
+}
+
 /// `1 − largest free block / free bytes` (TensorFlow profiler): 0 when all free space is one
 /// block, close to 1 when it is split into many small holes. 0 when nothing is free.
 #[must_use]
@@ -169,6 +182,25 @@ mod tests {
         };
         assert_eq!(fragmentation(&full), 0.0);
         assert_eq!(fragmentation(&Counters::default()), 0.0);
+    }
+
+    #[test]
+    fn fragmentation_sum_equals_the_sum_of_fragmentations() {
+        let states = [(100u64, 400u64), (300, 400), (0, 400)];
+        let by_state: f64 = states
+            .iter()
+            .map(|&(live, fp)| {
+                fragmentation(&Counters {
+                    live_bytes: live,
+                    footprint_bytes: fp,
+                    ..Counters::default()
+                })
+            })
+            .sum();
+        // 0.75 + 0.25 + 1 = 2
+        assert!((fragmentation_sum(400, 3, 400) - 2.0).abs() < 1e-12);
+        assert!((by_state - 2.0).abs() < 1e-12);
+        assert_eq!(fragmentation_sum(0, 5, 0), 0.0);
     }
 
     #[test]

@@ -18,8 +18,9 @@
 
 use std::time::Instant;
 
+use crate::metrics;
 use crate::policy::{Addr, AllocError, Counters, FreeError, Policy, Request};
-use crate::series::{Bucketing, Series, SeriesBuilder, Values};
+use crate::series::{Bucketing, Series, SeriesBuilder};
 use crate::trace::{EventKind, TraceView};
 
 /// Knobs of a replay.
@@ -199,6 +200,10 @@ pub fn replay(trace: &TraceView<'_>, mut policy: Box<dyn Policy>, opts: &ReplayO
     let mut peak_live_event = None;
     let mut peak_allocated = 0u64;
     let mut frag_sum = 0.0f64;
+    // States since the footprint last changed: their fragmentations are summed in one go.
+    let mut run_footprint = 0u64;
+    let mut run_live_sum = 0u128;
+    let mut run_states = 0u64;
     let mut counters = policy.counters();
 
     let started = Instant::now();
@@ -251,20 +256,27 @@ pub fn replay(trace: &TraceView<'_>, mut policy: Box<dyn Policy>, opts: &ReplayO
             Err(Err(error)) => free_failures.push(FreeFailure { event: i, error }),
         }
         counters = policy.counters();
-        let v = Values::of(&counters);
-        series.push(i, t, &v, failed);
+        series.push(t, &counters, failed);
         if counters.footprint_bytes > peak_footprint || peak_footprint_event.is_none() {
             peak_footprint = counters.footprint_bytes;
             peak_footprint_event = Some(i);
-            frag_at_peak = v.frag;
+            frag_at_peak = metrics::fragmentation(&counters);
         }
         if counters.live_bytes > peak_live || peak_live_event.is_none() {
             peak_live = counters.live_bytes;
             peak_live_event = Some(i);
         }
         peak_allocated = peak_allocated.max(counters.allocated_bytes);
-        frag_sum += v.frag;
+        if counters.footprint_bytes != run_footprint {
+            frag_sum += metrics::fragmentation_sum(run_live_sum, run_states, run_footprint);
+            run_footprint = counters.footprint_bytes;
+            run_live_sum = 0;
+            run_states = 0;
+        }
+        run_live_sum += u128::from(counters.live_bytes);
+        run_states += 1;
     }
+    frag_sum += metrics::fragmentation_sum(run_live_sum, run_states, run_footprint);
     let replay_seconds = started.elapsed().as_secs_f64();
     if checkpoints.is_empty() {
         checkpoints.push(Checkpoint {
@@ -439,6 +451,11 @@ mod tests {
         assert_eq!(s.peak_allocated_bytes, 112 + 208);
         assert!((s.fragmentation_at_peak - (1.0 - 300.0 / 320.0)).abs() < 1e-12);
         assert_eq!(s.oom_count, 0);
+        // (live, footprint) after each event: (100, 112), (300, 320), (200, 320), (250, 320),
+        // (50, 64), (0, 0).
+        let by_hand =
+            (12.0 / 112.0 + 20.0 / 320.0 + 120.0 / 320.0 + 70.0 / 320.0 + 14.0 / 64.0) / 6.0;
+        assert!((s.mean_fragmentation - by_hand).abs() < 1e-12);
         assert_eq!(r.addr_of(2), Some(0));
         assert_eq!(r.series.len(), 3);
         assert_eq!(r.series.footprint_bytes.max, vec![320, 320, 64]);

@@ -123,69 +123,94 @@ impl Series {
     }
 }
 
-/// The metrics of one state, computed once per event.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct Values {
-    live: u64,
-    allocated: u64,
-    waste: u64,
-    footprint: u64,
-    free_blocks: u64,
-    pub(crate) frag: f64,
-    ext_frag: f64,
+/// A ratio `num / den` kept as integers so the hot loop compares without dividing; `den == 0`
+/// stands for the ratio 1 (the metric's "nothing to measure" case, where it is 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ratio {
+    num: u64,
+    den: u64,
 }
 
-impl Values {
-    pub(crate) fn of(c: &Counters) -> Self {
-        Self {
-            live: metrics::live_bytes(c),
-            allocated: metrics::allocated_bytes(c),
-            waste: metrics::internal_waste_bytes(c),
-            footprint: metrics::footprint_bytes(c),
-            free_blocks: metrics::free_block_count(c),
-            frag: metrics::fragmentation(c),
-            ext_frag: metrics::external_fragmentation(c),
+impl Ratio {
+    /// Larger than every real ratio: the starting minimum of a bucket.
+    const TOP: Self = Self { num: 1, den: 0 };
+    /// The starting maximum of a bucket.
+    const BOTTOM: Self = Self { num: 0, den: 1 };
+
+    #[inline]
+    fn new(num: u64, den: u64) -> Self {
+        if den == 0 {
+            Self { num: 1, den: 1 }
+        } else {
+            Self { num, den }
         }
     }
 
-    fn min(&self, o: &Self) -> Self {
-        Self {
-            live: self.live.min(o.live),
-            allocated: self.allocated.min(o.allocated),
-            waste: self.waste.min(o.waste),
-            footprint: self.footprint.min(o.footprint),
-            free_blocks: self.free_blocks.min(o.free_blocks),
-            frag: self.frag.min(o.frag),
-            ext_frag: self.ext_frag.min(o.ext_frag),
-        }
+    /// `self < other`, exactly (128-bit cross multiplication).
+    #[inline]
+    fn less(self, other: Self) -> bool {
+        u128::from(self.num) * u128::from(other.den) < u128::from(other.num) * u128::from(self.den)
     }
+}
 
-    fn max(&self, o: &Self) -> Self {
-        Self {
-            live: self.live.max(o.live),
-            allocated: self.allocated.max(o.allocated),
-            waste: self.waste.max(o.waste),
-            footprint: self.footprint.max(o.footprint),
-            free_blocks: self.free_blocks.max(o.free_blocks),
-            frag: self.frag.max(o.frag),
-            ext_frag: self.ext_frag.max(o.ext_frag),
-        }
-    }
+/// [`metrics::fragmentation`] of a state whose live/footprint ratio is `r`.
+fn fragmentation_of(r: Ratio) -> f64 {
+    metrics::fragmentation(&Counters {
+        live_bytes: r.num,
+        footprint_bytes: r.den,
+        ..Counters::default()
+    })
+}
+
+/// [`metrics::external_fragmentation`] of a state whose largest/free ratio is `r`.
+fn external_fragmentation_of(r: Ratio) -> f64 {
+    metrics::external_fragmentation(&Counters {
+        largest_free_bytes: r.num,
+        free_bytes: r.den,
+        ..Counters::default()
+    })
+}
+
+/// The integer metrics of a state, in a fixed order, for branch-free min/max.
+const LIVE: usize = 0;
+const ALLOCATED: usize = 1;
+const WASTE: usize = 2;
+const FOOTPRINT: usize = 3;
+const FREE_BLOCKS: usize = 4;
+const INTS: usize = 5;
+
+#[inline]
+fn ints_of(c: &Counters) -> [u64; INTS] {
+    let mut v = [0; INTS];
+    v[LIVE] = metrics::live_bytes(c);
+    v[ALLOCATED] = metrics::allocated_bytes(c);
+    v[WASTE] = metrics::internal_waste_bytes(c);
+    v[FOOTPRINT] = metrics::footprint_bytes(c);
+    v[FREE_BLOCKS] = metrics::free_block_count(c);
+    v
 }
 
 /// Builds a [`Series`] one event at a time, in O(1) per event and without allocating (the
-/// bucket arrays are reserved up front).
+/// bucket arrays are reserved up front). Fragmentations are tracked as integer ratios and turned
+/// into floats once per bucket.
 pub(crate) struct SeriesBuilder {
     series: Series,
     bucket: usize,
     next_start_ns: i64,
+    /// Events so far (the next event's index).
+    events: usize,
+    /// Events in the current bucket.
     count: u64,
     ooms: u64,
-    first_event: usize,
-    last_event: usize,
-    min: Values,
-    max: Values,
-    last: Values,
+    min: [u64; INTS],
+    max: [u64; INTS],
+    /// Lowest and highest live/footprint ratio (highest and lowest fragmentation).
+    live_lo: Ratio,
+    live_hi: Ratio,
+    /// Lowest and highest largest/free ratio.
+    largest_lo: Ratio,
+    largest_hi: Ratio,
+    last: Counters,
 }
 
 impl SeriesBuilder {
@@ -208,33 +233,47 @@ impl SeriesBuilder {
             },
             bucket: 0,
             next_start_ns: bucketing.start_ns(1),
+            events: 0,
             count: 0,
             ooms: 0,
-            first_event: 0,
-            last_event: 0,
-            min: Values::default(),
-            max: Values::default(),
-            last: Values::default(),
+            min: [u64::MAX; INTS],
+            max: [0; INTS],
+            live_lo: Ratio::TOP,
+            live_hi: Ratio::BOTTOM,
+            largest_lo: Ratio::TOP,
+            largest_hi: Ratio::BOTTOM,
+            last: Counters::default(),
         }
     }
 
-    /// Records the state after event `event` at time `t_ns`.
+    /// Records the state `c` after the next event, which happened at `t_ns`.
     #[inline]
-    pub(crate) fn push(&mut self, event: usize, t_ns: i64, v: &Values, oom: bool) {
+    pub(crate) fn push(&mut self, t_ns: i64, c: &Counters, oom: bool) {
         if t_ns >= self.next_start_ns && self.bucket + 1 < self.series.bucketing.buckets {
             self.advance_to(self.series.bucketing.bucket_of(t_ns));
         }
-        if self.count == 0 {
-            self.min = *v;
-            self.max = *v;
-            self.first_event = event;
-        } else {
-            self.min = self.min.min(v);
-            self.max = self.max.max(v);
+        let v = ints_of(c);
+        for ((lo, hi), x) in self.min.iter_mut().zip(&mut self.max).zip(v) {
+            *lo = (*lo).min(x);
+            *hi = (*hi).max(x);
         }
-        self.last = *v;
-        self.last_event = event;
+        let live = Ratio::new(c.live_bytes, c.footprint_bytes);
+        if live.less(self.live_lo) {
+            self.live_lo = live;
+        }
+        if self.live_hi.less(live) {
+            self.live_hi = live;
+        }
+        let largest = Ratio::new(c.largest_free_bytes, c.free_bytes);
+        if largest.less(self.largest_lo) {
+            self.largest_lo = largest;
+        }
+        if self.largest_hi.less(largest) {
+            self.largest_hi = largest;
+        }
+        self.last = *c;
         self.count += 1;
+        self.events += 1;
         self.ooms += u64::from(oom);
     }
 
@@ -248,31 +287,58 @@ impl SeriesBuilder {
     }
 
     fn flush(&mut self) {
+        let last_ints = ints_of(&self.last);
+        let last_live = Ratio::new(self.last.live_bytes, self.last.footprint_bytes);
+        let last_largest = Ratio::new(self.last.largest_free_bytes, self.last.free_bytes);
         if self.count == 0 {
             // Nothing happened: the state in effect is the last one seen.
-            self.min = self.last;
-            self.max = self.last;
-            self.first_event = self.last_event;
+            self.min = last_ints;
+            self.max = last_ints;
+            self.live_lo = last_live;
+            self.live_hi = last_live;
+            self.largest_lo = last_largest;
+            self.largest_hi = last_largest;
         }
+        let last_event = self.events.saturating_sub(1);
+        let first_event = if self.count == 0 {
+            last_event
+        } else {
+            self.events - self.count as usize
+        };
         let s = &mut self.series;
-        s.first_event.push(self.first_event);
-        s.last_event.push(self.last_event);
+        s.first_event.push(first_event);
+        s.last_event.push(last_event);
         s.event_count.push(self.count);
         s.ooms.push(self.ooms);
-        let (lo, hi, last) = (&self.min, &self.max, &self.last);
-        s.live_bytes.push(lo.live, hi.live, last.live);
+        let (lo, hi) = (&self.min, &self.max);
+        s.live_bytes.push(lo[LIVE], hi[LIVE], last_ints[LIVE]);
         s.allocated_bytes
-            .push(lo.allocated, hi.allocated, last.allocated);
-        s.internal_waste_bytes.push(lo.waste, hi.waste, last.waste);
+            .push(lo[ALLOCATED], hi[ALLOCATED], last_ints[ALLOCATED]);
+        s.internal_waste_bytes
+            .push(lo[WASTE], hi[WASTE], last_ints[WASTE]);
         s.footprint_bytes
-            .push(lo.footprint, hi.footprint, last.footprint);
+            .push(lo[FOOTPRINT], hi[FOOTPRINT], last_ints[FOOTPRINT]);
         s.free_blocks
-            .push(lo.free_blocks, hi.free_blocks, last.free_blocks);
-        s.fragmentation.push(lo.frag, hi.frag, last.frag);
-        s.external_fragmentation
-            .push(lo.ext_frag, hi.ext_frag, last.ext_frag);
+            .push(lo[FREE_BLOCKS], hi[FREE_BLOCKS], last_ints[FREE_BLOCKS]);
+        // The highest fragmentation comes from the lowest ratio.
+        s.fragmentation.push(
+            fragmentation_of(self.live_hi),
+            fragmentation_of(self.live_lo),
+            fragmentation_of(last_live),
+        );
+        s.external_fragmentation.push(
+            external_fragmentation_of(self.largest_hi),
+            external_fragmentation_of(self.largest_lo),
+            external_fragmentation_of(last_largest),
+        );
         self.count = 0;
         self.ooms = 0;
+        self.min = [u64::MAX; INTS];
+        self.max = [0; INTS];
+        self.live_lo = Ratio::TOP;
+        self.live_hi = Ratio::BOTTOM;
+        self.largest_lo = Ratio::TOP;
+        self.largest_hi = Ratio::BOTTOM;
     }
 
     pub(crate) fn finish(mut self) -> Series {
@@ -346,10 +412,10 @@ mod tests {
         };
         let mut sb = SeriesBuilder::new(b);
         // bucket 0: live 10, 50, 20; bucket 1 empty; bucket 2: 5; bucket 3 empty.
-        sb.push(0, 0, &Values::of(&counters(10, 100)), false);
-        sb.push(1, 3, &Values::of(&counters(50, 100)), true);
-        sb.push(2, 9, &Values::of(&counters(20, 100)), false);
-        sb.push(3, 25, &Values::of(&counters(5, 40)), false);
+        sb.push(0, &counters(10, 100), false);
+        sb.push(3, &counters(50, 100), true);
+        sb.push(9, &counters(20, 100), false);
+        sb.push(25, &counters(5, 40), false);
         let s = sb.finish();
         assert_eq!(s.len(), 4);
         assert_eq!(s.live_bytes.max, vec![50, 20, 5, 5]);

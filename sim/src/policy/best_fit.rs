@@ -7,9 +7,12 @@
 //! it. Sizes are rounded up to `align_bytes` (default 16); a zero-byte request reserves one
 //! alignment unit. See `fit_common` for the heap layout shared with `first-fit`.
 //!
-//! Free blocks live in an ordered set of `(len, addr)` pairs, so the best fit is the first pair
-//! at or after `(n, 0)`: O(log n) for the search, the insertions and the removals. The used
-//! blocks sit in a hash map (O(1)).
+//! Free blocks shorter than 1024 alignment units sit in exact-size bins (one address-ordered
+//! set per length) found through a two-level bit map; longer ones in one set ordered by
+//! `(len, addr)`. The best fit is the lowest address of the first non-empty bin at or after the
+//! request's length, else the first large block at or after `(n, 0)`: O(1) bit scans and
+//! O(log n) set operations for the search, the insertions and the removals. The used blocks sit
+//! in a hash map (O(1)).
 
 use std::any::Any;
 use std::collections::BTreeSet;
@@ -21,7 +24,7 @@ use crate::policy::{Addr, AllocError, Block, Counters, FreeError, Placement, Pol
 /// Best fit, lowest address on ties (see the module docs).
 #[derive(Clone, Debug)]
 pub struct BestFit {
-    heap: FitHeap<SizeSet>,
+    heap: FitHeap<SizeBins>,
 }
 
 impl BestFit {
@@ -31,7 +34,7 @@ impl BestFit {
     /// When `align_bytes` is not a power of two.
     pub fn new(config: &PolicyConfig) -> Result<Self, String> {
         Ok(Self {
-            heap: FitHeap::new(config, SizeSet::default())?,
+            heap: FitHeap::new(config, SizeBins::new(config.align_bytes))?,
         })
     }
 }
@@ -70,44 +73,185 @@ impl Policy for BestFit {
     }
 }
 
-/// Free blocks ordered by `(len, addr)`.
-#[derive(Clone, Debug, Default)]
-struct SizeSet {
-    set: BTreeSet<(u64, Addr)>,
+/// Lengths (in alignment units) below this have an exact-size bin of their own.
+const SMALL_UNITS: usize = 1024;
+const WORDS: usize = SMALL_UNITS / 64;
+
+/// Free blocks for best fit: one address-ordered set per exact length for lengths under
+/// [`SMALL_UNITS`] alignment units, found through a two-level bit map (non-empty bins, then
+/// non-empty words), and one `(len, addr)`-ordered set for larger blocks. The smallest fitting
+/// block is the lowest address of the first non-empty bin at or after the request's length, or
+/// the first large block of at least that length: O(1) bit scans plus O(log n) set operations,
+/// on sets that are usually tiny.
+#[derive(Clone, Debug)]
+struct SizeBins {
+    unit_shift: u32,
+    small: Vec<BTreeSet<Addr>>,
+    words: [u64; WORDS],
+    /// Bit w set when `words[w] != 0`.
+    summary: u64,
+    large: BTreeSet<(u64, Addr)>,
+    len: usize,
 }
 
-impl FreeIndex for SizeSet {
+impl SizeBins {
+    fn new(unit_bytes: u64) -> Self {
+        Self {
+            unit_shift: unit_bytes.trailing_zeros(),
+            small: vec![BTreeSet::new(); SMALL_UNITS],
+            words: [0; WORDS],
+            summary: 0,
+            large: BTreeSet::new(),
+            len: 0,
+        }
+    }
+
+    /// The exact bin of a block length, if it is small.
+    fn bin(&self, len: u64) -> Option<usize> {
+        usize::try_from(len >> self.unit_shift)
+            .ok()
+            .filter(|&u| u < SMALL_UNITS)
+    }
+
+    fn mark(&mut self, bin: usize, non_empty: bool) {
+        let (w, bit) = (bin / 64, 1u64 << (bin % 64));
+        if let Some(word) = self.words.get_mut(w) {
+            if non_empty {
+                *word |= bit;
+            } else {
+                *word &= !bit;
+            }
+            if *word == 0 {
+                self.summary &= !(1 << w);
+            } else {
+                self.summary |= 1 << w;
+            }
+        }
+    }
+
+    /// First non-empty bin at or after `from`.
+    fn first_from(&self, from: usize) -> Option<usize> {
+        let w = from / 64;
+        let here = self.words.get(w)? & (!0u64 << (from % 64));
+        if here != 0 {
+            return Some(w * 64 + here.trailing_zeros() as usize);
+        }
+        let above = self.summary & (!0u64).checked_shl(w as u32 + 1).unwrap_or(0);
+        if above == 0 {
+            return None;
+        }
+        let w = above.trailing_zeros() as usize;
+        Some(w * 64 + self.words.get(w)?.trailing_zeros() as usize)
+    }
+}
+
+impl FreeIndex for SizeBins {
     fn insert(&mut self, addr: Addr, len: u64) {
-        self.set.insert((len, addr));
+        self.len += 1;
+        match self.bin(len) {
+            Some(b) => {
+                if let Some(set) = self.small.get_mut(b) {
+                    set.insert(addr);
+                    self.mark(b, true);
+                }
+            }
+            None => {
+                self.large.insert((len, addr));
+            }
+        }
     }
 
     fn remove(&mut self, addr: Addr, len: u64) {
-        self.set.remove(&(len, addr));
+        self.len -= 1;
+        match self.bin(len) {
+            Some(b) => {
+                if let Some(set) = self.small.get_mut(b) {
+                    set.remove(&addr);
+                    if set.is_empty() {
+                        self.mark(b, false);
+                    }
+                }
+            }
+            None => {
+                self.large.remove(&(len, addr));
+            }
+        }
     }
 
     fn relocate(&mut self, old_addr: Addr, old_len: u64, new_addr: Addr, new_len: u64) {
-        self.set.remove(&(old_len, old_addr));
-        self.set.insert((new_len, new_addr));
+        self.remove(old_addr, old_len);
+        self.insert(new_addr, new_len);
     }
 
     fn find(&self, min_len: u64) -> Option<(Addr, u64)> {
-        self.set
+        let unit_mask = (1u64 << self.unit_shift) - 1;
+        if let Some(from) = min_len
+            .checked_add(unit_mask)
+            .and_then(|l| self.bin(l & !unit_mask))
+            && let Some(b) = self.first_from(from)
+        {
+            let addr = self.small.get(b)?.first().copied()?;
+            return Some((addr, (b as u64) << self.unit_shift));
+        }
+        self.large
             .range((min_len, 0)..)
             .next()
             .map(|&(len, addr)| (addr, len))
     }
 
     fn largest(&self) -> u64 {
-        self.set.last().map_or(0, |&(len, _)| len)
+        if let Some(&(len, _)) = self.large.last() {
+            return len;
+        }
+        if self.summary == 0 {
+            return 0;
+        }
+        let w = 63 - self.summary.leading_zeros() as usize;
+        let bit = self
+            .words
+            .get(w)
+            .map_or(0, |word| 63 - word.leading_zeros() as usize);
+        ((w * 64 + bit) as u64) << self.unit_shift
     }
 
     fn entries(&self) -> Vec<(Addr, u64)> {
-        let mut out: Vec<(Addr, u64)> = self.set.iter().map(|&(len, addr)| (addr, len)).collect();
+        let mut out: Vec<(Addr, u64)> = self.large.iter().map(|&(len, addr)| (addr, len)).collect();
+        for (b, set) in self.small.iter().enumerate() {
+            let len = (b as u64) << self.unit_shift;
+            out.extend(set.iter().map(|&addr| (addr, len)));
+        }
         out.sort_unstable();
         out
     }
 
     fn check(&self) -> Result<(), String> {
+        let mut count = self.large.len();
+        for (b, set) in self.small.iter().enumerate() {
+            let marked = self
+                .words
+                .get(b / 64)
+                .is_some_and(|w| w & (1 << (b % 64)) != 0);
+            if marked == set.is_empty() {
+                return Err(format!("bit map wrong for bin {b}"));
+            }
+            count += set.len();
+        }
+        for (w, word) in self.words.iter().enumerate() {
+            if (*word != 0) != (self.summary & (1 << w) != 0) {
+                return Err(format!("summary wrong for word {w}"));
+            }
+        }
+        if let Some(&(len, addr)) = self.large.first()
+            && self.bin(len).is_some()
+        {
+            return Err(format!("small block {addr:#x}+{len} in the large set"));
+        }
+        if count != self.len {
+            return Err(format!(
+                "{count} free blocks indexed, len says {}",
+                self.len
+            ));
+        }
         Ok(())
     }
 }
@@ -117,17 +261,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn size_set_picks_smallest_then_lowest_address() {
-        let mut s = SizeSet::default();
-        for (addr, len) in [(0, 64), (100, 32), (200, 32), (300, 128)] {
+    fn bins_pick_smallest_then_lowest_address() {
+        let mut s = SizeBins::new(16);
+        for (addr, len) in [(0, 64), (100, 32), (200, 32), (300, 128), (400, 1 << 20)] {
             s.insert(addr, len);
         }
+        s.check().unwrap();
         assert_eq!(s.find(1), Some((100, 32)));
         assert_eq!(s.find(33), Some((0, 64)));
         assert_eq!(s.find(65), Some((300, 128)));
-        assert_eq!(s.find(129), None);
-        assert_eq!(s.largest(), 128);
+        assert_eq!(s.find(129), Some((400, 1 << 20)));
+        assert_eq!(s.find((1 << 20) + 1), None);
+        assert_eq!(s.largest(), 1 << 20);
         s.relocate(100, 32, 116, 16);
         assert_eq!(s.find(1), Some((116, 16)));
+        s.remove(400, 1 << 20);
+        assert_eq!(s.largest(), 128);
+        s.check().unwrap();
+        assert_eq!(s.entries(), vec![(0, 64), (116, 16), (200, 32), (300, 128)]);
+    }
+
+    #[test]
+    fn bins_agree_with_a_sorted_set() {
+        let mut bins = SizeBins::new(16);
+        let mut model = BTreeSet::new();
+        let mut x: u64 = 3;
+        for _ in 0..5000 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let addr = (x >> 40) % 4096 * 16;
+            // Lengths on both sides of the small/large boundary.
+            let len = ((x >> 20) % 1500 + 1) * 16;
+            let existing = model.iter().find(|&&(_, a)| a == addr).copied();
+            if let Some((l, a)) = existing {
+                model.remove(&(l, a));
+                bins.remove(a, l);
+            } else {
+                model.insert((len, addr));
+                bins.insert(addr, len);
+            }
+            let want = (x >> 12) % 1600 * 16;
+            let expected = model.range((want, 0)..).next().map(|&(l, a)| (a, l));
+            assert_eq!(bins.find(want), expected);
+            assert_eq!(bins.largest(), model.last().map_or(0, |&(l, _)| l));
+        }
+        bins.check().unwrap();
     }
 }

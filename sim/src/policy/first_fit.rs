@@ -99,6 +99,8 @@ struct AddrTree {
     root: u32,
     len: usize,
     rng: u64,
+    /// Scratch stack for [`Self::update`], kept to avoid allocating per operation.
+    path: Vec<u32>,
 }
 
 impl Default for AddrTree {
@@ -109,6 +111,7 @@ impl Default for AddrTree {
             root: NIL,
             len: 0,
             rng: 0x2545_F491_4F6C_DD1D,
+            path: Vec::new(),
         }
     }
 }
@@ -241,21 +244,32 @@ impl AddrTree {
         t
     }
 
-    /// Re-keys the node at `key` to `new_addr`/`new_len` and fixes maxima on the way up.
-    /// Valid only when the new address keeps the node's rank.
-    fn update_at(&mut self, t: u32, key: Addr, new_addr: Addr, new_len: u64) {
-        let Some(&n) = self.node(t) else { return };
-        if key == n.addr {
-            if let Some(m) = self.node_mut(t) {
-                m.addr = new_addr;
-                m.len = new_len;
+    /// Re-keys the node at `key` to `new_addr`/`new_len`, then fixes the maxima on the path
+    /// back up, stopping where a maximum no longer changes. Valid only when the new address
+    /// keeps the node's rank.
+    fn update(&mut self, key: Addr, new_addr: Addr, new_len: u64) {
+        let mut path = std::mem::take(&mut self.path);
+        path.clear();
+        let mut t = self.root;
+        while let Some(&n) = self.node(t) {
+            path.push(t);
+            if key == n.addr {
+                if let Some(m) = self.node_mut(t) {
+                    m.addr = new_addr;
+                    m.len = new_len;
+                }
+                break;
             }
-        } else if key < n.addr {
-            self.update_at(n.left, key, new_addr, new_len);
-        } else {
-            self.update_at(n.right, key, new_addr, new_len);
+            t = if key < n.addr { n.left } else { n.right };
         }
-        self.pull(t);
+        for &i in path.iter().rev() {
+            let before = self.max_of(i);
+            self.pull(i);
+            if self.max_of(i) == before {
+                break;
+            }
+        }
+        self.path = path;
     }
 
     fn collect(&self, t: u32, out: &mut Vec<(Addr, u64)>) {
@@ -298,7 +312,7 @@ impl FreeIndex for AddrTree {
     }
 
     fn relocate(&mut self, old_addr: Addr, _old_len: u64, new_addr: Addr, new_len: u64) {
-        self.update_at(self.root, old_addr, new_addr, new_len);
+        self.update(old_addr, new_addr, new_len);
     }
 
     fn find(&self, min_len: u64) -> Option<(Addr, u64)> {
