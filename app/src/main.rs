@@ -32,6 +32,10 @@ enum Command {
     Stats(cmd::stats::StatsArgs),
     /// Replay a trace through allocator policies and compare footprint, fragmentation and OOMs.
     Compare(cmd::compare::CompareArgs),
+    /// Run a command under the malloc tracer and write its trace (one file per process).
+    Record(cmd::record::RecordArgs),
+    /// Convert a trace between the text form and allocview's binary form, losslessly.
+    Convert(cmd::convert::ConvertArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +43,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Stats(args) => cmd::stats::run(&args),
         Command::Compare(args) => cmd::compare::run(&args),
+        Command::Record(args) => cmd::record::run(&args),
+        Command::Convert(args) => cmd::convert::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,255 @@
+//! `allocview convert IN OUT`: between the libtracemalloc text form and allocview's binary form.
+//!
+//! The conversion is lossless at the record level: every record's time (nanoseconds), thread
+//! id, size (or free), pointer and call name (or its absence) survives a round trip in either
+//! direction, in file order, including records the loader would clamp or flag (times going
+//! backwards, frees of unknown pointers). Text is written with six fractional digits when the
+//! time is a whole microsecond and nine otherwise.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use allocview_loaders::binary::{self, BinaryInfo, BinaryWriter, TimeBase};
+use allocview_loaders::malloc_trace::{self, CALL_NAMES, Record};
+use allocview_loaders::{LoadOptions, Strictness};
+use anyhow::{Context as _, Result, bail};
+
+use super::load::InputArgs;
+
+/// The two forms a trace can be written in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Form {
+    /// libtracemalloc text (gzip when the file name ends in `.gz`).
+    Text,
+    /// allocview's binary form (zstd blocks).
+    Binary,
+}
+
+/// Arguments of `allocview convert`.
+#[derive(Debug, clap::Args)]
+pub struct ConvertArgs {
+    /// The trace to read: text (plain or gzip), binary, or a tracer spool left by an interrupted
+    /// `allocview record`.
+    pub input: PathBuf,
+    /// Where to write.
+    pub output: PathBuf,
+    /// The form to write; by default the other form than the input's.
+    #[arg(long, value_enum)]
+    pub to: Option<Form>,
+    #[command(flatten)]
+    pub input_args: InputArgs,
+}
+
+/// Runs `allocview convert`.
+pub fn run(args: &ConvertArgs) -> Result<()> {
+    check_distinct(&args.input, &args.output)?;
+    let input_binary = binary::is_binary(&binary::file_head(&args.input)?);
+    let to = args.to.unwrap_or(if input_binary {
+        Form::Text
+    } else {
+        Form::Binary
+    });
+    let count = convert(&args.input, &args.output, to, args.input_args.lenient)?;
+    eprintln!(
+        "wrote {} records to {} ({} form)",
+        crate::format::count(count),
+        args.output.display(),
+        match to {
+            Form::Text => "text",
+            Form::Binary => "binary",
+        }
+    );
+    Ok(())
+}
+
+/// Converts `input` (any form, detected by content) into `output` in form `to`; returns the
+/// number of records written.
+pub fn convert(input: &Path, output: &Path, to: Form, lenient: bool) -> Result<u64> {
+    let meta = vec![
+        ("source".to_owned(), "allocview convert".to_owned()),
+        ("converted_from".to_owned(), input.display().to_string()),
+    ];
+    let mut sink = RecordWriter::create(output, to, &meta)?;
+    read_any(input, lenient, TimeBase::default(), &mut |r| sink.push(r))?;
+    sink.finish()
+}
+
+/// Reads every record of a trace of either form, in file order.
+pub fn read_any(
+    input: &Path,
+    lenient: bool,
+    base: TimeBase,
+    f: &mut dyn FnMut(&Record) -> io::Result<()>,
+) -> Result<Option<BinaryInfo>> {
+    // An I/O error of the writer is kept aside: the readers' callbacks only carry a static
+    // reason, and the real error is what the user needs.
+    let mut write_error: Option<io::Error> = None;
+    let mut push = |r: &Record| match f(r) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            write_error = Some(e);
+            Err("a writable output")
+        }
+    };
+    let result = if binary::is_binary(&binary::file_head(input)?) {
+        binary::read_records(input, base, &mut push).map(Some)
+    } else {
+        let opts = LoadOptions {
+            strictness: if lenient {
+                Strictness::Lenient
+            } else {
+                Strictness::Strict
+            },
+            progress: None,
+        };
+        malloc_trace::read_text_records(input, &opts, &mut push).map(|summary| {
+            for w in summary.warnings() {
+                eprintln!("warning: {w}");
+            }
+            None
+        })
+    };
+    if let Some(e) = write_error {
+        return Err(e).context("cannot write the output");
+    }
+    let info = result.with_context(|| format!("while reading {}", input.display()))?;
+    if let Some(why) = info.as_ref().and_then(|i| i.truncated.as_ref()) {
+        eprintln!(
+            "warning: {} is incomplete ({why}); converted what was there",
+            input.display()
+        );
+    }
+    Ok(info)
+}
+
+/// Text output, gzipped or not.
+pub enum TextOut {
+    Plain(BufWriter<File>),
+    Gzip(flate2::write::GzEncoder<BufWriter<File>>),
+}
+
+/// A writer of either form.
+pub enum RecordWriter {
+    Text {
+        out: TextOut,
+        records: u64,
+    },
+    Binary {
+        w: Box<BinaryWriter<BufWriter<File>>>,
+        records: u64,
+    },
+}
+
+impl RecordWriter {
+    /// Creates `path` for records in form `form` (text is gzipped when the name ends in `.gz`).
+    pub fn create(path: &Path, form: Form, meta: &[(String, String)]) -> Result<Self> {
+        let file =
+            File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let buffered = BufWriter::with_capacity(1 << 20, file);
+        Ok(match form {
+            Form::Text => {
+                let gz = path.extension().is_some_and(|e| e == "gz");
+                let out = if gz {
+                    TextOut::Gzip(flate2::write::GzEncoder::new(
+                        buffered,
+                        flate2::Compression::new(6),
+                    ))
+                } else {
+                    TextOut::Plain(buffered)
+                };
+                Self::Text { out, records: 0 }
+            }
+            Form::Binary => Self::Binary {
+                w: Box::new(
+                    BinaryWriter::new(buffered, meta)
+                        .with_context(|| format!("cannot write {}", path.display()))?,
+                ),
+                records: 0,
+            },
+        })
+    }
+
+    /// Appends one record.
+    pub fn push(&mut self, r: &Record) -> io::Result<()> {
+        match self {
+            Self::Text { out, records } => {
+                match out {
+                    TextOut::Plain(w) => write_text_record(w, r)?,
+                    TextOut::Gzip(w) => write_text_record(w, r)?,
+                }
+                *records += 1;
+                Ok(())
+            }
+            Self::Binary { w, records } => {
+                w.push(r)?;
+                *records += 1;
+                Ok(())
+            }
+        }
+    }
+
+    /// Finishes the file; returns the number of records written.
+    pub fn finish(self) -> Result<u64> {
+        match self {
+            Self::Text { out, records } => {
+                let buffered = match out {
+                    TextOut::Plain(w) => w,
+                    TextOut::Gzip(w) => w.finish().context("cannot write the output")?,
+                };
+                buffered
+                    .into_inner()
+                    .map_err(|e| e.into_error())
+                    .context("cannot write the output")?;
+                Ok(records)
+            }
+            Self::Binary { w, records } => {
+                let out = w.finish().context("cannot write the output")?;
+                out.into_inner()
+                    .map_err(|e| e.into_error())
+                    .context("cannot write the output")?;
+                Ok(records)
+            }
+        }
+    }
+}
+
+/// One record as a libtracemalloc text line (with the call column when the record has one).
+pub fn write_text_record(out: &mut dyn Write, r: &Record) -> io::Result<()> {
+    if r.t_ns < 0 {
+        return Err(io::Error::other(format!(
+            "a time of {} ns cannot be written in the text form (it has no negative times)",
+            r.t_ns
+        )));
+    }
+    let secs = r.t_ns / 1_000_000_000;
+    let frac_ns = r.t_ns % 1_000_000_000;
+    if frac_ns % 1000 == 0 {
+        write!(out, "{secs}.{:06}\t{}\t", frac_ns / 1000, r.tid)?;
+    } else {
+        write!(out, "{secs}.{frac_ns:09}\t{}\t", r.tid)?;
+    }
+    match r.size_bytes {
+        Some(size) => write!(out, "{size}\t")?,
+        None => out.write_all(b"-1\t")?,
+    }
+    if r.addr == 0 {
+        out.write_all(b"(nil)")?;
+    } else {
+        write!(out, "0x{:x}", r.addr)?;
+    }
+    if let Some(name) = r.call.and_then(|c| CALL_NAMES.get(usize::from(c))) {
+        write!(out, "\t{name}")?;
+    }
+    out.write_all(b"\n")
+}
+
+/// Fails early with a clear message when the output would overwrite the input.
+pub fn check_distinct(input: &Path, output: &Path) -> Result<()> {
+    if let (Ok(a), Ok(b)) = (input.canonicalize(), output.canonicalize())
+        && a == b
+    {
+        bail!("the output {} is the input", output.display());
+    }
+    Ok(())
+}

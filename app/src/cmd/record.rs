@@ -1,0 +1,366 @@
+//! `allocview record [-o FILE] [--text] -- CMD ARGS...`: run a command under the malloc tracer.
+//!
+//! The tracer (`tracer/`, built by `app/build.rs` and embedded in this binary) is written to a
+//! private temporary directory and preloaded into the command with `LD_PRELOAD`, which its
+//! children inherit. Each traced process writes a spool (see `loaders/src/binary.rs`) next to
+//! the output; when the command ends, every spool is merged by time and written as a trace
+//! (binary by default, gzip text with `--text`), one file per process, and the spools are
+//! removed. While the command runs, `allocview` ignores SIGINT, SIGTERM, SIGHUP and SIGQUIT so
+//! that a Ctrl-C, which reaches the command directly, still leaves it time to write the traces.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use allocview_loaders::binary::TimeBase;
+use allocview_loaders::stats::TraceStats;
+use allocview_loaders::{LoadOptions, Loaded};
+use anyhow::{Context as _, Result, bail};
+
+use super::convert::{Form, RecordWriter, read_any};
+use super::load::thread_column;
+use crate::format;
+
+/// The tracer shared object, compiled by `build.rs`.
+static TRACER_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/liballocview_tracer.so"));
+
+/// Arguments of `allocview record`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Examples:\n  allocview record -- python3 -c 'print(sum(range(10**6)))'\n  \
+                        allocview record -o ls.avt -- ls -l /usr\n  \
+                        allocview record --text -o make.trace.gz -- make -j2"
+)]
+pub struct RecordArgs {
+    /// The trace to write. When the command starts several processes (fork, exec), each gets
+    /// its own file, named after this one with the process id inserted before the extension.
+    /// Default: `allocview-<program>-<pid>.avt` (`.trace.gz` with --text) here.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Write the libtracemalloc text form, gzipped, with the call-name column.
+    #[arg(long)]
+    pub text: bool,
+    /// The command and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<OsString>,
+}
+
+/// One spool the tracer wrote: a process image (a pid, and the exec generation within it).
+#[derive(Debug)]
+struct Spool {
+    path: PathBuf,
+    pid: u32,
+    generation: u32,
+}
+
+/// Runs `allocview record`.
+pub fn run(args: &RecordArgs) -> Result<()> {
+    if TRACER_SO.is_empty() {
+        bail!("allocview record needs Linux on a 64-bit machine (LD_PRELOAD)");
+    }
+    let Some(program) = args.command.first() else {
+        bail!("no command to record (put it after --)");
+    };
+    let program_name = Path::new(program)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "command".into());
+    let ext = if args.text { "trace.gz" } else { "avt" };
+    let output = args.output.clone().unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "allocview-{program_name}-{}.{ext}",
+            std::process::id()
+        ))
+    });
+    let out_dir = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let work = PrivateDir::create(&std::env::temp_dir(), "allocview-record")?;
+    let so_path = work.path.join("liballocview_tracer.so");
+    std::fs::write(&so_path, TRACER_SO)
+        .with_context(|| format!("cannot write the tracer to {}", so_path.display()))?;
+    // Spools can be large: they go next to the output, not into a possibly small /tmp.
+    let spools = PrivateDir::create(&out_dir, ".allocview-spool")?;
+    let preload = match std::env::var_os("LD_PRELOAD") {
+        Some(existing) if !existing.is_empty() => {
+            let mut v = so_path.clone().into_os_string();
+            v.push(":");
+            v.push(existing);
+            v
+        }
+        _ => so_path.clone().into_os_string(),
+    };
+    let started_wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+
+    let ignored = ignore_termination_signals()?;
+    let status = Command::new(program)
+        .args(args.command.iter().skip(1))
+        .env("LD_PRELOAD", &preload)
+        .env("ALLOCVIEW_SPOOL", spools.path.join("p"))
+        .status()
+        .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
+    drop(ignored);
+
+    let mut found = list_spools(&spools.path)?;
+    if found.is_empty() {
+        bail!(
+            "the command wrote no trace (is it statically linked, or setuid? LD_PRELOAD does \
+             not apply to those)"
+        );
+    }
+    // Processes in start order (pids grow, mostly), exec generations in order.
+    found.sort_by_key(|s| (s.pid, s.generation));
+    let single = found.len() == 1;
+    let mut written = Vec::new();
+    for spool in &found {
+        let path = if single {
+            output.clone()
+        } else {
+            per_process_name(&output, spool.pid, spool.generation)
+        };
+        let form = if args.text { Form::Text } else { Form::Binary };
+        let meta = spool_meta(&spool.path, &program_name);
+        let mut writer = RecordWriter::create(&path, form, &meta)?;
+        read_any(
+            &spool.path,
+            false,
+            TimeBase {
+                realtime_ns: Some(started_wall),
+            },
+            &mut |r| writer.push(r),
+        )
+        .with_context(|| format!("while converting the trace of process {}", spool.pid))?;
+        writer.finish()?;
+        std::fs::remove_file(&spool.path).ok();
+        written.push((spool.pid, spool.generation, path));
+    }
+
+    println!(
+        "recorded {} process{} of `{}`",
+        written.len(),
+        if written.len() == 1 { "" } else { "es" },
+        args.command
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    for (pid, generation, path) in &written {
+        summarise(*pid, *generation, path)?;
+    }
+    if let Some((_, _, first)) = written.first() {
+        println!("explore: allocview stats {}", shell_quote(first));
+    }
+    if !status.success() {
+        eprintln!("note: the command exited with {status}");
+    }
+    Ok(())
+}
+
+/// Prints events, threads and peak live bytes of one written trace.
+fn summarise(pid: u32, generation: u32, path: &Path) -> Result<()> {
+    let Loaded::MallocTrace(trace) = allocview_loaders::load(path, &LoadOptions::default())
+        .with_context(|| format!("while reading back {}", path.display()))?;
+    let view = allocview_loaders::trace_view(&trace.events, path)?;
+    let thread = thread_column(&trace.events)?;
+    let stats = TraceStats::compute(&view, &thread, trace.threads.height(), &trace.summary);
+    let image = if generation > 0 {
+        format!(" (exec #{generation})")
+    } else {
+        String::new()
+    };
+    println!(
+        "  pid {pid}{image}: {}  {} events, {} threads, peak live {} (at {}), {} live at exit",
+        path.display(),
+        format::count(stats.events),
+        stats.threads,
+        format::bytes(stats.peak_live_bytes),
+        format::seconds(stats.peak_live_time_s),
+        format::bytes(stats.final_live_bytes),
+    );
+    for w in trace.summary.warnings() {
+        println!("    note: {w}");
+    }
+    Ok(())
+}
+
+/// The META lines of a written trace: the spool's (pid, command line...) plus where it came
+/// from.
+fn spool_meta(spool: &Path, program: &str) -> Vec<(String, String)> {
+    let mut meta = vec![
+        ("source".to_owned(), "allocview record".to_owned()),
+        ("program".to_owned(), program.to_owned()),
+    ];
+    // The spool header is small and first in the file; reading it costs one short read.
+    if let Ok(bytes) = std::fs::read(spool) {
+        if let Some(rest) = bytes.get(10..)
+            && rest.first() == Some(&0x01)
+            && let Some(len) = rest.get(1..5)
+            && let Ok(len) = <[u8; 4]>::try_from(len)
+            && let Some(text) = rest.get(5..5 + u32::from_le_bytes(len) as usize)
+        {
+            for line in String::from_utf8_lossy(text).lines() {
+                if let Some((k, v)) = line.split_once('=')
+                    && matches!(k, "pid" | "ppid" | "arg" | "tracer" | "realtime_ns0")
+                {
+                    meta.push((k.to_owned(), v.to_owned()));
+                }
+            }
+        }
+    }
+    meta
+}
+
+/// `trace.avt` -> `trace.<pid>.avt` (`trace.<pid>-<n>.avt` for the n-th exec of the pid).
+fn per_process_name(output: &Path, pid: u32, generation: u32) -> PathBuf {
+    let name = output
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tag = if generation > 0 {
+        format!("{pid}-{generation}")
+    } else {
+        pid.to_string()
+    };
+    let (stem, ext) = match name.find('.') {
+        Some(dot) if dot > 0 => (&name[..dot], &name[dot..]),
+        _ => (name.as_str(), ""),
+    };
+    output.with_file_name(format!("{stem}.{tag}{ext}"))
+}
+
+/// The spools in `dir`: `p.<pid>.spool` and `p.<pid>.<n>.spool`.
+fn list_spools(dir: &Path) -> Result<Vec<Spool>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(middle) = name
+            .strip_prefix("p.")
+            .and_then(|n| n.strip_suffix(".spool"))
+        else {
+            continue;
+        };
+        let mut parts = middle.split('.');
+        let pid = parts.next().and_then(|p| p.parse().ok());
+        let generation = match parts.next() {
+            None => Some(0),
+            Some(g) => g.parse().ok(),
+        };
+        if let (Some(pid), Some(generation)) = (pid, generation) {
+            out.push(Spool {
+                path: entry.path(),
+                pid,
+                generation,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn shell_quote(path: &Path) -> String {
+    let s = path.display().to_string();
+    if s.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_./+,:@".contains(&b))
+    {
+        s
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// A directory only this user can read, removed (with its contents) when dropped.
+struct PrivateDir {
+    path: PathBuf,
+}
+
+impl PrivateDir {
+    fn create(parent: &Path, prefix: &str) -> Result<Self> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        for attempt in 0..100u32 {
+            let path = parent.join(format!("{prefix}-{}-{nanos}-{attempt}", std::process::id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(Self { path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot create {}", path.display()));
+                }
+            }
+        }
+        bail!("cannot create a private directory in {}", parent.display())
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.path).ok();
+    }
+}
+
+/// Keeps this process alive through the signals a terminal sends to the whole foreground job,
+/// until dropped (the command itself still gets them, with their default actions: handlers do
+/// not survive exec).
+struct IgnoredSignals {
+    ids: Vec<signal_hook::SigId>,
+    _flag: Arc<AtomicBool>,
+}
+
+fn ignore_termination_signals() -> Result<IgnoredSignals> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let mut ids = Vec::new();
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGQUIT,
+    ] {
+        ids.push(signal_hook::flag::register(sig, Arc::clone(&flag)).context("signal handler")?);
+    }
+    Ok(IgnoredSignals { ids, _flag: flag })
+}
+
+impl Drop for IgnoredSignals {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_process_names_insert_the_pid() {
+        assert_eq!(
+            per_process_name(Path::new("out/trace.avt"), 42, 0),
+            PathBuf::from("out/trace.42.avt")
+        );
+        assert_eq!(
+            per_process_name(Path::new("t.trace.gz"), 42, 2),
+            PathBuf::from("t.42-2.trace.gz")
+        );
+        assert_eq!(per_process_name(Path::new("x"), 7, 0), PathBuf::from("x.7"));
+    }
+
+    #[test]
+    fn the_tracer_is_embedded() {
+        assert!(
+            TRACER_SO.starts_with(b"\x7fELF"),
+            "{} bytes",
+            TRACER_SO.len()
+        );
+    }
+}
