@@ -309,3 +309,51 @@ fn readme_example_of_minimalloc() {
     assert_eq!(out.fits, Some(true));
     assert!(out.plan.total_bytes <= 12);
 }
+
+/// 100,000 buffers shaped like a malloc trace: starts every two time units, 90% short-lived
+/// (up to 200 units), 9% medium (up to 20,000), 1% long (up to 200,000); sizes log-uniform from
+/// 16 B to 1 MiB. About a thousand buffers are live at any time.
+fn trace_like(n: usize) -> Vec<Buffer> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..n as u64)
+        .map(|i| {
+            let lower = 2 * i + next() % 2;
+            let r = next() % 100;
+            let len = 1 + match r {
+                0..90 => next() % 200,
+                90..99 => next() % 20_000,
+                _ => next() % 200_000,
+            };
+            let size = 16u64 << (next() % 17);
+            Buffer::new(size + next() % size, lower, lower + len)
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "timing; run with --run-ignored only (prints the figures)"]
+fn greedy_planning_of_100k_buffers_takes_under_a_second() {
+    let bufs = trace_like(100_000);
+    let lb = lower_bound(&bufs).unwrap().max_live_bytes;
+    for name in ["naive", "greedy-by-size", "pushdown", "pushdown-best-fit", "greedy-by-breadth"] {
+        let t0 = std::time::Instant::now();
+        let r = run_planner(name, &bufs, &PlanOptions::default()).unwrap();
+        let took = t0.elapsed();
+        validate(&bufs, &r.plan).unwrap();
+        println!(
+            "{name}: {:.3} s, total {} B = {:.3} x max-live",
+            took.as_secs_f64(),
+            r.plan.total_bytes,
+            r.plan.total_bytes as f64 / lb as f64
+        );
+        if name == "greedy-by-size" {
+            assert!(took.as_secs_f64() < 1.0, "greedy-by-size took {took:?}");
+        }
+    }
+}

@@ -8,11 +8,14 @@
 //! a candidate; the smallest hole that fits wins, the lowest on a tie. If none fits, the buffer
 //! goes at the final `prev_end`, on top of everything it meets. The pool is the highest end.
 //!
-//! TFLite scans every placed buffer for each new one (quadratic). Here an interval index over
-//! time ([`super::interval_index`]) returns just the k buffers that intersect, so a buffer costs
-//! O((k + 1) log n + k log k) and the plan O(n log n + sum of k log n).
+//! TFLite scans every placed buffer for each new one (quadratic, and on a malloc trace a
+//! long-lived buffer meets hundreds of thousands of others). The holes are the gaps of the union
+//! of the met buffers' byte ranges, so an index over time that stores unions
+//! ([`super::occupancy`]) answers with a few ranges instead: O(log n) range-set updates per
+//! buffer, and a query costs the size of the unions it reads (small unless memory is very
+//! fragmented), so the plan is about O(n log n).
 
-use super::interval_index::IntervalIndex;
+use super::occupancy::Occupancy;
 use super::units::{Unit, prepare};
 use super::{Buffer, Plan, PlanError, align_up};
 
@@ -35,50 +38,97 @@ pub(crate) fn unit_offsets(units: &[Unit]) -> Result<Vec<u64>, PlanError> {
         size(b).cmp(&size(a))
     });
     let spans: Vec<(u64, u64)> = units.iter().map(|u| (u.lower, u.upper)).collect();
-    let mut index = IntervalIndex::new(&spans);
+    let mut occupancy = Occupancy::new(&spans);
     let mut offsets = vec![0u64; units.len()];
-    let mut hits: Vec<u32> = Vec::new();
-    let mut stack = Vec::new();
-    let mut placed: Vec<(u64, u64)> = Vec::new();
+    let mut sources = Vec::new();
+    let mut taken: Vec<(u64, u64)> = Vec::new();
     for i in order {
         let Some(u) = units.get(i) else { continue };
-        hits.clear();
-        index.overlapping(u.lower, u.upper, &mut hits, &mut stack);
-        placed.clear();
-        placed.extend(hits.iter().filter_map(|&j| {
-            let off = offsets.get(j as usize).copied()?;
-            let size = units.get(j as usize)?.size_bytes;
-            Some((off, off + size))
-        }));
-        placed.sort_unstable();
-        let offset = best_fit_offset(&placed, u.size_bytes, u.align_bytes)?;
+        taken.clear();
+        occupancy.taken(i, &mut sources, &mut taken);
+        for &s in &sources {
+            taken.extend_from_slice(occupancy.ranges(s));
+        }
+        // A concatenation of sorted runs: the stable sort merges runs, O(m log runs).
+        taken.sort_by_key(|r| r.0);
+        let mut fit = BestFit::new(u.size_bytes, u.align_bytes);
+        for &(off, end) in &taken {
+            if !fit.visit(off, end) {
+                break;
+            }
+        }
+        let offset = fit.offset().ok_or(PlanError::Overflow)?;
         if let Some(o) = offsets.get_mut(i) {
             *o = offset;
         }
-        index.insert(i);
+        occupancy.place(i, offset, offset + u.size_bytes);
     }
     Ok(offsets)
 }
 
-/// The best-fit rule over the `(offset, end)` ranges (sorted by offset) of the placed buffers a
-/// new one of `size` meets.
-fn best_fit_offset(placed: &[(u64, u64)], size: u64, align: u64) -> Result<u64, PlanError> {
-    let mut prev_end: u64 = 0;
-    let mut best: Option<(u64, u64)> = None; // (hole size, offset)
-    for &(off, end) in placed {
-        let start = align_up(prev_end, align).ok_or(PlanError::Overflow)?;
+/// The best-fit rule, fed byte ranges in increasing offset order (the placed buffers a new one
+/// meets, or any ranges with the same union).
+struct BestFit {
+    size: u64,
+    align: u64,
+    prev_end: u64,
+    /// (hole size, offset) of the best hole so far.
+    best: Option<(u64, u64)>,
+    overflow: bool,
+}
+
+impl BestFit {
+    fn new(size: u64, align: u64) -> Self {
+        Self {
+            size,
+            align,
+            prev_end: 0,
+            best: None,
+            overflow: false,
+        }
+    }
+
+    /// Takes the next range; false once nothing later can change the answer (an exact fit:
+    /// later holes can only tie, and ties go to the lowest).
+    fn visit(&mut self, off: u64, end: u64) -> bool {
+        let Some(start) = align_up(self.prev_end, self.align) else {
+            self.overflow = true;
+            return false;
+        };
         if off >= start {
             let hole = off - start;
-            if hole >= size && best.is_none_or(|(h, _)| hole < h) {
-                best = Some((hole, start));
+            if hole >= self.size && self.best.is_none_or(|(h, _)| hole < h) {
+                self.best = Some((hole, start));
+                if hole == self.size {
+                    return false;
+                }
             }
         }
-        prev_end = prev_end.max(end);
+        self.prev_end = self.prev_end.max(end);
+        true
     }
-    match best {
-        Some((_, offset)) => Ok(offset),
-        None => align_up(prev_end, align).ok_or(PlanError::Overflow),
+
+    /// The chosen offset: the best hole, else on top of everything met.
+    fn offset(&self) -> Option<u64> {
+        if self.overflow {
+            return None;
+        }
+        match self.best {
+            Some((_, at)) => Some(at),
+            None => align_up(self.prev_end, self.align),
+        }
     }
+}
+
+#[cfg(test)]
+fn best_fit_offset(placed: &[(u64, u64)], size: u64, align: u64) -> Result<u64, PlanError> {
+    let mut fit = BestFit::new(size, align);
+    for &(off, end) in placed {
+        if !fit.visit(off, end) {
+            break;
+        }
+    }
+    fit.offset().ok_or(PlanError::Overflow)
 }
 
 #[cfg(test)]

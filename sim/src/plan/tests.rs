@@ -136,8 +136,53 @@ fn param_variants() -> Vec<SearchParams> {
     ]
 }
 
+/// TFLite's `GreedyBySizeAssignment` as written: every placed buffer scanned in offset order,
+/// with a uniform alignment (`AlignByN` of each placed end).
+fn tflite_greedy_by_size(bufs: &[Buffer], align: u64) -> Vec<u64> {
+    let mut order: Vec<usize> = (0..bufs.len())
+        .filter(|&i| bufs[i].needs_memory())
+        .collect();
+    order.sort_by(|&a, &b| bufs[b].size_bytes.cmp(&bufs[a].size_bytes));
+    let mut offsets = vec![0u64; bufs.len()];
+    let mut ordered: Vec<usize> = Vec::new();
+    for i in order {
+        let b = bufs[i];
+        let (mut best, mut best_diff, mut prev) = (None, u64::MAX, 0u64);
+        for &j in &ordered {
+            if !bufs[j].overlaps_in_time(&b) {
+                continue;
+            }
+            let cur = offsets[j];
+            if cur >= prev {
+                let diff = cur - prev;
+                if diff >= b.size_bytes && diff < best_diff {
+                    best_diff = diff;
+                    best = Some(prev);
+                }
+            }
+            prev = prev.max((cur + bufs[j].size_bytes).div_ceil(align) * align);
+        }
+        let at = best.unwrap_or(prev);
+        let pos = ordered.iter().take_while(|&&j| offsets[j] <= at).count();
+        ordered.insert(pos, i);
+        offsets[i] = at;
+    }
+    offsets
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn greedy_by_size_matches_tflite_as_written(
+        raw in prop::collection::vec((1u64..64, 0u64..60, 1u64..30), 0..120),
+        align_log2 in 0u32..4,
+    ) {
+        let bufs: Vec<Buffer> = raw.iter().map(|&(s, lo, len)| Buffer::new(s, lo, lo + len)).collect();
+        let align = 1u64 << align_log2;
+        let plan = greedy_by_size::plan(&bufs, align).unwrap();
+        prop_assert_eq!(plan.offsets, tflite_greedy_by_size(&bufs, align));
+    }
 
     #[test]
     fn every_planner_gives_a_valid_plan(bufs in instance(14, 24, true), align_log2 in 0u32..3) {

@@ -12,6 +12,7 @@ pub mod buddy;
 pub mod first_fit;
 pub mod glibc;
 mod fit_common;
+pub mod oracle;
 pub mod pool;
 pub mod registry;
 

@@ -116,7 +116,10 @@ pub fn build(
         "buddy" => Ok(Box::new(buddy::Buddy::new(config).map_err(invalid(name))?)),
         "pool" => Ok(Box::new(pool::Pool::new(config).map_err(invalid(name))?)),
         "glibc" => Ok(Box::new(crate::policy::glibc::Glibc::from_config(config)?)),
-        "oracle" => Err(RegistryError::NotAvailable(name.to_owned())),
+        "oracle" => Ok(Box::new(
+            crate::policy::oracle::Oracle::new(trace, config)
+                .map_err(|e| invalid(name)(e.to_string()))?,
+        )),
         _ => Err(RegistryError::unknown(name)),
     }
 }

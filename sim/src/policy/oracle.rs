@@ -1,0 +1,430 @@
+//! `oracle`: the offline plan of a whole trace, knowing the future ("if an oracle told us the
+//! whole plan in advance", the libtracemalloc article).
+//!
+//! At construction the trace becomes one static-planning buffer per allocation: its lifetime is
+//! `[index of its Alloc event, index of its Free event)`, or up to the trace length if it is never
+//! freed, and its size is the request (a zero-byte request is planned as one byte, so that it has
+//! an address of its own, as `malloc(0)` does). The buffers are planned once with greedy-by-size
+//! best fit ([`crate::plan::greedy_by_size`], aligned to `align_bytes`), and each `alloc` is then
+//! served at its planned offset, looked up by allocation id. The footprint is the plan's size,
+//! held from the first event to the last (a static pool is allocated once); under a
+//! `limit_bytes` smaller than the plan the footprint is the limit, and every allocation the plan
+//! puts beyond it fails with out-of-memory. [`Oracle::lower_bound_bytes`] is the exact bound the
+//! plan is measured against: the trace's maximum live bytes.
+//!
+//! A request the plan does not cover (unknown id, larger than planned, an alignment the offset
+//! breaks, or a range that meets a live allocation because the replay left the trace's order)
+//! is refused as unsupported. Live allocations and the free gaps between them are kept in ordered
+//! maps: alloc and free are O(log n); planning is greedy-by-size's cost.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use super::registry::PolicyConfig;
+use super::{AllocError, Addr, Block, BlockState, Counters, FreeError, Placement, Policy, Request};
+use crate::plan::{Buffer, PlanError, greedy_by_size};
+use crate::trace::{EventKind, TraceView};
+
+/// The plan, shared by every clone (checkpoints copy only the live state).
+#[derive(Debug)]
+struct Planned {
+    offsets: Vec<u64>,
+    sizes: Vec<u64>,
+    total_bytes: u64,
+    max_live_bytes: u64,
+}
+
+/// One live allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Live {
+    id: u32,
+    reserved_bytes: u64,
+    requested_bytes: u64,
+}
+
+/// The `oracle` policy; see the module docs.
+#[derive(Clone, Debug)]
+pub struct Oracle {
+    plan: Arc<Planned>,
+    limit_bytes: Option<u64>,
+    live: BTreeMap<Addr, Live>,
+    /// Free gap length -> how many gaps have it.
+    gaps: BTreeMap<u64, u64>,
+    counters: Counters,
+}
+
+impl Oracle {
+    /// Plans `trace` with `config.align_bytes` and `config.limit_bytes`.
+    ///
+    /// # Errors
+    /// [`PlanError::BadAlignOption`] when the alignment is not a power of two, or
+    /// [`PlanError::Overflow`] when the sizes do not fit in 64 bits.
+    pub fn new(trace: &TraceView<'_>, config: &PolicyConfig) -> Result<Self, PlanError> {
+        let n = trace.num_allocs as usize;
+        let end = trace.len() as u64;
+        let mut buffers = vec![Buffer::new(1, end, end); n];
+        let (mut live, mut max_live) = (0u64, 0u64);
+        for (i, ((&kind, &id), &size)) in trace
+            .kind
+            .iter()
+            .zip(trace.alloc_id)
+            .zip(trace.size_bytes)
+            .enumerate()
+        {
+            let Some(b) = buffers.get_mut(id as usize) else {
+                continue;
+            };
+            match EventKind::from_code(kind) {
+                Some(EventKind::Alloc) => {
+                    *b = Buffer::new(size.max(1), i as u64, end);
+                    live = live.saturating_add(size);
+                    max_live = max_live.max(live);
+                }
+                Some(EventKind::Free) => {
+                    b.upper = i as u64;
+                    live = live.saturating_sub(size);
+                }
+                _ => {}
+            }
+        }
+        let plan = greedy_by_size::plan(&buffers, config.align_bytes)?;
+        let sizes = buffers.iter().map(|b| b.size_bytes).collect();
+        let footprint_bytes = config
+            .limit_bytes
+            .map_or(plan.total_bytes, |l| l.min(plan.total_bytes));
+        let mut gaps = BTreeMap::new();
+        if footprint_bytes > 0 {
+            gaps.insert(footprint_bytes, 1);
+        }
+        Ok(Self {
+            plan: Arc::new(Planned {
+                offsets: plan.offsets,
+                sizes,
+                total_bytes: plan.total_bytes,
+                max_live_bytes: max_live,
+            }),
+            limit_bytes: config.limit_bytes,
+            live: BTreeMap::new(),
+            gaps,
+            counters: Counters {
+                footprint_bytes,
+                free_bytes: footprint_bytes,
+                free_blocks: u64::from(footprint_bytes > 0),
+                largest_free_bytes: footprint_bytes,
+                ..Counters::default()
+            },
+        })
+    }
+
+    /// The exact lower bound of any plan of this trace: its maximum live (requested) bytes.
+    #[must_use]
+    pub fn lower_bound_bytes(&self) -> u64 {
+        self.plan.max_live_bytes
+    }
+
+    /// The size of the whole plan (the footprint, unless a limit cuts it).
+    #[must_use]
+    pub fn plan_total_bytes(&self) -> u64 {
+        self.plan.total_bytes
+    }
+
+    /// The planned offset of allocation `id`.
+    #[must_use]
+    pub fn planned_offset(&self, id: u32) -> Option<u64> {
+        self.plan.offsets.get(id as usize).copied()
+    }
+
+    /// The free gap around `[addr, end)`: from the end of the live allocation below (or 0) to
+    /// the start of the one above (or the footprint).
+    fn neighbours(&self, addr: Addr, end: Addr) -> (Addr, Addr) {
+        let below = self
+            .live
+            .range(..addr)
+            .next_back()
+            .map_or(0, |(&a, l)| a + l.reserved_bytes);
+        let above = self
+            .live
+            .range((Bound::Excluded(addr), Bound::Unbounded))
+            .next()
+            .map_or(self.counters.footprint_bytes, |(&a, _)| a);
+        (below, above.max(end))
+    }
+
+    fn add_gap(&mut self, len: u64) {
+        if len > 0 {
+            *self.gaps.entry(len).or_insert(0) += 1;
+            self.counters.free_blocks += 1;
+        }
+    }
+
+    fn remove_gap(&mut self, len: u64) {
+        if len == 0 {
+            return;
+        }
+        if let Some(c) = self.gaps.get_mut(&len) {
+            *c -= 1;
+            if *c == 0 {
+                self.gaps.remove(&len);
+            }
+            self.counters.free_blocks -= 1;
+        }
+    }
+
+    fn refresh_largest(&mut self) {
+        self.counters.largest_free_bytes = self.gaps.last_key_value().map_or(0, |(&l, _)| l);
+    }
+}
+
+impl Policy for Oracle {
+    fn name(&self) -> &'static str {
+        "oracle"
+    }
+
+    fn alloc(&mut self, req: Request) -> Result<Placement, AllocError> {
+        let unsupported = |why: String| Err(AllocError::Unsupported(why));
+        let id = req.id;
+        let (Some(&addr), Some(&planned)) = (
+            self.plan.offsets.get(id as usize),
+            self.plan.sizes.get(id as usize),
+        ) else {
+            return unsupported(format!("allocation {id} is not in the plan"));
+        };
+        if req.size_bytes > planned {
+            return unsupported(format!(
+                "allocation {id} asks {} B, the plan holds {planned} B",
+                req.size_bytes
+            ));
+        }
+        if req.align_bytes == 0 || addr % req.align_bytes != 0 {
+            return unsupported(format!(
+                "planned offset {addr:#x} of allocation {id} breaks alignment {}",
+                req.align_bytes
+            ));
+        }
+        let end = addr + planned;
+        if end > self.counters.footprint_bytes {
+            return Err(AllocError::OutOfMemory {
+                requested_bytes: req.size_bytes,
+                largest_free_bytes: self.counters.largest_free_bytes,
+                footprint_bytes: self.counters.footprint_bytes,
+                limit_bytes: self.limit_bytes,
+            });
+        }
+        let (below, above) = self.neighbours(addr, end);
+        let meets_live = self
+            .live
+            .range(..end)
+            .next_back()
+            .is_some_and(|(&a, l)| a + l.reserved_bytes > addr);
+        if meets_live || below > addr {
+            return unsupported(format!(
+                "planned range [{addr:#x}, {end:#x}) of allocation {id} meets a live allocation \
+                 (the replay is not the planned trace)"
+            ));
+        }
+        self.remove_gap(above - below);
+        self.add_gap(addr - below);
+        self.add_gap(above - end);
+        self.refresh_largest();
+        self.live.insert(
+            addr,
+            Live {
+                id,
+                reserved_bytes: planned,
+                requested_bytes: req.size_bytes,
+            },
+        );
+        let c = &mut self.counters;
+        c.live_allocs += 1;
+        c.live_bytes += req.size_bytes;
+        c.allocated_bytes += planned;
+        c.free_bytes -= planned;
+        Ok(Placement {
+            addr,
+            reserved_bytes: planned,
+        })
+    }
+
+    fn free(&mut self, addr: Addr) -> Result<(), FreeError> {
+        let l = self.live.remove(&addr).ok_or(FreeError::UnknownAddr(addr))?;
+        let end = addr + l.reserved_bytes;
+        let (below, above) = self.neighbours(addr, end);
+        self.remove_gap(addr - below);
+        self.remove_gap(above - end);
+        self.add_gap(above - below);
+        self.refresh_largest();
+        let c = &mut self.counters;
+        c.live_allocs -= 1;
+        c.live_bytes -= l.requested_bytes;
+        c.allocated_bytes -= l.reserved_bytes;
+        c.free_bytes += l.reserved_bytes;
+        Ok(())
+    }
+
+    fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    fn blocks(&self, out: &mut Vec<Block>) {
+        let mut at = 0;
+        for (&addr, l) in &self.live {
+            if addr > at {
+                out.push(Block {
+                    addr: at,
+                    len_bytes: addr - at,
+                    state: BlockState::Free,
+                });
+            }
+            out.push(Block {
+                addr,
+                len_bytes: l.reserved_bytes,
+                state: BlockState::Used {
+                    id: l.id,
+                    requested_bytes: l.requested_bytes,
+                },
+            });
+            at = addr + l.reserved_bytes;
+        }
+        if self.counters.footprint_bytes > at {
+            out.push(Block {
+                addr: at,
+                len_bytes: self.counters.footprint_bytes - at,
+                state: BlockState::Free,
+            });
+        }
+    }
+
+    fn clone_box(&self) -> Box<dyn Policy> {
+        Box::new(self.clone())
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        let mut blocks = Vec::new();
+        self.blocks(&mut blocks);
+        let mut prev_end = 0;
+        let mut gaps: BTreeMap<u64, u64> = BTreeMap::new();
+        for b in &blocks {
+            if b.addr < prev_end {
+                return Err(format!("block {b:?} overlaps the one before"));
+            }
+            prev_end = b.end();
+            match b.state {
+                BlockState::Used { id, .. } => {
+                    if self.planned_offset(id) != Some(b.addr) {
+                        return Err(format!("allocation {id} at {:#x} is off its plan", b.addr));
+                    }
+                }
+                BlockState::Free => *gaps.entry(b.len_bytes).or_insert(0) += 1,
+                BlockState::Dead => return Err(format!("dead block {b:?}")),
+            }
+        }
+        if prev_end > self.counters.footprint_bytes {
+            return Err(format!(
+                "blocks end at {prev_end}, beyond the footprint {}",
+                self.counters.footprint_bytes
+            ));
+        }
+        if gaps != self.gaps {
+            return Err(format!("gap index {:?} but blocks give {gaps:?}", self.gaps));
+        }
+        let expected = Counters::from_blocks(&blocks, self.counters.footprint_bytes);
+        if expected != self.counters {
+            return Err(format!(
+                "counters {:?} but blocks give {expected:?}",
+                self.counters
+            ));
+        }
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::OwnedTrace;
+
+    fn served(o: &mut Oracle, id: u32, size_bytes: u64) -> Result<Placement, AllocError> {
+        o.alloc(Request {
+            id,
+            size_bytes,
+            align_bytes: 16,
+        })
+    }
+
+    #[test]
+    fn serves_the_greedy_plan_with_a_constant_footprint() {
+        // a 100 B [0,3), b 50 B [1,5), c 100 B [4,6): c reuses a's slot, b sits above it.
+        let mut t = OwnedTrace::new();
+        let a = t.alloc(0, 100);
+        let b = t.alloc(1, 50);
+        t.free(2, a);
+        let c = t.alloc(3, 100);
+        t.free(4, b);
+        t.free(5, c);
+        let view = t.view().unwrap();
+        let mut o = Oracle::new(&view, &PolicyConfig::default()).unwrap();
+        assert_eq!(o.lower_bound_bytes(), 150);
+        // Greedy-by-size with 16-byte alignment: a at 0, c at 0 (after a), b at 112.
+        assert_eq!(o.plan_total_bytes(), 162);
+        assert_eq!(o.counters().footprint_bytes, 162);
+        assert_eq!(served(&mut o, a, 100).unwrap().addr, 0);
+        assert_eq!(served(&mut o, b, 50).unwrap().addr, 112);
+        let c0 = o.counters();
+        assert_eq!((c0.free_blocks, c0.largest_free_bytes), (1, 12));
+        o.free(0).unwrap();
+        assert_eq!(served(&mut o, c, 100).unwrap().addr, 0);
+        o.check_invariants().unwrap();
+        o.free(112).unwrap();
+        o.free(0).unwrap();
+        assert_eq!(o.counters().footprint_bytes, 162, "the pool stays");
+        assert_eq!(o.counters().free_blocks, 1);
+        o.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn refuses_what_the_plan_does_not_cover() {
+        let mut t = OwnedTrace::new();
+        t.alloc(0, 64);
+        t.alloc(1, 64);
+        let view = t.view().unwrap();
+        let mut o = Oracle::new(&view, &PolicyConfig::default()).unwrap();
+        assert!(matches!(served(&mut o, 7, 8), Err(AllocError::Unsupported(_))));
+        assert!(matches!(served(&mut o, 0, 65), Err(AllocError::Unsupported(_))));
+        served(&mut o, 0, 64).unwrap();
+        // Allocation 0 again while it is live: its planned range is taken.
+        assert!(matches!(served(&mut o, 0, 64), Err(AllocError::Unsupported(_))));
+        o.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_limit_below_the_plan_fails_what_lies_beyond_it() {
+        let mut t = OwnedTrace::new();
+        for i in 0..4 {
+            t.alloc(i, 1000);
+        }
+        let view = t.view().unwrap();
+        let config = PolicyConfig {
+            limit_bytes: Some(2500),
+            ..PolicyConfig::default()
+        };
+        let mut o = Oracle::new(&view, &config).unwrap();
+        assert_eq!(o.counters().footprint_bytes, 2500);
+        let placed: Vec<bool> = (0..4).map(|id| served(&mut o, id, 1000).is_ok()).collect();
+        assert_eq!(placed.iter().filter(|&&p| p).count(), 2);
+        assert!(matches!(
+            served(&mut o, 3, 1000),
+            Err(AllocError::OutOfMemory {
+                footprint_bytes: 2500,
+                limit_bytes: Some(2500),
+                ..
+            })
+        ));
+        o.check_invariants().unwrap();
+    }
+}
