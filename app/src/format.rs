@@ -25,6 +25,19 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// A power-of-two size in at most four characters: `256`, `1K`, `512K`, `256M`.
+#[must_use]
+pub fn bytes_compact(n: u64) -> String {
+    const UNITS: [&str; 6] = ["", "K", "M", "G", "T", "P"];
+    let mut v = n;
+    let mut unit = 0;
+    while v >= 1024 && v % 1024 == 0 && unit + 1 < UNITS.len() {
+        v /= 1024;
+        unit += 1;
+    }
+    format!("{v}{}", UNITS[unit])
+}
+
 /// An integer with thousands separators: `1,145,773`.
 #[must_use]
 pub fn count(n: u64) -> String {
@@ -51,6 +64,12 @@ pub fn seconds(s: f64) -> String {
     } else {
         format!("{s:.2} s")
     }
+}
+
+/// Seconds with microsecond precision, for event times: `12.344411s`.
+#[must_use]
+pub fn seconds_fixed(s: f64) -> String {
+    format!("{s:.6}s")
 }
 
 /// A rate per second with an SI suffix: `950`, `12.3 k`, `45.1 M`.

@@ -1,29 +1,47 @@
 //! `allocview`: explore memory-allocation traces and replay them through allocator policies.
 //!
-//! This binary holds the command line (`cmd/`), shared formatting (`format`) and, later, the
-//! view-model and the frontends. Domain logic lives in `allocview_sim` and `allocview_loaders`.
+//! - `cmd/`: the headless subcommands (`stats`, `compare`, `bench`);
+//! - `model/`: the explorer's state, messages and view-model, shared by the frontends;
+//! - `tui/`: the terminal explorer (`allocview FILE`);
+//! - `format`, `theme`, `units`: formatting, colours and byte-size parsing used everywhere.
+//!
+//! Domain logic lives in `allocview_sim` and `allocview_loaders`.
 
 mod cmd;
 mod format;
+mod model;
 mod progress;
+mod theme;
+mod tui;
 mod units;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 /// Explore memory-allocation traces and replay them through allocator policies.
 ///
-/// Inputs are recognised by content: libtracemalloc text traces (plain or gzip).
+/// `allocview FILE` opens the terminal explorer: a timeline of live bytes and each policy's
+/// footprint, the heap map at the cursor, size classes and the events around it. Inputs are
+/// recognised by content: libtracemalloc text traces, plain or gzip.
 #[derive(Debug, Parser)]
 #[command(name = "allocview", version, about, long_about = None)]
-#[command(
-    after_help = "Examples:\n  allocview stats sample-traces/find_usr_include.trace.gz\n  \
-                        allocview stats trace.gz --json"
-)]
+#[command(args_conflicts_with_subcommands = true)]
+#[command(after_help = "Examples:
+  allocview sample-traces/xz_T2_8KiB_blocks.trace.gz         explore in the terminal
+  allocview stats sample-traces/find_usr_include.trace.gz    summary table
+  allocview stats trace.gz --json                            summary for scripts
+  allocview compare trace.gz --policy bfc,first-fit,buddy --limit 512MiB")]
 struct Cli {
+    /// A trace to open in the terminal explorer.
+    file: Option<PathBuf>,
+    #[command(flatten)]
+    policies: cmd::compare::PolicyArgs,
+    #[command(flatten)]
+    input: cmd::load::InputArgs,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -32,6 +50,8 @@ enum Command {
     Stats(cmd::stats::StatsArgs),
     /// Replay a trace through allocator policies and compare footprint, fragmentation and OOMs.
     Compare(cmd::compare::CompareArgs),
+    /// Measure allocview itself (load, replay, explorer seek and redraw) and print figures.
+    Bench(cmd::bench::BenchArgs),
     /// Run a command under the malloc tracer and write its trace (one file per process).
     Record(cmd::record::RecordArgs),
     /// Convert a trace between the text form and allocview's binary form, losslessly.
@@ -40,11 +60,17 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Stats(args) => cmd::stats::run(&args),
-        Command::Compare(args) => cmd::compare::run(&args),
-        Command::Record(args) => cmd::record::run(&args),
-        Command::Convert(args) => cmd::convert::run(&args),
+    let result = match (cli.command, cli.file) {
+        (Some(Command::Stats(args)), _) => cmd::stats::run(&args),
+        (Some(Command::Compare(args)), _) => cmd::compare::run(&args),
+        (Some(Command::Bench(args)), _) => cmd::bench::run(&args),
+        (Some(Command::Record(args)), _) => cmd::record::run(&args),
+        (Some(Command::Convert(args)), _) => cmd::convert::run(&args),
+        (None, Some(file)) => explore(&file, &cli.policies, &cli.input),
+        (None, None) => {
+            eprintln!("usage: allocview FILE  (or allocview --help)");
+            return ExitCode::from(2);
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -53,4 +79,20 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn explore(
+    file: &std::path::Path,
+    policies: &cmd::compare::PolicyArgs,
+    input: &cmd::load::InputArgs,
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    // Fail before taking over the terminal when the file cannot even be opened.
+    std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?;
+    let names = policies.names()?;
+    let config = policies.config()?;
+    let jobs = policies.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    tui::run(file, &names, config, input.lenient, jobs)
 }

@@ -1,5 +1,6 @@
 //! Headless subcommands: each prints a table for people or JSON for scripts.
 
+pub mod bench;
 pub mod compare;
 pub mod convert;
 pub mod load;

@@ -46,7 +46,7 @@ pub fn rasterise(blocks: &[Block], n_cells: usize) -> HeapMap {
     let mut used = vec![0u64; n_cells.max(1)];
     let mut used_class = vec![(0u8, 0u64); n_cells.max(1)];
     let mut pos: u64 = 0;
-    let mut add = |start: u64, len: u64, f: &mut dyn FnMut(usize, u64)| {
+    let add = |start: u64, len: u64, f: &mut dyn FnMut(usize, u64)| {
         let mut s = start;
         let end = start + len;
         while s < end {
@@ -171,9 +171,21 @@ mod tests {
         let m = rasterise(&blocks, 8);
         assert_eq!(m.held_bytes, 200);
         assert_eq!(m.bytes_per_cell, 25);
-        assert!(m.cells.iter().all(|c| matches!(c, CellKind::Used { class: 7 })));
+        assert!(
+            m.cells
+                .iter()
+                .all(|c| matches!(c, CellKind::Used { class: 7 }))
+        );
         let m = rasterise(&[free(0, 10)], 4);
-        assert_eq!(m.cells, [CellKind::Free, CellKind::Free, CellKind::Free, CellKind::Free]);
+        assert_eq!(
+            m.cells,
+            [
+                CellKind::Free,
+                CellKind::Free,
+                CellKind::Free,
+                CellKind::Free
+            ]
+        );
         let m = rasterise(&[], 3);
         assert_eq!(m.cells, [CellKind::Empty; 3]);
     }

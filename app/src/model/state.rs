@@ -1,0 +1,848 @@
+//! The explorer's single model ([`AppState`]), its messages ([`Msg`]) and [`update`].
+//!
+//! Frontends turn input into [`Msg`]s and draw [`super::view::ViewModel`]s; they never touch
+//! the state directly. Long work (loading, replaying) runs on worker threads that report back
+//! with messages, so the window opens at once and the cursor moves while policies replay.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::mpsc::Sender;
+
+use allocview_loaders::{LoadOptions, MallocTrace, Strictness};
+use allocview_sim::classes::ClassSeries;
+use allocview_sim::policy::registry::{self, PolicyConfig};
+use allocview_sim::policy::{Block, Counters};
+use allocview_sim::replay::{Replay, ReplayOptions, replay};
+use allocview_sim::series::Bucketing;
+use allocview_sim::trace::{EventKind, TraceView};
+use polars::prelude::*;
+
+/// Time buckets of every series the explorer draws.
+pub const BUCKETS: usize = 2048;
+
+/// A loaded trace, immutable and shared with the worker threads.
+pub struct TraceData {
+    pub path: PathBuf,
+    pub trace: MallocTrace,
+    pub num_allocs: u32,
+    /// Load warnings, shown once in the status line.
+    pub warnings: Vec<String>,
+}
+
+impl TraceData {
+    /// Loads and validates a trace.
+    ///
+    /// # Errors
+    /// A readable message naming the file.
+    pub fn load(path: &Path, lenient: bool, progress: Arc<AtomicU64>) -> Result<Self, String> {
+        let opts = LoadOptions {
+            strictness: if lenient {
+                Strictness::Lenient
+            } else {
+                Strictness::Strict
+            },
+            progress: Some(progress),
+        };
+        let allocview_loaders::Loaded::MallocTrace(trace) =
+            allocview_loaders::load(path, &opts).map_err(|e| e.to_string())?;
+        let num_allocs = allocview_loaders::trace_view(&trace.events, path)
+            .map_err(|e| e.to_string())?
+            .num_allocs;
+        let warnings = trace.summary.warnings();
+        Ok(Self {
+            path: path.to_path_buf(),
+            trace,
+            num_allocs,
+            warnings,
+        })
+    }
+
+    /// The simulator's view of the events, without revalidating them (done once in `load`).
+    #[must_use]
+    pub fn view(&self) -> TraceView<'_> {
+        let df = &self.trace.events;
+        let slice_i64 = |name: &str| {
+            df.column(name)
+                .ok()
+                .and_then(|c| c.i64().ok())
+                .and_then(|c| c.cont_slice().ok())
+                .unwrap_or(&[])
+        };
+        let slice_u8 = |name: &str| {
+            df.column(name)
+                .ok()
+                .and_then(|c| c.u8().ok())
+                .and_then(|c| c.cont_slice().ok())
+                .unwrap_or(&[])
+        };
+        let sizes = df
+            .column("size_bytes")
+            .ok()
+            .and_then(|c| c.u64().ok())
+            .and_then(|c| c.cont_slice().ok())
+            .unwrap_or(&[]);
+        let ids = df
+            .column("alloc_id")
+            .ok()
+            .and_then(|c| c.u32().ok())
+            .and_then(|c| c.downcast_iter().next())
+            .map_or(&[][..], |a| a.values().as_slice());
+        TraceView::revalidated(
+            slice_i64("t_ns"),
+            slice_u8("kind"),
+            sizes,
+            ids,
+            self.num_allocs,
+        )
+    }
+
+    /// Number of events.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.trace.events.height()
+    }
+
+    /// Thread index of event `i`.
+    #[must_use]
+    pub fn thread_at(&self, i: usize) -> u16 {
+        let col = self.trace.events.column("thread").ok();
+        col.and_then(|c| match c.dtype() {
+            DataType::UInt8 => c.u8().ok().and_then(|a| a.get(i)).map(u16::from),
+            _ => c.u16().ok().and_then(|a| a.get(i)),
+        })
+        .unwrap_or(0)
+    }
+
+    /// Address of event `i`.
+    #[must_use]
+    pub fn address_at(&self, i: usize) -> u64 {
+        self.trace
+            .events
+            .column("address")
+            .ok()
+            .and_then(|c| c.u64().ok())
+            .and_then(|a| a.get(i))
+            .unwrap_or(0)
+    }
+}
+
+/// Where one policy's replay stands.
+#[derive(Clone)]
+pub enum RunStatus {
+    Pending,
+    Done(Arc<Replay>),
+    Failed(String),
+}
+
+/// One policy of the session.
+#[derive(Clone)]
+pub struct PolicySlot {
+    pub name: &'static str,
+    pub status: RunStatus,
+}
+
+impl PolicySlot {
+    /// The replay, once done.
+    #[must_use]
+    pub fn replay(&self) -> Option<&Arc<Replay>> {
+        match &self.status {
+            RunStatus::Done(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// The layout the view-model is shown in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// One policy: its heap map, bins and histogram.
+    Single,
+    /// Every replayed policy side by side at the same cursor.
+    Compare,
+}
+
+/// What a text prompt asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PromptKind {
+    /// An event number, or a time with a unit (`1.5s`, `20ms`).
+    Goto,
+    /// An event filter: `thread=N`, `size=MIN..MAX`, `class=N`, space-separated; empty clears.
+    Filter,
+}
+
+/// A text prompt being typed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prompt {
+    pub kind: PromptKind,
+    pub text: String,
+}
+
+/// Which events the event list and `n`/`N` consider.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub thread: Option<u16>,
+    pub min_size_bytes: Option<u64>,
+    pub max_size_bytes: Option<u64>,
+    pub class: Option<u8>,
+}
+
+impl Filter {
+    /// Parses `thread=N size=MIN..MAX class=N` (any subset, any order; sizes take units).
+    ///
+    /// # Errors
+    /// A message naming the term that could not be read.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut f = Self::default();
+        for term in text.split_whitespace() {
+            let (key, value) = term
+                .split_once('=')
+                .ok_or_else(|| format!("expected key=value, got {term:?}"))?;
+            match key {
+                "thread" | "t" => {
+                    f.thread = Some(value.parse().map_err(|_| format!("bad thread {value:?}"))?);
+                }
+                "class" | "c" => {
+                    f.class = Some(value.parse().map_err(|_| format!("bad class {value:?}"))?);
+                }
+                "size" | "s" => {
+                    let (lo, hi) = value.split_once("..").unwrap_or((value, value));
+                    if !lo.is_empty() {
+                        f.min_size_bytes = Some(crate::units::parse_bytes(lo)?);
+                    }
+                    if !hi.is_empty() {
+                        f.max_size_bytes = Some(crate::units::parse_bytes(hi)?);
+                    }
+                }
+                other => {
+                    return Err(format!(
+                        "unknown filter {other:?}: use thread=N, size=MIN..MAX, class=N"
+                    ));
+                }
+            }
+        }
+        Ok(f)
+    }
+
+    /// True when no term is set.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Whether event `i` passes.
+    #[must_use]
+    pub fn accepts(&self, data: &TraceData, view: &TraceView<'_>, i: usize) -> bool {
+        let size = view.size_bytes.get(i).copied().unwrap_or(0);
+        self.thread.is_none_or(|t| data.thread_at(i) == t)
+            && self.min_size_bytes.is_none_or(|m| size >= m)
+            && self.max_size_bytes.is_none_or(|m| size <= m)
+            && self
+                .class
+                .is_none_or(|c| allocview_sim::trace::size_class(size) == c)
+    }
+
+    /// The filter as text, for the status line.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(t) = self.thread {
+            parts.push(format!("thread={t}"));
+        }
+        if self.min_size_bytes.is_some() || self.max_size_bytes.is_some() {
+            parts.push(format!(
+                "size={}..{}",
+                self.min_size_bytes
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
+                self.max_size_bytes
+                    .map(|v| v.to_string())
+                    .unwrap_or_default()
+            ));
+        }
+        if let Some(c) = self.class {
+            parts.push(format!("class={c}"));
+        }
+        parts.join(" ")
+    }
+}
+
+/// The heap of one policy at the cursor, cached so idle frames cost nothing.
+#[derive(Clone)]
+pub struct HeapAt {
+    pub event: usize,
+    pub blocks: Vec<Block>,
+    pub counters: Counters,
+    pub bins: Option<Vec<allocview_sim::policy::bfc::BinInfo>>,
+}
+
+/// Everything the explorer knows.
+pub struct AppState {
+    pub path: PathBuf,
+    pub file_bytes: u64,
+    pub load_progress: Arc<AtomicU64>,
+    pub data: Option<Arc<TraceData>>,
+    pub load_error: Option<String>,
+    pub classes: Option<Arc<ClassSeries>>,
+    pub policies: Vec<PolicySlot>,
+    pub selected: usize,
+    pub mode: Mode,
+    /// Current event (the state shown is the one just after it).
+    pub cursor: usize,
+    /// The visible part of the timeline, as fractions of the trace's time span.
+    pub zoom: (f64, f64),
+    pub filter: Filter,
+    pub prompt: Option<Prompt>,
+    pub help: bool,
+    pub message: Option<String>,
+    pub quit: bool,
+    /// Rows the event list shows (set by the frontend), for page steps.
+    pub page_rows: usize,
+    /// Heaps at the cursor, one per policy slot.
+    pub heaps: Vec<Option<HeapAt>>,
+    pub config: PolicyConfig,
+    /// Where `e` writes its files (the working directory by default).
+    pub export_dir: PathBuf,
+}
+
+/// Everything that can happen to the model.
+#[derive(Clone)]
+pub enum Msg {
+    /// Move the cursor by events.
+    Step(i64),
+    /// Move the cursor by time buckets of the visible timeline.
+    StepBucket(i64),
+    /// Move the cursor by a screen of events.
+    StepPage(i64),
+    Home,
+    End,
+    /// Move the cursor to a fraction of the visible timeline (mouse click or drag).
+    ScrubTo(f64),
+    /// Next / previous peak or OOM.
+    NextMark,
+    PrevMark,
+    CyclePolicy(i64),
+    ToggleCompare,
+    ZoomIn,
+    ZoomOut,
+    OpenPrompt(PromptKind),
+    PromptInput(char),
+    PromptBackspace,
+    PromptSubmit,
+    PromptCancel,
+    /// Export what is on screen to files in the working directory.
+    Export,
+    ToggleHelp,
+    Quit,
+    /// Frontend geometry: rows of the event list.
+    PageRows(usize),
+    /// Worker results.
+    Loaded(Result<Arc<TraceData>, String>),
+    Classes(Arc<ClassSeries>),
+    Replayed(usize, Result<Arc<Replay>, String>),
+}
+
+impl AppState {
+    /// A state for `path` before anything is loaded.
+    #[must_use]
+    pub fn new(path: &Path, policies: &[&'static str], config: PolicyConfig) -> Self {
+        let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        Self {
+            path: path.to_path_buf(),
+            file_bytes,
+            load_progress: Arc::new(AtomicU64::new(0)),
+            data: None,
+            load_error: None,
+            classes: None,
+            policies: policies
+                .iter()
+                .map(|&name| PolicySlot {
+                    name,
+                    status: RunStatus::Pending,
+                })
+                .collect(),
+            selected: 0,
+            mode: Mode::Single,
+            cursor: 0,
+            zoom: (0.0, 1.0),
+            filter: Filter::default(),
+            prompt: None,
+            help: false,
+            message: None,
+            quit: false,
+            page_rows: 10,
+            heaps: policies.iter().map(|_| None).collect(),
+            config,
+            export_dir: PathBuf::from("."),
+        }
+    }
+
+    /// Number of events (0 until loaded).
+    #[must_use]
+    pub fn events(&self) -> usize {
+        self.data.as_ref().map_or(0, |d| d.len())
+    }
+
+    /// The selected policy's replay, once done.
+    #[must_use]
+    pub fn selected_replay(&self) -> Option<&Arc<Replay>> {
+        self.policies
+            .get(self.selected)
+            .and_then(PolicySlot::replay)
+    }
+
+    /// The bucketing shared by every series (needs the trace).
+    #[must_use]
+    pub fn bucketing(&self) -> Option<Bucketing> {
+        self.data
+            .as_ref()
+            .map(|d| Bucketing::for_trace(&d.view(), BUCKETS))
+    }
+
+    /// Time of the cursor's event, in ns since the first event.
+    #[must_use]
+    pub fn cursor_t_ns(&self) -> i64 {
+        self.data.as_ref().map_or(0, |d| {
+            let v = d.view();
+            let t0 = v.t_ns.first().copied().unwrap_or(0);
+            v.t_ns.get(self.cursor).copied().unwrap_or(t0) - t0
+        })
+    }
+
+    fn set_cursor(&mut self, event: usize) {
+        let n = self.events();
+        self.cursor = event.min(n.saturating_sub(1));
+        self.refresh_heaps();
+    }
+
+    /// Recomputes the cached heaps that are stale (selected policy, or all in compare mode).
+    pub fn refresh_heaps(&mut self) {
+        let Some(data) = self.data.clone() else {
+            return;
+        };
+        let view = data.view();
+        for (i, slot) in self.policies.iter().enumerate() {
+            let wanted = self.mode == Mode::Compare || i == self.selected;
+            let Some(replay) = slot.replay() else {
+                continue;
+            };
+            let fresh = self
+                .heaps
+                .get(i)
+                .and_then(Option::as_ref)
+                .is_some_and(|h| h.event == self.cursor);
+            if !wanted || fresh {
+                continue;
+            }
+            let heap = match replay.state_at(&view, self.cursor) {
+                Ok((policy, counters)) => {
+                    let mut blocks = Vec::new();
+                    policy.blocks(&mut blocks);
+                    let bins = policy
+                        .as_any()
+                        .downcast_ref::<allocview_sim::policy::bfc::Bfc>()
+                        .map(allocview_sim::policy::bfc::Bfc::bins);
+                    Some(HeapAt {
+                        event: self.cursor,
+                        blocks,
+                        counters,
+                        bins,
+                    })
+                }
+                Err(e) => {
+                    self.message = Some(format!("{}: {e}", slot.name));
+                    None
+                }
+            };
+            if let Some(h) = self.heaps.get_mut(i) {
+                *h = heap;
+            }
+        }
+    }
+
+    /// The visible time window in ns since the first event.
+    #[must_use]
+    pub fn window_ns(&self) -> (f64, f64) {
+        let span = self.bucketing().map_or(1.0, |b| b.span_ns as f64);
+        (self.zoom.0 * span, self.zoom.1 * span)
+    }
+
+    /// The event at time offset `t_ns` (first event at or after it).
+    fn event_at_time(&self, t_ns: f64) -> usize {
+        let Some(data) = &self.data else { return 0 };
+        let v = data.view();
+        let t0 = v.t_ns.first().copied().unwrap_or(0);
+        let target = t0 as f64 + t_ns;
+        v.t_ns.partition_point(|&t| (t as f64) < target)
+    }
+
+    /// Events the marks (`n`/`N`) stop at: OOMs of the selected policy, its peak footprint and
+    /// peak live events, and the local maxima of live bytes across the visible buckets.
+    #[must_use]
+    pub fn marks(&self) -> Vec<usize> {
+        let mut marks = Vec::new();
+        if let Some(r) = self.selected_replay() {
+            marks.extend(r.ooms.iter().map(|o| o.event));
+            marks.extend(r.summary.peak_footprint_event);
+            marks.extend(r.summary.peak_live_event);
+            let s = &r.series;
+            let n = s.len();
+            let radius = (n / 64).max(2);
+            for b in 0..n {
+                let v = s.live_bytes.max.get(b).copied().unwrap_or(0);
+                if v == 0 || s.event_count.get(b).copied().unwrap_or(0) == 0 {
+                    continue;
+                }
+                let lo = b.saturating_sub(radius);
+                let hi = (b + radius + 1).min(n);
+                let is_peak = (lo..hi).all(|o| {
+                    let w = s.live_bytes.max.get(o).copied().unwrap_or(0);
+                    w < v || (w == v && o >= b)
+                });
+                if is_peak {
+                    if let Some(e) = self.peak_event_in_bucket(r, b) {
+                        marks.push(e);
+                    }
+                }
+            }
+        }
+        marks.sort_unstable();
+        marks.dedup();
+        marks
+    }
+
+    /// The event of a bucket where live bytes reach the bucket's maximum.
+    fn peak_event_in_bucket(&self, r: &Replay, b: usize) -> Option<usize> {
+        let data = self.data.as_ref()?;
+        let v = data.view();
+        let s = &r.series;
+        let first = *s.first_event.get(b)?;
+        let last = *s.last_event.get(b)?;
+        let target = *s.live_bytes.max.get(b)?;
+        let mut live = if b == 0 {
+            0
+        } else {
+            *s.live_bytes.last.get(b - 1)?
+        };
+        // Under a limit the policy's live bytes skip failed allocations: follow them.
+        let failed: std::collections::HashSet<usize> = r
+            .ooms
+            .iter()
+            .map(|o| o.event)
+            .filter(|&e| e >= first && e <= last)
+            .collect();
+        for i in first..=last {
+            let size = v.size_bytes.get(i).copied().unwrap_or(0);
+            match v.kind_at(i) {
+                Some(EventKind::Alloc) if !failed.contains(&i) => live += size,
+                Some(EventKind::Free)
+                    if r.addr_of(v.alloc_id.get(i).copied().unwrap_or(0)).is_some() =>
+                {
+                    live = live.saturating_sub(size);
+                }
+                _ => {}
+            }
+            if live == target {
+                return Some(i);
+            }
+        }
+        Some(last)
+    }
+}
+
+/// Starts loading the trace, then the size-class series and every policy's replay, on worker
+/// threads that report through `tx`.
+pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<Msg>) {
+    let path = state.path.clone();
+    let progress = Arc::clone(&state.load_progress);
+    let names: Vec<&'static str> = state.policies.iter().map(|p| p.name).collect();
+    let config = state.config.clone();
+    let tx = tx.clone();
+    std::thread::spawn(move || {
+        let data = match TraceData::load(&path, lenient, progress) {
+            Ok(d) => Arc::new(d),
+            Err(e) => {
+                tx.send(Msg::Loaded(Err(e))).ok();
+                return;
+            }
+        };
+        tx.send(Msg::Loaded(Ok(Arc::clone(&data)))).ok();
+        {
+            let view = data.view();
+            let classes = ClassSeries::build(&view, Bucketing::for_trace(&view, BUCKETS), 16_384);
+            tx.send(Msg::Classes(Arc::new(classes))).ok();
+        }
+        // Replays in order of the list, `jobs` at a time, each reported as soon as it is done.
+        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let workers: Vec<_> = (0..jobs.max(1))
+            .map(|_| {
+                let data = Arc::clone(&data);
+                let names = names.clone();
+                let config = config.clone();
+                let next = Arc::clone(&next);
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&name) = names.get(i) else { break };
+                        let view = data.view();
+                        let opts = ReplayOptions {
+                            align_bytes: config.align_bytes,
+                            buckets: BUCKETS,
+                            ..ReplayOptions::default()
+                        };
+                        let result = registry::build(name, &config, &view)
+                            .map(|p| Arc::new(replay(&view, p, &opts)))
+                            .map_err(|e| e.to_string());
+                        if tx.send(Msg::Replayed(i, result)).is_err() {
+                            break;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().ok();
+        }
+    });
+}
+
+/// Loads and replays everything on worker threads and waits for them: for tests, benchmarks
+/// and headless use.
+///
+/// # Errors
+/// The load error, if the trace could not be loaded.
+pub fn load_blocking(state: &mut AppState, lenient: bool, jobs: usize) -> Result<(), String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    start_workers(state, lenient, jobs, &tx);
+    drop(tx);
+    for msg in rx {
+        if let Msg::Loaded(Err(e)) = &msg {
+            return Err(e.clone());
+        }
+        update(state, msg);
+    }
+    Ok(())
+}
+
+fn parse_goto(text: &str, state: &AppState) -> Result<usize, String> {
+    let t = text.trim();
+    if let Ok(event) = t.replace([',', '_'], "").parse::<usize>() {
+        return Ok(event);
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("expected an event number or a time like 1.5s, got {t:?}"))?;
+    let scale = match unit.trim() {
+        "s" => 1e9,
+        "ms" => 1e6,
+        "us" | "µs" => 1e3,
+        "ns" => 1.0,
+        other => return Err(format!("unknown time unit {other:?}: use s, ms, us or ns")),
+    };
+    Ok(state.event_at_time(value * scale))
+}
+
+/// Applies one message. Returns a follow-up message, if any.
+pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
+    let n = state.events();
+    match msg {
+        Msg::Step(d) => {
+            let c = state.cursor as i64 + d;
+            state.set_cursor(usize::try_from(c.max(0)).unwrap_or(0));
+        }
+        Msg::StepPage(d) => {
+            let c = state.cursor as i64 + d * state.page_rows.max(1) as i64;
+            state.set_cursor(usize::try_from(c.max(0)).unwrap_or(0));
+        }
+        Msg::StepBucket(d) => {
+            if let Some(r) = state.selected_replay().cloned() {
+                let s = &r.series;
+                let b = s.bucket_of_event(state.cursor) as i64;
+                let (lo, hi) = state.zoom;
+                let visible = ((hi - lo) * s.len() as f64 / 128.0).max(1.0) as i64;
+                let nb = (b + d * visible).clamp(0, s.len() as i64 - 1);
+                let nb = usize::try_from(nb).unwrap_or(0);
+                let target = if d > 0 {
+                    s.first_event.get(nb).copied()
+                } else {
+                    s.last_event.get(nb).copied()
+                };
+                // At either end there is no further bucket: a step never moves backwards.
+                let target = target.unwrap_or(state.cursor);
+                let target = if d > 0 {
+                    target.max(state.cursor)
+                } else {
+                    target.min(state.cursor)
+                };
+                state.set_cursor(target);
+            } else {
+                let step = (n / 128).max(1) as i64;
+                return Some(Msg::Step(d * step));
+            }
+        }
+        Msg::Home => state.set_cursor(0),
+        Msg::End => state.set_cursor(n.saturating_sub(1)),
+        Msg::ScrubTo(frac) => {
+            let (lo, hi) = state.window_ns();
+            let t = lo + frac.clamp(0.0, 1.0) * (hi - lo);
+            let e = state.event_at_time(t);
+            state.set_cursor(e);
+        }
+        Msg::NextMark | Msg::PrevMark => {
+            let marks = state.marks();
+            let forward = matches!(msg, Msg::NextMark);
+            let target = if forward {
+                marks.iter().copied().find(|&m| m > state.cursor)
+            } else {
+                marks.iter().rev().copied().find(|&m| m < state.cursor)
+            };
+            match target {
+                Some(t) => {
+                    state.set_cursor(t);
+                    state.message = Some(describe_mark(state, t));
+                }
+                None => {
+                    state.message = Some(
+                        if forward {
+                            "no later peak or OOM"
+                        } else {
+                            "no earlier peak or OOM"
+                        }
+                        .to_owned(),
+                    );
+                }
+            }
+        }
+        Msg::CyclePolicy(d) => {
+            let k = state.policies.len().max(1) as i64;
+            state.selected =
+                usize::try_from((state.selected as i64 + d).rem_euclid(k)).unwrap_or(0);
+            state.refresh_heaps();
+        }
+        Msg::ToggleCompare => {
+            state.mode = match state.mode {
+                Mode::Single => Mode::Compare,
+                Mode::Compare => Mode::Single,
+            };
+            state.refresh_heaps();
+        }
+        Msg::ZoomIn | Msg::ZoomOut => {
+            let (lo, hi) = state.zoom;
+            let width = if matches!(msg, Msg::ZoomIn) {
+                (hi - lo) / 2.0
+            } else {
+                (hi - lo) * 2.0
+            };
+            let width = width.clamp(1.0 / BUCKETS as f64 * 8.0, 1.0);
+            let span = state.bucketing().map_or(1.0, |b| b.span_ns as f64);
+            let centre = state.cursor_t_ns() as f64 / span;
+            let lo = (centre - width / 2.0).clamp(0.0, 1.0 - width);
+            state.zoom = (lo, lo + width);
+        }
+        Msg::OpenPrompt(kind) => {
+            state.prompt = Some(Prompt {
+                kind,
+                text: String::new(),
+            });
+        }
+        Msg::PromptInput(c) => {
+            if let Some(p) = state.prompt.as_mut() {
+                p.text.push(c);
+            }
+        }
+        Msg::PromptBackspace => {
+            if let Some(p) = state.prompt.as_mut() {
+                p.text.pop();
+            }
+        }
+        Msg::PromptCancel => state.prompt = None,
+        Msg::PromptSubmit => {
+            if let Some(p) = state.prompt.take() {
+                match p.kind {
+                    PromptKind::Goto => match parse_goto(&p.text, state) {
+                        Ok(e) => state.set_cursor(e),
+                        Err(e) => state.message = Some(e),
+                    },
+                    PromptKind::Filter => match Filter::parse(&p.text) {
+                        Ok(f) => {
+                            state.message = Some(if f.is_empty() {
+                                "filter cleared".to_owned()
+                            } else {
+                                format!("filter: {}", f.describe())
+                            });
+                            state.filter = f;
+                        }
+                        Err(e) => state.message = Some(e),
+                    },
+                }
+            }
+        }
+        Msg::Export => {
+            state.message = Some(
+                match super::export::export_screen(state, &state.export_dir) {
+                    Ok(files) => format!("exported {}", files.join(", ")),
+                    Err(e) => format!("export failed: {e:#}"),
+                },
+            );
+        }
+        Msg::ToggleHelp => state.help = !state.help,
+        // With the help open, the quit keys close it first.
+        Msg::Quit if state.help => state.help = false,
+        Msg::Quit => state.quit = true,
+        Msg::PageRows(r) => state.page_rows = r.max(1),
+        Msg::Loaded(Ok(data)) => {
+            if let Some(w) = data.warnings.first() {
+                state.message = Some(format!("warning: {w}"));
+            }
+            state.data = Some(data);
+            state.cursor = 0;
+        }
+        Msg::Loaded(Err(e)) => state.load_error = Some(e),
+        Msg::Classes(c) => state.classes = Some(c),
+        Msg::Replayed(i, result) => {
+            if let Some(slot) = state.policies.get_mut(i) {
+                slot.status = match result {
+                    Ok(r) => RunStatus::Done(r),
+                    Err(e) => RunStatus::Failed(e),
+                };
+            }
+            state.refresh_heaps();
+        }
+    }
+    None
+}
+
+fn describe_mark(state: &AppState, event: usize) -> String {
+    let Some(r) = state.selected_replay() else {
+        return String::new();
+    };
+    if let Some(o) = r.ooms.iter().find(|o| o.event == event) {
+        return format!(
+            "OOM at event {}: {} requested",
+            crate::format::count(event as u64),
+            crate::format::bytes(o.request.size_bytes)
+        );
+    }
+    if r.summary.peak_footprint_event == Some(event) {
+        return format!(
+            "peak footprint of {}: {}",
+            r.policy_name,
+            crate::format::bytes(r.summary.peak_footprint_bytes)
+        );
+    }
+    if r.summary.peak_live_event == Some(event) {
+        return format!(
+            "peak live bytes: {}",
+            crate::format::bytes(r.summary.peak_live_bytes)
+        );
+    }
+    format!(
+        "local peak of live bytes at event {}",
+        crate::format::count(event as u64)
+    )
+}

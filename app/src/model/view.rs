@@ -1,0 +1,575 @@
+//! The view-model: plain data computed from [`AppState`] for a given screen geometry. Both
+//! frontends draw only from it; numbers are formatted here once so every output agrees.
+
+use allocview_sim::policy::Counters;
+use allocview_sim::trace::EventKind;
+
+use super::heapmap::{self, HeapMap};
+use super::state::{AppState, Mode, PromptKind, RunStatus};
+use crate::format;
+
+/// How much of each part the frontend has room for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Viewport {
+    /// Points across the timeline.
+    pub timeline_points: usize,
+    /// Cells of one heap map.
+    pub heap_cells: usize,
+    /// Rows of the event list.
+    pub event_rows: usize,
+    /// Columns of the class heatmap.
+    pub heat_columns: usize,
+}
+
+/// One line of the timeline.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LineVm {
+    pub label: String,
+    /// Index into the frontend's series palette (0 = live bytes).
+    pub palette: usize,
+    /// `(x in 0..1 of the visible window, y)`; y in bytes, or a fraction for fragmentation.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// The timeline across the top.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimelineVm {
+    pub byte_lines: Vec<LineVm>,
+    /// Fragmentation (0..1) of the selected policy, on the second scale.
+    pub fragmentation: Option<LineVm>,
+    pub y_max_bytes: f64,
+    pub y_max_label: String,
+    /// Times at the window's ends, formatted.
+    pub t_start_label: String,
+    pub t_end_label: String,
+    /// Cursor position in 0..1 of the window, when visible.
+    pub cursor_x: Option<f64>,
+    /// OOM events of the selected policy in the window (x in 0..1).
+    pub oom_x: Vec<f64>,
+    pub title: String,
+}
+
+/// One heap map with its caption.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeapVm {
+    pub policy: String,
+    pub map: Option<HeapMap>,
+    pub caption: String,
+    /// Set while the replay is still running or failed.
+    pub note: Option<String>,
+}
+
+/// One bin of the BFC bins view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BinVm {
+    pub bin: usize,
+    pub size_label: String,
+    pub free_chunks: usize,
+    pub free_bytes_label: String,
+    pub largest_label: String,
+    pub in_use_chunks: u64,
+}
+
+/// One size class row of the histogram.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassRowVm {
+    pub class: u8,
+    pub range: String,
+    pub count: u64,
+    pub bytes: u64,
+    pub bytes_label: String,
+    /// Share of the largest row's bytes, 0..1, for bars.
+    pub bar: f64,
+}
+
+/// The class-over-time heatmap: `cells[row][col]` in 0..1 (log of live bytes), top row is the
+/// highest class.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeatmapVm {
+    pub classes: Vec<u8>,
+    pub cells: Vec<Vec<f64>>,
+    pub cursor_col: Option<usize>,
+}
+
+/// One row of the event list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventRowVm {
+    pub index: usize,
+    pub time: String,
+    pub thread: u16,
+    pub kind: &'static str,
+    pub size: String,
+    pub address: String,
+    pub alloc_id: String,
+    pub is_cursor: bool,
+    pub is_oom: bool,
+}
+
+/// The status line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusVm {
+    pub left: String,
+    pub right: String,
+    pub message: Option<String>,
+}
+
+/// Everything on screen.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ViewModel {
+    /// Set until the trace is loaded: a label and a fraction done.
+    pub loading: Option<(String, f64)>,
+    pub error: Option<String>,
+    pub timeline: Option<TimelineVm>,
+    pub heaps: Vec<HeapVm>,
+    pub bins: Option<Vec<BinVm>>,
+    pub classes: Vec<ClassRowVm>,
+    pub heatmap: Option<HeatmapVm>,
+    pub events: Vec<EventRowVm>,
+    pub events_title: String,
+    pub status: StatusVm,
+    pub prompt: Option<String>,
+    pub help: Option<Vec<(&'static str, &'static str)>>,
+    pub compare: bool,
+}
+
+/// Keys and what they do, for the help overlay (and the README).
+pub const HELP: &[(&str, &str)] = &[
+    ("←/→  h/l", "step one event"),
+    ("PgUp/PgDn  j/k", "step a screen of events (k/j: up/down)"),
+    ("[ / ]", "step a time bucket of the timeline"),
+    ("Home / End", "first / last event"),
+    ("g", "go to an event number or a time (1.5s, 20ms)"),
+    ("n / N", "next / previous peak or OOM"),
+    ("p / P", "next / previous policy"),
+    ("c", "comparison view: every policy at the cursor"),
+    ("+ / -", "zoom the timeline in / out around the cursor"),
+    ("/", "filter events: thread=N size=MIN..MAX class=N"),
+    ("e", "export the visible series (CSV) and heap maps (text)"),
+    ("mouse", "click or drag on the timeline to scrub"),
+    ("?", "this help"),
+    ("q / Esc", "quit"),
+];
+
+fn counters_caption(c: &Counters) -> String {
+    format!(
+        "live {}  allocated {}  footprint {}  free {} in {} blocks  frag {:.1}%",
+        format::bytes(c.live_bytes),
+        format::bytes(c.allocated_bytes),
+        format::bytes(c.footprint_bytes),
+        format::bytes(c.free_bytes),
+        format::count(c.free_blocks),
+        100.0 * allocview_sim::metrics::fragmentation(c)
+    )
+}
+
+/// Builds the view-model.
+#[must_use]
+pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
+    let mut vm = ViewModel {
+        loading: None,
+        error: state.load_error.clone(),
+        timeline: None,
+        heaps: Vec::new(),
+        bins: None,
+        classes: Vec::new(),
+        heatmap: None,
+        events: Vec::new(),
+        events_title: String::new(),
+        status: StatusVm {
+            left: state.path.display().to_string(),
+            right: String::new(),
+            message: state.message.clone(),
+        },
+        prompt: state.prompt.as_ref().map(|p| {
+            let label = match p.kind {
+                PromptKind::Goto => "go to (event or time)",
+                PromptKind::Filter => "filter (thread=N size=MIN..MAX class=N)",
+            };
+            format!("{label}: {}", p.text)
+        }),
+        help: state.help.then(|| HELP.to_vec()),
+        compare: state.mode == Mode::Compare,
+    };
+    let Some(data) = state.data.as_ref() else {
+        if vm.error.is_none() {
+            let read = state
+                .load_progress
+                .load(std::sync::atomic::Ordering::Relaxed);
+            let frac = if state.file_bytes == 0 {
+                0.0
+            } else {
+                read as f64 / state.file_bytes as f64
+            };
+            vm.loading = Some((
+                format!(
+                    "loading {} ({} of {})",
+                    state.path.display(),
+                    format::bytes(read),
+                    format::bytes(state.file_bytes)
+                ),
+                frac.min(1.0),
+            ));
+        }
+        return vm;
+    };
+    let view = data.view();
+    let n = view.len();
+    let t0 = view.t_ns.first().copied().unwrap_or(0);
+    let t_cursor = view.t_ns.get(state.cursor).copied().unwrap_or(t0) - t0;
+
+    vm.timeline = Some(timeline(state, vp));
+
+    // Heap maps: the selected policy, or every policy in compare mode.
+    let shown: Vec<usize> = match state.mode {
+        Mode::Single => vec![state.selected],
+        Mode::Compare => (0..state.policies.len()).collect(),
+    };
+    for i in shown {
+        let Some(slot) = state.policies.get(i) else {
+            continue;
+        };
+        let heap = state.heaps.get(i).and_then(Option::as_ref);
+        let (map, caption, note) = match (&slot.status, heap) {
+            (RunStatus::Done(_), Some(h)) => (
+                Some(heapmap::rasterise(&h.blocks, vp.heap_cells)),
+                counters_caption(&h.counters),
+                None,
+            ),
+            (RunStatus::Done(_), None) => (None, String::new(), Some("seeking...".to_owned())),
+            (RunStatus::Pending, _) => (None, String::new(), Some("replaying...".to_owned())),
+            (RunStatus::Failed(e), _) => (None, String::new(), Some(format!("failed: {e}"))),
+        };
+        vm.heaps.push(HeapVm {
+            policy: slot.name.to_owned(),
+            map,
+            caption,
+            note,
+        });
+    }
+
+    // BFC bins of the selected policy.
+    if state.mode == Mode::Single {
+        if let Some(bins) = state
+            .heaps
+            .get(state.selected)
+            .and_then(Option::as_ref)
+            .and_then(|h| h.bins.as_ref())
+        {
+            vm.bins = Some(
+                bins.iter()
+                    .enumerate()
+                    .map(|(b, info)| {
+                        let free_bytes: u64 = info.free_chunks.iter().map(|c| c.1).sum();
+                        let largest = info.free_chunks.iter().map(|c| c.1).max().unwrap_or(0);
+                        BinVm {
+                            bin: b,
+                            size_label: format::bytes_compact(info.bin_size_bytes),
+                            free_chunks: info.free_chunks.len(),
+                            free_bytes_label: format::bytes(free_bytes),
+                            largest_label: format::bytes(largest),
+                            in_use_chunks: info.chunks_in_use,
+                        }
+                    })
+                    .collect(),
+            );
+        }
+    }
+
+    // Size classes at the cursor and over time.
+    if let Some(classes) = &state.classes {
+        if let Ok(h) = classes.histogram_at(&view, state.cursor) {
+            let max_bytes = h.live_bytes.iter().copied().max().unwrap_or(0).max(1);
+            vm.classes = (0u8..)
+                .zip(h.live_count.iter().zip(&h.live_bytes))
+                .filter(|&(_, (&c, _))| c > 0)
+                .map(|(class, (&count, &bytes))| ClassRowVm {
+                    class,
+                    range: format::class_range(class),
+                    count,
+                    bytes,
+                    bytes_label: format::bytes(bytes),
+                    bar: bytes as f64 / max_bytes as f64,
+                })
+                .collect();
+        }
+        vm.heatmap = Some(heatmap(state, classes, vp.heat_columns));
+    }
+
+    // Event list around the cursor, honouring the filter.
+    let rows = vp.event_rows.max(1);
+    let ooms: std::collections::HashSet<usize> = state
+        .selected_replay()
+        .map(|r| r.ooms.iter().map(|o| o.event).collect())
+        .unwrap_or_default();
+    let accepts = |i: usize| state.filter.accepts(data, &view, i);
+    let mut before = Vec::new();
+    let mut i = state.cursor;
+    while before.len() < rows / 2 && i > 0 {
+        i -= 1;
+        if accepts(i) {
+            before.push(i);
+        }
+        if state.cursor - i > 1_000_000 {
+            break;
+        }
+    }
+    before.reverse();
+    let mut indices = before;
+    let mut j = state.cursor;
+    while indices.len() < rows && j < n {
+        if j == state.cursor || accepts(j) {
+            indices.push(j);
+        }
+        j += 1;
+        if j - state.cursor > 1_000_000 {
+            break;
+        }
+    }
+    vm.events = indices
+        .into_iter()
+        .map(|i| {
+            let kind = view.kind_at(i).unwrap_or(EventKind::Alloc);
+            let id = view.alloc_id.get(i).copied().unwrap_or(u32::MAX);
+            EventRowVm {
+                index: i,
+                time: format::seconds_fixed(
+                    (view.t_ns.get(i).copied().unwrap_or(t0) - t0) as f64 / 1e9,
+                ),
+                thread: data.thread_at(i),
+                kind: kind.name(),
+                size: format::count(view.size_bytes.get(i).copied().unwrap_or(0)),
+                address: format!("{:#x}", data.address_at(i)),
+                alloc_id: if id == allocview_sim::trace::NO_ALLOC_ID {
+                    "-".to_owned()
+                } else {
+                    id.to_string()
+                },
+                is_cursor: i == state.cursor,
+                is_oom: ooms.contains(&i),
+            }
+        })
+        .collect();
+    vm.events_title = if state.filter.is_empty() {
+        "events".to_owned()
+    } else {
+        format!("events [{}]", state.filter.describe())
+    };
+
+    // Status line.
+    let policy = state.policies.get(state.selected).map_or("-", |p| p.name);
+    let done = state
+        .policies
+        .iter()
+        .filter(|p| matches!(p.status, RunStatus::Done(_)))
+        .count();
+    vm.status.left = format!(
+        "{}  {} events  policy {} ({}/{} replayed)",
+        data.path.display(),
+        format::count(n as u64),
+        policy,
+        done,
+        state.policies.len()
+    );
+    let at = state
+        .heaps
+        .get(state.selected)
+        .and_then(Option::as_ref)
+        .map(|h| {
+            format!(
+                "  live {}  footprint {}  frag {:.1}%",
+                format::bytes(h.counters.live_bytes),
+                format::bytes(h.counters.footprint_bytes),
+                100.0 * allocview_sim::metrics::fragmentation(&h.counters)
+            )
+        })
+        .unwrap_or_default();
+    vm.status.right = format!(
+        "event {}/{}  t={}{}",
+        format::count(state.cursor as u64),
+        format::count(n.saturating_sub(1) as u64),
+        format::seconds_fixed(t_cursor as f64 / 1e9),
+        at
+    );
+    vm
+}
+
+fn timeline(state: &AppState, vp: &Viewport) -> TimelineVm {
+    let (zlo, zhi) = state.zoom;
+    let points = vp.timeline_points.max(2);
+    let mut byte_lines = Vec::new();
+    let mut y_max: u64 = 1;
+    let mut fragmentation = None;
+    let mut oom_x = Vec::new();
+    let to_x = |b: usize, len: usize| -> f64 {
+        let f = (b as f64 + 0.5) / len as f64;
+        (f - zlo) / (zhi - zlo)
+    };
+    let in_window = |b: usize, len: usize| {
+        let f = (b as f64 + 0.5) / len as f64;
+        f >= zlo && f <= zhi
+    };
+    // Downsample the visible buckets to at most `points` by max, so peaks survive.
+    let sample = |values: &[u64], len: usize| -> Vec<(f64, f64)> {
+        let lo = ((zlo * len as f64).floor() as usize).min(len);
+        let hi = ((zhi * len as f64).ceil() as usize).clamp(lo, len);
+        let span = hi - lo;
+        if span == 0 {
+            return Vec::new();
+        }
+        let per = span.div_ceil(points).max(1);
+        (lo..hi)
+            .step_by(per)
+            .map(|start| {
+                let end = (start + per).min(hi);
+                let v = values
+                    .get(start..end)
+                    .map_or(0, |s| s.iter().copied().max().unwrap_or(0));
+                (to_x((start + end - 1) / 2, len), v as f64)
+            })
+            .collect()
+    };
+    let shown: Vec<usize> = match state.mode {
+        Mode::Single => vec![state.selected],
+        Mode::Compare => (0..state.policies.len()).collect(),
+    };
+    let mut live_done = false;
+    for i in shown {
+        let Some(slot) = state.policies.get(i) else {
+            continue;
+        };
+        let Some(r) = slot.replay() else { continue };
+        let s = &r.series;
+        let len = s.len();
+        if !live_done {
+            let pts = sample(&s.live_bytes.max, len);
+            y_max = y_max.max(pts.iter().map(|p| p.1 as u64).max().unwrap_or(0));
+            byte_lines.push(LineVm {
+                label: "live".to_owned(),
+                palette: 0,
+                points: pts,
+            });
+            live_done = true;
+        }
+        let pts = sample(&s.footprint_bytes.max, len);
+        y_max = y_max.max(pts.iter().map(|p| p.1 as u64).max().unwrap_or(0));
+        byte_lines.push(LineVm {
+            label: format!("{} footprint", slot.name),
+            palette: i + 1,
+            points: pts,
+        });
+        if i == state.selected {
+            let frag: Vec<(f64, f64)> = (0..len)
+                .filter(|&b| in_window(b, len) && s.event_count.get(b).copied().unwrap_or(0) > 0)
+                .map(|b| {
+                    (
+                        to_x(b, len),
+                        s.fragmentation.last.get(b).copied().unwrap_or(0.0),
+                    )
+                })
+                .collect();
+            let per = frag.len().div_ceil(points).max(1);
+            fragmentation = Some(LineVm {
+                label: format!("{} fragmentation", slot.name),
+                palette: usize::MAX,
+                points: frag.into_iter().step_by(per).collect(),
+            });
+            for o in &r.ooms {
+                let b = s.bucket_of_event(o.event);
+                if in_window(b, len) {
+                    oom_x.push(to_x(b, len));
+                }
+            }
+        }
+    }
+    let span = state.bucketing().map_or(1.0, |b| b.span_ns as f64);
+    let t_cursor = state.cursor_t_ns() as f64 / span;
+    let cursor_x = ((zlo..=zhi).contains(&t_cursor)).then(|| (t_cursor - zlo) / (zhi - zlo));
+    let title = format!(
+        "timeline{}  (zoom {:.0}x)",
+        if state.mode == Mode::Compare {
+            ": footprint of every policy"
+        } else {
+            ""
+        },
+        1.0 / (zhi - zlo)
+    );
+    TimelineVm {
+        byte_lines,
+        fragmentation,
+        y_max_bytes: y_max as f64,
+        y_max_label: format::bytes(y_max),
+        t_start_label: format::seconds_fixed(zlo * span / 1e9),
+        t_end_label: format::seconds_fixed(zhi * span / 1e9),
+        cursor_x,
+        oom_x,
+        title,
+    }
+}
+
+fn heatmap(
+    state: &AppState,
+    classes: &allocview_sim::classes::ClassSeries,
+    columns: usize,
+) -> HeatmapVm {
+    use allocview_sim::trace::NUM_SIZE_CLASSES;
+    let buckets = classes.buckets();
+    let (zlo, zhi) = state.zoom;
+    let lo = ((zlo * buckets as f64).floor() as usize).min(buckets);
+    let hi = ((zhi * buckets as f64).ceil() as usize).clamp(lo, buckets);
+    let cols = columns.max(1);
+    let per = (hi - lo).div_ceil(cols).max(1);
+    // Classes that ever hold live bytes in the window.
+    let mut used = [false; NUM_SIZE_CLASSES];
+    for b in lo..hi {
+        if let Some(row) = classes.live_bytes_peak(b) {
+            for (c, &v) in row.iter().enumerate() {
+                if v > 0 {
+                    if let Some(u) = used.get_mut(c) {
+                        *u = true;
+                    }
+                }
+            }
+        }
+    }
+    let mut class_list: Vec<u8> = (0u8..)
+        .zip(used.iter())
+        .filter(|(_, u)| **u)
+        .map(|(c, _)| c)
+        .collect();
+    class_list.reverse();
+    let max = (lo..hi)
+        .filter_map(|b| classes.live_bytes_peak(b))
+        .flat_map(|r| r.iter().copied())
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let log_max = (max as f64).ln_1p();
+    let cells = class_list
+        .iter()
+        .map(|&c| {
+            (lo..hi)
+                .step_by(per)
+                .map(|start| {
+                    let end = (start + per).min(hi);
+                    let v = (start..end)
+                        .filter_map(|b| classes.live_bytes_peak(b))
+                        .filter_map(|r| r.get(usize::from(c)).copied())
+                        .max()
+                        .unwrap_or(0);
+                    (v as f64).ln_1p() / log_max
+                })
+                .collect()
+        })
+        .collect();
+    let cursor_bucket = state
+        .bucketing()
+        .map(|b| b.bucket_of(state.cursor_t_ns() + b.t0_ns));
+    let cursor_col = cursor_bucket
+        .filter(|&b| b >= lo && b < hi)
+        .map(|b| (b - lo) / per);
+    HeatmapVm {
+        classes: class_list,
+        cells,
+        cursor_col,
+    }
+}

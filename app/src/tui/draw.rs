@@ -1,0 +1,513 @@
+//! Drawing a [`ViewModel`] with ratatui. Pure: the same view-model draws the same screen.
+
+use ratatui::Frame;
+use ratatui::layout::{Alignment, Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{
+    Axis, Block, Borders, Cell, Chart, Clear, Dataset, Gauge, GraphType, Paragraph, Row, Table,
+};
+
+use crate::model::export::cell_char;
+use crate::model::heapmap::CellKind;
+use crate::model::view::{HeapVm, ViewModel, Viewport};
+use crate::theme::{self, Rgb};
+
+fn c(rgb: Rgb) -> Color {
+    Color::Rgb(rgb.0, rgb.1, rgb.2)
+}
+
+/// Where each part goes on a screen of `area`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Areas {
+    pub timeline: Rect,
+    /// The plot inside the timeline's border and axes, for mouse scrubbing.
+    pub timeline_plot: Rect,
+    pub heap: Rect,
+    pub side: Rect,
+    pub events: Rect,
+    pub heat: Rect,
+    pub status: Rect,
+}
+
+/// Width of the timeline's y-axis labels (the plot starts after it).
+const Y_LABEL_WIDTH: u16 = 10;
+
+/// Splits the screen. Degrades on small terminals: below a minimum the parts shrink to nothing
+/// rather than overlap.
+#[must_use]
+pub fn layout(area: Rect, compare: bool) -> Areas {
+    let [main, status] = Layout::vertical([Constraint::Min(0), Constraint::Length(1)]).areas(area);
+    let [timeline, middle, bottom] = Layout::vertical([
+        Constraint::Percentage(34),
+        Constraint::Percentage(36),
+        Constraint::Min(0),
+    ])
+    .areas(main);
+    let (heap, side) = if compare {
+        (middle, Rect::default())
+    } else {
+        let [h, s] =
+            Layout::horizontal([Constraint::Percentage(55), Constraint::Min(0)]).areas(middle);
+        (h, s)
+    };
+    let [events, heat] =
+        Layout::horizontal([Constraint::Percentage(60), Constraint::Min(0)]).areas(bottom);
+    let inner = timeline.inner(ratatui::layout::Margin::new(1, 1));
+    let timeline_plot = Rect {
+        x: inner.x.saturating_add(Y_LABEL_WIDTH + 1).min(inner.right()),
+        y: inner.y,
+        width: inner.width.saturating_sub(Y_LABEL_WIDTH + 1),
+        height: inner.height.saturating_sub(2),
+    };
+    Areas {
+        timeline,
+        timeline_plot,
+        heap,
+        side,
+        events,
+        heat,
+        status,
+    }
+}
+
+/// The geometry the view-model is computed for.
+#[must_use]
+pub fn viewport(a: &Areas, compare: bool, panels: usize) -> Viewport {
+    let heap_inner = a.heap.inner(ratatui::layout::Margin::new(1, 1));
+    let per_panel_width = if compare && panels > 0 {
+        (heap_inner.width / panels as u16).saturating_sub(1)
+    } else {
+        heap_inner.width
+    };
+    Viewport {
+        // Braille gives two points per cell.
+        timeline_points: usize::from(a.timeline_plot.width) * 2,
+        heap_cells: usize::from(per_panel_width) * usize::from(heap_inner.height.saturating_sub(2)),
+        event_rows: usize::from(a.events.height.saturating_sub(3)),
+        heat_columns: usize::from(a.heat.width.saturating_sub(6)),
+    }
+}
+
+/// Draws the whole screen.
+pub fn draw(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
+    let area = f.area();
+    if area.width < 20 || area.height < 6 {
+        f.render_widget(
+            Paragraph::new("allocview: terminal too small").style(Style::new().fg(c(theme::DIM))),
+            area,
+        );
+        return;
+    }
+    if let Some(err) = &vm.error {
+        let p = Paragraph::new(vec![
+            Line::from(Span::styled(
+                "could not load the trace",
+                Style::new().fg(c(theme::OOM)),
+            )),
+            Line::from(err.as_str()),
+            Line::from(""),
+            Line::from("press q to quit"),
+        ])
+        .wrap(ratatui::widgets::Wrap { trim: false })
+        .block(Block::bordered().title(" allocview "));
+        f.render_widget(p, area);
+        return;
+    }
+    if let Some((label, frac)) = &vm.loading {
+        let [_, mid, _] = Layout::vertical([
+            Constraint::Percentage(45),
+            Constraint::Length(3),
+            Constraint::Min(0),
+        ])
+        .areas(area);
+        f.render_widget(
+            Gauge::default()
+                .block(Block::bordered().title(" allocview "))
+                .gauge_style(Style::new().fg(c(theme::series(1))))
+                .ratio(frac.clamp(0.0, 1.0))
+                .label(label.as_str()),
+            mid,
+        );
+        return;
+    }
+    draw_timeline(f, vm, a);
+    draw_heaps(f, vm, a.heap);
+    if !vm.compare {
+        if vm.bins.is_some() {
+            let [bins, hist] =
+                Layout::horizontal([Constraint::Length(40), Constraint::Min(0)]).areas(a.side);
+            draw_bins(f, vm, bins);
+            draw_histogram(f, vm, hist);
+        } else {
+            draw_histogram(f, vm, a.side);
+        }
+    }
+    draw_events(f, vm, a.events);
+    draw_heatmap(f, vm, a.heat);
+    draw_status(f, vm, a.status);
+    if let Some(help) = &vm.help {
+        draw_help(f, help, area);
+    }
+}
+
+fn draw_timeline(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
+    let Some(t) = &vm.timeline else { return };
+    let y_max = t.y_max_bytes.max(1.0) * 1.05;
+    let frag_scaled: Vec<(f64, f64)> = t
+        .fragmentation
+        .as_ref()
+        .map(|l| l.points.iter().map(|&(x, y)| (x, y * y_max)).collect())
+        .unwrap_or_default();
+    let cursor: Vec<(f64, f64)> = t
+        .cursor_x
+        .map(|x| (0..=40).map(|i| (x, y_max * f64::from(i) / 40.0)).collect())
+        .unwrap_or_default();
+    let ooms: Vec<(f64, f64)> = t.oom_x.iter().map(|&x| (x, y_max * 0.98)).collect();
+    let mut datasets = Vec::new();
+    if !frag_scaled.is_empty() {
+        datasets.push(
+            Dataset::default()
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(Style::new().fg(c(theme::FRAGMENTATION)))
+                .data(&frag_scaled),
+        );
+    }
+    for line in &t.byte_lines {
+        datasets.push(
+            Dataset::default()
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(Style::new().fg(c(theme::series(line.palette))))
+                .data(&line.points),
+        );
+    }
+    if !ooms.is_empty() {
+        datasets.push(
+            Dataset::default()
+                .marker(Marker::Dot)
+                .graph_type(GraphType::Scatter)
+                .style(Style::new().fg(c(theme::OOM)))
+                .data(&ooms),
+        );
+    }
+    datasets.push(
+        Dataset::default()
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Scatter)
+            .style(Style::new().fg(c(theme::CURSOR)))
+            .data(&cursor),
+    );
+    let half = crate::format::bytes((t.y_max_bytes / 2.0) as u64);
+    // The legend goes in the title: ratatui's legend box would cover the plot.
+    let mut title = vec![Span::raw(format!(" {} ", t.title))];
+    for line in &t.byte_lines {
+        title.push(Span::styled(
+            "━ ",
+            Style::new().fg(c(theme::series(line.palette))),
+        ));
+        title.push(Span::raw(format!("{}  ", line.label)));
+    }
+    if t.fragmentation.is_some() {
+        title.push(Span::styled("━ ", Style::new().fg(c(theme::FRAGMENTATION))));
+        title.push(Span::raw("fragmentation (right scale, 0-100%)  "));
+    }
+    if !t.oom_x.is_empty() {
+        title.push(Span::styled("• ", Style::new().fg(c(theme::OOM))));
+        title.push(Span::raw("OOM "));
+    }
+    let chart = Chart::new(datasets)
+        .block(
+            Block::bordered()
+                .title(Line::from(title))
+                .title_alignment(Alignment::Left)
+                .title_bottom(Line::from(" fragmentation: 100% at top ").right_aligned()),
+        )
+        .x_axis(
+            Axis::default()
+                .bounds([0.0, 1.0])
+                .labels([t.t_start_label.clone(), t.t_end_label.clone()])
+                .style(Style::new().fg(c(theme::DIM))),
+        )
+        .y_axis(
+            Axis::default()
+                .bounds([0.0, y_max])
+                .labels([
+                    format!("{:>width$}", "0 B", width = usize::from(Y_LABEL_WIDTH)),
+                    format!("{half:>width$}", width = usize::from(Y_LABEL_WIDTH)),
+                    format!(
+                        "{:>width$}",
+                        t.y_max_label,
+                        width = usize::from(Y_LABEL_WIDTH)
+                    ),
+                ])
+                .style(Style::new().fg(c(theme::DIM))),
+        )
+        .legend_position(None);
+    f.render_widget(chart, a.timeline);
+}
+
+fn cell_style(k: CellKind) -> (char, Style) {
+    match k {
+        CellKind::Empty => (' ', Style::new()),
+        CellKind::Free => ('·', Style::new().fg(c(theme::DIM)).bg(c(theme::FREE))),
+        CellKind::Dead => ('x', Style::new().fg(c(theme::DIM)).bg(c(theme::DEAD))),
+        CellKind::Waste => ('~', Style::new().fg(Color::Black).bg(c(theme::WASTE))),
+        CellKind::Used { class } => (
+            cell_char(k),
+            Style::new().fg(Color::Black).bg(c(theme::class(class))),
+        ),
+    }
+}
+
+fn heap_lines(h: &HeapVm, width: u16, height: u16) -> Vec<Line<'static>> {
+    let mut lines = Vec::new();
+    if let Some(note) = &h.note {
+        lines.push(Line::from(Span::styled(
+            note.clone(),
+            Style::new().fg(c(theme::DIM)),
+        )));
+        return lines;
+    }
+    let Some(map) = &h.map else { return lines };
+    let w = usize::from(width.max(1));
+    for row in map
+        .cells
+        .chunks(w)
+        .take(usize::from(height.saturating_sub(2)))
+    {
+        let spans: Vec<Span<'static>> = row
+            .iter()
+            .map(|&k| {
+                let (ch, st) = cell_style(k);
+                Span::styled(ch.to_string(), st)
+            })
+            .collect();
+        lines.push(Line::from(spans));
+    }
+    lines.push(Line::from(Span::styled(
+        h.caption.clone(),
+        Style::new().fg(c(theme::DIM)),
+    )));
+    lines.push(Line::from(vec![
+        Span::styled(" · ", Style::new().bg(c(theme::FREE))),
+        Span::raw(" free "),
+        Span::styled(" ~ ", Style::new().fg(Color::Black).bg(c(theme::WASTE))),
+        Span::raw(" waste "),
+        Span::styled(" 5 ", Style::new().fg(Color::Black).bg(c(theme::class(5)))),
+        Span::styled(" a ", Style::new().fg(Color::Black).bg(c(theme::class(10)))),
+        Span::styled(" k ", Style::new().fg(Color::Black).bg(c(theme::class(20)))),
+        Span::raw(format!(
+            " live by size class (digit/letter = class)  1 cell = {}",
+            crate::format::bytes(map.bytes_per_cell)
+        )),
+    ]));
+    lines
+}
+
+fn draw_heaps(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
+    if vm.heaps.is_empty() {
+        return;
+    }
+    let constraints: Vec<Constraint> = vm
+        .heaps
+        .iter()
+        .map(|_| Constraint::Ratio(1, vm.heaps.len() as u32))
+        .collect();
+    let parts = Layout::horizontal(constraints).split(area);
+    for (h, part) in vm.heaps.iter().zip(parts.iter()) {
+        let block = Block::bordered().title(format!(" heap: {} ", h.policy));
+        let inner = block.inner(*part);
+        let mut lines = heap_lines(h, inner.width, inner.height);
+        if vm.compare {
+            // In the side-by-side view the legend would not fit each panel.
+            lines.truncate(usize::from(inner.height));
+        }
+        f.render_widget(Paragraph::new(lines).block(block), *part);
+    }
+}
+
+fn draw_bins(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
+    let Some(bins) = &vm.bins else { return };
+    let rows = bins.iter().map(|b| {
+        let style = if b.free_chunks > 0 {
+            Style::new()
+        } else {
+            Style::new().fg(c(theme::DIM))
+        };
+        Row::new(vec![
+            Cell::from(b.bin.to_string()),
+            Cell::from(b.size_label.clone()),
+            Cell::from(b.free_chunks.to_string()),
+            Cell::from(b.free_bytes_label.clone()),
+            Cell::from(b.largest_label.clone()),
+            Cell::from(b.in_use_chunks.to_string()),
+        ])
+        .style(style)
+    });
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Length(3),
+            Constraint::Length(5),
+            Constraint::Length(4),
+            Constraint::Length(8),
+            Constraint::Length(8),
+            Constraint::Length(5),
+        ],
+    )
+    .header(
+        Row::new(["bin", "size", "free", "free B", "largest", "used"])
+            .style(Style::new().add_modifier(Modifier::BOLD)),
+    )
+    .block(Block::bordered().title(" BFC bins "));
+    f.render_widget(table, area);
+}
+
+fn draw_histogram(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
+    let block = Block::bordered().title(" live by size class at the cursor ");
+    let inner = block.inner(area);
+    let bar_width = usize::from(inner.width.saturating_sub(38));
+    let mut lines = vec![Line::from(Span::styled(
+        format!("{:>3} {:>17} {:>8} {:>9}", "cls", "sizes", "live", "bytes"),
+        Style::new().add_modifier(Modifier::BOLD),
+    ))];
+    for r in &vm.classes {
+        let n = (r.bar * bar_width as f64).round() as usize;
+        lines.push(Line::from(vec![
+            Span::raw(format!(
+                "{:>3} {:>17} {:>8} {:>9} ",
+                r.class,
+                r.range,
+                crate::format::count(r.count),
+                r.bytes_label
+            )),
+            Span::styled("█".repeat(n), Style::new().fg(c(theme::class(r.class)))),
+        ]));
+    }
+    f.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+fn draw_heatmap(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
+    let block = Block::bordered().title(" size classes over time (live bytes) ");
+    let inner = block.inner(area);
+    let Some(h) = &vm.heatmap else {
+        f.render_widget(block, area);
+        return;
+    };
+    let rows = usize::from(inner.height);
+    // Too many classes for the height: show the top ones (largest classes first).
+    let lines: Vec<Line<'_>> = h
+        .classes
+        .iter()
+        .zip(&h.cells)
+        .take(rows)
+        .map(|(class, cells)| {
+            let mut spans = vec![Span::styled(
+                format!("{class:>3} "),
+                Style::new().fg(c(theme::DIM)),
+            )];
+            for (i, &v) in cells.iter().enumerate() {
+                let ch = if Some(i) == h.cursor_col { "│" } else { " " };
+                let mut st = Style::new().bg(c(theme::heat(v)));
+                if Some(i) == h.cursor_col {
+                    st = st.fg(c(theme::CURSOR));
+                }
+                spans.push(Span::styled(ch, st));
+            }
+            Line::from(spans)
+        })
+        .collect();
+    f.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+fn draw_events(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
+    let rows = vm.events.iter().map(|e| {
+        let mut style = Style::new();
+        if e.is_oom {
+            style = style.fg(c(theme::OOM));
+        }
+        if e.is_cursor {
+            style = style.fg(Color::Black).bg(c(theme::CURSOR));
+        }
+        Row::new(vec![
+            Cell::from(crate::format::count(e.index as u64)),
+            Cell::from(e.time.clone()),
+            Cell::from(e.thread.to_string()),
+            Cell::from(e.kind),
+            Cell::from(e.size.clone()),
+            Cell::from(e.address.clone()),
+            Cell::from(e.alloc_id.clone()),
+        ])
+        .style(style)
+    });
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Length(11),
+            Constraint::Length(13),
+            Constraint::Length(3),
+            Constraint::Length(12),
+            Constraint::Length(12),
+            Constraint::Length(16),
+            Constraint::Min(6),
+        ],
+    )
+    .header(
+        Row::new([
+            "event", "time", "thr", "kind", "size", "address", "alloc id",
+        ])
+        .style(Style::new().add_modifier(Modifier::BOLD)),
+    )
+    .block(Block::bordered().title(format!(" {} ", vm.events_title)));
+    f.render_widget(table, area);
+}
+
+fn draw_status(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
+    let text = if let Some(p) = &vm.prompt {
+        Line::from(vec![
+            Span::styled(format!(" {p}"), Style::new().fg(c(theme::CURSOR))),
+            Span::styled("█", Style::new().fg(c(theme::CURSOR))),
+        ])
+    } else if let Some(m) = &vm.status.message {
+        Line::from(vec![
+            Span::styled(
+                format!(" {m} "),
+                Style::new().fg(Color::Black).bg(c(theme::CURSOR)),
+            ),
+            Span::raw(format!("  {}", vm.status.right)),
+        ])
+    } else {
+        Line::from(vec![
+            Span::styled(
+                format!(" {} ", vm.status.left),
+                Style::new().fg(Color::Black).bg(c(theme::series(1))),
+            ),
+            Span::raw(format!("  {}   ? help", vm.status.right)),
+        ])
+    };
+    f.render_widget(Paragraph::new(text), area);
+}
+
+fn draw_help(f: &mut Frame<'_>, help: &[(&str, &str)], area: Rect) {
+    let w = area.width.min(64);
+    let h = area.height.min(help.len() as u16 + 2);
+    let popup = Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    };
+    let rows = help
+        .iter()
+        .map(|(k, d)| Row::new(vec![Cell::from(*k), Cell::from(*d)]));
+    let table = Table::new(rows, [Constraint::Length(16), Constraint::Min(0)]).block(
+        Block::default()
+            .borders(Borders::ALL)
+            .title(" keys (? to close) "),
+    );
+    f.render_widget(Clear, popup);
+    f.render_widget(table, popup);
+}

@@ -1,0 +1,124 @@
+//! The terminal explorer: `allocview FILE`. It turns terminal input into messages, applies them
+//! to the shared model and draws the view-model; it holds no domain logic.
+
+pub mod draw;
+pub mod keys;
+#[cfg(test)]
+mod tests;
+
+use std::io;
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use allocview_sim::policy::registry::PolicyConfig;
+use anyhow::{Context as _, Result};
+use crossterm::event::{DisableMouseCapture, EnableMouseCapture};
+use crossterm::execute;
+use ratatui::Terminal;
+use ratatui::backend::Backend;
+
+use crate::model::state::{AppState, Msg, start_workers, update};
+use crate::model::view::view_model;
+
+/// Draws one frame of `state` on `terminal` and returns the screen areas (for the mouse).
+///
+/// # Errors
+/// When the terminal cannot be drawn to.
+pub fn render<B: Backend>(terminal: &mut Terminal<B>, state: &mut AppState) -> Result<draw::Areas>
+where
+    B::Error: Send + Sync + 'static,
+{
+    let size = terminal.size().context("reading the terminal size")?;
+    let area = ratatui::layout::Rect::new(0, 0, size.width, size.height);
+    let compare = state.mode == crate::model::state::Mode::Compare;
+    let areas = draw::layout(area, compare);
+    let panels = if compare { state.policies.len() } else { 1 };
+    let vp = draw::viewport(&areas, compare, panels);
+    if state.page_rows != vp.event_rows.max(1) {
+        update(state, Msg::PageRows(vp.event_rows));
+    }
+    let vm = view_model(state, &vp);
+    terminal
+        .draw(|f| draw::draw(f, &vm, &areas))
+        .context("drawing the terminal")?;
+    Ok(areas)
+}
+
+/// Runs the explorer until the user quits.
+///
+/// # Errors
+/// When the terminal cannot be set up or drawn to. Load and replay errors are shown on screen.
+pub fn run(
+    path: &Path,
+    policies: &[&'static str],
+    config: PolicyConfig,
+    lenient: bool,
+    jobs: usize,
+) -> Result<()> {
+    let mut state = AppState::new(path, policies, config);
+    let (tx, rx) = mpsc::channel();
+    start_workers(&state, lenient, jobs, &tx);
+    let mut terminal = ratatui::init();
+    execute!(io::stdout(), EnableMouseCapture).ok();
+    let result = event_loop(&mut terminal, &mut state, &rx);
+    execute!(io::stdout(), DisableMouseCapture).ok();
+    ratatui::restore();
+    result
+}
+
+fn event_loop<B: Backend>(
+    terminal: &mut Terminal<B>,
+    state: &mut AppState,
+    rx: &mpsc::Receiver<Msg>,
+) -> Result<()>
+where
+    B::Error: Send + Sync + 'static,
+{
+    let mut areas = render(terminal, state)?;
+    while !state.quit {
+        let mut dirty = false;
+        // Redraw at least every 100 ms while loading, for the progress bar.
+        if crossterm::event::poll(Duration::from_millis(100)).context("polling the terminal")? {
+            let ev = crossterm::event::read().context("reading the terminal")?;
+            if let Some(msg) = keys::to_msg(&ev, state.prompt.is_some(), Some(areas.timeline_plot))
+            {
+                apply(state, msg);
+            }
+            // Coalesce a burst (key repeat, mouse drag) into one redraw.
+            while crossterm::event::poll(Duration::ZERO).unwrap_or(false) {
+                let Ok(ev) = crossterm::event::read() else {
+                    break;
+                };
+                if let Some(msg) =
+                    keys::to_msg(&ev, state.prompt.is_some(), Some(areas.timeline_plot))
+                {
+                    apply(state, msg);
+                }
+            }
+            dirty = true;
+        }
+        while let Ok(msg) = rx.try_recv() {
+            apply(state, msg);
+            dirty = true;
+        }
+        if dirty || state.data.is_none() {
+            areas = render(terminal, state)?;
+        }
+    }
+    Ok(())
+}
+
+fn apply(state: &mut AppState, msg: Msg) {
+    // Any key clears a one-shot status message.
+    if !matches!(
+        msg,
+        Msg::Replayed(..) | Msg::Classes(_) | Msg::Loaded(_) | Msg::PageRows(_)
+    ) {
+        state.message = None;
+    }
+    let mut next = Some(msg);
+    while let Some(m) = next.take() {
+        next = update(state, m);
+    }
+}

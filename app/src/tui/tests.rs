@@ -1,0 +1,379 @@
+//! The terminal explorer on ratatui's TestBackend: whole screens as snapshots, plus the
+//! behaviour behind the keys, on a real trace.
+
+use std::path::{Path, PathBuf};
+
+use allocview_sim::policy::registry::PolicyConfig;
+use crossterm::event::{
+    Event, KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
+};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::layout::Rect;
+
+use super::{keys, render};
+use crate::model::state::{AppState, Mode, Msg, PromptKind, load_blocking, update};
+
+fn sample(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../sample-traces")
+        .join(name)
+}
+
+fn loaded(trace: &str, policies: &[&'static str]) -> AppState {
+    // Paths in snapshots must not depend on where the checkout lives.
+    let mut state = AppState::new(&sample(trace), policies, PolicyConfig::default());
+    load_blocking(&mut state, false, 2).unwrap();
+    state.path = PathBuf::from(trace);
+    if let Some(d) = state.data.as_mut() {
+        if let Some(d) = std::sync::Arc::get_mut(d) {
+            d.path = PathBuf::from(trace);
+        }
+    }
+    state
+}
+
+fn screen(state: &mut AppState, w: u16, h: u16) -> String {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    render(&mut t, state).unwrap();
+    t.backend().to_string()
+}
+
+fn key(c: char) -> Event {
+    Event::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE))
+}
+
+fn send(state: &mut AppState, ev: &Event) {
+    if let Some(msg) = keys::to_msg(ev, state.prompt.is_some(), Some(Rect::new(10, 2, 100, 10))) {
+        let mut next = Some(msg);
+        while let Some(m) = next.take() {
+            next = update(state, m);
+        }
+    }
+}
+
+fn type_text(state: &mut AppState, text: &str) {
+    for c in text.chars() {
+        send(state, &key(c));
+    }
+    send(
+        state,
+        &Event::Key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE)),
+    );
+}
+
+#[test]
+fn full_screen_at_the_peak() {
+    let mut s = loaded("find_usr_include.trace.gz", &["first-fit", "best-fit"]);
+    send(&mut s, &key('g'));
+    type_text(&mut s, "22255");
+    assert_eq!(s.cursor, 22_255);
+    let text = screen(&mut s, 140, 44);
+    // The reference peak: 247,976 live bytes at event 22,255.
+    assert!(text.contains("event 22,255/40,402"), "{text}");
+    assert!(text.contains("live 242 KiB"), "{text}");
+    assert!(text.contains("heap: first-fit"), "{text}");
+    insta::assert_snapshot!("find_at_peak", text);
+}
+
+#[test]
+fn bfc_shows_its_bins_beside_the_heap() {
+    let mut s = loaded("xz_T2_8KiB_blocks.trace.gz", &["bfc"]);
+    update(&mut s, Msg::End);
+    let text = screen(&mut s, 150, 46);
+    assert!(text.contains("BFC bins"), "{text}");
+    assert!(text.contains("heap: bfc"), "{text}");
+    insta::assert_snapshot!("xz_bfc_end", text);
+}
+
+#[test]
+fn comparison_view_puts_every_policy_side_by_side() {
+    let mut s = loaded("xz_T2_8KiB_blocks.trace.gz", &["bfc", "first-fit", "buddy"]);
+    send(&mut s, &key('c'));
+    assert_eq!(s.mode, Mode::Compare);
+    update(&mut s, Msg::Step(5000));
+    let text = screen(&mut s, 160, 44);
+    for p in ["heap: bfc", "heap: first-fit", "heap: buddy"] {
+        assert!(text.contains(p), "{p} missing:\n{text}");
+    }
+    // Every policy was seeked to the same cursor.
+    let cursors: Vec<usize> = s.heaps.iter().flatten().map(|h| h.event).collect();
+    assert_eq!(cursors, vec![5000; 3]);
+    insta::assert_snapshot!("xz_compare", text);
+}
+
+#[test]
+fn help_overlay_lists_the_keys() {
+    let mut s = loaded("find_usr_include.trace.gz", &["first-fit"]);
+    send(&mut s, &key('?'));
+    let text = screen(&mut s, 120, 40);
+    assert!(text.contains("keys (? to close)"), "{text}");
+    assert!(text.contains("next / previous peak or OOM"), "{text}");
+    send(&mut s, &key('q'));
+    assert!(!s.help && !s.quit, "q closes the help first");
+    send(&mut s, &key('q'));
+    assert!(s.quit);
+}
+
+#[test]
+fn tiny_and_odd_terminals_never_panic() {
+    let mut s = loaded("xz_T2_8KiB_blocks.trace.gz", &["bfc", "buddy"]);
+    for (w, h) in [
+        (1, 1),
+        (10, 3),
+        (19, 5),
+        (20, 6),
+        (30, 8),
+        (45, 12),
+        (80, 24),
+        (300, 100),
+    ] {
+        let text = screen(&mut s, w, h);
+        assert_eq!(text.lines().count(), usize::from(h));
+        send(&mut s, &key('c'));
+        screen(&mut s, w, h);
+        send(&mut s, &key('?'));
+        screen(&mut s, w, h);
+        send(&mut s, &key('?'));
+    }
+}
+
+#[test]
+fn stepping_keys_move_the_cursor() {
+    let mut s = loaded("find_usr_include.trace.gz", &["first-fit"]);
+    screen(&mut s, 120, 40);
+    let page = s.page_rows as i64;
+    assert!(page > 3);
+    send(&mut s, &key('l'));
+    send(
+        &mut s,
+        &Event::Key(KeyEvent::new(KeyCode::Right, KeyModifiers::NONE)),
+    );
+    assert_eq!(s.cursor, 2);
+    send(&mut s, &key('h'));
+    assert_eq!(s.cursor, 1);
+    send(
+        &mut s,
+        &Event::Key(KeyEvent::new(KeyCode::PageDown, KeyModifiers::NONE)),
+    );
+    assert_eq!(s.cursor as i64, 1 + page);
+    send(&mut s, &key('k'));
+    assert_eq!(s.cursor, 1);
+    send(
+        &mut s,
+        &Event::Key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE)),
+    );
+    assert_eq!(s.cursor, 40_402);
+    send(&mut s, &key(']'));
+    assert_eq!(s.cursor, 40_402, "clamped at the end");
+    send(&mut s, &key('['));
+    assert!(s.cursor < 40_402);
+    send(
+        &mut s,
+        &Event::Key(KeyEvent::new(KeyCode::Home, KeyModifiers::NONE)),
+    );
+    assert_eq!(s.cursor, 0);
+    send(&mut s, &key(']'));
+    assert!(s.cursor > 0);
+}
+
+#[test]
+fn goto_accepts_events_and_times() {
+    let mut s = loaded("find_usr_include.trace.gz", &["first-fit"]);
+    send(&mut s, &key('g'));
+    assert_eq!(s.prompt.as_ref().map(|p| p.kind), Some(PromptKind::Goto));
+    type_text(&mut s, "25.83ms");
+    // The reference peak is at t = 0.025830 s; the first event at that time:
+    let data = s.data.clone().unwrap();
+    let v = data.view();
+    assert_eq!(v.t_ns[s.cursor] - v.t_ns[0], 25_830_000);
+    assert!(s.cursor == 0 || v.t_ns[s.cursor - 1] - v.t_ns[0] < 25_830_000);
+    send(&mut s, &key('g'));
+    type_text(&mut s, "nonsense");
+    assert!(
+        s.message
+            .as_deref()
+            .unwrap_or("")
+            .contains("expected an event number")
+    );
+}
+
+#[test]
+fn next_mark_reaches_the_reference_peak_and_ooms() {
+    let mut s = loaded("find_usr_include.trace.gz", &["first-fit"]);
+    let mut visited = Vec::new();
+    for _ in 0..200 {
+        let before = s.cursor;
+        send(&mut s, &key('n'));
+        if s.cursor == before {
+            break;
+        }
+        visited.push(s.cursor);
+    }
+    assert!(
+        visited.contains(&22_255),
+        "peak live event not among {visited:?}"
+    );
+    assert!(visited.windows(2).all(|w| w[0] < w[1]));
+    send(&mut s, &key('N'));
+    assert!(s.cursor < *visited.last().unwrap());
+
+    // Under a limit, the OOM events are marks too.
+    let mut s = AppState::new(
+        &sample("xz_T2_8KiB_blocks.trace.gz"),
+        &["bfc"],
+        PolicyConfig {
+            limit_bytes: Some(150 << 20),
+            ..PolicyConfig::default()
+        },
+    );
+    load_blocking(&mut s, false, 1).unwrap();
+    let oom = s.selected_replay().unwrap().ooms[0].event;
+    for _ in 0..100 {
+        send(&mut s, &key('n'));
+        if s.cursor == oom {
+            break;
+        }
+    }
+    assert_eq!(s.cursor, oom);
+    assert!(
+        s.message
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("OOM at event")
+    );
+}
+
+#[test]
+fn policy_cycling_and_zoom() {
+    let mut s = loaded(
+        "find_usr_include.trace.gz",
+        &["first-fit", "best-fit", "buddy"],
+    );
+    send(&mut s, &key('p'));
+    assert_eq!(s.selected, 1);
+    send(&mut s, &key('P'));
+    send(&mut s, &key('P'));
+    assert_eq!(s.selected, 2);
+    update(&mut s, Msg::Step(20_000));
+    send(&mut s, &key('+'));
+    let (lo, hi) = s.zoom;
+    assert!((hi - lo - 0.5).abs() < 1e-9);
+    let span = s.bucketing().unwrap().span_ns as f64;
+    let c = s.cursor_t_ns() as f64 / span;
+    assert!(lo <= c && c <= hi);
+    send(&mut s, &key('-'));
+    send(&mut s, &key('-'));
+    assert_eq!(s.zoom, (0.0, 1.0));
+}
+
+#[test]
+fn filter_limits_the_event_list() {
+    let mut s = loaded("xz_T2_8KiB_blocks.trace.gz", &["first-fit"]);
+    send(&mut s, &key('/'));
+    type_text(&mut s, "thread=1");
+    assert_eq!(s.filter.thread, Some(1));
+    let text = screen(&mut s, 140, 44);
+    assert!(text.contains("events [thread=1]"), "{text}");
+    // Thread 1 has 9 events; every listed row except the cursor's belongs to it.
+    let data = s.data.clone().unwrap();
+    let vp = crate::model::view::Viewport {
+        timeline_points: 100,
+        heap_cells: 100,
+        event_rows: 30,
+        heat_columns: 20,
+    };
+    let vm = crate::model::view::view_model(&s, &vp);
+    let rows: Vec<_> = vm.events.iter().filter(|r| !r.is_cursor).collect();
+    assert_eq!(rows.len(), 9);
+    assert!(rows.iter().all(|r| data.thread_at(r.index) == 1));
+    send(&mut s, &key('/'));
+    type_text(&mut s, "size=64..127 class=7");
+    assert_eq!(s.filter.min_size_bytes, Some(64));
+    assert_eq!(s.filter.class, Some(7));
+    send(&mut s, &key('/'));
+    type_text(&mut s, "colour=blue");
+    assert!(
+        s.message
+            .as_deref()
+            .unwrap_or("")
+            .contains("unknown filter")
+    );
+}
+
+#[test]
+fn mouse_scrubs_the_timeline() {
+    let mut s = loaded("find_usr_include.trace.gz", &["first-fit"]);
+    // The test's plot area is x 10..110: a click at its middle goes to mid-trace.
+    let click = |col| {
+        Event::Mouse(MouseEvent {
+            kind: MouseEventKind::Down(MouseButton::Left),
+            column: col,
+            row: 5,
+            modifiers: KeyModifiers::NONE,
+        })
+    };
+    send(&mut s, &click(60));
+    let span = s.bucketing().unwrap().span_ns as f64;
+    let at = s.cursor_t_ns() as f64 / span;
+    assert!((at - 50.0 / 99.0).abs() < 0.02, "cursor at {at}");
+    let before = s.cursor;
+    send(
+        &mut s,
+        &Event::Mouse(MouseEvent {
+            kind: MouseEventKind::Drag(MouseButton::Left),
+            column: 100,
+            row: 5,
+            modifiers: KeyModifiers::NONE,
+        }),
+    );
+    assert!(s.cursor > before);
+    // Outside the plot: ignored.
+    let before = s.cursor;
+    send(&mut s, &click(200));
+    assert_eq!(s.cursor, before);
+}
+
+#[test]
+fn export_writes_series_csv_and_heap_text() {
+    let mut s = loaded("find_usr_include.trace.gz", &["first-fit", "bfc"]);
+    let dir = std::env::temp_dir().join(format!("allocview-export-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    s.export_dir = dir.clone();
+    update(&mut s, Msg::Step(22_255));
+    send(&mut s, &key('e'));
+    let msg = s.message.clone().unwrap();
+    assert!(msg.starts_with("exported"), "{msg}");
+    let csv = std::fs::read_to_string(dir.join("find_usr_include-event22255-series.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(lines[0].starts_with("policy,bucket,t_start_s"));
+    // Both replayed policies, every bucket of the (unzoomed) timeline.
+    assert_eq!(lines.len(), 1 + 2 * crate::model::state::BUCKETS);
+    let peak_live: u64 = lines[1..]
+        .iter()
+        .map(|l| l.split(',').nth(5).unwrap().parse::<u64>().unwrap())
+        .max()
+        .unwrap();
+    assert_eq!(peak_live, 247_976, "the CSV keeps the exact peak");
+    let txt = std::fs::read_to_string(dir.join("find_usr_include-event22255-heap.txt")).unwrap();
+    assert!(txt.contains("first-fit: footprint"), "{txt}");
+    assert!(!txt.contains("bfc: footprint"), "only the policy on screen");
+}
+
+#[test]
+fn load_error_is_shown_not_panicked() {
+    let dir = std::env::temp_dir().join(format!("allocview-tui-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.trace");
+    std::fs::write(&bad, "0.1\t1\t8\t0x10\n0.2\t1\tx\t0x20\n").unwrap();
+    let mut s = AppState::new(&bad, &["first-fit"], PolicyConfig::default());
+    let (tx, rx) = std::sync::mpsc::channel();
+    crate::model::state::start_workers(&s, false, 1, &tx);
+    drop(tx);
+    for m in rx {
+        update(&mut s, m);
+    }
+    let text = screen(&mut s, 100, 20);
+    assert!(text.contains("could not load the trace"), "{text}");
+    assert!(text.contains("line 2"), "{text}");
+}
