@@ -887,8 +887,48 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+fn small_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (1u64..800).prop_map(Op::Alloc),
+        3 => any::<usize>().prop_map(Op::Free),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
+
+    // Few distinct sizes and long runs: many free chunks of one size, merged away and reused,
+    // which is what the exact-size buckets' lazy deletion has to get right.
+    #[test]
+    fn matches_a_naive_model_on_few_sizes(ops in prop::collection::vec(small_op(), 1..1500)) {
+        let limit = 4 * MIB;
+        let mut bfc = fixed(limit);
+        let mut naive = Naive::new(limit, false, false);
+        let mut live: Vec<u64> = Vec::new();
+        for (step, op) in ops.into_iter().enumerate() {
+            match op {
+                Op::Alloc(size) => {
+                    let got = bfc.allocate(size, step as u32).ok().map(|a| (a.addr, a.chunk_bytes));
+                    prop_assert_eq!(got, naive.alloc(size), "step {} alloc {}", step, size);
+                    if let Some((addr, _)) = got {
+                        live.push(addr);
+                    }
+                }
+                Op::Free(i) if !live.is_empty() => {
+                    let addr = live.swap_remove(i % live.len());
+                    bfc.deallocate(addr).unwrap();
+                    naive.free(addr);
+                }
+                Op::Free(_) => {}
+            }
+            if step % 16 == 0 {
+                bfc.check_invariants().map_err(TestCaseError::fail)?;
+                prop_assert_eq!(chunk_map(&bfc), naive.chunk_map());
+            }
+        }
+        bfc.check_invariants().map_err(TestCaseError::fail)?;
+        prop_assert_eq!(chunk_map(&bfc), naive.chunk_map());
+    }
 
     #[test]
     fn matches_a_naive_model(

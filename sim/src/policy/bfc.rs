@@ -14,20 +14,24 @@
 //! the limit would otherwise refuse a new one.
 //!
 //! Because every chunk of a higher bin is larger than every chunk of a lower one, the 21 bins
-//! are kept as one ordered map keyed by (size, address); [`Bfc::bins`] partitions it on demand.
-//! Alloc and free are O(log n) in the number of free chunks; chunk lookup by address is a hash.
+//! are kept as one index in (size, address) order (exact-size heaps under 1 MiB with a bitmap,
+//! an ordered map above); [`Bfc::bins`] partitions it on demand. Alloc and free are O(log n) in
+//! the number of free chunks of one size (amortized); chunk lookup by address is a hash.
 //! Exact constants and rules: `reference/allocators.md` section 1.
 
 use std::any::Any;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::registry::{PolicyConfig, RegistryError};
 use super::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Policy, Request};
 use crate::trace::NO_ALLOC_ID;
 
+mod free_index;
 #[cfg(test)]
 mod tests;
+
+use free_index::FreeIndex;
 
 /// Number of bins (`kNumBins`).
 pub const NUM_BINS: usize = 21;
@@ -275,18 +279,6 @@ impl Hasher for AddrHasher {
 
 type AddrMap = HashMap<Addr, u32, BuildHasherDefault<AddrHasher>>;
 
-fn free_key(size_bytes: u64, addr: Addr) -> u128 {
-    (u128::from(size_bytes) << 64) | u128::from(addr)
-}
-
-fn key_size(key: u128) -> u64 {
-    (key >> 64) as u64
-}
-
-fn key_addr(key: u128) -> Addr {
-    key as u64
-}
-
 /// TensorFlow's BFC allocator over simulated addresses. See the module header.
 #[derive(Clone, Debug)]
 pub struct Bfc {
@@ -295,8 +287,8 @@ pub struct Bfc {
     /// TF's `chunks_`: handles index it; deleted chunks form a LIFO list through `next`.
     chunks: Vec<Chunk>,
     unused_head: u32,
-    /// Every free chunk, keyed by (size << 64 | addr): the 21 bins in search order.
-    free_by_size: BTreeMap<u128, u32>,
+    /// Every free chunk, searchable in (size, addr) order: the 21 bins.
+    free: FreeIndex,
     in_use_by_addr: AddrMap,
     /// Sorted by base.
     regions: Vec<Region>,
@@ -339,7 +331,7 @@ impl Bfc {
             max_internal_fragmentation_bytes: max_frag,
             chunks: Vec::new(),
             unused_head: NONE,
-            free_by_size: BTreeMap::new(),
+            free: FreeIndex::default(),
             in_use_by_addr: AddrMap::default(),
             regions: Vec::new(),
             pending_region_bases: VecDeque::new(),
@@ -476,8 +468,7 @@ impl Bfc {
                 if c.addr > cursor {
                     let gap = free_chunk(cursor, c.addr - cursor, prev);
                     let h = bfc.append_chunk(gap, &mut prev, &mut first);
-                    bfc.free_by_size
-                        .insert(free_key(gap.size_bytes, gap.addr), h);
+                    bfc.free.insert(&bfc.chunks, gap.size_bytes, gap.addr, h);
                 }
                 let chunk = Chunk {
                     addr: c.addr,
@@ -498,8 +489,7 @@ impl Bfc {
             if cursor < end {
                 let gap = free_chunk(cursor, end - cursor, prev);
                 let h = bfc.append_chunk(gap, &mut prev, &mut first);
-                bfc.free_by_size
-                    .insert(free_key(gap.size_bytes, gap.addr), h);
+                bfc.free.insert(&bfc.chunks, gap.size_bytes, gap.addr, h);
             }
             bfc.regions.push(Region {
                 base: r.base,
@@ -627,11 +617,7 @@ impl Bfc {
                 ..BinInfo::default()
             })
             .collect();
-        for &key in self.free_by_size.keys() {
-            if let Some(bin) = bins.get_mut(bin_num_for_size(key_size(key))) {
-                bin.free_chunks.push((key_addr(key), key_size(key)));
-            }
-        }
+        let mut free: Vec<(u64, Addr)> = Vec::new();
         for r in &self.regions {
             let mut h = r.first;
             while let Some(c) = self.chunks.get(h as usize) {
@@ -642,9 +628,17 @@ impl Bfc {
                         bin.chunks_in_use += 1;
                         bin.bytes_in_use += c.size_bytes;
                         bin.requested_bytes_in_use += c.requested_bytes;
+                    } else {
+                        free.push((c.size_bytes, c.addr));
                     }
                 }
                 h = c.next;
+            }
+        }
+        free.sort_unstable();
+        for (size, addr) in free {
+            if let Some(bin) = bins.get_mut(bin_num_for_size(size)) {
+                bin.free_chunks.push((addr, size));
             }
         }
         bins
@@ -653,9 +647,7 @@ impl Bfc {
     /// Size of the largest free chunk (TF's `LargestFreeChunk`).
     #[must_use]
     pub fn largest_free_chunk_bytes(&self) -> u64 {
-        self.free_by_size
-            .last_key_value()
-            .map_or(0, |(&k, _)| key_size(k))
+        self.free.largest()
     }
 
     /// The in-use chunk that starts at `addr`.
@@ -740,18 +732,19 @@ impl Bfc {
         if let Some(n) = self.chunks.get(next as usize)
             && !n.in_use()
         {
-            self.free_by_size.remove(&free_key(n.size_bytes, n.addr));
+            self.free.remove(n.size_bytes, n.addr);
             self.merge(h, next).map_err(|_| unknown.clone())?;
         }
         if let Some(p) = self.chunks.get(prev as usize)
             && !p.in_use()
         {
-            self.free_by_size.remove(&free_key(p.size_bytes, p.addr));
+            self.free.remove(p.size_bytes, p.addr);
             self.merge(prev, h).map_err(|_| unknown.clone())?;
             h = prev;
         }
         let c = self.chunks.get(h as usize).ok_or(unknown)?;
-        self.free_by_size.insert(free_key(c.size_bytes, c.addr), h);
+        let (size, addr) = (c.size_bytes, c.addr);
+        self.free.insert(&self.chunks, size, addr, h);
         Ok(size)
     }
 
@@ -823,11 +816,9 @@ impl Bfc {
         num_bytes: u64,
         request_id: u32,
     ) -> Result<Option<BfcAllocation>, Broken> {
-        let Some((&key, &h)) = self.free_by_size.range(free_key(rounded, 0)..).next() else {
+        let Some((size, _, h)) = self.free.take_best_fit(&self.chunks, rounded) else {
             return Ok(None);
         };
-        self.free_by_size.remove(&key);
-        let size = key_size(key);
         if size / 2 >= rounded || size - rounded >= self.max_internal_fragmentation_bytes {
             self.split(h, rounded)?;
         }
@@ -881,8 +872,8 @@ impl Bfc {
             .ok_or(Broken("split: bad handle"))?;
         c.next = h2;
         c.size_bytes = num_bytes;
-        self.free_by_size
-            .insert(free_key(rest.size_bytes, rest.addr), h2);
+        self.free
+            .insert(&self.chunks, rest.size_bytes, rest.addr, h2);
         Ok(())
     }
 
@@ -929,7 +920,7 @@ impl Bfc {
         };
         self.total_region_allocated_bytes += bytes;
         let h = self.new_handle(free_chunk(base, bytes, NONE));
-        self.free_by_size.insert(free_key(bytes, base), h);
+        self.free.insert(&self.chunks, bytes, base, h);
         self.regions.insert(
             idx,
             Region {
@@ -977,7 +968,7 @@ impl Bfc {
         let mut kept = Vec::with_capacity(regions.len());
         for r in regions {
             if is_free(self, &r) {
-                self.free_by_size.remove(&free_key(r.size_bytes, r.base));
+                self.free.remove(r.size_bytes, r.base);
                 self.delete_handle(r.first);
                 self.total_region_allocated_bytes -= r.size_bytes;
             } else {
@@ -996,7 +987,7 @@ impl Bfc {
             allocated_bytes: self.stats.bytes_in_use,
             footprint_bytes: footprint,
             free_bytes: footprint - self.stats.bytes_in_use,
-            free_blocks: self.free_by_size.len() as u64,
+            free_blocks: self.free.len() as u64,
             largest_free_bytes: self.largest_free_chunk_bytes(),
         }
     }
@@ -1004,7 +995,7 @@ impl Bfc {
     fn check(&self) -> Result<(), String> {
         let mut seen = vec![false; self.chunks.len()];
         let mut region_total: u64 = 0;
-        let mut free_count = 0usize;
+        let mut free_list = Vec::new();
         let mut in_use_count = 0usize;
         let mut in_use_bytes: u64 = 0;
         let mut requested: u64 = 0;
@@ -1058,10 +1049,7 @@ impl Bfc {
                     if prev_free {
                         return Err(format!("two adjacent free chunks at {:#x}", c.addr));
                     }
-                    if self.free_by_size.get(&free_key(c.size_bytes, c.addr)) != Some(&h) {
-                        return Err(format!("free chunk {h} at {:#x} not in its bin", c.addr));
-                    }
-                    free_count += 1;
+                    free_list.push((h, c.size_bytes, c.addr));
                     prev_free = true;
                 }
                 cursor += c.size_bytes;
@@ -1072,12 +1060,7 @@ impl Bfc {
                 return Err(format!("region {i}: chunks end at {cursor:#x}"));
             }
         }
-        if free_count != self.free_by_size.len() {
-            return Err(format!(
-                "{} binned chunks but {free_count} free chunks in regions",
-                self.free_by_size.len()
-            ));
-        }
+        self.free.check(&self.chunks, &free_list)?;
         if in_use_count != self.in_use_by_addr.len() {
             return Err("address map holds chunks not in any region".into());
         }

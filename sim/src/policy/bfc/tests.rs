@@ -23,8 +23,8 @@ fn handle_at(bfc: &Bfc, addr: Addr) -> u32 {
 #[test]
 fn detects_a_free_chunk_missing_from_its_bin() {
     let mut bfc = sample();
-    bfc.free_by_size.remove(&free_key(1024, 0));
-    assert!(bfc.check().unwrap_err().contains("not in its bin"));
+    bfc.free.remove(1024, 0);
+    assert!(bfc.check().unwrap_err().contains("free chunks"));
 }
 
 #[test]
@@ -36,7 +36,7 @@ fn detects_adjacent_free_chunks() {
     let c = &mut bfc.chunks[h as usize];
     c.allocation_id = 0;
     c.requested_bytes = 0;
-    bfc.free_by_size.insert(free_key(1024, 1024), h);
+    bfc.free.insert(&bfc.chunks, 1024, 1024, h);
     bfc.stats.bytes_in_use -= 1024;
     bfc.live_bytes -= 1000;
     assert!(bfc.check().unwrap_err().contains("adjacent free"));
@@ -90,4 +90,39 @@ fn address_hash_spreads_256_byte_multiples() {
         "only {} distinct low-bit patterns",
         low.len()
     );
+}
+
+#[test]
+fn stale_bucket_entries_are_compacted_and_never_served() {
+    let mut bfc = Bfc::new(BfcOptions {
+        limit_bytes: 1 << 20,
+        allow_growth: false,
+        ..BfcOptions::default()
+    });
+    let b0 = bfc.allocate(256, 0).unwrap().addr;
+    bfc.allocate(512, 0).unwrap();
+    let a: Vec<Addr> = (0..200)
+        .map(|_| bfc.allocate(256, 0).unwrap().addr)
+        .collect();
+    bfc.allocate(512, 0).unwrap();
+    for x in a.iter().step_by(2) {
+        bfc.deallocate(*x).unwrap();
+    }
+    assert_eq!(bfc.free.bucket_entries(256), 100);
+    // Freeing the odd ones merges the even ones away: their entries go stale, except the last
+    // even chunk, which stays free (a[199] is still in use).
+    for x in a.iter().skip(1).step_by(2).take(98) {
+        bfc.deallocate(*x).unwrap();
+    }
+    bfc.check().unwrap();
+    assert_eq!(bfc.free.bucket_entries(256), 100);
+    // An isolated 256 B chunk enters the bucket: the stale entries are compacted first.
+    bfc.deallocate(b0).unwrap();
+    bfc.check().unwrap();
+    assert_eq!(bfc.free.bucket_entries(256), 2);
+    // Best fit: the two 256 B chunks, lowest address first, then the merged run is split.
+    assert_eq!(bfc.allocate(200, 1).unwrap().addr, b0);
+    assert_eq!(bfc.allocate(200, 2).unwrap().addr, a[198]);
+    assert_eq!(bfc.allocate(200, 3).unwrap().addr, a[0]);
+    bfc.check().unwrap();
 }
