@@ -63,12 +63,12 @@ fn find_usr_include_within_5_percent() {
     );
 }
 
-/// Real figure measured here (glibc 2.36-9+deb12u14, Debian 12): the trace replayed on one
-/// thread in file order through real malloc/free by a small C harness whose own buffers (the
-/// event arrays and the id -> pointer table) came from mmap and which printed nothing until the
-/// end, reading mallinfo2 `arena + hblkhd` after every event: peak 195,395,584 B (heap 327,680 +
-/// mmapped 195,067,904) at event 324. The same harness gives 393,216 / 60,997,632 / 30,707,712 B
-/// for the three traces of `glibc-model.md` (one page below its figures for find and python).
+/// Real figure measured here with `sim/benches/glibc_peak.c` (glibc 2.36-9+deb12u14, Debian 12):
+/// the trace replayed on one thread in file order through real malloc/free, the harness's own
+/// buffers in mmap, mallinfo2 `arena + hblkhd` read after every call: peak 195,395,584 B (heap
+/// 327,680 + mmapped 195,067,904). The same harness gives 393,216 / 60,997,632 / 30,707,712 B for
+/// the three traces of `glibc-model.md`, one page below its figures for find and python; the
+/// tests keep that document's figures.
 #[test]
 fn xz_within_5_percent() {
     let trace = support::read_trace(&support::sample_trace("xz_T2_8KiB_blocks.trace.gz"));
