@@ -1,0 +1,111 @@
+//! The terminal explorer end to end: the real binary in tmux, real keys, the screen read back
+//! with capture-pane. Skips (with a message) where tmux is not installed; CI installs it.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+struct Session(String);
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .output()
+            .ok();
+    }
+}
+
+fn tmux(args: &[&str]) -> String {
+    let out = Command::new("tmux").args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn capture(s: &Session) -> String {
+    tmux(&["capture-pane", "-t", &s.0, "-p"])
+}
+
+/// Polls the screen until `pred` holds (the explorer loads and replays in the background).
+fn wait_for(s: &Session, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    let start = Instant::now();
+    loop {
+        let screen = capture(s);
+        if pred(&screen) {
+            return screen;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}; screen:\n{screen}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn keys(s: &Session, keys: &[&str]) {
+    let mut args = vec!["send-keys", "-t", &s.0];
+    args.extend_from_slice(keys);
+    tmux(&args);
+}
+
+#[test]
+fn explorer_in_tmux() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("skipping: tmux is not installed");
+        return;
+    }
+    let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/find_usr_include.trace.gz");
+    let name = format!("allocview-test-{}", std::process::id());
+    let cmd = format!(
+        "{} {} --policy first-fit,bfc,buddy",
+        env!("CARGO_BIN_EXE_allocview"),
+        trace.display()
+    );
+    let out = Command::new("tmux")
+        .args(["new-session", "-d", "-s", &name, "-x", "150", "-y", "45", &cmd])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = Session(name);
+
+    let screen = wait_for(&s, "all policies replayed", |t| t.contains("(3/3 replayed)"));
+    assert!(screen.contains("heap: first-fit"), "{screen}");
+    assert!(screen.contains("event 0/40,402"), "{screen}");
+
+    // Go to the reference peak by number.
+    keys(&s, &["g", "22255", "Enter"]);
+    let screen = wait_for(&s, "the goto", |t| t.contains("event 22,255/40,402"));
+    assert!(screen.contains("live 242 KiB"), "{screen}");
+
+    // Step with arrows and vim keys.
+    keys(&s, &["Right", "l", "l", "h"]);
+    wait_for(&s, "three steps", |t| t.contains("event 22,257/40,402"));
+
+    // Next policy: bfc, with its bins.
+    keys(&s, &["p"]);
+    let screen = wait_for(&s, "the bfc view", |t| t.contains("heap: bfc"));
+    assert!(screen.contains("BFC bins"), "{screen}");
+
+    // Comparison view: all three heaps at once.
+    keys(&s, &["c"]);
+    let screen = wait_for(&s, "the comparison view", |t| t.contains("heap: buddy"));
+    assert!(screen.contains("heap: first-fit") && screen.contains("heap: bfc"), "{screen}");
+
+    // Help, then quit (q closes the help first).
+    keys(&s, &["?"]);
+    wait_for(&s, "the help", |t| t.contains("keys (? to close)"));
+    keys(&s, &["q"]);
+    wait_for(&s, "the help to close", |t| !t.contains("keys (? to close)"));
+
+    // Resize to something tiny and back: no panic, still running.
+    tmux(&["resize-window", "-t", &s.0, "-x", "30", "-y", "8"]);
+    std::thread::sleep(Duration::from_millis(300));
+    tmux(&["resize-window", "-t", &s.0, "-x", "150", "-y", "45"]);
+    wait_for(&s, "redraw after resize", |t| t.contains("heap: buddy"));
+
+    keys(&s, &["q"]);
+    let start = Instant::now();
+    while tmux(&["list-sessions"]).contains(&s.0) {
+        assert!(start.elapsed() < Duration::from_secs(5), "q did not quit");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
