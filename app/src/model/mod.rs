@@ -1,5 +1,5 @@
 //! The explorer's model and view-model, shared by the terminal and desktop frontends. No
-//! frontend types (ratatui, egui) in here: CI greps for them.
+//! terminal or desktop UI types in here: CI greps for their crate names.
 
 pub mod export;
 pub mod heapmap;
