@@ -49,7 +49,8 @@ impl Default for ReplayOptions {
     }
 }
 
-/// An allocation the policy could not serve.
+/// An allocation the policy could not serve: out of memory, or a request it cannot model
+/// ([`AllocError::Unsupported`]). Both count as OOM events in the summary and the series.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Oom {
     /// Index of the `Alloc` event.
@@ -129,7 +130,7 @@ pub struct Replay {
     pub policy_name: &'static str,
     pub summary: Summary,
     pub series: Series,
-    /// Every failed allocation, in event order.
+    /// Every failed allocation, in event order (`summary.oom_count` of them).
     pub ooms: Vec<Oom>,
     /// The policy as it was when the first allocation failed.
     pub first_oom_state: Option<Box<dyn Policy>>,

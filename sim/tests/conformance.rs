@@ -3,6 +3,8 @@
 //!
 //! Every scenario is a trace, so offline policies (which plan from the trace) run it too. A
 //! policy whose registry arm is not written yet is skipped with a message.
+// Helpers outside #[test] functions unwrap too: a failed unwrap is a failed test here.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use allocview_sim::policy::registry::{POLICY_NAMES, PolicyConfig, build};
 use allocview_sim::policy::{AllocError, Block, BlockState, FreeError, Placement, Policy, Request};

@@ -1,5 +1,7 @@
 //! Property tests: random alloc/free sequences through every registered policy, checked against
 //! the shadow model after every step, and replayed twice for determinism.
+// Helpers outside #[test] functions unwrap too: a failed unwrap is a failed test here.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use allocview_sim::policy::AllocError;
 use allocview_sim::policy::registry::{POLICY_NAMES, PolicyConfig};

@@ -1,6 +1,8 @@
 //! Replays the sample traces through every available policy and checks the facts that hold for
 //! any correct policy: live bytes follow the trace's reference statistics, the footprint covers
 //! the live bytes everywhere, and seeking from a checkpoint gives the state of a straight replay.
+// Helpers outside #[test] functions unwrap too: a failed unwrap is a failed test here.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
@@ -202,5 +204,58 @@ fn size_classes_follow_the_trace() {
         assert_eq!(total, r.series.live_bytes.last[b], "bucket {b}");
         let peak: u64 = classes.live_bytes_peak(b).unwrap().iter().sum();
         assert!(peak >= r.series.live_bytes.max[b], "bucket {b}");
+    }
+}
+
+/// Replay rates on the shared traces (run with `--run-ignored only --no-capture`): the best of
+/// three replays per policy, and the bare policy calls without the engine's bookkeeping.
+#[test]
+#[ignore = "timing report, not a check"]
+fn replay_rates() {
+    for file in [
+        "find_usr_include.trace.gz",
+        "git_log_p_gitui.trace.gz",
+        "python311_json_re_sqlite.trace.gz",
+    ] {
+        let Some(path) = support::shared_trace(file) else {
+            continue;
+        };
+        let trace = support::read_trace(&path);
+        let view = trace.view().unwrap();
+        for name in POLICY_NAMES {
+            let config = PolicyConfig::default();
+            let Some(proto) = build_available(name, &config, &view).unwrap() else {
+                continue;
+            };
+            let best = (0..3)
+                .map(|_| replay(&view, proto.clone_box(), &ReplayOptions::default()))
+                .map(|r| r.summary.events_per_second)
+                .fold(0.0, f64::max);
+            let bare = (0..3)
+                .map(|_| {
+                    let mut p = proto.clone_box();
+                    let t = std::time::Instant::now();
+                    straight(&mut p, &view, view.len() - 1);
+                    view.len() as f64 / t.elapsed().as_secs_f64()
+                })
+                .fold(0.0, f64::max);
+            let r = replay(&view, proto.clone_box(), &ReplayOptions::default());
+            let mut worst_seek_ms = 0.0f64;
+            for k in 1..=20 {
+                let event = view.len() * k / 21 + k * 977 % 16_384;
+                let t = std::time::Instant::now();
+                let (p, _) = r.state_at(&view, event.min(view.len() - 1)).unwrap();
+                worst_seek_ms = worst_seek_ms.max(t.elapsed().as_secs_f64() * 1e3);
+                drop(p);
+            }
+            eprintln!(
+                "{file} {name}: replay {:.1} M events/s, bare policy calls {:.1} M events/s, \
+                 worst of 20 seeks {worst_seek_ms:.2} ms ({} checkpoints every {} events)",
+                best / 1e6,
+                bare / 1e6,
+                r.checkpoint_count(),
+                r.checkpoint_every()
+            );
+        }
     }
 }
