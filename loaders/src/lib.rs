@@ -31,6 +31,7 @@ pub mod error;
 pub mod input;
 pub mod malloc_trace;
 pub mod stats;
+pub mod tf;
 
 use std::path::Path;
 
