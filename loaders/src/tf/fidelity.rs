@@ -1,0 +1,1 @@
+//! Replay of the `bfc` policy against a TensorFlow memory log (in progress).
