@@ -13,7 +13,8 @@ use crate::tui;
 /// Arguments of `allocview bench`.
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
-    /// What to measure: `explorer` (seek + redraw of the terminal explorer).
+    /// What to measure: `explorer` (seek + redraw of the terminal explorer) or `replay`
+    /// (each policy's replay rate against the C library's malloc/free on the same trace).
     pub what: String,
     /// The trace.
     pub file: PathBuf,
@@ -25,13 +26,17 @@ pub struct BenchArgs {
     /// Screen size for the redraw, columns x rows.
     #[arg(long, default_value = "200x60")]
     pub size: String,
+    /// Repetitions of each replay; the best is reported.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
 }
 
 /// Runs `allocview bench`.
 pub fn run(args: &BenchArgs) -> Result<()> {
     match args.what.as_str() {
         "explorer" => explorer(args),
-        other => bail!("unknown benchmark {other:?}; known: explorer"),
+        "replay" => replay_rates(args),
+        other => bail!("unknown benchmark {other:?}; known: explorer, replay"),
     }
 }
 
@@ -127,4 +132,132 @@ fn rss_bytes() -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+const LIBC_HARNESS: &str = include_str!("../../benches/libc_replay.c");
+
+/// Replays the trace through the C library (a harness compiled here with `cc -O2`) and through
+/// each policy: bare `alloc`/`free` calls (what the libc figure measures) and the full replay
+/// with metrics, series and checkpoints. Best of `runs` for each.
+fn replay_rates(args: &BenchArgs) -> Result<()> {
+    use allocview_sim::policy::registry;
+    use allocview_sim::replay::{ReplayOptions, replay};
+    use allocview_sim::trace::EventKind;
+    use std::io::Write as _;
+
+    let loaded = super::load::load_input(&args.file, &super::load::InputArgs::default())?;
+    let allocview_loaders::Loaded::MallocTrace(trace) = loaded;
+    let view = allocview_loaders::trace_view(&trace.events, &args.file)?;
+    let n = view.len();
+    let dir = std::env::temp_dir().join(format!("allocview-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let arrays = dir.join("arrays.bin");
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&arrays)?);
+        f.write_all(&(n as u64).to_le_bytes())?;
+        f.write_all(&u64::from(view.num_allocs).to_le_bytes())?;
+        f.write_all(view.kind)?;
+        for id in view.alloc_id {
+            f.write_all(&id.to_le_bytes())?;
+        }
+        for s in view.size_bytes {
+            f.write_all(&s.to_le_bytes())?;
+        }
+    }
+    let src = dir.join("libc_replay.c");
+    std::fs::write(&src, LIBC_HARNESS)?;
+    let exe = dir.join("libc_replay");
+    let cc = std::process::Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .context("running cc (a C compiler is needed for the libc baseline)")?;
+    if !cc.success() {
+        bail!("cc failed to build the libc harness");
+    }
+    let mut libc_best = f64::INFINITY;
+    for _ in 0..args.runs.max(1) {
+        let out = std::process::Command::new(&exe).arg(&arrays).output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let secs: f64 = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .context("the libc harness printed nothing")?;
+        libc_best = libc_best.min(secs);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    let libc_rate = n as f64 / libc_best;
+    println!(
+        "{}: {} events; libc malloc/free {:.1} M events/s (best of {})",
+        args.file.display(),
+        crate::format::count(n as u64),
+        libc_rate / 1e6,
+        args.runs
+    );
+    println!(
+        "  {:<10} {:>14} {:>9} {:>18} {:>9}",
+        "policy", "calls M ev/s", "vs libc", "replay M ev/s", "vs libc"
+    );
+    let config = args.policies.config()?;
+    let opts = ReplayOptions {
+        align_bytes: config.align_bytes,
+        ..ReplayOptions::default()
+    };
+    for name in args.policies.names()? {
+        let mut bare_best = f64::INFINITY;
+        let mut full_best = f64::INFINITY;
+        let mut failed = None;
+        for _ in 0..args.runs.max(1) {
+            let mut policy = match registry::build(name, &config, &view) {
+                Ok(p) => p,
+                Err(e) => {
+                    failed = Some(e.to_string());
+                    break;
+                }
+            };
+            let mut addrs = vec![u64::MAX; view.num_allocs as usize];
+            let t = Instant::now();
+            for ((&k, &id), &size) in view.kind.iter().zip(view.alloc_id).zip(view.size_bytes) {
+                if k == EventKind::Alloc.code() {
+                    let req = allocview_sim::policy::Request {
+                        id,
+                        size_bytes: size,
+                        align_bytes: config.align_bytes,
+                    };
+                    if let (Ok(p), Some(slot)) = (policy.alloc(req), addrs.get_mut(id as usize)) {
+                        *slot = p.addr;
+                    }
+                } else if k == EventKind::Free.code() {
+                    if let Some(&a) = addrs.get(id as usize) {
+                        if a != u64::MAX {
+                            policy.free(a).ok();
+                        }
+                    }
+                }
+            }
+            bare_best = bare_best.min(t.elapsed().as_secs_f64());
+            let policy = registry::build(name, &config, &view).map_err(anyhow::Error::msg)?;
+            let t = Instant::now();
+            let r = replay(&view, policy, &opts);
+            full_best = full_best.min(t.elapsed().as_secs_f64());
+            drop(r);
+        }
+        if let Some(e) = failed {
+            println!("  {name:<10} not run: {e}");
+            continue;
+        }
+        let bare = n as f64 / bare_best;
+        let full = n as f64 / full_best;
+        println!(
+            "  {:<10} {:>14.1} {:>9.2} {:>18.1} {:>9.2}",
+            name,
+            bare / 1e6,
+            bare / libc_rate,
+            full / 1e6,
+            full / libc_rate
+        );
+    }
+    Ok(())
 }
