@@ -53,7 +53,8 @@ fn explorer_in_tmux() {
         eprintln!("skipping: tmux is not installed");
         return;
     }
-    let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/find_usr_include.trace.gz");
+    let trace =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/find_usr_include.trace.gz");
     let name = format!("allocview-test-{}", std::process::id());
     let cmd = format!(
         "{} {} --policy first-fit,bfc,buddy",
@@ -61,13 +62,29 @@ fn explorer_in_tmux() {
         trace.display()
     );
     let out = Command::new("tmux")
-        .args(["new-session", "-d", "-s", &name, "-x", "150", "-y", "45", &cmd])
+        .args([
+            "new-session",
+            "-d",
+            "-s",
+            &name,
+            "-x",
+            "150",
+            "-y",
+            "45",
+            &cmd,
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let s = Session(name);
 
-    let screen = wait_for(&s, "all policies replayed", |t| t.contains("(3/3 replayed)"));
+    let screen = wait_for(&s, "all policies replayed", |t| {
+        t.contains("(3/3 replayed)")
+    });
     assert!(screen.contains("heap: first-fit"), "{screen}");
     assert!(screen.contains("event 0/40,402"), "{screen}");
 
@@ -88,13 +105,18 @@ fn explorer_in_tmux() {
     // Comparison view: all three heaps at once.
     keys(&s, &["c"]);
     let screen = wait_for(&s, "the comparison view", |t| t.contains("heap: buddy"));
-    assert!(screen.contains("heap: first-fit") && screen.contains("heap: bfc"), "{screen}");
+    assert!(
+        screen.contains("heap: first-fit") && screen.contains("heap: bfc"),
+        "{screen}"
+    );
 
     // Help, then quit (q closes the help first).
     keys(&s, &["?"]);
     wait_for(&s, "the help", |t| t.contains("keys (? to close)"));
     keys(&s, &["q"]);
-    wait_for(&s, "the help to close", |t| !t.contains("keys (? to close)"));
+    wait_for(&s, "the help to close", |t| {
+        !t.contains("keys (? to close)")
+    });
 
     // Resize to something tiny and back: no panic, still running.
     tmux(&["resize-window", "-t", &s.0, "-x", "30", "-y", "8"]);
