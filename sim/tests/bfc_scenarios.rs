@@ -160,6 +160,13 @@ fn split_rule_boundaries() {
     assert_eq!(alloc(&mut bfc, 0, 288 * MIB + 1), (0, 384 * MIB));
     let mut bfc = frac(0.0);
     assert_eq!(alloc(&mut bfc, 0, 288 * MIB), (0, 384 * MIB));
+
+    // The same rule, asked directly.
+    let bfc = fixed(GIB);
+    assert!(bfc.splits(2048, 1024));
+    assert!(!bfc.splits(1792, 1024));
+    assert!(bfc.splits(384 * MIB, 256 * MIB));
+    assert!(!bfc.splits(384 * MIB, 256 * MIB + 256));
 }
 
 #[test]

@@ -527,6 +527,15 @@ impl Bfc {
         self.max_internal_fragmentation_bytes
     }
 
+    /// TF's split rule: would a free chunk of `chunk_bytes` chosen for a request rounded to
+    /// `rounded_bytes` be split (true) or handed out whole? (Replays of logs that give only the
+    /// requested bytes use it to infer chunk sizes.)
+    #[must_use]
+    pub fn splits(&self, chunk_bytes: u64, rounded_bytes: u64) -> bool {
+        chunk_bytes / 2 >= rounded_bytes
+            || chunk_bytes.saturating_sub(rounded_bytes) >= self.max_internal_fragmentation_bytes
+    }
+
     /// The next region base is `addr` (for replays at TensorFlow's own addresses). Replaces
     /// any queued bases; later regions follow the highest region end again.
     pub fn set_next_region_base(&mut self, addr: Addr) {
@@ -819,7 +828,7 @@ impl Bfc {
         let Some((size, _, h)) = self.free.take_best_fit(&self.chunks, rounded) else {
             return Ok(None);
         };
-        if size / 2 >= rounded || size - rounded >= self.max_internal_fragmentation_bytes {
+        if self.splits(size, rounded) {
             self.split(h, rounded)?;
         }
         let id = self.next_allocation_id;
