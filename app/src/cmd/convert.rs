@@ -126,7 +126,7 @@ pub fn read_any(
 /// Text output, gzipped or not.
 pub enum TextOut {
     Plain(BufWriter<File>),
-    Gzip(flate2::write::GzEncoder<BufWriter<File>>),
+    Gzip(Box<flate2::write::GzEncoder<BufWriter<File>>>),
 }
 
 /// A writer of either form.
@@ -151,10 +151,10 @@ impl RecordWriter {
             Form::Text => {
                 let gz = path.extension().is_some_and(|e| e == "gz");
                 let out = if gz {
-                    TextOut::Gzip(flate2::write::GzEncoder::new(
+                    TextOut::Gzip(Box::new(flate2::write::GzEncoder::new(
                         buffered,
                         flate2::Compression::new(6),
-                    ))
+                    )))
                 } else {
                     TextOut::Plain(buffered)
                 };
@@ -176,7 +176,7 @@ impl RecordWriter {
             Self::Text { out, records } => {
                 match out {
                     TextOut::Plain(w) => write_text_record(w, r)?,
-                    TextOut::Gzip(w) => write_text_record(w, r)?,
+                    TextOut::Gzip(w) => write_text_record(w.as_mut(), r)?,
                 }
                 *records += 1;
                 Ok(())

@@ -198,20 +198,22 @@ fn spool_meta(spool: &Path, program: &str) -> Vec<(String, String)> {
         ("source".to_owned(), "allocview record".to_owned()),
         ("program".to_owned(), program.to_owned()),
     ];
-    // The spool header is small and first in the file; reading it costs one short read.
-    if let Ok(bytes) = std::fs::read(spool) {
-        if let Some(rest) = bytes.get(10..)
-            && rest.first() == Some(&0x01)
-            && let Some(len) = rest.get(1..5)
-            && let Ok(len) = <[u8; 4]>::try_from(len)
-            && let Some(text) = rest.get(5..5 + u32::from_le_bytes(len) as usize)
-        {
-            for line in String::from_utf8_lossy(text).lines() {
-                if let Some((k, v)) = line.split_once('=')
-                    && matches!(k, "pid" | "ppid" | "arg" | "tracer" | "realtime_ns0")
-                {
-                    meta.push((k.to_owned(), v.to_owned()));
-                }
+    // The spool header comes first and is a few hundred bytes; 64 KiB holds it.
+    let mut head = Vec::new();
+    let read = std::fs::File::open(spool)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 1 << 16), &mut head));
+    if read.is_ok()
+        && let Some(rest) = head.get(10..)
+        && rest.first() == Some(&0x01)
+        && let Some(len) = rest.get(1..5)
+        && let Ok(len) = <[u8; 4]>::try_from(len)
+        && let Some(text) = rest.get(5..5 + u32::from_le_bytes(len) as usize)
+    {
+        for line in String::from_utf8_lossy(text).lines() {
+            if let Some((k, v)) = line.split_once('=')
+                && matches!(k, "pid" | "ppid" | "arg" | "tracer" | "realtime_ns0")
+            {
+                meta.push((k.to_owned(), v.to_owned()));
             }
         }
     }
