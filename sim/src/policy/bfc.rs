@@ -349,8 +349,9 @@ impl Bfc {
     }
 
     /// The allocator the registry builds: limit (default [`DEFAULT_LIMIT_BYTES`]), growth and
-    /// garbage collection from `config`. Alignments beyond the chunk grid are refused per
-    /// request (as [`AllocError::Unsupported`]), not here.
+    /// garbage collection from `config`. Without growth the first region is the whole limit, so
+    /// pair `bfc_allow_growth = false` with a limit, or the footprint is 1 TiB. Alignments beyond
+    /// the chunk grid are refused per request (as [`AllocError::Unsupported`]), not here.
     ///
     /// # Errors
     /// None today; the signature matches the other policies' constructors.
