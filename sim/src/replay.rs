@@ -186,7 +186,22 @@ fn apply(
 
 /// Replays `trace` through `policy` (see the module docs).
 #[must_use]
-pub fn replay(trace: &TraceView<'_>, mut policy: Box<dyn Policy>, opts: &ReplayOptions) -> Replay {
+pub fn replay(trace: &TraceView<'_>, policy: Box<dyn Policy>, opts: &ReplayOptions) -> Replay {
+    replay_observed(trace, policy, opts, None)
+}
+
+/// Events between two progress updates of [`replay_observed`]: rare enough to cost nothing.
+const PROGRESS_EVERY: usize = 1 << 16;
+
+/// [`replay`], storing the number of events replayed so far in `progress` every few tens of
+/// thousands of events, so a frontend can show how far a long replay has come.
+#[must_use]
+pub fn replay_observed(
+    trace: &TraceView<'_>,
+    mut policy: Box<dyn Policy>,
+    opts: &ReplayOptions,
+    progress: Option<&std::sync::atomic::AtomicUsize>,
+) -> Replay {
     let n = trace.len();
     let bucketing = Bucketing::for_trace(trace, opts.buckets);
     let mut series = SeriesBuilder::new(bucketing);
@@ -224,6 +239,11 @@ pub fn replay(trace: &TraceView<'_>, mut policy: Box<dyn Policy>, opts: &ReplayO
         .zip(trace.size_bytes)
         .zip(trace.t_ns);
     for (i, (((&code, &id), &size), &t)) in events.enumerate() {
+        if i % PROGRESS_EVERY == 0 {
+            if let Some(p) = progress {
+                p.store(i, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
         if i == next_checkpoint {
             let approx = approx_bytes(&counters);
             checkpoints.push(Checkpoint {
@@ -292,6 +312,9 @@ pub fn replay(trace: &TraceView<'_>, mut policy: Box<dyn Policy>, opts: &ReplayO
     }
     frag_sum += metrics::fragmentation_sum(run_live_sum, run_states, run_footprint);
     let replay_seconds = started.elapsed().as_secs_f64();
+    if let Some(p) = progress {
+        p.store(n, std::sync::atomic::Ordering::Relaxed);
+    }
     if checkpoints.is_empty() {
         checkpoints.push(Checkpoint {
             next_event: 0,

@@ -13,7 +13,7 @@ use allocview_loaders::{LoadOptions, MallocTrace, Strictness};
 use allocview_sim::classes::ClassSeries;
 use allocview_sim::policy::registry::{self, PolicyConfig};
 use allocview_sim::policy::{Block, Counters};
-use allocview_sim::replay::{Replay, ReplayOptions, replay};
+use allocview_sim::replay::{Replay, ReplayOptions, replay_observed};
 use allocview_sim::series::Bucketing;
 use allocview_sim::trace::{EventKind, TraceView};
 use polars::prelude::*;
@@ -140,6 +140,8 @@ pub enum RunStatus {
 pub struct PolicySlot {
     pub name: &'static str,
     pub status: RunStatus,
+    /// Events replayed so far (updated by the worker while the replay runs).
+    pub progress: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl PolicySlot {
@@ -359,6 +361,7 @@ impl AppState {
                 .map(|&name| PolicySlot {
                     name,
                     status: RunStatus::Pending,
+                    progress: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
                 })
                 .collect(),
             selected: 0,
@@ -556,6 +559,11 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
     let path = state.path.clone();
     let progress = Arc::clone(&state.load_progress);
     let names: Vec<&'static str> = state.policies.iter().map(|p| p.name).collect();
+    let progress_of: Vec<Arc<std::sync::atomic::AtomicUsize>> = state
+        .policies
+        .iter()
+        .map(|p| Arc::clone(&p.progress))
+        .collect();
     let config = state.config.clone();
     let tx = tx.clone();
     std::thread::spawn(move || {
@@ -578,6 +586,7 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
             .map(|_| {
                 let data = Arc::clone(&data);
                 let names = names.clone();
+                let progress_of = progress_of.clone();
                 let config = config.clone();
                 let next = Arc::clone(&next);
                 let tx = tx.clone();
@@ -591,8 +600,9 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
                             buckets: BUCKETS,
                             ..ReplayOptions::default()
                         };
+                        let progress = progress_of.get(i).map(AsRef::as_ref);
                         let result = registry::build(name, &config, &view)
-                            .map(|p| Arc::new(replay(&view, p, &opts)))
+                            .map(|p| Arc::new(replay_observed(&view, p, &opts, progress)))
                             .map_err(|e| e.to_string());
                         if tx.send(Msg::Replayed(i, result)).is_err() {
                             break;

@@ -236,7 +236,20 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
                 None,
             ),
             (RunStatus::Done(_), None) => (None, String::new(), Some("seeking...".to_owned())),
-            (RunStatus::Pending, _) => (None, String::new(), Some("replaying...".to_owned())),
+            (RunStatus::Pending, _) => {
+                let done = slot.progress.load(std::sync::atomic::Ordering::Relaxed);
+                let note = if done == 0 {
+                    "waiting to replay...".to_owned()
+                } else {
+                    format!(
+                        "replaying: {} of {} events ({:.0}%)",
+                        format::count(done as u64),
+                        format::count(n as u64),
+                        100.0 * done as f64 / n.max(1) as f64
+                    )
+                };
+                (None, String::new(), Some(note))
+            }
             (RunStatus::Failed(e), _) => (None, String::new(), Some(format!("failed: {e}"))),
         };
         vm.heaps.push(HeapVm {

@@ -102,7 +102,13 @@ where
             apply(state, msg);
             dirty = true;
         }
-        if dirty || state.data.is_none() {
+        // While anything is still loading or replaying, redraw for its progress.
+        let busy = state.data.is_none()
+            || state
+                .policies
+                .iter()
+                .any(|p| matches!(p.status, crate::model::state::RunStatus::Pending));
+        if dirty || busy {
             areas = render(terminal, state)?;
         }
     }
