@@ -231,6 +231,14 @@ fn replay_rates() {
                 .map(|_| replay(&view, proto.clone_box(), &ReplayOptions::default()))
                 .map(|r| r.summary.events_per_second)
                 .fold(0.0, f64::max);
+            let no_checkpoints = ReplayOptions {
+                checkpoint_every: 0,
+                ..ReplayOptions::default()
+            };
+            let best_unseekable = (0..3)
+                .map(|_| replay(&view, proto.clone_box(), &no_checkpoints))
+                .map(|r| r.summary.events_per_second)
+                .fold(0.0, f64::max);
             let bare = (0..3)
                 .map(|_| {
                     let mut p = proto.clone_box();
@@ -249,13 +257,62 @@ fn replay_rates() {
                 drop(p);
             }
             eprintln!(
-                "{file} {name}: replay {:.1} M events/s, bare policy calls {:.1} M events/s, \
-                 worst of 20 seeks {worst_seek_ms:.2} ms ({} checkpoints every {} events)",
+                "{file} {name}: replay {:.1} M events/s ({:.1} without checkpoints), bare policy \
+                 calls {:.1} M events/s, worst of 20 seeks {worst_seek_ms:.2} ms ({} checkpoints \
+                 every {} events)",
                 best / 1e6,
+                best_unseekable / 1e6,
                 bare / 1e6,
                 r.checkpoint_count(),
                 r.checkpoint_every()
             );
         }
+    }
+}
+
+/// Seek latency on a synthetic 27-million-event trace (run with `--run-ignored only
+/// --no-capture`): about 100k live allocations, so checkpoints are large and the budget thins
+/// them.
+#[test]
+#[ignore = "timing report on a large synthetic trace, not a check"]
+fn seek_on_27m_events() {
+    let mut trace = OwnedTrace::new();
+    let mut live: Vec<u32> = Vec::new();
+    let mut x: u64 = 12345;
+    let mut t = 0i64;
+    while trace.kind.len() < 27_000_000 {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        t += 1;
+        let r = x >> 33;
+        if live.len() < 100_000 && (r % 2 == 0 || live.is_empty()) {
+            let size = 1 + (r >> 8) % (1 << ((r >> 3) % 16));
+            live.push(trace.alloc(t, size));
+        } else {
+            let k = (r >> 4) as usize % live.len();
+            trace.free(t, live.swap_remove(k));
+        }
+    }
+    let view = trace.view().unwrap();
+    for name in ["best-fit", "bfc", "buddy"] {
+        let policy = build_available(name, &PolicyConfig::default(), &view)
+            .unwrap()
+            .unwrap();
+        let r = replay(&view, policy, &ReplayOptions::default());
+        let mut worst_ms = 0.0f64;
+        for k in 1..=20 {
+            let event = view.len() / 21 * k + k * 7919 % 50_000;
+            let start = std::time::Instant::now();
+            let (p, _) = r.state_at(&view, event).unwrap();
+            worst_ms = worst_ms.max(start.elapsed().as_secs_f64() * 1e3);
+            drop(p);
+        }
+        eprintln!(
+            "{name}: {:.1} M events/s, {} checkpoints every {} events, worst seek {worst_ms:.1} ms",
+            r.summary.events_per_second / 1e6,
+            r.checkpoint_count(),
+            r.checkpoint_every()
+        );
     }
 }
