@@ -239,10 +239,10 @@ pub fn replay_observed(
         .zip(trace.size_bytes)
         .zip(trace.t_ns);
     for (i, (((&code, &id), &size), &t)) in events.enumerate() {
-        if i % PROGRESS_EVERY == 0 {
-            if let Some(p) = progress {
-                p.store(i, std::sync::atomic::Ordering::Relaxed);
-            }
+        if i % PROGRESS_EVERY == 0
+            && let Some(p) = progress
+        {
+            p.store(i, std::sync::atomic::Ordering::Relaxed);
         }
         if i == next_checkpoint {
             let approx = approx_bytes(&counters);

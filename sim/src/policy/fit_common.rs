@@ -408,7 +408,10 @@ impl<I: FreeIndex> FitHeap<I> {
                 .recs
                 .get(&addr)
                 .ok_or_else(|| format!("no block at {addr:#x} below top {:#x}", self.top))?;
-            if r.len == 0 || !r.len.is_multiple_of(self.base_align) || !addr.is_multiple_of(self.base_align) {
+            if r.len == 0
+                || !r.len.is_multiple_of(self.base_align)
+                || !addr.is_multiple_of(self.base_align)
+            {
                 return Err(format!("block {addr:#x}+{} is misaligned or empty", r.len));
             }
             if r.prev != prev {
