@@ -238,6 +238,8 @@ pub struct Glibc {
     /// Bit i set when tcache bin i is non-empty.
     tcache_mask: u64,
     fastbins: Vec<Vec<u32>>,
+    /// Bit i set when fastbin i is non-empty.
+    fast_mask: u8,
     free_by_size: BTreeMap<u128, u32>,
     live_heap: AddrMap,
     mapped: BTreeMap<Addr, Mapped>,
@@ -272,6 +274,7 @@ impl Glibc {
             tcache: vec![Vec::new(); TCACHE_BINS],
             tcache_mask: 0,
             fastbins: vec![Vec::new(); NUM_FASTBINS],
+            fast_mask: 0,
             free_by_size: BTreeMap::new(),
             live_heap: AddrMap::default(),
             mapped: BTreeMap::new(),
@@ -420,6 +423,7 @@ impl Glibc {
             && let Some(bin) = self.fastbins.get_mut(idx)
         {
             bin.push(h);
+            self.fast_mask |= 1 << idx;
             self.cache(h, State::Fast, size).map_err(|_| unknown)?;
             return Ok(());
         }
@@ -506,7 +510,7 @@ impl Glibc {
     fn int_malloc(&mut self, nb: u64, may_map: bool) -> Result<Got, AllocError> {
         if self.opts.fastbins
             && let Some(idx) = fastbin_index(nb)
-            && let Some(h) = self.fastbins.get_mut(idx).and_then(Vec::pop)
+            && let Some(h) = self.fast_pop(idx)
         {
             self.uncache(nb);
             self.stash_fastbin(idx, nb)?;
@@ -524,7 +528,7 @@ impl Glibc {
             if self.top_bytes >= nb + MIN_CHUNK_BYTES {
                 return Ok(Got::Heap(self.take_from_top(nb)));
             }
-            if self.fastbins.iter().all(Vec::is_empty) {
+            if self.fast_mask == 0 {
                 break;
             }
             self.consolidate()?;
@@ -550,11 +554,7 @@ impl Glibc {
                 .tcache
                 .get(tidx)
                 .is_some_and(|t| t.len() < self.opts.tcache_count);
-            let next = if room {
-                self.fastbins.get_mut(idx).and_then(Vec::pop)
-            } else {
-                None
-            };
+            let next = if room { self.fast_pop(idx) } else { None };
             let Some(h) = next else {
                 return Ok(());
             };
@@ -735,11 +735,20 @@ impl Glibc {
         Ok(())
     }
 
+    fn fast_pop(&mut self, idx: usize) -> Option<u32> {
+        let bin = self.fastbins.get_mut(idx)?;
+        let h = bin.pop()?;
+        if bin.is_empty() {
+            self.fast_mask &= !(1 << idx);
+        }
+        Some(h)
+    }
+
     /// `malloc_consolidate`: every fastbin chunk is freed into the heap proper, bins in index
     /// order, each from its most recent chunk.
     fn consolidate(&mut self) -> Result<(), Broken> {
         for idx in 0..NUM_FASTBINS {
-            while let Some(h) = self.fastbins.get_mut(idx).and_then(Vec::pop) {
+            while let Some(h) = self.fast_pop(idx) {
                 let size = self.chunk(h)?.size_bytes;
                 self.uncache(size);
                 self.merge_free(h)?;
@@ -768,13 +777,10 @@ impl Glibc {
             0 => 0,
             m => MIN_CHUNK_BYTES + u64::from(63 - m.leading_zeros()) * ALIGN_BYTES,
         };
-        let fast = self
-            .fastbins
-            .iter()
-            .enumerate()
-            .rev()
-            .find(|(_, b)| !b.is_empty())
-            .map_or(0, |(i, _)| MIN_CHUNK_BYTES + i as u64 * ALIGN_BYTES);
+        let fast = match self.fast_mask {
+            0 => 0,
+            m => MIN_CHUNK_BYTES + u64::from(7 - m.leading_zeros()) * ALIGN_BYTES,
+        };
         binned.max(self.top_bytes).max(tcached).max(fast)
     }
 
@@ -946,6 +952,9 @@ impl Glibc {
             }
         }
         for (i, bin) in self.fastbins.iter().enumerate() {
+            if (self.fast_mask >> i & 1 == 1) == bin.is_empty() {
+                return Err(format!("fastbin mask wrong for bin {i}"));
+            }
             for &f in bin {
                 let ok = self.chunks.get(f as usize).is_some_and(|c| {
                     c.state == State::Fast && fastbin_index(c.size_bytes) == Some(i)
