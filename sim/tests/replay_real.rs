@@ -286,7 +286,7 @@ fn seek_on_27m_events() {
             .wrapping_add(1_442_695_040_888_963_407);
         t += 1;
         let r = x >> 33;
-        if live.len() < 100_000 && (r % 2 == 0 || live.is_empty()) {
+        if live.len() < 100_000 && (r.is_multiple_of(2) || live.is_empty()) {
             let size = 1 + (r >> 8) % (1 << ((r >> 3) % 16));
             live.push(trace.alloc(t, size));
         } else {

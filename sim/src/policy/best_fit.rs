@@ -183,7 +183,7 @@ impl FreeIndex for SizeBins {
         self.insert(new_addr, new_len);
     }
 
-    fn find(&self, min_len: u64) -> Option<(Addr, u64)> {
+    fn find(&mut self, min_len: u64) -> Option<(Addr, u64)> {
         let unit_mask = (1u64 << self.unit_shift) - 1;
         if let Some(from) = min_len
             .checked_add(unit_mask)

@@ -99,8 +99,11 @@ struct AddrTree {
     root: u32,
     len: usize,
     rng: u64,
-    /// Scratch stack for [`Self::update`], kept to avoid allocating per operation.
+    /// Root-to-node path of the last [`FreeIndex::find`] or [`Self::update`], kept to avoid
+    /// allocating per operation.
     path: Vec<u32>,
+    /// Address of the node at the end of `path`, while the tree has not changed shape since.
+    found: Option<Addr>,
 }
 
 impl Default for AddrTree {
@@ -112,6 +115,7 @@ impl Default for AddrTree {
             len: 0,
             rng: 0x2545_F491_4F6C_DD1D,
             path: Vec::new(),
+            found: None,
         }
     }
 }
@@ -249,18 +253,25 @@ impl AddrTree {
     /// keeps the node's rank.
     fn update(&mut self, key: Addr, new_addr: Addr, new_len: u64) {
         let mut path = std::mem::take(&mut self.path);
-        path.clear();
-        let mut t = self.root;
-        while let Some(&n) = self.node(t) {
-            path.push(t);
-            if key == n.addr {
-                if let Some(m) = self.node_mut(t) {
-                    m.addr = new_addr;
-                    m.len = new_len;
+        if self.found != Some(key) {
+            path.clear();
+            let mut t = self.root;
+            while let Some(&n) = self.node(t) {
+                path.push(t);
+                if key == n.addr {
+                    break;
                 }
-                break;
+                t = if key < n.addr { n.left } else { n.right };
             }
-            t = if key < n.addr { n.left } else { n.right };
+        }
+        self.found = None;
+        if let Some(&last) = path.last()
+            && let Some(m) = self.node_mut(last)
+            && m.addr == key
+        {
+            m.addr = new_addr;
+            m.len = new_len;
+            self.found = Some(new_addr);
         }
         for &i in path.iter().rev() {
             let before = self.max_of(i);
@@ -302,12 +313,14 @@ impl AddrTree {
 
 impl FreeIndex for AddrTree {
     fn insert(&mut self, addr: Addr, len: u64) {
+        self.found = None;
         let new = self.new_node(addr, len);
         self.root = self.insert_at(self.root, new);
         self.len += 1;
     }
 
     fn remove(&mut self, addr: Addr, _len: u64) {
+        self.found = None;
         self.root = self.remove_at(self.root, addr);
     }
 
@@ -315,21 +328,30 @@ impl FreeIndex for AddrTree {
         self.update(old_addr, new_addr, new_len);
     }
 
-    fn find(&self, min_len: u64) -> Option<(Addr, u64)> {
+    fn find(&mut self, min_len: u64) -> Option<(Addr, u64)> {
+        self.found = None;
         if self.max_of(self.root) < min_len {
             return None;
         }
+        // Remember the path: the carve that follows re-keys this very node.
+        let mut path = std::mem::take(&mut self.path);
+        path.clear();
         let mut t = self.root;
+        let mut hit = None;
         while let Some(&n) = self.node(t) {
+            path.push(t);
             if self.max_of(n.left) >= min_len {
                 t = n.left;
             } else if n.len >= min_len {
-                return Some((n.addr, n.len));
+                hit = Some((n.addr, n.len));
+                self.found = Some(n.addr);
+                break;
             } else {
                 t = n.right;
             }
         }
-        None
+        self.path = path;
+        hit
     }
 
     fn largest(&self) -> u64 {

@@ -82,7 +82,7 @@ pub(crate) trait FreeIndex: Clone + Send + Sync + 'static {
     /// place.
     fn relocate(&mut self, old_addr: Addr, old_len: u64, new_addr: Addr, new_len: u64);
     /// The block a request of at least `min_len` bytes takes, if any.
-    fn find(&self, min_len: u64) -> Option<(Addr, u64)>;
+    fn find(&mut self, min_len: u64) -> Option<(Addr, u64)>;
     /// Length of the largest free block (0 when empty).
     fn largest(&self) -> u64;
     /// Every `(addr, len)` in address order (for invariant checks).
@@ -193,22 +193,31 @@ impl<I: FreeIndex> FitHeap<I> {
     /// Places `reserved` bytes in the free block `[hole, hole + hole_len)`, which the search
     /// guaranteed to be large enough after alignment padding.
     fn carve(&mut self, hole: Addr, hole_len: u64, align: u64, reserved: u64, tag: Tag) -> Addr {
-        let hole_prev = self.recs.get(&hole).map_or(NONE, |r| r.prev);
         let hole_end = hole + hole_len;
         let start = align_up(hole, align).unwrap_or(hole);
         let pad = start - hole;
         let end = start + reserved;
         let rest = hole_end - end;
 
-        let used_prev = if pad > 0 {
+        if pad > 0 {
+            // The padding stays free, in the hole's record.
             self.index.relocate(hole, hole_len, hole, pad);
             if let Some(r) = self.recs.get_mut(&hole) {
                 r.len = pad;
             }
-            hole
-        } else {
-            hole_prev
-        };
+            self.recs.insert(
+                start,
+                Rec {
+                    len: reserved,
+                    prev: hole,
+                    tag,
+                },
+            );
+        } else if let Some(r) = self.recs.get_mut(&hole) {
+            // The allocation takes over the hole's record (same address, same predecessor).
+            r.len = reserved;
+            r.tag = tag;
+        }
         if rest > 0 {
             if pad > 0 {
                 self.index.insert(end, rest);
@@ -228,14 +237,6 @@ impl<I: FreeIndex> FitHeap<I> {
             self.index.remove(hole, hole_len);
             self.counters.free_blocks -= 1;
         }
-        self.recs.insert(
-            start,
-            Rec {
-                len: reserved,
-                prev: used_prev,
-                tag,
-            },
-        );
         // A hole never touches the top, so a block always follows it.
         if let Some(next) = self.recs.get_mut(&hole_end) {
             next.prev = if rest > 0 { end } else { start };
@@ -304,7 +305,7 @@ impl<I: FreeIndex> FitHeap<I> {
             .recs
             .get(&rec.prev)
             .filter(|p| p.tag == Tag::Free)
-            .map(|p| p.len);
+            .map(|p| (p.len, p.prev));
         let next_free = if end < self.top {
             self.recs
                 .get(&end)
@@ -317,11 +318,12 @@ impl<I: FreeIndex> FitHeap<I> {
         let mut start = addr;
         let mut len = rec.len;
         let mut prev = rec.prev;
-        if let Some(p_len) = prev_free {
+        if let Some((p_len, p_prev)) = prev_free {
             start = rec.prev;
             len += p_len;
-            prev = self.recs.get(&rec.prev).map_or(NONE, |p| p.prev);
+            prev = p_prev;
         }
+        let prev_free = prev_free.map(|(p_len, _)| p_len);
         if let Some(n_len) = next_free {
             len += n_len;
             self.recs.remove(&end);
@@ -358,14 +360,14 @@ impl<I: FreeIndex> FitHeap<I> {
                 }
             }
             self.counters.free_bytes += rec.len;
-            self.recs.insert(
-                start,
-                Rec {
+            // `start` is the freed block or the free block below it: its record exists.
+            if let Some(r) = self.recs.get_mut(&start) {
+                *r = Rec {
                     len,
                     prev,
                     tag: Tag::Free,
-                },
-            );
+                };
+            }
             if let Some(next) = self.recs.get_mut(&merged_end) {
                 next.prev = start;
             }
