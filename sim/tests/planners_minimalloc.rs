@@ -3,6 +3,9 @@
 //! Greedy-by-size cannot fit any challenging file (it needs 1.28 to 1.44 times the capacity);
 //! `search` must fit every one. Per-instance figures are printed (`--no-capture` to see them).
 
+// Test helpers outside #[test] functions: a malformed fixture should fail loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -3,6 +3,11 @@
 //! `(size, first_task, last_task)` with closed intervals), the 8-tensor example of Pisarchyk & Lee
 //! (total 124), and hand-worked MegEngine-style scenarios. Every plan is also validated.
 
+// Test helpers outside #[test] functions: a malformed fixture should fail loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
 use allocview_sim::plan::{
     Buffer, PLANNER_NAMES, PlanError, PlanOptions, PlanResult, SearchMode, SearchOptions,
     SharedObjects, lower_bound, run_planner, search, validate,
@@ -83,7 +88,10 @@ fn one_record() {
 fn chain_records() {
     let bufs = records(&CHAIN);
     let naive = run("naive", &bufs);
-    assert_eq!(objects(&naive), (vec![0, 1, 2, 3, 4], vec![16, 8, 64, 32, 8]));
+    assert_eq!(
+        objects(&naive),
+        (vec![0, 1, 2, 3, 4], vec![16, 8, 64, 32, 8])
+    );
     assert_eq!(naive.plan.total_bytes, 128);
 
     let gbs = run("greedy-by-size", &bufs);
@@ -157,11 +165,7 @@ fn objects_to_offsets() {
         object_sizes_bytes: vec![16, 8, 32, 32, 4, 16],
     };
     let starts = o.object_offsets_bytes();
-    let offsets: Vec<u64> = o
-        .object_of
-        .iter()
-        .map(|x| starts[x.unwrap()])
-        .collect();
+    let offsets: Vec<u64> = o.object_of.iter().map(|x| starts[x.unwrap()]).collect();
     assert_eq!(offsets, vec![24, 0, 24, 16, 56, 56, 16, 92]);
     assert_eq!(o.total_bytes(), 108);
 }
@@ -186,7 +190,11 @@ fn greedy_by_size_alignment_option() {
 
 #[test]
 fn search_reaches_the_bound_on_every_vector() {
-    for (label, recs) in [("chain", &CHAIN[..]), ("complex", &COMPLEX), ("paper", &PAPER)] {
+    for (label, recs) in [
+        ("chain", &CHAIN[..]),
+        ("complex", &COMPLEX),
+        ("paper", &PAPER),
+    ] {
         let bufs = records(recs);
         let lb = lower_bound(&bufs).unwrap().max_live_bytes;
         let r = run("search", &bufs);
@@ -341,7 +349,13 @@ fn trace_like(n: usize) -> Vec<Buffer> {
 fn greedy_planning_of_100k_buffers_takes_under_a_second() {
     let bufs = trace_like(100_000);
     let lb = lower_bound(&bufs).unwrap().max_live_bytes;
-    for name in ["naive", "greedy-by-size", "pushdown", "pushdown-best-fit", "greedy-by-breadth"] {
+    for name in [
+        "naive",
+        "greedy-by-size",
+        "pushdown",
+        "pushdown-best-fit",
+        "greedy-by-breadth",
+    ] {
         let t0 = std::time::Instant::now();
         let r = run_planner(name, &bufs, &PlanOptions::default()).unwrap();
         let took = t0.elapsed();
@@ -355,5 +369,38 @@ fn greedy_planning_of_100k_buffers_takes_under_a_second() {
         if name == "greedy-by-size" {
             assert!(took.as_secs_f64() < 1.0, "greedy-by-size took {took:?}");
         }
+    }
+}
+
+#[test]
+#[ignore = "timing on the shared real traces; run with --run-ignored only (prints the figures)"]
+fn oracle_plans_the_shared_traces() {
+    use allocview_sim::policy::Policy;
+    use allocview_sim::policy::oracle::Oracle;
+    use allocview_sim::policy::registry::PolicyConfig;
+    for name in [
+        "find_usr_include.trace.gz",
+        "git_log_p_gitui.trace.gz",
+        "python311_json_re_sqlite.trace.gz",
+    ] {
+        let Some(path) = support::shared_trace(name) else {
+            println!("{name}: not present, skipped");
+            continue;
+        };
+        let trace = support::read_trace(&path);
+        let view = trace.view().unwrap();
+        let t0 = std::time::Instant::now();
+        let oracle = Oracle::new(&view, &PolicyConfig::default()).unwrap();
+        let took = t0.elapsed();
+        oracle.check_invariants().unwrap();
+        println!(
+            "{name}: {} allocations, planned in {:.3} s, plan {} B, max live {} B, ratio {:.4}",
+            view.num_allocs,
+            took.as_secs_f64(),
+            oracle.plan_total_bytes(),
+            oracle.lower_bound_bytes(),
+            oracle.plan_total_bytes() as f64 / oracle.lower_bound_bytes() as f64
+        );
+        assert!(oracle.plan_total_bytes() >= oracle.lower_bound_bytes());
     }
 }

@@ -128,7 +128,11 @@ mod tests {
 
     #[test]
     fn max_live_counts_touching_lifetimes_once() {
-        let bufs = [Buffer::new(4, 0, 3), Buffer::new(5, 3, 9), Buffer::new(2, 2, 4)];
+        let bufs = [
+            Buffer::new(4, 0, 3),
+            Buffer::new(5, 3, 9),
+            Buffer::new(2, 2, 4),
+        ];
         assert_eq!(max_live_bytes(&bufs), Ok(7));
     }
 

@@ -59,7 +59,11 @@ impl Schedule {
             .range(..upper)
             .next_back()
             .map(|(_, &end)| lower - end);
-        let after = self.0.range(upper..).next().map(|(&start, _)| start - upper);
+        let after = self
+            .0
+            .range(upper..)
+            .next()
+            .map(|(&start, _)| start - upper);
         match (before, after) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -94,7 +98,7 @@ fn assign(units: &[Unit]) -> (Vec<usize>, Vec<u64>) {
             moments.push((live, t));
         }
     }
-    moments.sort_by(|a, b| b.0.cmp(&a.0));
+    moments.sort_by_key(|m| std::cmp::Reverse(m.0));
 
     let spans: Vec<(u64, u64)> = units.iter().map(|u| (u.lower, u.upper)).collect();
     let mut index = IntervalIndex::new(&spans);
@@ -118,7 +122,9 @@ fn assign(units: &[Unit]) -> (Vec<usize>, Vec<u64>) {
             size(b).cmp(&size(a)).then(a.cmp(&b))
         });
         for &i in &hits {
-            let Some(u) = units.get(i as usize) else { continue };
+            let Some(u) = units.get(i as usize) else {
+                continue;
+            };
             let mut best: Option<usize> = None;
             for (o, (schedule, &cur)) in schedules.iter().zip(&sizes).enumerate() {
                 if let Some(b) = best {

@@ -39,6 +39,10 @@ pub(crate) fn unit_offsets(units: &[Unit]) -> Result<Vec<u64>, PlanError> {
     });
     let spans: Vec<(u64, u64)> = units.iter().map(|u| (u.lower, u.upper)).collect();
     let mut occupancy = Occupancy::new(&spans);
+    // Every offset is a multiple of the smallest alignment, so a placed range blocks everything
+    // up to its end rounded up to it. Recording it so changes no decision, and lets the ranges of
+    // packed buffers touch and merge (with 16-byte alignment, most malloc sizes leave a sliver).
+    let grain = units.iter().map(|u| u.align_bytes).min().unwrap_or(1);
     let mut offsets = vec![0u64; units.len()];
     let mut sources = Vec::new();
     let mut taken: Vec<(u64, u64)> = Vec::new();
@@ -61,7 +65,8 @@ pub(crate) fn unit_offsets(units: &[Unit]) -> Result<Vec<u64>, PlanError> {
         if let Some(o) = offsets.get_mut(i) {
             *o = offset;
         }
-        occupancy.place(i, offset, offset + u.size_bytes);
+        let end = align_up(offset + u.size_bytes, grain).ok_or(PlanError::Overflow)?;
+        occupancy.place(i, offset, end);
     }
     Ok(offsets)
 }

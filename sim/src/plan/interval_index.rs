@@ -65,7 +65,13 @@ impl IntervalIndex {
 
     /// Appends to `out` the ids of the present intervals that intersect `[lo, hi)`, in no
     /// particular order. `stack` is scratch space.
-    pub fn overlapping(&self, lo: u64, hi: u64, out: &mut Vec<u32>, stack: &mut Vec<(usize, usize, usize)>) {
+    pub fn overlapping(
+        &self,
+        lo: u64,
+        hi: u64,
+        out: &mut Vec<u32>,
+        stack: &mut Vec<(usize, usize, usize)>,
+    ) {
         let end = self.lowers.partition_point(|&l| l < hi);
         if end == 0 {
             return;

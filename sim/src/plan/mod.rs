@@ -245,7 +245,11 @@ pub struct PlanResult {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
     #[error("buffer {index}: lifetime [{lower}, {upper}) ends before it starts")]
-    BadLifetime { index: usize, lower: u64, upper: u64 },
+    BadLifetime {
+        index: usize,
+        lower: u64,
+        upper: u64,
+    },
     #[error("buffer {index}: alignment {align_bytes} is not a power of two")]
     BadAlign { index: usize, align_bytes: u64 },
     #[error("alignment option {0} is not a power of two")]
@@ -341,18 +345,8 @@ pub fn run_planner(
             let (plan, objects) = shared_objects::plan(buffers, opts.align_bytes)?;
             (plan, Some(objects), None, None)
         }
-        "pushdown" => (
-            pushdown::plan(buffers, opts.align_bytes)?,
-            None,
-            None,
-            None,
-        ),
-        "pushdown-best-fit" => (
-            best_fit::plan(buffers, opts.align_bytes)?,
-            None,
-            None,
-            None,
-        ),
+        "pushdown" => (pushdown::plan(buffers, opts.align_bytes)?, None, None, None),
+        "pushdown-best-fit" => (best_fit::plan(buffers, opts.align_bytes)?, None, None, None),
         _ => {
             let mode = match opts.capacity_bytes {
                 Some(capacity_bytes) => SearchMode::Fit { capacity_bytes },

@@ -16,9 +16,17 @@
 //! buckets. An insertion touches O(log n) node unions, and stops climbing as soon as a node's
 //! `any` already holds the range (every ancestor's does too). Unions are sorted vectors of
 //! disjoint, non-touching ranges.
+//!
+//! Long-lived buffers land in `full` of the top nodes, one node each, so a path's `full` sets
+//! hold many ranges that only merge across nodes. Each node of the top [`CACHE_DEPTH`] levels
+//! therefore also keeps `up`: the union of `full` over its whole path to the root, updated when a
+//! `full` set above it grows (skipping subtrees whose `up` already holds the range). A query reads
+//! one `up` set where its path enters those levels.
 
 /// Ranks per bucket.
 const BUCKET: usize = 32;
+/// Levels of the tree (from the root) whose nodes keep an `up` union.
+const CACHE_DEPTH: u32 = 8;
 
 /// A union of byte ranges, sorted, disjoint and non-touching.
 #[derive(Clone, Debug, Default)]
@@ -54,20 +62,32 @@ pub(crate) struct Occupancy {
     leaves: usize,
     full: Vec<RangeSet>,
     any: Vec<RangeSet>,
+    /// Nodes of depth <= `cache_depth` keep `up`.
+    cache_depth: u32,
+    up: Vec<RangeSet>,
     /// Per bucket: placed intervals that cover it only in part.
     listed: Vec<Vec<u32>>,
 }
 
 /// Node range `[from, to)` in buckets, for a heap-ordered node over `leaves` leaves.
 fn node_range(node: usize, leaves: usize) -> (usize, usize) {
-    let depth = usize::BITS - 1 - node.leading_zeros();
-    let level = leaves.trailing_zeros() - depth;
+    let level = leaves.trailing_zeros() - depth(node);
     ((node << level) - leaves, ((node + 1) << level) - leaves)
+}
+
+/// Depth of a heap-ordered node (the root, node 1, has depth 0).
+fn depth(node: usize) -> u32 {
+    usize::BITS - 1 - node.leading_zeros()
 }
 
 impl Occupancy {
     /// An empty index over `intervals` (`(lower, upper)` per id, `lower < upper`).
     pub fn new(intervals: &[(u64, u64)]) -> Self {
+        Self::with_cache_depth(intervals, CACHE_DEPTH)
+    }
+
+    /// [`Occupancy::new`] with `up` unions on the top `cache_depth` levels only.
+    pub fn with_cache_depth(intervals: &[(u64, u64)], cache_depth: u32) -> Self {
         let mut starts: Vec<u64> = intervals.iter().map(|iv| iv.0).collect();
         starts.sort_unstable();
         starts.dedup();
@@ -81,7 +101,10 @@ impl Occupancy {
             .collect();
         let buckets = starts.len().div_ceil(BUCKET).max(1);
         let leaves = buckets.next_power_of_two();
+        let cache_depth = cache_depth.min(leaves.trailing_zeros());
         Self {
+            cache_depth,
+            up: vec![RangeSet::default(); 2usize << cache_depth],
             ranks,
             placed: vec![None; intervals.len()],
             leaves,
@@ -99,8 +122,8 @@ impl Occupancy {
             let (qa, qb) = (a / BUCKET, (b - 1) / BUCKET);
             return ((0, 0), [Some(qa), (qb != qa).then_some(qb)]);
         }
-        let head = (a % BUCKET != 0).then(|| a / BUCKET);
-        let tail = (b % BUCKET != 0).then_some(end_full);
+        let head = (!a.is_multiple_of(BUCKET)).then_some(a / BUCKET);
+        let tail = (!b.is_multiple_of(BUCKET)).then_some(end_full);
         ((first_full, end_full), [head, tail])
     }
 
@@ -124,7 +147,9 @@ impl Occupancy {
     /// Adds `[off, end)` to `any` of `node` and its ancestors, until one already holds it.
     fn add_any(&mut self, mut node: usize, off: u64, end: u64) {
         while node > 0 {
-            let Some(set) = self.any.get_mut(node) else { break };
+            let Some(set) = self.any.get_mut(node) else {
+                break;
+            };
             if set.covers(off, end) {
                 break;
             }
@@ -133,9 +158,33 @@ impl Occupancy {
         }
     }
 
+    /// Adds `[off, end)` to `up` of `node` and of its descendants in the cached levels, skipping
+    /// subtrees that already hold it (a child's `up` contains its parent's).
+    fn add_up(&mut self, node: usize, off: u64, end: u64) {
+        if depth(node) > self.cache_depth {
+            return;
+        }
+        let mut stack = vec![node];
+        while let Some(x) = stack.pop() {
+            let Some(set) = self.up.get_mut(x) else {
+                continue;
+            };
+            if set.covers(off, end) {
+                continue;
+            }
+            set.insert(off, end);
+            if depth(x) < self.cache_depth {
+                stack.push(2 * x);
+                stack.push(2 * x + 1);
+            }
+        }
+    }
+
     /// Records that interval `id` now occupies `[off, end)`.
     pub fn place(&mut self, id: usize, off: u64, end: u64) {
-        let Some(&(a, b)) = self.ranks.get(id) else { return };
+        let Some(&(a, b)) = self.ranks.get(id) else {
+            return;
+        };
         if let Some(p) = self.placed.get_mut(id) {
             *p = Some((off, end));
         }
@@ -147,6 +196,7 @@ impl Occupancy {
                 set.insert(off, end);
             }
             self.add_any(node, off, end);
+            self.add_up(node, off, end);
         }
         for q in parts.into_iter().flatten() {
             if let Some(list) = self.listed.get_mut(q) {
@@ -160,7 +210,9 @@ impl Occupancy {
     /// is exactly the union of the placed intervals meeting interval `id`'s lifetime.
     pub fn taken(&self, id: usize, sources: &mut Vec<Source>, loose: &mut Vec<(u64, u64)>) {
         sources.clear();
-        let Some(&(a, b)) = self.ranks.get(id) else { return };
+        let Some(&(a, b)) = self.ranks.get(id) else {
+            return;
+        };
         let ((from, to), parts) = Self::split(a, b);
         let mut canonical = Vec::new();
         self.canonical(from, to, &mut canonical);
@@ -179,10 +231,17 @@ impl Occupancy {
             let mut node = leaf;
             while node > 0 && !seen.contains(&node) {
                 seen.push(node);
+                if depth(node) <= self.cache_depth {
+                    // `up` holds `full` of this node and of everything above it. Any buffer in
+                    // it covers a bucket the window meets, so it meets the window too.
+                    if self.up.get(node).is_some_and(|s| !s.0.is_empty()) {
+                        sources.push(Source::Up(node));
+                    }
+                    break;
+                }
                 let (lo, hi) = node_range(node, self.leaves);
                 // Nodes inside the full range are canonical or below one: `any` covered them.
-                if !(from <= lo && hi <= to)
-                    && self.full.get(node).is_some_and(|s| !s.0.is_empty())
+                if !(from <= lo && hi <= to) && self.full.get(node).is_some_and(|s| !s.0.is_empty())
                 {
                     sources.push(Source::Full(node));
                 }
@@ -192,7 +251,9 @@ impl Occupancy {
         for q in parts.into_iter().flatten() {
             for &other in self.listed.get(q).map_or(&[][..], Vec::as_slice) {
                 let o = other as usize;
-                let Some(&(oa, ob)) = self.ranks.get(o) else { continue };
+                let Some(&(oa, ob)) = self.ranks.get(o) else {
+                    continue;
+                };
                 if oa < b
                     && a < ob
                     && let Some(Some(r)) = self.placed.get(o)
@@ -208,6 +269,7 @@ impl Occupancy {
         let set = match source {
             Source::Any(node) => self.any.get(node),
             Source::Full(node) => self.full.get(node),
+            Source::Up(node) => self.up.get(node),
         };
         set.map_or(&[][..], |s| s.0.as_slice())
     }
@@ -218,6 +280,7 @@ impl Occupancy {
 pub(crate) enum Source {
     Any(usize),
     Full(usize),
+    Up(usize),
 }
 
 #[cfg(test)]
@@ -253,11 +316,25 @@ mod tests {
         let ivs: Vec<(u64, u64)> = (0..300)
             .map(|_| {
                 let lo = next(300);
-                let len = if next(4) == 0 { next(300) + 1 } else { next(20) + 1 };
+                let len = if next(4) == 0 {
+                    next(300) + 1
+                } else {
+                    next(20) + 1
+                };
                 (lo, lo + len)
             })
             .collect();
-        let mut occ = Occupancy::new(&ivs);
+        for cache_depth in [0, 1, 2, 8] {
+            check_against_brute_force(&ivs, cache_depth, &mut next);
+        }
+    }
+
+    fn check_against_brute_force(
+        ivs: &[(u64, u64)],
+        cache_depth: u32,
+        next: &mut impl FnMut(u64) -> u64,
+    ) {
+        let mut occ = Occupancy::with_cache_depth(ivs, cache_depth);
         let mut placed: Vec<(usize, u64, u64)> = Vec::new();
         let (mut sources, mut out) = (Vec::new(), Vec::new());
         let union = |mut v: Vec<(u64, u64)>| {
@@ -293,7 +370,11 @@ mod tests {
                     .filter(|&&(p, _, _)| ivs[p].0 < hi && lo < ivs[p].1)
                     .map(|&(_, o, e)| (o, e))
                     .collect();
-                assert_eq!(union(merged), union(want), "query {q} after {step}");
+                assert_eq!(
+                    union(merged),
+                    union(want),
+                    "query {q} after {step}, cache depth {cache_depth}"
+                );
             }
         }
     }

@@ -256,8 +256,8 @@ fn push_down(units: &[Unit], below: &[Vec<usize>]) -> Result<Vec<u64>, PlanError
         done += 1;
         let mut floor = 0u64;
         for &j in below.get(i).map_or(&[][..], Vec::as_slice) {
-            let end = offsets.get(j).copied().unwrap_or(0)
-                + units.get(j).map_or(0, |u| u.size_bytes);
+            let end =
+                offsets.get(j).copied().unwrap_or(0) + units.get(j).map_or(0, |u| u.size_bytes);
             floor = floor.max(end);
         }
         let align = units.get(i).map_or(1, |u| u.align_bytes);

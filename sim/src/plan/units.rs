@@ -304,7 +304,12 @@ pub(crate) fn live_pieces(buffers: &[Buffer], s: &Structure) -> Vec<Piece> {
     pieces
 }
 
-fn chain_pieces(buffers: &[Buffer], s: &Structure, members: &[(usize, usize)], out: &mut Vec<Piece>) {
+fn chain_pieces(
+    buffers: &[Buffer],
+    s: &Structure,
+    members: &[(usize, usize)],
+    out: &mut Vec<Piece>,
+) {
     // Sweep the chain's starts and ends; the live member of least depth owns each stretch.
     let mut events: Vec<(u64, bool, usize)> = Vec::with_capacity(members.len() * 2);
     for &(_, i) in members {

@@ -178,7 +178,10 @@ mod tests {
     #[test]
     fn overwrite_child_must_sit_at_its_declared_place() {
         // Parent [0,3) of 16 B; the child overwrites it at +8 from t=2 on.
-        let bufs = [Buffer::new(16, 0, 3), Buffer::new(8, 2, 6).overwriting(0, 8)];
+        let bufs = [
+            Buffer::new(16, 0, 3),
+            Buffer::new(8, 2, 6).overwriting(0, 8),
+        ];
         assert_eq!(validate(&bufs, &plan(&[0, 8], 16)), Ok(()));
         assert!(matches!(
             validate(&bufs, &plan(&[0, 0], 16)),

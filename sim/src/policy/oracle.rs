@@ -23,7 +23,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::registry::PolicyConfig;
-use super::{AllocError, Addr, Block, BlockState, Counters, FreeError, Placement, Policy, Request};
+use super::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Policy, Request};
 use crate::plan::{Buffer, PlanError, greedy_by_size};
 use crate::trace::{EventKind, TraceView};
 
@@ -248,7 +248,10 @@ impl Policy for Oracle {
     }
 
     fn free(&mut self, addr: Addr) -> Result<(), FreeError> {
-        let l = self.live.remove(&addr).ok_or(FreeError::UnknownAddr(addr))?;
+        let l = self
+            .live
+            .remove(&addr)
+            .ok_or(FreeError::UnknownAddr(addr))?;
         let end = addr + l.reserved_bytes;
         let (below, above) = self.neighbours(addr, end);
         self.remove_gap(addr - below);
@@ -327,7 +330,10 @@ impl Policy for Oracle {
             ));
         }
         if gaps != self.gaps {
-            return Err(format!("gap index {:?} but blocks give {gaps:?}", self.gaps));
+            return Err(format!(
+                "gap index {:?} but blocks give {gaps:?}",
+                self.gaps
+            ));
         }
         let expected = Counters::from_blocks(&blocks, self.counters.footprint_bytes);
         if expected != self.counters {
@@ -394,11 +400,20 @@ mod tests {
         t.alloc(1, 64);
         let view = t.view().unwrap();
         let mut o = Oracle::new(&view, &PolicyConfig::default()).unwrap();
-        assert!(matches!(served(&mut o, 7, 8), Err(AllocError::Unsupported(_))));
-        assert!(matches!(served(&mut o, 0, 65), Err(AllocError::Unsupported(_))));
+        assert!(matches!(
+            served(&mut o, 7, 8),
+            Err(AllocError::Unsupported(_))
+        ));
+        assert!(matches!(
+            served(&mut o, 0, 65),
+            Err(AllocError::Unsupported(_))
+        ));
         served(&mut o, 0, 64).unwrap();
         // Allocation 0 again while it is live: its planned range is taken.
-        assert!(matches!(served(&mut o, 0, 64), Err(AllocError::Unsupported(_))));
+        assert!(matches!(
+            served(&mut o, 0, 64),
+            Err(AllocError::Unsupported(_))
+        ));
         o.check_invariants().unwrap();
     }
 

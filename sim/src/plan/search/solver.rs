@@ -325,7 +325,8 @@ impl<'a> Solver<'a> {
         }
         for s in sections_of(get(&p.span, b)) {
             if let (Some(f), Some(t)) = (self.floor.get_mut(s), self.total.get_mut(s)) {
-                self.trail_floor.push((u32::try_from(s).unwrap_or(u32::MAX), *f));
+                self.trail_floor
+                    .push((u32::try_from(s).unwrap_or(u32::MAX), *f));
                 *f = (*f).max(end);
                 *t = t.saturating_sub(size);
             }
