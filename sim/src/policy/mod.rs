@@ -6,12 +6,12 @@
 use std::any::Any;
 use std::fmt;
 
-pub mod bfc;
 pub mod best_fit;
+pub mod bfc;
 pub mod buddy;
 pub mod first_fit;
-pub mod glibc;
 mod fit_common;
+pub mod glibc;
 pub mod oracle;
 pub mod pool;
 pub mod registry;
