@@ -171,15 +171,21 @@ fn counts_match_what_a_c_program_did() {
     let dir = scratch("counts");
     let exe = build_c(&dir, "counts", COUNTS_C);
     let out_path = dir.join("counts.avt");
-    let stdout = ok(&allocview(&[
+    let out = allocview(&[
         "record",
         "-o",
         out_path.to_str().unwrap(),
         "--",
         exe.to_str().unwrap(),
-    ]));
-    assert!(stdout.contains("explore: allocview stats"), "{stdout}");
-    assert!(stdout.contains("1 threads"), "{stdout}");
+    ]);
+    assert_eq!(
+        ok(&out),
+        "",
+        "the summary goes to stderr, stdout is the command's"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("explore: allocview stats"), "{stderr}");
+    assert!(stderr.contains("1 threads"), "{stderr}");
     let t = load(&out_path);
     assert_consistent(&t);
     let r = rows(&t);
@@ -335,14 +341,16 @@ fn fork_exec_and_signals_give_one_complete_file_per_process_image() {
     let dir = scratch("fork");
     let exe = build_c(&dir, "forker", FORK_EXEC_C);
     let out_path = dir.join("f.avt");
-    let stdout = ok(&allocview(&[
+    let out = allocview(&[
         "record",
         "-o",
         out_path.to_str().unwrap(),
         "--",
         exe.to_str().unwrap(),
-    ]));
-    assert!(stdout.contains("recorded 4 processes"), "{stdout}");
+    ]);
+    ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("recorded 4 processes"), "{stderr}");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())

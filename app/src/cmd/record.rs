@@ -5,7 +5,7 @@
 //! children inherit. Each traced process writes a spool (see `loaders/src/binary.rs`) next to
 //! the output; when the command ends, every spool is merged by time and written as a trace
 //! (binary by default, gzip text with `--text`), one file per process, and the spools are
-//! removed. While the command runs, `allocview` ignores SIGINT, SIGTERM, SIGHUP and SIGQUIT so
+//! removed, and a summary goes to stderr (stdout is the command's). While the command runs, `allocview` ignores SIGINT, SIGTERM, SIGHUP and SIGQUIT so
 //! that a Ctrl-C, which reaches the command directly, still leaves it time to write the traces.
 
 use std::ffi::OsString;
@@ -142,7 +142,7 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         written.push((spool.pid, spool.generation, path));
     }
 
-    println!(
+    eprintln!(
         "recorded {} process{} of `{}`",
         written.len(),
         if written.len() == 1 { "" } else { "es" },
@@ -156,7 +156,7 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         summarise(*pid, *generation, path)?;
     }
     if let Some((_, _, first)) = written.first() {
-        println!("explore: allocview stats {}", shell_quote(first));
+        eprintln!("explore: allocview stats {}", shell_quote(first));
     }
     if !status.success() {
         eprintln!("note: the command exited with {status}");
@@ -176,7 +176,7 @@ fn summarise(pid: u32, generation: u32, path: &Path) -> Result<()> {
     } else {
         String::new()
     };
-    println!(
+    eprintln!(
         "  pid {pid}{image}: {}  {} events, {} threads, peak live {} (at {}), {} live at exit",
         path.display(),
         format::count(stats.events),
@@ -186,7 +186,7 @@ fn summarise(pid: u32, generation: u32, path: &Path) -> Result<()> {
         format::bytes(stats.final_live_bytes),
     );
     for w in trace.summary.warnings() {
-        println!("    note: {w}");
+        eprintln!("    note: {w}");
     }
     Ok(())
 }
