@@ -579,3 +579,19 @@ fn convert_keeps_call_names_and_their_absence() {
     ]));
     assert_eq!(std::fs::read_to_string(&back).unwrap(), content);
 }
+
+#[test]
+fn bundled_recordings_load_cleanly() {
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces");
+    for (name, events, threads) in [
+        ("python_json.avt", 7486, 1),
+        ("perl_hash.avt", 28264, 1),
+        ("xz_T2_libc.avt", 383, 3),
+    ] {
+        let t = load(&sample.join(name));
+        assert_consistent(&t);
+        assert_eq!(t.summary.events, events, "{name}");
+        assert_eq!(t.threads.height(), threads, "{name}");
+        assert!(t.summary.has_call_column, "{name}");
+    }
+}
