@@ -9,6 +9,8 @@
 
 mod cmd;
 mod format;
+#[cfg(feature = "gui")]
+mod gui;
 mod model;
 mod progress;
 mod theme;
@@ -36,6 +38,9 @@ use clap::{Parser, Subcommand};
 struct Cli {
     /// A trace to open in the terminal explorer.
     file: Option<PathBuf>,
+    /// Open the explorer at this event: an event number, a time (`1.5s`) or `peak`.
+    #[arg(long, value_name = "WHERE")]
+    goto: Option<String>,
     #[command(flatten)]
     policies: cmd::compare::PolicyArgs,
     #[command(flatten)]
@@ -50,6 +55,9 @@ enum Command {
     Stats(cmd::stats::StatsArgs),
     /// Replay a trace through allocator policies and compare footprint, fragmentation and OOMs.
     Compare(cmd::compare::CompareArgs),
+    /// Open the desktop explorer (several files are overlaid on one timeline).
+    #[cfg(feature = "gui")]
+    Gui(gui::GuiArgs),
     /// Measure allocview itself (load, replay, explorer seek and redraw) and print figures.
     Bench(cmd::bench::BenchArgs),
     /// Run a command under the malloc tracer and write its trace (one file per process).
@@ -64,9 +72,11 @@ fn main() -> ExitCode {
         (Some(Command::Stats(args)), _) => cmd::stats::run(&args),
         (Some(Command::Compare(args)), _) => cmd::compare::run(&args),
         (Some(Command::Bench(args)), _) => cmd::bench::run(&args),
+        #[cfg(feature = "gui")]
+        (Some(Command::Gui(args)), _) => gui::run(&args),
         (Some(Command::Record(args)), _) => cmd::record::run(&args),
         (Some(Command::Convert(args)), _) => cmd::convert::run(&args),
-        (None, Some(file)) => explore(&file, &cli.policies, &cli.input),
+        (None, Some(file)) => explore(&file, &cli.policies, &cli.input, cli.goto),
         (None, None) => {
             eprintln!("usage: allocview FILE  (or allocview --help)");
             return ExitCode::from(2);
@@ -85,6 +95,7 @@ fn explore(
     file: &std::path::Path,
     policies: &cmd::compare::PolicyArgs,
     input: &cmd::load::InputArgs,
+    goto: Option<String>,
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;
     // Fail before taking over the terminal when the file cannot even be opened.
@@ -94,5 +105,5 @@ fn explore(
     let jobs = policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    tui::run(file, &names, config, input.lenient, jobs)
+    tui::run(file, &names, config, input.lenient, jobs, goto)
 }

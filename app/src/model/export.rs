@@ -42,11 +42,27 @@ pub fn export_screen(state: &AppState, dir: &Path) -> Result<Vec<String>> {
         .to_owned();
     let base = format!("{stem}-event{}", state.cursor);
 
+    let csv = series_csv(state, state.zoom);
+    let csv_path = dir.join(format!("{base}-series.csv"));
+    std::fs::write(&csv_path, csv).with_context(|| format!("writing {}", csv_path.display()))?;
+    let txt = heap_text(state);
+    let txt_path = dir.join(format!("{base}-heap.txt"));
+    std::fs::write(&txt_path, txt).with_context(|| format!("writing {}", txt_path.display()))?;
+    Ok(vec![
+        csv_path.display().to_string(),
+        txt_path.display().to_string(),
+    ])
+}
+
+/// The buckets of every replayed policy inside `window` (fractions of the trace's time span)
+/// as CSV.
+#[must_use]
+pub fn series_csv(state: &AppState, window: (f64, f64)) -> String {
     let mut csv = String::from(
         "policy,bucket,t_start_s,first_event,last_event,live_bytes_max,allocated_bytes_max,\
          footprint_bytes_max,fragmentation_last,external_fragmentation_last,free_blocks_last,ooms\n",
     );
-    let (zlo, zhi) = state.zoom;
+    let (zlo, zhi) = window;
     for slot in &state.policies {
         let Some(r) = slot.replay() else { continue };
         let s = &r.series;
@@ -74,14 +90,20 @@ pub fn export_screen(state: &AppState, dir: &Path) -> Result<Vec<String>> {
             .ok();
         }
     }
-    let csv_path = dir.join(format!("{base}-series.csv"));
-    std::fs::write(&csv_path, csv).with_context(|| format!("writing {}", csv_path.display()))?;
+    csv
+}
 
+/// The heap maps on screen as text (64 cells a row, one character a cell).
+#[must_use]
+pub fn heap_text(state: &AppState) -> String {
+    let path = state.data.as_ref().map_or_else(
+        || state.path.display().to_string(),
+        |d| d.path.display().to_string(),
+    );
     let mut txt = format!(
         "allocview heap maps of {} at event {}\nlegend: '.' free, '~' internal waste, 'x' dead, \
          digit/letter = size class of the live allocation (0-9, a=10, ...)\n\n",
-        data.path.display(),
-        state.cursor
+        path, state.cursor
     );
     for (i, slot) in state.policies.iter().enumerate() {
         if state.mode == Mode::Single && i != state.selected {
@@ -103,10 +125,5 @@ pub fn export_screen(state: &AppState, dir: &Path) -> Result<Vec<String>> {
         }
         txt.push('\n');
     }
-    let txt_path = dir.join(format!("{base}-heap.txt"));
-    std::fs::write(&txt_path, txt).with_context(|| format!("writing {}", txt_path.display()))?;
-    Ok(vec![
-        csv_path.display().to_string(),
-        txt_path.display().to_string(),
-    ])
+    txt
 }

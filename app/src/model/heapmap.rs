@@ -36,8 +36,30 @@ pub struct HeapMap {
 #[must_use]
 pub fn rasterise(blocks: &[Block], n_cells: usize) -> HeapMap {
     let held: u64 = blocks.iter().map(|b| b.len_bytes).sum();
+    rasterise_window(blocks, 0, held, n_cells)
+}
+
+/// Where byte `offset` of the held space (blocks end to end) falls: the block's index.
+#[must_use]
+pub fn block_at_offset(blocks: &[Block], offset: u64) -> Option<usize> {
+    let mut pos = 0u64;
+    for (i, b) in blocks.iter().enumerate() {
+        if offset < pos + b.len_bytes {
+            return Some(i);
+        }
+        pos += b.len_bytes;
+    }
+    None
+}
+
+/// Rasterises the window `[start, start + len)` of the held space (blocks laid end to end)
+/// into `n_cells` cells: zooming into a heap map shows more detail, not bigger cells.
+#[must_use]
+pub fn rasterise_window(blocks: &[Block], start: u64, len: u64, n_cells: usize) -> HeapMap {
+    let held: u64 = blocks.iter().map(|b| b.len_bytes).sum();
     let n = n_cells.max(1) as u64;
-    let bytes_per_cell = held.div_ceil(n).max(1);
+    let bytes_per_cell = len.div_ceil(n).max(1);
+    let window_end = start.saturating_add(len);
     // Per cell, bytes of each kind; a cell ends up as the kind with the most bytes.
     // Kinds tracked: free, dead, waste, and used per class (the largest class share wins).
     let mut free = vec![0u64; n_cells.max(1)];
@@ -46,12 +68,13 @@ pub fn rasterise(blocks: &[Block], n_cells: usize) -> HeapMap {
     let mut used = vec![0u64; n_cells.max(1)];
     let mut used_class = vec![(0u8, 0u64); n_cells.max(1)];
     let mut pos: u64 = 0;
-    let add = |start: u64, len: u64, f: &mut dyn FnMut(usize, u64)| {
-        let mut s = start;
-        let end = start + len;
+    let add = |from: u64, len: u64, f: &mut dyn FnMut(usize, u64)| {
+        // Clip to the window, then work in window coordinates.
+        let mut s = from.max(start);
+        let end = (from + len).min(window_end);
         while s < end {
-            let cell = s / bytes_per_cell;
-            let cell_end = (cell + 1) * bytes_per_cell;
+            let cell = (s - start) / bytes_per_cell;
+            let cell_end = start + (cell + 1) * bytes_per_cell;
             let take = end.min(cell_end) - s;
             if let Ok(c) = usize::try_from(cell) {
                 f(c, take);
@@ -60,6 +83,13 @@ pub fn rasterise(blocks: &[Block], n_cells: usize) -> HeapMap {
         }
     };
     for b in blocks {
+        if pos >= window_end {
+            break;
+        }
+        if pos + b.len_bytes <= start {
+            pos += b.len_bytes;
+            continue;
+        }
         match b.state {
             BlockState::Free => add(pos, b.len_bytes, &mut |c, n| {
                 if let Some(v) = free.get_mut(c) {
@@ -163,6 +193,27 @@ mod tests {
                 CellKind::Free
             ]
         );
+    }
+
+    #[test]
+    fn a_window_shows_detail_and_offsets_find_blocks() {
+        let blocks = [used(0, 512, 300), free(512, 512)];
+        // The second quarter of the space, in 4 cells: used up to 300, waste to 512.
+        let m = rasterise_window(&blocks, 256, 256, 4);
+        assert_eq!(m.bytes_per_cell, 64);
+        assert_eq!(
+            m.cells,
+            [
+                CellKind::Used { class: 9 },
+                CellKind::Waste,
+                CellKind::Waste,
+                CellKind::Waste
+            ]
+        );
+        assert_eq!(block_at_offset(&blocks, 0), Some(0));
+        assert_eq!(block_at_offset(&blocks, 511), Some(0));
+        assert_eq!(block_at_offset(&blocks, 512), Some(1));
+        assert_eq!(block_at_offset(&blocks, 1024), None);
     }
 
     #[test]

@@ -28,7 +28,13 @@ pub struct TraceData {
     pub num_allocs: u32,
     /// Load warnings, shown once in the status line.
     pub warnings: Vec<String>,
+    /// Birth and death event of every allocation id, built on first use (8 bytes per
+    /// allocation; only the desktop app's hover needs it).
+    lifetimes: std::sync::OnceLock<Vec<(u32, u32)>>,
 }
+
+/// `lifetimes` value for an allocation never freed.
+const NEVER: u32 = u32::MAX;
 
 impl TraceData {
     /// Loads and validates a trace.
@@ -55,7 +61,30 @@ impl TraceData {
             trace,
             num_allocs,
             warnings,
+            lifetimes: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The event that allocated `id` and the event that freed it (`None` if it stays live).
+    #[must_use]
+    pub fn lifetime(&self, id: u32) -> Option<(usize, Option<usize>)> {
+        let table = self.lifetimes.get_or_init(|| {
+            let v = self.view();
+            let mut t = vec![(NEVER, NEVER); v.num_allocs as usize];
+            for (i, (&k, &a)) in v.kind.iter().zip(v.alloc_id).enumerate() {
+                let i = u32::try_from(i).unwrap_or(NEVER);
+                if let Some(slot) = t.get_mut(a as usize) {
+                    if k == EventKind::Alloc.code() {
+                        slot.0 = i;
+                    } else if k == EventKind::Free.code() {
+                        slot.1 = i;
+                    }
+                }
+            }
+            t
+        });
+        let &(birth, death) = table.get(id as usize)?;
+        (birth != NEVER).then_some((birth as usize, (death != NEVER).then_some(death as usize)))
     }
 
     /// The simulator's view of the events, without revalidating them (done once in `load`).
@@ -305,6 +334,8 @@ pub struct AppState {
     pub config: PolicyConfig,
     /// Where `e` writes its files (the working directory by default).
     pub export_dir: PathBuf,
+    /// Where to put the cursor once loaded (`--goto`: an event, a time or `peak`).
+    pub initial_goto: Option<String>,
 }
 
 /// Everything that can happen to the model.
@@ -320,6 +351,10 @@ pub enum Msg {
     End,
     /// Move the cursor to a fraction of the visible timeline (mouse click or drag).
     ScrubTo(f64),
+    /// Move the cursor to the first event at or after a time (ns since the first event).
+    GotoTime(f64),
+    /// Move the cursor to an event.
+    GotoEvent(usize),
     /// Next / previous peak or OOM.
     NextMark,
     PrevMark,
@@ -377,6 +412,7 @@ impl AppState {
             heaps: policies.iter().map(|_| None).collect(),
             config,
             export_dir: PathBuf::from("."),
+            initial_goto: None,
         }
     }
 
@@ -637,6 +673,9 @@ pub fn load_blocking(state: &mut AppState, lenient: bool, jobs: usize) -> Result
 
 fn parse_goto(text: &str, state: &AppState) -> Result<usize, String> {
     let t = text.trim();
+    if t == "peak" {
+        return Ok(peak_live_event(state));
+    }
     if let Ok(event) = t.replace([',', '_'], "").parse::<usize>() {
         return Ok(event);
     }
@@ -652,9 +691,32 @@ fn parse_goto(text: &str, state: &AppState) -> Result<usize, String> {
         "ms" => 1e6,
         "us" | "µs" => 1e3,
         "ns" => 1.0,
-        other => return Err(format!("unknown time unit {other:?}: use s, ms, us or ns")),
+        other => {
+            return Err(format!(
+                "unknown time unit {other:?}: use s, ms, us or ns (or `peak`)"
+            ));
+        }
     };
     Ok(state.event_at_time(value * scale))
+}
+
+/// The first event at which live bytes (of the trace, policy-independent) peak.
+fn peak_live_event(state: &AppState) -> usize {
+    let Some(data) = &state.data else { return 0 };
+    let v = data.view();
+    let (mut live, mut peak, mut at) = (0u64, 0u64, 0usize);
+    for (i, (&k, &size)) in v.kind.iter().zip(v.size_bytes).enumerate() {
+        if k == EventKind::Alloc.code() {
+            live += size;
+            if live > peak {
+                peak = live;
+                at = i;
+            }
+        } else if k == EventKind::Free.code() {
+            live = live.saturating_sub(size);
+        }
+    }
+    at
 }
 
 /// Applies one message. Returns a follow-up message, if any.
@@ -703,6 +765,11 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
             let e = state.event_at_time(t);
             state.set_cursor(e);
         }
+        Msg::GotoTime(t_ns) => {
+            let e = state.event_at_time(t_ns.max(0.0));
+            state.set_cursor(e);
+        }
+        Msg::GotoEvent(e) => state.set_cursor(e),
         Msg::NextMark | Msg::PrevMark => {
             let marks = state.marks();
             let forward = matches!(msg, Msg::NextMark);
@@ -811,6 +878,12 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
             }
             state.data = Some(data);
             state.cursor = 0;
+            if let Some(g) = state.initial_goto.take() {
+                match parse_goto(&g, state) {
+                    Ok(e) => state.set_cursor(e),
+                    Err(e) => state.message = Some(format!("--goto: {e}")),
+                }
+            }
         }
         Msg::Loaded(Err(e)) => state.load_error = Some(e),
         Msg::Classes(c) => state.classes = Some(c),

@@ -55,8 +55,10 @@ pub fn run(
     config: PolicyConfig,
     lenient: bool,
     jobs: usize,
+    goto: Option<String>,
 ) -> Result<()> {
     let mut state = AppState::new(path, policies, config);
+    state.initial_goto = goto;
     let (tx, rx) = mpsc::channel();
     start_workers(&state, lenient, jobs, &tx);
     let mut terminal = ratatui::init();

@@ -1,0 +1,889 @@
+//! The desktop explorer: `allocview gui [FILE...]`. It draws the shared view-model with egui and
+//! turns clicks, drags and keys into the same messages as the terminal explorer; the model does
+//! the rest. Loads and replays run on worker threads; the window stays responsive.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Mutex};
+
+use allocview_sim::policy::BlockState;
+use allocview_sim::policy::registry::PolicyConfig;
+use anyhow::{Result, anyhow};
+use eframe::egui::{self, Color32, ColorImage, TextureHandle, TextureOptions};
+use egui_plot::{Bar, BarChart, Legend, Line, Plot, PlotPoints, VLine};
+
+use crate::format;
+use crate::model::export;
+use crate::model::heapmap::{self, CellKind, HeapMap};
+use crate::model::state::{AppState, Mode, Msg, RunStatus, start_workers, update};
+use crate::model::view::{ViewModel, Viewport, view_model};
+use crate::theme::{self, Rgb};
+
+/// Arguments of `allocview gui`.
+#[derive(Debug, clap::Args)]
+pub struct GuiArgs {
+    /// Traces to open; the first is explored, the others are overlaid on its timeline.
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub policies: crate::cmd::compare::PolicyArgs,
+    #[command(flatten)]
+    pub input: crate::cmd::load::InputArgs,
+    /// Once everything is loaded and replayed, save a screenshot of the window to this PNG and
+    /// exit (for smoke tests and documentation).
+    #[arg(long, value_name = "PNG")]
+    pub screenshot: Option<PathBuf>,
+    /// Open at this event: an event number, a time (`1.5s`) or `peak` (peak live bytes).
+    #[arg(long, value_name = "WHERE")]
+    pub goto: Option<String>,
+    /// Window size, width x height in points.
+    #[arg(long, default_value = "1400x900")]
+    pub size: String,
+}
+
+fn col(rgb: Rgb) -> Color32 {
+    Color32::from_rgb(rgb.0, rgb.1, rgb.2)
+}
+
+fn cell_color(k: CellKind) -> Color32 {
+    match k {
+        CellKind::Empty => Color32::TRANSPARENT,
+        CellKind::Free => col(theme::FREE),
+        CellKind::Dead => col(theme::DEAD),
+        CellKind::Waste => col(theme::WASTE),
+        CellKind::Used { class } => col(theme::class(class)),
+    }
+}
+
+/// One open file: its model and the channel its workers report on.
+struct Run {
+    state: AppState,
+    rx: Receiver<Msg>,
+}
+
+impl Run {
+    fn start(
+        path: &Path,
+        names: &[&'static str],
+        config: &PolicyConfig,
+        lenient: bool,
+        jobs: usize,
+        goto: Option<String>,
+    ) -> Self {
+        let mut state = AppState::new(path, names, config.clone());
+        state.initial_goto = goto;
+        let (tx, rx) = channel();
+        start_workers(&state, lenient, jobs, &tx);
+        Self { state, rx }
+    }
+
+    /// Applies the workers' messages; true when anything arrived.
+    fn drain(&mut self) -> bool {
+        let mut any = false;
+        while let Ok(m) = self.rx.try_recv() {
+            apply(&mut self.state, m);
+            any = true;
+        }
+        any
+    }
+
+    fn busy(&self) -> bool {
+        self.state.data.is_none() && self.state.load_error.is_none()
+            || self
+                .state
+                .policies
+                .iter()
+                .any(|p| matches!(p.status, RunStatus::Pending))
+    }
+}
+
+fn apply(state: &mut AppState, msg: Msg) {
+    let mut next = Some(msg);
+    while let Some(m) = next.take() {
+        next = update(state, m);
+    }
+}
+
+/// What the screenshot option is waiting for.
+enum Shot {
+    None,
+    Pending {
+        path: PathBuf,
+        settle_frames: u32,
+    },
+    Requested {
+        done: Arc<AtomicBool>,
+        error: Arc<Mutex<Option<String>>>,
+    },
+}
+
+struct GuiApp {
+    runs: Vec<Run>,
+    names: Vec<&'static str>,
+    config: PolicyConfig,
+    lenient: bool,
+    jobs: usize,
+    /// Heap map zoom: the shown window of the held space, as fractions.
+    heap_window: (f64, f64),
+    textures: Vec<TextureHandle>,
+    heat_texture: Option<TextureHandle>,
+    /// The timeline's visible x range in seconds (for the CSV export of the visible series).
+    visible_s: (f64, f64),
+    shot: Shot,
+    exit_code: Arc<Mutex<Option<String>>>,
+    /// `--goto`, applied to the first file opened.
+    goto: Option<String>,
+}
+
+impl GuiApp {
+    fn primary(&self) -> Option<&AppState> {
+        self.runs.first().map(|r| &r.state)
+    }
+
+    fn send(&mut self, msg: Msg) {
+        if let Some(r) = self.runs.first_mut() {
+            r.state.message = None;
+            apply(&mut r.state, msg);
+        }
+    }
+
+    fn open(&mut self, path: &Path, overlay: bool) {
+        let run = Run::start(
+            path,
+            &self.names,
+            &self.config,
+            self.lenient,
+            self.jobs,
+            self.goto.take(),
+        );
+        if overlay && !self.runs.is_empty() {
+            self.runs.push(run);
+        } else {
+            self.runs = vec![run];
+            self.heap_window = (0.0, 1.0);
+        }
+    }
+
+    fn keys(&mut self, ctx: &egui::Context) {
+        if ctx.egui_wants_keyboard_input() {
+            return;
+        }
+        let pressed: Vec<Msg> = ctx.input(|i| {
+            let mut out = Vec::new();
+            let map = [
+                (egui::Key::ArrowRight, Msg::Step(1)),
+                (egui::Key::L, Msg::Step(1)),
+                (egui::Key::ArrowLeft, Msg::Step(-1)),
+                (egui::Key::H, Msg::Step(-1)),
+                (egui::Key::PageDown, Msg::StepPage(1)),
+                (egui::Key::J, Msg::StepPage(1)),
+                (egui::Key::PageUp, Msg::StepPage(-1)),
+                (egui::Key::K, Msg::StepPage(-1)),
+                (egui::Key::CloseBracket, Msg::StepBucket(1)),
+                (egui::Key::OpenBracket, Msg::StepBucket(-1)),
+                (egui::Key::Home, Msg::Home),
+                (egui::Key::End, Msg::End),
+                (egui::Key::N, Msg::NextMark),
+                (egui::Key::P, Msg::CyclePolicy(1)),
+                (egui::Key::C, Msg::ToggleCompare),
+            ];
+            for (key, msg) in map {
+                if i.key_pressed(key) {
+                    let shifted = i.modifiers.shift;
+                    out.push(match (&msg, shifted) {
+                        (Msg::NextMark, true) => Msg::PrevMark,
+                        (Msg::CyclePolicy(_), true) => Msg::CyclePolicy(-1),
+                        _ => msg,
+                    });
+                }
+            }
+            out
+        });
+        for m in pressed {
+            self.send(m);
+        }
+    }
+
+    fn menu(&mut self, ui: &mut egui::Ui) {
+        egui::MenuBar::new().ui(ui, |ui| {
+            ui.menu_button("File", |ui| {
+                if ui.button("Open…").clicked() {
+                    if let Some(p) = rfd::FileDialog::new().pick_file() {
+                        self.open(&p, false);
+                    }
+                    ui.close();
+                }
+                if ui.button("Overlay another run…").clicked() {
+                    if let Some(p) = rfd::FileDialog::new().pick_file() {
+                        self.open(&p, true);
+                    }
+                    ui.close();
+                }
+                ui.separator();
+                if ui.button("Export PNG of the window…").clicked() {
+                    if let Some(p) = rfd::FileDialog::new()
+                        .add_filter("PNG", &["png"])
+                        .set_file_name("allocview.png")
+                        .save_file()
+                    {
+                        self.shot = Shot::Pending {
+                            path: p,
+                            settle_frames: 1,
+                        };
+                    }
+                    ui.close();
+                }
+                if ui.button("Export CSV of the visible series…").clicked() {
+                    let msg = self.export_csv();
+                    if let Some(r) = self.runs.first_mut() {
+                        r.state.message = Some(msg);
+                    }
+                    ui.close();
+                }
+                ui.separator();
+                if ui.button("Quit").clicked() {
+                    ui.ctx().send_viewport_cmd(egui::ViewportCommand::Close);
+                }
+            });
+            ui.menu_button("View", |ui| {
+                let compare = self.primary().is_some_and(|s| s.mode == Mode::Compare);
+                if ui
+                    .selectable_label(compare, "Compare policies side by side (c)")
+                    .clicked()
+                {
+                    self.send(Msg::ToggleCompare);
+                    ui.close();
+                }
+                ui.separator();
+                let selected = self.primary().map_or(0, |s| s.selected);
+                for (i, name) in self.names.clone().iter().enumerate() {
+                    if ui.selectable_label(selected == i, *name).clicked() {
+                        self.send(Msg::CyclePolicy(i as i64 - selected as i64));
+                        ui.close();
+                    }
+                }
+            });
+            ui.menu_button("Help", |ui| {
+                for (k, d) in crate::model::view::HELP {
+                    ui.label(format!("{k:<16} {d}"));
+                }
+            });
+        });
+    }
+
+    fn export_csv(&self) -> String {
+        let Some(state) = self.primary() else {
+            return "nothing to export".to_owned();
+        };
+        let Some(path) = rfd::FileDialog::new()
+            .add_filter("CSV", &["csv"])
+            .set_file_name("allocview-series.csv")
+            .save_file()
+        else {
+            return "export cancelled (or no file dialog available)".to_owned();
+        };
+        let span_s = state.bucketing().map_or(1.0, |b| b.span_ns as f64 / 1e9);
+        let window = (
+            (self.visible_s.0 / span_s).clamp(0.0, 1.0),
+            (self.visible_s.1 / span_s).clamp(0.0, 1.0),
+        );
+        match std::fs::write(&path, export::series_csv(state, window)) {
+            Ok(()) => format!("wrote {}", path.display()),
+            Err(e) => format!("could not write {}: {e}", path.display()),
+        }
+    }
+
+    fn timeline_ui(&mut self, ui: &mut egui::Ui, vms: &[ViewModel]) {
+        let mut lines = Vec::new();
+        let mut cursor_s = None;
+        for (k, (run, vm)) in self.runs.iter().zip(vms).enumerate() {
+            let Some(t) = &vm.timeline else { continue };
+            let span_s = run
+                .state
+                .bucketing()
+                .map_or(1.0, |b| b.span_ns as f64 / 1e9);
+            let file = run
+                .state
+                .path
+                .file_name()
+                .map_or_else(String::new, |f| f.to_string_lossy().into_owned());
+            for l in &t.byte_lines {
+                let pts: Vec<[f64; 2]> = l.points.iter().map(|&(x, y)| [x * span_s, y]).collect();
+                let label = if self.runs.len() > 1 {
+                    format!("{file}: {}", l.label)
+                } else {
+                    l.label.clone()
+                };
+                let mut c = col(theme::series(l.palette));
+                if k > 0 {
+                    c = c.gamma_multiply(0.55);
+                }
+                lines.push(
+                    Line::new(label, PlotPoints::from(pts))
+                        .color(c)
+                        .width(if k == 0 { 1.8 } else { 1.2 }),
+                );
+            }
+            if k == 0 {
+                cursor_s = t.cursor_x.map(|x| x * span_s);
+            }
+        }
+        let resp = Plot::new("timeline")
+            .height(ui.available_height())
+            .legend(Legend::default())
+            .allow_drag(false)
+            .allow_boxed_zoom(false)
+            .allow_zoom(true)
+            .allow_scroll(true)
+            .include_y(0.0)
+            .x_axis_formatter(|m, _| format!("{:.3} s", m.value))
+            .y_axis_formatter(|m, _| format::bytes(m.value.max(0.0) as u64))
+            .show(ui, |p| {
+                for l in lines {
+                    p.line(l);
+                }
+                if let Some(x) = cursor_s {
+                    p.vline(VLine::new("cursor", x).color(col(theme::CURSOR)).width(1.5));
+                }
+            });
+        let b = resp.transform.bounds();
+        self.visible_s = (b.min()[0].max(0.0), b.max()[0].max(0.0));
+        let r = &resp.response;
+        if r.clicked() || r.dragged_by(egui::PointerButton::Primary) {
+            if let Some(pos) = r.interact_pointer_pos() {
+                let x_s = resp.transform.value_from_position(pos).x;
+                self.send(Msg::GotoTime(x_s * 1e9));
+            }
+        }
+    }
+
+    fn heap_ui(&mut self, ui: &mut egui::Ui, vm: &ViewModel) {
+        let Some(state) = self.runs.first().map(|r| &r.state) else {
+            return;
+        };
+        let shown: Vec<usize> = match state.mode {
+            Mode::Single => vec![state.selected],
+            Mode::Compare => (0..state.policies.len()).collect(),
+        };
+        let avail = ui.available_size();
+        let panel_w = (avail.x / shown.len().max(1) as f32 - 8.0).max(60.0);
+        let map_h = (avail.y - 60.0).max(40.0);
+        let cell_px = 4.0_f32;
+        let cols = (panel_w / cell_px).floor().max(1.0) as usize;
+        let rows = (map_h / cell_px).floor().max(1.0) as usize;
+        let mut jump = None;
+        let mut zoom_by: Option<(f64, f64)> = None;
+        let mut maps: Vec<(usize, HeapMap, u64)> = Vec::new();
+        for &i in &shown {
+            if let Some(h) = state.heaps.get(i).and_then(Option::as_ref) {
+                let held: u64 = h.blocks.iter().map(|b| b.len_bytes).sum();
+                let start = (self.heap_window.0 * held as f64) as u64;
+                let len = (((self.heap_window.1 - self.heap_window.0) * held as f64) as u64).max(1);
+                maps.push((
+                    i,
+                    heapmap::rasterise_window(&h.blocks, start, len, cols * rows),
+                    start,
+                ));
+            }
+        }
+        self.textures.truncate(0);
+        ui.horizontal_top(|ui| {
+            for &i in &shown {
+                let Some(slot) = state.policies.get(i) else { continue };
+                ui.vertical(|ui| {
+                    ui.set_width(panel_w);
+                    ui.strong(format!("heap: {}", slot.name));
+                    let Some((_, map, start)) = maps.iter().find(|m| m.0 == i) else {
+                        let note = vm
+                            .heaps
+                            .iter()
+                            .find(|h| h.policy == slot.name)
+                            .and_then(|h| h.note.clone())
+                            .unwrap_or_default();
+                        ui.label(note);
+                        return;
+                    };
+                    let pixels: Vec<Color32> = map.cells.iter().map(|&c| cell_color(c)).collect();
+                    let img = ColorImage::new([cols, rows], pixels);
+                    let tex = ui.ctx().load_texture(format!("heap-{i}"), img, TextureOptions::NEAREST);
+                    let size = egui::vec2(cols as f32 * cell_px, rows as f32 * cell_px);
+                    let resp = ui.add(
+                        egui::Image::new(&tex)
+                            .maintain_aspect_ratio(false)
+                            .fit_to_exact_size(size)
+                            .sense(egui::Sense::click()),
+                    );
+                    self.textures.push(tex);
+                    if let (Some(pos), Some(h)) = (resp.hover_pos(), state.heaps.get(i).and_then(Option::as_ref)) {
+                        let rel = pos - resp.rect.min;
+                        let cx = (rel.x / cell_px) as usize;
+                        let cy = (rel.y / cell_px) as usize;
+                        let cell = cy * cols + cx;
+                        let offset = start + cell as u64 * map.bytes_per_cell;
+                        if let Some(bi) = heapmap::block_at_offset(&h.blocks, offset) {
+                            if let Some(b) = h.blocks.get(bi) {
+                                let text = describe_block(state, b);
+                                resp.clone().on_hover_text(text);
+                                if let BlockState::Used { id, .. } = b.state {
+                                    if let Some(data) = &state.data {
+                                        if let Some((birth, death)) = data.lifetime(id) {
+                                            if resp.clicked() {
+                                                jump = Some(birth);
+                                            } else if resp.secondary_clicked() {
+                                                jump = death.or(Some(birth));
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        let scroll = ui.input(|inp| inp.smooth_scroll_delta.y);
+                        if scroll.abs() > 0.0 {
+                            let frac = f64::from(cell as u32) / (cols * rows) as f64;
+                            zoom_by = Some((if scroll > 0.0 { 0.8 } else { 1.25 }, frac));
+                        }
+                    }
+                    let caption = vm
+                        .heaps
+                        .iter()
+                        .find(|h| h.policy == slot.name)
+                        .map(|h| h.caption.clone())
+                        .unwrap_or_default();
+                    ui.small(caption);
+                    ui.small(format!(
+                        "1 cell = {}; scroll to zoom, click a block: its birth, right-click: its death",
+                        format::bytes(map.bytes_per_cell)
+                    ));
+                });
+            }
+        });
+        if let Some((factor, at)) = zoom_by {
+            let (lo, hi) = self.heap_window;
+            let width = ((hi - lo) * factor).clamp(1e-6, 1.0);
+            let centre = lo + at * (hi - lo);
+            let lo = (centre - width * at).clamp(0.0, 1.0 - width);
+            self.heap_window = (lo, lo + width);
+        }
+        if let Some(e) = jump {
+            self.send(Msg::GotoEvent(e));
+        }
+    }
+
+    fn side_ui(&self, ui: &mut egui::Ui, vm: &ViewModel) {
+        ui.strong("live by size class at the cursor");
+        let bars: Vec<Bar> = vm
+            .classes
+            .iter()
+            .map(|r| {
+                Bar::new(f64::from(r.class), r.bytes as f64)
+                    .name(format!(
+                        "class {} ({}): {} live, {}",
+                        r.class, r.range, r.count, r.bytes_label
+                    ))
+                    .fill(col(theme::class(r.class)))
+            })
+            .collect();
+        Plot::new("classes")
+            .height(ui.available_height() * if vm.bins.is_some() { 0.45 } else { 1.0 })
+            .allow_drag(false)
+            .allow_zoom(false)
+            .allow_scroll(false)
+            .x_axis_formatter(|m, _| {
+                if m.value.fract() == 0.0 {
+                    format!("class {}", m.value as i64)
+                } else {
+                    String::new()
+                }
+            })
+            .y_axis_formatter(|m, _| format::bytes(m.value.max(0.0) as u64))
+            .include_y(0.0)
+            .show(ui, |p| {
+                p.bar_chart(BarChart::new("live bytes by class", bars))
+            });
+        if let Some(bins) = &vm.bins {
+            ui.separator();
+            ui.strong("BFC bins");
+            egui::ScrollArea::vertical().id_salt("bins").show(ui, |ui| {
+                egui::Grid::new("bins").striped(true).show(ui, |ui| {
+                    for h in ["bin", "size", "free", "free bytes", "largest", "in use"] {
+                        ui.strong(h);
+                    }
+                    ui.end_row();
+                    for b in bins {
+                        ui.label(b.bin.to_string());
+                        ui.label(&b.size_label);
+                        ui.label(b.free_chunks.to_string());
+                        ui.label(&b.free_bytes_label);
+                        ui.label(&b.largest_label);
+                        ui.label(b.in_use_chunks.to_string());
+                        ui.end_row();
+                    }
+                });
+            });
+        }
+    }
+
+    fn bottom_ui(&mut self, ui: &mut egui::Ui, vm: &ViewModel) {
+        ui.columns(2, |cols| {
+            if let Some(c) = cols.get_mut(0) {
+                c.strong(&vm.events_title);
+                egui::Grid::new("events").striped(true).show(c, |ui| {
+                    for h in [
+                        "event", "time", "thread", "kind", "size", "address", "alloc id",
+                    ] {
+                        ui.strong(h);
+                    }
+                    ui.end_row();
+                    for e in &vm.events {
+                        let color = if e.is_cursor {
+                            col(theme::CURSOR)
+                        } else if e.is_oom {
+                            col(theme::OOM)
+                        } else {
+                            ui.visuals().text_color()
+                        };
+                        for text in [
+                            format::count(e.index as u64),
+                            e.time.clone(),
+                            e.thread.to_string(),
+                            e.kind.to_owned(),
+                            e.size.clone(),
+                            e.address.clone(),
+                            e.alloc_id.clone(),
+                        ] {
+                            ui.colored_label(color, text);
+                        }
+                        ui.end_row();
+                    }
+                });
+            }
+            if let Some(c) = cols.get_mut(1) {
+                c.strong("size classes over time (live bytes, log scale)");
+                if let Some(h) = &vm.heatmap {
+                    let w = h.cells.first().map_or(0, Vec::len).max(1);
+                    let rows = h.classes.len().max(1);
+                    let mut px = Vec::with_capacity(w * rows);
+                    for r in 0..rows {
+                        for x in 0..w {
+                            let v = h
+                                .cells
+                                .get(r)
+                                .and_then(|row| row.get(x))
+                                .copied()
+                                .unwrap_or(0.0);
+                            px.push(if Some(x) == h.cursor_col {
+                                col(theme::CURSOR)
+                            } else {
+                                col(theme::heat(v))
+                            });
+                        }
+                    }
+                    let tex = c.ctx().load_texture(
+                        "heat",
+                        ColorImage::new([w, rows], px),
+                        TextureOptions::NEAREST,
+                    );
+                    let size = c.available_size();
+                    c.horizontal(|ui| {
+                        ui.vertical(|ui| {
+                            for class in &h.classes {
+                                ui.add_sized(
+                                    [28.0, (size.y - 8.0) / rows as f32],
+                                    egui::Label::new(
+                                        egui::RichText::new(class.to_string()).small(),
+                                    ),
+                                );
+                            }
+                        });
+                        ui.add(
+                            egui::Image::new(&tex)
+                                .maintain_aspect_ratio(false)
+                                .fit_to_exact_size(egui::vec2(size.x - 40.0, size.y - 8.0)),
+                        );
+                    });
+                    self.heat_texture = Some(tex);
+                }
+            }
+        });
+    }
+}
+
+fn describe_block(state: &AppState, b: &allocview_sim::policy::Block) -> String {
+    match b.state {
+        BlockState::Free => format!(
+            "free block at {:#x}: {}",
+            b.addr,
+            format::bytes(b.len_bytes)
+        ),
+        BlockState::Dead => format!(
+            "dead (not reusable) at {:#x}: {}",
+            b.addr,
+            format::bytes(b.len_bytes)
+        ),
+        BlockState::Used {
+            id,
+            requested_bytes,
+        } => {
+            let mut s = format!(
+                "allocation {id} at {:#x}\nrequested {} ({} B), allocated {} ({} B)",
+                b.addr,
+                format::bytes(requested_bytes),
+                requested_bytes,
+                format::bytes(b.len_bytes),
+                b.len_bytes
+            );
+            if let Some(data) = &state.data {
+                let v = data.view();
+                let t0 = v.t_ns.first().copied().unwrap_or(0);
+                let when = |e: usize| {
+                    format!(
+                        "event {} at {}",
+                        format::count(e as u64),
+                        format::seconds_fixed(
+                            (v.t_ns.get(e).copied().unwrap_or(t0) - t0) as f64 / 1e9
+                        )
+                    )
+                };
+                if let Some((birth, death)) = data.lifetime(id) {
+                    s.push_str(&format!(
+                        "\nborn: {}, thread {}",
+                        when(birth),
+                        data.thread_at(birth)
+                    ));
+                    s.push_str(&format!(
+                        "\ndies: {}",
+                        death.map_or_else(|| "never (live at the end)".to_owned(), when)
+                    ));
+                }
+            }
+            s
+        }
+    }
+}
+
+impl eframe::App for GuiApp {
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        let ctx = ui.ctx().clone();
+        for r in &mut self.runs {
+            r.drain();
+        }
+        let dropped: Vec<PathBuf> = ctx.input(|i| {
+            i.raw
+                .dropped_files
+                .iter()
+                .map(|f| f.path().to_path_buf())
+                .collect()
+        });
+        if let Some(first) = dropped.first() {
+            self.open(first, false);
+            for more in dropped.iter().skip(1) {
+                self.open(more, true);
+            }
+        }
+        self.keys(&ctx);
+        let vp = Viewport {
+            timeline_points: 2048,
+            heap_cells: 64 * 64,
+            event_rows: 12,
+            heat_columns: 512,
+        };
+        let vms: Vec<ViewModel> = self
+            .runs
+            .iter()
+            .map(|r| view_model(&r.state, &vp))
+            .collect();
+
+        egui::Panel::top("menu").show(ui, |ui| self.menu(ui));
+        let status = vms.first().map(|vm| {
+            vm.status.message.clone().map_or_else(
+                || format!("{}    {}", vm.status.left, vm.status.right),
+                |m| format!("{m}    {}", vm.status.right),
+            )
+        });
+        egui::Panel::bottom("status").show(ui, |ui| {
+            ui.label(
+                status.unwrap_or_else(|| "File > Open, or drop a trace on the window".to_owned()),
+            );
+        });
+        let Some(vm) = vms.first().cloned() else {
+            egui::CentralPanel::default().show(ui, |ui| {
+                ui.centered_and_justified(|ui| {
+                    ui.heading("allocview: File > Open, or drop a trace here")
+                });
+            });
+            return;
+        };
+        if let Some(err) = &vm.error {
+            egui::CentralPanel::default().show(ui, |ui| {
+                ui.colored_label(col(theme::OOM), "could not load the trace");
+                ui.label(err);
+            });
+        } else if let Some((label, frac)) = &vm.loading {
+            egui::CentralPanel::default().show(ui, |ui| {
+                ui.add_space(ui.available_height() / 2.5);
+                ui.add(
+                    egui::ProgressBar::new(*frac as f32)
+                        .text(label.as_str())
+                        .show_percentage(),
+                );
+            });
+        } else {
+            egui::Panel::top("timeline")
+                .resizable(true)
+                .default_size(230.0)
+                .show(ui, |ui| self.timeline_ui(ui, &vms));
+            egui::Panel::bottom("bottom")
+                .resizable(true)
+                .default_size(250.0)
+                .show(ui, |ui| self.bottom_ui(ui, &vm));
+            if vm.compare {
+                egui::CentralPanel::default().show(ui, |ui| self.heap_ui(ui, &vm));
+            } else {
+                egui::Panel::right("side")
+                    .resizable(true)
+                    .default_size(380.0)
+                    .show(ui, |ui| self.side_ui(ui, &vm));
+                egui::CentralPanel::default().show(ui, |ui| self.heap_ui(ui, &vm));
+            }
+        }
+
+        let busy = self.runs.iter().any(Run::busy);
+        if busy {
+            ctx.request_repaint_after(std::time::Duration::from_millis(100));
+        }
+        self.screenshot_step(&ctx, busy);
+    }
+}
+
+impl GuiApp {
+    fn screenshot_step(&mut self, ctx: &egui::Context, busy: bool) {
+        match &mut self.shot {
+            Shot::None => {}
+            Shot::Pending {
+                path,
+                settle_frames,
+            } => {
+                if busy {
+                    return;
+                }
+                // Let a couple of frames draw the finished state before capturing it.
+                if *settle_frames > 0 {
+                    *settle_frames -= 1;
+                    ctx.request_repaint();
+                    return;
+                }
+                let path = path.clone();
+                let done = Arc::new(AtomicBool::new(false));
+                let error = Arc::new(Mutex::new(None));
+                let (d, e, c) = (Arc::clone(&done), Arc::clone(&error), ctx.clone());
+                ctx.request_screenshot(move |img| {
+                    if let Err(err) = save_png(&path, &img) {
+                        if let Ok(mut slot) = e.lock() {
+                            *slot = Some(err);
+                        }
+                    }
+                    d.store(true, Ordering::SeqCst);
+                    c.request_repaint();
+                });
+                self.shot = Shot::Requested { done, error };
+                ctx.request_repaint();
+            }
+            Shot::Requested { done, error } => {
+                if done.load(Ordering::SeqCst) {
+                    if let (Ok(mut out), Ok(err)) = (self.exit_code.lock(), error.lock()) {
+                        *out = Some(err.clone().unwrap_or_default());
+                    }
+                    self.shot = Shot::None;
+                    ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+                } else {
+                    ctx.request_repaint();
+                }
+            }
+        }
+    }
+}
+
+fn save_png(path: &Path, img: &ColorImage) -> std::result::Result<(), String> {
+    let [w, h] = img.size;
+    let mut rgba = Vec::with_capacity(w * h * 4);
+    for p in &img.pixels {
+        rgba.extend_from_slice(&p.to_srgba_unmultiplied());
+    }
+    let buf = image::RgbaImage::from_raw(
+        u32::try_from(w).map_err(|e| e.to_string())?,
+        u32::try_from(h).map_err(|e| e.to_string())?,
+        rgba,
+    )
+    .ok_or("screenshot size mismatch")?;
+    buf.save(path)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Runs `allocview gui`.
+///
+/// # Errors
+/// When no window can be opened (no display) or a screenshot could not be saved.
+pub fn run(args: &GuiArgs) -> Result<()> {
+    let names = args.policies.names()?;
+    let config = args.policies.config()?;
+    let jobs = args.policies.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    for f in &args.files {
+        std::fs::File::open(f).map_err(|e| anyhow!("cannot open {}: {e}", f.display()))?;
+    }
+    let (w, h) = args
+        .size
+        .split_once('x')
+        .and_then(|(w, h)| Some((w.parse::<f32>().ok()?, h.parse::<f32>().ok()?)))
+        .ok_or_else(|| anyhow!("--size must look like 1400x900"))?;
+    let exit = Arc::new(Mutex::new(None));
+    let app_exit = Arc::clone(&exit);
+    let files = args.files.clone();
+    let lenient = args.input.lenient;
+    let shot = args.screenshot.clone();
+    let goto = args.goto.clone();
+    let options = eframe::NativeOptions {
+        viewport: egui::ViewportBuilder::default()
+            .with_inner_size([w, h])
+            .with_title("allocview")
+            .with_drag_and_drop(true),
+        ..eframe::NativeOptions::default()
+    };
+    eframe::run_native(
+        "allocview",
+        options,
+        Box::new(move |_cc| {
+            let mut app = GuiApp {
+                runs: Vec::new(),
+                names,
+                config,
+                lenient,
+                jobs,
+                heap_window: (0.0, 1.0),
+                textures: Vec::new(),
+                heat_texture: None,
+                visible_s: (0.0, 0.0),
+                shot: shot.map_or(Shot::None, |path| Shot::Pending {
+                    path,
+                    settle_frames: 3,
+                }),
+                exit_code: app_exit,
+                goto,
+            };
+            for (i, f) in files.iter().enumerate() {
+                app.open(f, i > 0);
+            }
+            Ok(Box::new(app))
+        }),
+    )
+    .map_err(|e| anyhow!("could not open the window: {e}"))?;
+    if let Some(path) = &args.screenshot {
+        match exit.lock().ok().and_then(|g| g.clone()) {
+            Some(err) if !err.is_empty() => return Err(anyhow!("screenshot failed: {err}")),
+            Some(_) => eprintln!("saved {}", path.display()),
+            None => return Err(anyhow!("the window closed before the screenshot was taken")),
+        }
+    }
+    Ok(())
+}
