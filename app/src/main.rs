@@ -84,6 +84,15 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // `allocview stats ... | head`: the reader has gone; that is not an error.
+        Err(err)
+            if err.chain().any(|e| {
+                e.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(err) => {
             eprintln!("error: {err:#}");
             ExitCode::FAILURE

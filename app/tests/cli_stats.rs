@@ -120,3 +120,22 @@ fn help_is_readable() {
     assert!(text.contains("stats"));
     assert!(text.contains("Examples"));
 }
+
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    use std::process::Stdio;
+    let trace = sample("find_usr_include.trace.gz");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(["stats", trace.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close our end before the child has loaded the trace and written anything, so its
+    // first write meets a closed pipe (like `| head` that has already exited).
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(out.status.success(), "{err}");
+}

@@ -127,17 +127,16 @@ fn raw_values<'a>(ca: &'a UInt32Chunked, path: &Path, name: &str) -> Result<&'a 
         (Some(arr), None) => {
             let values = arr.values().as_slice();
             // Null slots must hold the sentinel, or the simulator would misread them.
-            if let Some(validity) = arr.validity() {
-                if values
+            if let Some(validity) = arr.validity()
+                && values
                     .iter()
                     .zip(validity.iter())
                     .any(|(&v, valid)| !valid && v != NO_ALLOC_ID)
-                {
-                    return Err(LoadError::format(
-                        path,
-                        format!("column {name}: null slots must hold {NO_ALLOC_ID}"),
-                    ));
-                }
+            {
+                return Err(LoadError::format(
+                    path,
+                    format!("column {name}: null slots must hold {NO_ALLOC_ID}"),
+                ));
             }
             Ok(values)
         }

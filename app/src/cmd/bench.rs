@@ -90,18 +90,18 @@ fn explorer(args: &BenchArgs) -> Result<()> {
     }
     idle.sort_by(f64::total_cmp);
     seeks.sort_by(f64::total_cmp);
-    println!(
+    outln!(
         "{}: {} events, policies {}",
         args.file.display(),
         crate::format::count(n as u64),
         names.join(",")
     );
-    println!(
+    outln!(
         "  load {:.2} s, load + replays + class series {:.2} s",
         loaded_at.unwrap_or(0.0),
         ready
     );
-    println!(
+    outln!(
         "  idle frame ({}x{}): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         w,
         h,
@@ -109,7 +109,7 @@ fn explorer(args: &BenchArgs) -> Result<()> {
         percentile(&idle, 0.99),
         idle.last().copied().unwrap_or(0.0)
     );
-    println!(
+    outln!(
         "  seek + redraw ({} seeks): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         seeks.len(),
         percentile(&seeks, 0.5),
@@ -117,7 +117,7 @@ fn explorer(args: &BenchArgs) -> Result<()> {
         seeks.last().copied().unwrap_or(0.0)
     );
     if let Some(rss) = vm_rss {
-        println!(
+        outln!(
             "  resident memory after load and replay: {} = {:.1} bytes/event",
             crate::format::bytes(rss),
             rss as f64 / n.max(1) as f64
@@ -189,16 +189,20 @@ fn replay_rates(args: &BenchArgs) -> Result<()> {
     }
     std::fs::remove_dir_all(&dir).ok();
     let libc_rate = n as f64 / libc_best;
-    println!(
+    outln!(
         "{}: {} events; libc malloc/free {:.1} M events/s (best of {})",
         args.file.display(),
         crate::format::count(n as u64),
         libc_rate / 1e6,
         args.runs
     );
-    println!(
+    outln!(
         "  {:<10} {:>14} {:>9} {:>18} {:>9}",
-        "policy", "calls M ev/s", "vs libc", "replay M ev/s", "vs libc"
+        "policy",
+        "calls M ev/s",
+        "vs libc",
+        "replay M ev/s",
+        "vs libc"
     );
     let config = args.policies.config()?;
     let opts = ReplayOptions {
@@ -245,12 +249,12 @@ fn replay_rates(args: &BenchArgs) -> Result<()> {
             drop(r);
         }
         if let Some(e) = failed {
-            println!("  {name:<10} not run: {e}");
+            outln!("  {name:<10} not run: {e}");
             continue;
         }
         let bare = n as f64 / bare_best;
         let full = n as f64 / full_best;
-        println!(
+        outln!(
             "  {:<10} {:>14.1} {:>9.2} {:>18.1} {:>9.2}",
             name,
             bare / 1e6,

@@ -182,9 +182,9 @@ pub fn run(args: &CompareArgs) -> Result<()> {
             "limit_bytes": config.limit_bytes,
             "policies": policies,
         });
-        println!("{out}");
+        outln!("{out}");
     } else {
-        print_table(&args.file.display().to_string(), &view, max_live, &runs);
+        print_table(&args.file.display().to_string(), &view, max_live, &runs)?;
     }
     Ok(())
 }
@@ -247,15 +247,15 @@ pub fn policy_json(name: &str, r: &Replay, trace: &TraceView<'_>, max_live: u64)
     })
 }
 
-fn print_table(file: &str, trace: &TraceView<'_>, max_live: u64, runs: &[PolicyRun]) {
+fn print_table(file: &str, trace: &TraceView<'_>, max_live: u64, runs: &[PolicyRun]) -> Result<()> {
     use format::{bytes, count};
-    println!(
+    outln!(
         "{file}: {} events, max live {}",
         count(trace.len() as u64),
         bytes(max_live)
     );
-    println!();
-    println!(
+    outln!();
+    outln!(
         "  {:<10} {:>11} {:>11} {:>11} {:>11} {:>9} {:>9} {:>9} {:>6} {:>12}",
         "policy",
         "peak foot",
@@ -272,7 +272,7 @@ fn print_table(file: &str, trace: &TraceView<'_>, max_live: u64, runs: &[PolicyR
         match &run.result {
             Ok(r) => {
                 let s = &r.summary;
-                println!(
+                outln!(
                     "  {:<10} {:>11} {:>11} {:>11} {:>11} {:>8.1}% {:>8.1}% {:>9.3} {:>6} {:>12}",
                     run.name,
                     bytes(s.peak_footprint_bytes),
@@ -286,14 +286,14 @@ fn print_table(file: &str, trace: &TraceView<'_>, max_live: u64, runs: &[PolicyR
                     format::rate(s.events_per_second)
                 );
             }
-            Err(e) => println!("  {:<10} not run: {e}", run.name),
+            Err(e) => outln!("  {:<10} not run: {e}", run.name),
         }
     }
     for run in runs {
         if let Ok(r) = &run.result {
             if let Some(oom) = r.ooms.first() {
                 let c = &oom.counters_at_failure;
-                println!(
+                outln!(
                     "\n  {}: first OOM at event {} requesting {}: {} live in {} blocks, {} free in {} \
                      blocks (largest {}), footprint {}",
                     run.name,
@@ -309,4 +309,5 @@ fn print_table(file: &str, trace: &TraceView<'_>, max_live: u64, runs: &[PolicyR
             }
         }
     }
+    Ok(())
 }

@@ -1,5 +1,14 @@
 //! Headless subcommands: each prints a table for people or JSON for scripts.
 
+/// `println!` that returns the write error instead of panicking, so `allocview stats | head`
+/// ends quietly when the pipe closes (`main` treats a broken pipe as success).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)?;
+    }};
+}
+
 pub mod bench;
 pub mod compare;
 pub mod convert;

@@ -35,9 +35,9 @@ pub fn run(args: &StatsArgs) -> Result<()> {
         obj.insert("format".into(), json!("malloc-trace"));
         obj.insert("load_seconds".into(), json!(trace.load_seconds));
         obj.insert("truncated".into(), json!(trace.summary.truncated.is_some()));
-        println!("{}", Value::Object(obj));
+        outln!("{}", Value::Object(obj));
     } else {
-        print_table(&args.file.display().to_string(), &stats, trace.load_seconds);
+        print_table(&args.file.display().to_string(), &stats, trace.load_seconds)?;
     }
     Ok(())
 }
@@ -84,10 +84,10 @@ pub fn stats_json(s: &TraceStats) -> Map<String, Value> {
     m
 }
 
-fn print_table(file: &str, s: &TraceStats, load_seconds: f64) {
+fn print_table(file: &str, s: &TraceStats, load_seconds: f64) -> Result<()> {
     use format::{bytes, count};
-    println!("{file}");
-    println!(
+    outln!("{file}");
+    outln!(
         "  events            {:>14}   ({} allocations, {} frees; {} of NULL, {} of unknown pointers)",
         count(s.events),
         count(s.mallocs),
@@ -96,7 +96,7 @@ fn print_table(file: &str, s: &TraceStats, load_seconds: f64) {
         count(s.frees_unknown)
     );
     if s.mallocs_failed + s.mallocs_of_live_ptr + s.bad_lines > 0 {
-        println!(
+        outln!(
             "  anomalies         failed allocations {}, allocations of a live pointer {}, skipped lines {}",
             count(s.mallocs_failed),
             count(s.mallocs_of_live_ptr),
@@ -104,43 +104,49 @@ fn print_table(file: &str, s: &TraceStats, load_seconds: f64) {
         );
     }
     let per_thread: Vec<String> = s.events_per_thread.iter().map(|&n| count(n)).collect();
-    println!(
+    outln!(
         "  threads           {:>14}   (events per thread: {})",
         s.threads,
         per_thread.join(", ")
     );
-    println!("  duration          {:>14}", format::seconds(s.duration_s));
-    println!(
+    outln!("  duration          {:>14}", format::seconds(s.duration_s));
+    outln!(
         "  requested         {:>14}   (sizes {} to {}, mean {:.1} B)",
         bytes(s.malloc_bytes_total),
         bytes(s.malloc_size_min),
         bytes(s.malloc_size_max),
         s.malloc_size_mean
     );
-    println!(
+    outln!(
         "  peak live         {:>14}   at event {} (t = {}), {} blocks live",
         bytes(s.peak_live_bytes),
         count(s.peak_live_event),
         format::seconds(s.peak_live_time_s),
         count(s.peak_live_blocks_at_peak_bytes)
     );
-    println!("  max live blocks   {:>14}", count(s.max_live_blocks));
-    println!(
+    outln!("  max live blocks   {:>14}", count(s.max_live_blocks));
+    outln!(
         "  live at the end   {:>14}   in {} blocks",
         bytes(s.final_live_bytes),
         count(s.final_live_blocks)
     );
-    println!("  loaded in         {:>14}", format::seconds(load_seconds));
-    println!();
-    println!(
+    outln!("  loaded in         {:>14}", format::seconds(load_seconds));
+    outln!();
+    outln!(
         "  {:>5}  {:>21}  {:>12}  {:>7}  {:>12}  {:>12}  {:>12}",
-        "class", "sizes", "allocations", "share", "requested", "live at end", "live bytes"
+        "class",
+        "sizes",
+        "allocations",
+        "share",
+        "requested",
+        "live at end",
+        "live bytes"
     );
     let total_allocs = s.size_classes.values().sum::<u64>().max(1);
     for (&class, &n) in &s.size_classes {
         let b = s.bytes_by_class.get(&class).copied().unwrap_or(0);
         let (live_n, live_b) = s.final_live_by_class.get(&class).copied().unwrap_or((0, 0));
-        println!(
+        outln!(
             "  {:>5}  {:>21}  {:>12}  {:>6.2}%  {:>12}  {:>12}  {:>12}",
             class,
             format::class_range(class),
@@ -151,4 +157,5 @@ fn print_table(file: &str, s: &TraceStats, load_seconds: f64) {
             bytes(live_b)
         );
     }
+    Ok(())
 }
