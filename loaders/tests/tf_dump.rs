@@ -2,6 +2,9 @@
 //! from the data's README (counted independently from the dumps' chunk lines) and from the
 //! dumps' own printed lines.
 
+// Test helpers may unwrap: a failure is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 
 use allocview_loaders::tf::dump::{

@@ -469,9 +469,7 @@ fn classify(message: &str) -> Option<Part> {
 /// `98.00MiB (rounded to 102760448)requested by op OP` and its older and newer variants.
 fn parse_request(rest: &str) -> OomRequest {
     let rest = rest.trim();
-    let text_end = rest
-        .find([' ', '('])
-        .unwrap_or(rest.len());
+    let text_end = rest.find([' ', '(']).unwrap_or(rest.len());
     let text = rest[..text_end].trim_end_matches('.').to_owned();
     let rounded_bytes = rest
         .split_once("(rounded to ")

@@ -97,9 +97,7 @@ pub fn parse_bytes(text: &str) -> Option<ByteCount> {
     }
     let number = s.strip_suffix("iB")?;
     let (number, letter) = number.split_at(number.len().checked_sub(1)?);
-    let unit = UNITS
-        .iter()
-        .position(|&u| letter.starts_with(u))?;
+    let unit = UNITS.iter().position(|&u| letter.starts_with(u))?;
     let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
     if whole.is_empty()
         || frac.len() > 3

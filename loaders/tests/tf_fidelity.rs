@@ -1,0 +1,177 @@
+//! The `bfc` policy against TensorFlow: checkpointed replays of the real MobileNetV2 memory
+//! logs put every allocation at TensorFlow's address, reach TensorFlow's OOM with the dump's
+//! chunk map, and reproduce TensorFlow's own peak. Totals alone prove nothing; addresses do.
+
+// Test helpers may unwrap: a failure is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use allocview_loaders::tf::dump::load_bfc_dump;
+use allocview_loaders::tf::fidelity::{
+    Fidelity, FidelityOptions, ReplayStart, replay_checkpointed, replay_from_start,
+};
+use allocview_loaders::tf::memlog::{TfMemoryLog, load_memory_log};
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/tf")
+        .join(name)
+}
+
+fn replay(log: &TfMemoryLog, limit_bytes: Option<u64>) -> Fidelity {
+    replay_checkpointed(
+        log,
+        &FidelityOptions {
+            limit_bytes,
+            allow_growth: None,
+        },
+    )
+    .unwrap()
+}
+
+fn assert_exact(f: &Fidelity) {
+    assert_eq!(f.first_divergence, None);
+    assert!(f.all_addresses_match());
+    assert_eq!(f.address_matches, f.checked);
+    assert_eq!(f.size_matches, f.sizes_checked);
+    assert!(
+        f.regions_match(),
+        "{:?} vs {:?}",
+        f.regions_logged,
+        f.regions_replayed
+    );
+}
+
+#[test]
+fn oom_log_replays_to_tensorflows_oom_and_chunk_map() {
+    let path = data("mobilenetv2_oom_memlog_dump.txt.gz");
+    let log = load_memory_log(&path).unwrap();
+    let f = replay(&log, Some(512 << 20));
+    assert_eq!(f.start, ReplayStart::Checkpoint);
+    assert_exact(&f);
+    assert_eq!(f.checked, 20_370);
+    assert_eq!(f.sizes_checked, 20_370);
+    let cp = f.checkpoint.as_ref().unwrap();
+    assert_eq!((cp.event, cp.line), (24_749, 25_114));
+    assert_eq!((cp.unknown_live, cp.unknown_after), (0, 0));
+    assert_eq!(cp.live_variables, 687);
+
+    // TF failed this request; so does the replay, with TF's state.
+    assert_eq!(f.logged_oom_reproduced, Some(true));
+    assert_eq!(f.ooms, 1);
+    let oom = f.first_oom.as_ref().unwrap();
+    assert!(oom.logged);
+    assert_eq!(oom.event, log.records.len() - 1);
+    let dump = load_bfc_dump(&path).unwrap();
+    let d = dump.figures;
+    assert_eq!(
+        oom.rounded_bytes,
+        dump.oom.as_ref().unwrap().rounded_bytes.unwrap()
+    );
+    assert_eq!(oom.rounded_bytes, 102_760_448);
+    assert_eq!(
+        [
+            oom.in_use_chunks,
+            oom.in_use_bytes,
+            oom.free_chunks,
+            oom.free_bytes,
+            oom.regions,
+            oom.region_bytes,
+            oom.largest_free_chunk_bytes
+        ],
+        [
+            d.in_use_chunks.unwrap(),
+            d.in_use_bytes.unwrap(),
+            d.free_chunks.unwrap(),
+            d.free_bytes.unwrap(),
+            d.regions.unwrap(),
+            d.region_bytes.unwrap(),
+            d.largest_free_chunk_bytes.unwrap()
+        ]
+    );
+    assert_eq!(oom.in_use_bytes, 432_013_312);
+    // The same chunk map, chunk for chunk.
+    let cmp = oom.dump_comparison.as_ref().unwrap();
+    assert!(cmp.all_identical(), "{cmp:?}");
+    assert_eq!(cmp.identical, 2_709);
+    assert_eq!(oom.chunks.len(), 2_709);
+    // BFC's own counters agree with TF's Stats block.
+    let stats = f.final_state.stats();
+    assert!(
+        dump.stat("InUse")
+            .unwrap()
+            .value
+            .contains(stats.bytes_in_use)
+    );
+    assert_eq!(
+        stats.num_allocs,
+        dump.stat("NumAllocs").unwrap().value.bytes
+    );
+}
+
+#[test]
+fn oom_log_with_a_larger_limit_does_not_fail() {
+    let log = load_memory_log(&data("mobilenetv2_oom_memlog_dump.txt.gz")).unwrap();
+    let f = replay(&log, Some(1 << 30));
+    // With room for a new region the request fits: the replay says TF's OOM is not reproduced.
+    assert_eq!(f.logged_oom_reproduced, Some(false));
+    assert_eq!(f.ooms, 0);
+    assert!(f.first_oom.is_none());
+}
+
+#[test]
+fn train_log_matches_every_address_and_tensorflows_peak() {
+    let log = load_memory_log(&data("mobilenetv2_train_memlog.txt.gz")).unwrap();
+    let f = replay(&log, None);
+    assert_exact(&f);
+    assert_eq!(f.checked, 19_805);
+    let tf_peak = log.meminfo.iter().map(|m| m.peak_bytes).max().unwrap();
+    assert_eq!(tf_peak, 1_191_003_136);
+    assert_eq!(f.peak_bytes_in_use, tf_peak);
+    // Every MEMINFO after the checkpoint: same bytes in use and same peak so far.
+    assert_eq!(f.meminfo.len(), 3);
+    for m in &f.meminfo {
+        assert_eq!(m.replay_current_bytes, m.tf_current_bytes, "{}", m.tag);
+        assert_eq!(m.replay_peak_bytes, m.tf_peak_bytes, "{}", m.tag);
+    }
+    // Region growth: the replay's regions are the logged ones, whose sizes the Extending lines
+    // print.
+    assert_eq!(f.regions_replayed.len(), 10);
+    for (region, logged) in f.regions_replayed.iter().zip(&log.regions) {
+        assert!(logged.extend_by.unwrap().contains(region.1));
+    }
+    assert_eq!(f.final_bytes_in_use, 0);
+}
+
+#[test]
+fn infer_log_matches_every_address() {
+    let log = load_memory_log(&data("mobilenetv2_infer_memlog.txt.gz")).unwrap();
+    let f = replay(&log, None);
+    assert_exact(&f);
+    assert_eq!(f.checked, 1_504);
+    // Two variables are allocated after the checkpoint and placed by their ids.
+    assert_eq!(f.variables_replayed, 2);
+    assert_eq!(f.peak_bytes_in_use, 242_347_776);
+    for m in &f.meminfo {
+        assert_eq!(m.replay_current_bytes, m.tf_current_bytes, "{}", m.tag);
+    }
+}
+
+#[test]
+fn a_replay_from_process_start_diverges_early() {
+    let log = load_memory_log(&data("mobilenetv2_oom_memlog_dump.txt.gz")).unwrap();
+    let opts = FidelityOptions {
+        limit_bytes: Some(512 << 20),
+        allow_growth: None,
+    };
+    let f = replay_from_start(&log, &opts).unwrap();
+    assert_eq!(f.start, ReplayStart::FromStart);
+    assert!(f.checkpoint.is_none());
+    // Only a handful of the 33k allocations land at TF's address.
+    assert!(f.checked > 33_000);
+    assert!(f.address_matches < 100, "{}", f.address_matches);
+    let d = f.first_divergence.unwrap();
+    assert_eq!(d.event, 12);
+    assert_ne!(d.got_addr, Some(d.expected_addr));
+}
