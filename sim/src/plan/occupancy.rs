@@ -24,7 +24,7 @@
 //! one `up` set where its path enters those levels.
 
 /// Ranks per bucket.
-const BUCKET: usize = 32;
+const BUCKET: usize = 128;
 /// Levels of the tree (from the root) whose nodes keep an `up` union.
 const CACHE_DEPTH: u32 = 8;
 
@@ -55,6 +55,8 @@ impl RangeSet {
 }
 
 pub(crate) struct Occupancy {
+    /// Ranks per bucket.
+    bucket: usize,
     /// Rank range `[a, b)` of each interval.
     ranks: Vec<(usize, usize)>,
     /// Byte range of each placed interval.
@@ -65,6 +67,8 @@ pub(crate) struct Occupancy {
     /// Nodes of depth <= `cache_depth` keep `up`.
     cache_depth: u32,
     up: Vec<RangeSet>,
+    /// Scratch space of `place`.
+    scratch: Vec<usize>,
     /// Per bucket: placed intervals that cover it only in part.
     listed: Vec<Vec<u32>>,
 }
@@ -83,11 +87,13 @@ fn depth(node: usize) -> u32 {
 impl Occupancy {
     /// An empty index over `intervals` (`(lower, upper)` per id, `lower < upper`).
     pub fn new(intervals: &[(u64, u64)]) -> Self {
-        Self::with_cache_depth(intervals, CACHE_DEPTH)
+        Self::with_shape(intervals, BUCKET, CACHE_DEPTH)
     }
 
-    /// [`Occupancy::new`] with `up` unions on the top `cache_depth` levels only.
-    pub fn with_cache_depth(intervals: &[(u64, u64)], cache_depth: u32) -> Self {
+    /// [`Occupancy::new`] with `bucket` ranks per bucket and `up` unions on the top
+    /// `cache_depth` levels only.
+    pub fn with_shape(intervals: &[(u64, u64)], bucket: usize, cache_depth: u32) -> Self {
+        let bucket = bucket.max(1);
         let mut starts: Vec<u64> = intervals.iter().map(|iv| iv.0).collect();
         starts.sort_unstable();
         starts.dedup();
@@ -99,12 +105,14 @@ impl Occupancy {
                 (a, b)
             })
             .collect();
-        let buckets = starts.len().div_ceil(BUCKET).max(1);
+        let buckets = starts.len().div_ceil(bucket).max(1);
         let leaves = buckets.next_power_of_two();
         let cache_depth = cache_depth.min(leaves.trailing_zeros());
         Self {
+            bucket,
             cache_depth,
             up: vec![RangeSet::default(); 2usize << cache_depth],
+            scratch: Vec::new(),
             ranks,
             placed: vec![None; intervals.len()],
             leaves,
@@ -115,33 +123,42 @@ impl Occupancy {
     }
 
     /// Buckets wholly inside ranks `[a, b)`, and the (at most two) buckets it covers in part.
-    fn split(a: usize, b: usize) -> ((usize, usize), [Option<usize>; 2]) {
-        let first_full = a.div_ceil(BUCKET);
-        let end_full = b / BUCKET;
+    fn split(&self, a: usize, b: usize) -> ((usize, usize), [Option<usize>; 2]) {
+        let bucket = self.bucket;
+        let first_full = a.div_ceil(bucket);
+        let end_full = b / bucket;
         if first_full >= end_full {
-            let (qa, qb) = (a / BUCKET, (b - 1) / BUCKET);
+            let (qa, qb) = (a / bucket, (b - 1) / bucket);
             return ((0, 0), [Some(qa), (qb != qa).then_some(qb)]);
         }
-        let head = (!a.is_multiple_of(BUCKET)).then_some(a / BUCKET);
-        let tail = (!b.is_multiple_of(BUCKET)).then_some(end_full);
+        let head = (!a.is_multiple_of(bucket)).then_some(a / bucket);
+        let tail = (!b.is_multiple_of(bucket)).then_some(end_full);
         ((first_full, end_full), [head, tail])
     }
 
-    /// Canonical nodes of the bucket range `[from, to)`.
-    fn canonical(&self, from: usize, to: usize, out: &mut Vec<usize>) {
+    /// Writes the canonical nodes of the bucket range `[from, to)` to `out`; returns how many.
+    fn canonical(&self, from: usize, to: usize, out: &mut [usize]) -> usize {
         let (mut l, mut r) = (from + self.leaves, to + self.leaves);
+        let mut count = 0;
+        let mut push = |node: usize| {
+            if let Some(slot) = out.get_mut(count) {
+                *slot = node;
+                count += 1;
+            }
+        };
         while l < r {
             if l & 1 == 1 {
-                out.push(l);
+                push(l);
                 l += 1;
             }
             if r & 1 == 1 {
                 r -= 1;
-                out.push(r);
+                push(r);
             }
             l >>= 1;
             r >>= 1;
         }
+        count
     }
 
     /// Adds `[off, end)` to `any` of `node` and its ancestors, until one already holds it.
@@ -164,7 +181,9 @@ impl Occupancy {
         if depth(node) > self.cache_depth {
             return;
         }
-        let mut stack = vec![node];
+        let mut stack = std::mem::take(&mut self.scratch);
+        stack.clear();
+        stack.push(node);
         while let Some(x) = stack.pop() {
             let Some(set) = self.up.get_mut(x) else {
                 continue;
@@ -178,6 +197,7 @@ impl Occupancy {
                 stack.push(2 * x + 1);
             }
         }
+        self.scratch = stack;
     }
 
     /// Records that interval `id` now occupies `[off, end)`.
@@ -188,10 +208,11 @@ impl Occupancy {
         if let Some(p) = self.placed.get_mut(id) {
             *p = Some((off, end));
         }
-        let ((from, to), parts) = Self::split(a, b);
-        let mut nodes = Vec::new();
-        self.canonical(from, to, &mut nodes);
-        for node in nodes {
+        let ((from, to), parts) = self.split(a, b);
+        // At most two canonical nodes per level.
+        let mut nodes = [0usize; 2 * usize::BITS as usize];
+        let count = self.canonical(from, to, &mut nodes);
+        for &node in nodes.get(..count).unwrap_or(&[]) {
             if let Some(set) = self.full.get_mut(node) {
                 set.insert(off, end);
             }
@@ -213,10 +234,16 @@ impl Occupancy {
         let Some(&(a, b)) = self.ranks.get(id) else {
             return;
         };
-        let ((from, to), parts) = Self::split(a, b);
-        let mut canonical = Vec::new();
-        self.canonical(from, to, &mut canonical);
-        sources.extend(canonical.into_iter().map(Source::Any));
+        let ((from, to), parts) = self.split(a, b);
+        let mut canonical = [0usize; 2 * usize::BITS as usize];
+        let count = self.canonical(from, to, &mut canonical);
+        sources.extend(
+            canonical
+                .get(..count)
+                .unwrap_or(&[])
+                .iter()
+                .map(|&c| Source::Any(c)),
+        );
         // Nodes above the canonical ones, and above the partly covered buckets: their `full`
         // buffers cover all of them, so they meet the window. Each node is visited once.
         let mut leaves: [Option<usize>; 4] = [None; 4];
@@ -226,11 +253,16 @@ impl Occupancy {
         }
         leaves[2] = parts[0].map(|q| q + self.leaves);
         leaves[3] = parts[1].map(|q| q + self.leaves);
-        let mut seen: Vec<usize> = Vec::new();
+        // The paths share their upper parts: a walk stops at a node another walk has visited.
+        let mut seen = [0usize; 4 * usize::BITS as usize];
+        let mut seen_count = 0;
         for leaf in leaves.into_iter().flatten() {
             let mut node = leaf;
-            while node > 0 && !seen.contains(&node) {
-                seen.push(node);
+            while node > 0 && !seen.get(..seen_count).unwrap_or(&[]).contains(&node) {
+                if let Some(slot) = seen.get_mut(seen_count) {
+                    *slot = node;
+                    seen_count += 1;
+                }
                 if depth(node) <= self.cache_depth {
                     // `up` holds `full` of this node and of everything above it. Any buffer in
                     // it covers a bucket the window meets, so it meets the window too.
@@ -324,17 +356,20 @@ mod tests {
                 (lo, lo + len)
             })
             .collect();
-        for cache_depth in [0, 1, 2, 8] {
-            check_against_brute_force(&ivs, cache_depth, &mut next);
+        for bucket in [1, 3, 8, BUCKET] {
+            for cache_depth in [0, 1, 2, CACHE_DEPTH] {
+                check_against_brute_force(&ivs, bucket, cache_depth, &mut next);
+            }
         }
     }
 
     fn check_against_brute_force(
         ivs: &[(u64, u64)],
+        bucket: usize,
         cache_depth: u32,
         next: &mut impl FnMut(u64) -> u64,
     ) {
-        let mut occ = Occupancy::with_cache_depth(ivs, cache_depth);
+        let mut occ = Occupancy::with_shape(ivs, bucket, cache_depth);
         let mut placed: Vec<(usize, u64, u64)> = Vec::new();
         let (mut sources, mut out) = (Vec::new(), Vec::new());
         let union = |mut v: Vec<(u64, u64)>| {
@@ -373,7 +408,7 @@ mod tests {
                 assert_eq!(
                     union(merged),
                     union(want),
-                    "query {q} after {step}, cache depth {cache_depth}"
+                    "query {q} after {step}, bucket {bucket}, cache depth {cache_depth}"
                 );
             }
         }
