@@ -5,9 +5,9 @@
 //! Free chunks are indexed by address (for merging) and by (usable size, address), where the
 //! usable size is what remains after rounding the chunk's start up to the alignment. An
 //! allocation takes the free chunk with the smallest usable size that fits, lowest address on a
-//! tie, and splits it into [alignment padding][allocation][rest], the outer two staying free. If
-//! no chunk fits, it bumps the top of the pool (the padding up to the next aligned top becomes a
-//! free chunk). A free chunk touching the top is never grown into, as in MegEngine. Frees merge
+//! tie, and splits it into alignment padding, the allocation and the rest, the outer two staying
+//! free. If no chunk fits, it bumps the top of the pool (the padding up to the next aligned top
+//! becomes a free chunk). A free chunk touching the top is never grown into, as in MegEngine. Frees merge
 //! with free neighbours by address. One alignment serves every buffer: the largest of the option
 //! and the buffers' own. O(log n) per step, O(n log n) in all.
 
@@ -20,7 +20,7 @@ use super::{Buffer, Plan, PlanError, align_up};
 /// Plans `buffers`; `align_bytes` is the minimum alignment of every buffer.
 ///
 /// # Errors
-/// An input error of the buffers ([`super::validate`]'s rules), or a bad alignment option.
+/// An input error of the buffers ([`super::validate()`]'s rules), or a bad alignment option.
 pub fn plan(buffers: &[Buffer], align_bytes: u64) -> Result<Plan, PlanError> {
     let units = prepare(buffers, align_bytes)?;
     let offsets = unit_offsets(&units.units)?;

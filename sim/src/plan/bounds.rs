@@ -2,7 +2,7 @@
 //!
 //! - **Max live** (the offset problem's bound, Pisarchyk & Lee's "breadth"): the maximum over
 //!   time of the bytes held. A sweep over starts and ends, ends first at equal times. An overwrite
-//!   chain holds the bytes of its outermost live member ([`super::units::live_pieces`]), which is
+//!   chain holds the bytes of its outermost live member (`units::live_pieces`), which is
 //!   what any valid plan must give it. O(n log n).
 //! - **Positional maximums** (the shared-object bound of TFLite's `internal.cc`): at each moment
 //!   sort the live sizes in decreasing order; `posmax[k]` is the largest k-th size over time, and
@@ -29,7 +29,7 @@ pub struct Bounds {
 /// Both bounds.
 ///
 /// # Errors
-/// An input error of the buffers ([`super::validate`]'s rules).
+/// An input error of the buffers ([`super::validate()`]'s rules).
 pub fn lower_bound(buffers: &[Buffer]) -> Result<Bounds, PlanError> {
     Ok(Bounds {
         max_live_bytes: max_live_bytes(buffers)?,

@@ -24,7 +24,7 @@ use super::{Buffer, Plan, PlanError, SharedObjects, objects_plan};
 /// Plans `buffers` as shared objects; `align_bytes` is the minimum alignment of each object.
 ///
 /// # Errors
-/// An input error of the buffers ([`super::validate`]'s rules), or a bad alignment option.
+/// An input error of the buffers ([`super::validate()`]'s rules), or a bad alignment option.
 pub fn plan(buffers: &[Buffer], align_bytes: u64) -> Result<(Plan, SharedObjects), PlanError> {
     let units = prepare(buffers, align_bytes)?;
     let (unit_object, sizes) = assign(&units.units);

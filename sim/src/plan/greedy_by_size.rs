@@ -11,7 +11,7 @@
 //! TFLite scans every placed buffer for each new one (quadratic, and on a malloc trace a
 //! long-lived buffer meets hundreds of thousands of others). The holes are the gaps of the union
 //! of the met buffers' byte ranges, so an index over time that stores unions
-//! ([`super::occupancy`]) answers with a few ranges instead: O(log n) range-set updates per
+//! (the `occupancy` module) answers with a few ranges instead: O(log n) range-set updates per
 //! buffer, and a query costs the size of the unions it reads (small unless memory is very
 //! fragmented), so the plan is about O(n log n).
 
@@ -23,7 +23,7 @@ use super::{Buffer, Plan, PlanError, align_up};
 /// `base_addr_align_bytes`).
 ///
 /// # Errors
-/// An input error of the buffers ([`super::validate`]'s rules), or a bad alignment option.
+/// An input error of the buffers ([`super::validate()`]'s rules), or a bad alignment option.
 pub fn plan(buffers: &[Buffer], align_bytes: u64) -> Result<Plan, PlanError> {
     let units = prepare(buffers, align_bytes)?;
     let offsets = unit_offsets(&units.units)?;

@@ -7,7 +7,7 @@
 //! one at a fixed offset, for in-place operators). A [`Plan`] gives one offset per buffer and the
 //! pool size. Two buffers *conflict* when their lifetimes intersect (`a.lower < b.upper &&
 //! b.lower < a.upper`); a plan is valid when no two conflicting buffers share a byte, except an
-//! overwrite child at its declared place inside an ancestor ([`validate`]).
+//! overwrite child at its declared place inside an ancestor ([`validate()`]).
 //!
 //! Planners, by registry name ([`PLANNER_NAMES`], run through [`run_planner`]):
 //! - `naive` ([`naive`]): every buffer its own slot, the sum of the sizes;
@@ -15,7 +15,7 @@
 //! - `greedy-by-breadth` ([`greedy_by_breadth`]) and `shared-objects` ([`shared_objects`]):
 //!   TFLite's shared-object planners (buffers grouped into objects laid end to end);
 //! - `pushdown` ([`pushdown`]) and `pushdown-best-fit` ([`best_fit`]): MegEngine's planners;
-//! - `search` ([`search`]): an exact branch-and-bound planner after google/minimalloc.
+//! - `search` ([`mod@search`]): an exact branch-and-bound planner after google/minimalloc.
 //!
 //! `lower-bound` ([`BOUND_NAMES`], [`lower_bound`]) is a bound, not a plan: no valid plan is
 //! smaller than the maximum over time of the live bytes.
@@ -307,7 +307,7 @@ pub const BOUND_NAMES: &[&str] = &["lower-bound"];
 ///
 /// # Errors
 /// [`PlanError::UnknownPlanner`] / [`PlanError::NotAPlanner`] for a bad name, and the input
-/// errors of [`validate`] (bad lifetime, alignment or overwrite spec, overflow).
+/// errors of [`validate()`] (bad lifetime, alignment or overwrite spec, overflow).
 pub fn run_planner(
     name: &str,
     buffers: &[Buffer],

@@ -9,7 +9,7 @@ use super::{Buffer, Plan, PlanError, SharedObjects, objects_plan};
 /// One object per buffer; returns the plan and that (trivial) grouping.
 ///
 /// # Errors
-/// An input error of the buffers ([`super::validate`]'s rules), or a bad alignment option.
+/// An input error of the buffers ([`super::validate()`]'s rules), or a bad alignment option.
 pub fn plan(buffers: &[Buffer], align_bytes: u64) -> Result<(Plan, SharedObjects), PlanError> {
     let units = prepare(buffers, align_bytes)?;
     let unit_object: Vec<usize> = (0..units.units.len()).collect();

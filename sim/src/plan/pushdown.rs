@@ -29,7 +29,7 @@ use super::{Buffer, Plan, PlanError, align_up};
 /// Plans `buffers`; `align_bytes` is the minimum alignment of every buffer.
 ///
 /// # Errors
-/// An input error of the buffers ([`super::validate`]'s rules), a bad alignment option, or
+/// An input error of the buffers ([`super::validate()`]'s rules), a bad alignment option, or
 /// [`PlanError::Internal`] if the relative order had a cycle (a bug).
 pub fn plan(buffers: &[Buffer], align_bytes: u64) -> Result<Plan, PlanError> {
     let units = prepare(buffers, align_bytes)?;

@@ -86,7 +86,7 @@ impl Default for SearchParams {
     }
 }
 
-/// Input of [`search`].
+/// Input of [`search()`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SearchOptions {
     /// Minimum alignment of every buffer (a power of two).
@@ -121,7 +121,7 @@ pub struct SearchStats {
     pub lower_bound_bytes: u64,
 }
 
-/// What [`search`] found.
+/// What [`search()`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SearchOutcome {
     /// The best plan found: the search's own, or the heuristic incumbent when the search found
@@ -196,7 +196,7 @@ fn probe(
 /// Plans `buffers` exactly (or as well as the time budget allows); see the module docs.
 ///
 /// # Errors
-/// An input error of the buffers ([`super::validate`]'s rules), a bad alignment option, or
+/// An input error of the buffers ([`super::validate()`]'s rules), a bad alignment option, or
 /// [`PlanError::Internal`] if the search thread could not run.
 pub fn search(buffers: &[Buffer], opts: &SearchOptions) -> Result<SearchOutcome, PlanError> {
     let start = Instant::now();
