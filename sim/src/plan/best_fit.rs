@@ -7,9 +7,9 @@
 //! allocation takes the free chunk with the smallest usable size that fits, lowest address on a
 //! tie, and splits it into alignment padding, the allocation and the rest, the outer two staying
 //! free. If no chunk fits, it bumps the top of the pool (the padding up to the next aligned top
-//! becomes a free chunk). A free chunk touching the top is never grown into, as in MegEngine. Frees merge
-//! with free neighbours by address. One alignment serves every buffer: the largest of the option
-//! and the buffers' own. O(log n) per step, O(n log n) in all.
+//! becomes a free chunk). A free chunk touching the top is never grown into, as in MegEngine.
+//! Frees merge with free neighbours by address. One alignment serves every buffer: the largest of
+//! the option and the buffers' own. O(log n) per step, O(n log n) in all.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -178,7 +178,10 @@ proptest! {
         raw in prop::collection::vec((1u64..64, 0u64..60, 1u64..30), 0..120),
         align_log2 in 0u32..4,
     ) {
-        let bufs: Vec<Buffer> = raw.iter().map(|&(s, lo, len)| Buffer::new(s, lo, lo + len)).collect();
+        let bufs: Vec<Buffer> = raw
+            .iter()
+            .map(|&(s, lo, len)| Buffer::new(s, lo, lo + len))
+            .collect();
         let align = 1u64 << align_log2;
         let plan = greedy_by_size::plan(&bufs, align).unwrap();
         prop_assert_eq!(plan.offsets, tflite_greedy_by_size(&bufs, align));

@@ -129,7 +129,8 @@ pub(crate) fn structure(buffers: &[Buffer]) -> Result<Structure, PlanError> {
                 return Err(PlanError::BadOverwrite {
                     index: i,
                     reason: format!(
-                        "its place inside root {base_root} (offset {off}) breaks its alignment {align}"
+                        "its place inside root {base_root} (offset {off}) breaks its \
+                         alignment {align}"
                     ),
                 });
             }

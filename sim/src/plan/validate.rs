@@ -1,14 +1,14 @@
 //! The plan checker every test runs on every instance.
 //!
 //! A plan is valid when (1) each offset is a multiple of its buffer's alignment and each buffer
-//! that ever holds memory ends within the plan's total, (2) each overwrite child sits at its parent's offset plus the
-//! declared offset, and (3) no two buffers live at the same time share a byte, except members of
-//! one overwrite chain (which nest by construction). For (3) each chain is cut into pieces during
-//! which its outermost live member holds all its memory (`units::live_pieces`); a sweep
-//! over time then keeps the live pieces in an ordered map by offset. Because the live pieces are
-//! pairwise disjoint whenever the check has passed so far, a new piece only needs comparing with
-//! its two neighbours in that map. Ends are processed before starts at equal times (half-open
-//! lifetimes). O(n log n).
+//! that ever holds memory ends within the plan's total, (2) each overwrite child sits at its
+//! parent's offset plus the declared offset, and (3) no two buffers live at the same time share a
+//! byte, except members of one overwrite chain (which nest by construction). For (3) each chain is
+//! cut into pieces during which its outermost live member holds all its memory
+//! (`units::live_pieces`); a sweep over time then keeps the live pieces in an ordered map by
+//! offset. Because the live pieces are pairwise disjoint whenever the check has passed so far, a
+//! new piece only needs comparing with its two neighbours in that map. Ends are processed before
+//! starts at equal times (half-open lifetimes). O(n log n).
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
