@@ -306,3 +306,25 @@ fn two_dumps_in_one_log_are_two_dumps() {
     assert_eq!(key, Some("bytes_limit"));
     assert_eq!(stats.column("bytes").unwrap().dtype(), &DataType::UInt64);
 }
+
+#[test]
+fn tensorflow_inputs_are_detected_by_content() {
+    use allocview_loaders::tf::{TfKind, detect_kind};
+    let kind = |name: &str| detect_kind(&data(name)).unwrap();
+    assert_eq!(kind("mobilenetv2_oom_dump.txt.gz"), Some(TfKind::BfcDump));
+    assert_eq!(kind("public_alexnet-k40c-2017.txt"), Some(TfKind::BfcDump));
+    assert_eq!(
+        kind("public_tf080-mnist-blog-2016_partial.txt"),
+        Some(TfKind::BfcDump)
+    );
+    assert_eq!(kind(REACTANT), Some(TfKind::BfcDump));
+    assert_eq!(
+        kind("mobilenetv2_oom_memlog_dump.txt.gz"),
+        Some(TfKind::MemoryLog)
+    );
+    assert_eq!(
+        kind("mobilenetv2_train_memlog.txt.gz"),
+        Some(TfKind::MemoryLog)
+    );
+    assert_eq!(kind("README.md"), None);
+}

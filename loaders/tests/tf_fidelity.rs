@@ -56,6 +56,12 @@ fn oom_log_replays_to_tensorflows_oom_and_chunk_map() {
     assert_eq!((cp.event, cp.line), (24_749, 25_114));
     assert_eq!((cp.unknown_live, cp.unknown_after), (0, 0));
     assert_eq!(cp.live_variables, 687);
+    // The live 38,535,168-byte raw input took the whole 64 MiB region (not split, since
+    // 64 MiB < 2 x its rounded size); the 512-byte one took one 512-byte chunk.
+    assert_eq!(
+        cp.raw_chunk_bytes,
+        vec![(140_332_806_946_880, 64 << 20), (140_333_311_887_168, 512)]
+    );
 
     // TF failed this request; so does the replay, with TF's state.
     assert_eq!(f.logged_oom_reproduced, Some(true));
@@ -174,4 +180,84 @@ fn a_replay_from_process_start_diverges_early() {
     let d = f.first_divergence.unwrap();
     assert_eq!(d.event, 12);
     assert_ne!(d.got_addr, Some(d.expected_addr));
+}
+
+/// A tiny log: one 2 MiB region at 0x100000, then the given records (thread, message body).
+fn synthetic(records: &[(u64, &str)]) -> TfMemoryLog {
+    use allocview_loaders::tf::memlog::{MemlogOptions, parse_memory_log};
+    let mut text = String::from(
+        "I0000 00:00:1.000000 1 bfc_allocator.cc:176] Extending allocation by 2.00MiB bytes for A_bfc.\n\
+         I0000 00:00:1.000001 1 bfc_allocator.cc:186] Allocated memory at 0x100000 to 0x300000\n",
+    );
+    for (i, (tid, body)) in records.iter().enumerate() {
+        text.push_str(&format!(
+            "I0000 00:00:2.{i:06} {tid} log_memory.cc:34] __LOG_MEMORY__ {body}\n"
+        ));
+    }
+    parse_memory_log(&text, &MemlogOptions::default()).unwrap()
+}
+
+fn alloc(id: u64, ptr: u64) -> String {
+    format!(
+        "MemoryLogTensorAllocation {{ step_id: 1 kernel_name: \"k\" tensor {{ dtype: DT_FLOAT shape {{ }} \
+         allocation_description {{ requested_bytes: 256 allocated_bytes: 256 allocator_name: \"A_bfc\" \
+         allocation_id: {id} ptr: {ptr} }} }} }}"
+    )
+}
+
+fn free(id: u64) -> String {
+    format!("MemoryLogTensorDeallocation {{ allocation_id: {id} allocator_name: \"A_bfc\" }}")
+}
+
+#[test]
+fn another_threads_free_logged_before_it_took_effect_is_held_back() {
+    let base = 0x100000;
+    let (a1, a2, f1, a3) = (
+        alloc(1, base),
+        alloc(2, base + 256),
+        free(1),
+        alloc(3, base + 512),
+    );
+    // Thread 2 logs the free of id 1 before thread 1 logs id 3, which TF placed after id 2:
+    // the free had not taken effect yet.
+    let log = synthetic(&[(1, &a1), (1, &a2), (2, &f1), (1, &a3)]);
+    let f = replay(&log, None);
+    assert_eq!(f.held_back, 1);
+    assert_eq!((f.checked, f.address_matches), (3, 3));
+    // Logged by the same thread, the free came first: nothing is held back and BFC reuses
+    // the freed chunk, so TF's logged address would be a divergence.
+    let log = synthetic(&[(1, &a1), (1, &a2), (1, &f1), (1, &a3)]);
+    let f = replay(&log, None);
+    assert_eq!(f.held_back, 0);
+    let d = f.first_divergence.unwrap();
+    assert_eq!((d.tf_alloc_id, d.got_addr), (3, Some(base)));
+}
+
+#[test]
+fn allocations_are_replayed_in_bfc_id_order() {
+    let base = 0x100000;
+    let (a1, a2) = (alloc(1, base), alloc(2, base + 256));
+    // Thread 2 logs id 2 before thread 1 logs id 1: BFC made id 1 first.
+    let log = synthetic(&[(2, &a2), (1, &a1)]);
+    let f = replay(&log, None);
+    assert_eq!((f.checked, f.address_matches), (2, 2));
+    assert_eq!(f.first_divergence, None);
+}
+
+#[test]
+fn the_description_names_the_checkpoint_and_the_matches() {
+    let log = load_memory_log(&data("mobilenetv2_oom_memlog_dump.txt.gz")).unwrap();
+    let lines = replay(&log, Some(512 << 20)).describe();
+    assert!(
+        lines[0].starts_with("checkpoint at event 24749"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines[1],
+        "20370 of 20370 allocations at TensorFlow's address, 20370 of 20370 with its chunk size"
+    );
+    assert_eq!(
+        lines.last().unwrap(),
+        "chunk map identical to the dump's (2709 chunks)"
+    );
 }

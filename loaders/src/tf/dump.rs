@@ -290,10 +290,11 @@ pub fn load_bfc_dumps(path: &Path) -> Result<Vec<BfcDump>, LoadError> {
     Ok(parse_bfc_dumps(&text)?)
 }
 
-/// True when `message` (a log line without its prefix) belongs to a BFC dump.
+/// True when `message` (a log line without its prefix) is a line only a BFC dump prints (the
+/// bare `Stats:` line is too common to count).
 #[must_use]
 pub fn is_dump_line(message: &str) -> bool {
-    classify(message).is_some()
+    classify(message).is_some_and(|p| !matches!(p, Part::Stats))
 }
 
 /// Parses every dump in a log's text.

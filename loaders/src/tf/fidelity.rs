@@ -196,6 +196,83 @@ impl Fidelity {
     pub fn regions_match(&self) -> bool {
         self.regions_logged == self.regions_replayed
     }
+
+    /// A few lines a person can read: where the replay started, how many allocations landed at
+    /// TensorFlow's address, the first divergence and the first OOM.
+    #[must_use]
+    pub fn describe(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        match &self.checkpoint {
+            Some(c) => out.push(format!(
+                "checkpoint at event {}: {}; rebuilt {} live chunks ({} logged, {} variables, {} raw) \
+                 holding {} bytes in {} regions",
+                c.event,
+                c.reason,
+                c.live_logged + c.live_variables + c.live_raw,
+                c.live_logged,
+                c.live_variables,
+                c.live_raw,
+                c.bytes_in_use,
+                c.regions
+            )),
+            None => out.push("replayed from process start".into()),
+        }
+        out.push(format!(
+            "{} of {} allocations at TensorFlow's address, {} of {} with its chunk size{}",
+            self.address_matches,
+            self.checked,
+            self.size_matches,
+            self.sizes_checked,
+            if self.held_back > 0 {
+                format!(
+                    " ({} needed another thread's free held back)",
+                    self.held_back
+                )
+            } else {
+                String::new()
+            }
+        ));
+        if let Some(d) = &self.first_divergence {
+            out.push(format!(
+                "first divergence at event {} (line {}, TF id {}): TF put {} bytes at {:#x}, the \
+                 replay at {}",
+                d.event,
+                d.line,
+                d.tf_alloc_id,
+                d.requested_bytes,
+                d.expected_addr,
+                d.got_addr
+                    .map_or_else(|| "nothing (out of memory)".into(), |a| format!("{a:#x}"))
+            ));
+        }
+        if let Some(o) = &self.first_oom {
+            out.push(format!(
+                "first OOM at event {}{}: {} bytes (rounded {}) with {} bytes free in {} chunks, \
+                 largest {}",
+                o.event,
+                if o.logged { " (TF's own)" } else { "" },
+                o.request_bytes,
+                o.rounded_bytes,
+                o.free_bytes,
+                o.free_chunks,
+                o.largest_free_chunk_bytes
+            ));
+            if let Some(c) = &o.dump_comparison {
+                out.push(match &c.first_difference {
+                    None if c.all_identical() => {
+                        format!("chunk map identical to the dump's ({} chunks)", c.identical)
+                    }
+                    _ => format!(
+                        "chunk map differs from the dump's: {} of {} chunks identical; {}",
+                        c.identical,
+                        c.dump_chunks,
+                        c.first_difference.as_deref().unwrap_or("")
+                    ),
+                });
+            }
+        }
+        out
+    }
 }
 
 /// Why a replay could not run.
@@ -205,6 +282,11 @@ pub enum FidelityError {
     State(#[from] BfcStateError),
     #[error("the memory log has no allocation to replay")]
     Empty,
+    #[error(
+        "the log has no `Allocated memory at` lines, so the regions of the BFC state cannot be \
+         rebuilt (log with TF_CPP_VMODULE=log_memory=2,bfc_allocator=1)"
+    )]
+    NoRegions,
     #[error("replay failed: {0}")]
     Replay(String),
 }
@@ -220,6 +302,9 @@ pub fn replay_checkpointed(
     let setup = Setup::new(log, opts)?;
     let plan = CheckpointPlan::find(log);
     let live = plan.live_chunks(log);
+    if !live.is_empty() && setup.regions_at(plan.event).is_empty() {
+        return Err(FidelityError::NoRegions);
+    }
     // Each live raw allocation may hold its rounded size or the whole chunk it found.
     let raw: Vec<usize> = live
         .iter()
@@ -697,7 +782,7 @@ impl Replayer {
         let next_meminfo = log
             .meminfo
             .iter()
-            .position(|m| m.events_before >= start.max(1))
+            .position(|m| m.events_before >= start)
             .unwrap_or(log.meminfo.len());
         Self {
             bfc,

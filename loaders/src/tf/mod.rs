@@ -16,6 +16,48 @@ pub mod fidelity;
 pub mod human;
 pub mod memlog;
 
+/// The TensorFlow input kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TfKind {
+    /// A log with `__LOG_MEMORY__` records (and possibly a dump at its end).
+    MemoryLog,
+    /// A log with a BFC allocator dump and no memory-log records.
+    BfcDump,
+}
+
+/// How many decompressed bytes [`detect_kind`] reads at most.
+pub const DETECT_LIMIT_BYTES: u64 = 256 << 20;
+
+/// Tells whether a (possibly gzipped) text file is a TensorFlow memory log or BFC dump, from the
+/// first memory-log record or dump line in its first [`DETECT_LIMIT_BYTES`]. A memory log's
+/// records start long before any dump it ends in.
+///
+/// # Errors
+/// When the file cannot be opened.
+pub fn detect_kind(path: &std::path::Path) -> Result<Option<TfKind>, crate::LoadError> {
+    use std::io::BufRead as _;
+    let mut reader = crate::input::open_text(path)?;
+    let mut buf: Vec<u8> = Vec::new();
+    let mut read: u64 = 0;
+    while read < DETECT_LIMIT_BYTES {
+        buf.clear();
+        // A read error (e.g. a truncated gzip stream) ends the sniffing; the load reports it.
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => read += n as u64,
+        }
+        let line = String::from_utf8_lossy(&buf);
+        let message = split_log_line(line.trim_end()).message;
+        if message.starts_with(memlog::LOG_MEMORY_LABEL) {
+            return Ok(Some(TfKind::MemoryLog));
+        }
+        if dump::is_dump_line(message) {
+            return Ok(Some(TfKind::BfcDump));
+        }
+    }
+    Ok(None)
+}
+
 /// A log line split into its logging prefix and its message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogLine<'a> {
