@@ -58,6 +58,8 @@ enum Command {
     /// Open the desktop explorer (several files are overlaid on one timeline).
     #[cfg(feature = "gui")]
     Gui(gui::GuiArgs),
+    /// Write CSVs and PNG charts (timeline, fragmentation, size classes, heap maps) to a folder.
+    Report(cmd::report::ReportArgs),
     /// Measure allocview itself (load, replay, explorer seek and redraw) and print figures.
     Bench(cmd::bench::BenchArgs),
     /// Run a command under the malloc tracer and write its trace (one file per process).
@@ -72,6 +74,7 @@ fn main() -> ExitCode {
         (Some(Command::Stats(args)), _) => cmd::stats::run(&args),
         (Some(Command::Compare(args)), _) => cmd::compare::run(&args),
         (Some(Command::Bench(args)), _) => cmd::bench::run(&args),
+        (Some(Command::Report(args)), _) => cmd::report::run(&args),
         #[cfg(feature = "gui")]
         (Some(Command::Gui(args)), _) => gui::run(&args),
         (Some(Command::Record(args)), _) => cmd::record::run(&args),

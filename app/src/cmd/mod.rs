@@ -14,4 +14,5 @@ pub mod compare;
 pub mod convert;
 pub mod load;
 pub mod record;
+pub mod report;
 pub mod stats;
