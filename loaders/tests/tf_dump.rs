@@ -328,3 +328,40 @@ fn tensorflow_inputs_are_detected_by_content() {
     );
     assert_eq!(kind("README.md"), None);
 }
+
+/// Each dump, rebuilt as a BFC allocator, is a valid state and refuses the request TF refused.
+#[test]
+fn the_dumps_state_refuses_its_own_request() {
+    use allocview_sim::policy::Policy;
+    for name in [
+        "mobilenetv2_oom_dump.txt.gz",
+        "mobilenetv2_oom_memlog_dump.txt.gz",
+        "public_alexnet-k40c-2017.txt",
+        REACTANT,
+    ] {
+        let d = load(name);
+        let mut bfc = d.to_bfc().unwrap();
+        bfc.check_invariants().unwrap();
+        assert_eq!(bfc.chunks().len(), d.chunks.len(), "{name}");
+        assert_eq!(
+            bfc.largest_free_chunk_bytes(),
+            d.figures.largest_free_chunk_bytes.unwrap()
+        );
+        let request = d.figures.request_rounded_bytes.unwrap();
+        assert!(bfc.allocate(request, 0).is_err(), "{name}");
+        // A request the largest free chunk holds succeeds.
+        let fits = d.figures.largest_free_chunk_bytes.unwrap();
+        if fits > 0 {
+            assert!(bfc.allocate(fits, 0).is_ok(), "{name}");
+        }
+        let blocks = d.blocks();
+        assert_eq!(blocks.len(), d.chunks.len());
+        assert!(blocks.windows(2).all(|w| w[0].addr < w[1].addr));
+    }
+    // A partial dump has no chunks to rebuild from.
+    assert!(
+        load("public_tf080-mnist-blog-2016_partial.txt")
+            .to_bfc()
+            .is_ok_and(|b| b.chunks().is_empty())
+    );
+}

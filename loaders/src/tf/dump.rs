@@ -19,7 +19,12 @@
 
 use std::path::Path;
 
-use allocview_sim::policy::bfc::{bin_num_for_size, rounded_bytes};
+use allocview_sim::policy::bfc::{
+    Bfc, BfcOptions, BfcStateError, BfcStats, LiveChunk, RegionInfo, bin_num_for_size,
+    rounded_bytes,
+};
+use allocview_sim::policy::{Block, BlockState};
+use allocview_sim::trace::NO_ALLOC_ID;
 use polars::prelude::*;
 
 use super::human::{ByteCount, parse_bytes};
@@ -239,6 +244,91 @@ impl BfcDump {
             .iter()
             .map(|s| (s.key.clone(), s.value.bytes))
             .collect()
+    }
+
+    /// The dump's chunks as the simulator's blocks, in address order (for heap maps drawn like
+    /// a replayed heap). In-use chunks carry no trace id; their requested size is the chunk
+    /// size when the dump does not print it.
+    #[must_use]
+    pub fn blocks(&self) -> Vec<Block> {
+        let mut out: Vec<Block> = self
+            .chunks
+            .iter()
+            .map(|c| Block {
+                addr: c.address,
+                len_bytes: c.size_bytes,
+                state: if c.in_use {
+                    BlockState::Used {
+                        id: NO_ALLOC_ID,
+                        requested_bytes: c.requested_bytes.unwrap_or(c.size_bytes),
+                    }
+                } else {
+                    BlockState::Free
+                },
+            })
+            .collect();
+        out.sort_by_key(|b| b.addr);
+        out
+    }
+
+    /// The dump as a live BFC allocator: its regions and in-use chunks (free chunks are the
+    /// gaps), its Limit (or the regions' total when it prints none) and its region size
+    /// target. Lets a frontend show the bins, and a test ask BFC whether the request fits.
+    ///
+    /// # Errors
+    /// When the dump has no chunk lines, or its chunks are not a valid BFC state.
+    pub fn to_bfc(&self) -> Result<Bfc, BfcStateError> {
+        let region_bytes: u64 = self.regions.iter().map(|r| r.size_bytes).sum();
+        let limit_bytes = self
+            .stat("bytes_limit")
+            .map(|s| s.value.bytes)
+            .filter(|&l| l >= region_bytes)
+            .unwrap_or(region_bytes);
+        let regions: Vec<RegionInfo> = self
+            .regions
+            .iter()
+            .filter_map(|r| {
+                r.address.map(|base| RegionInfo {
+                    base,
+                    size_bytes: r.size_bytes,
+                })
+            })
+            .collect();
+        let live: Vec<LiveChunk> = self
+            .chunks
+            .iter()
+            .filter(|c| c.in_use)
+            .map(|c| LiveChunk {
+                addr: c.address,
+                size_bytes: c.size_bytes,
+                requested_bytes: c.requested_bytes.unwrap_or(c.size_bytes).min(c.size_bytes),
+                allocation_id: 1,
+                request_id: NO_ALLOC_ID,
+            })
+            .collect();
+        let bytes_in_use = live.iter().map(|c| c.size_bytes).sum();
+        let stat = |k: &str| self.stat(k).map_or(0, |s| s.value.bytes);
+        let stats = BfcStats {
+            num_allocs: stat("num_allocs"),
+            bytes_in_use,
+            peak_bytes_in_use: stat("peak_bytes_in_use").max(bytes_in_use),
+            largest_alloc_size: stat("largest_alloc_size"),
+            bytes_limit: limit_bytes,
+        };
+        let curr = self
+            .pool
+            .and_then(|p| p.curr_region_allocation)
+            .map_or(region_bytes, |c| c.bytes);
+        Bfc::from_state(
+            BfcOptions {
+                limit_bytes,
+                ..BfcOptions::default()
+            },
+            &regions,
+            &live,
+            curr,
+            stats,
+        )
     }
 
     /// One line a person can read: why the request failed.
