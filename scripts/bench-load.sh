@@ -4,7 +4,7 @@
 # usage: scripts/bench-load.sh TRACE.gz [ALLOCVIEW_BINARY]
 set -euo pipefail
 trace=$1
-bin=${2:-target/bench/allocview}
+bin=${2:-target/release/allocview}
 runs=${RUNS:-3}
 
 best() { sort -g | head -1; }
