@@ -11,14 +11,20 @@
 //! the logged pointers and allocated bytes plus the revealed variables, regions from the
 //! `Allocated memory at 0x... to 0x...` lines (later regions are queued at their logged bases),
 //! free chunks in the gaps (BFC never leaves two free chunks side by side). From there it
-//! replays pure BFC, with two refinements, both decided from the log alone:
+//! replays pure BFC, with refinements decided from the log alone:
 //! - raw allocations (`TF_NewTensor`) carry only the requested bytes; one live at the checkpoint
 //!   either took exactly its rounded size (split) or the whole chunk it found (not split, when
 //!   the gap after it is smaller than the rounded size): both are tried and the replay that
-//!   matches more addresses wins;
+//!   matches more addresses wins (later raw allocations are sized by the replay's own split
+//!   rule);
+//! - allocations are replayed in BFC's id order: a thread logs an allocation after making it,
+//!   so one logged after an allocation with a higher id really came first;
 //! - a free is logged before it takes effect, so another thread's allocation logged after it
 //!   may really have come first: when an allocation misses its logged pointer with frees of
-//!   other threads pending, the most recent of them are held back until it matches.
+//!   other threads pending, the most recent of them are held back until it matches;
+//! - a variable allocated after the checkpoint (its id lies between logged ones, its output
+//!   gives its pointer) is placed after the allocation before it in id order, at the first
+//!   point before the next one where BFC puts it at its logged address.
 //!
 //! Cost: one replay (or a few, for raw chunks) of O(log n) BFC operations per event, plus a
 //! clone of the allocator for each allocation that has other threads' frees pending.
@@ -27,7 +33,8 @@ use std::collections::HashMap;
 
 use allocview_sim::policy::bfc::{
     Bfc, BfcOptions, BfcStateError, BfcStats, ChunkInfo, DEFAULT_LIMIT_BYTES,
-    INITIAL_GROWTH_REGION_BYTES, LiveChunk, RegionInfo, rounded_bytes,
+    DEFAULT_MAX_INTERNAL_FRAGMENTATION_BYTES, INITIAL_GROWTH_REGION_BYTES, LiveChunk, RegionInfo,
+    rounded_bytes,
 };
 use allocview_sim::policy::{AllocError, Counters, Policy};
 use allocview_sim::trace::{EventKind, NO_ALLOC_ID};
@@ -317,20 +324,28 @@ pub fn replay_checkpointed(
     for mask in 0u32..(1 << raw.len()) {
         let mut chunks: Vec<LiveChunk> = live.iter().map(|c| c.chunk).collect();
         let regions = setup.regions_at(plan.event);
+        let mut possible = true;
         for (bit, &i) in raw.iter().enumerate() {
-            if mask & (1 << bit) != 0
-                && let Some(c) = chunks.get(i).copied()
-            {
-                let gap = gap_after(&chunks, &regions, c);
-                if gap > 0 && gap < c.size_bytes {
-                    if let Some(slot) = chunks.get_mut(i) {
-                        slot.size_bytes += gap;
-                    }
-                } else {
-                    // Not split is impossible here: this hypothesis equals another.
-                    continue;
-                }
+            if mask & (1 << bit) == 0 {
+                continue;
             }
+            let Some(slot) = chunks.get(i).copied() else {
+                continue;
+            };
+            // Not split: the chunk found was under twice the rounded size and its leftover
+            // under the 128 MiB split threshold.
+            let gap = gap_after(&chunks, &regions, slot);
+            if gap > 0 && gap < slot.size_bytes && gap < DEFAULT_MAX_INTERNAL_FRAGMENTATION_BYTES {
+                if let Some(c) = chunks.get_mut(i) {
+                    c.size_bytes += gap;
+                }
+            } else {
+                possible = false;
+                break;
+            }
+        }
+        if !possible {
+            continue;
         }
         let raw_sizes: Vec<(u64, u64)> = raw
             .iter()
@@ -370,8 +385,9 @@ pub fn replay_checkpointed(
     Ok(f)
 }
 
-/// Replays the log from an empty allocator, every logged region base queued in order, and the
-/// allocations the log does not show left out.
+/// Replays the log from an empty allocator, every logged region base queued in order: the
+/// temporaries the log does not show are left out (so later addresses drift), the variables
+/// are placed by their ids as in [`replay_checkpointed`].
 ///
 /// # Errors
 /// When the log has no allocation.
