@@ -2,7 +2,8 @@
 //!
 //! Entry points: [`load`] (any supported file, kind detected from content),
 //! [`malloc_trace::load_malloc_trace`], and [`trace_view`] to hand an event DataFrame to the
-//! simulator without copying.
+//! simulator without copying. TensorFlow inputs: [`tf`] (BFC dumps, memory logs in this event
+//! schema, and the BFC replay against them).
 //!
 //! # The event DataFrame
 //!
@@ -48,6 +49,10 @@ pub enum InputKind {
     MallocTrace,
     /// allocview's binary trace (or a tracer spool): loads into the same DataFrame.
     BinaryTrace,
+    /// A TensorFlow log with `__LOG_MEMORY__` records (possibly ending in a BFC dump).
+    TfMemoryLog,
+    /// A TensorFlow log with a BFC allocator dump and no memory-log records.
+    TfBfcDump,
 }
 
 /// Tells what kind of input a file holds, from its first bytes (decompressed).
@@ -84,10 +89,16 @@ pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
         }
         break;
     }
+    match tf::detect_kind(path)? {
+        Some(tf::TfKind::MemoryLog) => return Ok(InputKind::TfMemoryLog),
+        Some(tf::TfKind::BfcDump) => return Ok(InputKind::TfBfcDump),
+        None => {}
+    }
     Err(LoadError::format(
         path,
         "unrecognised input: expected a libtracemalloc trace (lines of \
-         `<sec>.<usec>\\t<thread>\\t<size>\\t<pointer>`, plain or gzip)",
+         `<sec>.<usec>\\t<thread>\\t<size>\\t<pointer>`, plain or gzip), an allocview binary \
+         trace, or a TensorFlow memory log or BFC dump",
     ))
 }
 
@@ -150,8 +161,14 @@ fn raw_values<'a>(ca: &'a UInt32Chunked, path: &Path, name: &str) -> Result<&'a 
 
 /// A loaded input of any kind.
 #[derive(Clone, Debug)]
+// One value per loaded file: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Loaded {
     MallocTrace(MallocTrace),
+    /// A TensorFlow memory log; a BFC dump it ends in is in its `dumps`.
+    TfMemoryLog(Box<tf::memlog::TfMemoryLog>),
+    /// The first BFC dump of a TensorFlow log.
+    TfBfcDump(Box<tf::dump::BfcDump>),
 }
 
 /// Loads any supported file, detecting its kind from content.
@@ -164,5 +181,9 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
             path, opts,
         )?)),
         InputKind::BinaryTrace => Ok(Loaded::MallocTrace(binary::load_binary(path, opts)?)),
+        InputKind::TfMemoryLog => Ok(Loaded::TfMemoryLog(Box::new(
+            tf::memlog::load_memory_log(path)?,
+        ))),
+        InputKind::TfBfcDump => Ok(Loaded::TfBfcDump(Box::new(tf::dump::load_bfc_dump(path)?))),
     }
 }

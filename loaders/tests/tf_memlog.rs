@@ -207,3 +207,26 @@ fn allocator_choice_and_bad_input() {
     let err = load_memory_log(&data("public_alexnet-k40c-2017.txt")).unwrap_err();
     assert!(err.to_string().contains("__LOG_MEMORY__"), "{err}");
 }
+
+#[test]
+fn load_detects_tensorflow_inputs() {
+    use allocview_loaders::{InputKind, Loaded, detect, load};
+    let opts = LoadOptions::default();
+    let path = data("mobilenetv2_oom_memlog_dump.txt.gz");
+    assert_eq!(detect(&path).unwrap(), InputKind::TfMemoryLog);
+    match load(&path, &opts).unwrap() {
+        // A log that ends in a dump yields both.
+        Loaded::TfMemoryLog(log) => {
+            assert_eq!(log.events.height(), 65_033);
+            assert_eq!(log.dumps.len(), 1);
+        }
+        other => panic!("loaded {other:?}"),
+    }
+    let path = data("public_alexnet-k40c-2017.txt");
+    assert_eq!(detect(&path).unwrap(), InputKind::TfBfcDump);
+    match load(&path, &opts).unwrap() {
+        Loaded::TfBfcDump(d) => assert_eq!(d.allocator.as_deref(), Some("GPU_0_bfc")),
+        other => panic!("loaded {other:?}"),
+    }
+    assert!(detect(&data("README.md")).is_err());
+}
