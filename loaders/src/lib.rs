@@ -181,9 +181,9 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
             path, opts,
         )?)),
         InputKind::BinaryTrace => Ok(Loaded::MallocTrace(binary::load_binary(path, opts)?)),
-        InputKind::TfMemoryLog => Ok(Loaded::TfMemoryLog(Box::new(
-            tf::memlog::load_memory_log(path)?,
-        ))),
+        InputKind::TfMemoryLog => Ok(Loaded::TfMemoryLog(Box::new(tf::memlog::load_memory_log(
+            path,
+        )?))),
         InputKind::TfBfcDump => Ok(Loaded::TfBfcDump(Box::new(tf::dump::load_bfc_dump(path)?))),
     }
 }
