@@ -742,7 +742,10 @@ fn revealed_variables(log: &TfMemoryLog) -> HashMap<i64, Variable> {
         .iter()
         .filter(|o| o.tf_alloc_id > 0 && !logged.contains_key(&o.tf_alloc_id))
         .map(|o| {
-            let thread = log.records.get(o.events_before).map_or(0, |r| r.thread);
+            let thread = o
+                .thread
+                .or_else(|| log.records.get(o.events_before).map(|r| r.thread))
+                .unwrap_or(0);
             (
                 o.tf_alloc_id,
                 Variable {

@@ -123,6 +123,8 @@ pub struct TensorOutput {
     pub allocated_bytes: Option<u64>,
     pub kernel: Option<String>,
     pub step: Option<i64>,
+    /// Index of the logging thread in the threads table (`None` for a thread with no event).
+    pub thread: Option<u16>,
     /// Events before it.
     pub events_before: usize,
 }
@@ -878,6 +880,7 @@ impl Builder {
                         allocated_bytes: allocated,
                         kernel,
                         step,
+                        thread: self.tids.get(&tid.unwrap_or(0)).copied(),
                         events_before,
                     });
                 }
