@@ -31,6 +31,7 @@ pub mod binary;
 pub mod error;
 pub mod input;
 pub mod malloc_trace;
+pub mod plan;
 pub mod stats;
 pub mod tf;
 
@@ -53,6 +54,8 @@ pub enum InputKind {
     TfMemoryLog,
     /// A TensorFlow log with a BFC allocator dump and no memory-log records.
     TfBfcDump,
+    /// A memory plan: a minimalloc CSV or a JSON graph plan ([`plan`]).
+    Plan(plan::PlanFormat),
 }
 
 /// Tells what kind of input a file holds, from its first bytes (decompressed).
@@ -63,6 +66,9 @@ pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
     use std::io::BufRead as _;
     if binary::is_binary(&binary::file_head(path)?) {
         return Ok(InputKind::BinaryTrace);
+    }
+    if let Some(format) = plan::detect_plan(path)? {
+        return Ok(InputKind::Plan(format));
     }
     let mut reader = input::open_text(path)?;
     let mut first = String::new();
@@ -169,6 +175,8 @@ pub enum Loaded {
     TfMemoryLog(Box<tf::memlog::TfMemoryLog>),
     /// The first BFC dump of a TensorFlow log.
     TfBfcDump(Box<tf::dump::BfcDump>),
+    /// A memory plan's buffers.
+    Plan(Box<plan::MemoryPlan>),
 }
 
 /// Loads any supported file, detecting its kind from content.
@@ -185,5 +193,6 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
             path,
         )?))),
         InputKind::TfBfcDump => Ok(Loaded::TfBfcDump(Box::new(tf::dump::load_bfc_dump(path)?))),
+        InputKind::Plan(_) => Ok(Loaded::Plan(Box::new(plan::load_plan_file(path, opts)?))),
     }
 }

@@ -1,0 +1,384 @@
+//! allocview's JSON graph plan: a computation graph in MegEngine's terms, from which buffer
+//! lifetimes are derived.
+//!
+//! ```json
+//! {
+//!   "format": "allocview-graph-plan",
+//!   "alignment_bytes": 64,
+//!   "operators": [
+//!     {"name": "data", "outputs": [{"tensor": "x", "size_bytes": 602112}]},
+//!     {"name": "conv1", "inputs": ["x"], "outputs": [{"tensor": "c1", "size_bytes": 3211264}]},
+//!     {"name": "relu1", "inputs": ["c1"],
+//!      "outputs": [{"tensor": "r1", "size_bytes": 3211264, "overwrites": "c1"}]},
+//!     {"name": "pool", "inputs": ["r1"], "outputs": [{"tensor": "p", "size_bytes": 802816}]}
+//!   ],
+//!   "graph_outputs": ["p"]
+//! }
+//! ```
+//!
+//! Operators run in array order; operator `i` is time `i`. Each tensor is produced by exactly
+//! one operator and may be read by later ones. As in MegEngine's static memory planner, a
+//! tensor's lifetime begins at its producer and ends after its last reader: `[producer,
+//! max(producer + 1, last reader + 1))`; a tensor in `graph_outputs` stays live through the
+//! last operator. An output may declare `"overwrites": "<input>"` (MegEngine's
+//! `alloc_overwrite`: an in-place operator writes its output into an input's memory) with an
+//! optional `"offset_bytes"` inside it; the operator must be that input's last reader, the
+//! input must not be a graph output, at most one output may overwrite a given tensor, and the
+//! output must fit inside it. `alignment_bytes` (top level: every tensor; per output: that
+//! tensor) defaults to 1. `name` and `type` of an operator, and `shape` and `dtype` of an
+//! output, are for people and ignored. Unknown keys are errors, so a typo does not silently
+//! drop a constraint.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Instant;
+
+use serde_json::{Map, Value};
+
+use super::{FrameColumns, MemoryPlan, PlanFormat, PlanRow, rows_frame};
+use crate::error::LoadError;
+use crate::input::{StreamEnd, read_all};
+
+/// The value of the optional top-level `"format"` key.
+pub const FORMAT_NAME: &str = "allocview-graph-plan";
+
+/// A tensor while the graph is read.
+struct Tensor {
+    producer: usize,
+    size_bytes: u64,
+    align_bytes: u64,
+    last_reader: Option<usize>,
+    overwrite: Option<(String, u64)>,
+    overwritten: bool,
+    graph_output: bool,
+}
+
+fn check_keys(obj: &Map<String, Value>, allowed: &[&str], at: &str) -> Result<(), String> {
+    for key in obj.keys() {
+        if !allowed.contains(&key.as_str()) {
+            return Err(format!(
+                "{at}: unknown key {key:?} (expected one of {})",
+                allowed.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn uint(v: &Value, at: &str) -> Result<u64, String> {
+    v.as_u64()
+        .ok_or_else(|| format!("{at}: expected an unsigned integer, found {v}"))
+}
+
+fn string<'a>(v: &'a Value, at: &str) -> Result<&'a str, String> {
+    v.as_str()
+        .ok_or_else(|| format!("{at}: expected a string, found {v}"))
+}
+
+fn align(v: Option<&Value>, default: u64, at: &str) -> Result<u64, String> {
+    let Some(v) = v else { return Ok(default) };
+    let a = uint(v, at)?;
+    if a.is_power_of_two() {
+        Ok(a)
+    } else {
+        Err(format!("{at}: expected a power of two, found {a}"))
+    }
+}
+
+/// Parses a JSON graph plan into buffer rows (tensors in order of production), and the number
+/// of operators.
+///
+/// # Errors
+/// A message naming the JSON line and column (syntax) or the operator and tensor (meaning).
+pub fn parse_graph_json(text: &str) -> Result<(Vec<PlanRow>, usize), String> {
+    let root: Value = serde_json::from_str(text).map_err(|e| {
+        format!(
+            "line {}, column {}: invalid JSON: {e}",
+            e.line(),
+            e.column()
+        )
+    })?;
+    let root = root
+        .as_object()
+        .ok_or("expected a JSON object with an \"operators\" array at the top")?;
+    check_keys(
+        root,
+        &[
+            "format",
+            "name",
+            "alignment_bytes",
+            "operators",
+            "graph_outputs",
+        ],
+        "the top level",
+    )?;
+    if let Some(f) = root.get("format") {
+        let f = string(f, "\"format\"")?;
+        if f != FORMAT_NAME {
+            return Err(format!("\"format\": expected {FORMAT_NAME:?}, found {f:?}"));
+        }
+    }
+    let default_align = align(root.get("alignment_bytes"), 1, "\"alignment_bytes\"")?;
+    let ops = root
+        .get("operators")
+        .and_then(Value::as_array)
+        .ok_or("expected an \"operators\" array at the top level")?;
+
+    let mut tensors: HashMap<String, Tensor> = HashMap::new();
+    let mut order: Vec<String> = Vec::new();
+    let mut names: Vec<String> = Vec::with_capacity(ops.len());
+    for (i, op) in ops.iter().enumerate() {
+        let obj = op
+            .as_object()
+            .ok_or_else(|| format!("operators[{i}]: expected an object, found {op}"))?;
+        let name = match obj.get("name") {
+            Some(n) => string(n, &format!("operators[{i}].name"))?.to_owned(),
+            None => format!("op{i}"),
+        };
+        let at = format!("operators[{i}] ({name:?})");
+        check_keys(obj, &["name", "type", "inputs", "outputs"], &at)?;
+        if let Some(t) = obj.get("type") {
+            string(t, &format!("{at}.type"))?;
+        }
+        let empty = Vec::new();
+        let inputs = match obj.get("inputs") {
+            Some(v) => v
+                .as_array()
+                .ok_or_else(|| format!("{at}.inputs: expected an array of tensor names"))?,
+            None => &empty,
+        };
+        let mut input_names: Vec<&str> = Vec::with_capacity(inputs.len());
+        for (k, input) in inputs.iter().enumerate() {
+            let t = string(input, &format!("{at}.inputs[{k}]"))?;
+            let tensor = tensors.get_mut(t).ok_or_else(|| {
+                format!("{at}.inputs[{k}]: tensor {t:?} is produced by no earlier operator")
+            })?;
+            if tensor.overwritten {
+                return Err(format!(
+                    "{at}.inputs[{k}]: tensor {t:?} was already overwritten in place by an \
+                     earlier operator, so it cannot be read here"
+                ));
+            }
+            tensor.last_reader = Some(i);
+            input_names.push(t);
+        }
+        let outputs = match obj.get("outputs") {
+            Some(v) => v
+                .as_array()
+                .ok_or_else(|| format!("{at}.outputs: expected an array of objects"))?,
+            None => &empty,
+        };
+        for (k, out) in outputs.iter().enumerate() {
+            let oat = format!("{at}.outputs[{k}]");
+            let o = out
+                .as_object()
+                .ok_or_else(|| format!("{oat}: expected an object, found {out}"))?;
+            check_keys(
+                o,
+                &[
+                    "tensor",
+                    "size_bytes",
+                    "alignment_bytes",
+                    "overwrites",
+                    "offset_bytes",
+                    "shape",
+                    "dtype",
+                ],
+                &oat,
+            )?;
+            let t = string(
+                o.get("tensor")
+                    .ok_or_else(|| format!("{oat}: missing \"tensor\" (its name)"))?,
+                &format!("{oat}.tensor"),
+            )?;
+            if let Some(prev) = tensors.get(t) {
+                let by = names.get(prev.producer).map_or("", String::as_str);
+                return Err(format!(
+                    "{oat}: tensor {t:?} is already produced by operators[{}] ({by:?})",
+                    prev.producer
+                ));
+            }
+            let size_bytes = uint(
+                o.get("size_bytes")
+                    .ok_or_else(|| format!("{oat}: missing \"size_bytes\""))?,
+                &format!("{oat}.size_bytes"),
+            )?;
+            let align_bytes = align(
+                o.get("alignment_bytes"),
+                default_align,
+                &format!("{oat}.alignment_bytes"),
+            )?;
+            let overwrite = match o.get("overwrites") {
+                None => {
+                    if o.contains_key("offset_bytes") {
+                        return Err(format!("{oat}: \"offset_bytes\" needs \"overwrites\""));
+                    }
+                    None
+                }
+                Some(p) => {
+                    let p = string(p, &format!("{oat}.overwrites"))?;
+                    let offset = match o.get("offset_bytes") {
+                        Some(v) => uint(v, &format!("{oat}.offset_bytes"))?,
+                        None => 0,
+                    };
+                    if !input_names.contains(&p) {
+                        return Err(format!(
+                            "{oat}: overwrites {p:?}, which is not an input of this operator"
+                        ));
+                    }
+                    let parent = tensors
+                        .get_mut(p)
+                        .ok_or_else(|| format!("{oat}: overwrites unknown tensor {p:?}"))?;
+                    if parent.overwritten {
+                        return Err(format!(
+                            "{oat}: tensor {p:?} is already overwritten by another output"
+                        ));
+                    }
+                    if offset
+                        .checked_add(size_bytes)
+                        .is_none_or(|e| e > parent.size_bytes)
+                    {
+                        return Err(format!(
+                            "{oat}: {size_bytes} B at offset {offset} do not fit inside \
+                             {p:?} ({} B)",
+                            parent.size_bytes
+                        ));
+                    }
+                    parent.overwritten = true;
+                    Some((p.to_owned(), offset))
+                }
+            };
+            tensors.insert(
+                t.to_owned(),
+                Tensor {
+                    producer: i,
+                    size_bytes,
+                    align_bytes,
+                    last_reader: None,
+                    overwrite,
+                    overwritten: false,
+                    graph_output: false,
+                },
+            );
+            order.push(t.to_owned());
+        }
+        names.push(name);
+    }
+    if let Some(outs) = root.get("graph_outputs") {
+        let outs = outs
+            .as_array()
+            .ok_or("\"graph_outputs\": expected an array of tensor names")?;
+        for (k, v) in outs.iter().enumerate() {
+            let t = string(v, &format!("graph_outputs[{k}]"))?;
+            let tensor = tensors.get_mut(t).ok_or_else(|| {
+                format!("graph_outputs[{k}]: tensor {t:?} is produced by no operator")
+            })?;
+            if tensor.overwritten {
+                return Err(format!(
+                    "graph_outputs[{k}]: tensor {t:?} is overwritten in place, so it cannot \
+                     be an output"
+                ));
+            }
+            tensor.graph_output = true;
+        }
+    }
+    let n_ops = ops.len() as u64;
+    let mut rows = Vec::with_capacity(order.len());
+    for t in order {
+        let Some(tensor) = tensors.get(&t) else {
+            continue;
+        };
+        // An overwritten tensor must be dead once its overwriter runs: no later reader.
+        if let Some((p, _)) = &tensor.overwrite
+            && let Some(parent) = tensors.get(p)
+            && let Some(r) = parent.last_reader
+            && r > tensor.producer
+        {
+            let by = names.get(r).map_or("", String::as_str);
+            let ow = names.get(tensor.producer).map_or("", String::as_str);
+            return Err(format!(
+                "tensor {p:?} is read by operators[{r}] ({by:?}) after operators[{}] ({ow:?}) \
+                 overwrote it with {t:?}",
+                tensor.producer
+            ));
+        }
+        let lower = tensor.producer as u64;
+        let mut upper = lower + 1;
+        if let Some(r) = tensor.last_reader {
+            upper = upper.max(r as u64 + 1);
+        }
+        if tensor.graph_output {
+            upper = upper.max(n_ops);
+        }
+        let mut row = PlanRow::new(t.clone(), tensor.size_bytes, lower, upper);
+        row.align_bytes = tensor.align_bytes;
+        row.overwrite.clone_from(&tensor.overwrite);
+        rows.push(row);
+    }
+    Ok((rows, ops.len()))
+}
+
+/// Loads a JSON graph plan (plain or gzip).
+///
+/// # Errors
+/// When the file cannot be read or is not a valid graph plan; the message names the file and
+/// the line and column, or the operator and tensor, at fault.
+pub fn load_graph_json(path: &Path) -> Result<MemoryPlan, LoadError> {
+    let start = Instant::now();
+    let (bytes, end) = read_all(path)?;
+    if let StreamEnd::Truncated(why) = end {
+        return Err(LoadError::format(
+            path,
+            format!("the compressed stream is truncated ({why}): a JSON plan must be whole"),
+        ));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        LoadError::format(
+            path,
+            format!(
+                "not UTF-8 text (byte {} is invalid): expected a JSON graph plan",
+                e.utf8_error().valid_up_to()
+            ),
+        )
+    })?;
+    let (rows, n_ops) = parse_graph_json(&text).map_err(|m| LoadError::format(path, m))?;
+    let buffers = rows_frame(&rows, FrameColumns { align: false })?;
+    Ok(MemoryPlan {
+        path: path.to_path_buf(),
+        format: PlanFormat::GraphJson,
+        buffers,
+        time_unit: "operator",
+        notes: vec![format!(
+            "{n_ops} operators, {} tensors; lifetimes from producer to last reader",
+            rows.len()
+        )],
+        load_seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifetimes_follow_producer_and_last_reader() {
+        let (rows, n) = parse_graph_json(
+            r#"{"operators": [
+                {"outputs": [{"tensor": "a", "size_bytes": 10}]},
+                {"inputs": ["a"], "outputs": [{"tensor": "b", "size_bytes": 20}]},
+                {"inputs": ["a", "b"], "outputs": [{"tensor": "c", "size_bytes": 30}]},
+                {"outputs": [{"tensor": "unused", "size_bytes": 5}]}
+            ], "graph_outputs": ["c"]}"#,
+        )
+        .unwrap();
+        assert_eq!(n, 4);
+        let spans: Vec<(&str, u64, u64)> = rows
+            .iter()
+            .map(|r| (r.id.as_str(), r.lower, r.upper))
+            .collect();
+        assert_eq!(
+            spans,
+            [("a", 0, 3), ("b", 1, 3), ("c", 2, 4), ("unused", 3, 4)]
+        );
+    }
+}
