@@ -57,7 +57,10 @@ fn build_c(dir: &Path, name: &str, source: &str) -> PathBuf {
 }
 
 fn load(path: &Path) -> MallocTrace {
-    let Loaded::MallocTrace(t) = allocview_loaders::load(path, &LoadOptions::default()).unwrap();
+    let Loaded::MallocTrace(t) = allocview_loaders::load(path, &LoadOptions::default()).unwrap()
+    else {
+        panic!("{} is not a malloc trace", path.display());
+    };
     t
 }
 

@@ -62,7 +62,7 @@ fn explorer(args: &BenchArgs) -> Result<()> {
     let started = Instant::now();
     crate::model::state::load_blocking(&mut state, false, 1).map_err(anyhow::Error::msg)?;
     let ready = started.elapsed().as_secs_f64();
-    let loaded_at = state.data.as_ref().map(|d| d.trace.load_seconds);
+    let loaded_at = state.data.as_ref().map(|d| d.load_seconds);
     let n = state.events();
     let vm_rss = rss_bytes();
     let mut terminal = Terminal::new(TestBackend::new(w, h))?;
@@ -146,8 +146,8 @@ fn replay_rates(args: &BenchArgs) -> Result<()> {
     use std::io::Write as _;
 
     let loaded = super::load::load_input(&args.file, &super::load::InputArgs::default())?;
-    let allocview_loaders::Loaded::MallocTrace(trace) = loaded;
-    let view = allocview_loaders::trace_view(&trace.events, &args.file)?;
+    let ev = super::load::require_events(&loaded, &args.file, "bench replay")?;
+    let view = allocview_loaders::trace_view(ev.events, &args.file)?;
     let n = view.len();
     let dir = std::env::temp_dir().join(format!("allocview-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;

@@ -4,13 +4,15 @@
 use std::path::PathBuf;
 
 use allocview_loaders::Loaded;
+use allocview_loaders::tf::fidelity::{self, FidelityOptions};
+use allocview_loaders::tf::memlog::TfMemoryLog;
 use allocview_sim::policy::registry::{self, POLICY_NAMES, PolicyConfig};
 use allocview_sim::replay::{Replay, ReplayOptions, replay};
 use allocview_sim::trace::TraceView;
 use anyhow::{Result, bail};
 use serde_json::{Map, Value, json};
 
-use super::load::{InputArgs, load_input};
+use super::load::{InputArgs, load_input, require_events};
 use crate::format;
 
 /// Policy selection and knobs shared by the commands that replay.
@@ -76,6 +78,11 @@ pub struct CompareArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// For a TensorFlow memory log: replay `bfc` from process start instead of from the
+    /// checkpoint rebuilt from the log (it then diverges from TensorFlow's addresses early, as
+    /// the log does not show every allocation).
+    #[arg(long)]
+    pub from_start: bool,
     #[command(flatten)]
     pub input: InputArgs,
 }
@@ -149,42 +156,55 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     let names = args.policies.names()?;
     let config = args.policies.config()?;
     let loaded = load_input(&args.file, &args.input)?;
-    let Loaded::MallocTrace(trace) = loaded;
-    let view = allocview_loaders::trace_view(&trace.events, &args.file)?;
+    let ev = require_events(&loaded, &args.file, "compare")?;
+    let view = allocview_loaders::trace_view(ev.events, &args.file)?;
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    let runs = run_policies(&view, &names, &config, jobs);
-    let max_live = max_live_bytes(&view);
     let explicit = !args.policies.policy.is_empty();
-    for run in &runs {
-        if let Err(e) = &run.result {
-            if explicit {
-                bail!("policy {}: {e}", run.name);
+    // A TensorFlow memory log: `bfc` is replayed against TensorFlow's own addresses, from a
+    // checkpoint rebuilt from the log (or from process start with --from-start).
+    let memlog = match &loaded {
+        Loaded::TfMemoryLog(log) => Some(log.as_ref()),
+        _ => None,
+    };
+    let tf_bfc = memlog.filter(|_| names.contains(&"bfc"));
+    let sim_names: Vec<&'static str> = names
+        .iter()
+        .copied()
+        .filter(|&n| !(tf_bfc.is_some() && n == "bfc"))
+        .collect();
+    let runs = run_policies(&view, &sim_names, &config, jobs);
+    let max_live = max_live_bytes(&view);
+    let mut rows: Vec<Row> = Vec::new();
+    for &name in &names {
+        if name == "bfc" {
+            if let Some(log) = tf_bfc {
+                rows.push(tf_bfc_row(log, &config, args.from_start)?);
+                continue;
             }
-            eprintln!("note: skipping {}: {e}", run.name);
+        }
+        let Some(run) = runs.iter().find(|r| r.name == name) else {
+            continue;
+        };
+        match &run.result {
+            Ok(rep) => rows.push(Row::from_replay(name, rep, &view, max_live)),
+            Err(e) if explicit => bail!("policy {name}: {e}"),
+            Err(e) => eprintln!("note: skipping {name}: {e}"),
         }
     }
     if args.json {
-        let policies: Vec<Value> = runs
-            .iter()
-            .filter_map(|r| {
-                r.result
-                    .as_ref()
-                    .ok()
-                    .map(|rep| policy_json(r.name, rep, &view, max_live))
-            })
-            .collect();
         let out = json!({
             "trace": args.file.display().to_string(),
+            "format": ev.format,
             "events": view.len(),
             "max_live_bytes": max_live,
             "limit_bytes": config.limit_bytes,
-            "policies": policies,
+            "policies": rows.iter().map(|r| r.json(max_live)).collect::<Vec<_>>(),
         });
         outln!("{out}");
     } else {
-        print_table(&args.file.display().to_string(), &view, max_live, &runs)?;
+        print_table(&args.file.display().to_string(), &view, max_live, &rows)?;
     }
     Ok(())
 }
@@ -193,61 +213,278 @@ fn ratio(a: u64, b: u64) -> f64 {
     if b == 0 { 0.0 } else { a as f64 / b as f64 }
 }
 
-/// The `compare --json` object of one policy.
-pub fn policy_json(name: &str, r: &Replay, trace: &TraceView<'_>, max_live: u64) -> Value {
-    let s = &r.summary;
-    let first_oom = r.ooms.first().map(|oom| {
-        let c = &oom.counters_at_failure;
-        let mut m = Map::new();
-        m.insert("event".into(), json!(oom.event));
-        m.insert("t_ns".into(), json!(trace.t_ns.get(oom.event)));
-        m.insert("request_bytes".into(), json!(oom.request.size_bytes));
-        m.insert("live_bytes".into(), json!(c.live_bytes));
-        m.insert("in_use_chunks".into(), json!(c.live_allocs));
-        m.insert("in_use_bytes".into(), json!(c.allocated_bytes));
-        m.insert("free_chunks".into(), json!(c.free_blocks));
-        m.insert("free_bytes".into(), json!(c.free_bytes));
-        m.insert("largest_free_bytes".into(), json!(c.largest_free_bytes));
-        m.insert("footprint_bytes".into(), json!(c.footprint_bytes));
-        m.insert("error".into(), json!(oom.error.to_string()));
-        if let Some(state) = &r.first_oom_state {
-            if let Some(bfc) = state
-                .as_any()
-                .downcast_ref::<allocview_sim::policy::bfc::Bfc>()
-            {
+/// One policy's line of the comparison, from the simulator's replay or from the checkpointed
+/// TensorFlow replay.
+pub struct Row {
+    pub name: &'static str,
+    pub peak_footprint_bytes: u64,
+    pub peak_footprint_event: Option<usize>,
+    pub final_footprint_bytes: u64,
+    pub peak_live_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    pub fragmentation_at_peak: f64,
+    pub mean_fragmentation: f64,
+    pub ooms: u64,
+    pub events_per_second: f64,
+    pub first_oom: Option<Map<String, Value>>,
+    /// The first OOM in words, for the table.
+    pub first_oom_text: Option<String>,
+    /// Extra keys (`fidelity`, `replay`) and lines for the table.
+    pub extra: Map<String, Value>,
+    pub notes: Vec<String>,
+}
+
+impl Row {
+    fn from_replay(name: &'static str, r: &Replay, trace: &TraceView<'_>, max_live: u64) -> Self {
+        let _ = max_live;
+        let s = &r.summary;
+        let first_oom = r.ooms.first().map(|oom| {
+            let c = &oom.counters_at_failure;
+            let mut m = Map::new();
+            m.insert("event".into(), json!(oom.event));
+            m.insert("t_ns".into(), json!(trace.t_ns.get(oom.event)));
+            m.insert("request_bytes".into(), json!(oom.request.size_bytes));
+            m.insert("live_bytes".into(), json!(c.live_bytes));
+            m.insert("in_use_chunks".into(), json!(c.live_allocs));
+            m.insert("in_use_bytes".into(), json!(c.allocated_bytes));
+            m.insert("free_chunks".into(), json!(c.free_blocks));
+            m.insert("free_bytes".into(), json!(c.free_bytes));
+            m.insert("largest_free_bytes".into(), json!(c.largest_free_bytes));
+            m.insert("footprint_bytes".into(), json!(c.footprint_bytes));
+            m.insert("error".into(), json!(oom.error.to_string()));
+            if let Some(bfc) = r.first_oom_state.as_ref().and_then(|st| {
+                st.as_any()
+                    .downcast_ref::<allocview_sim::policy::bfc::Bfc>()
+            }) {
                 m.insert(
                     "rounded_bytes".into(),
                     json!(allocview_sim::policy::bfc::rounded_bytes(
                         oom.request.size_bytes
                     )),
                 );
-                let regions = bfc.regions();
-                m.insert("regions".into(), json!(regions.len()));
+                m.insert("regions".into(), json!(bfc.regions().len()));
                 m.insert(
                     "region_bytes".into(),
                     json!(bfc.total_region_allocated_bytes()),
                 );
             }
+            m
+        });
+        let first_oom_text = r.ooms.first().map(|oom| {
+            let c = &oom.counters_at_failure;
+            format!(
+                "first OOM at event {} requesting {}: {} live in {} blocks, {} free in {} blocks \
+                 (largest {}), footprint {}",
+                format::count(oom.event as u64),
+                format::bytes(oom.request.size_bytes),
+                format::bytes(c.live_bytes),
+                format::count(c.live_allocs),
+                format::bytes(c.free_bytes),
+                format::count(c.free_blocks),
+                format::bytes(c.largest_free_bytes),
+                format::bytes(c.footprint_bytes)
+            )
+        });
+        Self {
+            name,
+            peak_footprint_bytes: s.peak_footprint_bytes,
+            peak_footprint_event: s.peak_footprint_event,
+            final_footprint_bytes: s.final_footprint_bytes,
+            peak_live_bytes: s.peak_live_bytes,
+            peak_allocated_bytes: s.peak_allocated_bytes,
+            fragmentation_at_peak: s.fragmentation_at_peak,
+            mean_fragmentation: s.mean_fragmentation,
+            ooms: s.oom_count,
+            events_per_second: s.events_per_second,
+            first_oom,
+            first_oom_text,
+            extra: Map::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// The `compare --json` object of this policy.
+    fn json(&self, max_live: u64) -> Value {
+        let mut m = Map::new();
+        m.insert("name".into(), json!(self.name));
+        m.insert(
+            "peak_footprint_bytes".into(),
+            json!(self.peak_footprint_bytes),
+        );
+        m.insert(
+            "peak_footprint_event".into(),
+            json!(self.peak_footprint_event),
+        );
+        m.insert(
+            "final_footprint_bytes".into(),
+            json!(self.final_footprint_bytes),
+        );
+        m.insert("peak_live_bytes".into(), json!(self.peak_live_bytes));
+        m.insert(
+            "peak_allocated_bytes".into(),
+            json!(self.peak_allocated_bytes),
+        );
+        m.insert(
+            "fragmentation_at_peak".into(),
+            json!(self.fragmentation_at_peak),
+        );
+        m.insert("mean_fragmentation".into(), json!(self.mean_fragmentation));
+        m.insert(
+            "footprint_over_max_live".into(),
+            json!(ratio(self.peak_footprint_bytes, max_live)),
+        );
+        m.insert("ooms".into(), json!(self.ooms));
+        m.insert("first_oom".into(), json!(self.first_oom));
+        m.insert("events_per_second".into(), json!(self.events_per_second));
+        for (k, v) in &self.extra {
+            m.insert(k.clone(), v.clone());
         }
         Value::Object(m)
+    }
+}
+
+/// `bfc` on a TensorFlow memory log: the replay at TensorFlow's own addresses.
+fn tf_bfc_row(log: &TfMemoryLog, config: &PolicyConfig, from_start: bool) -> Result<Row> {
+    let opts = FidelityOptions {
+        limit_bytes: config.limit_bytes,
+        allow_growth: None,
+    };
+    let f = if from_start {
+        fidelity::replay_from_start(log, &opts)
+    } else {
+        fidelity::replay_checkpointed(log, &opts)
+    }
+    .map_err(|e| anyhow::anyhow!("replaying bfc against the log: {e}"))?;
+    let m = &f.metrics;
+    let first_oom = f.first_oom.as_ref().map(|o| {
+        let mut j = Map::new();
+        j.insert("event".into(), json!(o.event));
+        j.insert("line".into(), json!(o.line));
+        j.insert("logged".into(), json!(o.logged));
+        j.insert("request_bytes".into(), json!(o.request_bytes));
+        j.insert("rounded_bytes".into(), json!(o.rounded_bytes));
+        j.insert("in_use_chunks".into(), json!(o.in_use_chunks));
+        j.insert("in_use_bytes".into(), json!(o.in_use_bytes));
+        j.insert("free_chunks".into(), json!(o.free_chunks));
+        j.insert("free_bytes".into(), json!(o.free_bytes));
+        j.insert("regions".into(), json!(o.regions));
+        j.insert("region_bytes".into(), json!(o.region_bytes));
+        j.insert(
+            "largest_free_chunk_bytes".into(),
+            json!(o.largest_free_chunk_bytes),
+        );
+        j.insert(
+            "dump_comparison".into(),
+            json!(o.dump_comparison.as_ref().map(|d| json!({
+                "dump_chunks": d.dump_chunks,
+                "replay_chunks": d.replay_chunks,
+                "identical": d.identical,
+                "all_identical": d.all_identical(),
+                "first_difference": d.first_difference,
+            }))),
+        );
+        j
     });
-    json!({
-        "name": name,
-        "peak_footprint_bytes": s.peak_footprint_bytes,
-        "peak_footprint_event": s.peak_footprint_event,
-        "final_footprint_bytes": s.final_footprint_bytes,
-        "peak_live_bytes": s.peak_live_bytes,
-        "peak_allocated_bytes": s.peak_allocated_bytes,
-        "fragmentation_at_peak": s.fragmentation_at_peak,
-        "mean_fragmentation": s.mean_fragmentation,
-        "footprint_over_max_live": ratio(s.peak_footprint_bytes, max_live),
-        "ooms": s.oom_count,
-        "first_oom": first_oom,
-        "events_per_second": s.events_per_second,
+    let first_oom_text = f.first_oom.as_ref().map(|o| {
+        format!(
+            "first OOM at event {} (log line {}) requesting {} (rounded to {}): {} in use in {} \
+             chunks, {} free in {} chunks (largest {}), {} regions of {}{}",
+            format::count(o.event as u64),
+            o.line,
+            format::bytes(o.request_bytes),
+            o.rounded_bytes,
+            format::bytes(o.in_use_bytes),
+            format::count(o.in_use_chunks),
+            format::bytes(o.free_bytes),
+            format::count(o.free_chunks),
+            format::bytes(o.largest_free_chunk_bytes),
+            o.regions,
+            format::bytes(o.region_bytes),
+            o.dump_comparison
+                .as_ref()
+                .map_or_else(String::new, |d| format!(
+                    "; chunk map vs the log's dump: {} of {} identical",
+                    d.identical, d.dump_chunks
+                ))
+        )
+    });
+    let mut extra = Map::new();
+    extra.insert(
+        "replay".into(),
+        json!(match f.start {
+            fidelity::ReplayStart::Checkpoint => "checkpoint",
+            fidelity::ReplayStart::FromStart => "process-start",
+        }),
+    );
+    extra.insert(
+        "checkpoint".into(),
+        json!(f.checkpoint.as_ref().map(|c| json!({
+            "event": c.event,
+            "line": c.line,
+            "reason": c.reason,
+            "live_chunks": c.live_logged + c.live_variables + c.live_raw,
+            "bytes_in_use": c.bytes_in_use,
+            "regions": c.regions,
+            "region_bytes": c.region_bytes,
+        }))),
+    );
+    extra.insert(
+        "fidelity".into(),
+        json!({
+            "checked": f.checked,
+            "address_matches": f.address_matches,
+            "size_matches": f.size_matches,
+            "sizes_checked": f.sizes_checked,
+            "first_divergence": f.first_divergence.as_ref().map(|d| json!({
+                "event": d.event,
+                "line": d.line,
+                "tf_alloc_id": d.tf_alloc_id,
+                "requested_bytes": d.requested_bytes,
+                "expected_addr": d.expected_addr,
+                "expected_bytes": d.expected_bytes,
+                "got_addr": d.got_addr,
+                "got_bytes": d.got_bytes,
+            })),
+            "held_back_frees": f.held_back,
+            "variables_replayed": f.variables_replayed,
+            "logged_oom_reproduced": f.logged_oom_reproduced,
+            "peak_bytes_in_use": f.peak_bytes_in_use,
+            "meminfo": f.meminfo.iter().map(|mi| json!({
+                "tag": mi.tag,
+                "line": mi.line,
+                "tf_current_bytes": mi.tf_current_bytes,
+                "tf_peak_bytes": mi.tf_peak_bytes,
+                "replay_current_bytes": mi.replay_current_bytes,
+                "replay_peak_bytes": mi.replay_peak_bytes,
+            })).collect::<Vec<_>>(),
+            "regions_match": f.regions_match(),
+            "regions_logged": f.regions_logged.len(),
+            "regions_replayed": f.regions_replayed.len(),
+        }),
+    );
+    Ok(Row {
+        name: "bfc",
+        peak_footprint_bytes: m.peak_footprint_bytes,
+        peak_footprint_event: None,
+        final_footprint_bytes: m.final_footprint_bytes,
+        peak_live_bytes: m.peak_live_bytes,
+        peak_allocated_bytes: m.peak_allocated_bytes,
+        fragmentation_at_peak: m.fragmentation_at_peak,
+        mean_fragmentation: m.mean_fragmentation,
+        ooms: f.ooms,
+        events_per_second: if m.replay_seconds > 0.0 {
+            m.events as f64 / m.replay_seconds
+        } else {
+            0.0
+        },
+        first_oom,
+        first_oom_text,
+        extra,
+        notes: f.describe(),
     })
 }
 
-fn print_table(file: &str, trace: &TraceView<'_>, max_live: u64, runs: &[PolicyRun]) -> Result<()> {
+fn print_table(file: &str, trace: &TraceView<'_>, max_live: u64, rows: &[Row]) -> Result<()> {
     use format::{bytes, count};
     outln!(
         "{file}: {} events, max live {}",
@@ -268,45 +505,30 @@ fn print_table(file: &str, trace: &TraceView<'_>, max_live: u64, runs: &[PolicyR
         "OOMs",
         "events/s"
     );
-    for run in runs {
-        match &run.result {
-            Ok(r) => {
-                let s = &r.summary;
-                outln!(
-                    "  {:<10} {:>11} {:>11} {:>11} {:>11} {:>8.1}% {:>8.1}% {:>9.3} {:>6} {:>12}",
-                    run.name,
-                    bytes(s.peak_footprint_bytes),
-                    bytes(s.final_footprint_bytes),
-                    bytes(s.peak_live_bytes),
-                    bytes(s.peak_allocated_bytes),
-                    100.0 * s.fragmentation_at_peak,
-                    100.0 * s.mean_fragmentation,
-                    ratio(s.peak_footprint_bytes, max_live),
-                    count(s.oom_count),
-                    format::rate(s.events_per_second)
-                );
-            }
-            Err(e) => outln!("  {:<10} not run: {e}", run.name),
-        }
+    for r in rows {
+        outln!(
+            "  {:<10} {:>11} {:>11} {:>11} {:>11} {:>8.1}% {:>8.1}% {:>9.3} {:>6} {:>12}",
+            r.name,
+            bytes(r.peak_footprint_bytes),
+            bytes(r.final_footprint_bytes),
+            bytes(r.peak_live_bytes),
+            bytes(r.peak_allocated_bytes),
+            100.0 * r.fragmentation_at_peak,
+            100.0 * r.mean_fragmentation,
+            ratio(r.peak_footprint_bytes, max_live),
+            count(r.ooms),
+            format::rate(r.events_per_second)
+        );
     }
-    for run in runs {
-        if let Ok(r) = &run.result {
-            if let Some(oom) = r.ooms.first() {
-                let c = &oom.counters_at_failure;
-                outln!(
-                    "\n  {}: first OOM at event {} requesting {}: {} live in {} blocks, {} free in {} \
-                     blocks (largest {}), footprint {}",
-                    run.name,
-                    count(oom.event as u64),
-                    bytes(oom.request.size_bytes),
-                    bytes(c.live_bytes),
-                    count(c.live_allocs),
-                    bytes(c.free_bytes),
-                    count(c.free_blocks),
-                    bytes(c.largest_free_bytes),
-                    bytes(c.footprint_bytes)
-                );
+    for r in rows {
+        if !r.notes.is_empty() {
+            outln!();
+            for n in &r.notes {
+                outln!("  {}: {n}", r.name);
             }
+        }
+        if let Some(t) = &r.first_oom_text {
+            outln!("\n  {}: {t}", r.name);
         }
     }
     Ok(())

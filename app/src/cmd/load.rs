@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use allocview_loaders::{LoadOptions, Loaded, Strictness};
+use allocview_loaders::{LoadOptions, LoadSummary, Loaded, Strictness};
 use anyhow::{Context as _, Result};
 use polars::prelude::*;
 
@@ -37,14 +37,121 @@ pub fn load_input(path: &Path, args: &InputArgs) -> Result<Loaded> {
     let loaded = allocview_loaders::load(path, &opts)
         .with_context(|| format!("while loading {}", path.display()))?;
     drop(bar);
-    match &loaded {
-        Loaded::MallocTrace(t) => {
-            for w in t.summary.warnings() {
-                eprintln!("warning: {w}");
-            }
-        }
+    for w in warnings(&loaded) {
+        eprintln!("warning: {w}");
     }
     Ok(loaded)
+}
+
+/// What the loader noticed and kept going: skipped lines, unknown frees, cross-check
+/// mismatches, conversions chosen.
+#[must_use]
+pub fn warnings(loaded: &Loaded) -> Vec<String> {
+    match loaded {
+        Loaded::MallocTrace(t) => t.summary.warnings(),
+        Loaded::TfMemoryLog(log) => {
+            let mut w = log.summary.warnings();
+            for d in &log.dumps {
+                w.extend(d.warnings.iter().map(ToString::to_string));
+            }
+            w
+        }
+        Loaded::TfBfcDump(d) => {
+            let mut w: Vec<String> = d.warnings.iter().map(ToString::to_string).collect();
+            if !d.missing.is_empty() {
+                w.push(format!(
+                    "this {} dump lacks: {}",
+                    d.format.name(),
+                    d.missing.join(", ")
+                ));
+            }
+            w
+        }
+        Loaded::Plan(p) => p.notes.clone(),
+    }
+}
+
+/// An input with an event table the simulator can replay: a malloc trace (text or binary) or
+/// a TensorFlow memory log. Both use the same event columns.
+pub struct Events<'a> {
+    /// `malloc-trace` or `tf-memory-log`.
+    pub format: &'static str,
+    pub events: &'a DataFrame,
+    pub threads: &'a DataFrame,
+    pub load_seconds: f64,
+    /// The loader's counts (for a memory log, derived from its events).
+    pub summary: LoadSummary,
+}
+
+/// The event table of `loaded`, if it has one.
+#[must_use]
+pub fn events_of(loaded: &Loaded) -> Option<Events<'_>> {
+    match loaded {
+        Loaded::MallocTrace(t) => Some(Events {
+            format: "malloc-trace",
+            events: &t.events,
+            threads: &t.threads,
+            load_seconds: t.load_seconds,
+            summary: t.summary.clone(),
+        }),
+        Loaded::TfMemoryLog(log) => Some(Events {
+            format: "tf-memory-log",
+            events: &log.events,
+            threads: &log.threads,
+            load_seconds: log.load_seconds,
+            summary: summary_from_kinds(&log.events),
+        }),
+        Loaded::TfBfcDump(_) | Loaded::Plan(_) => None,
+    }
+}
+
+/// The event table, or an error that says what the file is and which command reads it.
+pub fn require_events<'a>(loaded: &'a Loaded, path: &Path, command: &str) -> Result<Events<'a>> {
+    events_of(loaded).ok_or_else(|| {
+        let what = match loaded {
+            Loaded::TfBfcDump(_) => {
+                "a TensorFlow BFC dump (a heap at one moment, with no events to replay); \
+                 `allocview stats` summarises it and the explorers draw it"
+            }
+            Loaded::Plan(_) => "a memory plan; `allocview plan` runs the planners on it",
+            _ => "not an event trace",
+        };
+        anyhow::anyhow!(
+            "`allocview {command}` needs allocation events, but {} is {what}",
+            path.display()
+        )
+    })
+}
+
+/// Counts like the malloc-trace loader's, from an event table's `kind` column.
+fn summary_from_kinds(events: &DataFrame) -> LoadSummary {
+    use allocview_sim::trace::EventKind;
+    let mut s = LoadSummary::default();
+    let kinds = events
+        .column("kind")
+        .ok()
+        .and_then(|c| c.u8().ok().cloned());
+    for k in kinds.iter().flat_map(|c| c.into_no_null_iter()) {
+        s.events += 1;
+        match EventKind::from_code(k) {
+            Some(EventKind::Alloc) => s.mallocs += 1,
+            Some(EventKind::AllocFailed) => {
+                s.mallocs += 1;
+                s.mallocs_failed += 1;
+            }
+            Some(EventKind::Free) => s.frees += 1,
+            Some(EventKind::FreeNull) => {
+                s.frees += 1;
+                s.frees_null += 1;
+            }
+            Some(EventKind::FreeUnknown) => {
+                s.frees += 1;
+                s.frees_unknown += 1;
+            }
+            None => {}
+        }
+    }
+    s
 }
 
 /// The thread column widened to u16 (it is u8 for traces with few threads).

@@ -167,7 +167,10 @@ pub fn run(args: &RecordArgs) -> Result<()> {
 /// Prints events, threads and peak live bytes of one written trace.
 fn summarise(pid: u32, generation: u32, path: &Path) -> Result<()> {
     let Loaded::MallocTrace(trace) = allocview_loaders::load(path, &LoadOptions::default())
-        .with_context(|| format!("while reading back {}", path.display()))?;
+        .with_context(|| format!("while reading back {}", path.display()))?
+    else {
+        anyhow::bail!("{} is not a malloc trace", path.display());
+    };
     let view = allocview_loaders::trace_view(&trace.events, path)?;
     let thread = thread_column(&trace.events)?;
     let stats = TraceStats::compute(&view, &thread, trace.threads.height(), &trace.summary);

@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 
-use allocview_loaders::Loaded;
 use allocview_sim::classes::ClassSeries;
 use allocview_sim::replay::Replay;
 use allocview_sim::trace::{NUM_SIZE_CLASSES, TraceView};
@@ -12,7 +11,7 @@ use plotters::prelude::*;
 use polars::prelude::*;
 
 use super::compare::{PolicyArgs, max_live_bytes, run_policies};
-use super::load::{InputArgs, load_input};
+use super::load::{InputArgs, load_input, require_events};
 use crate::format;
 use crate::model::heapmap::{self, CellKind};
 use crate::theme::{self, Rgb};
@@ -51,8 +50,8 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     let names = args.policies.names()?;
     let config = args.policies.config()?;
     let loaded = load_input(&args.file, &args.input)?;
-    let Loaded::MallocTrace(trace) = loaded;
-    let view = allocview_loaders::trace_view(&trace.events, &args.file)?;
+    let ev = require_events(&loaded, &args.file, "report")?;
+    let view = allocview_loaders::trace_view(ev.events, &args.file)?;
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });

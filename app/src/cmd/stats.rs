@@ -4,16 +4,19 @@ use std::path::PathBuf;
 
 use allocview_loaders::Loaded;
 use allocview_loaders::stats::TraceStats;
+use allocview_loaders::tf::dump::BfcDump;
+use allocview_loaders::tf::memlog::TfMemoryLog;
 use anyhow::Result;
 use serde_json::{Map, Value, json};
 
-use super::load::{InputArgs, load_input, thread_column};
+use super::load::{InputArgs, events_of, load_input, thread_column};
 use crate::format;
 
 /// Arguments of `allocview stats`.
 #[derive(Debug, clap::Args)]
 pub struct StatsArgs {
-    /// The trace to summarise (libtracemalloc text, plain or gzip).
+    /// The file to summarise: a malloc trace (text or binary), a TensorFlow memory log or BFC
+    /// dump, or a memory plan.
     pub file: PathBuf,
     /// Print one JSON object instead of a table.
     #[arg(long)]
@@ -25,19 +28,238 @@ pub struct StatsArgs {
 /// Runs `allocview stats`.
 pub fn run(args: &StatsArgs) -> Result<()> {
     let loaded = load_input(&args.file, &args.input)?;
-    let Loaded::MallocTrace(trace) = loaded;
-    let view = allocview_loaders::trace_view(&trace.events, &args.file)?;
-    let thread = thread_column(&trace.events)?;
-    let stats = TraceStats::compute(&view, &thread, trace.threads.height(), &trace.summary);
-    if args.json {
-        let mut obj = stats_json(&stats);
-        obj.insert("file".into(), json!(args.file.display().to_string()));
-        obj.insert("format".into(), json!("malloc-trace"));
-        obj.insert("load_seconds".into(), json!(trace.load_seconds));
-        obj.insert("truncated".into(), json!(trace.summary.truncated.is_some()));
-        outln!("{}", Value::Object(obj));
-    } else {
-        print_table(&args.file.display().to_string(), &stats, trace.load_seconds)?;
+    let file = args.file.display().to_string();
+    if let Some(ev) = events_of(&loaded) {
+        let view = allocview_loaders::trace_view(ev.events, &args.file)?;
+        let thread = thread_column(ev.events)?;
+        let stats = TraceStats::compute(&view, &thread, ev.threads.height(), &ev.summary);
+        let log = match &loaded {
+            Loaded::TfMemoryLog(log) => Some(log.as_ref()),
+            _ => None,
+        };
+        if args.json {
+            let mut obj = stats_json(&stats);
+            obj.insert("file".into(), json!(file));
+            obj.insert("format".into(), json!(ev.format));
+            obj.insert("load_seconds".into(), json!(ev.load_seconds));
+            obj.insert("truncated".into(), json!(ev.summary.truncated.is_some()));
+            if let Some(log) = log {
+                obj.insert("tf".into(), memlog_json(log));
+            }
+            outln!("{}", Value::Object(obj));
+        } else {
+            print_table(&file, &stats, ev.load_seconds)?;
+            if let Some(log) = log {
+                print_memlog(log)?;
+            }
+        }
+        return Ok(());
+    }
+    match &loaded {
+        Loaded::TfBfcDump(dump) => {
+            if args.json {
+                let mut obj = dump_json(dump);
+                obj.insert("file".into(), json!(file));
+                outln!("{}", Value::Object(obj));
+            } else {
+                print_dump(&file, dump)?;
+            }
+        }
+        Loaded::Plan(plan) => {
+            let buffers = plan.to_buffers()?;
+            let bufs = &buffers.buffers;
+            let naive: u64 = bufs.iter().map(|b| b.size_bytes).sum();
+            let bound = allocview_sim::plan::max_live_bytes(bufs)?;
+            if args.json {
+                outln!(
+                    "{}",
+                    json!({
+                        "file": file,
+                        "format": "memory-plan",
+                        "buffers": bufs.len(),
+                        "naive_bytes": naive,
+                        "lower_bound_bytes": bound,
+                        "time_unit": plan.time_unit,
+                        "load_seconds": plan.load_seconds,
+                    })
+                );
+            } else {
+                outln!(
+                    "{file}: a memory plan of {} buffers",
+                    format::count(bufs.len() as u64)
+                );
+                outln!("  sum of sizes        {:>14}", format::bytes(naive));
+                outln!("  max live (bound)    {:>14}", format::bytes(bound));
+                outln!("  run the planners:   allocview plan {file}");
+            }
+        }
+        Loaded::MallocTrace(_) | Loaded::TfMemoryLog(_) => {}
+    }
+    Ok(())
+}
+
+/// The `tf` object of `stats --json` for a memory log.
+fn memlog_json(log: &TfMemoryLog) -> Value {
+    let peak = log.meminfo.iter().map(|m| m.peak_bytes).max();
+    json!({
+        "allocator": log.allocator,
+        "allocators": log.allocator_counts.iter().map(|(n, c)| json!({"name": n, "records": c})).collect::<Vec<_>>(),
+        "tensor_allocations": log.summary.tensor_allocations,
+        "raw_allocations": log.summary.raw_allocations,
+        "steps": log.summary.steps,
+        "regions": log.regions.len(),
+        "region_bytes": log.regions.iter().map(|r| r.size_bytes).sum::<u64>(),
+        "meminfo_peak_bytes": peak,
+        "dump": log.dumps.first().map(|d| Value::Object(dump_json(d))),
+    })
+}
+
+fn print_memlog(log: &TfMemoryLog) -> Result<()> {
+    outln!();
+    outln!(
+        "  TensorFlow memory log of allocator {} ({} tensor and {} raw allocations, {} steps)",
+        log.allocator,
+        format::count(log.summary.tensor_allocations),
+        format::count(log.summary.raw_allocations),
+        log.summary.steps
+    );
+    if log.allocator_counts.len() > 1 {
+        let others: Vec<String> = log
+            .allocator_counts
+            .iter()
+            .map(|(n, c)| format!("{n} ({})", format::count(*c)))
+            .collect();
+        outln!("  allocators in the log: {}", others.join(", "));
+    }
+    if !log.regions.is_empty() {
+        outln!(
+            "  regions: {} totalling {}",
+            log.regions.len(),
+            format::bytes(log.regions.iter().map(|r| r.size_bytes).sum())
+        );
+    }
+    if let Some(p) = log.meminfo.iter().map(|m| m.peak_bytes).max() {
+        outln!(
+            "  TensorFlow's own peak (get_memory_info): {}",
+            format::bytes(p)
+        );
+    }
+    if let Some(d) = log.dumps.first() {
+        outln!("  the log ends in a BFC dump:");
+        print_dump_body(d)?;
+    }
+    Ok(())
+}
+
+/// The `stats --json` object of a BFC dump: the keys, then TF's Stats block in bytes.
+pub fn dump_json(d: &BfcDump) -> Map<String, Value> {
+    let f = &d.figures;
+    let mut m = Map::new();
+    m.insert("format".into(), json!("tf-bfc-dump"));
+    m.insert("dump_format".into(), json!(d.format.name()));
+    m.insert("allocator".into(), json!(d.allocator));
+    m.insert("in_use_chunks".into(), json!(f.in_use_chunks));
+    m.insert("in_use_bytes".into(), json!(f.in_use_bytes));
+    m.insert("free_chunks".into(), json!(f.free_chunks));
+    m.insert("free_bytes".into(), json!(f.free_bytes));
+    m.insert("regions".into(), json!(f.regions));
+    m.insert("region_bytes".into(), json!(f.region_bytes));
+    m.insert(
+        "largest_free_chunk_bytes".into(),
+        json!(f.largest_free_chunk_bytes),
+    );
+    m.insert(
+        "oom_request_bytes".into(),
+        json!(
+            d.oom
+                .as_ref()
+                .and_then(|o| o.bytes.as_ref())
+                .map(|b| b.bytes)
+        ),
+    );
+    m.insert(
+        "oom_rounded_bytes".into(),
+        json!(d.oom.as_ref().and_then(|o| o.rounded_bytes)),
+    );
+    m.insert(
+        "oom_op".into(),
+        json!(d.oom.as_ref().and_then(|o| o.op.clone())),
+    );
+    m.insert("fragmentation_oom".into(), json!(f.fragmentation_oom));
+    m.insert("diagnosis".into(), json!(d.diagnosis()));
+    let stats: Map<String, Value> = d
+        .stats_bytes()
+        .into_iter()
+        .map(|(k, v)| (k, json!(v)))
+        .collect();
+    m.insert("stats".into(), Value::Object(stats));
+    m.insert("missing".into(), json!(d.missing));
+    m.insert(
+        "warnings".into(),
+        json!(
+            d.warnings
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        ),
+    );
+    m
+}
+
+fn opt_bytes(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".to_owned(), format::bytes)
+}
+
+fn print_dump(file: &str, d: &BfcDump) -> Result<()> {
+    outln!(
+        "{file}: TensorFlow BFC dump ({} format) of allocator {}",
+        d.format.name(),
+        d.allocator.as_deref().unwrap_or("?")
+    );
+    print_dump_body(d)
+}
+
+fn print_dump_body(d: &BfcDump) -> Result<()> {
+    let f = &d.figures;
+    if let Some(o) = &d.oom {
+        outln!(
+            "  OOM request       {:>14}   rounded to {} by op {}",
+            o.text,
+            opt_bytes(o.rounded_bytes),
+            o.op.as_deref().unwrap_or("?")
+        );
+    }
+    outln!(
+        "  in use            {:>14}   in {} chunks",
+        opt_bytes(f.in_use_bytes),
+        f.in_use_chunks
+            .map_or_else(|| "-".to_owned(), format::count)
+    );
+    outln!(
+        "  free              {:>14}   in {} chunks, largest {}",
+        opt_bytes(f.free_bytes),
+        f.free_chunks.map_or_else(|| "-".to_owned(), format::count),
+        opt_bytes(f.largest_free_chunk_bytes)
+    );
+    outln!(
+        "  regions           {:>14}   in {} regions",
+        opt_bytes(f.region_bytes),
+        f.regions.map_or_else(|| "-".to_owned(), format::count)
+    );
+    for (k, v) in d.stats_bytes() {
+        // Every Stats field is a byte count except the allocation counter.
+        let shown = if k == "num_allocs" {
+            format::count(v)
+        } else {
+            format::bytes(v)
+        };
+        outln!("  stats.{k:<26} {shown:>12}");
+    }
+    if let Some(diag) = d.diagnosis() {
+        outln!("  diagnosis: {diag}");
+    }
+    if !d.missing.is_empty() {
+        outln!("  not in this dump: {}", d.missing.join(", "));
     }
     Ok(())
 }

@@ -533,6 +533,9 @@ impl GuiApp {
                     ] {
                         ui.strong(h);
                     }
+                    if vm.has_ops {
+                        ui.strong("op");
+                    }
                     ui.end_row();
                     for e in &vm.events {
                         let color = if e.is_cursor {
@@ -552,6 +555,9 @@ impl GuiApp {
                             e.alloc_id.clone(),
                         ] {
                             ui.colored_label(color, text);
+                        }
+                        if vm.has_ops {
+                            ui.colored_label(color, e.op.clone().unwrap_or_default());
                         }
                         ui.end_row();
                     }
@@ -728,10 +734,23 @@ impl eframe::App for GuiApp {
                 );
             });
         } else {
-            egui::Panel::top("timeline")
-                .resizable(true)
-                .default_size(230.0)
-                .show(ui, |ui| self.timeline_ui(ui, &vms));
+            if vm.timeline.is_some() {
+                egui::Panel::top("timeline")
+                    .resizable(true)
+                    .default_size(230.0)
+                    .show(ui, |ui| self.timeline_ui(ui, &vms));
+            } else {
+                egui::Panel::top("dump").show(ui, |ui| {
+                    ui.heading("TensorFlow BFC dump");
+                    for (i, l) in vm.dump_lines.iter().enumerate() {
+                        if i == 0 {
+                            ui.colored_label(col(theme::OOM), l);
+                        } else {
+                            ui.label(l);
+                        }
+                    }
+                });
+            }
             egui::Panel::bottom("bottom")
                 .resizable(true)
                 .default_size(250.0)

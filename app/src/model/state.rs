@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::Sender;
 
-use allocview_loaders::{LoadOptions, MallocTrace, Strictness};
+use allocview_loaders::{LoadOptions, Loaded, Strictness};
 use allocview_sim::classes::ClassSeries;
 use allocview_sim::policy::registry::{self, PolicyConfig};
 use allocview_sim::policy::{Block, Counters};
@@ -24,20 +24,80 @@ pub const BUCKETS: usize = 2048;
 /// A loaded trace, immutable and shared with the worker threads.
 pub struct TraceData {
     pub path: PathBuf,
-    pub trace: MallocTrace,
+    /// `malloc-trace`, `tf-memory-log` or `tf-bfc-dump` (shown in the status line).
+    pub format: &'static str,
+    /// The event table (empty for a BFC dump, which is one moment, not a history).
+    pub events: DataFrame,
+    /// The threads table (thread index -> id in the file).
+    #[allow(dead_code)]
+    pub threads: DataFrame,
+    pub load_seconds: f64,
     pub num_allocs: u32,
     /// Load warnings, shown once in the status line.
     pub warnings: Vec<String>,
+    /// A TensorFlow BFC dump: the file itself, or the one a memory log ends in.
+    pub dump: Option<DumpData>,
     /// Birth and death event of every allocation id, built on first use (8 bytes per
     /// allocation; only the desktop app's hover needs it).
     lifetimes: std::sync::OnceLock<Vec<(u32, u32)>>,
+}
+
+/// What the explorers show of a BFC dump: its heap, its bins and what it says about the OOM.
+pub struct DumpData {
+    pub allocator: String,
+    pub blocks: Vec<Block>,
+    pub bins: Option<Vec<allocview_sim::policy::bfc::BinInfo>>,
+    /// The OOM request, the figures and the diagnosis, one line each.
+    pub lines: Vec<String>,
+}
+
+impl DumpData {
+    fn of(d: &allocview_loaders::tf::dump::BfcDump) -> Self {
+        use crate::format::{bytes, count};
+        let f = &d.figures;
+        let mut lines = Vec::new();
+        if let Some(o) = &d.oom {
+            lines.push(format!(
+                "OOM: {} requested{}{}",
+                o.text,
+                o.rounded_bytes
+                    .map_or_else(String::new, |r| format!(" (rounded to {r})")),
+                o.op.as_ref()
+                    .map_or_else(String::new, |op| format!(" by op {op}"))
+            ));
+        }
+        let opt = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), bytes);
+        let optn = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), count);
+        lines.push(format!(
+            "in use {} in {} chunks; free {} in {} chunks (largest {}); {} regions of {}",
+            opt(f.in_use_bytes),
+            optn(f.in_use_chunks),
+            opt(f.free_bytes),
+            optn(f.free_chunks),
+            opt(f.largest_free_chunk_bytes),
+            optn(f.regions),
+            opt(f.region_bytes)
+        ));
+        if let Some(diag) = d.diagnosis() {
+            lines.push(diag);
+        }
+        if !d.missing.is_empty() {
+            lines.push(format!("not in this dump: {}", d.missing.join(", ")));
+        }
+        Self {
+            allocator: d.allocator.clone().unwrap_or_else(|| "BFC".to_owned()),
+            blocks: d.blocks(),
+            bins: d.to_bfc().ok().map(|b| b.bins()),
+            lines,
+        }
+    }
 }
 
 /// `lifetimes` value for an allocation never freed.
 const NEVER: u32 = u32::MAX;
 
 impl TraceData {
-    /// Loads and validates a trace.
+    /// Loads and validates a trace, a TensorFlow memory log or a BFC dump.
     ///
     /// # Errors
     /// A readable message naming the file.
@@ -50,19 +110,65 @@ impl TraceData {
             },
             progress: Some(progress),
         };
-        let allocview_loaders::Loaded::MallocTrace(trace) =
-            allocview_loaders::load(path, &opts).map_err(|e| e.to_string())?;
-        let num_allocs = allocview_loaders::trace_view(&trace.events, path)
-            .map_err(|e| e.to_string())?
-            .num_allocs;
-        let warnings = trace.summary.warnings();
+        let loaded = allocview_loaders::load(path, &opts).map_err(|e| e.to_string())?;
+        let warnings = crate::cmd::load::warnings(&loaded);
+        let (format, events, threads, load_seconds, dump) = match loaded {
+            Loaded::MallocTrace(t) => ("malloc-trace", t.events, t.threads, t.load_seconds, None),
+            Loaded::TfMemoryLog(log) => {
+                let log = *log;
+                let dump = log.dumps.first().map(DumpData::of);
+                (
+                    "tf-memory-log",
+                    log.events,
+                    log.threads,
+                    log.load_seconds,
+                    dump,
+                )
+            }
+            Loaded::TfBfcDump(d) => (
+                "tf-bfc-dump",
+                DataFrame::empty(),
+                DataFrame::empty(),
+                0.0,
+                Some(DumpData::of(&d)),
+            ),
+            Loaded::Plan(_) => {
+                return Err(format!(
+                    "{} is a memory plan: `allocview plan {}` runs the planners on it",
+                    path.display(),
+                    path.display()
+                ));
+            }
+        };
+        let num_allocs = if events.height() == 0 {
+            0
+        } else {
+            allocview_loaders::trace_view(&events, path)
+                .map_err(|e| e.to_string())?
+                .num_allocs
+        };
         Ok(Self {
             path: path.to_path_buf(),
-            trace,
+            format,
+            events,
+            threads,
+            load_seconds,
             num_allocs,
             warnings,
+            dump,
             lifetimes: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The operation or kernel of event `i` (TensorFlow memory logs).
+    #[must_use]
+    pub fn op_at(&self, i: usize) -> Option<String> {
+        let col = self.events.column("kernel").ok()?;
+        col.str()
+            .ok()?
+            .get(i)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
     }
 
     /// The event that allocated `id` and the event that freed it (`None` if it stays live).
@@ -90,7 +196,7 @@ impl TraceData {
     /// The simulator's view of the events, without revalidating them (done once in `load`).
     #[must_use]
     pub fn view(&self) -> TraceView<'_> {
-        let df = &self.trace.events;
+        let df = &self.events;
         let slice_i64 = |name: &str| {
             df.column(name)
                 .ok()
@@ -129,13 +235,19 @@ impl TraceData {
     /// Number of events.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.trace.events.height()
+        self.events.height()
+    }
+
+    /// True for an input without events (a BFC dump).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.events.height() == 0
     }
 
     /// Thread index of event `i`.
     #[must_use]
     pub fn thread_at(&self, i: usize) -> u16 {
-        let col = self.trace.events.column("thread").ok();
+        let col = self.events.column("thread").ok();
         col.and_then(|c| match c.dtype() {
             DataType::UInt8 => c.u8().ok().and_then(|a| a.get(i)).map(u16::from),
             _ => c.u16().ok().and_then(|a| a.get(i)),
@@ -146,8 +258,7 @@ impl TraceData {
     /// Address of event `i`.
     #[must_use]
     pub fn address_at(&self, i: usize) -> u64 {
-        self.trace
-            .events
+        self.events
             .column("address")
             .ok()
             .and_then(|c| c.u64().ok())
@@ -611,6 +722,17 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
             }
         };
         tx.send(Msg::Loaded(Ok(Arc::clone(&data)))).ok();
+        if data.is_empty() {
+            // A BFC dump: one moment of a heap, nothing to replay.
+            for i in 0..names.len() {
+                tx.send(Msg::Replayed(
+                    i,
+                    Err("a BFC dump has no events to replay".to_owned()),
+                ))
+                .ok();
+            }
+            return;
+        }
         {
             let view = data.view();
             let classes = ClassSeries::build(&view, Bucketing::for_trace(&view, BUCKETS), 16_384);

@@ -103,6 +103,8 @@ pub struct EventRowVm {
     pub alloc_id: String,
     pub is_cursor: bool,
     pub is_oom: bool,
+    /// The kernel or operation (TensorFlow memory logs).
+    pub op: Option<String>,
 }
 
 /// The status line.
@@ -130,6 +132,10 @@ pub struct ViewModel {
     pub prompt: Option<String>,
     pub help: Option<Vec<(&'static str, &'static str)>>,
     pub compare: bool,
+    /// For a BFC dump: its OOM request, figures and diagnosis, one line each.
+    pub dump_lines: Vec<String>,
+    /// True when the events carry operation names (a column to show).
+    pub has_ops: bool,
 }
 
 /// Keys and what they do, for the help overlay (and the README).
@@ -189,6 +195,8 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
         }),
         help: state.help.then(|| HELP.to_vec()),
         compare: state.mode == Mode::Compare,
+        dump_lines: Vec::new(),
+        has_ops: false,
     };
     let Some(data) = state.data.as_ref() else {
         if vm.error.is_none() {
@@ -212,6 +220,17 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
         }
         return vm;
     };
+    if data.is_empty() {
+        if let Some(d) = &data.dump {
+            dump_screen(&mut vm, d, data, vp);
+        }
+        return vm;
+    }
+    if let Some(d) = &data.dump {
+        // A memory log that ends in a dump: say what the dump said.
+        vm.dump_lines = d.lines.clone();
+    }
+    vm.has_ops = data.events.column("kernel").is_ok();
     let view = data.view();
     let n = view.len();
     let t0 = view.t_ns.first().copied().unwrap_or(0);
@@ -359,6 +378,7 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
                 },
                 is_cursor: i == state.cursor,
                 is_oom: ooms.contains(&i),
+                op: if vm.has_ops { data.op_at(i) } else { None },
             }
         })
         .collect();
@@ -376,9 +396,14 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
         .filter(|p| matches!(p.status, RunStatus::Done(_)))
         .count();
     vm.status.left = format!(
-        "{}  {} events  policy {} ({}/{} replayed)",
+        "{}  {} events{}  policy {} ({}/{} replayed)",
         data.path.display(),
         format::count(n as u64),
+        if data.format == "malloc-trace" {
+            String::new()
+        } else {
+            format!(" ({})", data.format)
+        },
         policy,
         done,
         state.policies.len()
@@ -404,6 +429,44 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
         at
     );
     vm
+}
+
+/// A BFC dump has no history: its heap map, bins and what it says about the OOM.
+fn dump_screen(
+    vm: &mut ViewModel,
+    d: &super::state::DumpData,
+    data: &super::state::TraceData,
+    vp: &Viewport,
+) {
+    vm.heaps.push(HeapVm {
+        policy: format!("TensorFlow dump of {}", d.allocator),
+        map: Some(heapmap::rasterise(&d.blocks, vp.heap_cells)),
+        caption: d
+            .lines
+            .get(usize::from(d.lines.len() > 1))
+            .cloned()
+            .unwrap_or_default(),
+        note: None,
+    });
+    vm.bins = d.bins.as_ref().map(|bins| {
+        bins.iter()
+            .enumerate()
+            .map(|(b, info)| BinVm {
+                bin: b,
+                size_label: format::bytes_compact(info.bin_size_bytes),
+                free_chunks: info.free_chunks.len(),
+                free_bytes_label: format::bytes(info.free_chunks.iter().map(|c| c.1).sum()),
+                largest_label: format::bytes(
+                    info.free_chunks.iter().map(|c| c.1).max().unwrap_or(0),
+                ),
+                in_use_chunks: info.chunks_in_use,
+            })
+            .collect()
+    });
+    vm.dump_lines = d.lines.clone();
+    vm.events_title = "a BFC dump is one moment of the heap: no events".to_owned();
+    vm.status.left = format!("{}  TensorFlow BFC dump", data.path.display());
+    vm.status.right = d.lines.first().cloned().unwrap_or_default();
 }
 
 fn timeline(state: &AppState, vp: &Viewport) -> TimelineVm {

@@ -132,7 +132,29 @@ pub fn draw(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
         );
         return;
     }
-    draw_timeline(f, vm, a);
+    if vm.timeline.is_some() {
+        draw_timeline(f, vm, a);
+    } else {
+        let lines: Vec<Line<'_>> = vm
+            .dump_lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let style = if i == 0 {
+                    Style::new().fg(c(theme::OOM)).add_modifier(Modifier::BOLD)
+                } else {
+                    Style::new()
+                };
+                Line::from(Span::styled(l.as_str(), style))
+            })
+            .collect();
+        f.render_widget(
+            Paragraph::new(lines)
+                .wrap(ratatui::widgets::Wrap { trim: true })
+                .block(Block::bordered().title(" TensorFlow BFC dump ")),
+            a.timeline,
+        );
+    }
     draw_heaps(f, vm, a.heap);
     if !vm.compare {
         if vm.bins.is_some() {
@@ -440,28 +462,29 @@ fn draw_events(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
             Cell::from(e.size.clone()),
             Cell::from(e.address.clone()),
             Cell::from(e.alloc_id.clone()),
+            Cell::from(e.op.clone().unwrap_or_default()),
         ])
         .style(style)
     });
-    let table = Table::new(
-        rows,
-        [
-            Constraint::Length(11),
-            Constraint::Length(13),
-            Constraint::Length(3),
-            Constraint::Length(12),
-            Constraint::Length(12),
-            Constraint::Length(16),
-            Constraint::Min(6),
-        ],
-    )
-    .header(
-        Row::new([
-            "event", "time", "thr", "kind", "size", "address", "alloc id",
-        ])
-        .style(Style::new().add_modifier(Modifier::BOLD)),
-    )
-    .block(Block::bordered().title(format!(" {} ", vm.events_title)));
+    let mut widths = vec![
+        Constraint::Length(11),
+        Constraint::Length(13),
+        Constraint::Length(3),
+        Constraint::Length(12),
+        Constraint::Length(12),
+        Constraint::Length(16),
+        Constraint::Length(9),
+    ];
+    let mut header = vec![
+        "event", "time", "thr", "kind", "size", "address", "alloc id",
+    ];
+    if vm.has_ops {
+        widths.push(Constraint::Min(10));
+        header.push("op");
+    }
+    let table = Table::new(rows, widths)
+        .header(Row::new(header).style(Style::new().add_modifier(Modifier::BOLD)))
+        .block(Block::bordered().title(format!(" {} ", vm.events_title)));
     f.render_widget(table, area);
 }
 

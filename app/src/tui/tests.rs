@@ -377,3 +377,51 @@ fn load_error_is_shown_not_panicked() {
     assert!(text.contains("could not load the trace"), "{text}");
     assert!(text.contains("line 2"), "{text}");
 }
+
+fn tf_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../loaders/tests/data/tf")
+        .join(name)
+}
+
+#[test]
+fn a_bfc_dump_shows_its_heap_bins_and_diagnosis() {
+    let mut s = AppState::new(
+        &tf_fixture("mobilenetv2_oom_memlog_dump.txt.gz"),
+        &["bfc"],
+        PolicyConfig::default(),
+    );
+    load_blocking(&mut s, false, 1).unwrap();
+    // A memory log: events with their TensorFlow op, and the dump it ends in.
+    let text = screen(&mut s, 170, 44);
+    assert!(text.contains(" op "), "{text}");
+    update(&mut s, Msg::End);
+    let text = screen(&mut s, 170, 44);
+    assert!(
+        text.contains("alloc_failed"),
+        "the OOM request is the last event:\n{text}"
+    );
+
+    let mut s = AppState::new(
+        &tf_fixture("mobilenetv2_oom_dump.txt.gz"),
+        &["bfc"],
+        PolicyConfig::default(),
+    );
+    load_blocking(&mut s, false, 1).unwrap();
+    s.export_dir = std::env::temp_dir();
+    let text = screen(&mut s, 150, 44);
+    for want in [
+        "TensorFlow BFC dump",
+        "OOM: 98.00MiB requested (rounded to 102760448)",
+        "not enough memory",
+        "heap: TensorFlow dump of bfc_cpu_allocator_for_gpu",
+        "BFC bins",
+    ] {
+        assert!(text.contains(want), "{want:?} missing:\n{text}");
+    }
+    // Keys do not panic on a history-less input.
+    for c in ['l', 'h', ']', 'n', 'p', 'c', '+', 'e'] {
+        send(&mut s, &key(c));
+        screen(&mut s, 150, 44);
+    }
+}

@@ -155,6 +155,44 @@ pub struct MemInfoCheck {
     pub replay_peak_bytes: u64,
 }
 
+/// The figures `allocview compare` reports for every policy, measured after each event of
+/// this replay (the same definitions as the simulator's replay engine).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReplayMetrics {
+    /// Events of the log replayed (from the checkpoint, or from the start).
+    pub events: u64,
+    /// Highest total region bytes.
+    pub peak_footprint_bytes: u64,
+    pub final_footprint_bytes: u64,
+    /// Highest sum of the requested sizes of live chunks.
+    pub peak_live_bytes: u64,
+    /// Highest sum of chunk sizes in use (TensorFlow's `bytes_in_use`).
+    pub peak_allocated_bytes: u64,
+    /// Lowest fragmentation (1 - live / footprint) while the footprint is at its peak.
+    pub fragmentation_at_peak: f64,
+    /// Event-weighted mean fragmentation.
+    pub mean_fragmentation: f64,
+    /// Wall-clock seconds of the replay.
+    pub replay_seconds: f64,
+}
+
+impl ReplayMetrics {
+    fn observe(&mut self, c: &Counters, frag_sum: &mut f64) {
+        let frag = allocview_sim::metrics::fragmentation(c);
+        self.events += 1;
+        *frag_sum += frag;
+        if c.footprint_bytes > self.peak_footprint_bytes || self.events == 1 {
+            self.peak_footprint_bytes = c.footprint_bytes;
+            self.fragmentation_at_peak = frag;
+        } else if c.footprint_bytes == self.peak_footprint_bytes {
+            self.fragmentation_at_peak = self.fragmentation_at_peak.min(frag);
+        }
+        self.peak_live_bytes = self.peak_live_bytes.max(c.live_bytes);
+        self.peak_allocated_bytes = self.peak_allocated_bytes.max(c.allocated_bytes);
+        self.final_footprint_bytes = c.footprint_bytes;
+    }
+}
+
 /// What a replay found.
 #[derive(Clone, Debug)]
 pub struct Fidelity {
@@ -189,6 +227,8 @@ pub struct Fidelity {
     pub regions_replayed: Vec<(u64, u64)>,
     /// The allocator at the end of the replay (for heap maps).
     pub final_state: Bfc,
+    /// The same figures `allocview compare` reports for every policy, measured on this replay.
+    pub metrics: ReplayMetrics,
 }
 
 impl Fidelity {
@@ -785,6 +825,9 @@ struct Replayer {
     /// TF's allocation counter where the replay starts.
     first_tf_id: i64,
     variables_replayed: u64,
+    metrics: ReplayMetrics,
+    frag_sum: f64,
+    started: std::time::Instant,
 }
 
 impl Replayer {
@@ -820,6 +863,9 @@ impl Replayer {
             next_meminfo,
             first_tf_id,
             variables_replayed: 0,
+            metrics: ReplayMetrics::default(),
+            frag_sum: 0.0,
+            started: std::time::Instant::now(),
         }
     }
 
@@ -1001,6 +1047,8 @@ impl Replayer {
                 }
                 EventKind::FreeNull => {}
             }
+            let c = self.bfc.counters();
+            self.metrics.observe(&c, &mut self.frag_sum);
         }
         let last = log.records.len().saturating_sub(1);
         for (id, v) in std::mem::take(&mut due) {
@@ -1179,8 +1227,17 @@ impl Replayer {
         });
     }
 
-    fn finish(self, log: &TfMemoryLog, start: ReplayStart) -> Fidelity {
+    fn finish(mut self, log: &TfMemoryLog, start: ReplayStart) -> Fidelity {
         let s = self.bfc.stats();
+        // The frees still held back at the end are applied by `run`: count the final state.
+        let c = self.bfc.counters();
+        self.metrics.final_footprint_bytes = c.footprint_bytes;
+        self.metrics.mean_fragmentation = if self.metrics.events == 0 {
+            0.0
+        } else {
+            self.frag_sum / self.metrics.events as f64
+        };
+        self.metrics.replay_seconds = self.started.elapsed().as_secs_f64();
         let mut replayed: Vec<RegionInfo> = self.bfc.regions();
         // Creation order: the logged bases are consumed in order, so sort by the logged order.
         let order: HashMap<u64, usize> = log
@@ -1211,6 +1268,7 @@ impl Replayer {
             regions_logged: log.regions.iter().map(|r| (r.base, r.size_bytes)).collect(),
             regions_replayed: replayed.iter().map(|r| (r.base, r.size_bytes)).collect(),
             final_state: self.bfc,
+            metrics: self.metrics,
         }
     }
 }
