@@ -66,6 +66,9 @@ enum Command {
     Record(cmd::record::RecordArgs),
     /// Convert a trace between the text form and allocview's binary form, losslessly.
     Convert(cmd::convert::ConvertArgs),
+    /// Plan buffers with known lifetimes (a minimalloc CSV, a JSON graph plan, a trace or a TF
+    /// memory log) with static planners, against the lower bound.
+    Plan(cmd::plan::PlanArgs),
 }
 
 fn main() -> ExitCode {
@@ -79,6 +82,7 @@ fn main() -> ExitCode {
         (Some(Command::Gui(args)), _) => gui::run(&args),
         (Some(Command::Record(args)), _) => cmd::record::run(&args),
         (Some(Command::Convert(args)), _) => cmd::convert::run(&args),
+        (Some(Command::Plan(args)), _) => cmd::plan::run(&args),
         (None, Some(file)) => explore(&file, &cli.policies, &cli.input, cli.goto),
         (None, None) => {
             eprintln!("usage: allocview FILE  (or allocview --help)");

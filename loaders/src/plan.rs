@@ -82,7 +82,7 @@ pub struct MemoryPlan {
     pub format: PlanFormat,
     /// One row per buffer; see the module docs.
     pub buffers: DataFrame,
-    /// What one unit of `lower` and `upper` is ("operator", "event", ...).
+    /// What one unit of `lower` and `upper` is, in the singular ("operator", "event", ...).
     pub time_unit: &'static str,
     /// What the conversion chose or skipped, for the user (e.g. which step of a memory log).
     pub notes: Vec<String>,
@@ -352,31 +352,40 @@ pub fn load_plan_file(path: &Path, opts: &LoadOptions) -> Result<MemoryPlan, Loa
 /// When the file is none of these or fails to load or convert.
 pub fn load_any(path: &Path, opts: &PlanLoadOptions) -> Result<MemoryPlan, LoadError> {
     let start = Instant::now();
-    let mut plan = match crate::detect(path)? {
-        crate::InputKind::Plan(_) => return load_plan_file(path, &opts.load),
-        crate::InputKind::MallocTrace | crate::InputKind::BinaryTrace => {
-            let crate::Loaded::MallocTrace(trace) = crate::load(path, &opts.load)? else {
-                return Err(LoadError::format(path, "expected a malloc trace"));
-            };
-            let view = crate::trace_view(&trace.events, path)?;
-            let mut plan = from_trace::plan_from_trace(&view, path)?;
-            plan.notes.extend(trace.summary.warnings());
-            plan
-        }
-        crate::InputKind::TfMemoryLog => {
-            let log = crate::tf::memlog::load_memory_log(path)?;
-            let mut plan = from_tf::plan_from_memory_log(&log, opts.step, path)?;
-            plan.notes.extend(log.summary.warnings());
-            plan
-        }
-        crate::InputKind::TfBfcDump => {
-            return Err(LoadError::format(
-                path,
-                "a BFC dump is one moment of a heap and holds no lifetimes, so there is nothing \
-                 to plan (a TensorFlow memory log of the same run has them)",
-            ));
-        }
+    let loaded = crate::load(path, &opts.load)?;
+    let warnings = match &loaded {
+        crate::Loaded::MallocTrace(t) => t.summary.warnings(),
+        crate::Loaded::TfMemoryLog(log) => log.summary.warnings(),
+        crate::Loaded::Plan(_) | crate::Loaded::TfBfcDump(_) => Vec::new(),
     };
+    let mut plan = from_loaded(loaded, path, opts.step)?;
+    plan.notes.extend(warnings);
     plan.load_seconds = start.elapsed().as_secs_f64();
     Ok(plan)
+}
+
+/// The plan of any loaded input: a plan as it is, a trace or a memory log converted
+/// ([`from_trace`], [`from_tf`] with `step`). The conversions' `load_seconds` are 0, and their
+/// notes say what was converted, not what the loader warned about ([`load_any`] adds that).
+///
+/// # Errors
+/// A BFC dump (no lifetimes), or a conversion error.
+pub fn from_loaded(
+    loaded: crate::Loaded,
+    path: &Path,
+    step: Option<i64>,
+) -> Result<MemoryPlan, LoadError> {
+    match loaded {
+        crate::Loaded::Plan(plan) => Ok(*plan),
+        crate::Loaded::MallocTrace(trace) => {
+            let view = crate::trace_view(&trace.events, path)?;
+            from_trace::plan_from_trace(&view, path)
+        }
+        crate::Loaded::TfMemoryLog(log) => from_tf::plan_from_memory_log(&log, step, path),
+        crate::Loaded::TfBfcDump(_) => Err(LoadError::format(
+            path,
+            "a BFC dump is one moment of a heap and holds no lifetimes, so there is nothing to \
+             plan (a TensorFlow memory log of the same run has them)",
+        )),
+    }
 }

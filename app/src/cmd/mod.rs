@@ -13,6 +13,7 @@ pub mod bench;
 pub mod compare;
 pub mod convert;
 pub mod load;
+pub mod plan;
 pub mod record;
 pub mod report;
 pub mod stats;

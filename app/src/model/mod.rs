@@ -3,5 +3,6 @@
 
 pub mod export;
 pub mod heapmap;
+pub mod plan_view;
 pub mod state;
 pub mod view;

@@ -169,7 +169,7 @@ pub fn plan_from_memory_log(
         path: path.to_path_buf(),
         format: PlanFormat::TfMemoryLog,
         buffers,
-        time_unit: "memory-log event of the step",
+        time_unit: "step event",
         notes,
         load_seconds: 0.0,
     })

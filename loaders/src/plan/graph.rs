@@ -341,17 +341,14 @@ pub fn load_graph_json(path: &Path) -> Result<MemoryPlan, LoadError> {
             ),
         )
     })?;
-    let (rows, n_ops) = parse_graph_json(&text).map_err(|m| LoadError::format(path, m))?;
+    let (rows, _) = parse_graph_json(&text).map_err(|m| LoadError::format(path, m))?;
     let buffers = rows_frame(&rows, FrameColumns { align: false })?;
     Ok(MemoryPlan {
         path: path.to_path_buf(),
         format: PlanFormat::GraphJson,
         buffers,
         time_unit: "operator",
-        notes: vec![format!(
-            "{n_ops} operators, {} tensors; lifetimes from producer to last reader",
-            rows.len()
-        )],
+        notes: Vec::new(),
         load_seconds: start.elapsed().as_secs_f64(),
     })
 }

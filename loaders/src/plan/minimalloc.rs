@@ -446,9 +446,6 @@ pub fn load_minimalloc_csv(path: &Path, strictness: Strictness) -> Result<Memory
     if let StreamEnd::Truncated(why) = end {
         notes.push(format!("the compressed stream is truncated ({why})"));
     }
-    if summary.inclusive_end {
-        notes.push("`end` is inclusive in this header: upper = end + 1".to_owned());
-    }
     if summary.rows_with_gaps > 0 {
         notes.push(format!(
             "{} buffers have gaps, ignored: they are planned as live throughout",
