@@ -109,11 +109,19 @@ pub enum TraceError {
     #[error("event {event}: unknown kind code {code}")]
     BadKind { event: usize, code: u8 },
     #[error("event {event}: allocation id {got} out of order (expected {expected})")]
-    BadAllocId { event: usize, got: u32, expected: u32 },
+    BadAllocId {
+        event: usize,
+        got: u32,
+        expected: u32,
+    },
     #[error("event {event}: free of allocation {id}, which is not live")]
     FreeNotLive { event: usize, id: u32 },
     #[error("event {event}: time goes backwards ({t_ns} ns after {prev_t_ns} ns)")]
-    TimeBackwards { event: usize, t_ns: i64, prev_t_ns: i64 },
+    TimeBackwards {
+        event: usize,
+        t_ns: i64,
+        prev_t_ns: i64,
+    },
     #[error("trace has more than {} allocations", u32::MAX - 1)]
     TooManyAllocs,
 }
@@ -293,7 +301,10 @@ mod tests {
         t.free(1, a);
         assert!(t.view().is_ok());
         t.free(2, a);
-        assert_eq!(t.view().unwrap_err(), TraceError::FreeNotLive { event: 2, id: a });
+        assert_eq!(
+            t.view().unwrap_err(),
+            TraceError::FreeNotLive { event: 2, id: a }
+        );
 
         let err = TraceView::new(&[0], &[0], &[1], &[5]).unwrap_err();
         assert!(matches!(err, TraceError::BadAllocId { got: 5, .. }));

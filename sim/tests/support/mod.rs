@@ -47,7 +47,8 @@ pub fn read_trace(path: &Path) -> OwnedTrace {
         let size: i64 = cols.next().unwrap().parse().unwrap();
         let ptr = cols.next().unwrap();
         let (sec, usec) = t.split_once('.').unwrap();
-        let t_ns = sec.parse::<i64>().unwrap() * 1_000_000_000 + usec.parse::<i64>().unwrap() * 1000;
+        let t_ns =
+            sec.parse::<i64>().unwrap() * 1_000_000_000 + usec.parse::<i64>().unwrap() * 1000;
         let addr = if ptr == "(nil)" {
             0
         } else {
