@@ -652,3 +652,30 @@ fn frame_has_the_documented_schema() {
     let parent = plan.buffers.column("parent").unwrap();
     assert_eq!(parent.null_count(), 4);
 }
+
+#[test]
+fn readme_json_example_means_what_the_readme_says() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let section = &readme[readme.find("**JSON graph plan**").unwrap()..];
+    let start = section.find("```json\n").unwrap() + "```json\n".len();
+    let end = start + section[start..].find("```").unwrap();
+    let path = write("readme_example.json", &section[start..end]);
+    let pb = buffers(&path);
+    let at = index(&pb);
+    let span = |id: &str| (pb.buffers[at[id]].lower, pb.buffers[at[id]].upper);
+    assert_eq!(span("x"), (0, 5));
+    assert_eq!(span("c1"), (1, 3));
+    assert_eq!(span("r1"), (2, 4));
+    assert_eq!(span("p"), (6, 7));
+    assert_eq!(pb.buffers[at["r1"]].overwrite.unwrap().parent, at["c1"]);
+    assert_eq!(
+        pb.buffers[at["s_hi"]].overwrite,
+        Some(Overwrite {
+            parent: at["s"],
+            offset_bytes: 401_408
+        })
+    );
+    assert_eq!(max_live_bytes(&pb.buffers).unwrap(), 3 * 802_816);
+}
