@@ -76,3 +76,10 @@ pub fn heat(v: f64) -> Rgb {
     let ramp = |a: f64, b: f64| (a + (b - a) * v).round().clamp(0.0, 255.0) as u8;
     Rgb(ramp(40.0, 255.0), ramp(30.0, 220.0), ramp(90.0, 60.0))
 }
+
+/// A darker shade of `c` (for telling neighbours apart).
+#[must_use]
+pub fn shade(c: Rgb) -> Rgb {
+    let d = |v: u8| (f64::from(v) * 0.72).round() as u8;
+    Rgb(d(c.0), d(c.1), d(c.2))
+}

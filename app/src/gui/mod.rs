@@ -614,6 +614,50 @@ impl GuiApp {
     }
 }
 
+/// The plan picture as a texture, the lower bound as a line across it.
+fn plan_ui(ui: &mut egui::Ui, p: &crate::model::view::PlanVm) {
+    use crate::model::plan_view::PlanCell;
+    let g = &p.grid;
+    ui.strong(&p.title);
+    let px: Vec<Color32> = g
+        .cells
+        .iter()
+        .map(|c| match c {
+            // Alternate shades tell neighbouring buffers of one size class apart.
+            PlanCell::Buffer { class, index } if index % 2 == 1 => {
+                col(theme::class(*class)).gamma_multiply(0.72)
+            }
+            PlanCell::Buffer { class, .. } => col(theme::class(*class)),
+            PlanCell::Empty => col(theme::FREE),
+        })
+        .collect();
+    let tex = ui.ctx().load_texture(
+        "plan",
+        ColorImage::new([g.width, g.height], px),
+        TextureOptions::NEAREST,
+    );
+    let size = ui.available_size() - egui::vec2(0.0, 24.0);
+    let resp = ui.add(
+        egui::Image::new(&tex)
+            .maintain_aspect_ratio(false)
+            .fit_to_exact_size(size),
+    );
+    let y = resp.rect.top()
+        + resp.rect.height() * (g.lower_bound_row as f32 + 0.5) / g.height.max(1) as f32;
+    ui.painter().hline(
+        resp.rect.x_range(),
+        y,
+        egui::Stroke::new(2.0, col(theme::CURSOR)),
+    );
+    ui.small(format!(
+        "yellow line: the lower bound (max live) {}; top {}; time {}..{}",
+        format::bytes(g.lower_bound_bytes),
+        format::bytes(g.top_bytes),
+        g.time_start,
+        g.time_end
+    ));
+}
+
 fn describe_block(state: &AppState, b: &allocview_sim::policy::Block) -> String {
     match b.state {
         BlockState::Free => format!(
@@ -692,6 +736,7 @@ impl eframe::App for GuiApp {
             heap_cells: 64 * 64,
             event_rows: 12,
             heat_columns: 512,
+            plan_size: (640, 320),
         };
         let vms: Vec<ViewModel> = self
             .runs
@@ -733,6 +778,14 @@ impl eframe::App for GuiApp {
                         .show_percentage(),
                 );
             });
+        } else if let Some(p) = &vm.plan {
+            egui::Panel::top("plan-text").show(ui, |ui| {
+                ui.heading("memory plan");
+                for l in &p.lines {
+                    ui.monospace(l);
+                }
+            });
+            egui::CentralPanel::default().show(ui, |ui| plan_ui(ui, p));
         } else {
             if vm.timeline.is_some() {
                 egui::Panel::top("timeline")

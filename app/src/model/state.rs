@@ -37,6 +37,8 @@ pub struct TraceData {
     pub warnings: Vec<String>,
     /// A TensorFlow BFC dump: the file itself, or the one a memory log ends in.
     pub dump: Option<DumpData>,
+    /// A memory plan: its buffers and the plans the explorers can show.
+    pub plan: Option<PlanData>,
     /// Birth and death event of every allocation id, built on first use (8 bytes per
     /// allocation; only the desktop app's hover needs it).
     lifetimes: std::sync::OnceLock<Vec<(u32, u32)>>,
@@ -93,6 +95,57 @@ impl DumpData {
     }
 }
 
+/// A memory plan file in the explorers: its buffers and a few plans of them.
+pub struct PlanData {
+    pub buffers: Vec<allocview_sim::plan::Buffer>,
+    /// `(planner name, plan)`: the file's own offsets first when it has them, then planners
+    /// fast enough to run at load (greedy-by-size, pushdown).
+    pub plans: Vec<(String, allocview_sim::plan::Plan)>,
+    pub lower_bound_bytes: u64,
+    pub naive_bytes: u64,
+    /// What one unit of time is ("operator", "event").
+    pub time_unit: &'static str,
+}
+
+impl PlanData {
+    fn of(p: &allocview_loaders::plan::MemoryPlan) -> Result<Self, String> {
+        use allocview_sim::plan::{Plan, PlanOptions, run_planner};
+        let pb = p.to_buffers().map_err(|e| e.to_string())?;
+        let lower_bound_bytes =
+            allocview_sim::plan::max_live_bytes(&pb.buffers).map_err(|e| e.to_string())?;
+        let naive_bytes = pb.buffers.iter().map(|b| b.size_bytes).sum();
+        let mut plans = Vec::new();
+        if let Some(offsets) = &pb.planned_offsets {
+            let total_bytes = pb
+                .buffers
+                .iter()
+                .zip(offsets)
+                .map(|(b, &o)| o + b.size_bytes)
+                .max()
+                .unwrap_or(0);
+            let plan = Plan {
+                offsets: offsets.clone(),
+                total_bytes,
+            };
+            if allocview_sim::plan::validate(&pb.buffers, &plan).is_ok() {
+                plans.push(("the file's offsets".to_owned(), plan));
+            }
+        }
+        for name in ["greedy-by-size", "pushdown"] {
+            let r = run_planner(name, &pb.buffers, &PlanOptions::default())
+                .map_err(|e| e.to_string())?;
+            plans.push((name.to_owned(), r.plan));
+        }
+        Ok(Self {
+            buffers: pb.buffers,
+            plans,
+            lower_bound_bytes,
+            naive_bytes,
+            time_unit: p.time_unit,
+        })
+    }
+}
+
 /// `lifetimes` value for an allocation never freed.
 const NEVER: u32 = u32::MAX;
 
@@ -132,12 +185,20 @@ impl TraceData {
                 0.0,
                 Some(DumpData::of(&d)),
             ),
-            Loaded::Plan(_) => {
-                return Err(format!(
-                    "{} is a memory plan: `allocview plan {}` runs the planners on it",
-                    path.display(),
-                    path.display()
-                ));
+            Loaded::Plan(p) => {
+                let plan = PlanData::of(&p)?;
+                return Ok(Self {
+                    path: path.to_path_buf(),
+                    format: "memory-plan",
+                    events: DataFrame::empty(),
+                    threads: DataFrame::empty(),
+                    load_seconds: p.load_seconds,
+                    num_allocs: 0,
+                    warnings,
+                    dump: None,
+                    plan: Some(plan),
+                    lifetimes: std::sync::OnceLock::new(),
+                });
             }
         };
         let num_allocs = if events.height() == 0 {
@@ -156,6 +217,7 @@ impl TraceData {
             num_allocs,
             warnings,
             dump,
+            plan: None,
             lifetimes: std::sync::OnceLock::new(),
         })
     }
@@ -447,6 +509,8 @@ pub struct AppState {
     pub export_dir: PathBuf,
     /// Where to put the cursor once loaded (`--goto`: an event, a time or `peak`).
     pub initial_goto: Option<String>,
+    /// For a plan file: which of its plans is shown (`p` cycles).
+    pub plan_index: usize,
 }
 
 /// Everything that can happen to the model.
@@ -524,6 +588,7 @@ impl AppState {
             config,
             export_dir: PathBuf::from("."),
             initial_goto: None,
+            plan_index: 0,
         }
     }
 
@@ -723,11 +788,11 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
         };
         tx.send(Msg::Loaded(Ok(Arc::clone(&data)))).ok();
         if data.is_empty() {
-            // A BFC dump: one moment of a heap, nothing to replay.
+            // A BFC dump or a plan: nothing to replay.
             for i in 0..names.len() {
                 tx.send(Msg::Replayed(
                     i,
-                    Err("a BFC dump has no events to replay".to_owned()),
+                    Err("this input has no events to replay".to_owned()),
                 ))
                 .ok();
             }
@@ -916,6 +981,15 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
                     );
                 }
             }
+        }
+        Msg::CyclePolicy(d) if state.data.as_ref().is_some_and(|x| x.plan.is_some()) => {
+            let k = state
+                .data
+                .as_ref()
+                .and_then(|x| x.plan.as_ref())
+                .map_or(1, |p| p.plans.len().max(1)) as i64;
+            state.plan_index =
+                usize::try_from((state.plan_index as i64 + d).rem_euclid(k)).unwrap_or(0);
         }
         Msg::CyclePolicy(d) => {
             let k = state.policies.len().max(1) as i64;

@@ -19,6 +19,8 @@ pub struct Viewport {
     pub event_rows: usize,
     /// Columns of the class heatmap.
     pub heat_columns: usize,
+    /// Cells of a plan picture, width x height.
+    pub plan_size: (usize, usize),
 }
 
 /// One line of the timeline.
@@ -136,6 +138,17 @@ pub struct ViewModel {
     pub dump_lines: Vec<String>,
     /// True when the events carry operation names (a column to show).
     pub has_ops: bool,
+    /// For a memory plan: the offset-by-time picture.
+    pub plan: Option<PlanVm>,
+}
+
+/// The offset-by-time picture of a plan (time across, address up) with its bound.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanVm {
+    pub grid: super::plan_view::PlanGrid,
+    pub title: String,
+    /// Totals, bound and ratios, one line each.
+    pub lines: Vec<String>,
 }
 
 /// Keys and what they do, for the help overlay (and the README).
@@ -197,6 +210,7 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
         compare: state.mode == Mode::Compare,
         dump_lines: Vec::new(),
         has_ops: false,
+        plan: None,
     };
     let Some(data) = state.data.as_ref() else {
         if vm.error.is_none() {
@@ -223,6 +237,9 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
     if data.is_empty() {
         if let Some(d) = &data.dump {
             dump_screen(&mut vm, d, data, vp);
+        }
+        if let Some(p) = &data.plan {
+            plan_screen(&mut vm, p, state, vp);
         }
         return vm;
     }
@@ -429,6 +446,60 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
         at
     );
     vm
+}
+
+/// A memory plan: the picture of the selected plan, the bound, and how the plans compare.
+fn plan_screen(vm: &mut ViewModel, p: &super::state::PlanData, state: &AppState, vp: &Viewport) {
+    let Some((name, plan)) = p
+        .plans
+        .get(state.plan_index.min(p.plans.len().saturating_sub(1)))
+    else {
+        return;
+    };
+    // The picture takes the heap map's room; the frontend passes cells as width x height.
+    let width = vp.plan_size.0.max(1);
+    let height = vp.plan_size.1.max(1);
+    let grid =
+        super::plan_view::rasterise(&p.buffers, plan, p.lower_bound_bytes, None, width, height);
+    let ratio = |t: u64| {
+        if p.lower_bound_bytes == 0 {
+            0.0
+        } else {
+            t as f64 / p.lower_bound_bytes as f64
+        }
+    };
+    let mut lines = vec![format!(
+        "{} buffers; lower bound (max live) {}; sum of sizes {}",
+        format::count(p.buffers.len() as u64),
+        format::bytes(p.lower_bound_bytes),
+        format::bytes(p.naive_bytes)
+    )];
+    for (n, pl) in &p.plans {
+        lines.push(format!(
+            "{}{n}: {} ({:.3} x the bound)",
+            if n == name { "> " } else { "  " },
+            format::bytes(pl.total_bytes),
+            ratio(pl.total_bytes)
+        ));
+    }
+    lines.push("p: next plan   allocview plan FILE runs every planner".to_owned());
+    vm.plan = Some(PlanVm {
+        grid,
+        title: format!(
+            "plan: {name}, {} of pool (time across in {}s, address up)",
+            format::bytes(plan.total_bytes),
+            p.time_unit
+        ),
+        lines,
+    });
+    vm.events_title = "a plan has no events".to_owned();
+    vm.status.left = format!("{}  memory plan", state.path.display());
+    vm.status.right = format!(
+        "{}: {} = {:.3} x the lower bound",
+        name,
+        format::bytes(plan.total_bytes),
+        ratio(plan.total_bytes)
+    );
 }
 
 /// A BFC dump has no history: its heap map, bins and what it says about the OOM.

@@ -87,6 +87,13 @@ pub fn viewport(a: &Areas, compare: bool, panels: usize) -> Viewport {
         heap_cells: usize::from(per_panel_width) * usize::from(heap_inner.height.saturating_sub(2)),
         event_rows: usize::from(a.events.height.saturating_sub(3)),
         heat_columns: usize::from(a.heat.width.saturating_sub(6)),
+        plan_size: {
+            let r = plan_rects(a).1;
+            (
+                usize::from(r.width.saturating_sub(2)),
+                usize::from(r.height.saturating_sub(3)),
+            )
+        },
     }
 }
 
@@ -130,6 +137,14 @@ pub fn draw(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
                 .label(label.as_str()),
             mid,
         );
+        return;
+    }
+    if let Some(p) = &vm.plan {
+        draw_plan(f, p, a);
+        draw_status(f, vm, a.status);
+        if let Some(help) = &vm.help {
+            draw_help(f, help, area);
+        }
         return;
     }
     if vm.timeline.is_some() {
@@ -269,6 +284,77 @@ fn draw_timeline(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
         )
         .legend_position(None);
     f.render_widget(chart, a.timeline);
+}
+
+/// For a plan: a short text box on top, the picture below it over the rest of the screen.
+fn plan_rects(a: &Areas) -> (Rect, Rect) {
+    let top = a.timeline.y;
+    let bottom = a.status.y;
+    let text_h = 7.min(bottom.saturating_sub(top));
+    let text = Rect {
+        height: text_h,
+        ..a.timeline
+    };
+    let picture = Rect {
+        x: a.timeline.x,
+        y: top + text_h,
+        width: a.timeline.width,
+        height: bottom.saturating_sub(top + text_h),
+    };
+    (text, picture)
+}
+
+fn draw_plan(f: &mut Frame<'_>, p: &crate::model::view::PlanVm, a: &Areas) {
+    use crate::model::plan_view::PlanCell;
+    let g = &p.grid;
+    let mut lines: Vec<Line<'_>> = Vec::with_capacity(g.height + 1);
+    for row in 0..g.height {
+        let on_bound = row == g.lower_bound_row;
+        let spans: Vec<Span<'_>> = (0..g.width)
+            .map(|col| match g.cell(col, row) {
+                Some(PlanCell::Buffer { class, index }) => {
+                    // Alternate shades tell neighbouring buffers of one size class apart.
+                    let bg = if index % 2 == 1 {
+                        theme::shade(theme::class(class))
+                    } else {
+                        theme::class(class)
+                    };
+                    Span::styled(
+                        if on_bound { "─" } else { " " },
+                        Style::new().fg(c(theme::CURSOR)).bg(c(bg)),
+                    )
+                }
+                _ if on_bound => Span::styled("─", Style::new().fg(c(theme::CURSOR))),
+                _ => Span::raw(" "),
+            })
+            .collect();
+        lines.push(Line::from(spans));
+    }
+    lines.push(Line::from(Span::styled(
+        format!(
+            "─ lower bound {}   top {}   time {}..{}",
+            crate::format::bytes(g.lower_bound_bytes),
+            crate::format::bytes(g.top_bytes),
+            g.time_start,
+            g.time_end
+        ),
+        Style::new().fg(c(theme::CURSOR)),
+    )));
+    let (text, area) = plan_rects(a);
+    f.render_widget(
+        Paragraph::new(
+            p.lines
+                .iter()
+                .map(|l| Line::from(l.as_str()))
+                .collect::<Vec<_>>(),
+        )
+        .block(Block::bordered().title(" memory plan ")),
+        text,
+    );
+    f.render_widget(
+        Paragraph::new(lines).block(Block::bordered().title(format!(" {} ", p.title))),
+        area,
+    );
 }
 
 fn cell_style(k: CellKind) -> (char, Style) {

@@ -282,6 +282,7 @@ fn filter_limits_the_event_list() {
         heap_cells: 100,
         event_rows: 30,
         heat_columns: 20,
+        plan_size: (40, 20),
     };
     let vm = crate::model::view::view_model(&s, &vp);
     let rows: Vec<_> = vm.events.iter().filter(|r| !r.is_cursor).collect();
@@ -423,5 +424,34 @@ fn a_bfc_dump_shows_its_heap_bins_and_diagnosis() {
     for c in ['l', 'h', ']', 'n', 'p', 'c', '+', 'e'] {
         send(&mut s, &key(c));
         screen(&mut s, 150, 44);
+    }
+}
+
+#[test]
+fn a_plan_shows_its_picture_and_the_bound() {
+    let plan = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/plans/resnet50.csv");
+    let mut s = AppState::new(&plan, &["bfc"], PolicyConfig::default());
+    load_blocking(&mut s, false, 1).unwrap();
+    let text = screen(&mut s, 120, 36);
+    assert!(
+        text.contains("176 buffers; lower bound (max live) 9.19 MiB"),
+        "{text}"
+    );
+    assert!(
+        text.contains("> greedy-by-size: 9.19 MiB (1.000 x the bound)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("pushdown: 10.7 MiB (1.167 x the bound)"),
+        "{text}"
+    );
+    assert!(text.contains("─ lower bound 9.19 MiB"), "{text}");
+    // p shows the next plan.
+    send(&mut s, &key('p'));
+    let text = screen(&mut s, 120, 36);
+    assert!(text.contains("plan: pushdown"), "{text}");
+    assert!(text.contains("> pushdown"), "{text}");
+    for (w, h) in [(20, 6), (40, 10), (200, 60)] {
+        screen(&mut s, w, h);
     }
 }
