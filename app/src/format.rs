@@ -31,7 +31,7 @@ pub fn bytes_compact(n: u64) -> String {
     const UNITS: [&str; 6] = ["", "K", "M", "G", "T", "P"];
     let mut v = n;
     let mut unit = 0;
-    while v >= 1024 && v % 1024 == 0 && unit + 1 < UNITS.len() {
+    while v >= 1024 && v.is_multiple_of(1024) && unit + 1 < UNITS.len() {
         v /= 1024;
         unit += 1;
     }
@@ -44,7 +44,7 @@ pub fn count(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

@@ -1,4 +1,5 @@
 //! `allocview stats` as a user runs it: the real binary on the bundled sample traces.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,4 +1,5 @@
 //! The commands on real TensorFlow output (committed fixtures; no TensorFlow needed).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

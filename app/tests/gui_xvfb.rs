@@ -1,6 +1,7 @@
 //! The desktop explorer in a real X server (Xvfb): start it on a sample trace, let it load and
 //! replay, take a screenshot of the window and check that it shows something. Skips (with a
 //! message) where xvfb-run is not installed; CI installs it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 #![cfg(feature = "gui")]
 
 use std::collections::HashSet;

@@ -1,4 +1,5 @@
 //! `allocview report` as a user runs it: every file written, charts that are real pictures.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::path::Path;
 use std::process::Command;

@@ -1,5 +1,6 @@
 //! The terminal explorer end to end: the real binary in tmux, real keys, the screen read back
 //! with capture-pane. Skips (with a message) where tmux is not installed; CI installs it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::path::Path;
 use std::process::Command;

@@ -1,4 +1,5 @@
 //! The malloc-trace loader on real traces: reference statistics, semantics, bad input.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::path::{Path, PathBuf};
 

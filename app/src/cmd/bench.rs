@@ -233,12 +233,11 @@ fn replay_rates(args: &BenchArgs) -> Result<()> {
                     if let (Ok(p), Some(slot)) = (policy.alloc(req), addrs.get_mut(id as usize)) {
                         *slot = p.addr;
                     }
-                } else if k == EventKind::Free.code() {
-                    if let Some(&a) = addrs.get(id as usize) {
-                        if a != u64::MAX {
-                            policy.free(a).ok();
-                        }
-                    }
+                } else if k == EventKind::Free.code()
+                    && let Some(&a) = addrs.get(id as usize)
+                    && a != u64::MAX
+                {
+                    policy.free(a).ok();
                 }
             }
             bare_best = bare_best.min(t.elapsed().as_secs_f64());

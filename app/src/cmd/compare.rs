@@ -178,11 +178,11 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     let max_live = max_live_bytes(&view);
     let mut rows: Vec<Row> = Vec::new();
     for &name in &names {
-        if name == "bfc" {
-            if let Some(log) = tf_bfc {
-                rows.push(tf_bfc_row(log, &config, args.from_start)?);
-                continue;
-            }
+        if name == "bfc"
+            && let Some(log) = tf_bfc
+        {
+            rows.push(tf_bfc_row(log, &config, args.from_start)?);
+            continue;
         }
         let Some(run) = runs.iter().find(|r| r.name == name) else {
             continue;

@@ -349,11 +349,11 @@ impl GuiApp {
         let b = resp.transform.bounds();
         self.visible_s = (b.min()[0].max(0.0), b.max()[0].max(0.0));
         let r = &resp.response;
-        if r.clicked() || r.dragged_by(egui::PointerButton::Primary) {
-            if let Some(pos) = r.interact_pointer_pos() {
-                let x_s = resp.transform.value_from_position(pos).x;
-                self.send(Msg::GotoTime(x_s * 1e9));
-            }
+        if (r.clicked() || r.dragged_by(egui::PointerButton::Primary))
+            && let Some(pos) = r.interact_pointer_pos()
+        {
+            let x_s = resp.transform.value_from_position(pos).x;
+            self.send(Msg::GotoTime(x_s * 1e9));
         }
     }
 
@@ -420,23 +420,20 @@ impl GuiApp {
                         let cy = (rel.y / cell_px) as usize;
                         let cell = cy * cols + cx;
                         let offset = start + cell as u64 * map.bytes_per_cell;
-                        if let Some(bi) = heapmap::block_at_offset(&h.blocks, offset) {
-                            if let Some(b) = h.blocks.get(bi) {
+                        if let Some(bi) = heapmap::block_at_offset(&h.blocks, offset)
+                            && let Some(b) = h.blocks.get(bi) {
                                 let text = describe_block(state, b);
                                 resp.clone().on_hover_text(text);
-                                if let BlockState::Used { id, .. } = b.state {
-                                    if let Some(data) = &state.data {
-                                        if let Some((birth, death)) = data.lifetime(id) {
+                                if let BlockState::Used { id, .. } = b.state
+                                    && let Some(data) = &state.data
+                                        && let Some((birth, death)) = data.lifetime(id) {
                                             if resp.clicked() {
                                                 jump = Some(birth);
                                             } else if resp.secondary_clicked() {
                                                 jump = death.or(Some(birth));
                                             }
                                         }
-                                    }
-                                }
                             }
-                        }
                         let scroll = ui.input(|inp| inp.smooth_scroll_delta.y);
                         if scroll.abs() > 0.0 {
                             let frac = f64::from(cell as u32) / (cols * rows) as f64;
@@ -849,10 +846,10 @@ impl GuiApp {
                 let error = Arc::new(Mutex::new(None));
                 let (d, e, c) = (Arc::clone(&done), Arc::clone(&error), ctx.clone());
                 ctx.request_screenshot(move |img| {
-                    if let Err(err) = save_png(&path, &img) {
-                        if let Ok(mut slot) = e.lock() {
-                            *slot = Some(err);
-                        }
+                    if let Err(err) = save_png(&path, &img)
+                        && let Ok(mut slot) = e.lock()
+                    {
+                        *slot = Some(err);
                     }
                     d.store(true, Ordering::SeqCst);
                     c.request_repaint();

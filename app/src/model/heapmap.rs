@@ -110,10 +110,10 @@ pub fn rasterise_window(blocks: &[Block], start: u64, len: u64, n_cells: usize) 
                     if let Some(v) = used.get_mut(c) {
                         *v += n;
                     }
-                    if let Some(slot) = used_class.get_mut(c) {
-                        if n > slot.1 {
-                            *slot = (class, n);
-                        }
+                    if let Some(slot) = used_class.get_mut(c)
+                        && n > slot.1
+                    {
+                        *slot = (class, n);
                     }
                 });
                 add(pos + req, b.len_bytes - req, &mut |c, n| {

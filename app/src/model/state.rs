@@ -714,10 +714,8 @@ impl AppState {
                     let w = s.live_bytes.max.get(o).copied().unwrap_or(0);
                     w < v || (w == v && o >= b)
                 });
-                if is_peak {
-                    if let Some(e) = self.peak_event_in_bucket(r, b) {
-                        marks.push(e);
-                    }
+                if is_peak && let Some(e) = self.peak_event_in_bucket(r, b) {
+                    marks.push(e);
                 }
             }
         }

@@ -297,31 +297,30 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
     }
 
     // BFC bins of the selected policy.
-    if state.mode == Mode::Single {
-        if let Some(bins) = state
+    if state.mode == Mode::Single
+        && let Some(bins) = state
             .heaps
             .get(state.selected)
             .and_then(Option::as_ref)
             .and_then(|h| h.bins.as_ref())
-        {
-            vm.bins = Some(
-                bins.iter()
-                    .enumerate()
-                    .map(|(b, info)| {
-                        let free_bytes: u64 = info.free_chunks.iter().map(|c| c.1).sum();
-                        let largest = info.free_chunks.iter().map(|c| c.1).max().unwrap_or(0);
-                        BinVm {
-                            bin: b,
-                            size_label: format::bytes_compact(info.bin_size_bytes),
-                            free_chunks: info.free_chunks.len(),
-                            free_bytes_label: format::bytes(free_bytes),
-                            largest_label: format::bytes(largest),
-                            in_use_chunks: info.chunks_in_use,
-                        }
-                    })
-                    .collect(),
-            );
-        }
+    {
+        vm.bins = Some(
+            bins.iter()
+                .enumerate()
+                .map(|(b, info)| {
+                    let free_bytes: u64 = info.free_chunks.iter().map(|c| c.1).sum();
+                    let largest = info.free_chunks.iter().map(|c| c.1).max().unwrap_or(0);
+                    BinVm {
+                        bin: b,
+                        size_label: format::bytes_compact(info.bin_size_bytes),
+                        free_chunks: info.free_chunks.len(),
+                        free_bytes_label: format::bytes(free_bytes),
+                        largest_label: format::bytes(largest),
+                        in_use_chunks: info.chunks_in_use,
+                    }
+                })
+                .collect(),
+        );
     }
 
     // Size classes at the cursor and over time.
@@ -670,10 +669,10 @@ fn heatmap(
     for b in lo..hi {
         if let Some(row) = classes.live_bytes_peak(b) {
             for (c, &v) in row.iter().enumerate() {
-                if v > 0 {
-                    if let Some(u) = used.get_mut(c) {
-                        *u = true;
-                    }
+                if v > 0
+                    && let Some(u) = used.get_mut(c)
+                {
+                    *u = true;
                 }
             }
         }

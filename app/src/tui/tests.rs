@@ -25,10 +25,10 @@ fn loaded(trace: &str, policies: &[&'static str]) -> AppState {
     let mut state = AppState::new(&sample(trace), policies, PolicyConfig::default());
     load_blocking(&mut state, false, 2).unwrap();
     state.path = PathBuf::from(trace);
-    if let Some(d) = state.data.as_mut() {
-        if let Some(d) = std::sync::Arc::get_mut(d) {
-            d.path = PathBuf::from(trace);
-        }
+    if let Some(d) = state.data.as_mut()
+        && let Some(d) = std::sync::Arc::get_mut(d)
+    {
+        d.path = PathBuf::from(trace);
     }
     state
 }
