@@ -47,13 +47,12 @@ pub struct TraceStats {
 }
 
 impl TraceStats {
-    /// Computes the statistics of a validated trace. `thread` is the events' thread column
-    /// (widened to u16), `summary` the loader's counts.
+    /// Computes the statistics of a validated trace. `events_per_thread` comes from
+    /// [`events_per_thread`], `summary` is the loader's counts.
     #[must_use]
     pub fn compute(
         view: &TraceView<'_>,
-        thread: &[u16],
-        n_threads: usize,
+        events_per_thread: Vec<u64>,
         summary: &LoadSummary,
     ) -> Self {
         let mut live_bytes: u64 = 0;
@@ -70,12 +69,6 @@ impl TraceStats {
         let mut min = u64::MAX;
         let mut max = 0;
         let mut allocs: u64 = 0;
-        let mut per_thread = vec![0u64; n_threads];
-        for &t in thread {
-            if let Some(c) = per_thread.get_mut(usize::from(t)) {
-                *c += 1;
-            }
-        }
         for (i, (&kind, &size)) in view.kind.iter().zip(view.size_bytes).enumerate() {
             let class = usize::from(allocview_sim::trace::size_class(size));
             match EventKind::from_code(kind) {
@@ -143,8 +136,8 @@ impl TraceStats {
             mallocs_of_live_ptr: summary.mallocs_of_live_ptr,
             mallocs_size_zero: summary.mallocs_size_zero,
             bad_lines: summary.bad_lines,
-            threads: n_threads as u64,
-            events_per_thread: per_thread,
+            threads: events_per_thread.len() as u64,
+            events_per_thread,
             duration_s: secs(t_end - t0),
             timestamps_non_monotonic: summary.timestamps_non_monotonic,
             malloc_bytes_total: total,
@@ -167,4 +160,34 @@ impl TraceStats {
             final_live_by_class,
         }
     }
+}
+
+/// Events per thread index, counted straight from the `thread` column (UInt8 or UInt16)
+/// without widening a copy of it: a copy would cost two bytes an event at the peak.
+///
+/// # Errors
+/// When the column is missing, of another type, or not one contiguous chunk.
+pub fn events_per_thread(
+    events: &polars::prelude::DataFrame,
+    n_threads: usize,
+) -> Result<Vec<u64>, polars::prelude::PolarsError> {
+    let col = events.column("thread")?;
+    let mut counts = vec![0u64; n_threads];
+    let mut add = |t: usize| {
+        if let Some(c) = counts.get_mut(t) {
+            *c += 1;
+        }
+    };
+    if col.dtype() == &polars::prelude::DataType::UInt8 {
+        col.u8()?
+            .cont_slice()?
+            .iter()
+            .for_each(|&t| add(usize::from(t)));
+    } else {
+        col.u16()?
+            .cont_slice()?
+            .iter()
+            .for_each(|&t| add(usize::from(t)));
+    }
+    Ok(counts)
 }

@@ -25,17 +25,9 @@ fn shared(name: &str) -> Option<PathBuf> {
 fn stats_of(path: &Path) -> (TraceStats, allocview_loaders::MallocTrace) {
     let trace = load_malloc_trace(path, &LoadOptions::default()).unwrap();
     let view = allocview_loaders::trace_view(&trace.events, path).unwrap();
-    let thread: Vec<u16> = trace
-        .events
-        .column("thread")
-        .unwrap()
-        .cast(&DataType::UInt16)
-        .unwrap()
-        .u16()
-        .unwrap()
-        .into_no_null_iter()
-        .collect();
-    let stats = TraceStats::compute(&view, &thread, trace.threads.height(), &trace.summary);
+    let per_thread =
+        allocview_loaders::stats::events_per_thread(&trace.events, trace.threads.height()).unwrap();
+    let stats = TraceStats::compute(&view, per_thread, &trace.summary);
     (stats, trace)
 }
 

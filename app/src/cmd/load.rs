@@ -153,10 +153,3 @@ fn summary_from_kinds(events: &DataFrame) -> LoadSummary {
     }
     s
 }
-
-/// The thread column widened to u16 (it is u8 for traces with few threads).
-pub fn thread_column(events: &DataFrame) -> Result<Vec<u16>> {
-    let col = events.column("thread")?;
-    let widened = col.cast(&DataType::UInt16)?;
-    Ok(widened.u16()?.into_no_null_iter().collect())
-}

@@ -21,7 +21,6 @@ use allocview_loaders::{LoadOptions, Loaded};
 use anyhow::{Context as _, Result, bail};
 
 use super::convert::{Form, RecordWriter, read_any};
-use super::load::thread_column;
 use crate::format;
 
 /// The tracer shared object, compiled by `build.rs`.
@@ -172,8 +171,9 @@ fn summarise(pid: u32, generation: u32, path: &Path) -> Result<()> {
         anyhow::bail!("{} is not a malloc trace", path.display());
     };
     let view = allocview_loaders::trace_view(&trace.events, path)?;
-    let thread = thread_column(&trace.events)?;
-    let stats = TraceStats::compute(&view, &thread, trace.threads.height(), &trace.summary);
+    let per_thread =
+        allocview_loaders::stats::events_per_thread(&trace.events, trace.threads.height())?;
+    let stats = TraceStats::compute(&view, per_thread, &trace.summary);
     let image = if generation > 0 {
         format!(" (exec #{generation})")
     } else {

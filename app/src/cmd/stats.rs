@@ -3,13 +3,13 @@
 use std::path::PathBuf;
 
 use allocview_loaders::Loaded;
-use allocview_loaders::stats::TraceStats;
+use allocview_loaders::stats::{TraceStats, events_per_thread};
 use allocview_loaders::tf::dump::BfcDump;
 use allocview_loaders::tf::memlog::TfMemoryLog;
 use anyhow::Result;
 use serde_json::{Map, Value, json};
 
-use super::load::{InputArgs, events_of, load_input, thread_column};
+use super::load::{InputArgs, events_of, load_input};
 use crate::format;
 
 /// Arguments of `allocview stats`.
@@ -31,8 +31,8 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     let file = args.file.display().to_string();
     if let Some(ev) = events_of(&loaded) {
         let view = allocview_loaders::trace_view(ev.events, &args.file)?;
-        let thread = thread_column(ev.events)?;
-        let stats = TraceStats::compute(&view, &thread, ev.threads.height(), &ev.summary);
+        let per_thread = events_per_thread(ev.events, ev.threads.height())?;
+        let stats = TraceStats::compute(&view, per_thread, &ev.summary);
         let log = match &loaded {
             Loaded::TfMemoryLog(log) => Some(log.as_ref()),
             _ => None,
