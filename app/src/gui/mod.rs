@@ -872,6 +872,18 @@ impl GuiApp {
     }
 }
 
+/// The window icon, from `assets/icon.png` embedded in the binary.
+fn window_icon() -> Option<egui::IconData> {
+    let img = image::load_from_memory(include_bytes!("../../../assets/icon.png"))
+        .ok()?
+        .to_rgba8();
+    Some(egui::IconData {
+        width: img.width(),
+        height: img.height(),
+        rgba: img.into_raw(),
+    })
+}
+
 fn save_png(path: &Path, img: &ColorImage) -> std::result::Result<(), String> {
     let [w, h] = img.size;
     let mut rgba = Vec::with_capacity(w * h * 4);
@@ -912,11 +924,15 @@ pub fn run(args: &GuiArgs) -> Result<()> {
     let lenient = args.input.lenient;
     let shot = args.screenshot.clone();
     let goto = args.goto.clone();
+    let mut viewport = egui::ViewportBuilder::default()
+        .with_inner_size([w, h])
+        .with_title("allocview")
+        .with_drag_and_drop(true);
+    if let Some(icon) = window_icon() {
+        viewport = viewport.with_icon(icon);
+    }
     let options = eframe::NativeOptions {
-        viewport: egui::ViewportBuilder::default()
-            .with_inner_size([w, h])
-            .with_title("allocview")
-            .with_drag_and_drop(true),
+        viewport,
         ..eframe::NativeOptions::default()
     };
     eframe::run_native(
