@@ -211,6 +211,26 @@ impl<'a> TraceView<'a> {
         }
     }
 
+    /// The peak of live bytes (the sum of the requested sizes of live allocations) and the
+    /// first event at which it is reached: the bound every policy's footprint is measured
+    /// against. `(0, 0)` for a trace without allocations.
+    #[must_use]
+    pub fn peak_live(&self) -> (u64, usize) {
+        let (mut live, mut peak, mut at) = (0u64, 0u64, 0usize);
+        for (i, (&k, &size)) in self.kind.iter().zip(self.size_bytes).enumerate() {
+            if k == EventKind::Alloc as u8 {
+                live = live.saturating_add(size);
+                if live > peak {
+                    peak = live;
+                    at = i;
+                }
+            } else if k == EventKind::Free as u8 {
+                live = live.saturating_sub(size);
+            }
+        }
+        (peak, at)
+    }
+
     /// Number of events.
     #[must_use]
     pub fn len(&self) -> usize {

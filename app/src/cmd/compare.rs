@@ -138,17 +138,7 @@ pub fn run_policies(
 
 /// Max over time of live bytes: the bound every policy's footprint is measured against.
 pub fn max_live_bytes(trace: &TraceView<'_>) -> u64 {
-    let mut live = 0u64;
-    let mut peak = 0u64;
-    for (&k, &size) in trace.kind.iter().zip(trace.size_bytes) {
-        if k == allocview_sim::trace::EventKind::Alloc.code() {
-            live += size;
-            peak = peak.max(live);
-        } else if k == allocview_sim::trace::EventKind::Free.code() {
-            live -= size;
-        }
-    }
-    peak
+    trace.peak_live().0
 }
 
 /// Runs `allocview compare`.

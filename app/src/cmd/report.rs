@@ -106,7 +106,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         &title,
         &classes,
     )?);
-    let peak = peak_live_event(&view);
+    let (_, peak) = view.peak_live();
     for (name, rep) in &done {
         let path = args.out.join(format!("heapmap_{name}.png"));
         written.push(chart_heapmap(
@@ -576,24 +576,6 @@ fn chart_classes(path: &Path, size: (u32, u32), title: &str, c: &ClassSeries) ->
         .map_err(plot_err)?;
     root.present().map_err(plot_err)?;
     Ok(path.to_path_buf())
-}
-
-/// The first event where live bytes peak (the trace's, policy-independent).
-fn peak_live_event(v: &TraceView<'_>) -> usize {
-    use allocview_sim::trace::EventKind;
-    let (mut live, mut peak, mut at) = (0u64, 0u64, 0usize);
-    for (i, (&k, &size)) in v.kind.iter().zip(v.size_bytes).enumerate() {
-        if k == EventKind::Alloc.code() {
-            live += size;
-            if live > peak {
-                peak = live;
-                at = i;
-            }
-        } else if k == EventKind::Free.code() {
-            live = live.saturating_sub(size);
-        }
-    }
-    at
 }
 
 fn chart_heapmap(

@@ -887,21 +887,7 @@ fn parse_goto(text: &str, state: &AppState) -> Result<usize, String> {
 
 /// The first event at which live bytes (of the trace, policy-independent) peak.
 fn peak_live_event(state: &AppState) -> usize {
-    let Some(data) = &state.data else { return 0 };
-    let v = data.view();
-    let (mut live, mut peak, mut at) = (0u64, 0u64, 0usize);
-    for (i, (&k, &size)) in v.kind.iter().zip(v.size_bytes).enumerate() {
-        if k == EventKind::Alloc.code() {
-            live += size;
-            if live > peak {
-                peak = live;
-                at = i;
-            }
-        } else if k == EventKind::Free.code() {
-            live = live.saturating_sub(size);
-        }
-    }
-    at
+    state.data.as_ref().map_or(0, |d| d.view().peak_live().1)
 }
 
 /// Applies one message. Returns a follow-up message, if any.

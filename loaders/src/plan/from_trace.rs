@@ -11,34 +11,16 @@
 use std::path::Path;
 
 use allocview_sim::plan::Buffer;
-use allocview_sim::trace::{EventKind, TraceView};
+use allocview_sim::trace::TraceView;
 
 use super::{FrameColumns, MemoryPlan, PlanFormat, PlanRow, rows_frame};
 use crate::error::LoadError;
 
-/// One buffer per allocation of `trace`, indexed by allocation id (see the module docs).
+/// One buffer per allocation of `trace`, indexed by allocation id: the simulator's
+/// conversion, the one the `oracle` policy plans.
 #[must_use]
 pub fn trace_buffers(trace: &TraceView<'_>) -> Vec<Buffer> {
-    let end = trace.len() as u64;
-    // An id that never shows an alloc event (none in a valid trace) holds no memory.
-    let mut buffers = vec![Buffer::new(1, end, end); trace.num_allocs as usize];
-    for (i, ((&kind, &id), &size)) in trace
-        .kind
-        .iter()
-        .zip(trace.alloc_id)
-        .zip(trace.size_bytes)
-        .enumerate()
-    {
-        let Some(b) = buffers.get_mut(id as usize) else {
-            continue;
-        };
-        match EventKind::from_code(kind) {
-            Some(EventKind::Alloc) => *b = Buffer::new(size.max(1), i as u64, end),
-            Some(EventKind::Free) => b.upper = i as u64,
-            _ => {}
-        }
-    }
-    buffers
+    allocview_sim::plan::trace_buffers(trace)
 }
 
 /// The plan of a trace: ids are the allocation ids.

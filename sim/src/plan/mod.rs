@@ -392,3 +392,32 @@ pub(crate) fn align_up(x: u64, align: u64) -> Option<u64> {
 pub(crate) fn align_up_saturating(x: u64, align: u64) -> u64 {
     align_up(x, align).unwrap_or(u64::MAX)
 }
+
+/// One buffer per allocation of a trace, indexed by allocation id: alive from its `Alloc`
+/// event to its `Free` event (or the end of the trace), in event-index time. Zero-byte requests
+/// are planned as 1 byte so each still gets its own address. This is what the `oracle` policy
+/// plans and what `allocview plan` makes of a trace.
+#[must_use]
+pub fn trace_buffers(trace: &crate::trace::TraceView<'_>) -> Vec<Buffer> {
+    use crate::trace::EventKind;
+    let end = trace.len() as u64;
+    // An id that never shows an alloc event (none in a valid trace) holds no memory.
+    let mut buffers = vec![Buffer::new(1, end, end); trace.num_allocs as usize];
+    for (i, ((&kind, &id), &size)) in trace
+        .kind
+        .iter()
+        .zip(trace.alloc_id)
+        .zip(trace.size_bytes)
+        .enumerate()
+    {
+        let Some(b) = buffers.get_mut(id as usize) else {
+            continue;
+        };
+        match EventKind::from_code(kind) {
+            Some(EventKind::Alloc) => *b = Buffer::new(size.max(1), i as u64, end),
+            Some(EventKind::Free) => b.upper = i as u64,
+            _ => {}
+        }
+    }
+    buffers
+}

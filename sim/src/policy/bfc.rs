@@ -20,8 +20,7 @@
 //! Exact constants and rules: `reference/allocators.md` section 1.
 
 use std::any::Any;
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::VecDeque;
 
 use super::registry::{PolicyConfig, RegistryError};
 use super::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Policy, Request};
@@ -257,27 +256,8 @@ impl From<Broken> for AllocError {
     }
 }
 
-/// Folded-multiply hasher for chunk addresses: SipHash would cost more than the rest of a free,
-/// and addresses (multiples of 256) need their high product bits folded into the low ones.
-#[derive(Clone, Copy, Default)]
-struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(self.0 ^ u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        let p = u128::from(x ^ self.0) * 0x9e37_79b9_7f4a_7c15_u128;
-        self.0 = (p as u64) ^ ((p >> 64) as u64);
-    }
-}
-
-type AddrMap = HashMap<Addr, u32, BuildHasherDefault<AddrHasher>>;
+/// Chunk handle by address (the multiplicative hasher shared by the policies).
+type AddrMap = crate::policy::fit_common::AddrMap<u32>;
 
 /// TensorFlow's BFC allocator over simulated addresses. See the module header.
 #[derive(Clone, Debug)]

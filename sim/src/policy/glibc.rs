@@ -19,8 +19,7 @@
 //! starts (glibc returns `addr + 16`); mmapped chunks live far above the heap. O(log n) per call.
 
 use std::any::Any;
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BTreeMap;
 
 use super::registry::{PolicyConfig, RegistryError};
 use super::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Policy, Request};
@@ -176,26 +175,8 @@ impl From<Broken> for AllocError {
     }
 }
 
-/// Folded-multiply hash: chunk addresses are multiples of 16.
-#[derive(Clone, Copy, Default)]
-struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(self.0 ^ u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        let p = u128::from(x ^ self.0) * 0x9e37_79b9_7f4a_7c15_u128;
-        self.0 = (p as u64) ^ ((p >> 64) as u64);
-    }
-}
-
-type AddrMap = HashMap<Addr, u32, BuildHasherDefault<AddrHasher>>;
+/// Chunk handle by address (the multiplicative hasher shared by the policies).
+type AddrMap = crate::policy::fit_common::AddrMap<u32>;
 
 fn free_key(size_bytes: u64, addr: Addr) -> u128 {
     (u128::from(size_bytes) << 64) | u128::from(addr)

@@ -24,8 +24,8 @@ use std::sync::Arc;
 
 use super::registry::PolicyConfig;
 use super::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Policy, Request};
-use crate::plan::{Buffer, PlanError, greedy_by_size};
-use crate::trace::{EventKind, TraceView};
+use crate::plan::{PlanError, greedy_by_size};
+use crate::trace::TraceView;
 
 /// The plan, shared by every clone (checkpoints copy only the live state).
 #[derive(Debug)]
@@ -62,33 +62,8 @@ impl Oracle {
     /// [`PlanError::BadAlignOption`] when the alignment is not a power of two, or
     /// [`PlanError::Overflow`] when the sizes do not fit in 64 bits.
     pub fn new(trace: &TraceView<'_>, config: &PolicyConfig) -> Result<Self, PlanError> {
-        let n = trace.num_allocs as usize;
-        let end = trace.len() as u64;
-        let mut buffers = vec![Buffer::new(1, end, end); n];
-        let (mut live, mut max_live) = (0u64, 0u64);
-        for (i, ((&kind, &id), &size)) in trace
-            .kind
-            .iter()
-            .zip(trace.alloc_id)
-            .zip(trace.size_bytes)
-            .enumerate()
-        {
-            let Some(b) = buffers.get_mut(id as usize) else {
-                continue;
-            };
-            match EventKind::from_code(kind) {
-                Some(EventKind::Alloc) => {
-                    *b = Buffer::new(size.max(1), i as u64, end);
-                    live = live.saturating_add(size);
-                    max_live = max_live.max(live);
-                }
-                Some(EventKind::Free) => {
-                    b.upper = i as u64;
-                    live = live.saturating_sub(size);
-                }
-                _ => {}
-            }
-        }
+        let buffers = crate::plan::trace_buffers(trace);
+        let (max_live, _) = trace.peak_live();
         let plan = greedy_by_size::plan(&buffers, config.align_bytes)?;
         let sizes = buffers.iter().map(|b| b.size_bytes).collect();
         let footprint_bytes = config
