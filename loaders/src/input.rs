@@ -36,9 +36,9 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 /// Size of the blocks of decompressed text handed to the parser. Large enough that channel
 /// traffic is negligible, small enough to stay in L2/L3 while it is parsed.
-const BLOCK_BYTES: usize = 1 << 20;
+const BLOCK_BYTES: usize = 512 << 10;
 /// Blocks in flight between the inflate thread and the parser.
-const BLOCKS_IN_FLIGHT: usize = 4;
+const BLOCKS_IN_FLIGHT: usize = 2;
 
 /// How a stream of decompressed text ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,7 +129,7 @@ impl TextStream {
             Compression::Plain => Box::new(counting),
         };
         let (tx, rx) = sync_channel::<Chunk>(BLOCKS_IN_FLIGHT);
-        let (recycle, recycled) = sync_channel::<Vec<u8>>(BLOCKS_IN_FLIGHT + 2);
+        let (recycle, recycled) = sync_channel::<Vec<u8>>(BLOCKS_IN_FLIGHT + 1);
         let worker = std::thread::Builder::new()
             .name("allocview-inflate".into())
             .spawn(move || inflate_loop(reader, &tx, &recycled))
