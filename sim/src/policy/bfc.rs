@@ -1166,7 +1166,11 @@ impl Policy for Bfc {
     }
 
     fn clone_box(&self) -> Box<dyn Policy> {
-        Box::new(self.clone())
+        // A hash map's clone copies its whole table, which never shrinks after the busiest
+        // moment: checkpoints keep only what the live entries need.
+        let mut c = self.clone();
+        c.in_use_by_addr.shrink_to_fit();
+        Box::new(c)
     }
 
     fn check_invariants(&self) -> Result<(), String> {

@@ -59,7 +59,9 @@ impl Policy for FirstFit {
     }
 
     fn clone_box(&self) -> Box<dyn Policy> {
-        Box::new(self.clone())
+        let mut c = self.clone();
+        c.heap.compact();
+        Box::new(c)
     }
 
     fn check_invariants(&self) -> Result<(), String> {

@@ -122,6 +122,13 @@ pub(crate) struct FitHeap<I> {
 }
 
 impl<I: FreeIndex> FitHeap<I> {
+    /// Drops the spare capacity of the address map. A hash map's clone copies its whole table,
+    /// and the table never shrinks after the heap's busiest moment: replay checkpoints call
+    /// this so each costs memory for its live blocks only.
+    pub(crate) fn compact(&mut self) {
+        self.recs.shrink_to_fit();
+    }
+
     pub(crate) fn new(config: &PolicyConfig, index: I) -> Result<Self, String> {
         let base_align = check_align(config)?;
         Ok(Self {
