@@ -16,8 +16,9 @@ pub const OOM: Rgb = Rgb(0xff, 0x40, 0x40);
 pub const FREE: Rgb = Rgb(0x30, 0x34, 0x3c);
 /// Dead (held, not reusable) space.
 pub const DEAD: Rgb = Rgb(0x6a, 0x2a, 0x2a);
-/// Internal waste (reserved beyond the request).
-pub const WASTE: Rgb = Rgb(0xc0, 0x80, 0x20);
+/// Internal waste (reserved beyond the request). A hue outside the size-class ramp (blue to
+/// red), so waste never looks like a large live allocation.
+pub const WASTE: Rgb = Rgb(0xa8, 0x48, 0xd8);
 /// Dim text.
 pub const DIM: Rgb = Rgb(0x80, 0x80, 0x80);
 

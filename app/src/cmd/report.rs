@@ -646,12 +646,13 @@ fn chart_heapmap(
     }
     let style = ("sans-serif", 16).into_font();
     let mut x = 15i32;
-    let swatches: [(RGBColor, String); 5] = [
+    let swatches: [(RGBColor, String); 6] = [
         (RGBColor(0xd8, 0xdc, 0xe4), "free".to_owned()),
         (rgb(theme::WASTE), "internal waste".to_owned()),
-        (rgb(theme::class(5)), "live, small (16-31 B)".to_owned()),
-        (rgb(theme::class(12)), "live, 2-4 KiB".to_owned()),
-        (rgb(theme::class(22)), "live, 2-4 MiB".to_owned()),
+        (rgb(theme::class(5)), "live 16-31 B".to_owned()),
+        (rgb(theme::class(12)), "2-4 KiB".to_owned()),
+        (rgb(theme::class(22)), "2-4 MiB".to_owned()),
+        (rgb(theme::class(27)), "64-128 MiB".to_owned()),
     ];
     for (c, label) in swatches {
         legend
@@ -660,7 +661,7 @@ fn chart_heapmap(
         legend
             .draw(&Text::new(label.clone(), (x + 22, 15), style.clone()))
             .map_err(plot_err)?;
-        x += 40 + 9 * i32::try_from(label.len()).unwrap_or(10);
+        x += 34 + 8 * i32::try_from(label.len()).unwrap_or(10);
     }
     legend
         .draw(&Text::new(
