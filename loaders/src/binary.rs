@@ -610,10 +610,7 @@ fn read_spool(
         let next = match stream.next() {
             Ok(n) => n,
             // A cut last event (the tracer was killed mid-write) ends the stream.
-            Err(e) if info.truncated.is_some() => {
-                let _ = e;
-                None
-            }
+            Err(_) if info.truncated.is_some() => None,
             Err(e) => return Err(corrupt(path, 0, e)),
         };
         if let Some(n) = &next {

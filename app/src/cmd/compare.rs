@@ -178,7 +178,7 @@ pub fn run(args: &CompareArgs) -> Result<()> {
             continue;
         };
         match &run.result {
-            Ok(rep) => rows.push(Row::from_replay(name, rep, &view, max_live)),
+            Ok(rep) => rows.push(Row::from_replay(name, rep, &view)),
             Err(e) if explicit => bail!("policy {name}: {e}"),
             Err(e) => eprintln!("note: skipping {name}: {e}"),
         }
@@ -225,8 +225,7 @@ pub struct Row {
 }
 
 impl Row {
-    fn from_replay(name: &'static str, r: &Replay, trace: &TraceView<'_>, max_live: u64) -> Self {
-        let _ = max_live;
+    fn from_replay(name: &'static str, r: &Replay, trace: &TraceView<'_>) -> Self {
         let s = &r.summary;
         let first_oom = r.ooms.first().map(|oom| {
             let c = &oom.counters_at_failure;

@@ -101,7 +101,6 @@ pub fn build(
     config: &PolicyConfig,
     trace: &TraceView<'_>,
 ) -> Result<Box<dyn Policy>, RegistryError> {
-    let _ = (config, trace);
     match name {
         "first-fit" => Ok(Box::new(
             first_fit::FirstFit::new(config).map_err(invalid(name))?,
