@@ -28,15 +28,19 @@ fn ops_strategy() -> impl Strategy<Value = Vec<Op>> {
     prop::collection::vec(op_strategy(), 1..160)
 }
 
-/// Drives `ops` through `name` twice with full checks after every step; the two runs must place
-/// every allocation identically.
+/// Drives `ops` through `name` twice with full checks after every step, the second time going on
+/// from a checkpoint copy (`clone_box`) every few steps; the two runs must place every
+/// allocation identically.
 fn check(name: &str, config: &PolicyConfig, ops: &[Op]) -> Result<(), TestCaseError> {
     let trace = ops_to_trace(ops);
     let view = trace
         .view()
         .map_err(|e| TestCaseError::fail(e.to_string()))?;
-    let opts = DriveOptions::strict(name, config.align_bytes);
-    let run = || -> Result<Option<_>, TestCaseError> {
+    let run = |swap_for_clone_every| -> Result<Option<_>, TestCaseError> {
+        let opts = DriveOptions {
+            swap_for_clone_every,
+            ..DriveOptions::strict(name, config.align_bytes)
+        };
         let Some(policy) = build_available(name, config, &view).map_err(TestCaseError::fail)?
         else {
             return Ok(None);
@@ -45,13 +49,13 @@ fn check(name: &str, config: &PolicyConfig, ops: &[Op]) -> Result<(), TestCaseEr
             .map(Some)
             .map_err(|e| TestCaseError::fail(format!("{name}: {e}")))
     };
-    let (Some(first), Some(second)) = (run()?, run()?) else {
+    let (Some(first), Some(second)) = (run(None)?, run(Some(7))?) else {
         return Ok(());
     };
     prop_assert_eq!(
         &first.placements,
         &second.placements,
-        "{} is not deterministic",
+        "{} is not deterministic, or its checkpoint copies differ",
         name
     );
     // Without a limit nothing runs out of memory; a policy may only refuse what it cannot

@@ -15,7 +15,7 @@
 //! in a hash map (O(1)).
 
 use std::any::Any;
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use crate::policy::fit_common::{FitHeap, FreeIndex};
 use crate::policy::registry::PolicyConfig;
@@ -88,11 +88,12 @@ const WORDS: usize = SMALL_UNITS / 64;
 #[derive(Clone, Debug)]
 struct SizeBins {
     unit_shift: u32,
-    small: Vec<BTreeSet<Addr>>,
+    /// Address -> the heap's slot, per exact length.
+    small: Vec<BTreeMap<Addr, u32>>,
     words: [u64; WORDS],
     /// Bit w set when `words[w] != 0`.
     summary: u64,
-    large: BTreeSet<(u64, Addr)>,
+    large: BTreeMap<(u64, Addr), u32>,
     len: usize,
 }
 
@@ -100,10 +101,10 @@ impl SizeBins {
     fn new(unit_bytes: u64) -> Self {
         Self {
             unit_shift: unit_bytes.trailing_zeros(),
-            small: vec![BTreeSet::new(); SMALL_UNITS],
+            small: vec![BTreeMap::new(); SMALL_UNITS],
             words: [0; WORDS],
             summary: 0,
-            large: BTreeSet::new(),
+            large: BTreeMap::new(),
             len: 0,
         }
     }
@@ -131,6 +132,25 @@ impl SizeBins {
         }
     }
 
+    /// Removes a block, returning its handle.
+    fn take(&mut self, addr: Addr, len: u64) -> Option<u32> {
+        let handle = match self.bin(len) {
+            Some(b) => {
+                let set = self.small.get_mut(b)?;
+                let handle = set.remove(&addr);
+                if set.is_empty() {
+                    self.mark(b, false);
+                }
+                handle
+            }
+            None => self.large.remove(&(len, addr)),
+        };
+        if handle.is_some() {
+            self.len -= 1;
+        }
+        handle
+    }
+
     /// First non-empty bin at or after `from`.
     fn first_from(&self, from: usize) -> Option<usize> {
         let w = from / 64;
@@ -148,61 +168,49 @@ impl SizeBins {
 }
 
 impl FreeIndex for SizeBins {
-    fn insert(&mut self, addr: Addr, len: u64) {
+    fn insert(&mut self, addr: Addr, len: u64, handle: u32) {
         self.len += 1;
         match self.bin(len) {
             Some(b) => {
                 if let Some(set) = self.small.get_mut(b) {
-                    set.insert(addr);
+                    set.insert(addr, handle);
                     self.mark(b, true);
                 }
             }
             None => {
-                self.large.insert((len, addr));
+                self.large.insert((len, addr), handle);
             }
         }
     }
 
     fn remove(&mut self, addr: Addr, len: u64) {
-        self.len -= 1;
-        match self.bin(len) {
-            Some(b) => {
-                if let Some(set) = self.small.get_mut(b) {
-                    set.remove(&addr);
-                    if set.is_empty() {
-                        self.mark(b, false);
-                    }
-                }
-            }
-            None => {
-                self.large.remove(&(len, addr));
-            }
-        }
+        self.take(addr, len);
     }
 
     fn relocate(&mut self, old_addr: Addr, old_len: u64, new_addr: Addr, new_len: u64) {
-        self.remove(old_addr, old_len);
-        self.insert(new_addr, new_len);
+        if let Some(handle) = self.take(old_addr, old_len) {
+            self.insert(new_addr, new_len, handle);
+        }
     }
 
-    fn find(&mut self, min_len: u64) -> Option<(Addr, u64)> {
+    fn find(&mut self, min_len: u64) -> Option<(Addr, u64, u32)> {
         let unit_mask = (1u64 << self.unit_shift) - 1;
         if let Some(from) = min_len
             .checked_add(unit_mask)
             .and_then(|l| self.bin(l & !unit_mask))
             && let Some(b) = self.first_from(from)
         {
-            let addr = self.small.get(b)?.first().copied()?;
-            return Some((addr, (b as u64) << self.unit_shift));
+            let (&addr, &handle) = self.small.get(b)?.first_key_value()?;
+            return Some((addr, (b as u64) << self.unit_shift, handle));
         }
         self.large
             .range((min_len, 0)..)
             .next()
-            .map(|&(len, addr)| (addr, len))
+            .map(|(&(len, addr), &handle)| (addr, len, handle))
     }
 
     fn largest(&self) -> u64 {
-        if let Some(&(len, _)) = self.large.last() {
+        if let Some((&(len, _), _)) = self.large.last_key_value() {
             return len;
         }
         if self.summary == 0 {
@@ -216,14 +224,27 @@ impl FreeIndex for SizeBins {
         ((w * 64 + bit) as u64) << self.unit_shift
     }
 
-    fn entries(&self) -> Vec<(Addr, u64)> {
-        let mut out: Vec<(Addr, u64)> = self.large.iter().map(|&(len, addr)| (addr, len)).collect();
+    fn entries(&self) -> Vec<(Addr, u64, u32)> {
+        let mut out: Vec<(Addr, u64, u32)> = self
+            .large
+            .iter()
+            .map(|(&(len, addr), &h)| (addr, len, h))
+            .collect();
         for (b, set) in self.small.iter().enumerate() {
             let len = (b as u64) << self.unit_shift;
-            out.extend(set.iter().map(|&addr| (addr, len)));
+            out.extend(set.iter().map(|(&addr, &h)| (addr, len, h)));
         }
         out.sort_unstable();
         out
+    }
+
+    fn remap_handles(&mut self, new_of: &[u32]) {
+        let remap = |h: &mut u32| *h = new_of.get(*h as usize).copied().unwrap_or(u32::MAX);
+        self.small
+            .iter_mut()
+            .flat_map(|set| set.values_mut())
+            .for_each(remap);
+        self.large.values_mut().for_each(remap);
     }
 
     fn check(&self) -> Result<(), String> {
@@ -243,7 +264,7 @@ impl FreeIndex for SizeBins {
                 return Err(format!("summary wrong for word {w}"));
             }
         }
-        if let Some(&(len, addr)) = self.large.first()
+        if let Some((&(len, addr), _)) = self.large.first_key_value()
             && self.bin(len).is_some()
         {
             return Err(format!("small block {addr:#x}+{len} in the large set"));
@@ -261,26 +282,30 @@ impl FreeIndex for SizeBins {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     #[test]
     fn bins_pick_smallest_then_lowest_address() {
         let mut s = SizeBins::new(16);
         for (addr, len) in [(0, 64), (100, 32), (200, 32), (300, 128), (400, 1 << 20)] {
-            s.insert(addr, len);
+            s.insert(addr, len, addr as u32 + 1);
         }
         s.check().unwrap();
-        assert_eq!(s.find(1), Some((100, 32)));
-        assert_eq!(s.find(33), Some((0, 64)));
-        assert_eq!(s.find(65), Some((300, 128)));
-        assert_eq!(s.find(129), Some((400, 1 << 20)));
+        assert_eq!(s.find(1), Some((100, 32, 101)));
+        assert_eq!(s.find(33), Some((0, 64, 1)));
+        assert_eq!(s.find(65), Some((300, 128, 301)));
+        assert_eq!(s.find(129), Some((400, 1 << 20, 401)));
         assert_eq!(s.find((1 << 20) + 1), None);
         assert_eq!(s.largest(), 1 << 20);
         s.relocate(100, 32, 116, 16);
-        assert_eq!(s.find(1), Some((116, 16)));
+        assert_eq!(s.find(1), Some((116, 16, 101)));
         s.remove(400, 1 << 20);
         assert_eq!(s.largest(), 128);
         s.check().unwrap();
-        assert_eq!(s.entries(), vec![(0, 64), (116, 16), (200, 32), (300, 128)]);
+        assert_eq!(
+            s.entries(),
+            vec![(0, 64, 1), (116, 16, 101), (200, 32, 201), (300, 128, 301)]
+        );
     }
 
     #[test]
@@ -299,10 +324,10 @@ mod tests {
                 bins.remove(a, l);
             } else {
                 model.insert((len, addr));
-                bins.insert(addr, len);
+                bins.insert(addr, len, addr as u32);
             }
             let want = (x >> 12) % 1600 * 16;
-            let expected = model.range((want, 0)..).next().map(|&(l, a)| (a, l));
+            let expected = model.range((want, 0)..).next().map(|&(l, a)| (a, l, a as u32));
             assert_eq!(bins.find(want), expected);
             assert_eq!(bins.largest(), model.last().map_or(0, |&(l, _)| l));
         }

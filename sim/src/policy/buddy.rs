@@ -32,7 +32,7 @@ use crate::policy::{
     Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Policy, Request,
 };
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Used {
     /// Reserved bytes: a buddy block, or a whole run of top-level blocks.
     len: u64,

@@ -1,49 +1,21 @@
-//! Shared machinery of the simulated policies: a fast address-keyed hash map, and the
+//! Shared machinery of the simulated policies: alignment helpers, and the
 //! boundary-tag heap that `first-fit` and `best-fit` share.
 //!
-//! [`FitHeap`] keeps every block below the heap top (used and free) in a hash map keyed by
-//! address. Each record carries its length and the address of the block physically before it (a
-//! boundary tag), so freeing finds both neighbours in O(1). Free blocks are also kept in a
-//! [`FreeIndex`], the one thing that differs between the fit policies: it answers "which free
-//! block should a request of n bytes take" in O(log n).
+//! [`FitHeap`] keeps every block below the heap top (used and free) as a record in a slab,
+//! linked to its physical neighbours (boundary tags), so freeing finds and coalesces both
+//! neighbours in O(1) without looking anything up. Only used blocks are keyed by address (the
+//! one lookup `free(addr)` needs). Free blocks are also kept in a [`FreeIndex`], the one thing
+//! that differs between the fit policies: it answers "which free block should a request of n
+//! bytes take" in O(log n) and hands back the block's record.
 //!
 //! Heap top: the blocks tile `[0, top)` exactly and the block that ends at `top` is always in
 //! use. A request that no hole can serve is carved at the top, which grows (the footprint is the
 //! top). Freeing the last block, after coalescing with a free block below it, lowers the top, as
 //! `sbrk` trimming would.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
+pub(crate) use crate::policy::addr_map::AddrMap;
 use crate::policy::registry::PolicyConfig;
 use crate::policy::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Request};
-
-/// Multiplicative hasher for addresses: they are multiples of the alignment, so a plain
-/// identity hash would leave the low bits (which pick the bucket) all zero.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct AddrHasher(u64);
-
-const HASH_MUL: u64 = 0x9E37_79B9_7F4A_7C15;
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, x: u64) {
-        let product = u128::from(x ^ self.0) * u128::from(HASH_MUL);
-        self.0 = (product as u64) ^ ((product >> 64) as u64);
-    }
-}
-
-/// Hash map keyed by simulated address.
-pub(crate) type AddrMap<V> = HashMap<Addr, V, BuildHasherDefault<AddrHasher>>;
 
 /// `x` rounded up to a multiple of `align` (a power of two); `None` on overflow.
 pub(crate) fn align_up(x: u64, align: u64) -> Option<u64> {
@@ -73,26 +45,30 @@ pub(crate) fn oom(requested_bytes: u64, counters: &Counters, limit: Option<u64>)
     }
 }
 
-/// Ordered set of free blocks that picks the block for a request.
+/// Ordered set of free blocks that picks the block for a request. Each entry carries the
+/// heap's handle of the block (its slot in the record slab), so a search leads straight to the
+/// block's record without an address lookup.
 pub(crate) trait FreeIndex: Clone + Send + Sync + 'static {
-    fn insert(&mut self, addr: Addr, len: u64);
+    fn insert(&mut self, addr: Addr, len: u64, handle: u32);
     fn remove(&mut self, addr: Addr, len: u64);
-    /// Changes a block's address and/or length. The caller guarantees that no other free block
-    /// lies between the old and the new address, so an address-ordered index may update in
-    /// place.
+    /// Changes a block's address and/or length; its handle stays. The caller guarantees that
+    /// no other free block lies between the old and the new address, so an address-ordered
+    /// index may update in place.
     fn relocate(&mut self, old_addr: Addr, old_len: u64, new_addr: Addr, new_len: u64);
-    /// The block a request of at least `min_len` bytes takes, if any.
-    fn find(&mut self, min_len: u64) -> Option<(Addr, u64)>;
+    /// The block a request of at least `min_len` bytes takes, if any: `(addr, len, handle)`.
+    fn find(&mut self, min_len: u64) -> Option<(Addr, u64, u32)>;
     /// Length of the largest free block (0 when empty).
     fn largest(&self) -> u64;
-    /// Every `(addr, len)` in address order (for invariant checks).
-    fn entries(&self) -> Vec<(Addr, u64)>;
+    /// Every `(addr, len, handle)` in address order (for invariant checks).
+    fn entries(&self) -> Vec<(Addr, u64, u32)>;
+    /// Renumbers the handles after the heap compacted its slab: `new_of[old]` is the new one.
+    fn remap_handles(&mut self, new_of: &[u32]);
     /// Self-check of the index's own structure.
     fn check(&self) -> Result<(), String>;
 }
 
-/// No block before this one (the block at address 0).
-const NONE: Addr = Addr::MAX;
+/// No block (an end of the physical list, or an empty heap).
+const NIL: u32 = u32::MAX;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Tag {
@@ -100,46 +76,94 @@ enum Tag {
     Used { id: u32, requested_bytes: u64 },
 }
 
+/// One block below the heap top, used or free: a boundary tag. The blocks form a doubly linked
+/// list in address order, so a free finds both physical neighbours without any lookup.
 #[derive(Clone, Copy, Debug)]
 struct Rec {
+    addr: Addr,
     len: u64,
-    /// Address of the physically preceding block, or [`NONE`].
-    prev: Addr,
+    /// Slab slot of the block physically before this one, or [`NIL`] for the block at 0.
+    prev: u32,
+    /// Slab slot of the block physically after this one, or [`NIL`] for the topmost block.
+    next: u32,
     tag: Tag,
 }
 
 /// The boundary-tag heap of the fit policies, generic over how a free block is chosen.
+///
+/// Records live in a slab (a vector with recycled slots) linked in address order. Only the
+/// used blocks are keyed by address, since `free(addr)` is the one operation that starts from an
+/// address: a free block is reached through its neighbours' links or through the index, which
+/// hands back its slot. An allocation/free pair thus costs one hash insertion and one removal,
+/// plus the index's work.
 #[derive(Clone, Debug)]
 pub(crate) struct FitHeap<I> {
-    recs: AddrMap<Rec>,
+    slab: Vec<Rec>,
+    spare: Vec<u32>,
+    used: AddrMap<u32>,
     index: I,
     base_align: u64,
     limit: Option<u64>,
     top: u64,
-    /// Address of the block that ends at `top`, or [`NONE`] when the heap is empty.
-    last: Addr,
+    /// Slot of the block that ends at `top`, or [`NIL`] when the heap is empty.
+    last: u32,
     counters: Counters,
 }
 
 impl<I: FreeIndex> FitHeap<I> {
-    /// Drops the spare capacity of the address map. A hash map's clone copies its whole table,
-    /// and the table never shrinks after the heap's busiest moment: replay checkpoints call
-    /// this so each costs memory for its live blocks only.
-    pub(crate) fn compact(&mut self) {
-        self.recs.shrink_to_fit();
-    }
-
     pub(crate) fn new(config: &PolicyConfig, index: I) -> Result<Self, String> {
         let base_align = check_align(config)?;
         Ok(Self {
-            recs: AddrMap::default(),
+            slab: Vec::new(),
+            spare: Vec::new(),
+            used: AddrMap::default(),
             index,
             base_align,
             limit: config.limit_bytes,
             top: 0,
-            last: NONE,
+            last: NIL,
             counters: Counters::default(),
         })
+    }
+
+    /// Renumbers the slab densely in address order and drops spare capacity. A clone copies
+    /// whole tables, and the slab and the address map never shrink after the heap's busiest
+    /// moment: replay checkpoints call this so each costs memory for its current blocks only.
+    pub(crate) fn compact(&mut self) {
+        let order = self.order();
+        let mut new_of = vec![NIL; self.slab.len()];
+        let mut slab = Vec::with_capacity(order.len());
+        for (new, &old) in order.iter().enumerate() {
+            if let (Some(slot), Some(&r)) = (new_of.get_mut(old as usize), self.slab.get(old as usize)) {
+                *slot = new as u32;
+                slab.push(r);
+            }
+        }
+        let remap = |h: u32| new_of.get(h as usize).copied().unwrap_or(NIL);
+        for r in &mut slab {
+            r.prev = remap(r.prev);
+            r.next = remap(r.next);
+        }
+        for h in self.used.values_mut() {
+            *h = remap(*h);
+        }
+        self.used.shrink_to_fit();
+        self.index.remap_handles(&new_of);
+        self.last = remap(self.last);
+        self.slab = slab;
+        self.spare = Vec::new();
+    }
+
+    /// Slots of every block in address order.
+    fn order(&self) -> Vec<u32> {
+        let mut out = Vec::with_capacity(self.slab.len() - self.spare.len());
+        let mut h = self.last;
+        while let Some(r) = self.slab.get(h as usize) {
+            out.push(h);
+            h = r.prev;
+        }
+        out.reverse();
+        out
     }
 
     pub(crate) fn index(&self) -> &I {
@@ -148,6 +172,62 @@ impl<I: FreeIndex> FitHeap<I> {
 
     pub(crate) fn counters(&self) -> Counters {
         self.counters
+    }
+
+    fn rec(&self, h: u32) -> Option<&Rec> {
+        self.slab.get(h as usize)
+    }
+
+    fn rec_mut(&mut self, h: u32) -> Option<&mut Rec> {
+        self.slab.get_mut(h as usize)
+    }
+
+    /// Stores a record in a recycled or new slot.
+    fn new_rec(&mut self, r: Rec) -> u32 {
+        if let Some(h) = self.spare.pop()
+            && let Some(slot) = self.slab.get_mut(h as usize)
+        {
+            *slot = r;
+            return h;
+        }
+        // More than u32::MAX - 1 blocks would need more than 150 GiB of records; saturating
+        // keeps this total without a panic path.
+        let h = u32::try_from(self.slab.len()).unwrap_or(NIL);
+        self.slab.push(r);
+        h
+    }
+
+    /// Links a new record between `prev` and `next` (either may be [`NIL`]).
+    fn insert_between(&mut self, prev: u32, next: u32, addr: Addr, len: u64, tag: Tag) -> u32 {
+        let h = self.new_rec(Rec {
+            addr,
+            len,
+            prev,
+            next,
+            tag,
+        });
+        if let Some(p) = self.rec_mut(prev) {
+            p.next = h;
+        }
+        if let Some(n) = self.rec_mut(next) {
+            n.prev = h;
+        }
+        h
+    }
+
+    /// Unlinks a record and recycles its slot.
+    fn unlink(&mut self, h: u32) {
+        let Some(&r) = self.rec(h) else { return };
+        if let Some(p) = self.rec_mut(r.prev) {
+            p.next = r.next;
+        }
+        if let Some(n) = self.rec_mut(r.next) {
+            n.prev = r.prev;
+        }
+        if self.last == h {
+            self.last = r.prev;
+        }
+        self.spare.push(h);
     }
 
     /// Bytes reserved for a request: its size rounded up to the base alignment, at least one
@@ -180,13 +260,14 @@ impl<I: FreeIndex> FitHeap<I> {
         let Some(search_len) = reserved.checked_add(align - self.base_align) else {
             return Err(oom(&self.counters));
         };
-        let addr = match self.index.find(search_len) {
-            Some((hole, hole_len)) => self.carve(hole, hole_len, align, reserved, tag),
+        let (addr, handle) = match self.index.find(search_len) {
+            Some((hole, hole_len, h)) => self.carve(h, hole, hole_len, align, reserved, tag),
             None => match self.extend(align, reserved, tag) {
-                Some(addr) => addr,
+                Some(placed) => placed,
                 None => return Err(oom(&self.counters)),
             },
         };
+        self.used.insert(addr, handle);
         self.counters.live_allocs += 1;
         self.counters.live_bytes += req.size_bytes;
         self.counters.allocated_bytes += reserved;
@@ -197,197 +278,176 @@ impl<I: FreeIndex> FitHeap<I> {
         })
     }
 
-    /// Places `reserved` bytes in the free block `[hole, hole + hole_len)`, which the search
-    /// guaranteed to be large enough after alignment padding.
-    fn carve(&mut self, hole: Addr, hole_len: u64, align: u64, reserved: u64, tag: Tag) -> Addr {
-        let hole_end = hole + hole_len;
+    /// Places `reserved` bytes in the free block `h` = `[hole, hole + hole_len)`, which the
+    /// search guaranteed to be large enough after alignment padding. Returns the address and
+    /// slot of the new used block.
+    fn carve(
+        &mut self,
+        h: u32,
+        hole: Addr,
+        hole_len: u64,
+        align: u64,
+        reserved: u64,
+        tag: Tag,
+    ) -> (Addr, u32) {
         let start = align_up(hole, align).unwrap_or(hole);
         let pad = start - hole;
         let end = start + reserved;
-        let rest = hole_end - end;
-
-        if pad > 0 {
-            // The padding stays free, in the hole's record.
-            self.index.relocate(hole, hole_len, hole, pad);
-            if let Some(r) = self.recs.get_mut(&hole) {
-                r.len = pad;
+        let rest = hole + hole_len - end;
+        let Some(&r) = self.rec(h) else {
+            return (start, NIL);
+        };
+        let used = match (pad > 0, rest > 0) {
+            (false, false) => {
+                // The allocation takes the hole's record whole.
+                self.index.remove(hole, hole_len);
+                self.counters.free_blocks -= 1;
+                if let Some(r) = self.rec_mut(h) {
+                    r.tag = tag;
+                }
+                h
             }
-            self.recs.insert(
-                start,
-                Rec {
-                    len: reserved,
-                    prev: hole,
-                    tag,
-                },
-            );
-        } else if let Some(r) = self.recs.get_mut(&hole) {
-            // The allocation takes over the hole's record (same address, same predecessor).
-            r.len = reserved;
-            r.tag = tag;
-        }
-        if rest > 0 {
-            if pad > 0 {
-                self.index.insert(end, rest);
-                self.counters.free_blocks += 1;
-            } else {
+            (false, true) => {
+                // The hole's record keeps the remainder above the allocation.
                 self.index.relocate(hole, hole_len, end, rest);
+                if let Some(r) = self.rec_mut(h) {
+                    r.addr = end;
+                    r.len = rest;
+                }
+                self.insert_between(r.prev, h, start, reserved, tag)
             }
-            self.recs.insert(
-                end,
-                Rec {
-                    len: rest,
-                    prev: start,
-                    tag: Tag::Free,
-                },
-            );
-        } else if pad == 0 {
-            self.index.remove(hole, hole_len);
-            self.counters.free_blocks -= 1;
-        }
-        // A hole never touches the top, so a block always follows it.
-        if let Some(next) = self.recs.get_mut(&hole_end) {
-            next.prev = if rest > 0 { end } else { start };
-        }
+            (true, false) => {
+                // The padding stays free in the hole's record.
+                self.index.relocate(hole, hole_len, hole, pad);
+                if let Some(r) = self.rec_mut(h) {
+                    r.len = pad;
+                }
+                self.insert_between(h, r.next, start, reserved, tag)
+            }
+            (true, true) => {
+                self.index.relocate(hole, hole_len, hole, pad);
+                if let Some(r) = self.rec_mut(h) {
+                    r.len = pad;
+                }
+                let used = self.insert_between(h, r.next, start, reserved, tag);
+                let free = self.insert_between(used, r.next, end, rest, Tag::Free);
+                self.index.insert(end, rest, free);
+                self.counters.free_blocks += 1;
+                used
+            }
+        };
         self.counters.free_bytes -= reserved;
-        start
+        (start, used)
     }
 
     /// Places `reserved` bytes at the heap top; `None` when the limit forbids it.
-    fn extend(&mut self, align: u64, reserved: u64, tag: Tag) -> Option<Addr> {
+    fn extend(&mut self, align: u64, reserved: u64, tag: Tag) -> Option<(Addr, u32)> {
         let start = align_up(self.top, align)?;
         let new_top = start.checked_add(reserved)?;
         if self.limit.is_some_and(|limit| new_top > limit) {
             return None;
         }
         let pad = start - self.top;
-        let used_prev = if pad > 0 {
-            self.recs.insert(
-                self.top,
-                Rec {
-                    len: pad,
-                    prev: self.last,
-                    tag: Tag::Free,
-                },
-            );
-            self.index.insert(self.top, pad);
+        if pad > 0 {
+            let h = self.insert_between(self.last, NIL, self.top, pad, Tag::Free);
+            self.index.insert(self.top, pad, h);
             self.counters.free_bytes += pad;
             self.counters.free_blocks += 1;
-            self.top
-        } else {
-            self.last
-        };
-        self.recs.insert(
-            start,
-            Rec {
-                len: reserved,
-                prev: used_prev,
-                tag,
-            },
-        );
-        self.last = start;
+            self.last = h;
+        }
+        let h = self.insert_between(self.last, NIL, start, reserved, tag);
+        self.last = h;
         self.top = new_top;
         self.counters.footprint_bytes = new_top;
-        Some(start)
+        Some((start, h))
+    }
+
+    /// `h` if it is a free block.
+    fn free_rec(&self, h: u32) -> Option<Rec> {
+        self.rec(h).filter(|r| r.tag == Tag::Free).copied()
     }
 
     pub(crate) fn free(&mut self, addr: Addr) -> Result<(), FreeError> {
-        let (rec, requested_bytes) = match self.recs.get(&addr) {
-            Some(
-                r @ Rec {
-                    tag:
-                        Tag::Used {
-                            requested_bytes, ..
-                        },
-                    ..
-                },
-            ) => (*r, *requested_bytes),
+        let Some(h) = self.used.remove(&addr) else {
+            return Err(FreeError::UnknownAddr(addr));
+        };
+        let rec = match self.rec(h) {
+            Some(&r) if r.addr == addr => r,
             _ => return Err(FreeError::UnknownAddr(addr)),
+        };
+        let Tag::Used {
+            requested_bytes, ..
+        } = rec.tag
+        else {
+            return Err(FreeError::UnknownAddr(addr));
         };
         self.counters.live_allocs -= 1;
         self.counters.live_bytes -= requested_bytes;
         self.counters.allocated_bytes -= rec.len;
 
-        let end = addr + rec.len;
-        let prev_free = self
-            .recs
-            .get(&rec.prev)
-            .filter(|p| p.tag == Tag::Free)
-            .map(|p| (p.len, p.prev));
-        let next_free = if end < self.top {
-            self.recs
-                .get(&end)
-                .filter(|n| n.tag == Tag::Free)
-                .map(|n| n.len)
-        } else {
-            None
-        };
-
-        let mut start = addr;
-        let mut len = rec.len;
-        let mut prev = rec.prev;
-        if let Some((p_len, p_prev)) = prev_free {
-            start = rec.prev;
-            len += p_len;
-            prev = p_prev;
-        }
-        let prev_free = prev_free.map(|(p_len, _)| p_len);
-        if let Some(n_len) = next_free {
-            len += n_len;
-            self.recs.remove(&end);
-        }
-        if start != addr {
-            self.recs.remove(&addr);
-        }
-        let merged_end = start + len;
-
-        if merged_end == self.top {
-            // The merged block is the topmost: give it back by lowering the top. A free block
-            // never ends at the top, so only the block below can have been merged.
-            if let Some(p_len) = prev_free {
-                self.index.remove(start, p_len);
-                self.counters.free_bytes -= p_len;
+        let prev = self.free_rec(rec.prev);
+        if rec.next == NIL {
+            // The topmost block: give it back by lowering the top, with the free block below
+            // it if any (a free block never touches the top, so nothing lies above).
+            let mut new_top = addr;
+            self.unlink(h);
+            if let Some(p) = prev {
+                self.index.remove(p.addr, p.len);
+                self.counters.free_bytes -= p.len;
                 self.counters.free_blocks -= 1;
+                new_top = p.addr;
+                self.unlink(rec.prev);
             }
-            self.recs.remove(&start);
-            self.top = start;
-            self.last = prev;
-            self.counters.footprint_bytes = start;
+            self.top = new_top;
+            self.counters.footprint_bytes = new_top;
         } else {
-            match (prev_free, next_free) {
+            let next = self.free_rec(rec.next);
+            match (prev, next) {
                 (None, None) => {
-                    self.index.insert(addr, rec.len);
+                    self.index.insert(addr, rec.len, h);
                     self.counters.free_blocks += 1;
+                    if let Some(r) = self.rec_mut(h) {
+                        r.tag = Tag::Free;
+                    }
                 }
-                (Some(p_len), None) => self.index.relocate(start, p_len, start, len),
-                (None, Some(n_len)) => self.index.relocate(end, n_len, start, len),
-                (Some(p_len), Some(n_len)) => {
-                    self.index.remove(end, n_len);
-                    self.index.relocate(start, p_len, start, len);
+                (Some(p), None) => {
+                    self.index.relocate(p.addr, p.len, p.addr, p.len + rec.len);
+                    if let Some(r) = self.rec_mut(rec.prev) {
+                        r.len += rec.len;
+                    }
+                    self.unlink(h);
+                }
+                (None, Some(n)) => {
+                    self.index.relocate(n.addr, n.len, addr, n.len + rec.len);
+                    if let Some(r) = self.rec_mut(rec.next) {
+                        r.addr = addr;
+                        r.len += rec.len;
+                    }
+                    self.unlink(h);
+                }
+                (Some(p), Some(n)) => {
+                    self.index.remove(n.addr, n.len);
+                    self.index
+                        .relocate(p.addr, p.len, p.addr, p.len + rec.len + n.len);
+                    if let Some(r) = self.rec_mut(rec.prev) {
+                        r.len += rec.len + n.len;
+                    }
+                    self.unlink(rec.next);
+                    self.unlink(h);
                     self.counters.free_blocks -= 1;
                 }
             }
             self.counters.free_bytes += rec.len;
-            // `start` is the freed block or the free block below it: its record exists.
-            if let Some(r) = self.recs.get_mut(&start) {
-                *r = Rec {
-                    len,
-                    prev,
-                    tag: Tag::Free,
-                };
-            }
-            if let Some(next) = self.recs.get_mut(&merged_end) {
-                next.prev = start;
-            }
         }
         self.counters.largest_free_bytes = self.index.largest();
         Ok(())
     }
 
     pub(crate) fn blocks(&self, out: &mut Vec<Block>) {
-        let first = out.len();
-        out.reserve(self.recs.len());
-        out.extend(self.recs.iter().map(|(&addr, r)| Block {
-            addr,
+        let order = self.order();
+        out.reserve(order.len());
+        out.extend(order.iter().filter_map(|&h| self.rec(h)).map(|r| Block {
+            addr: r.addr,
             len_bytes: r.len,
             state: match r.tag {
                 Tag::Free => BlockState::Free,
@@ -400,23 +460,22 @@ impl<I: FreeIndex> FitHeap<I> {
                 },
             },
         }));
-        if let Some(tail) = out.get_mut(first..) {
-            tail.sort_unstable_by_key(|b| b.addr);
-        }
     }
 
     pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        let order = self.order();
         let mut addr: Addr = 0;
-        let mut prev = NONE;
+        let mut prev = NIL;
         let mut prev_free = false;
-        let mut seen = 0usize;
         let mut free_entries = Vec::new();
-        let mut blocks = Vec::new();
-        while addr < self.top {
+        let mut used_count = 0usize;
+        for &h in &order {
             let r = self
-                .recs
-                .get(&addr)
-                .ok_or_else(|| format!("no block at {addr:#x} below top {:#x}", self.top))?;
+                .rec(h)
+                .ok_or_else(|| format!("slot {h} out of the slab"))?;
+            if r.addr != addr {
+                return Err(format!("block at {:#x}, expected one at {addr:#x}", r.addr));
+            }
             if r.len == 0
                 || !r.len.is_multiple_of(self.base_align)
                 || !addr.is_multiple_of(self.base_align)
@@ -424,34 +483,43 @@ impl<I: FreeIndex> FitHeap<I> {
                 return Err(format!("block {addr:#x}+{} is misaligned or empty", r.len));
             }
             if r.prev != prev {
-                return Err(format!(
-                    "block {addr:#x}: boundary tag says prev {:#x}, walk says {prev:#x}",
-                    r.prev
-                ));
+                return Err(format!("block {addr:#x}: broken prev link"));
+            }
+            if let Some(p) = self.rec(prev)
+                && p.next != h
+            {
+                return Err(format!("block {addr:#x}: broken next link below it"));
             }
             let is_free = r.tag == Tag::Free;
             if is_free && prev_free {
-                return Err(format!("free blocks {prev:#x} and {addr:#x} not coalesced"));
+                return Err(format!("free blocks below {addr:#x} and at it not coalesced"));
             }
             if is_free {
-                free_entries.push((addr, r.len));
+                free_entries.push((addr, r.len, h));
+            } else {
+                used_count += 1;
+                if self.used.get(&addr) != Some(&h) {
+                    return Err(format!("used block {addr:#x} missing from the address map"));
+                }
             }
             prev_free = is_free;
-            prev = addr;
+            prev = h;
             addr += r.len;
-            seen += 1;
         }
         if addr != self.top {
             return Err(format!("blocks end at {addr:#x}, top is {:#x}", self.top));
         }
-        if seen != self.recs.len() {
+        if self.rec(self.last).is_some_and(|r| r.next != NIL) {
+            return Err("the last block has a successor".to_owned());
+        }
+        if used_count != self.used.len() {
             return Err(format!(
-                "{} records but {seen} blocks below the top",
-                self.recs.len()
+                "{} addresses mapped but {used_count} used blocks",
+                self.used.len()
             ));
         }
-        if prev != self.last {
-            return Err(format!("last block {prev:#x}, recorded {:#x}", self.last));
+        if order.len() + self.spare.len() != self.slab.len() {
+            return Err("the slab leaks slots".to_owned());
         }
         if prev_free {
             return Err("a free block touches the heap top".to_owned());
@@ -460,6 +528,7 @@ impl<I: FreeIndex> FitHeap<I> {
             return Err("free index disagrees with the free blocks".to_owned());
         }
         self.index.check()?;
+        let mut blocks = Vec::new();
         self.blocks(&mut blocks);
         let expected = Counters::from_blocks(&blocks, self.top);
         if expected != self.counters {
@@ -486,16 +555,5 @@ mod tests {
         assert_eq!(align_up(16, 16), Some(16));
         assert_eq!(align_up(17, 64), Some(64));
         assert_eq!(align_up(u64::MAX - 3, 16), None);
-    }
-
-    #[test]
-    fn hasher_spreads_aligned_addresses_over_low_bits() {
-        let mut low_bits = std::collections::HashSet::new();
-        for i in 0..64u64 {
-            let mut h = AddrHasher::default();
-            h.write_u64(i * 4096);
-            low_bits.insert(h.finish() & 63);
-        }
-        assert!(low_bits.len() > 32, "{} distinct buckets", low_bits.len());
     }
 }

@@ -6,6 +6,7 @@
 use std::any::Any;
 use std::fmt;
 
+mod addr_map;
 pub mod best_fit;
 pub mod bfc;
 pub mod buddy;

@@ -67,6 +67,9 @@ pub struct DriveOptions {
     /// after the last one.
     pub check_every: usize,
     pub promises: Promises,
+    /// Every this many events, go on with the policy's `clone_box` (a replay checkpoint's
+    /// copy, compacted) instead of the policy itself, so the checks cover the copies too.
+    pub swap_for_clone_every: Option<usize>,
 }
 
 impl DriveOptions {
@@ -77,6 +80,7 @@ impl DriveOptions {
             align_bytes,
             check_every: 1,
             promises: promises_for(name),
+            swap_for_clone_every: None,
         }
     }
 }
@@ -164,6 +168,13 @@ pub fn drive_checked(
                 }
             }
             _ => {}
+        }
+        if opts
+            .swap_for_clone_every
+            .is_some_and(|n| n > 0 && (i + 1) % n == 0)
+        {
+            policy = policy.clone_box();
+            policy.check_invariants().map_err(|e| at(format!("clone: {e}")))?;
         }
         if check_now {
             shadow.check(policy.as_ref(), opts.promises).map_err(at)?;
