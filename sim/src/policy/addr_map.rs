@@ -46,7 +46,9 @@ impl<V: Copy + Default> AddrMap<V> {
 
     /// Slots needed to hold `len` entries at most half full.
     fn slots_for(len: usize) -> usize {
-        (len.saturating_mul(2) + 1).max(MIN_SLOTS).next_power_of_two()
+        (len.saturating_mul(2) + 1)
+            .max(MIN_SLOTS)
+            .next_power_of_two()
     }
 
     #[inline]
@@ -192,7 +194,7 @@ mod tests {
             // Aligned addresses in a window, so runs collide, wrap around and empty out.
             let addr = (x >> 33) % 20_000 * 16;
             let phase = (step / 50_000) % 2 == 0;
-            if phase || x % 3 == 0 {
+            if phase || x.is_multiple_of(3) {
                 assert_eq!(ours.insert(addr, step), model.insert(addr, step));
             } else {
                 assert_eq!(ours.remove(&addr), model.remove(&addr));

@@ -327,7 +327,10 @@ mod tests {
                 bins.insert(addr, len, addr as u32);
             }
             let want = (x >> 12) % 1600 * 16;
-            let expected = model.range((want, 0)..).next().map(|&(l, a)| (a, l, a as u32));
+            let expected = model
+                .range((want, 0)..)
+                .next()
+                .map(|&(l, a)| (a, l, a as u32));
             assert_eq!(bins.find(want), expected);
             assert_eq!(bins.largest(), model.last().map_or(0, |&(l, _)| l));
         }

@@ -14,14 +14,15 @@
 //!
 //! A request the plan does not cover (unknown id, larger than planned, an alignment the offset
 //! breaks, or a range that meets a live allocation because the replay left the trace's order)
-//! is refused as unsupported. Live allocations and the free gaps between them are kept in ordered
-//! maps: alloc and free are O(log n); planning is greedy-by-size's cost.
+//! is refused as unsupported. Live allocations are keyed by address; the free gaps between them
+//! sit in address order in the chunked max-tree first fit uses (so the gap count and the largest
+//! gap are at hand for the metrics): alloc and free find the gaps around a block by address,
+//! O(log n); planning is greedy-by-size's cost.
 
 use std::any::Any;
-use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::sync::Arc;
 
+use super::fit_common::{AddrChunks, AddrMap, FreeIndex};
 use super::registry::PolicyConfig;
 use super::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Policy, Request};
 use crate::plan::{PlanError, greedy_by_size};
@@ -36,8 +37,11 @@ struct Planned {
     max_live_bytes: u64,
 }
 
+/// A free gap, `(addr, len)`.
+type Gap = (Addr, u64);
+
 /// One live allocation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Live {
     id: u32,
     reserved_bytes: u64,
@@ -49,9 +53,9 @@ struct Live {
 pub struct Oracle {
     plan: Arc<Planned>,
     limit_bytes: Option<u64>,
-    live: BTreeMap<Addr, Live>,
-    /// Free gap length -> how many gaps have it.
-    gaps: BTreeMap<u64, u64>,
+    live: AddrMap<Live>,
+    /// The free gaps between live allocations, in address order.
+    gaps: AddrChunks,
     counters: Counters,
 }
 
@@ -69,9 +73,9 @@ impl Oracle {
         let footprint_bytes = config
             .limit_bytes
             .map_or(plan.total_bytes, |l| l.min(plan.total_bytes));
-        let mut gaps = BTreeMap::new();
+        let mut gaps = AddrChunks::default();
         if footprint_bytes > 0 {
-            gaps.insert(footprint_bytes, 1);
+            gaps.insert(0, footprint_bytes, 0);
         }
         Ok(Self {
             plan: Arc::new(Planned {
@@ -81,7 +85,7 @@ impl Oracle {
                 max_live_bytes: max_live,
             }),
             limit_bytes: config.limit_bytes,
-            live: BTreeMap::new(),
+            live: AddrMap::default(),
             gaps,
             counters: Counters {
                 footprint_bytes,
@@ -111,44 +115,19 @@ impl Oracle {
         self.plan.offsets.get(id as usize).copied()
     }
 
-    /// The free gap around `[addr, end)`: from the end of the live allocation below (or 0) to
-    /// the start of the one above (or the footprint).
-    fn neighbours(&self, addr: Addr, end: Addr) -> (Addr, Addr) {
-        let below = self
-            .live
-            .range(..addr)
-            .next_back()
-            .map_or(0, |(&a, l)| a + l.reserved_bytes);
-        let above = self
-            .live
-            .range((Bound::Excluded(addr), Bound::Unbounded))
-            .next()
-            .map_or(self.counters.footprint_bytes, |(&a, _)| a);
-        (below, above.max(end))
+    /// The gap that ends exactly at `addr` and the one that starts exactly at `end`.
+    fn gaps_around(&self, addr: Addr, end: Addr) -> (Option<Gap>, Option<Gap>) {
+        let below = addr
+            .checked_sub(1)
+            .and_then(|a| self.gaps.at_or_below(a))
+            .filter(|&(g, len)| g + len == addr);
+        let above = self.gaps.at_or_below(end).filter(|&(g, _)| g == end);
+        (below, above)
     }
 
-    fn add_gap(&mut self, len: u64) {
-        if len > 0 {
-            *self.gaps.entry(len).or_insert(0) += 1;
-            self.counters.free_blocks += 1;
-        }
-    }
-
-    fn remove_gap(&mut self, len: u64) {
-        if len == 0 {
-            return;
-        }
-        if let Some(c) = self.gaps.get_mut(&len) {
-            *c -= 1;
-            if *c == 0 {
-                self.gaps.remove(&len);
-            }
-            self.counters.free_blocks -= 1;
-        }
-    }
-
-    fn refresh_largest(&mut self) {
-        self.counters.largest_free_bytes = self.gaps.last_key_value().map_or(0, |(&l, _)| l);
+    fn refresh_gap_counters(&mut self) {
+        self.counters.free_blocks = self.gaps.len() as u64;
+        self.counters.largest_free_bytes = self.gaps.largest();
     }
 }
 
@@ -187,22 +166,28 @@ impl Policy for Oracle {
                 limit_bytes: self.limit_bytes,
             });
         }
-        let (below, above) = self.neighbours(addr, end);
-        let meets_live = self
-            .live
-            .range(..end)
-            .next_back()
-            .is_some_and(|(&a, l)| a + l.reserved_bytes > addr);
-        if meets_live || below > addr {
+        // The plan puts the block inside one gap, unless the replay left the trace's order.
+        let Some((gap, gap_len)) = self
+            .gaps
+            .at_or_below(addr)
+            .filter(|&(g, len)| g + len >= end)
+        else {
             return unsupported(format!(
                 "planned range [{addr:#x}, {end:#x}) of allocation {id} meets a live allocation \
                  (the replay is not the planned trace)"
             ));
+        };
+        let gap_end = gap + gap_len;
+        match (addr > gap, end < gap_end) {
+            (true, true) => {
+                self.gaps.relocate(gap, gap_len, gap, addr - gap);
+                self.gaps.insert(end, gap_end - end, 0);
+            }
+            (true, false) => self.gaps.relocate(gap, gap_len, gap, addr - gap),
+            (false, true) => self.gaps.relocate(gap, gap_len, end, gap_end - end),
+            (false, false) => self.gaps.remove(gap, gap_len),
         }
-        self.remove_gap(above - below);
-        self.add_gap(addr - below);
-        self.add_gap(above - end);
-        self.refresh_largest();
+        self.refresh_gap_counters();
         self.live.insert(
             addr,
             Live {
@@ -228,11 +213,22 @@ impl Policy for Oracle {
             .remove(&addr)
             .ok_or(FreeError::UnknownAddr(addr))?;
         let end = addr + l.reserved_bytes;
-        let (below, above) = self.neighbours(addr, end);
-        self.remove_gap(addr - below);
-        self.remove_gap(above - end);
-        self.add_gap(above - below);
-        self.refresh_largest();
+        match self.gaps_around(addr, end) {
+            (Some((b, b_len)), Some((_, a_len))) => {
+                self.gaps.remove(end, a_len);
+                self.gaps
+                    .relocate(b, b_len, b, b_len + l.reserved_bytes + a_len);
+            }
+            (Some((b, b_len)), None) => {
+                self.gaps.relocate(b, b_len, b, b_len + l.reserved_bytes);
+            }
+            (None, Some((_, a_len))) => {
+                self.gaps
+                    .relocate(end, a_len, addr, a_len + l.reserved_bytes);
+            }
+            (None, None) => self.gaps.insert(addr, l.reserved_bytes, 0),
+        }
+        self.refresh_gap_counters();
         let c = &mut self.counters;
         c.live_allocs -= 1;
         c.live_bytes -= l.requested_bytes;
@@ -246,8 +242,10 @@ impl Policy for Oracle {
     }
 
     fn blocks(&self, out: &mut Vec<Block>) {
+        let mut live: Vec<(Addr, Live)> = self.live.iter().map(|(&a, &l)| (a, l)).collect();
+        live.sort_unstable_by_key(|&(a, _)| a);
         let mut at = 0;
-        for (&addr, l) in &self.live {
+        for (addr, l) in live {
             if addr > at {
                 out.push(Block {
                     addr: at,
@@ -275,14 +273,16 @@ impl Policy for Oracle {
     }
 
     fn clone_box(&self) -> Box<dyn Policy> {
-        Box::new(self.clone())
+        let mut c = self.clone();
+        c.live.shrink_to_fit();
+        Box::new(c)
     }
 
     fn check_invariants(&self) -> Result<(), String> {
         let mut blocks = Vec::new();
         self.blocks(&mut blocks);
         let mut prev_end = 0;
-        let mut gaps: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut gaps: Vec<(Addr, u64, u32)> = Vec::new();
         for b in &blocks {
             if b.addr < prev_end {
                 return Err(format!("block {b:?} overlaps the one before"));
@@ -294,7 +294,7 @@ impl Policy for Oracle {
                         return Err(format!("allocation {id} at {:#x} is off its plan", b.addr));
                     }
                 }
-                BlockState::Free => *gaps.entry(b.len_bytes).or_insert(0) += 1,
+                BlockState::Free => gaps.push((b.addr, b.len_bytes, 0)),
                 BlockState::Dead => return Err(format!("dead block {b:?}")),
             }
         }
@@ -304,10 +304,11 @@ impl Policy for Oracle {
                 self.counters.footprint_bytes
             ));
         }
-        if gaps != self.gaps {
+        self.gaps.check()?;
+        if gaps != self.gaps.entries() {
             return Err(format!(
                 "gap index {:?} but blocks give {gaps:?}",
-                self.gaps
+                self.gaps.entries()
             ));
         }
         let expected = Counters::from_blocks(&blocks, self.counters.footprint_bytes);

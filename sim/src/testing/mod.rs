@@ -174,7 +174,9 @@ pub fn drive_checked(
             .is_some_and(|n| n > 0 && (i + 1) % n == 0)
         {
             policy = policy.clone_box();
-            policy.check_invariants().map_err(|e| at(format!("clone: {e}")))?;
+            policy
+                .check_invariants()
+                .map_err(|e| at(format!("clone: {e}")))?;
         }
         if check_now {
             shadow.check(policy.as_ref(), opts.promises).map_err(at)?;
