@@ -12,8 +12,11 @@
 //! 3000 B reserves 4096 B. Allocation takes the lowest-address free block of the smallest
 //! non-empty order that is large enough and splits it down, freeing the upper halves; a free
 //! merges the block with its buddy for as long as the buddy is free. Free blocks of each order
-//! sit in an address-ordered set and a bit mask records the non-empty orders, so both paths are
-//! O(max_order · log n).
+//! sit in a bitmap with one bit per block position of that order and two summary levels (bit j
+//! of a summary word says whether word j below holds any bit), so inserting, removing and
+//! finding the lowest free block are a few word operations, and a bit mask records the non-empty
+//! orders: both paths are O(max_order). The bitmaps cover the footprint: an order-k bitmap
+//! costs one bit per `min_block_bytes << k` bytes of it.
 //!
 //! The arena is a row of top-level blocks (`min_block_bytes << max_order`, 64 MiB by default)
 //! at addresses 0, T, 2T, ...; it grows by one top-level block when no free block is large
@@ -24,7 +27,6 @@
 //! run becomes free top-level blocks again. `limit_bytes` caps the footprint.
 
 use std::any::Any;
-use std::collections::BTreeSet;
 
 use crate::policy::fit_common::{AddrMap, oom};
 use crate::policy::registry::PolicyConfig;
@@ -42,6 +44,148 @@ struct Used {
     requested_bytes: u64,
 }
 
+/// The free blocks of one order: a bitmap over block positions (address >> shift) with two
+/// summary levels, so the lowest set bit is found in three word scans.
+#[derive(Clone, Debug)]
+struct BlockSet {
+    shift: u32,
+    bits: Vec<u64>,
+    /// Bit j: `bits[j] != 0`.
+    words: Vec<u64>,
+    /// Bit m: `words[m] != 0`.
+    groups: Vec<u64>,
+    len: usize,
+}
+
+impl BlockSet {
+    fn new(shift: u32) -> Self {
+        Self {
+            shift,
+            bits: Vec::new(),
+            words: Vec::new(),
+            groups: Vec::new(),
+            len: 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Word index and bit mask of `addr`'s position.
+    fn slot(&self, addr: Addr) -> (usize, u64) {
+        let i = addr >> self.shift;
+        ((i / 64) as usize, 1u64 << (i % 64))
+    }
+
+    fn contains(&self, addr: Addr) -> bool {
+        let (w, bit) = self.slot(addr);
+        self.bits.get(w).is_some_and(|&b| b & bit != 0)
+    }
+
+    fn insert(&mut self, addr: Addr) {
+        let (w, bit) = self.slot(addr);
+        if w >= self.bits.len() {
+            self.bits.resize(w + 1, 0);
+            self.words.resize(w / 64 + 1, 0);
+            self.groups.resize(w / 4096 + 1, 0);
+        }
+        let Some(b) = self.bits.get_mut(w) else {
+            return;
+        };
+        if *b & bit != 0 {
+            return;
+        }
+        let was_empty = *b == 0;
+        *b |= bit;
+        self.len += 1;
+        if was_empty {
+            if let Some(s) = self.words.get_mut(w / 64) {
+                *s |= 1 << (w % 64);
+            }
+            if let Some(g) = self.groups.get_mut(w / 4096) {
+                *g |= 1 << ((w / 64) % 64);
+            }
+        }
+    }
+
+    /// Removes `addr`; false when it was not there.
+    fn remove(&mut self, addr: Addr) -> bool {
+        let (w, bit) = self.slot(addr);
+        let Some(b) = self.bits.get_mut(w) else {
+            return false;
+        };
+        if *b & bit == 0 {
+            return false;
+        }
+        *b &= !bit;
+        self.len -= 1;
+        if *b == 0
+            && let Some(s) = self.words.get_mut(w / 64)
+        {
+            *s &= !(1 << (w % 64));
+            if *s == 0
+                && let Some(g) = self.groups.get_mut(w / 4096)
+            {
+                *g &= !(1 << ((w / 64) % 64));
+            }
+        }
+        true
+    }
+
+    /// The lowest address in the set.
+    fn first(&self) -> Option<Addr> {
+        let (m, g) = self.groups.iter().enumerate().find(|&(_, &g)| g != 0)?;
+        let s = m * 64 + g.trailing_zeros() as usize;
+        let w = s * 64 + self.words.get(s)?.trailing_zeros() as usize;
+        let i = w as u64 * 64 + u64::from(self.bits.get(w)?.trailing_zeros());
+        Some(i << self.shift)
+    }
+
+    /// Self-check of the summary levels and the count.
+    fn check(&self) -> Result<(), String> {
+        let mut count = 0;
+        for (w, &b) in self.bits.iter().enumerate() {
+            count += b.count_ones() as usize;
+            let marked = self
+                .words
+                .get(w / 64)
+                .is_some_and(|s| s & (1 << (w % 64)) != 0);
+            if marked != (b != 0) {
+                return Err(format!("summary bit of word {w} wrong"));
+            }
+        }
+        for (s, &word) in self.words.iter().enumerate() {
+            let marked = self
+                .groups
+                .get(s / 64)
+                .is_some_and(|g| g & (1 << (s % 64)) != 0);
+            if marked != (word != 0) {
+                return Err(format!("group bit of summary word {s} wrong"));
+            }
+        }
+        if count != self.len {
+            return Err(format!("{count} bits set, len says {}", self.len));
+        }
+        Ok(())
+    }
+
+    /// Every address in the set, in increasing order.
+    fn iter(&self) -> impl Iterator<Item = Addr> + '_ {
+        (0u64..).zip(&self.bits).flat_map(move |(w, &word)| {
+            let mut rest = word;
+            std::iter::from_fn(move || {
+                if rest == 0 {
+                    return None;
+                }
+                let b = u64::from(rest.trailing_zeros());
+                rest &= rest - 1;
+                Some((w * 64 + b) << self.shift)
+            })
+        })
+    }
+}
+
 /// Binary buddy allocator (see the module docs).
 #[derive(Clone, Debug)]
 pub struct Buddy {
@@ -51,7 +195,7 @@ pub struct Buddy {
     limit: Option<u64>,
     top_blocks: u64,
     /// Free block addresses per order.
-    free: Vec<BTreeSet<Addr>>,
+    free: Vec<BlockSet>,
     /// Bit k set when `free[k]` is not empty.
     nonempty: u64,
     used: AddrMap<Used>,
@@ -85,7 +229,9 @@ impl Buddy {
             top_block_bytes: min << max_order,
             limit: config.limit_bytes,
             top_blocks: 0,
-            free: vec![BTreeSet::new(); max_order as usize + 1],
+            free: (0..=max_order)
+                .map(|order| BlockSet::new(min.trailing_zeros() + order))
+                .collect(),
             nonempty: 0,
             used: AddrMap::default(),
             counters: Counters::default(),
@@ -116,7 +262,7 @@ impl Buddy {
         let Some(set) = self.free.get_mut(order as usize) else {
             return false;
         };
-        if !set.remove(&addr) {
+        if !set.remove(addr) {
             return false;
         }
         if set.is_empty() {
@@ -128,7 +274,7 @@ impl Buddy {
     }
 
     fn pop_lowest(&mut self, order: u32) -> Option<Addr> {
-        let addr = self.free.get(order as usize)?.first().copied()?;
+        let addr = self.free.get(order as usize)?.first()?;
         self.take_free(order, addr).then_some(addr)
     }
 
@@ -181,8 +327,7 @@ impl Buddy {
     fn find_run(&self, count: u64, step: u64) -> u64 {
         let top_free = self.free.get(self.max_order as usize);
         let is_free = |i: u64| {
-            i >= self.top_blocks
-                || top_free.is_some_and(|s| s.contains(&(i * self.top_block_bytes)))
+            i >= self.top_blocks || top_free.is_some_and(|s| s.contains(i * self.top_block_bytes))
         };
         let mut i = 0;
         while i < self.top_blocks {
@@ -320,7 +465,7 @@ impl Policy for Buddy {
         }));
         for (order, set) in (0u32..).zip(&self.free) {
             let len_bytes = self.block_bytes(order);
-            out.extend(set.iter().map(|&addr| Block {
+            out.extend(set.iter().map(|addr| Block {
                 addr,
                 len_bytes,
                 state: BlockState::Free,
@@ -345,15 +490,17 @@ impl Policy for Buddy {
             return Err("footprint is not the sum of the top-level blocks".to_owned());
         }
         for (order, set) in (0u32..).zip(&self.free) {
+            set.check()
+                .map_err(|e| format!("free set of order {order}: {e}"))?;
             if set.is_empty() == (self.nonempty & (1 << order) != 0) {
                 return Err(format!("non-empty mask wrong for order {order}"));
             }
             let size = self.block_bytes(order);
-            for &addr in set {
+            for addr in set.iter() {
                 if addr % size != 0 || addr + size > footprint {
                     return Err(format!("free block {addr:#x} of order {order} misplaced"));
                 }
-                if order < self.max_order && set.contains(&(addr ^ size)) {
+                if order < self.max_order && set.contains(addr ^ size) {
                     return Err(format!(
                         "free buddies {addr:#x} and {:#x} not merged",
                         addr ^ size
@@ -406,6 +553,31 @@ impl Policy for Buddy {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn block_set_agrees_with_an_ordered_set() {
+        let mut ours = BlockSet::new(8);
+        let mut model = std::collections::BTreeSet::new();
+        let mut x: u64 = 5;
+        for step in 0..100_000u64 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            // Positions past several summary groups (4096 words each), sparse and dense.
+            let addr = ((x >> 33) % 600_000) << 8;
+            if (step / 25_000) % 2 == 0 {
+                ours.insert(addr);
+                model.insert(addr);
+            } else {
+                assert_eq!(ours.remove(addr), model.remove(&addr));
+                if let Some(&low) = model.first() {
+                    assert_eq!(ours.remove(low), model.remove(&low));
+                }
+            }
+            assert_eq!(ours.first(), model.first().copied());
+            assert_eq!(ours.contains(addr), model.contains(&addr));
+        }
+        ours.check().unwrap();
+        assert!(ours.iter().eq(model.iter().copied()));
+    }
     use super::*;
 
     fn req(id: u32, size_bytes: u64) -> Request {
