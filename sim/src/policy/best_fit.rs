@@ -183,11 +183,18 @@ impl FreeIndex for SizeBins {
         }
     }
 
-    fn remove(&mut self, addr: Addr, len: u64) {
+    fn remove(&mut self, addr: Addr, len: u64, _handle: u32) {
         self.take(addr, len);
     }
 
-    fn relocate(&mut self, old_addr: Addr, old_len: u64, new_addr: Addr, new_len: u64) {
+    fn relocate(
+        &mut self,
+        _handle: u32,
+        old_addr: Addr,
+        old_len: u64,
+        new_addr: Addr,
+        new_len: u64,
+    ) {
         if let Some(handle) = self.take(old_addr, old_len) {
             self.insert(new_addr, new_len, handle);
         }
@@ -297,9 +304,9 @@ mod tests {
         assert_eq!(s.find(129), Some((400, 1 << 20, 401)));
         assert_eq!(s.find((1 << 20) + 1), None);
         assert_eq!(s.largest(), 1 << 20);
-        s.relocate(100, 32, 116, 16);
+        s.relocate(101, 100, 32, 116, 16);
         assert_eq!(s.find(1), Some((116, 16, 101)));
-        s.remove(400, 1 << 20);
+        s.remove(400, 1 << 20, 401);
         assert_eq!(s.largest(), 128);
         s.check().unwrap();
         assert_eq!(
@@ -321,7 +328,7 @@ mod tests {
             let existing = model.iter().find(|&&(_, a)| a == addr).copied();
             if let Some((l, a)) = existing {
                 model.remove(&(l, a));
-                bins.remove(a, l);
+                bins.remove(a, l, a as u32);
             } else {
                 model.insert((len, addr));
                 bins.insert(addr, len, addr as u32);

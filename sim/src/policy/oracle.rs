@@ -54,7 +54,8 @@ pub struct Oracle {
     plan: Arc<Planned>,
     limit_bytes: Option<u64>,
     live: AddrMap<Live>,
-    /// The free gaps between live allocations, in address order.
+    /// The free gaps between live allocations, in address order. Gaps are found by address
+    /// alone, so every one carries handle 0.
     gaps: AddrChunks,
     counters: Counters,
 }
@@ -180,12 +181,12 @@ impl Policy for Oracle {
         let gap_end = gap + gap_len;
         match (addr > gap, end < gap_end) {
             (true, true) => {
-                self.gaps.relocate(gap, gap_len, gap, addr - gap);
+                self.gaps.relocate(0, gap, gap_len, gap, addr - gap);
                 self.gaps.insert(end, gap_end - end, 0);
             }
-            (true, false) => self.gaps.relocate(gap, gap_len, gap, addr - gap),
-            (false, true) => self.gaps.relocate(gap, gap_len, end, gap_end - end),
-            (false, false) => self.gaps.remove(gap, gap_len),
+            (true, false) => self.gaps.relocate(0, gap, gap_len, gap, addr - gap),
+            (false, true) => self.gaps.relocate(0, gap, gap_len, end, gap_end - end),
+            (false, false) => self.gaps.remove(gap, gap_len, 0),
         }
         self.refresh_gap_counters();
         self.live.insert(
@@ -215,16 +216,16 @@ impl Policy for Oracle {
         let end = addr + l.reserved_bytes;
         match self.gaps_around(addr, end) {
             (Some((b, b_len)), Some((_, a_len))) => {
-                self.gaps.remove(end, a_len);
+                self.gaps.remove(end, a_len, 0);
                 self.gaps
-                    .relocate(b, b_len, b, b_len + l.reserved_bytes + a_len);
+                    .relocate(0, b, b_len, b, b_len + l.reserved_bytes + a_len);
             }
             (Some((b, b_len)), None) => {
-                self.gaps.relocate(b, b_len, b, b_len + l.reserved_bytes);
+                self.gaps.relocate(0, b, b_len, b, b_len + l.reserved_bytes);
             }
             (None, Some((_, a_len))) => {
                 self.gaps
-                    .relocate(end, a_len, addr, a_len + l.reserved_bytes);
+                    .relocate(0, end, a_len, addr, a_len + l.reserved_bytes);
             }
             (None, None) => self.gaps.insert(addr, l.reserved_bytes, 0),
         }
