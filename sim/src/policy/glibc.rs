@@ -312,6 +312,22 @@ impl Glibc {
     /// # Errors
     /// [`AllocError::OutOfMemory`] when the limit refuses heap growth and mmap.
     pub fn malloc(&mut self, req_bytes: u64, request_id: u32) -> Result<Placement, AllocError> {
+        if self.tcache_ready {
+            return self.malloc_inner(req_bytes, request_id);
+        }
+        // glibc sets up its tcache on the first malloc even when the request itself then
+        // fails. The model undoes that set-up when the first request fails, so that a failed
+        // allocation changes nothing (the promise every policy keeps); the set-up then happens
+        // at the first malloc that succeeds.
+        let before = self.clone();
+        let r = self.malloc_inner(req_bytes, request_id);
+        if r.is_err() {
+            *self = before;
+        }
+        r
+    }
+
+    fn malloc_inner(&mut self, req_bytes: u64, request_id: u32) -> Result<Placement, AllocError> {
         let nb = chunk_size(req_bytes);
         if !self.tcache_ready {
             self.tcache_ready = true;
