@@ -79,6 +79,119 @@ impl Policy for BestFit {
 const SMALL_UNITS: usize = 1024;
 const WORDS: usize = SMALL_UNITS / 64;
 
+/// Entries a bin holds inline before it moves to an ordered map.
+const FEW: usize = 6;
+
+/// The free blocks of one exact length, `(addr, handle)` by address. Most bins hold a handful
+/// of blocks and flip between empty and not all the time: a short sorted array kept inline
+/// serves them without allocating, and a bin that outgrows it becomes an ordered map (back to
+/// the array when it shrinks to half), so operations stay O(log n) however full a bin gets.
+#[derive(Clone, Debug)]
+enum Bin {
+    Few { n: usize, items: [(Addr, u32); FEW] },
+    Many(BTreeMap<Addr, u32>),
+}
+
+impl Default for Bin {
+    fn default() -> Self {
+        Self::Few {
+            n: 0,
+            items: [(0, 0); FEW],
+        }
+    }
+}
+
+impl Bin {
+    fn len(&self) -> usize {
+        match self {
+            Self::Few { n, .. } => *n,
+            Self::Many(m) => m.len(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn first(&self) -> Option<(Addr, u32)> {
+        match self {
+            Self::Few { n: 0, .. } => None,
+            Self::Few { items, .. } => items.first().copied(),
+            Self::Many(m) => m.first_key_value().map(|(&a, &h)| (a, h)),
+        }
+    }
+
+    fn insert(&mut self, addr: Addr, handle: u32) {
+        if let Self::Few { n, items } = self
+            && let Some(slot) = items.iter_mut().take(*n).find(|(a, _)| *a == addr)
+        {
+            slot.1 = handle;
+            return;
+        }
+        match self {
+            Self::Few { n, items } if *n < FEW => {
+                let live = items.get(..*n).unwrap_or(&[]);
+                let i = live.partition_point(|&(a, _)| a < addr);
+                if let Some(tail) = items.get_mut(i..=*n) {
+                    tail.rotate_right(1);
+                    if let Some(slot) = tail.first_mut() {
+                        *slot = (addr, handle);
+                    }
+                }
+                *n += 1;
+            }
+            Self::Few { items, .. } => {
+                let mut m: BTreeMap<Addr, u32> = items.iter().copied().collect();
+                m.insert(addr, handle);
+                *self = Self::Many(m);
+            }
+            Self::Many(m) => {
+                m.insert(addr, handle);
+            }
+        }
+    }
+
+    fn remove(&mut self, addr: &Addr) -> Option<u32> {
+        match self {
+            Self::Few { n, items } => {
+                let live = items.get(..*n)?;
+                let i = live.iter().position(|&(a, _)| a == *addr)?;
+                let handle = live.get(i)?.1;
+                if let Some(tail) = items.get_mut(i..*n) {
+                    tail.rotate_left(1);
+                }
+                *n -= 1;
+                Some(handle)
+            }
+            Self::Many(m) => {
+                let handle = m.remove(addr);
+                if m.len() <= FEW / 2 {
+                    let mut items = [(0, 0); FEW];
+                    for (slot, (&a, &h)) in items.iter_mut().zip(m.iter()) {
+                        *slot = (a, h);
+                    }
+                    *self = Self::Few { n: m.len(), items };
+                }
+                handle
+            }
+        }
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = (Addr, u32)> + '_> {
+        match self {
+            Self::Few { n, items } => Box::new(items.iter().take(*n).copied()),
+            Self::Many(m) => Box::new(m.iter().map(|(&a, &h)| (a, h))),
+        }
+    }
+
+    fn values_mut(&mut self) -> Box<dyn Iterator<Item = &mut u32> + '_> {
+        match self {
+            Self::Few { n, items } => Box::new(items.iter_mut().take(*n).map(|(_, h)| h)),
+            Self::Many(m) => Box::new(m.values_mut()),
+        }
+    }
+}
+
 /// Free blocks for best fit: one address-ordered set per exact length for lengths under
 /// [`SMALL_UNITS`] alignment units, found through a two-level bit map (non-empty bins, then
 /// non-empty words), and one `(len, addr)`-ordered set for larger blocks. The smallest fitting
@@ -89,7 +202,7 @@ const WORDS: usize = SMALL_UNITS / 64;
 struct SizeBins {
     unit_shift: u32,
     /// Address -> the heap's slot, per exact length.
-    small: Vec<BTreeMap<Addr, u32>>,
+    small: Vec<Bin>,
     words: [u64; WORDS],
     /// Bit w set when `words[w] != 0`.
     summary: u64,
@@ -101,7 +214,7 @@ impl SizeBins {
     fn new(unit_bytes: u64) -> Self {
         Self {
             unit_shift: unit_bytes.trailing_zeros(),
-            small: vec![BTreeMap::new(); SMALL_UNITS],
+            small: vec![Bin::default(); SMALL_UNITS],
             words: [0; WORDS],
             summary: 0,
             large: BTreeMap::new(),
@@ -207,7 +320,7 @@ impl FreeIndex for SizeBins {
             .and_then(|l| self.bin(l & !unit_mask))
             && let Some(b) = self.first_from(from)
         {
-            let (&addr, &handle) = self.small.get(b)?.first_key_value()?;
+            let (addr, handle) = self.small.get(b)?.first()?;
             return Some((addr, (b as u64) << self.unit_shift, handle));
         }
         self.large
@@ -239,7 +352,7 @@ impl FreeIndex for SizeBins {
             .collect();
         for (b, set) in self.small.iter().enumerate() {
             let len = (b as u64) << self.unit_shift;
-            out.extend(set.iter().map(|(&addr, &h)| (addr, len, h)));
+            out.extend(set.iter().map(|(addr, h)| (addr, len, h)));
         }
         out.sort_unstable();
         out
@@ -290,6 +403,27 @@ impl FreeIndex for SizeBins {
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
+
+    #[test]
+    fn a_bin_agrees_with_an_ordered_map_while_it_grows_and_shrinks() {
+        let mut bin = Bin::default();
+        let mut model = BTreeMap::new();
+        let mut x: u64 = 9;
+        for step in 0..20_000u64 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let addr = (x >> 40) % 64 * 16;
+            // Phases of growth and shrinkage cross the inline capacity both ways.
+            if (step / 500) % 2 == 0 && !x.is_multiple_of(3) {
+                bin.insert(addr, addr as u32);
+                model.insert(addr, addr as u32);
+            } else {
+                assert_eq!(bin.remove(&addr), model.remove(&addr));
+            }
+            assert_eq!(bin.len(), model.len());
+            assert_eq!(bin.first(), model.first_key_value().map(|(&a, &h)| (a, h)));
+        }
+        assert!(bin.iter().eq(model.iter().map(|(&a, &h)| (a, h))));
+    }
 
     #[test]
     fn bins_pick_smallest_then_lowest_address() {
