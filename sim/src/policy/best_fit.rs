@@ -132,11 +132,9 @@ impl Bin {
             Self::Few { n, items } if *n < FEW => {
                 let live = items.get(..*n).unwrap_or(&[]);
                 let i = live.partition_point(|&(a, _)| a < addr);
-                if let Some(tail) = items.get_mut(i..=*n) {
-                    tail.rotate_right(1);
-                    if let Some(slot) = tail.first_mut() {
-                        *slot = (addr, handle);
-                    }
+                items.copy_within(i..*n, i + 1);
+                if let Some(slot) = items.get_mut(i) {
+                    *slot = (addr, handle);
                 }
                 *n += 1;
             }
@@ -157,9 +155,7 @@ impl Bin {
                 let live = items.get(..*n)?;
                 let i = live.iter().position(|&(a, _)| a == *addr)?;
                 let handle = live.get(i)?.1;
-                if let Some(tail) = items.get_mut(i..*n) {
-                    tail.rotate_left(1);
-                }
+                items.copy_within(i + 1..*n, i);
                 *n -= 1;
                 Some(handle)
             }
