@@ -203,6 +203,8 @@ struct SizeBins {
     /// Bit w set when `words[w] != 0`.
     summary: u64,
     large: BTreeMap<(u64, Addr), u32>,
+    /// Length of the largest block in `large` (0 when empty), asked after every operation.
+    large_max: u64,
     len: usize,
 }
 
@@ -214,6 +216,7 @@ impl SizeBins {
             words: [0; WORDS],
             summary: 0,
             large: BTreeMap::new(),
+            large_max: 0,
             len: 0,
         }
     }
@@ -252,7 +255,13 @@ impl SizeBins {
                 }
                 handle
             }
-            None => self.large.remove(&(len, addr)),
+            None => {
+                let handle = self.large.remove(&(len, addr));
+                if len == self.large_max {
+                    self.large_max = self.large.last_key_value().map_or(0, |(&(l, _), _)| l);
+                }
+                handle
+            }
         };
         if handle.is_some() {
             self.len -= 1;
@@ -288,6 +297,7 @@ impl FreeIndex for SizeBins {
             }
             None => {
                 self.large.insert((len, addr), handle);
+                self.large_max = self.large_max.max(len);
             }
         }
     }
@@ -326,8 +336,8 @@ impl FreeIndex for SizeBins {
     }
 
     fn largest(&self) -> u64 {
-        if let Some((&(len, _), _)) = self.large.last_key_value() {
-            return len;
+        if self.large_max > 0 {
+            return self.large_max;
         }
         if self.summary == 0 {
             return 0;
@@ -364,6 +374,9 @@ impl FreeIndex for SizeBins {
     }
 
     fn check(&self) -> Result<(), String> {
+        if self.large_max != self.large.last_key_value().map_or(0, |(&(l, _), _)| l) {
+            return Err("cached largest length of the large set is stale".to_owned());
+        }
         let mut count = self.large.len();
         for (b, set) in self.small.iter().enumerate() {
             let marked = self

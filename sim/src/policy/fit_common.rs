@@ -70,10 +70,27 @@ pub(crate) trait FreeIndex: Clone + Send + Sync + 'static {
 /// No block (an end of the physical list, or an empty heap).
 const NIL: u32 = u32::MAX;
 
+/// Who holds a block, in eight bytes (records are the heap's hot data): a used block keeps its
+/// allocation id and its slack, the bytes it holds beyond the request (under the base
+/// alignment, which is at most 2 GiB, so 32 bits hold it); [`FREE`] marks a free block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Tag {
-    Free,
-    Used { id: u32, requested_bytes: u64 },
+struct Tag {
+    id: u32,
+    slack: u32,
+}
+
+const FREE: Tag = Tag {
+    id: 0,
+    slack: u32::MAX,
+};
+
+/// Largest base alignment the fit heaps accept (see [`Tag`]).
+const MAX_BASE_ALIGN: u64 = 1 << 31;
+
+impl Tag {
+    fn is_free(self) -> bool {
+        self.slack == u32::MAX
+    }
 }
 
 /// One block below the heap top, used or free: a boundary tag. The blocks form a doubly linked
@@ -113,6 +130,11 @@ pub(crate) struct FitHeap<I> {
 impl<I: FreeIndex> FitHeap<I> {
     pub(crate) fn new(config: &PolicyConfig, index: I) -> Result<Self, String> {
         let base_align = check_align(config)?;
+        if base_align > MAX_BASE_ALIGN {
+            return Err(format!(
+                "align_bytes above {MAX_BASE_ALIGN} is not supported, got {base_align}"
+            ));
+        }
         Ok(Self {
             slab: Vec::new(),
             spare: Vec::new(),
@@ -200,6 +222,7 @@ impl<I: FreeIndex> FitHeap<I> {
     }
 
     /// Links a new record between `prev` and `next` (either may be [`NIL`]).
+    #[inline]
     fn insert_between(&mut self, prev: u32, next: u32, addr: Addr, len: u64, tag: Tag) -> u32 {
         let h = self.new_rec(Rec {
             addr,
@@ -218,6 +241,7 @@ impl<I: FreeIndex> FitHeap<I> {
     }
 
     /// Unlinks a record and recycles its slot.
+    #[inline]
     fn unlink(&mut self, h: u32) {
         let Some(&r) = self.rec(h) else { return };
         if let Some(p) = self.rec_mut(r.prev) {
@@ -246,14 +270,15 @@ impl<I: FreeIndex> FitHeap<I> {
             )));
         }
         let align = req.align_bytes.max(self.base_align);
-        let tag = Tag::Used {
-            id: req.id,
-            requested_bytes: req.size_bytes,
-        };
         let limit = self.limit;
         let oom = |c: &Counters| oom(req.size_bytes, c, limit);
         let Some(reserved) = self.reserved_for(req.size_bytes) else {
             return Err(oom(&self.counters));
+        };
+        let tag = Tag {
+            id: req.id,
+            // Below the base alignment (or equal, for a zero-byte request): fits, see `Tag`.
+            slack: u32::try_from(reserved - req.size_bytes).unwrap_or(u32::MAX - 1),
         };
         // Every block starts at a multiple of the base alignment, so an over-aligned request
         // needs at most `align - base_align` bytes of padding: searching for the padded length
@@ -332,7 +357,7 @@ impl<I: FreeIndex> FitHeap<I> {
                     r.len = pad;
                 }
                 let used = self.insert_between(h, r.next, start, reserved, tag);
-                let free = self.insert_between(used, r.next, end, rest, Tag::Free);
+                let free = self.insert_between(used, r.next, end, rest, FREE);
                 self.index.insert(end, rest, free);
                 self.counters.free_blocks += 1;
                 used
@@ -351,7 +376,7 @@ impl<I: FreeIndex> FitHeap<I> {
         }
         let pad = start - self.top;
         if pad > 0 {
-            let h = self.insert_between(self.last, NIL, self.top, pad, Tag::Free);
+            let h = self.insert_between(self.last, NIL, self.top, pad, FREE);
             self.index.insert(self.top, pad, h);
             self.counters.free_bytes += pad;
             self.counters.free_blocks += 1;
@@ -366,7 +391,7 @@ impl<I: FreeIndex> FitHeap<I> {
 
     /// `h` if it is a free block.
     fn free_rec(&self, h: u32) -> Option<Rec> {
-        self.rec(h).filter(|r| r.tag == Tag::Free).copied()
+        self.rec(h).filter(|r| r.tag.is_free()).copied()
     }
 
     pub(crate) fn free(&mut self, addr: Addr) -> Result<(), FreeError> {
@@ -377,12 +402,10 @@ impl<I: FreeIndex> FitHeap<I> {
             Some(&r) if r.addr == addr => r,
             _ => return Err(FreeError::UnknownAddr(addr)),
         };
-        let Tag::Used {
-            requested_bytes, ..
-        } = rec.tag
-        else {
+        if rec.tag.is_free() {
             return Err(FreeError::UnknownAddr(addr));
-        };
+        }
+        let requested_bytes = rec.len - u64::from(rec.tag.slack);
         self.counters.live_allocs -= 1;
         self.counters.live_bytes -= requested_bytes;
         self.counters.allocated_bytes -= rec.len;
@@ -409,7 +432,7 @@ impl<I: FreeIndex> FitHeap<I> {
                     self.index.insert(addr, rec.len, h);
                     self.counters.free_blocks += 1;
                     if let Some(r) = self.rec_mut(h) {
-                        r.tag = Tag::Free;
+                        r.tag = FREE;
                     }
                 }
                 (Some(p), None) => {
@@ -453,15 +476,13 @@ impl<I: FreeIndex> FitHeap<I> {
         out.extend(order.iter().filter_map(|&h| self.rec(h)).map(|r| Block {
             addr: r.addr,
             len_bytes: r.len,
-            state: match r.tag {
-                Tag::Free => BlockState::Free,
-                Tag::Used {
-                    id,
-                    requested_bytes,
-                } => BlockState::Used {
-                    id,
-                    requested_bytes,
-                },
+            state: if r.tag.is_free() {
+                BlockState::Free
+            } else {
+                BlockState::Used {
+                    id: r.tag.id,
+                    requested_bytes: r.len - u64::from(r.tag.slack),
+                }
             },
         }));
     }
@@ -494,7 +515,7 @@ impl<I: FreeIndex> FitHeap<I> {
             {
                 return Err(format!("block {addr:#x}: broken next link below it"));
             }
-            let is_free = r.tag == Tag::Free;
+            let is_free = r.tag.is_free();
             if is_free && prev_free {
                 return Err(format!(
                     "free blocks below {addr:#x} and at it not coalesced"
