@@ -188,6 +188,63 @@ impl Bin {
     }
 }
 
+/// Free blocks of at least [`SMALL_UNITS`] units, ordered by `(len, addr)`, except the most
+/// recently inserted one, which waits in a one-entry slot outside the map (BFC's free index does
+/// the same): programs free and take back the same large buffer over and over, and the slot
+/// turns each such round into no map operation at all. Searches compare the map's candidate
+/// with the slot's, so the choice is exactly the map's would be.
+#[derive(Clone, Debug, Default)]
+struct LargeSet {
+    map: BTreeMap<(u64, Addr), u32>,
+    slot: Option<((u64, Addr), u32)>,
+    /// Largest length held (0 when empty), asked after every operation.
+    max_len: u64,
+}
+
+impl LargeSet {
+    fn len(&self) -> usize {
+        self.map.len() + usize::from(self.slot.is_some())
+    }
+
+    fn insert(&mut self, key: (u64, Addr), handle: u32) {
+        if let Some((k, h)) = self.slot.replace((key, handle)) {
+            self.map.insert(k, h);
+        }
+        self.max_len = self.max_len.max(key.0);
+    }
+
+    fn remove(&mut self, key: (u64, Addr)) -> Option<u32> {
+        let handle = match self.slot {
+            Some((k, h)) if k == key => {
+                self.slot = None;
+                Some(h)
+            }
+            _ => self.map.remove(&key),
+        };
+        if handle.is_some() && key.0 == self.max_len {
+            let in_map = self.map.last_key_value().map_or(0, |(&(l, _), _)| l);
+            let in_slot = self.slot.map_or(0, |((l, _), _)| l);
+            self.max_len = in_map.max(in_slot);
+        }
+        handle
+    }
+
+    /// The smallest `(len, addr)` with `len >= min_len`, and its handle.
+    fn first_at_least(&self, min_len: u64) -> Option<((u64, Addr), u32)> {
+        let in_map = self.map.range((min_len, 0)..).next().map(|(&k, &h)| (k, h));
+        let in_slot = self.slot.filter(|((l, _), _)| *l >= min_len);
+        match (in_map, in_slot) {
+            (Some(m), Some(s)) => Some(if s.0 < m.0 { s } else { m }),
+            (m, None) => m,
+            (None, s) => s,
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = ((u64, Addr), u32)> + '_ {
+        self.map.iter().map(|(&k, &h)| (k, h)).chain(self.slot)
+    }
+}
+
 /// Free blocks for best fit: one address-ordered set per exact length for lengths under
 /// [`SMALL_UNITS`] alignment units, found through a two-level bit map (non-empty bins, then
 /// non-empty words), and one `(len, addr)`-ordered set for larger blocks. The smallest fitting
@@ -202,9 +259,7 @@ struct SizeBins {
     words: [u64; WORDS],
     /// Bit w set when `words[w] != 0`.
     summary: u64,
-    large: BTreeMap<(u64, Addr), u32>,
-    /// Length of the largest block in `large` (0 when empty), asked after every operation.
-    large_max: u64,
+    large: LargeSet,
     len: usize,
 }
 
@@ -215,8 +270,7 @@ impl SizeBins {
             small: vec![Bin::default(); SMALL_UNITS],
             words: [0; WORDS],
             summary: 0,
-            large: BTreeMap::new(),
-            large_max: 0,
+            large: LargeSet::default(),
             len: 0,
         }
     }
@@ -255,13 +309,7 @@ impl SizeBins {
                 }
                 handle
             }
-            None => {
-                let handle = self.large.remove(&(len, addr));
-                if len == self.large_max {
-                    self.large_max = self.large.last_key_value().map_or(0, |(&(l, _), _)| l);
-                }
-                handle
-            }
+            None => self.large.remove((len, addr)),
         };
         if handle.is_some() {
             self.len -= 1;
@@ -295,10 +343,7 @@ impl FreeIndex for SizeBins {
                     self.mark(b, true);
                 }
             }
-            None => {
-                self.large.insert((len, addr), handle);
-                self.large_max = self.large_max.max(len);
-            }
+            None => self.large.insert((len, addr), handle),
         }
     }
 
@@ -330,14 +375,13 @@ impl FreeIndex for SizeBins {
             return Some((addr, (b as u64) << self.unit_shift, handle));
         }
         self.large
-            .range((min_len, 0)..)
-            .next()
-            .map(|(&(len, addr), &handle)| (addr, len, handle))
+            .first_at_least(min_len)
+            .map(|((len, addr), handle)| (addr, len, handle))
     }
 
     fn largest(&self) -> u64 {
-        if self.large_max > 0 {
-            return self.large_max;
+        if self.large.max_len > 0 {
+            return self.large.max_len;
         }
         if self.summary == 0 {
             return 0;
@@ -354,7 +398,7 @@ impl FreeIndex for SizeBins {
         let mut out: Vec<(Addr, u64, u32)> = self
             .large
             .iter()
-            .map(|(&(len, addr), &h)| (addr, len, h))
+            .map(|((len, addr), h)| (addr, len, h))
             .collect();
         for (b, set) in self.small.iter().enumerate() {
             let len = (b as u64) << self.unit_shift;
@@ -370,11 +414,14 @@ impl FreeIndex for SizeBins {
             .iter_mut()
             .flat_map(|set| set.values_mut())
             .for_each(remap);
-        self.large.values_mut().for_each(remap);
+        self.large.map.values_mut().for_each(remap);
+        if let Some((_, h)) = &mut self.large.slot {
+            remap(h);
+        }
     }
 
     fn check(&self) -> Result<(), String> {
-        if self.large_max != self.large.last_key_value().map_or(0, |(&(l, _), _)| l) {
+        if self.large.max_len != self.large.iter().map(|((l, _), _)| l).max().unwrap_or(0) {
             return Err("cached largest length of the large set is stale".to_owned());
         }
         let mut count = self.large.len();
@@ -393,7 +440,7 @@ impl FreeIndex for SizeBins {
                 return Err(format!("summary wrong for word {w}"));
             }
         }
-        if let Some((&(len, addr), _)) = self.large.first_key_value()
+        if let Some(((len, addr), _)) = self.large.iter().min()
             && self.bin(len).is_some()
         {
             return Err(format!("small block {addr:#x}+{len} in the large set"));
