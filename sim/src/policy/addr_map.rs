@@ -27,9 +27,13 @@ pub(crate) struct AddrMap<V> {
     len: usize,
 }
 
+/// Slots of a new map: 64 KiB of entries, so a replay does not spend its first thousands of
+/// allocations rehashing a growing table (checkpoint copies shrink to what they hold).
+const INITIAL_SLOTS: usize = 4096;
+
 impl<V: Copy + Default> Default for AddrMap<V> {
     fn default() -> Self {
-        Self::with_slots(MIN_SLOTS)
+        Self::with_slots(INITIAL_SLOTS)
     }
 }
 
