@@ -398,6 +398,59 @@ fn fork_exec_and_signals_give_one_complete_file_per_process_image() {
     assert_ne!(&seen[&33333].1, &seen[&22222].1);
 }
 
+const MAIN_EXITS_FIRST_C: &str = r#"
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+static void *work(void *arg) {
+    usleep(200000);
+    for (int i = 0; i < 100; i++) free(malloc(7777));
+    return arg;
+}
+int main(void) {
+    pthread_t t;
+    pthread_create(&t, NULL, work, NULL);
+    pthread_exit(NULL); /* the process lives on until the worker returns */
+}
+"#;
+
+#[test]
+fn a_process_whose_main_thread_exits_first_still_ends_and_is_complete() {
+    // The tracer's clock thread must not keep the process alive once the program's last
+    // thread is gone, and the trace carries the clock's resolution.
+    let dir = scratch("main-exits");
+    let exe = build_c(&dir, "main_exits", MAIN_EXITS_FIRST_C);
+    let out_path = dir.join("m.avt");
+    let started = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(["record", "-o", out_path.to_str().unwrap(), "--"])
+        .arg(&exe)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            child.kill().ok();
+            panic!("the traced process did not end");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success());
+    let t = load(&out_path);
+    assert_consistent(&t);
+    assert_eq!(count(&rows(&t), ALLOC, "malloc", 7777), 100);
+    assert_eq!(count(&rows(&t), FREE, "free", 7777), 100);
+    let mut meta = None;
+    binary::read_records(&out_path, TimeBase::default(), |_| Ok(()))
+        .map(|info| meta = info.meta_value("clock_resolution_ns").map(str::to_owned))
+        .unwrap();
+    assert_eq!(meta.as_deref(), Some("1000000"));
+}
+
 fn real_python() -> Option<PathBuf> {
     // pyenv's `python3` is a shell script that runs several processes: trace the interpreter.
     let out = Command::new("python3")

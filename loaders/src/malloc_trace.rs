@@ -182,7 +182,7 @@ pub struct MallocTrace {
 /// Multiplicative hashing for pointer keys: pointers are already well spread in their middle
 /// bits, and SipHash would dominate the parse time.
 #[derive(Default)]
-struct PtrHasher(u64);
+pub(crate) struct PtrHasher(u64);
 
 impl Hasher for PtrHasher {
     fn finish(&self) -> u64 {
@@ -198,7 +198,9 @@ impl Hasher for PtrHasher {
     }
 }
 
-type PtrMap<V> = HashMap<u64, V, BuildHasherDefault<PtrHasher>>;
+pub(crate) type PtrMap<V> = HashMap<u64, V, BuildHasherDefault<PtrHasher>>;
+/// A set of pointers, hashed like [`PtrMap`]'s keys.
+pub(crate) type PtrSet = std::collections::HashSet<u64, BuildHasherDefault<PtrHasher>>;
 
 /// The thread column starts as `u8` and widens to `u16` only for traces with more than 256
 /// threads: a byte per event matters at tens of millions of events.

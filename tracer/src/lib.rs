@@ -12,36 +12,46 @@
 //!
 //! How it works:
 //! - Recording: each thread appends events to its own 256 KiB buffer (an `mmap`ed block, no
-//!   locking on the hot path): an op byte, the time delta, the size and the address delta as
-//!   varints. A full buffer is written with one `writev` as a *segment*; segments of one thread
-//!   continue each other's deltas, and a global lock keeps every segment whole in the file.
-//!   Times are TSC ticks on x86-64 (calibrated against `CLOCK_MONOTONIC` in every segment
-//!   header), `CLOCK_MONOTONIC` nanoseconds elsewhere; the free side of a call is stamped before
-//!   the real call and the allocation side after it, so a merge by time keeps every free after
-//!   its allocation and before the address is handed out again, across threads.
+//!   locking and no system call on the hot path): an op byte, then the time delta, the size and
+//!   the address delta as varints, the time and address left out (a flag in the op byte) when
+//!   they equal the previous event's. A full buffer is written with one `writev` as a
+//!   *segment*; segments of one thread continue each other's deltas, and a global lock keeps
+//!   every segment whole in the file.
+//! - Time: no clock is read per call (a TSC read alone costs about 10 ns on some virtual
+//!   machines, more than the allocation it stamps). A clock thread, started by the tracer in
+//!   every traced process, stores `CLOCK_MONOTONIC` in a global every [`CLOCK_PERIOD_NS`]
+//!   (1 ms); each event carries the value it finds there, so times have that resolution. The
+//!   free side of a call reads it before the real call and the allocation side after, so a
+//!   free is never later than the allocation that reuses its address in another thread; the
+//!   loader orders the events that share a time by causality (see `loaders/src/binary.rs`).
+//!   The clock thread never records, blocks every signal, holds no lock of the program's and
+//!   ends (letting the process exit) when it is the last thread left.
 //! - Flushing: the owner thread publishes the end of its last complete event with a release
 //!   store; any thread may flush another's buffer up to that point under the buffer's lock
-//!   (the owner only ever writes beyond it). Every 4096 events a thread checks the clock and,
-//!   if 100 ms passed since the last global flush, flushes every buffer, so an idle thread's
-//!   events reach the file too. Everything is flushed at `exit` (an `atexit` handler and a
-//!   `.fini_array` destructor), `_exit`/`_Exit`, before `execve`/`execv`/`execvp`/`execvpe`/
-//!   `fexecve`, at thread exit (a `pthread_key` destructor, which also returns the buffer to a
-//!   pool), and on fatal signals (`SIGTERM`, `SIGHUP`, `SIGQUIT`, `SIGABRT`, `SIGSEGV`,
-//!   `SIGBUS`, `SIGFPE`, `SIGILL`, `SIGXCPU`, `SIGXFSZ`, only where the program started with
-//!   the default action; the handler flushes, restores the default and re-raises).
+//!   (the owner only ever writes beyond it). The clock thread flushes every buffer every
+//!   100 ms, so an idle thread's events reach the file too. Everything is flushed at `exit` (an
+//!   `atexit` handler and a `.fini_array` destructor), `_exit`/`_Exit`, before `execve`/
+//!   `execv`/`execvp`/`execvpe`/`fexecve`, at thread exit (a `pthread_key` destructor, which
+//!   also returns the buffer to a pool), and on fatal signals (`SIGTERM`, `SIGHUP`, `SIGQUIT`,
+//!   `SIGABRT`, `SIGSEGV`, `SIGBUS`, `SIGFPE`, `SIGILL`, `SIGXCPU`, `SIGXFSZ`, only where the
+//!   program started with the default action; the handler flushes, restores the default and
+//!   re-raises).
 //! - What can be lost: events of the last moments of a process killed by `SIGKILL`, or by
 //!   `SIGINT` when the program does not handle it (not caught: programs such as Python only
-//!   install their own handler when `SIGINT` has its default action): at most the last 100 ms
-//!   or 4096 events per thread; events of other threads racing with `exit` after its final
-//!   flush; events after the `.fini_array` destructor; events before `exec` through `execl`,
-//!   `execlp` and `execle`, which glibc routes to `execve` internally (the periodic flush bounds
-//!   that loss as above).
+//!   install their own handler when `SIGINT` has its default action): at most the last 100 ms;
+//!   events of other threads racing with `exit` after its final flush; events after the
+//!   `.fini_array` destructor; events before `exec` through `execl`, `execlp` and `execle`,
+//!   which glibc routes to `execve` internally (the periodic flush bounds that loss as above).
 //! - Hard cases: allocations made by `dlsym` while the real functions are resolved come from a
-//!   static 64 KiB bootstrap arena (never traced, never freed); a thread-local guard passes
-//!   calls made from inside the tracer (or from a signal handler interrupting it) straight to
-//!   the real functions; `fork` (through `pthread_atfork`) gives the child its own file and an
-//!   empty buffer, since the parent writes the events from before the fork; the tracer itself
-//!   never calls `malloc`.
+//!   static 64 KiB bootstrap arena (never traced, never freed); calls made from inside the
+//!   tracer (or from a signal handler interrupting it) go straight to the real functions;
+//!   `fork` (through `pthread_atfork`) gives the child its own file, an empty buffer and a
+//!   clock thread of its own, since the parent writes the events from before the fork; the
+//!   tracer itself never calls `malloc`.
+//! - Thread-local state: one word read per call. On x86-64 it lives in the static TLS block
+//!   (initial-exec model, declared in assembly below: stable Rust has no TLS-model attribute),
+//!   which is valid because a preloaded library is loaded at start-up; elsewhere it is a
+//!   `thread_local!`.
 
 #![cfg(all(target_os = "linux", target_pointer_width = "64"))]
 #![allow(clippy::missing_safety_doc)]
@@ -52,10 +62,13 @@ use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::{self, null_mut};
 use std::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, compiler_fence,
 };
 
-use encode::{MAX_VARINT_BYTES, StackWriter, put_varint, zigzag};
+use encode::{
+    MAX_VARINT_BYTES, PREFIX_VARINT_STORE_BYTES, SHORT_U64_STORE_BYTES, StackWriter,
+    put_prefix_varint, put_short_u64, put_varint, zigzag,
+};
 
 // ---- libc, declared by hand so the crate builds with a bare `rustc` and no dependencies ----
 
@@ -71,6 +84,11 @@ struct IoVec {
     len: usize,
 }
 
+/// `sigset_t` (1024 bits in glibc).
+type SigSet = [u64; 16];
+/// `pthread_attr_t` (56 bytes on x86-64, 64 on aarch64).
+type PthreadAttr = [u64; 8];
+
 unsafe extern "C" {
     fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
     fn getenv(name: *const c_char) -> *const c_char;
@@ -83,6 +101,7 @@ unsafe extern "C" {
     fn getppid() -> c_int;
     fn gettid() -> c_int;
     fn clock_gettime(clock: c_int, ts: *mut Timespec) -> c_int;
+    fn nanosleep(req: *const Timespec, rem: *mut Timespec) -> c_int;
     fn mmap(
         addr: *mut c_void,
         len: usize,
@@ -98,6 +117,18 @@ unsafe extern "C" {
         parent: Option<unsafe extern "C" fn()>,
         child: Option<unsafe extern "C" fn()>,
     ) -> c_int;
+    fn pthread_create(
+        thread: *mut u64,
+        attr: *const PthreadAttr,
+        start: unsafe extern "C" fn(*mut c_void) -> *mut c_void,
+        arg: *mut c_void,
+    ) -> c_int;
+    fn pthread_attr_init(attr: *mut PthreadAttr) -> c_int;
+    fn pthread_attr_destroy(attr: *mut PthreadAttr) -> c_int;
+    fn pthread_attr_setstacksize(attr: *mut PthreadAttr, size: usize) -> c_int;
+    fn pthread_attr_setdetachstate(attr: *mut PthreadAttr, state: c_int) -> c_int;
+    fn pthread_sigmask(how: c_int, set: *const SigSet, old: *mut SigSet) -> c_int;
+    fn prctl(option: c_int, ...) -> c_int;
     fn atexit(f: unsafe extern "C" fn()) -> c_int;
     fn signal(sig: c_int, handler: usize) -> usize;
     fn raise(sig: c_int) -> c_int;
@@ -120,6 +151,9 @@ const CLOCK_REALTIME: c_int = 0;
 const CLOCK_MONOTONIC: c_int = 1;
 const SIG_DFL: usize = 0;
 const SIG_ERR: usize = usize::MAX;
+const SIG_SETMASK: c_int = 2;
+const PTHREAD_CREATE_DETACHED: c_int = 1;
+const PR_SET_NAME: c_int = 15;
 /// SIGHUP, SIGQUIT, SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, SIGTERM, SIGXCPU, SIGXFSZ.
 const FLUSH_SIGNALS: [c_int; 10] = [1, 3, 4, 6, 7, 8, 11, 15, 24, 25];
 
@@ -147,6 +181,13 @@ const CALL_PVALLOC: u8 = 8;
 const CALL_REALLOCARRAY: u8 = 9;
 /// Op-byte flag: the event releases its address (size -1 in the text form).
 const OP_FREE: u8 = 0x10;
+/// Spool op byte of a time change: a zigzag varint of the time's difference follows, and the
+/// events after it have that time (`loaders/src/binary.rs`, spool event encoding 2).
+const OP_TIME: u8 = 0x0f;
+/// Spool op-byte bits 5-7: the address delta's length code ([`put_short_u64`]).
+const OP_ADDR_SHIFT: u8 = 5;
+/// The spool's event encoding, named in its META.
+const SPOOL_EVENTS_ENCODING: u64 = 2;
 
 /// Set by cargo, or by `app/build.rs` when it compiles this file with a bare `rustc`.
 const TRACER_VERSION: &str = match option_env!("CARGO_PKG_VERSION") {
@@ -158,19 +199,22 @@ const TRACER_VERSION: &str = match option_env!("CARGO_PKG_VERSION") {
 
 /// Bytes of events a thread buffers before writing them.
 const BUF_BYTES: usize = 256 << 10;
-/// Largest encoded event: op byte, time, size and address varints.
-const MAX_EVENT_BYTES: usize = 1 + 3 * MAX_VARINT_BYTES;
-/// Events between two looks at the clock for the periodic flush.
-const FLUSH_CHECK_EVENTS: u32 = 4096;
-/// Time between periodic flushes of every buffer.
-const FLUSH_INTERVAL_NS: i64 = 100_000_000;
+/// Most bytes one record may write: a time change (op byte, varint), then the event's op byte,
+/// size and address (each stored as whole words, past its end).
+const MAX_EVENT_BYTES: usize =
+    1 + MAX_VARINT_BYTES + 1 + PREFIX_VARINT_STORE_BYTES + SHORT_U64_STORE_BYTES;
+/// Where the event bytes start in a buffer's block (the [`Buf`] header takes the first page).
+const DATA_OFFSET_BYTES: usize = 4096;
+const BLOCK_BYTES: usize = BUF_BYTES + DATA_OFFSET_BYTES;
 
-/// One thread's buffer, at the start of its own `mmap`ed block with the event bytes after it.
-/// Fields the owner alone touches are `Cell`s; the rest are shared with flushing threads.
+/// One thread's buffer, at the start of its own `mmap`ed block with the event bytes after it;
+/// what flushing threads share. The owner's write position and delta bases are in its
+/// [`ThreadState`].
 #[repr(C)]
 struct Buf {
-    /// Held while a segment of this buffer is written, or the owner resets it.
-    lock: AtomicU32,
+    /// Held while a segment of this buffer is written, or the owner resets it (the holder's
+    /// [`self_id`], 0 when free).
+    lock: AtomicUsize,
     /// Owned by a live thread.
     in_use: AtomicBool,
     /// End of the last complete event (release-stored by the owner).
@@ -180,24 +224,183 @@ struct Buf {
     stream: AtomicU32,
     tid: AtomicU64,
     next: AtomicPtr<Buf>,
-    prev_tick: Cell<u64>,
-    prev_addr: Cell<u64>,
-    events_to_check: Cell<u32>,
-    data: *mut u8,
 }
 
-const BLOCK_BYTES: usize = BUF_BYTES + 4096;
+const _: () = assert!(std::mem::size_of::<Buf>() <= DATA_OFFSET_BYTES);
 
+impl Buf {
+    /// The first byte of the event data.
+    #[inline(always)]
+    fn data(&self) -> *mut u8 {
+        // SAFETY: the data follows the header inside the same mapping (see `acquire_buf`).
+        unsafe {
+            ptr::from_ref(self)
+                .cast_mut()
+                .cast::<u8>()
+                .add(DATA_OFFSET_BYTES)
+        }
+    }
+
+    /// The last position an event may start at (room for [`MAX_EVENT_BYTES`] after it).
+    fn last_start(&self) -> *mut u8 {
+        // SAFETY: inside the data, which is BUF_BYTES long.
+        unsafe { self.data().add(BUF_BYTES - MAX_EVENT_BYTES) }
+    }
+}
+
+// ---- thread-local state ----
+
+/// A thread's view of the tracer, with the state of its event stream: kept here rather than
+/// in the [`Buf`] so that the hot path's loads depend on no earlier load (only the cursor
+/// carries over from one event to the next). All-zero bytes are its initial state.
+#[repr(C)]
 struct ThreadState {
+    /// Where the next event goes in the thread's buffer, or null when this call must not
+    /// record: the thread has no buffer yet, a call of this thread is already inside the
+    /// tracer (the hot path clears it for the length of a record, so a signal handler's calls
+    /// then pass through), or the thread never records (the clock thread).
+    cursor: Cell<*mut u8>,
+    /// The buffer's [`Buf::last_start`]: beyond it the buffer is full.
+    last_start: Cell<*mut u8>,
+    /// The thread's buffer, once it has one.
     buf: Cell<*mut Buf>,
-    /// Set while this thread is inside the tracer: nested calls go straight to the allocator.
+    /// Time of the stream's previous event (0 at its start).
+    prev_ns: Cell<u64>,
+    /// Address of the stream's previous event (0 at its start).
+    prev_addr: Cell<u64>,
+    /// Set while tracer code outside the hot path runs (initialisation, flushes, taking a
+    /// buffer), and for good on the clock thread: nested calls go straight to the allocator.
     busy: Cell<bool>,
 }
 
+impl ThreadState {
+    /// Starts writing a new stream at the beginning of `b`, this thread's buffer.
+    fn start_at(&self, b: &Buf) {
+        self.prev_ns.set(0);
+        self.prev_addr.set(0);
+        self.last_start.set(b.last_start());
+        self.buf.set(ptr::from_ref(b).cast_mut());
+        self.cursor.set(b.data());
+    }
+
+    /// Stops recording on this thread (its buffer is gone or tracing is off).
+    fn detach(&self) {
+        self.cursor.set(null_mut());
+        self.buf.set(null_mut());
+    }
+}
+
+/// Bytes reserved for [`ThreadState`] in the static TLS block.
+#[cfg(target_arch = "x86_64")]
+const TLS_BYTES: usize = 64;
+
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(std::mem::size_of::<ThreadState>() <= TLS_BYTES);
+
+// The thread-local block, in `.tbss` (zero-initialised per thread). Declared here because
+// `thread_local!` in a shared object uses the general-dynamic model, a `__tls_get_addr` call
+// per access; the initial-exec access below is two instructions.
+#[cfg(target_arch = "x86_64")]
+std::arch::global_asm!(
+    ".pushsection .tbss,\"awT\",@nobits",
+    ".p2align 4",
+    ".type allocview_tracer_tls,@object",
+    ".size allocview_tracer_tls, {bytes}",
+    "allocview_tracer_tls:",
+    ".zero {bytes}",
+    ".popsection",
+    bytes = const TLS_BYTES,
+);
+
+/// The calling thread's state.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn tls() -> Option<&'static ThreadState> {
+    let p: *const ThreadState;
+    // SAFETY: `fs:0` holds the thread pointer on x86-64 Linux, and the GOT slot holds the
+    // block's offset from it (initial-exec TLS, resolved by the dynamic loader at load time).
+    unsafe {
+        std::arch::asm!(
+            "mov {p}, qword ptr fs:[0]",
+            "add {p}, qword ptr [rip + allocview_tracer_tls@GOTTPOFF]",
+            p = out(reg) p,
+            options(pure, readonly, nostack),
+        );
+        // The block is zero-initialised: null pointers and `false` are valid values.
+        Some(&*p)
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
 thread_local! {
     static TLS: ThreadState = const {
-        ThreadState { buf: Cell::new(null_mut()), busy: Cell::new(false) }
+        ThreadState {
+            cursor: Cell::new(null_mut()),
+            last_start: Cell::new(null_mut()),
+            buf: Cell::new(null_mut()),
+            prev_ns: Cell::new(0),
+            prev_addr: Cell::new(0),
+            busy: Cell::new(false),
+        }
     };
+}
+
+/// The calling thread's state.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn tls() -> Option<&'static ThreadState> {
+    // SAFETY: thread-locals live as long as their thread, and the reference never leaves it.
+    TLS.try_with(|t| unsafe { &*ptr::from_ref(t) }).ok()
+}
+
+/// A non-zero number naming the calling thread, for the locks.
+fn self_id() -> usize {
+    tls().map_or(1, |t| ptr::from_ref(t) as usize)
+}
+
+/// Marks the calling thread busy (nested calls go straight to the allocator) until dropped.
+struct Busy {
+    t: Option<&'static ThreadState>,
+    cursor: *mut u8,
+    buf: *mut Buf,
+    was: bool,
+}
+
+impl Busy {
+    fn new() -> Self {
+        let t = tls();
+        let (cursor, buf, was) = t.map_or((null_mut(), null_mut(), true), |t| {
+            (
+                t.cursor.replace(null_mut()),
+                t.buf.get(),
+                t.busy.replace(true),
+            )
+        });
+        compiler_fence(Ordering::SeqCst);
+        Self {
+            t,
+            cursor,
+            buf,
+            was,
+        }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        compiler_fence(Ordering::SeqCst);
+        if let Some(t) = self.t {
+            t.busy.set(self.was);
+            // Unless the buffer changed meanwhile (thread exit, fork child, a first buffer).
+            if !self.cursor.is_null() && t.buf.get() == self.buf && t.cursor.get().is_null() {
+                t.cursor.set(self.cursor);
+            }
+        }
+    }
+}
+
+fn is_busy() -> bool {
+    tls().is_none_or(|t| t.busy.get())
 }
 
 // ---- global state ----
@@ -210,11 +413,12 @@ const STATE_OFF: u32 = 3;
 static STATE: AtomicU32 = AtomicU32::new(STATE_UNINIT);
 static FD: AtomicI32 = AtomicI32::new(-1);
 static PID: AtomicI32 = AtomicI32::new(0);
-static WRITE_LOCK: AtomicU32 = AtomicU32::new(0);
+static WRITE_LOCK: AtomicUsize = AtomicUsize::new(0);
 static BUFFERS: AtomicPtr<Buf> = AtomicPtr::new(null_mut());
 static NEXT_STREAM: AtomicU32 = AtomicU32::new(0);
-static LAST_FLUSH_NS: AtomicU64 = AtomicU64::new(0);
 static KEY: AtomicU32 = AtomicU32::new(u32::MAX);
+/// The process whose clock thread has been started (a fork child starts its own).
+static CLOCK_PID: AtomicI32 = AtomicI32::new(0);
 /// The `ALLOCVIEW_SPOOL` prefix, kept for the files of forked children.
 static PREFIX: StaticPath = StaticPath::new();
 
@@ -335,9 +539,10 @@ fn arena_base() -> usize {
     ARENA.0.get() as usize
 }
 
+#[inline(always)]
 fn in_arena(p: *mut c_void) -> bool {
-    let a = p as usize;
-    a >= arena_base() && a < arena_base() + ARENA_BYTES
+    // One comparison: addresses below the arena wrap around to large differences.
+    (p as usize).wrapping_sub(arena_base()) < ARENA_BYTES
 }
 
 /// Bump allocation with the block size stored in the 8 bytes before the block.
@@ -379,17 +584,22 @@ unsafe fn arena_realloc(old: *mut c_void, size: usize) -> *mut c_void {
 
 // ---- time ----
 
+/// How often the clock thread advances [`NOW_NS`]: the resolution of event times. It costs
+/// the process one wake-up per period (measured in issue 8's closing note).
+const CLOCK_PERIOD_NS: i64 = 1_000_000;
+/// Clock periods between two flushes of every buffer by the clock thread (100 ms).
+const FLUSH_EVERY_PERIODS: u32 = 100;
+
+/// `CLOCK_MONOTONIC` nanoseconds as of the clock thread's latest tick; what events carry.
+/// Only one thread stores it at a time (initialisation, then the clock thread; in a fork
+/// child the fork handler, then the child's clock thread), always a fresh reading, so it
+/// never goes back.
+static NOW_NS: AtomicU64 = AtomicU64::new(0);
+
+/// The time an event carries.
 #[inline(always)]
-fn ticks() -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: rdtsc has no preconditions on x86-64.
-        unsafe { std::arch::x86_64::_rdtsc() }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        clock_ns(CLOCK_MONOTONIC) as u64
-    }
+fn now_ns() -> u64 {
+    NOW_NS.load(Ordering::Relaxed)
 }
 
 fn clock_ns(clock: c_int) -> i64 {
@@ -404,12 +614,17 @@ fn clock_ns(clock: c_int) -> i64 {
         .wrapping_add(ts.tv_nsec)
 }
 
+fn tick_clock() {
+    NOW_NS.store(clock_ns(CLOCK_MONOTONIC) as u64, Ordering::Relaxed);
+}
+
 // ---- locks (spin then yield; held only around a write) ----
 
-fn lock(l: &AtomicU32) {
+fn lock(l: &AtomicUsize) {
+    let me = self_id();
     let mut spins = 0u32;
     while l
-        .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+        .compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
     {
         spins += 1;
@@ -422,17 +637,56 @@ fn lock(l: &AtomicU32) {
     }
 }
 
-fn try_lock(l: &AtomicU32) -> bool {
-    l.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-        .is_ok()
+/// Longest wait for a lock in a signal handler.
+const HANDLER_LOCK_WAIT_NS: i64 = 200_000_000;
+
+/// Takes `l` in a signal handler: waits (a bounded time) while another thread holds it, and
+/// gives up at once when the interrupted code of this very thread holds it.
+fn lock_in_handler(l: &AtomicUsize) -> bool {
+    let me = self_id();
+    let mut deadline = None;
+    loop {
+        match l.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+            Ok(_) => return true,
+            Err(holder) if holder == me => return false,
+            Err(_) => {}
+        }
+        let now = clock_ns(CLOCK_MONOTONIC);
+        let until = *deadline.get_or_insert(now + HANDLER_LOCK_WAIT_NS);
+        if now > until {
+            return false;
+        }
+        // SAFETY: plain syscall wrapper.
+        unsafe { sched_yield() };
+    }
 }
 
-fn unlock(l: &AtomicU32) {
+fn unlock(l: &AtomicUsize) {
     l.store(0, Ordering::Release);
+}
+
+/// How a flush waits for the locks it needs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Block,
+    /// In a signal handler: see [`lock_in_handler`].
+    Handler,
+}
+
+fn take(l: &AtomicUsize, wait: Wait) -> bool {
+    match wait {
+        Wait::Block => {
+            lock(l);
+            true
+        }
+        Wait::Handler => lock_in_handler(l),
+    }
 }
 
 // ---- initialisation ----
 
+#[cold]
+#[inline(never)]
 fn ensure_init() {
     match STATE.compare_exchange(
         STATE_UNINIT,
@@ -441,14 +695,14 @@ fn ensure_init() {
         Ordering::Acquire,
     ) {
         Ok(_) => {
-            let was_busy = set_busy(true);
+            let busy = Busy::new();
             // SAFETY: runs once, with the thread marked busy so nested calls pass through.
             let tracing = unsafe { initialise() };
             STATE.store(
                 if tracing { STATE_TRACING } else { STATE_OFF },
                 Ordering::Release,
             );
-            set_busy(was_busy);
+            drop(busy);
         }
         Err(STATE_INITIALIZING) => {
             // Either this thread is inside dlsym (the callers fall back to the arena), or
@@ -461,14 +715,6 @@ fn ensure_init() {
         }
         Err(_) => {}
     }
-}
-
-fn set_busy(v: bool) -> bool {
-    TLS.try_with(|t| t.busy.replace(v)).unwrap_or(true)
-}
-
-fn is_busy() -> bool {
-    TLS.try_with(|t| t.busy.get()).unwrap_or(true)
 }
 
 unsafe fn resolve(slot: &AtomicUsize, name: &[u8]) {
@@ -520,6 +766,7 @@ unsafe fn initialise() -> bool {
         }
     }
     PREFIX.len.store(prefix.len(), Ordering::Release);
+    tick_clock();
     // SAFETY: plain syscalls and libc registration calls; nested allocations pass through.
     unsafe {
         if !open_spool() {
@@ -543,7 +790,6 @@ unsafe fn initialise() -> bool {
             }
         }
     }
-    LAST_FLUSH_NS.store(clock_ns(CLOCK_MONOTONIC) as u64, Ordering::Relaxed);
     true
 }
 
@@ -605,7 +851,7 @@ unsafe fn write_header(fd: c_int, pid: c_int) -> bool {
     let len_at = w.len();
     w.put_u32(0);
     let body_at = w.len();
-    let tick0 = ticks();
+    // Event times are `CLOCK_MONOTONIC` nanoseconds already: the calibration line has slope 1.
     let ns0 = clock_ns(CLOCK_MONOTONIC);
     let wall0 = clock_ns(CLOCK_REALTIME);
     w.put(b"pid=");
@@ -614,17 +860,15 @@ unsafe fn write_header(fd: c_int, pid: c_int) -> bool {
     // SAFETY: plain syscall.
     w.put_dec(unsafe { getppid() } as u64);
     w.put(b"\ntick0=");
-    w.put_dec(tick0);
+    w.put_dec_i64(ns0);
     w.put(b"\nmono_ns0=");
     w.put_dec_i64(ns0);
     w.put(b"\nrealtime_ns0=");
     w.put_dec_i64(wall0);
-    w.put(b"\nclock=");
-    w.put(if cfg!(target_arch = "x86_64") {
-        b"tsc".as_slice()
-    } else {
-        b"monotonic_ns".as_slice()
-    });
+    w.put(b"\nclock=monotonic_coarse_ns\nclock_resolution_ns=");
+    w.put_dec(CLOCK_PERIOD_NS as u64);
+    w.put(b"\nevents=");
+    w.put_dec(SPOOL_EVENTS_ENCODING);
     w.put(b"\ntracer=allocview_tracer ");
     w.put(TRACER_VERSION.as_bytes());
     // The command line, one `arg=` line per argument (newlines inside become spaces).
@@ -707,15 +951,11 @@ unsafe fn write_all(fd: c_int, parts: &[&[u8]]) -> bool {
 
 // ---- buffers ----
 
-/// The calling thread's buffer, taking one from the pool (or mapping a new one) on first use.
-unsafe fn thread_buf(t: &ThreadState) -> Option<&'static Buf> {
-    let b = t.buf.get();
-    if !b.is_null() {
-        // SAFETY: buffers are never unmapped.
-        return Some(unsafe { &*b });
-    }
+/// Gives the calling thread a buffer, from the pool or a new mapping. Called on the thread's
+/// first recorded call, with the thread marked busy.
+fn take_buf(t: &ThreadState) -> Option<&'static Buf> {
     let b = acquire_buf()?;
-    t.buf.set(ptr::from_ref(b).cast_mut());
+    t.start_at(b);
     let key = KEY.load(Ordering::Acquire);
     if key != u32::MAX {
         // SAFETY: the key was created by this library; the value is only read by thread_exit.
@@ -747,17 +987,13 @@ fn acquire_buf() -> Option<&'static Buf> {
     // SAFETY: the mapping is large enough and suitably aligned (page-aligned).
     unsafe {
         b.write(Buf {
-            lock: AtomicU32::new(0),
+            lock: AtomicUsize::new(0),
             in_use: AtomicBool::new(true),
             committed: AtomicUsize::new(0),
             flushed: AtomicUsize::new(0),
             stream: AtomicU32::new(0),
             tid: AtomicU64::new(0),
             next: AtomicPtr::new(null_mut()),
-            prev_tick: Cell::new(0),
-            prev_addr: Cell::new(0),
-            events_to_check: Cell::new(FLUSH_CHECK_EVENTS),
-            data: block.cast::<u8>().add(4096),
         });
     }
     // SAFETY: just initialised.
@@ -773,7 +1009,8 @@ fn acquire_buf() -> Option<&'static Buf> {
     }
 }
 
-/// Starts a new event stream in `b` for the calling thread (deltas restart from zero).
+/// Starts a new event stream in `b` for the calling thread (deltas restart from zero: the
+/// caller resets its [`ThreadState`] with [`ThreadState::start_at`]).
 fn start_stream(b: &Buf) {
     lock(&b.lock);
     b.committed.store(0, Ordering::Relaxed);
@@ -784,14 +1021,11 @@ fn start_stream(b: &Buf) {
     );
     // SAFETY: plain syscall.
     b.tid.store(unsafe { gettid() } as u64, Ordering::Relaxed);
-    b.prev_tick.set(0);
-    b.prev_addr.set(0);
-    b.events_to_check.set(FLUSH_CHECK_EVENTS);
     unlock(&b.lock);
 }
 
 /// Writes the unwritten complete events of `b` as one segment. Call with `b.lock` held.
-fn write_segment(b: &Buf, blocking: bool) {
+fn write_segment(b: &Buf, wait: Wait) {
     let end = b.committed.load(Ordering::Acquire);
     let start = b.flushed.load(Ordering::Relaxed);
     if end <= start {
@@ -802,9 +1036,7 @@ fn write_segment(b: &Buf, blocking: bool) {
         b.flushed.store(end, Ordering::Relaxed);
         return;
     }
-    if blocking {
-        lock(&WRITE_LOCK);
-    } else if !try_lock(&WRITE_LOCK) {
+    if !take(&WRITE_LOCK, wait) {
         return;
     }
     let mut head = [0u8; 1 + 4 + SEGMENT_HEADER_BYTES];
@@ -813,11 +1045,12 @@ fn write_segment(b: &Buf, blocking: bool) {
     w.put_u32((SEGMENT_HEADER_BYTES + (end - start)) as u32);
     w.put_u32(b.stream.load(Ordering::Relaxed));
     w.put_u64(b.tid.load(Ordering::Relaxed));
-    w.put_u64(ticks());
+    // The calibration point: event time and `CLOCK_MONOTONIC` are one clock now, read apart.
+    w.put_u64(now_ns());
     w.put_u64(clock_ns(CLOCK_MONOTONIC) as u64);
     let header_len = w.len();
     // SAFETY: [start, end) holds complete events published by the owner's release store.
-    let events = unsafe { std::slice::from_raw_parts(b.data.add(start), end - start) };
+    let events = unsafe { std::slice::from_raw_parts(b.data().add(start), end - start) };
     // SAFETY: fd is the spool.
     let ok = unsafe { write_all(fd, &[head.get(..header_len).unwrap_or(&[]), events]) };
     if !ok {
@@ -829,124 +1062,231 @@ fn write_segment(b: &Buf, blocking: bool) {
 }
 
 /// The owner's flush of its own buffer: writes it and starts again at the beginning.
+#[cold]
+#[inline(never)]
 fn flush_own(b: &Buf) {
     lock(&b.lock);
-    write_segment(b, true);
+    write_segment(b, Wait::Block);
     b.committed.store(0, Ordering::Relaxed);
     b.flushed.store(0, Ordering::Relaxed);
     unlock(&b.lock);
 }
 
-/// Writes the complete events of every buffer. `blocking` is false in signal handlers, where a
-/// lock held by the interrupted code must not be waited for.
-fn flush_all(blocking: bool) {
+/// Writes the complete events of every buffer.
+fn flush_all(wait: Wait) {
     let mut p = BUFFERS.load(Ordering::Acquire);
     while !p.is_null() {
         // SAFETY: buffers are never unmapped.
         let b = unsafe { &*p };
-        if blocking {
-            lock(&b.lock);
-            write_segment(b, true);
-            unlock(&b.lock);
-        } else if try_lock(&b.lock) {
-            write_segment(b, false);
+        if take(&b.lock, wait) {
+            write_segment(b, wait);
             unlock(&b.lock);
         }
         p = b.next.load(Ordering::Acquire);
     }
-    LAST_FLUSH_NS.store(clock_ns(CLOCK_MONOTONIC) as u64, Ordering::Relaxed);
 }
 
 // ---- recording ----
 
-/// Enters the tracer for one call: `Some` when this call is to be recorded.
+/// Enters the tracer for one record: the calling thread's state and where its event goes,
+/// when the call is to be recorded. Until [`leave`], nested calls of this thread (a signal
+/// handler's) pass through.
 #[inline(always)]
-fn enter() -> Option<&'static ThreadState> {
-    if STATE.load(Ordering::Acquire) != STATE_TRACING {
+fn enter() -> Option<(&'static ThreadState, *mut u8)> {
+    let t = tls()?;
+    let mut cursor = t.cursor.get();
+    if cursor.is_null() {
+        cursor = enter_slow(t)?;
+    }
+    t.cursor.set(null_mut());
+    // A signal handler that interrupts from here on sees the cursor cleared.
+    compiler_fence(Ordering::SeqCst);
+    Some((t, cursor))
+}
+
+/// The first recorded call of a thread takes a buffer; every other call that finds the cursor
+/// cleared (not tracing, nested, the clock thread) is not recorded.
+#[cold]
+#[inline(never)]
+fn enter_slow(t: &ThreadState) -> Option<*mut u8> {
+    if t.busy.get() || !t.buf.get().is_null() || STATE.load(Ordering::Acquire) != STATE_TRACING {
         return None;
     }
-    TLS.try_with(|t| {
-        if t.busy.get() {
-            None
-        } else {
-            t.busy.set(true);
-            // SAFETY: thread-locals live as long as their thread; the reference never leaves
-            // the wrapper that took it.
-            Some(unsafe { &*ptr::from_ref(t) })
-        }
-    })
-    .ok()
-    .flatten()
+    let busy = Busy::new();
+    let b = take_buf(t);
+    drop(busy);
+    b.map(Buf::data)
 }
 
+/// Ends a record: `cursor` is where the next event goes.
 #[inline(always)]
-fn leave(t: &ThreadState) {
-    t.busy.set(false);
+fn leave(t: &ThreadState, cursor: *mut u8) {
+    // The record is complete before a signal handler can see the cursor again.
+    compiler_fence(Ordering::SeqCst);
+    t.cursor.set(cursor);
 }
 
-/// Appends one event to the calling thread's buffer.
+/// Appends one event (between [`enter`] and [`leave`]) and returns the new cursor.
 #[inline(always)]
-fn record(t: &ThreadState, op: u8, size: u64, addr: u64, tick: u64) {
-    // SAFETY: the thread state belongs to the calling thread.
-    let Some(b) = (unsafe { thread_buf(t) }) else {
-        return;
-    };
-    let mut pos = b.committed.load(Ordering::Relaxed);
-    if pos + MAX_EVENT_BYTES > BUF_BYTES {
+fn append(
+    t: &ThreadState,
+    mut cursor: *mut u8,
+    op: u8,
+    size: u64,
+    addr: u64,
+    time_ns: u64,
+) -> *mut u8 {
+    // SAFETY: the thread's buffer, never unmapped.
+    let b = unsafe { &*t.buf.get() };
+    if cursor > t.last_start.get() {
         flush_own(b);
-        pos = 0;
+        cursor = b.data();
     }
-    // SAFETY: pos + MAX_EVENT_BYTES <= BUF_BYTES, inside the buffer; only the owner writes
-    // beyond `committed`.
+    if time_ns != t.prev_ns.get() {
+        cursor = append_time(t, cursor, time_ns);
+    }
+    append_at(t, b, cursor, op, size, addr)
+}
+
+/// Encodes one event at `cursor`, publishes it and returns the new cursor.
+#[inline(always)]
+fn append_at(t: &ThreadState, b: &Buf, cursor: *mut u8, op: u8, size: u64, addr: u64) -> *mut u8 {
+    let da = zigzag(addr.wrapping_sub(t.prev_addr.get()) as i64);
+    // SAFETY: callers leave MAX_EVENT_BYTES of room after `cursor` (the time change's share
+    // of it is unused here), inside the buffer; only the owner writes beyond `committed`.
     unsafe {
-        let p = b.data.add(pos);
-        p.write(op);
         let mut n = 1;
-        n += put_varint(
-            p.add(n),
-            zigzag(tick.wrapping_sub(b.prev_tick.get()) as i64),
-        );
         if op & OP_FREE == 0 {
-            n += put_varint(p.add(n), size);
+            n += put_prefix_varint(cursor.add(n), size);
         }
-        n += put_varint(
-            p.add(n),
-            zigzag(addr.wrapping_sub(b.prev_addr.get()) as i64),
-        );
-        b.prev_tick.set(tick);
-        b.prev_addr.set(addr);
-        b.committed.store(pos + n, Ordering::Release);
+        let (code, len) = put_short_u64(cursor.add(n), da);
+        cursor.write(op | (code << OP_ADDR_SHIFT));
+        t.prev_addr.set(addr);
+        let end = cursor.add(n + len);
+        b.committed
+            .store(end as usize - b.data() as usize, Ordering::Release);
+        end
     }
-    let left = b.events_to_check.get() - 1;
-    if left == 0 {
-        b.events_to_check.set(FLUSH_CHECK_EVENTS);
-        let now = clock_ns(CLOCK_MONOTONIC);
-        let last = LAST_FLUSH_NS.load(Ordering::Relaxed) as i64;
-        if now - last > FLUSH_INTERVAL_NS
-            && LAST_FLUSH_NS
-                .compare_exchange(
-                    last as u64,
-                    now as u64,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-        {
-            flush_all(true);
+}
+
+/// Writes a time change at `cursor` (once per clock period at most, per thread) and returns
+/// where the event goes.
+#[cold]
+#[inline(never)]
+fn append_time(t: &ThreadState, cursor: *mut u8, time_ns: u64) -> *mut u8 {
+    let dt = zigzag(time_ns.wrapping_sub(t.prev_ns.get()) as i64);
+    t.prev_ns.set(time_ns);
+    // SAFETY: within the room `append` checked.
+    unsafe {
+        cursor.write(OP_TIME);
+        cursor.add(1 + put_varint(cursor.add(1), dt))
+    }
+}
+
+/// One event, the common way: the thread has a buffer with room, the time has not changed
+/// since its last event. Returns false, having done nothing, otherwise. It calls nothing, so
+/// the wrappers' hot path saves no registers.
+#[inline(always)]
+fn record_fast(op: u8, size: u64, addr: u64, time_ns: u64) -> bool {
+    let Some(t) = tls() else {
+        return false;
+    };
+    let cursor = t.cursor.get();
+    if cursor.is_null() {
+        return false;
+    }
+    t.cursor.set(null_mut());
+    // From here a signal handler's calls pass through: they cannot interleave with the
+    // buffer reads and writes below.
+    compiler_fence(Ordering::SeqCst);
+    if cursor > t.last_start.get() || time_ns != t.prev_ns.get() {
+        leave(t, cursor);
+        return false;
+    }
+    // SAFETY: the thread's buffer, never unmapped (a non-null cursor implies one).
+    let b = unsafe { &*t.buf.get() };
+    let next = append_at(t, b, cursor, op, size, addr);
+    leave(t, next);
+    true
+}
+
+/// Any event: takes a buffer, writes a full one out, notes a time change.
+#[cold]
+#[inline(never)]
+fn record_slow(op: u8, size: u64, addr: u64, time_ns: u64) {
+    if let Some((t, cursor)) = enter() {
+        let next = append(t, cursor, op, size, addr, time_ns);
+        leave(t, next);
+    }
+}
+
+/// Records an allocation; `time_ns` was read after the real call returned. Returns `p`, for
+/// the wrapper to return.
+#[inline(always)]
+fn record_alloc(call: u8, size: usize, p: *mut c_void, time_ns: u64) -> *mut c_void {
+    if !record_fast(call, size as u64, p as u64, time_ns) {
+        record_slow(call, size as u64, p as u64, time_ns);
+    }
+    p
+}
+
+/// `free`'s slow path: records the call, then makes it (a tail call from the wrapper, which
+/// then needs no registers saved).
+#[cold]
+#[inline(never)]
+unsafe fn free_slow(f: FreeFn, p: *mut c_void, time_ns: u64) {
+    record_slow(CALL_FREE | OP_FREE, 0, p as u64, time_ns);
+    unsafe { f(p) }
+}
+
+// The functions other than malloc and free enter the tracer before their real call, so that
+// what the real function calls of ours is not recorded a second time (glibc's reallocarray
+// calls realloc). malloc and free, the hot ones, record outside the real call (calls that an
+// allocator's malloc or free makes to these functions would be recorded: glibc's make none).
+
+/// Ends an allocation-like call entered before its real call: records it, returns `p`.
+#[inline(never)]
+fn finish_alloc(
+    t: &ThreadState,
+    cursor: *mut u8,
+    call: u8,
+    size: usize,
+    p: *mut c_void,
+) -> *mut c_void {
+    let next = append(t, cursor, call, size as u64, p as u64, now_ns());
+    leave(t, next);
+    p
+}
+
+/// Ends a realloc-like call entered before its real call: records the free of the old block
+/// (`before_ns`, read before the call) and the allocation of the new one.
+#[inline(never)]
+fn finish_realloc(
+    t: &ThreadState,
+    mut cursor: *mut u8,
+    call: u8,
+    old: *mut c_void,
+    size: usize,
+    new: *mut c_void,
+    before_ns: u64,
+) -> *mut c_void {
+    let after_ns = now_ns();
+    if old.is_null() {
+        cursor = append(t, cursor, call, size as u64, new as u64, after_ns);
+    } else if new.is_null() {
+        if size == 0 {
+            // realloc(p, 0) freed p (glibc).
+            cursor = append(t, cursor, call | OP_FREE, 0, old as u64, before_ns);
+        } else {
+            // Failed: the old block is untouched.
+            cursor = append(t, cursor, call, size as u64, 0, after_ns);
         }
     } else {
-        b.events_to_check.set(left);
+        cursor = append(t, cursor, call | OP_FREE, 0, old as u64, before_ns);
+        cursor = append(t, cursor, call, size as u64, new as u64, after_ns);
     }
-}
-
-#[inline(always)]
-fn record_alloc(t: &ThreadState, call: u8, size: usize, p: *mut c_void) {
-    record(t, call, size as u64, p as u64, ticks());
-}
-
-#[inline(always)]
-fn record_free(t: &ThreadState, call: u8, p: *mut c_void, tick: u64) {
-    record(t, call | OP_FREE, 0, p as u64, tick);
+    leave(t, cursor);
+    new
 }
 
 // ---- the interposed functions ----
@@ -956,13 +1296,8 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     let Some(f) = real_fn!(malloc, MallocFn) else {
         return arena_alloc(size, 16);
     };
-    let Some(t) = enter() else {
-        return unsafe { f(size) };
-    };
     let p = unsafe { f(size) };
-    record_alloc(t, CALL_MALLOC, size, p);
-    leave(t);
-    p
+    record_alloc(CALL_MALLOC, size, p, now_ns())
 }
 
 #[cfg_attr(not(test), unsafe(no_mangle))]
@@ -973,13 +1308,13 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     let Some(f) = real_fn!(free, FreeFn) else {
         return;
     };
-    let Some(t) = enter() else {
-        return unsafe { f(p) };
-    };
-    let tick = ticks();
-    unsafe { f(p) };
-    record_free(t, CALL_FREE, p, tick);
-    leave(t);
+    // Recorded before the real call, which then is the wrapper's tail call: nothing lives
+    // across it. The time is read before the block can be handed out again, as it must be.
+    let time_ns = now_ns();
+    if !record_fast(CALL_FREE | OP_FREE, 0, p as u64, time_ns) {
+        return unsafe { free_slow(f, p, time_ns) };
+    }
+    unsafe { f(p) }
 }
 
 #[cfg_attr(not(test), unsafe(no_mangle))]
@@ -991,40 +1326,11 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
             None => null_mut(),
         };
     };
-    let Some(t) = enter() else {
+    let Some((t, cursor)) = enter() else {
         return unsafe { f(n, size) };
     };
     let p = unsafe { f(n, size) };
-    record_alloc(t, CALL_CALLOC, n.saturating_mul(size), p);
-    leave(t);
-    p
-}
-
-/// Records a realloc-like call: the free of the old block (stamped before the call) and the
-/// allocation of the new one.
-#[inline(always)]
-fn record_realloc(
-    t: &ThreadState,
-    call: u8,
-    old: *mut c_void,
-    size: usize,
-    new: *mut c_void,
-    tick: u64,
-) {
-    if old.is_null() {
-        record_alloc(t, call, size, new);
-    } else if new.is_null() {
-        if size == 0 {
-            // realloc(p, 0) freed p (glibc).
-            record_free(t, call, old, tick);
-        } else {
-            // Failed: the old block is untouched.
-            record_alloc(t, call, size, new);
-        }
-    } else {
-        record_free(t, call, old, tick);
-        record_alloc(t, call, size, new);
-    }
+    finish_alloc(t, cursor, CALL_CALLOC, n.saturating_mul(size), p)
 }
 
 #[cfg_attr(not(test), unsafe(no_mangle))]
@@ -1039,14 +1345,12 @@ pub unsafe extern "C" fn realloc(old: *mut c_void, size: usize) -> *mut c_void {
             null_mut()
         };
     };
-    let Some(t) = enter() else {
+    let Some((t, cursor)) = enter() else {
         return unsafe { f(old, size) };
     };
-    let tick = ticks();
+    let before = now_ns();
     let new = unsafe { f(old, size) };
-    record_realloc(t, CALL_REALLOC, old, size, new, tick);
-    leave(t);
-    new
+    finish_realloc(t, cursor, CALL_REALLOC, old, size, new, before)
 }
 
 #[cfg_attr(not(test), unsafe(no_mangle))]
@@ -1060,14 +1364,13 @@ pub unsafe extern "C" fn reallocarray(old: *mut c_void, n: usize, size: usize) -
     let Some(f) = real_fn!(reallocarray, ReallocArrayFn) else {
         return null_mut();
     };
-    let Some(t) = enter() else {
+    let Some((t, cursor)) = enter() else {
         return unsafe { f(old, n, size) };
     };
-    let tick = ticks();
+    let before = now_ns();
     let new = unsafe { f(old, n, size) };
-    record_realloc(t, CALL_REALLOCARRAY, old, n.saturating_mul(size), new, tick);
-    leave(t);
-    new
+    let total = n.saturating_mul(size);
+    finish_realloc(t, cursor, CALL_REALLOCARRAY, old, total, new, before)
 }
 
 macro_rules! aligned_wrapper {
@@ -1077,13 +1380,11 @@ macro_rules! aligned_wrapper {
             let Some(f) = real_fn!($slot, MemalignFn) else {
                 return arena_alloc(size, align);
             };
-            let Some(t) = enter() else {
+            let Some((t, cursor)) = enter() else {
                 return unsafe { f(align, size) };
             };
             let p = unsafe { f(align, size) };
-            record_alloc(t, $code, size, p);
-            leave(t);
-            p
+            finish_alloc(t, cursor, $code, size, p)
         }
     };
 }
@@ -1098,13 +1399,11 @@ macro_rules! page_wrapper {
             let Some(f) = real_fn!($slot, MallocFn) else {
                 return arena_alloc(size, 4096);
             };
-            let Some(t) = enter() else {
+            let Some((t, cursor)) = enter() else {
                 return unsafe { f(size) };
             };
             let p = unsafe { f(size) };
-            record_alloc(t, $code, size, p);
-            leave(t);
-            p
+            finish_alloc(t, cursor, $code, size, p)
         }
     };
 }
@@ -1122,7 +1421,7 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
         unsafe { out.write(p) };
         return 0;
     };
-    let Some(t) = enter() else {
+    let Some((t, cursor)) = enter() else {
         return unsafe { f(out, align, size) };
     };
     let rc = unsafe { f(out, align, size) };
@@ -1131,8 +1430,7 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     } else {
         null_mut()
     };
-    record_alloc(t, CALL_POSIX_MEMALIGN, size, p);
-    leave(t);
+    finish_alloc(t, cursor, CALL_POSIX_MEMALIGN, size, p);
     rc
 }
 
@@ -1145,9 +1443,8 @@ fn flush_if_ours() {
         // SAFETY: plain syscall.
         && unsafe { getpid() } == PID.load(Ordering::Acquire)
     {
-        let was = set_busy(true);
-        flush_all(true);
-        set_busy(was);
+        let _busy = Busy::new();
+        flush_all(Wait::Block);
     }
 }
 
@@ -1237,6 +1534,9 @@ unsafe extern "C" fn fini() {
 
 unsafe extern "C" fn init() {
     ensure_init();
+    // Here rather than at the first call, which may come before libc is ready for threads
+    // (from the dynamic loader, or another library's constructor).
+    start_clock();
 }
 
 #[used]
@@ -1254,14 +1554,14 @@ unsafe extern "C" fn thread_exit(value: *mut c_void) {
     if b.is_null() {
         return;
     }
+    if let Some(t) = tls()
+        && t.buf.get() == b
+    {
+        t.detach();
+    }
     // SAFETY: the value is a buffer this library registered.
     let b = unsafe { &*b };
     flush_own(b);
-    let _ = TLS.try_with(|t| {
-        if t.buf.get() == ptr::from_ref(b).cast_mut() {
-            t.buf.set(null_mut());
-        }
-    });
     b.in_use.store(false, Ordering::Release);
 }
 
@@ -1270,9 +1570,8 @@ unsafe extern "C" fn on_fatal_signal(sig: c_int) {
         // SAFETY: plain syscall.
         && unsafe { getpid() } == PID.load(Ordering::Acquire)
     {
-        let was = set_busy(true);
-        flush_all(false);
-        set_busy(was);
+        let _busy = Busy::new();
+        flush_all(Wait::Handler);
     }
     // SAFETY: restoring the default action and re-raising ends the process as it would have
     // ended without us.
@@ -1302,8 +1601,10 @@ unsafe extern "C" fn after_fork_child() {
         unsafe { close(fd) };
     }
     // The parent writes every event from before the fork; the child starts empty. Other
-    // threads do not exist in the child: their buffers return to the pool.
-    let mine = TLS.try_with(|t| t.buf.get()).unwrap_or(null_mut());
+    // threads (the parent's clock thread among them) do not exist in the child: their
+    // buffers return to the pool.
+    let t = tls();
+    let mine = t.map_or(null_mut(), |t| t.buf.get());
     let mut p = BUFFERS.load(Ordering::Acquire);
     while !p.is_null() {
         // SAFETY: buffers are never unmapped.
@@ -1317,15 +1618,126 @@ unsafe extern "C" fn after_fork_child() {
         p = b.next.load(Ordering::Acquire);
     }
     NEXT_STREAM.store(0, Ordering::Relaxed);
-    if !mine.is_null() {
+    if let (Some(t), false) = (t, mine.is_null()) {
         // SAFETY: as above.
-        start_stream(unsafe { &*mine });
+        let mine = unsafe { &*mine };
+        start_stream(mine);
+        t.start_at(mine);
     }
+    tick_clock();
     // SAFETY: a plain open of the child's own file.
     if !unsafe { open_spool() } {
         STATE.store(STATE_OFF, Ordering::Release);
+        if let Some(t) = t {
+            t.detach();
+        }
+        return;
     }
-    LAST_FLUSH_NS.store(clock_ns(CLOCK_MONOTONIC) as u64, Ordering::Relaxed);
+    start_clock();
+}
+
+// ---- the clock thread ----
+
+/// Stack of the clock thread: it only sleeps, reads clocks and writes buffers out.
+const CLOCK_STACK_BYTES: usize = 128 << 10;
+
+/// Starts this process's clock thread, once per process. It is created with every signal
+/// blocked (it inherits the mask), so no signal meant for the program is handled on it.
+fn start_clock() {
+    if STATE.load(Ordering::Acquire) != STATE_TRACING {
+        return;
+    }
+    // SAFETY: plain syscall.
+    let pid = unsafe { getpid() };
+    if CLOCK_PID.swap(pid, Ordering::AcqRel) == pid {
+        return;
+    }
+    // pthread_create allocates (the new thread's TLS vector): not part of the trace.
+    let _busy = Busy::new();
+    let all: SigSet = [!0; 16];
+    let mut old: SigSet = [0; 16];
+    let mut attr: PthreadAttr = [0; 8];
+    let mut thread = 0u64;
+    // SAFETY: plain libc calls on valid local objects.
+    let rc = unsafe {
+        pthread_sigmask(SIG_SETMASK, &all, &mut old);
+        pthread_attr_init(&mut attr);
+        pthread_attr_setstacksize(&mut attr, CLOCK_STACK_BYTES);
+        pthread_attr_setdetachstate(&mut attr, PTHREAD_CREATE_DETACHED);
+        let rc = pthread_create(&mut thread, &attr, clock_main, null_mut());
+        pthread_attr_destroy(&mut attr);
+        pthread_sigmask(SIG_SETMASK, &old, null_mut());
+        rc
+    };
+    if rc != 0 {
+        let msg = b"allocview tracer: cannot start the clock thread; event times stay at the \
+                    time of the last flush\n";
+        // SAFETY: writing a message to stderr.
+        unsafe { write(2, msg.as_ptr().cast(), msg.len()) };
+    }
+}
+
+unsafe extern "C" fn clock_main(_: *mut c_void) -> *mut c_void {
+    if let Some(t) = tls() {
+        // For good: nothing this thread does is recorded.
+        t.busy.set(true);
+    }
+    // SAFETY: names the calling thread (shown by top and /proc) from a static string.
+    unsafe { prctl(PR_SET_NAME, c"allocview-clock".as_ptr()) };
+    let period = Timespec {
+        tv_sec: 0,
+        tv_nsec: CLOCK_PERIOD_NS,
+    };
+    let mut until_flush = FLUSH_EVERY_PERIODS;
+    loop {
+        // SAFETY: a plain sleep; an early wake-up (a signal cannot arrive, all are blocked)
+        // only makes one period shorter.
+        unsafe { nanosleep(&period, null_mut()) };
+        tick_clock();
+        until_flush -= 1;
+        if until_flush == 0 {
+            until_flush = FLUSH_EVERY_PERIODS;
+            if STATE.load(Ordering::Acquire) == STATE_TRACING {
+                flush_all(Wait::Block);
+            }
+            // When the program's threads are all gone (the main thread ended with
+            // pthread_exit), returning makes glibc end the process as it would have.
+            if live_threads() == Some(1) {
+                return null_mut();
+            }
+        }
+    }
+}
+
+/// The number of threads of this process still running: field 20 of `/proc/self/stat`, less
+/// the main thread when it has ended with `pthread_exit` (it stays a zombie, counted, until
+/// the process ends; field 3, the main thread's state, is then `Z`).
+fn live_threads() -> Option<u64> {
+    let mut stat = [0u8; 1024];
+    // SAFETY: reading a procfs file into a stack buffer.
+    let n = unsafe {
+        let fd = open(c"/proc/self/stat".as_ptr(), O_RDONLY | O_CLOEXEC);
+        if fd < 0 {
+            return None;
+        }
+        let n = read(fd, stat.as_mut_ptr().cast(), stat.len());
+        close(fd);
+        usize::try_from(n).ok()?
+    };
+    let stat = stat.get(..n)?;
+    // The command name (field 2) may hold spaces: count from the ')' that closes it.
+    let after_name = stat.iter().rposition(|&c| c == b')')?;
+    let mut fields = stat
+        .get(after_name + 1..)?
+        .split(|&c| c == b' ')
+        .filter(|f| !f.is_empty());
+    let main_ended = fields.next()? == b"Z";
+    let threads: u64 = std::str::from_utf8(fields.nth(16)?)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(threads - u64::from(main_ended))
 }
 
 // The loader's call names, for the unit test below to check the codes against.

@@ -214,7 +214,16 @@ fn spool_meta(spool: &Path, program: &str) -> Vec<(String, String)> {
     {
         for line in String::from_utf8_lossy(text).lines() {
             if let Some((k, v)) = line.split_once('=')
-                && matches!(k, "pid" | "ppid" | "arg" | "tracer" | "realtime_ns0")
+                && matches!(
+                    k,
+                    "pid"
+                        | "ppid"
+                        | "arg"
+                        | "tracer"
+                        | "realtime_ns0"
+                        | "clock"
+                        | "clock_resolution_ns"
+                )
             {
                 meta.push((k.to_owned(), v.to_owned()));
             }
