@@ -8,15 +8,19 @@
 //! See `fit_common` for the heap layout shared with `best-fit`.
 //!
 //! Finding the lowest fitting address without scanning the free list: free blocks are kept in
-//! address order in chunks of at most 128 (parallel sorted arrays), and an implicit binary
-//! max-tree over the chunks holds each chunk's largest block. A search descends the tree to the
-//! leftmost chunk holding a large enough block (O(log n)), then takes the chunk's first such
-//! block (a scan of at most 128 lengths, a constant). Insertions and removals binary-search the
-//! chunk by address and shift at most 128 entries; a full chunk splits, a near-empty one merges
-//! into a neighbour, and only then is the tree rebuilt (at most once per 16 updates of a
-//! chunk, amortised). A block whose address changes without passing another free block is
-//! updated in place. The arrays keep the hot data contiguous: on real traces this runs several
-//! times faster than the balanced tree it replaced. The used blocks sit in a hash map (O(1)).
+//! address order in chunks of at most 32 (parallel sorted arrays, `fit_common::AddrChunks`),
+//! and an implicit binary max-tree over the chunks holds each chunk's largest block. A search
+//! descends the tree to the leftmost chunk holding a large enough block (O(log n)), then takes
+//! the chunk's first such block (a vectorised scan of at most 32 lengths). Insertions and
+//! removals find the chunk by a binary search on the chunks' first addresses (or through the
+//! chunk the block was last seen in) and shift at most 32 entries; a block whose address
+//! changes without passing another free block is updated in place. A full chunk splits and a
+//! nearly empty one merges into a neighbour, and only then is the max-tree rebuilt, a pass over
+//! the chunk maxima (n/32 words) at most once every dozen updates of a chunk: amortised, a
+//! small fraction of a word per block per update. The arrays keep the hot data contiguous; on
+//! the real traces this ran 1.3 (python) to 1.7 (git) times faster than the balanced tree (a
+//! treap) it replaced, and with a million free blocks an operation still takes under 0.2 µs.
+//! The used blocks sit in a hash map (O(1)).
 
 use std::any::Any;
 

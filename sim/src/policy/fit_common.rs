@@ -666,8 +666,9 @@ impl Chunk {
     }
 }
 
-/// Free blocks in address order (first fit's index, the oracle's gaps): sorted chunks of at most [`CHUNK_CAP`] blocks,
-/// and a max-tree over the chunks' largest lengths (see the module docs).
+/// Free blocks in address order (first fit's index, the oracle's gaps): sorted chunks of at most
+/// [`CHUNK_CAP`] blocks and a max-tree over the chunks' largest lengths (the `first_fit` module
+/// docs describe the operations and their costs).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct AddrChunks {
     chunks: Vec<Chunk>,
