@@ -4,11 +4,13 @@
 #     untraced, under allocview's tracer, and under a mutex-and-write()-per-call interposer
 #     (scripts/naive-interposer.c); CPU seconds (user+sys, best of 3) and wall seconds;
 #  2. reading the recording: `allocview stats` on the binary trace against `heaptrack_print`
-#     on heaptrack's recording of the same workload (wall seconds, best of 3), and file sizes.
+#     on heaptrack's recording of the same workload (wall seconds, best of 3), and file sizes;
+#  3. the cost of the tracer's clock thread in an idle program: CPU seconds of `sleep 10`,
+#     untraced and under the tracer.
 #
 # usage: scripts/bench-record.sh [ITERATIONS] [SLOWDOWN_ITERATIONS]
-#        (defaults 2800000, i.e. 5.6 million events, for part 2, and 20000000 for part 1, long
-#        enough for /usr/bin/time's 10 ms resolution)
+#        (defaults 2800000, i.e. 5.6 million events, for part 2, and 20000000 for part 1; times
+#        come from bash's `time`, to the millisecond)
 # env:   ALLOCVIEW=path/to/allocview (default: target/bench/allocview, else target/debug/...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,11 +33,11 @@ trap 'rm -rf "$W"' EXIT
 cc -O2 -pthread -o "$W/wl" scripts/alloc-workload.c
 cc -O2 -shared -fPIC -o "$W/naive.so" scripts/naive-interposer.c -ldl -pthread
 
-# best of 3: prints "wall cpu" in seconds
+# best of 3: prints "wall cpu" in seconds (CPU: user + system of the command and its children)
 best3() {
   local best_wall=999999 best_cpu=999999
   for _ in 1 2 3; do
-    /usr/bin/time -f "%e %U %S" -o "$W/t" "$@" >/dev/null 2>&1 || { echo "failed: $*" >&2; exit 1; }
+    { TIMEFORMAT='%3R %3U %3S'; time "$@" >/dev/null 2>&1; } 2> "$W/t" || { echo "failed: $*" >&2; exit 1; }
     read -r wall user sys < "$W/t"
     best_wall=$(echo "$wall $best_wall" | awk '{print ($1<$2)?$1:$2}')
     best_cpu=$(echo "$user $sys $best_cpu" | awk '{c=$1+$2; print (c<$3)?c:$3}')
@@ -82,3 +84,12 @@ printf '%-44s %9s\n' "allocview stats (text gzip)" "$w_txt"
 printf '%-44s %9s\n' "zcat of the text gzip" "$w_zcat"
 printf '%-44s %9s\n' "heaptrack_print (heaptrack's recording)" "$w_ht"
 echo "load_seconds of the binary: $("$ALLOCVIEW" stats --json "$W/mixed.avt" | sed 's/.*"load_seconds":\([0-9.e-]*\).*/\1/')"
+
+echo
+echo "== 3. idle: sleep 10 (the tracer's clock thread wakes every millisecond)"
+{ TIMEFORMAT='%3U %3S'; time sleep 10; } 2> "$W/t"
+read -r u s < "$W/t"
+printf '%-44s %9s\n' "untraced, cpu_s" "$(echo "$u $s" | awk '{print $1+$2}')"
+{ TIMEFORMAT='%3U %3S'; time env LD_PRELOAD="$TRACER" ALLOCVIEW_SPOOL="$W/idle" sleep 10; } 2> "$W/t"
+read -r u s < "$W/t"
+printf '%-44s %9s\n' "under the tracer, cpu_s" "$(echo "$u $s" | awk '{print $1+$2}')"
