@@ -306,6 +306,89 @@ fn threads_are_separated_and_cross_thread_frees_pair_up() {
     assert_eq!(worker_threads.len(), 4);
 }
 
+/// Producer/consumer hand-over under one shared arena (run with `MALLOC_ARENA_MAX=1`): four
+/// threads each allocate 50,000 blocks of 1100 bytes and more (past the tcache's reach of
+/// small sizes, so freed blocks go back to the arena that all threads share) and pass them
+/// through a mutex-guarded stack; whoever takes a block frees it. Within one millisecond the
+/// threads take turns on the same addresses many times. Thread `t` allocates the sizes equal
+/// to `t` modulo 4.
+const HANDOVER_C: &str = r#"
+#include <pthread.h>
+#include <stdlib.h>
+#define THREADS 4
+#define ITERS 50000
+#define QCAP 1024
+static void *queue[QCAP];
+static int qlen;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static void *work(void *arg) {
+    long t = (long)arg;
+    for (int i = 0; i < ITERS; i++) {
+        void *p = malloc(1100 + 4 * (i % 256) + t);
+        void *q = NULL;
+        pthread_mutex_lock(&lock);
+        if (qlen == QCAP || (qlen > 0 && (i & 1))) q = queue[--qlen];
+        if (qlen < QCAP) queue[qlen++] = p; else q = p;
+        pthread_mutex_unlock(&lock);
+        free(q);
+    }
+    return NULL;
+}
+int main(void) {
+    pthread_t th[THREADS];
+    for (long t = 0; t < THREADS; t++) pthread_create(&th[t], NULL, work, (void *)t);
+    for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
+    while (qlen > 0) free(queue[--qlen]);
+    return 0;
+}
+"#;
+
+#[test]
+fn blocks_handed_between_threads_in_one_arena_keep_their_exact_order() {
+    let dir = scratch("handover");
+    let exe = build_c(&dir, "handover", HANDOVER_C);
+    // The interleaving differs from run to run: several runs, each must be exact.
+    for run in 0..3 {
+        let out_path = dir.join(format!("handover-{run}.avt"));
+        let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+            .args(["record", "-o", out_path.to_str().unwrap(), "--"])
+            .arg(&exe)
+            .env("MALLOC_ARENA_MAX", "1")
+            .output()
+            .unwrap();
+        ok(&out);
+        let t = load(&out_path);
+        assert_consistent(&t);
+        assert_eq!(t.threads.height(), 5, "run {run}");
+        let r = rows(&t);
+        // The program's blocks (pthread_create makes a few small allocations of its own).
+        let allocs: Vec<&Row> = r
+            .iter()
+            .filter(|x| x.kind == ALLOC && x.call == "malloc" && x.size >= 1100)
+            .collect();
+        assert_eq!(allocs.len(), 4 * 50_000, "run {run}");
+        let frees = r
+            .iter()
+            .filter(|x| x.kind == FREE && x.call == "free" && x.size >= 1100)
+            .count();
+        assert_eq!(frees, 4 * 50_000, "run {run}: every block is freed once");
+        let mut worker_threads = Vec::new();
+        for w in 0..4u64 {
+            let mine: Vec<&&Row> = allocs.iter().filter(|x| x.size % 4 == w).collect();
+            assert_eq!(mine.len(), 50_000, "run {run}, thread {w}");
+            let th = mine[0].thread;
+            assert!(
+                mine.iter().all(|x| x.thread == th),
+                "run {run}: thread {w} mixed with others"
+            );
+            worker_threads.push(th);
+        }
+        worker_threads.sort_unstable();
+        worker_threads.dedup();
+        assert_eq!(worker_threads.len(), 4, "run {run}");
+    }
+}
+
 const FORK_EXEC_C: &str = r#"
 #include <signal.h>
 #include <stdlib.h>

@@ -51,15 +51,22 @@
 //!   `size << n | 1 << (n - 1)` little-endian; a zero first byte is followed by 8 bytes of
 //!   size), then the zigzag address delta as `c` little-endian bytes (none when the address
 //!   repeats). These cost the tracer no loop and no branch on lengths.
+//! - `3`: as `2`, and a stream may hold the op byte `0x0e` (once): every event after it ends
+//!   with its *order key* (the TSC, comparable across the process's threads) as a zigzag
+//!   prefix varint of its difference from the stream's previous key (0 at the stream's
+//!   start). The tracer switches every stream to keys once a second thread records.
 //!
 //! Reading a spool converts ticks to nanoseconds with the line through (`tick0`, `mono_ns0`)
 //! and the segment calibration point with the largest tick (slope 1 unless `clock=tsc`), then
-//! merges the streams by time into one ordered sequence. With a coarse clock, many events of
-//! several threads share a time, and their order is not in the file; the merge orders them by
+//! merges the streams by time into one ordered sequence (a free reads the clock before the
+//! real call and an allocation after it, so a free never has a later time than the
+//! allocation that reuses its address in another thread). With a coarse clock, many events of
+//! several threads share a time. Events with order keys are merged by key, each thread in its
+//! own order (`Merge::merge_by_key`): exact. Events without keys (spools of encoding 2, the
+//! period in which a second thread started, machines without usable keys) are ordered by
 //! causality: each thread's own order, no allocation before the free of its address, no free
-//! before its allocation (see `Merge::interleave`). The tracer makes that possible: a free
-//! reads the clock before the real call and an allocation after it, so a free never has a
-//! later time than the allocation that reuses its address in another thread.
+//! before its allocation (see `Merge::interleave`), a search that can give up under heavy
+//! hand-over of blocks between threads.
 //!
 //! Varints are LEB128 (7 bits a byte, low first); zigzag maps 0, -1, 1, -2... to 0, 1, 2, 3...
 
@@ -471,12 +478,16 @@ enum SpoolEncoding {
     /// Time changes as separate records, prefix-varint sizes, short addresses (see the module
     /// documentation).
     Compact,
+    /// As `Compact`, and a stream may switch to keyed events: each then ends with its order key.
+    Keyed,
 }
 
 /// Spool op (encoding 2): a time change; a zigzag varint of the time's difference follows.
 const OP_TIME: u8 = 0x0f;
 /// Spool op bits 5-7 (encoding 2): the address delta's length code.
 const OP_ADDR_SHIFT: u8 = 5;
+/// Spool op (encoding 3): the stream's events from here on carry order keys.
+const OP_KEYED: u8 = 0x0e;
 
 /// One stream (a thread's buffer) of a spool while merging.
 struct Stream<'a> {
@@ -488,6 +499,10 @@ struct Stream<'a> {
     cur: Cursor<'a>,
     tick: u64,
     addr: u64,
+    /// The stream's events carry order keys (since its [`OP_KEYED`]).
+    keyed: bool,
+    /// The order key of the stream's previous keyed event.
+    key: u64,
     /// The next event, decoded ahead (the merge compares heads).
     head: Option<SpoolEvent>,
 }
@@ -498,6 +513,9 @@ struct SpoolEvent {
     op: u8,
     size: u64,
     addr: u64,
+    /// The order key (encoding 3, events recorded while several threads did): TSC ticks,
+    /// comparable across the process's threads.
+    key: Option<u64>,
 }
 
 impl Cursor<'_> {
@@ -558,7 +576,14 @@ impl Stream<'_> {
                     };
                     (size, c.zigzag().ok_or("a cut address")?)
                 }
-                SpoolEncoding::Compact => {
+                SpoolEncoding::Compact | SpoolEncoding::Keyed => {
+                    if encoding == SpoolEncoding::Keyed && op & OP_CALL_MASK == OP_KEYED {
+                        if op != OP_KEYED {
+                            return Err("reserved bits set in a switch to keyed events");
+                        }
+                        self.keyed = true;
+                        continue;
+                    }
                     if op & OP_CALL_MASK == OP_TIME {
                         if op != OP_TIME {
                             return Err("reserved bits set in a time change");
@@ -579,11 +604,19 @@ impl Stream<'_> {
                 }
             };
             self.addr = self.addr.wrapping_add(delta as u64);
+            let key = if self.keyed {
+                let dk = unzigzag(self.cur.prefix_varint().ok_or("a cut order key")?);
+                self.key = self.key.wrapping_add(dk as u64);
+                Some(self.key)
+            } else {
+                None
+            };
             self.head = Some(SpoolEvent {
                 tick: self.tick,
                 op: op & (OP_CALL_MASK | OP_FREE),
                 size,
                 addr: self.addr,
+                key,
             });
             return Ok(());
         }
@@ -641,6 +674,8 @@ fn read_spool(
                         cur: Cursor::new(&[]),
                         tick: 0,
                         addr: 0,
+                        keyed: false,
+                        key: 0,
                         head: None,
                     });
                     streams.len() - 1
@@ -661,6 +696,7 @@ fn read_spool(
     let encoding = match meta_i64(&info.meta, "events") {
         None | Some(1) => SpoolEncoding::Varints,
         Some(2) => SpoolEncoding::Compact,
+        Some(3) => SpoolEncoding::Keyed,
         Some(_) => {
             return Err(LoadError::format(
                 path,
@@ -776,6 +812,7 @@ impl Merge<'_, '_> {
         }
         let mut group: Vec<usize> = Vec::new();
         let mut runs: Vec<Vec<SpoolEvent>> = Vec::new();
+        let mut keyed: Vec<Vec<SpoolEvent>> = Vec::new();
         while let Some(std::cmp::Reverse((tick, first))) = heap.pop() {
             // Every stream whose next event has this time.
             group.clear();
@@ -811,7 +848,25 @@ impl Merge<'_, '_> {
                     .iter()
                     .map(|&i| streams.get(i).map_or(0, |s| s.tid))
                     .collect();
-                self.interleave(&runs[..group.len()], &tids)?;
+                let runs = &mut runs[..group.len()];
+                if runs.iter().flatten().all(|ev| ev.key.is_some()) {
+                    self.merge_by_key(runs, &tids)?;
+                } else if runs.iter().flatten().all(|ev| ev.key.is_none()) {
+                    self.interleave(runs, &tids)?;
+                } else {
+                    // The period in which a second thread started recording: each thread's
+                    // events without a key come first (the tracer read the flag that adds keys
+                    // before the call of each of them, and found it unset, while every keyed
+                    // event read it set, so none of the former can depend on one of the
+                    // latter), ordered by causality; then the keyed ones, by key.
+                    keyed.clear();
+                    for run in runs.iter_mut() {
+                        let first_keyed = run.iter().position(|ev| ev.key.is_some());
+                        keyed.push(run.split_off(first_keyed.unwrap_or(run.len())));
+                    }
+                    self.interleave(runs, &tids)?;
+                    self.merge_by_key(&keyed, &tids)?;
+                }
             }
             for &i in &group {
                 if let Some(ev) = streams.get(i).and_then(|s| s.head.as_ref()) {
@@ -822,8 +877,40 @@ impl Merge<'_, '_> {
         Ok(())
     }
 
-    /// Emits the runs of events of one time from several threads: each run in its order,
-    /// interleaved so that no allocation comes before the free of its address, nor a free
+    /// Emits the runs of events of one time from several threads when every event has an
+    /// order key: each run in its order, the runs merged by key (the tracer reads an
+    /// allocation's key after its real call and a free's before, so an allocation that
+    /// reuses an address has a larger key than the free that released it, and a free a larger
+    /// key than the allocation whose block it was handed).
+    fn merge_by_key(&mut self, runs: &[Vec<SpoolEvent>], tids: &[u64]) -> Result<(), LoadError> {
+        let mut next = vec![0usize; runs.len()];
+        loop {
+            // Few runs (one per thread active in the period): a scan of the heads is enough.
+            let best = runs
+                .iter()
+                .zip(&next)
+                .enumerate()
+                // An event without a key after keyed ones cannot come from the tracer (once
+                // keyed, a stream stays keyed); it is kept, where its thread has reached.
+                .filter_map(|(r, (run, &n))| Some((run.get(n)?.key.unwrap_or(0), r)))
+                .min();
+            let Some((_, r)) = best else {
+                return Ok(());
+            };
+            let (Some(n), Some(run), Some(&tid)) = (next.get_mut(r), runs.get(r), tids.get(r))
+            else {
+                return Ok(());
+            };
+            if let Some(ev) = run.get(*n) {
+                self.emit(tid, ev)?;
+            }
+            *n += 1;
+        }
+    }
+
+    /// Emits the runs of events of one time from several threads, some without an order key
+    /// (the period in which a second thread started recording, spools of earlier tracers,
+    /// machines without usable keys): each run in its order, interleaved so that no allocation comes before the free of its address, nor a free
     /// before its allocation (see [`search`]; when its budget runs out, [`greedy`]).
     fn interleave(&mut self, runs: &[Vec<SpoolEvent>], tids: &[u64]) -> Result<(), LoadError> {
         let Some(live) = &mut self.live else {
@@ -1549,6 +1636,136 @@ mod tests {
             "only the pointer from before tracing"
         );
         assert_eq!(t.summary.timestamps_non_monotonic, 0);
+    }
+
+    /// A stream's encoder state for keyed spools (META `events=3`): time, address, key, and
+    /// whether the stream has switched to keyed events.
+    #[derive(Default)]
+    struct KeyedStream {
+        prev: (u64, u64),
+        key: u64,
+        keyed: bool,
+    }
+
+    /// An event as the tracer writes it once several threads record: the switch to keyed
+    /// events when the stream has not made it yet, the compact event, then the key's
+    /// difference from the stream's previous key (zigzag, prefix varint).
+    fn keyed_event(
+        out: &mut Vec<u8>,
+        s: &mut KeyedStream,
+        op: u8,
+        tick: u64,
+        size: u64,
+        addr: u64,
+        key: Option<u64>,
+    ) {
+        let Some(key) = key else {
+            assert!(!s.keyed, "a keyed stream stays keyed");
+            compact_event(out, &mut s.prev, op, tick, size, addr);
+            return;
+        };
+        if tick != s.prev.0 {
+            out.push(OP_TIME);
+            put_varint(out, zigzag(tick.wrapping_sub(s.prev.0) as i64));
+            s.prev.0 = tick;
+        }
+        if !s.keyed {
+            out.push(OP_KEYED);
+            s.keyed = true;
+        }
+        compact_event(out, &mut s.prev, op, tick, size, addr);
+        let dk = zigzag(key.wrapping_sub(s.key) as i64);
+        let bits = 64 - (dk | 1).leading_zeros() as usize;
+        let n = bits.div_ceil(7);
+        assert!(n <= 8);
+        out.extend(&((dk << n) | (1 << (n - 1))).to_le_bytes()[..n]);
+        s.key = key;
+    }
+
+    const KEYED_META: &str = "pid=5\ntick0=1000\nmono_ns0=1000\nrealtime_ns0=5000\n\
+                              clock=monotonic_coarse_ns\nclock_resolution_ns=1000000\nevents=3\n";
+
+    #[test]
+    fn keys_order_the_events_of_one_time_exactly() {
+        // One clock period, two threads. Several orders fit the pointers' lives (b's life on
+        // thread 20 could go before or after a's allocation); the keys say which happened.
+        // Thread 10 also hands x over: allocated at key 10, freed by thread 20 at 40, then
+        // allocated again by thread 10 at 60. Thread 20's stream is split in two segments,
+        // and its keys go down once (TSC reads of one thread may differ by a few cycles from
+        // their program order): its own order is kept.
+        let (a, b, x) = (0x1000, 0x2000, 0x3000);
+        let (mut t10, mut t20a, mut t20b) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut s10, mut s20) = (KeyedStream::default(), KeyedStream::default());
+        keyed_event(&mut t10, &mut s10, 0, 1000, 16, x, Some(10));
+        keyed_event(&mut t10, &mut s10, 0, 1000, 32, a, Some(50));
+        keyed_event(&mut t10, &mut s10, 0, 1000, 48, x, Some(60));
+        keyed_event(&mut t10, &mut s10, 3 | OP_FREE, 1000, 0, a, Some(90));
+        keyed_event(&mut t20a, &mut s20, 0, 1000, 64, b, Some(20));
+        keyed_event(&mut t20a, &mut s20, 3 | OP_FREE, 1000, 0, x, Some(40));
+        keyed_event(&mut t20b, &mut s20, 3 | OP_FREE, 1000, 0, b, Some(38));
+        let bytes = spool(
+            &[(0, 10, 0, 0, t10), (1, 20, 0, 0, t20a), (1, 20, 0, 0, t20b)],
+            KEYED_META,
+        );
+        let (back, info) = read(&bytes);
+        assert_eq!(info.truncated, None);
+        let got: Vec<(u64, Option<u64>, u64)> =
+            back.iter().map(|r| (r.tid, r.size_bytes, r.addr)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (10, Some(16), x),
+                (20, Some(64), b),
+                (20, None, x),
+                (20, None, b),
+                (10, Some(32), a),
+                (10, Some(48), x),
+                (10, None, a),
+            ]
+        );
+    }
+
+    #[test]
+    fn in_the_period_keys_start_events_without_one_come_first() {
+        // Thread 10 recorded alone until thread 20 started, in the middle of this period:
+        // thread 10's first two events have no key, the rest of the period has keys. Thread 20
+        // (the lower stream here) allocates x after thread 10 freed it, then frees y, which
+        // thread 10 allocated with a key. In stream order, the free of y would come before
+        // its allocation, and the allocation of x while x is live.
+        let (x, y) = (0x1000, 0x2000);
+        let (mut t10, mut t20) = (Vec::new(), Vec::new());
+        let (mut s10, mut s20) = (KeyedStream::default(), KeyedStream::default());
+        keyed_event(&mut t10, &mut s10, 0, 1000, 16, x, None);
+        keyed_event(&mut t10, &mut s10, 3 | OP_FREE, 1000, 0, x, None);
+        keyed_event(&mut t10, &mut s10, 0, 1000, 32, y, Some(500));
+        keyed_event(&mut t20, &mut s20, 0, 1000, 48, x, Some(400));
+        keyed_event(&mut t20, &mut s20, 3 | OP_FREE, 1000, 0, y, Some(600));
+        // A later period: keyed events of both threads, ordered by time first.
+        keyed_event(&mut t20, &mut s20, 3 | OP_FREE, 1_001_000, 0, x, Some(700));
+        let bytes = spool(&[(0, 20, 0, 0, t20), (1, 10, 0, 0, t10)], KEYED_META);
+        let (back, _) = read(&bytes);
+        assert_eq!(
+            rows_of(&back),
+            vec![
+                (0, 10, Some(16), x, Some(0)),
+                (0, 10, None, x, Some(3)),
+                (0, 20, Some(48), x, Some(0)),
+                (0, 10, Some(32), y, Some(0)),
+                (0, 20, None, y, Some(3)),
+                (1_000_000, 20, None, x, Some(3)),
+            ]
+        );
+        // The same events in a spool of the previous encoding are refused: a reader that
+        // does not know keys cannot skip them.
+        let old_meta = KEYED_META.replace("events=3", "events=2");
+        let old = spool(&[(0, 20, 0, 0, Vec::from([OP_KEYED]))], &old_meta);
+        let dir = std::env::temp_dir().join(format!("allocview-keyed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("old.spool");
+        std::fs::write(&path, &old).unwrap();
+        let res = read_records(&path, TimeBase::default(), |_| Ok(()));
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(res.is_err());
     }
 
     #[test]

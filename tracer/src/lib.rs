@@ -22,8 +22,16 @@
 //!   every traced process, stores `CLOCK_MONOTONIC` in a global every [`CLOCK_PERIOD_NS`]
 //!   (1 ms); each event carries the value it finds there, so times have that resolution. The
 //!   free side of a call reads it before the real call and the allocation side after, so a
-//!   free is never later than the allocation that reuses its address in another thread; the
-//!   loader orders the events that share a time by causality (see `loaders/src/binary.rs`).
+//!   free is never later than the allocation that reuses its address in another thread.
+//! - Order: while one application thread records, its buffer's order is the order. When a
+//!   second one takes a buffer, every event from then on (all threads) also carries an order
+//!   key, the TSC read with `rdtscp` (after an allocation's real call, before a free's; see
+//!   [`order_key`]), as a zigzag prefix-varint difference from its thread's previous key; the
+//!   loader orders the events of different threads that share a time by key, and the few
+//!   without one (the period in which keys start) by causality. Not on other architectures,
+//!   nor where the TSC cannot order events across CPUs ([`KEYS_USABLE`]): there, every period
+//!   is ordered by causality, which can give up under heavy hand-over of blocks between
+//!   threads (see `loaders/src/binary.rs`).
 //!   The clock thread never records, blocks every signal, holds no lock of the program's and
 //!   ends (letting the process exit) when it is the last thread left.
 //! - Flushing: the owner thread publishes the end of its last complete event with a release
@@ -186,8 +194,11 @@ const OP_FREE: u8 = 0x10;
 const OP_TIME: u8 = 0x0f;
 /// Spool op-byte bits 5-7: the address delta's length code ([`put_short_u64`]).
 const OP_ADDR_SHIFT: u8 = 5;
+/// Spool op byte that switches its stream to keyed events: from it on, every event is
+/// followed by its order key (encoding 3; written once per stream, see [`MULTI_THREAD`]).
+const OP_KEYED: u8 = 0x0e;
 /// The spool's event encoding, named in its META.
-const SPOOL_EVENTS_ENCODING: u64 = 2;
+const SPOOL_EVENTS_ENCODING: u64 = 3;
 
 /// Set by cargo, or by `app/build.rs` when it compiles this file with a bare `rustc`.
 const TRACER_VERSION: &str = match option_env!("CARGO_PKG_VERSION") {
@@ -199,10 +210,16 @@ const TRACER_VERSION: &str = match option_env!("CARGO_PKG_VERSION") {
 
 /// Bytes of events a thread buffers before writing them.
 const BUF_BYTES: usize = 256 << 10;
-/// Most bytes one record may write: a time change (op byte, varint), then the event's op byte,
-/// size and address (each stored as whole words, past its end).
-const MAX_EVENT_BYTES: usize =
-    1 + MAX_VARINT_BYTES + 1 + PREFIX_VARINT_STORE_BYTES + SHORT_U64_STORE_BYTES;
+/// Most bytes one record may write: a time change (op byte, varint), the switch to keyed
+/// events (one op byte), then the event's op byte, size, address and order key (the size and
+/// address stored as whole words, past their end; the key after them).
+const MAX_EVENT_BYTES: usize = 1
+    + MAX_VARINT_BYTES
+    + 1
+    + 1
+    + PREFIX_VARINT_STORE_BYTES
+    + SHORT_U64_STORE_BYTES
+    + PREFIX_VARINT_STORE_BYTES;
 /// Where the event bytes start in a buffer's block (the [`Buf`] header takes the first page).
 const DATA_OFFSET_BYTES: usize = 4096;
 const BLOCK_BYTES: usize = BUF_BYTES + DATA_OFFSET_BYTES;
@@ -268,6 +285,10 @@ struct ThreadState {
     prev_ns: Cell<u64>,
     /// Address of the stream's previous event (0 at its start).
     prev_addr: Cell<u64>,
+    /// Order key of the stream's previous keyed event (0 at its start).
+    prev_key: Cell<u64>,
+    /// The stream has switched to keyed events ([`OP_KEYED`] is written).
+    keyed: Cell<bool>,
     /// Set while tracer code outside the hot path runs (initialisation, flushes, taking a
     /// buffer), and for good on the clock thread: nested calls go straight to the allocator.
     busy: Cell<bool>,
@@ -278,6 +299,8 @@ impl ThreadState {
     fn start_at(&self, b: &Buf) {
         self.prev_ns.set(0);
         self.prev_addr.set(0);
+        self.prev_key.set(0);
+        self.keyed.set(false);
         self.last_start.set(b.last_start());
         self.buf.set(ptr::from_ref(b).cast_mut());
         self.cursor.set(b.data());
@@ -340,6 +363,8 @@ thread_local! {
             buf: Cell::new(null_mut()),
             prev_ns: Cell::new(0),
             prev_addr: Cell::new(0),
+            prev_key: Cell::new(0),
+            keyed: Cell::new(false),
             busy: Cell::new(false),
         }
     };
@@ -618,6 +643,108 @@ fn tick_clock() {
     NOW_NS.store(clock_ns(CLOCK_MONOTONIC) as u64, Ordering::Relaxed);
 }
 
+// ---- order keys (several threads) ----
+
+/// Set when a second application thread takes a buffer (its first recorded call; the clock
+/// thread never records), on machines with usable keys ([`KEYS_USABLE`]). From then on every
+/// event also carries an order key, which orders the events of different threads that share
+/// a clock period exactly. While one thread records, events have none: the key read costs
+/// more than the rest of the record, and one thread's order is the order of its buffer.
+/// Never cleared: a stream that carries keys carries them to its end.
+static MULTI_THREAD: AtomicBool = AtomicBool::new(false);
+/// Application threads that have taken a buffer so far.
+static RECORDING_THREADS: AtomicU32 = AtomicU32::new(0);
+/// The CPU has `rdtscp` and an invariant TSC (one rate, counting in every power state); with
+/// Linux's TSC clocksource, which it only keeps when the TSC is synchronised across CPUs,
+/// that makes keys of different CPUs comparable. Set at initialisation.
+static KEYS_USABLE: AtomicBool = AtomicBool::new(false);
+
+#[inline(always)]
+fn multi_thread() -> bool {
+    MULTI_THREAD.load(Ordering::Relaxed)
+}
+
+/// Called when a thread takes its first buffer.
+fn note_recording_thread() {
+    if RECORDING_THREADS.fetch_add(1, Ordering::Relaxed) >= 1 && KEYS_USABLE.load(Ordering::Relaxed)
+    {
+        MULTI_THREAD.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether this machine's TSC can order events across CPUs (see [`KEYS_USABLE`]).
+#[cfg(target_arch = "x86_64")]
+fn keys_usable() -> bool {
+    use std::arch::x86_64::__cpuid;
+    // SAFETY: cpuid exists on every x86-64 CPU; leaves above the maximum return zeros.
+    #[allow(unused_unsafe)]
+    let (max_ext, ext1, ext7) = unsafe {
+        let max_ext = __cpuid(0x8000_0000).eax;
+        (max_ext, __cpuid(0x8000_0001).edx, __cpuid(0x8000_0007).edx)
+    };
+    let rdtscp = max_ext >= 0x8000_0001 && ext1 & (1 << 27) != 0;
+    let invariant = max_ext >= 0x8000_0007 && ext7 & (1 << 8) != 0;
+    rdtscp && invariant && tsc_is_the_clocksource()
+}
+
+/// Linux marks the TSC unstable, and switches the clocksource away from it, when it finds
+/// the CPUs' counters out of step.
+#[cfg(target_arch = "x86_64")]
+fn tsc_is_the_clocksource() -> bool {
+    let mut name = [0u8; 64];
+    // SAFETY: reading a sysfs file into a stack buffer.
+    let n = unsafe {
+        let fd = open(
+            c"/sys/devices/system/clocksource/clocksource0/current_clocksource".as_ptr(),
+            O_RDONLY | O_CLOEXEC,
+        );
+        if fd < 0 {
+            return false;
+        }
+        let n = read(fd, name.as_mut_ptr().cast(), name.len());
+        close(fd);
+        n
+    };
+    usize::try_from(n)
+        .ok()
+        .and_then(|n| name.get(..n))
+        .is_some_and(|s| s.trim_ascii_end() == b"tsc")
+}
+
+/// Elsewhere events never carry keys: events of several threads that share a clock period
+/// are ordered by the loader's causal search, as before keys existed.
+#[cfg(not(target_arch = "x86_64"))]
+fn keys_usable() -> bool {
+    false
+}
+
+/// The order key: the TSC, read with `rdtscp`, which waits until every earlier instruction
+/// has executed and its loads are done. An allocation reads it after the real call, so when
+/// the allocator hands it a block another thread freed, its key is later than that free;
+/// a free reads it before the real call, which the same wait keeps after whatever gave this
+/// thread the block (a plain `rdtsc` could run ahead of the load that took the block from a
+/// queue, and so come before the allocation that another thread made of it).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn order_key() -> Option<u64> {
+    let mut aux = 0u32;
+    // SAFETY: only called once MULTI_THREAD is set, which requires rdtscp (keys_usable).
+    #[allow(unused_unsafe)]
+    Some(unsafe { std::arch::x86_64::__rdtscp(&mut aux) })
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn order_key() -> Option<u64> {
+    None
+}
+
+/// The key an event carries: one when several threads record, read where the call is.
+#[inline(always)]
+fn event_key() -> Option<u64> {
+    if multi_thread() { order_key() } else { None }
+}
+
 // ---- locks (spin then yield; held only around a write) ----
 
 fn lock(l: &AtomicUsize) {
@@ -766,6 +893,7 @@ unsafe fn initialise() -> bool {
         }
     }
     PREFIX.len.store(prefix.len(), Ordering::Release);
+    KEYS_USABLE.store(keys_usable(), Ordering::Relaxed);
     tick_clock();
     // SAFETY: plain syscalls and libc registration calls; nested allocations pass through.
     unsafe {
@@ -956,6 +1084,7 @@ unsafe fn write_all(fd: c_int, parts: &[&[u8]]) -> bool {
 fn take_buf(t: &ThreadState) -> Option<&'static Buf> {
     let b = acquire_buf()?;
     t.start_at(b);
+    note_recording_thread();
     let key = KEY.load(Ordering::Acquire);
     if key != u32::MAX {
         // SAFETY: the key was created by this library; the value is only read by thread_exit.
@@ -1126,7 +1255,8 @@ fn leave(t: &ThreadState, cursor: *mut u8) {
     t.cursor.set(cursor);
 }
 
-/// Appends one event (between [`enter`] and [`leave`]) and returns the new cursor.
+/// Appends one event (between [`enter`] and [`leave`]) and returns the new cursor. `key` is
+/// the event's order key, when several threads record.
 #[inline(always)]
 fn append(
     t: &ThreadState,
@@ -1135,6 +1265,7 @@ fn append(
     size: u64,
     addr: u64,
     time_ns: u64,
+    key: Option<u64>,
 ) -> *mut u8 {
     // SAFETY: the thread's buffer, never unmapped.
     let b = unsafe { &*t.buf.get() };
@@ -1145,12 +1276,22 @@ fn append(
     if time_ns != t.prev_ns.get() {
         cursor = append_time(t, cursor, time_ns);
     }
-    append_at(t, b, cursor, op, size, addr)
+    if key.is_none() && !t.keyed.get() {
+        return append_at(t, b, cursor, op, size, addr);
+    }
+    append_keyed(t, b, cursor, op, size, addr, key)
 }
 
 /// Encodes one event at `cursor`, publishes it and returns the new cursor.
 #[inline(always)]
 fn append_at(t: &ThreadState, b: &Buf, cursor: *mut u8, op: u8, size: u64, addr: u64) -> *mut u8 {
+    let end = encode_at(t, cursor, op, size, addr);
+    commit(b, end)
+}
+
+/// Encodes one event at `cursor` and returns its end, unpublished.
+#[inline(always)]
+fn encode_at(t: &ThreadState, cursor: *mut u8, op: u8, size: u64, addr: u64) -> *mut u8 {
     let da = zigzag(addr.wrapping_sub(t.prev_addr.get()) as i64);
     // SAFETY: callers leave MAX_EVENT_BYTES of room after `cursor` (the time change's share
     // of it is unused here), inside the buffer; only the owner writes beyond `committed`.
@@ -1162,10 +1303,45 @@ fn append_at(t: &ThreadState, b: &Buf, cursor: *mut u8, op: u8, size: u64, addr:
         let (code, len) = put_short_u64(cursor.add(n), da);
         cursor.write(op | (code << OP_ADDR_SHIFT));
         t.prev_addr.set(addr);
-        let end = cursor.add(n + len);
-        b.committed
-            .store(end as usize - b.data() as usize, Ordering::Release);
-        end
+        cursor.add(n + len)
+    }
+}
+
+/// Publishes the events up to `end` (flushing threads may write them from now on).
+#[inline(always)]
+fn commit(b: &Buf, end: *mut u8) -> *mut u8 {
+    b.committed
+        .store(end as usize - b.data() as usize, Ordering::Release);
+    end
+}
+
+/// Encodes an event with its order key (a zigzag prefix varint of the difference from the
+/// stream's previous key, after the address), switching the stream to keyed events first
+/// if it has not yet; publishes it and returns the new cursor.
+#[inline(never)]
+fn append_keyed(
+    t: &ThreadState,
+    b: &Buf,
+    mut cursor: *mut u8,
+    op: u8,
+    size: u64,
+    addr: u64,
+    key: Option<u64>,
+) -> *mut u8 {
+    // SAFETY: within the room `append` checked (MAX_EVENT_BYTES counts the switch and the key).
+    unsafe {
+        if !t.keyed.get() {
+            cursor.write(OP_KEYED);
+            cursor = cursor.add(1);
+            t.keyed.set(true);
+        }
+        // Every event of a keyed stream has a key; a call that found the process still
+        // single-threaded before its real call and not after it takes one now.
+        let key = key.or_else(order_key).unwrap_or(t.prev_key.get());
+        let end = encode_at(t, cursor, op, size, addr);
+        let dk = zigzag(key.wrapping_sub(t.prev_key.get()) as i64);
+        t.prev_key.set(key);
+        commit(b, end.add(put_prefix_varint(end, dk)))
     }
 }
 
@@ -1183,9 +1359,9 @@ fn append_time(t: &ThreadState, cursor: *mut u8, time_ns: u64) -> *mut u8 {
     }
 }
 
-/// One event, the common way: the thread has a buffer with room, the time has not changed
-/// since its last event. Returns false, having done nothing, otherwise. It calls nothing, so
-/// the wrappers' hot path saves no registers.
+/// One event, the common way while one thread records: the thread has a buffer with room,
+/// the time has not changed since its last event. Returns false, having done nothing,
+/// otherwise. It calls nothing, so the wrappers' hot path saves no registers.
 #[inline(always)]
 fn record_fast(op: u8, size: u64, addr: u64, time_ns: u64) -> bool {
     let Some(t) = tls() else {
@@ -1210,12 +1386,16 @@ fn record_fast(op: u8, size: u64, addr: u64, time_ns: u64) -> bool {
     true
 }
 
-/// Any event: takes a buffer, writes a full one out, notes a time change.
-#[cold]
+/// Any event: takes a buffer, writes a full one out, notes a time change, and, when several
+/// threads record, reads the order key (here, so after an allocation's real call and before
+/// a free's). The path of every event once several threads record.
 #[inline(never)]
 fn record_slow(op: u8, size: u64, addr: u64, time_ns: u64) {
     if let Some((t, cursor)) = enter() {
-        let next = append(t, cursor, op, size, addr, time_ns);
+        // Read after enter: a thread's first call takes its buffer there, and may be the one
+        // that makes the process multi-threaded.
+        let key = event_key();
+        let next = append(t, cursor, op, size, addr, time_ns, key);
         leave(t, next);
     }
 }
@@ -1224,7 +1404,7 @@ fn record_slow(op: u8, size: u64, addr: u64, time_ns: u64) {
 /// the wrapper to return.
 #[inline(always)]
 fn record_alloc(call: u8, size: usize, p: *mut c_void, time_ns: u64) -> *mut c_void {
-    if !record_fast(call, size as u64, p as u64, time_ns) {
+    if multi_thread() || !record_fast(call, size as u64, p as u64, time_ns) {
         record_slow(call, size as u64, p as u64, time_ns);
     }
     p
@@ -1232,7 +1412,6 @@ fn record_alloc(call: u8, size: usize, p: *mut c_void, time_ns: u64) -> *mut c_v
 
 /// `free`'s slow path: records the call, then makes it (a tail call from the wrapper, which
 /// then needs no registers saved).
-#[cold]
 #[inline(never)]
 unsafe fn free_slow(f: FreeFn, p: *mut c_void, time_ns: u64) {
     record_slow(CALL_FREE | OP_FREE, 0, p as u64, time_ns);
@@ -1253,13 +1432,31 @@ fn finish_alloc(
     size: usize,
     p: *mut c_void,
 ) -> *mut c_void {
-    let next = append(t, cursor, call, size as u64, p as u64, now_ns());
+    let key = event_key();
+    let next = append(t, cursor, call, size as u64, p as u64, now_ns(), key);
     leave(t, next);
     p
 }
 
+/// The time and order key of a realloc's free half, read before its real call.
+#[derive(Clone, Copy)]
+struct Before {
+    time_ns: u64,
+    key: Option<u64>,
+}
+
+impl Before {
+    #[inline(always)]
+    fn now() -> Self {
+        Self {
+            time_ns: now_ns(),
+            key: event_key(),
+        }
+    }
+}
+
 /// Ends a realloc-like call entered before its real call: records the free of the old block
-/// (`before_ns`, read before the call) and the allocation of the new one.
+/// (`before`, read before the call) and the allocation of the new one.
 #[inline(never)]
 fn finish_realloc(
     t: &ThreadState,
@@ -1268,25 +1465,38 @@ fn finish_realloc(
     old: *mut c_void,
     size: usize,
     new: *mut c_void,
-    before_ns: u64,
+    before: Before,
 ) -> *mut c_void {
     let after_ns = now_ns();
-    if old.is_null() {
-        cursor = append(t, cursor, call, size as u64, new as u64, after_ns);
-    } else if new.is_null() {
+    let after_key = event_key();
+    let (size, old, new) = (size as u64, old as u64, new as u64);
+    let free_old = |cursor| {
+        append(
+            t,
+            cursor,
+            call | OP_FREE,
+            0,
+            old,
+            before.time_ns,
+            before.key,
+        )
+    };
+    if old == 0 {
+        cursor = append(t, cursor, call, size, new, after_ns, after_key);
+    } else if new == 0 {
         if size == 0 {
             // realloc(p, 0) freed p (glibc).
-            cursor = append(t, cursor, call | OP_FREE, 0, old as u64, before_ns);
+            cursor = free_old(cursor);
         } else {
             // Failed: the old block is untouched.
-            cursor = append(t, cursor, call, size as u64, 0, after_ns);
+            cursor = append(t, cursor, call, size, 0, after_ns, after_key);
         }
     } else {
-        cursor = append(t, cursor, call | OP_FREE, 0, old as u64, before_ns);
-        cursor = append(t, cursor, call, size as u64, new as u64, after_ns);
+        cursor = free_old(cursor);
+        cursor = append(t, cursor, call, size, new, after_ns, after_key);
     }
     leave(t, cursor);
-    new
+    new as *mut c_void
 }
 
 // ---- the interposed functions ----
@@ -1311,7 +1521,7 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     // Recorded before the real call, which then is the wrapper's tail call: nothing lives
     // across it. The time is read before the block can be handed out again, as it must be.
     let time_ns = now_ns();
-    if !record_fast(CALL_FREE | OP_FREE, 0, p as u64, time_ns) {
+    if multi_thread() || !record_fast(CALL_FREE | OP_FREE, 0, p as u64, time_ns) {
         return unsafe { free_slow(f, p, time_ns) };
     }
     unsafe { f(p) }
@@ -1348,7 +1558,7 @@ pub unsafe extern "C" fn realloc(old: *mut c_void, size: usize) -> *mut c_void {
     let Some((t, cursor)) = enter() else {
         return unsafe { f(old, size) };
     };
-    let before = now_ns();
+    let before = Before::now();
     let new = unsafe { f(old, size) };
     finish_realloc(t, cursor, CALL_REALLOC, old, size, new, before)
 }
@@ -1367,7 +1577,7 @@ pub unsafe extern "C" fn reallocarray(old: *mut c_void, n: usize, size: usize) -
     let Some((t, cursor)) = enter() else {
         return unsafe { f(old, n, size) };
     };
-    let before = now_ns();
+    let before = Before::now();
     let new = unsafe { f(old, n, size) };
     let total = n.saturating_mul(size);
     finish_realloc(t, cursor, CALL_REALLOCARRAY, old, total, new, before)
