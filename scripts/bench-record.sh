@@ -3,6 +3,8 @@
 #  1. the slowdown of a workload that does nothing but allocate (scripts/alloc-workload.c),
 #     untraced, under allocview's tracer, and under a mutex-and-write()-per-call interposer
 #     (scripts/naive-interposer.c); CPU seconds (user+sys, best of 3) and wall seconds;
+#     single-threaded (the tracer's cheap mode: no per-call clock read) and with 4 threads
+#     sharing the same total work (every event then also reads the TSC for its order key);
 #  2. reading the recording: `allocview stats` on the binary trace against `heaptrack_print`
 #     on heaptrack's recording of the same workload (wall seconds, best of 3), and file sizes;
 #  3. the cost of the tracer's clock thread in an idle program: CPU seconds of `sleep 10`,
@@ -60,6 +62,20 @@ for mode in pairs mixed; do
   read -r w c < <(best3 "$ALLOCVIEW" record -o "$W/rec.avt" -- "$W/wl" "$mode" "$NS")
   printf '%-8s %-28s %9s %9s %8.2f\n' "$mode" "allocview record (all)" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')"
   read -r w c < <(best3 env LD_PRELOAD="$W/naive.so" NAIVE_TRACE_OUT="$W/naive.txt" "$W/wl" "$mode" "$NS")
+  printf '%-8s %-28s %9s %9s %8.2f\n' "$mode" "mutex+write() interposer" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')"
+done
+
+echo
+echo "== 1b. slowdown, 4 threads x $((NS / 4)) iterations ($((2 * NS)) events in all) per mode"
+printf '%-8s %-28s %9s %9s %8s\n' mode run wall_s cpu_s x_cpu
+for mode in pairs mixed; do
+  read -r bw bc < <(best3 "$W/wl" "$mode" "$((NS / 4))" 4)
+  printf '%-8s %-28s %9s %9s %8s\n' "$mode" untraced "$bw" "$bc" 1.00
+  read -r w c < <(best3 env LD_PRELOAD="$TRACER" ALLOCVIEW_SPOOL="$W/spool" "$W/wl" "$mode" "$((NS / 4))" 4)
+  printf '%-8s %-28s %9s %9s %8.2f\n' "$mode" "allocview tracer" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')"
+  read -r w c < <(best3 "$ALLOCVIEW" record -o "$W/rec.avt" -- "$W/wl" "$mode" "$((NS / 4))" 4)
+  printf '%-8s %-28s %9s %9s %8.2f\n' "$mode" "allocview record (all)" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')"
+  read -r w c < <(best3 env LD_PRELOAD="$W/naive.so" NAIVE_TRACE_OUT="$W/naive.txt" "$W/wl" "$mode" "$((NS / 4))" 4)
   printf '%-8s %-28s %9s %9s %8.2f\n' "$mode" "mutex+write() interposer" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')"
 done
 
