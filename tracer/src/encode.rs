@@ -41,8 +41,9 @@ pub const PREFIX_VARINT_STORE_BYTES: usize = 9;
 /// `dst` must be valid for [`PREFIX_VARINT_STORE_BYTES`] bytes of writes.
 #[inline(always)]
 pub unsafe fn put_prefix_varint(dst: *mut u8, v: u64) -> usize {
-    let bits = 64 - (v | 1).leading_zeros();
-    let n = bits.div_ceil(7);
+    // A table lookup rather than the division by 7: the length is on the hot path's longest
+    // dependency chain (the cursor of one event is where the next one starts).
+    let n = PREFIX_LEN[(v | 1).ilog2() as usize & 63];
     if n > 8 {
         // SAFETY: 9 bytes, as the caller guarantees.
         unsafe {
@@ -59,6 +60,17 @@ pub unsafe fn put_prefix_varint(dst: *mut u8, v: u64) -> usize {
     n as usize
 }
 
+/// [`put_prefix_varint`]'s length by the index of the value's highest set bit (of `v | 1`).
+static PREFIX_LEN: [u32; 64] = {
+    let mut t = [0; 64];
+    let mut top = 0;
+    while top < 64 {
+        t[top] = (top as u32 + 1).div_ceil(7);
+        top += 1;
+    }
+    t
+};
+
 /// Bytes [`put_short_u64`] writes (a whole word, whatever the length).
 pub const SHORT_U64_STORE_BYTES: usize = 8;
 
@@ -71,11 +83,27 @@ pub const SHORT_U64_STORE_BYTES: usize = 8;
 pub unsafe fn put_short_u64(dst: *mut u8, v: u64) -> (u8, usize) {
     // SAFETY: 8 bytes, as the caller guarantees.
     unsafe { dst.cast::<u64>().write_unaligned(v.to_le()) };
-    let bytes = (71 - v.leading_zeros()) / 8;
-    let code = bytes.min(7);
-    let len = if code == 7 { 8 } else { code };
-    (code as u8, len as usize)
+    // A table lookup rather than arithmetic and a select: the length is on the hot path's
+    // longest dependency chain (the cursor of one event is where the next one starts).
+    let e = SHORT_CODE_LEN[v.leading_zeros() as usize & 127];
+    (e >> 5, (e & 15) as usize)
 }
+
+/// [`put_short_u64`]'s length code (bits 5-7, where the op byte has it, so that the caller's
+/// shift cancels out) and length (bits 0-3) by the value's leading zero bits (0 to 64; the
+/// table has 128 entries so the index needs no bounds check).
+static SHORT_CODE_LEN: [u8; 128] = {
+    let mut t = [0; 128];
+    let mut lz = 0;
+    while lz <= 64 {
+        let bytes = (71 - lz as u32) / 8;
+        let code = if bytes < 7 { bytes } else { 7 };
+        let len = if code == 7 { 8 } else { code };
+        t[lz] = (code << 5 | len) as u8;
+        lz += 1;
+    }
+    t
+};
 
 /// A fixed-capacity byte writer over a stack buffer; writes past the end are dropped and
 /// remembered, so a header that does not fit is detected rather than overflowing.
@@ -235,6 +263,21 @@ mod tests {
         assert_eq!(short(1 << 48), (7, (1u64 << 48).to_le_bytes().to_vec()));
         assert_eq!(short(u64::MAX), (7, vec![0xff; 8]));
         assert_eq!(short((1 << 48) - 1).0, 6);
+        // The table against the arithmetic it replaces, at every length boundary.
+        for shift in 0..64 {
+            for v in [
+                1u64 << shift,
+                (1u64 << shift) - 1,
+                (2u64 << shift).wrapping_sub(1),
+            ] {
+                let bytes = (71 - v.leading_zeros()) / 8;
+                let code = bytes.min(7);
+                let len = if code == 7 { 8 } else { code };
+                let (c, b) = short(v);
+                assert_eq!((c as u32, b.len() as u32), (code, len), "{v}");
+                assert_eq!(b, v.to_le_bytes()[..b.len()], "{v}");
+            }
+        }
     }
 
     #[test]

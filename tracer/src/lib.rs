@@ -234,7 +234,9 @@ struct Buf {
     lock: AtomicUsize,
     /// Owned by a live thread.
     in_use: AtomicBool,
-    /// End of the last complete event (release-stored by the owner).
+    /// Address of the end of the last complete event (release-stored by the owner), or 0 when
+    /// there is none: an address rather than an offset so that the hot path stores its
+    /// cursor as it is (read it with [`Buf::committed_len`]).
     committed: AtomicUsize,
     /// Bytes already written to the file (under `lock`).
     flushed: AtomicUsize,
@@ -256,6 +258,14 @@ impl Buf {
                 .cast::<u8>()
                 .add(DATA_OFFSET_BYTES)
         }
+    }
+
+    /// Bytes of complete events from the beginning of the data (0 also for a `committed` of
+    /// 0, which lies below the data).
+    fn committed_len(&self) -> usize {
+        self.committed
+            .load(Ordering::Acquire)
+            .saturating_sub(self.data() as usize)
     }
 
     /// The last position an event may start at (room for [`MAX_EVENT_BYTES`] after it).
@@ -1155,7 +1165,7 @@ fn start_stream(b: &Buf) {
 
 /// Writes the unwritten complete events of `b` as one segment. Call with `b.lock` held.
 fn write_segment(b: &Buf, wait: Wait) {
-    let end = b.committed.load(Ordering::Acquire);
+    let end = b.committed_len();
     let start = b.flushed.load(Ordering::Relaxed);
     if end <= start {
         return;
@@ -1310,8 +1320,7 @@ fn encode_at(t: &ThreadState, cursor: *mut u8, op: u8, size: u64, addr: u64) -> 
 /// Publishes the events up to `end` (flushing threads may write them from now on).
 #[inline(always)]
 fn commit(b: &Buf, end: *mut u8) -> *mut u8 {
-    b.committed
-        .store(end as usize - b.data() as usize, Ordering::Release);
+    b.committed.store(end as usize, Ordering::Release);
     end
 }
 
