@@ -7,12 +7,15 @@
 //! it. Sizes are rounded up to `align_bytes` (default 16); a zero-byte request reserves one
 //! alignment unit. See `fit_common` for the heap layout shared with `first-fit`.
 //!
-//! Free blocks shorter than 1024 alignment units sit in exact-size bins (one address-ordered
-//! set per length) found through a two-level bit map; longer ones in one set ordered by
-//! `(len, addr)`. The best fit is the lowest address of the first non-empty bin at or after the
-//! request's length, else the first large block at or after `(n, 0)`: O(1) bit scans and
-//! O(log n) set operations for the search, the insertions and the removals. The used blocks sit
-//! in a hash map (O(1)).
+//! Free blocks shorter than 1024 alignment units sit in exact-size bins (one set per length)
+//! found through a two-level bit map; longer ones in one set ordered by `(len, addr)`. The best
+//! fit is the lowest address of the first non-empty bin at or after the request's length, else
+//! the first large block at or after `(n, 0)`: O(1) bit scans and O(log n) set operations for
+//! the search, the insertions and the removals. Most bins hold a handful of blocks, so a bin
+//! keeps up to six inline and unordered (its lowest address found by a scan) and becomes an
+//! ordered map only when fuller; the most recently freed large block waits in a one-entry slot
+//! beside the large set, since programs free and take back the same large buffer over and over.
+//! The used blocks sit in a hash map (O(1)).
 
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -241,7 +244,7 @@ impl LargeSet {
     }
 }
 
-/// Free blocks for best fit: one address-ordered set per exact length for lengths under
+/// Free blocks for best fit: one set per exact length (a [`Bin`]) for lengths under
 /// [`SMALL_UNITS`] alignment units, found through a two-level bit map (non-empty bins, then
 /// non-empty words), and one `(len, addr)`-ordered set for larger blocks. The smallest fitting
 /// block is the lowest address of the first non-empty bin at or after the request's length, or
