@@ -44,6 +44,17 @@ struct Used {
     requested_bytes: u64,
 }
 
+/// Checks that bit i of `upper` is set exactly when `lower[i]` is not zero.
+fn summary_matches(lower: &[u64], upper: &[u64], what: &str) -> Result<(), String> {
+    for (i, &word) in lower.iter().enumerate() {
+        let marked = upper.get(i / 64).is_some_and(|u| u & (1 << (i % 64)) != 0);
+        if marked != (word != 0) {
+            return Err(format!("summary bit of {what} {i} wrong"));
+        }
+    }
+    Ok(())
+}
+
 /// The free blocks of one order: a bitmap over block positions (address >> shift) with two
 /// summary levels, so the lowest set bit is found in three word scans.
 #[derive(Clone, Debug)]
@@ -144,26 +155,9 @@ impl BlockSet {
 
     /// Self-check of the summary levels and the count.
     fn check(&self) -> Result<(), String> {
-        let mut count = 0;
-        for (w, &b) in self.bits.iter().enumerate() {
-            count += b.count_ones() as usize;
-            let marked = self
-                .words
-                .get(w / 64)
-                .is_some_and(|s| s & (1 << (w % 64)) != 0);
-            if marked != (b != 0) {
-                return Err(format!("summary bit of word {w} wrong"));
-            }
-        }
-        for (s, &word) in self.words.iter().enumerate() {
-            let marked = self
-                .groups
-                .get(s / 64)
-                .is_some_and(|g| g & (1 << (s % 64)) != 0);
-            if marked != (word != 0) {
-                return Err(format!("group bit of summary word {s} wrong"));
-            }
-        }
+        summary_matches(&self.bits, &self.words, "word")?;
+        summary_matches(&self.words, &self.groups, "summary word")?;
+        let count: usize = self.bits.iter().map(|b| b.count_ones() as usize).sum();
         if count != self.len {
             return Err(format!("{count} bits set, len says {}", self.len));
         }
