@@ -32,6 +32,7 @@ pub mod error;
 pub mod input;
 pub mod malloc_trace;
 pub mod plan;
+pub mod sites;
 pub mod stats;
 pub mod tf;
 

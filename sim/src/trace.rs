@@ -19,16 +19,21 @@ pub enum EventKind {
     FreeUnknown = 3,
     /// An allocation that returned NULL (size > 0). It creates no live allocation.
     AllocFailed = 4,
+    /// A free that was asked for but completes later (PyTorch's `free_requested`: the block
+    /// waits for outstanding CUDA events). Informational: the matching `Free` ends the
+    /// allocation, so this kind never reaches a policy.
+    FreeRequested = 5,
 }
 
 impl EventKind {
     /// All kinds in code order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Alloc,
         Self::Free,
         Self::FreeNull,
         Self::FreeUnknown,
         Self::AllocFailed,
+        Self::FreeRequested,
     ];
 
     /// Decodes a `kind` column value.
@@ -52,6 +57,7 @@ impl EventKind {
             Self::FreeNull => "free_null",
             Self::FreeUnknown => "free_unknown",
             Self::AllocFailed => "alloc_failed",
+            Self::FreeRequested => "free_requested",
         }
     }
 

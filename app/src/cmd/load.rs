@@ -148,7 +148,7 @@ fn summary_from_kinds(events: &DataFrame) -> LoadSummary {
                 s.frees += 1;
                 s.frees_unknown += 1;
             }
-            None => {}
+            Some(EventKind::FreeRequested) | None => {}
         }
     }
     s

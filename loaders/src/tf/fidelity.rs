@@ -1045,7 +1045,7 @@ impl Replayer {
                         }
                     }
                 }
-                EventKind::FreeNull => {}
+                EventKind::FreeNull | EventKind::FreeRequested => {}
             }
             let c = self.bfc.counters();
             self.metrics.observe(&c, &mut self.frag_sum);

@@ -1,0 +1,212 @@
+//! Allocation sites: where in the program an allocation was asked for.
+//!
+//! A site is a call stack: for a PyTorch snapshot, the `frames` of a trace entry or block; for a
+//! recorded malloc trace, the stack the tracer captured; for a TensorFlow memory log, the
+//! operation (a one-frame stack). Stacks repeat millions of times, so they are interned twice:
+//! each distinct frame once in the frames table, each distinct stack (a list of frame ids,
+//! innermost first) once in the stacks table, and events and blocks carry only a `stack_id`.
+//!
+//! # The frames table
+//!
+//! | column | dtype | meaning |
+//! |---|---|---|
+//! | `frame_id` | UInt32 | dense 0-based id |
+//! | `function` | String | function name as the source gave it (demangled where it was) |
+//! | `file` | String | source file, `??` when unknown |
+//! | `line` | Int64 | source line, 0 when unknown |
+//! | `module` | String | shared object or module, empty when unknown |
+//!
+//! # The stacks table
+//!
+//! One row per frame of every stack: `stack_id` (UInt32), `depth` (UInt32, 0 = innermost) and
+//! `frame_id` (UInt32). A stack of no frames has no rows; [`NO_STACK`] in an event's `stack_id`
+//! column (null in the DataFrame) means no stack was recorded.
+
+use std::collections::HashMap;
+
+use polars::prelude::*;
+
+/// `stack_id` of an event without a recorded stack (null in the DataFrame).
+pub const NO_STACK: u32 = u32::MAX;
+
+/// One source location.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub function: String,
+    pub file: String,
+    pub line: i64,
+    pub module: String,
+}
+
+/// Interned frames and stacks.
+#[derive(Clone, Debug, Default)]
+pub struct StackTable {
+    frames: Vec<Frame>,
+    frame_ids: HashMap<Frame, u32>,
+    stacks: Vec<Vec<u32>>,
+    stack_ids: HashMap<Vec<u32>, u32>,
+}
+
+impl StackTable {
+    /// An empty table.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The id of `frame`, adding it when new.
+    pub fn intern_frame(&mut self, frame: Frame) -> u32 {
+        if let Some(&id) = self.frame_ids.get(&frame) {
+            return id;
+        }
+        let id = u32::try_from(self.frames.len()).unwrap_or(NO_STACK);
+        self.frames.push(frame.clone());
+        self.frame_ids.insert(frame, id);
+        id
+    }
+
+    /// The id of the stack made of `frame_ids` (innermost first), adding it when new.
+    pub fn intern_stack(&mut self, frame_ids: Vec<u32>) -> u32 {
+        if let Some(&id) = self.stack_ids.get(&frame_ids) {
+            return id;
+        }
+        let id = u32::try_from(self.stacks.len()).unwrap_or(NO_STACK);
+        self.stacks.push(frame_ids.clone());
+        self.stack_ids.insert(frame_ids, id);
+        id
+    }
+
+    /// Number of distinct stacks.
+    #[must_use]
+    pub fn num_stacks(&self) -> usize {
+        self.stacks.len()
+    }
+
+    /// Number of distinct frames.
+    #[must_use]
+    pub fn num_frames(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// The frames of stack `id`, innermost first (empty for [`NO_STACK`] or an unknown id).
+    pub fn frames_of(&self, id: u32) -> impl Iterator<Item = &Frame> + '_ {
+        self.stacks
+            .get(id as usize)
+            .into_iter()
+            .flatten()
+            .filter_map(|&f| self.frames.get(f as usize))
+    }
+
+    /// Frame `id`.
+    #[must_use]
+    pub fn frame(&self, id: u32) -> Option<&Frame> {
+        self.frames.get(id as usize)
+    }
+
+    /// Frame ids of stack `id`, innermost first.
+    #[must_use]
+    pub fn stack(&self, id: u32) -> &[u32] {
+        self.stacks.get(id as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// The frames table (schema in the module docs).
+    ///
+    /// # Errors
+    /// Only when polars fails to assemble the columns.
+    pub fn frames_frame(&self) -> PolarsResult<DataFrame> {
+        let n = self.frames.len();
+        DataFrame::new_infer_height(vec![
+            UInt32Chunked::from_vec("frame_id".into(), (0..n as u32).collect()).into_column(),
+            Column::new(
+                "function".into(),
+                self.frames
+                    .iter()
+                    .map(|f| f.function.as_str())
+                    .collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "file".into(),
+                self.frames.iter().map(|f| f.file.as_str()).collect::<Vec<_>>(),
+            ),
+            Int64Chunked::from_vec("line".into(), self.frames.iter().map(|f| f.line).collect())
+                .into_column(),
+            Column::new(
+                "module".into(),
+                self.frames
+                    .iter()
+                    .map(|f| f.module.as_str())
+                    .collect::<Vec<_>>(),
+            ),
+        ])
+    }
+
+    /// The stacks table (schema in the module docs).
+    ///
+    /// # Errors
+    /// Only when polars fails to assemble the columns.
+    pub fn stacks_frame(&self) -> PolarsResult<DataFrame> {
+        let rows: usize = self.stacks.iter().map(Vec::len).sum();
+        let mut stack_id = Vec::with_capacity(rows);
+        let mut depth = Vec::with_capacity(rows);
+        let mut frame_id = Vec::with_capacity(rows);
+        for (s, frames) in (0u32..).zip(&self.stacks) {
+            for (d, &f) in (0u32..).zip(frames) {
+                stack_id.push(s);
+                depth.push(d);
+                frame_id.push(f);
+            }
+        }
+        DataFrame::new_infer_height(vec![
+            UInt32Chunked::from_vec("stack_id".into(), stack_id).into_column(),
+            UInt32Chunked::from_vec("depth".into(), depth).into_column(),
+            UInt32Chunked::from_vec("frame_id".into(), frame_id).into_column(),
+        ])
+    }
+}
+
+/// A `stack_id` column: [`NO_STACK`] becomes null, the slot keeping the sentinel.
+#[must_use]
+pub fn stack_id_column(name: &str, ids: Vec<u32>) -> Column {
+    if ids.contains(&NO_STACK) {
+        let validity: Vec<bool> = ids.iter().map(|&s| s != NO_STACK).collect();
+        UInt32Chunked::from_vec_validity(name.into(), ids, Some(validity.into())).into_column()
+    } else {
+        UInt32Chunked::from_vec(name.into(), ids).into_column()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(f: &str, line: i64) -> Frame {
+        Frame {
+            function: f.to_owned(),
+            file: "a.py".to_owned(),
+            line,
+            module: String::new(),
+        }
+    }
+
+    #[test]
+    fn frames_and_stacks_are_interned_once() {
+        let mut t = StackTable::new();
+        let a = t.intern_frame(frame("f", 1));
+        let b = t.intern_frame(frame("g", 2));
+        assert_eq!(t.intern_frame(frame("f", 1)), a);
+        let s1 = t.intern_stack(vec![a, b]);
+        let s2 = t.intern_stack(vec![b]);
+        assert_eq!(t.intern_stack(vec![a, b]), s1);
+        assert_ne!(s1, s2);
+        assert_eq!((t.num_frames(), t.num_stacks()), (2, 2));
+        let names: Vec<&str> = t.frames_of(s1).map(|f| f.function.as_str()).collect();
+        assert_eq!(names, ["f", "g"]);
+        assert_eq!(t.frames_of(NO_STACK).count(), 0);
+        let stacks = t.stacks_frame().unwrap();
+        assert_eq!(stacks.height(), 3);
+        let frames = t.frames_frame().unwrap();
+        assert_eq!(frames.height(), 2);
+        let col = stack_id_column("stack_id", vec![0, NO_STACK]);
+        assert_eq!(col.null_count(), 1);
+    }
+}
