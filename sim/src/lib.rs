@@ -16,3 +16,4 @@ pub mod replay;
 pub mod series;
 pub mod testing;
 pub mod trace;
+pub mod units;
