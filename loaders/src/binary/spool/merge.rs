@@ -1,0 +1,407 @@
+//! The merge of a spool's streams into one ordered sequence: by time, then by order key, or
+//! by causality where events have no key.
+
+use std::collections::BinaryHeap;
+use std::path::Path;
+
+use super::super::codec::Cursor;
+use super::super::trace::call_of;
+use super::super::{OP_FREE, corrupt};
+use super::{SpoolEncoding, SpoolEvent, Stream};
+use crate::error::LoadError;
+use crate::malloc_trace::{PtrHasher, PtrMap, PtrSet, Record};
+
+/// Merges the streams of a spool into one sequence: by time, and among events of one time
+/// (the clock thread's period, so there are many) in an order consistent with the pointers'
+/// lives, which the times alone cannot give.
+pub(super) struct Merge<'p, 'f> {
+    pub(super) path: &'p Path,
+    pub(super) encoding: SpoolEncoding,
+    /// The file was cut: a cut last event ends its stream instead of being an error.
+    pub(super) truncated: bool,
+    /// The pointers allocated and not yet freed, when there are several streams.
+    pub(super) live: Option<PtrSet>,
+    pub(super) records: u64,
+    pub(super) to_ns: &'f dyn Fn(u64) -> i64,
+    pub(super) f: &'f mut dyn FnMut(&Record) -> Result<(), &'static str>,
+}
+
+/// How an event fits the live pointers, in the order the merge prefers.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Fit {
+    /// A free of a live pointer, or an event on NULL: nothing else can come first.
+    Safe,
+    /// An allocation of a pointer that is not live.
+    Alloc,
+    /// A free of a pointer that is not live (allocated before tracing, or by an event still
+    /// to come).
+    FreeUnknown,
+    /// An allocation of a live pointer: its free must come first.
+    Blocked,
+}
+
+impl Merge<'_, '_> {
+    fn advance(&self, s: &mut Stream<'_>) -> Result<(), LoadError> {
+        match s.advance(self.encoding) {
+            Ok(()) => Ok(()),
+            // A cut last event (the tracer was killed mid-write) ends the stream.
+            Err(_) if self.truncated => {
+                s.head = None;
+                s.segments.clear();
+                s.cur = Cursor::new(&[]);
+                Ok(())
+            }
+            Err(e) => Err(corrupt(self.path, 0, e)),
+        }
+    }
+
+    /// Emits an event and updates the live pointers.
+    fn emit(&mut self, tid: u64, ev: &SpoolEvent) -> Result<(), LoadError> {
+        if let Some(live) = &mut self.live {
+            apply(live, ev);
+        }
+        self.emit_record(tid, ev)
+    }
+
+    /// Emits an event whose effect on the live pointers is already applied.
+    fn emit_record(&mut self, tid: u64, ev: &SpoolEvent) -> Result<(), LoadError> {
+        let call = call_of(ev.op).ok_or_else(|| corrupt(self.path, 0, "unknown call code"))?;
+        let is_free = ev.op & OP_FREE != 0;
+        (self.f)(&Record {
+            t_ns: (self.to_ns)(ev.tick),
+            tid,
+            size_bytes: (!is_free).then_some(ev.size),
+            addr: ev.addr,
+            call,
+        })
+        .map_err(|e| corrupt(self.path, 0, e))?;
+        self.records += 1;
+        Ok(())
+    }
+
+    pub(super) fn run(&mut self, streams: &mut [Stream<'_>]) -> Result<(), LoadError> {
+        let mut heap: BinaryHeap<std::cmp::Reverse<(u64, usize)>> =
+            BinaryHeap::with_capacity(streams.len());
+        for (i, s) in streams.iter_mut().enumerate() {
+            self.advance(s)?;
+            if let Some(ev) = &s.head {
+                heap.push(std::cmp::Reverse((ev.tick, i)));
+            }
+        }
+        let mut group: Vec<usize> = Vec::new();
+        let mut runs: Vec<Vec<SpoolEvent>> = Vec::new();
+        let mut keyed: Vec<Vec<SpoolEvent>> = Vec::new();
+        while let Some(std::cmp::Reverse((tick, first))) = heap.pop() {
+            // Every stream whose next event has this time.
+            group.clear();
+            group.push(first);
+            while let Some(&std::cmp::Reverse((t, i))) = heap.peek()
+                && t == tick
+            {
+                heap.pop();
+                group.push(i);
+            }
+            if let [i] = group[..] {
+                let Some(s) = streams.get_mut(i) else {
+                    continue;
+                };
+                while let Some(ev) = s.head.filter(|ev| ev.tick == tick) {
+                    self.emit(s.tid, &ev)?;
+                    self.advance(s)?;
+                }
+            } else {
+                group.sort_unstable();
+                runs.resize_with(group.len(), Vec::new);
+                for (run, &i) in runs.iter_mut().zip(&group) {
+                    run.clear();
+                    let Some(s) = streams.get_mut(i) else {
+                        continue;
+                    };
+                    while let Some(ev) = s.head.filter(|ev| ev.tick == tick) {
+                        run.push(ev);
+                        self.advance(s)?;
+                    }
+                }
+                let tids: Vec<u64> = group
+                    .iter()
+                    .map(|&i| streams.get(i).map_or(0, |s| s.tid))
+                    .collect();
+                let runs = &mut runs[..group.len()];
+                if runs.iter().flatten().all(|ev| ev.key.is_some()) {
+                    self.merge_by_key(runs, &tids)?;
+                } else if runs.iter().flatten().all(|ev| ev.key.is_none()) {
+                    self.interleave(runs, &tids)?;
+                } else {
+                    // The period in which a second thread started recording: each thread's
+                    // events without a key come first (the tracer read the flag that adds keys
+                    // before the call of each of them, and found it unset, while every keyed
+                    // event read it set, so none of the former can depend on one of the
+                    // latter), ordered by causality; then the keyed ones, by key.
+                    keyed.clear();
+                    for run in runs.iter_mut() {
+                        let first_keyed = run.iter().position(|ev| ev.key.is_some());
+                        keyed.push(run.split_off(first_keyed.unwrap_or(run.len())));
+                    }
+                    self.interleave(runs, &tids)?;
+                    self.merge_by_key(&keyed, &tids)?;
+                }
+            }
+            for &i in &group {
+                if let Some(ev) = streams.get(i).and_then(|s| s.head.as_ref()) {
+                    heap.push(std::cmp::Reverse((ev.tick, i)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Emits the runs of events of one time from several threads when every event has an
+    /// order key: each run in its order, the runs merged by key (the tracer reads an
+    /// allocation's key after its real call and a free's before, so an allocation that
+    /// reuses an address has a larger key than the free that released it, and a free a larger
+    /// key than the allocation whose block it was handed).
+    fn merge_by_key(&mut self, runs: &[Vec<SpoolEvent>], tids: &[u64]) -> Result<(), LoadError> {
+        let mut next = vec![0usize; runs.len()];
+        loop {
+            // Few runs (one per thread active in the period): a scan of the heads is enough.
+            let best = runs
+                .iter()
+                .zip(&next)
+                .enumerate()
+                // An event without a key after keyed ones cannot come from the tracer (once
+                // keyed, a stream stays keyed); it is kept, where its thread has reached.
+                .filter_map(|(r, (run, &n))| Some((run.get(n)?.key.unwrap_or(0), r)))
+                .min();
+            let Some((_, r)) = best else {
+                return Ok(());
+            };
+            let (Some(n), Some(run), Some(&tid)) = (next.get_mut(r), runs.get(r), tids.get(r))
+            else {
+                return Ok(());
+            };
+            if let Some(ev) = run.get(*n) {
+                self.emit(tid, ev)?;
+            }
+            *n += 1;
+        }
+    }
+
+    /// Emits the runs of events of one time from several threads, some without an order key
+    /// (the period in which a second thread started recording, spools of earlier tracers,
+    /// machines without usable keys): each run in its order, interleaved so that no allocation comes before the free of its address, nor a free
+    /// before its allocation (see [`search`]; when its budget runs out, [`greedy`]).
+    fn interleave(&mut self, runs: &[Vec<SpoolEvent>], tids: &[u64]) -> Result<(), LoadError> {
+        let Some(live) = &mut self.live else {
+            return Ok(());
+        };
+        let order = match search(runs, live) {
+            Some(order) => order,
+            None => greedy(runs, live),
+        };
+        let mut next = vec![0usize; runs.len()];
+        for r in order {
+            let r = r as usize;
+            let (Some(n), Some(run), Some(&tid)) = (next.get_mut(r), runs.get(r), tids.get(r))
+            else {
+                continue;
+            };
+            if let Some(ev) = run.get(*n) {
+                self.emit_record(tid, ev)?;
+            }
+            *n += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Applies an event to the live pointers; returns whether it changed them.
+fn apply(live: &mut PtrSet, ev: &SpoolEvent) -> bool {
+    if ev.addr == 0 {
+        false
+    } else if ev.op & OP_FREE != 0 {
+        live.remove(&ev.addr)
+    } else {
+        live.insert(ev.addr)
+    }
+}
+
+/// Undoes an [`apply`] that changed the live pointers.
+fn unapply(live: &mut PtrSet, ev: &SpoolEvent) {
+    if ev.op & OP_FREE != 0 {
+        live.insert(ev.addr);
+    } else {
+        live.remove(&ev.addr);
+    }
+}
+
+/// How an event fits the live pointers.
+fn fit(live: &PtrSet, ev: &SpoolEvent) -> Fit {
+    let is_live = live.contains(&ev.addr);
+    match (ev.addr == 0, ev.op & OP_FREE != 0, is_live) {
+        (true, _, _) | (false, true, true) => Fit::Safe,
+        (false, true, false) => Fit::FreeUnknown,
+        (false, false, false) => Fit::Alloc,
+        (false, false, true) => Fit::Blocked,
+    }
+}
+
+/// Search steps allowed per event of a period before [`search`] gives up.
+const SEARCH_STEPS_PER_EVENT: usize = 8;
+const SEARCH_STEPS_MIN: usize = 50_000;
+
+/// Finds an order of the runs' events (as run indices) in which every event fits: a free
+/// of a live pointer, an allocation of a pointer that is not live, an event on NULL, or a
+/// free of a pointer not live that no run of this period allocates (allocated before
+/// tracing). Depth-first, trying first the run least far through (threads are taken to
+/// progress evenly through a period), and never twice from the same positions in the runs
+/// (they determine the live pointers); `None` when the step budget runs out first. On
+/// success `live` holds the pointers live after the period, else it is as it was.
+///
+/// The times alone cannot give this order: many events share each time, and a greedy choice
+/// among those that fit can take an address for one thread that another thread, in
+/// reality, freed and reused first, and then find nothing that fits further on.
+fn search(runs: &[Vec<SpoolEvent>], live: &mut PtrSet) -> Option<Vec<u32>> {
+    let total: usize = runs.iter().map(Vec::len).sum();
+    let budget = total
+        .saturating_mul(SEARCH_STEPS_PER_EVENT)
+        .max(SEARCH_STEPS_MIN);
+    // Allocations still to come, per address: a free of a pointer that is not live must wait
+    // for one of them.
+    let mut pending: PtrMap<u32> = PtrMap::default();
+    for ev in runs.iter().flatten() {
+        if ev.op & OP_FREE == 0 && ev.addr != 0 {
+            *pending.entry(ev.addr).or_default() += 1;
+        }
+    }
+    let mut pos = vec![0u32; runs.len()];
+    let mut seen: std::collections::HashSet<u64, std::hash::BuildHasherDefault<PtrHasher>> =
+        Default::default();
+    // The path: the run of each step, and whether it changed the live pointers.
+    let mut path: Vec<(u32, bool)> = Vec::with_capacity(total);
+    // Per depth: the runs to try, and how many were tried.
+    let mut frames: Vec<(Vec<u32>, usize)> = Vec::new();
+    let choices = |pos: &[u32], live: &PtrSet, pending: &PtrMap<u32>| -> Vec<u32> {
+        let mut c: Vec<(f64, u32)> = runs
+            .iter()
+            .zip(pos)
+            .enumerate()
+            .filter_map(|(r, (run, &p))| {
+                let ev = run.get(p as usize)?;
+                let ok = match fit(live, ev) {
+                    Fit::Safe | Fit::Alloc => true,
+                    Fit::FreeUnknown => pending.get(&ev.addr).is_none_or(|&n| n == 0),
+                    Fit::Blocked => false,
+                };
+                ok.then_some((f64::from(p) / run.len() as f64, r as u32))
+            })
+            .collect();
+        c.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        c.into_iter().map(|(_, r)| r).collect()
+    };
+    frames.push((choices(&pos, live, &pending), 0));
+    let mut steps = 0usize;
+    let undo =
+        |r: u32, changed: bool, pos: &mut [u32], live: &mut PtrSet, pending: &mut PtrMap<u32>| {
+            let Some(p) = pos.get_mut(r as usize) else {
+                return;
+            };
+            *p -= 1;
+            let Some(ev) = runs.get(r as usize).and_then(|run| run.get(*p as usize)) else {
+                return;
+            };
+            if changed {
+                unapply(live, ev);
+            }
+            if ev.op & OP_FREE == 0 && ev.addr != 0 {
+                *pending.entry(ev.addr).or_default() += 1;
+            }
+        };
+    while path.len() < total {
+        steps += 1;
+        let Some((frame_choices, tried)) = frames.last_mut() else {
+            break;
+        };
+        if steps > budget {
+            break;
+        }
+        let Some(&r) = frame_choices.get(*tried) else {
+            // Nothing more to try here: back up one step.
+            frames.pop();
+            match path.pop() {
+                Some((r, changed)) => undo(r, changed, &mut pos, live, &mut pending),
+                None => break,
+            }
+            continue;
+        };
+        *tried += 1;
+        let Some(ev) = runs
+            .get(r as usize)
+            .and_then(|run| run.get(pos[r as usize] as usize))
+        else {
+            continue;
+        };
+        let changed = apply(live, ev);
+        if ev.op & OP_FREE == 0
+            && ev.addr != 0
+            && let Some(n) = pending.get_mut(&ev.addr)
+        {
+            *n = n.saturating_sub(1);
+        }
+        pos[r as usize] += 1;
+        if !seen.insert(hash_positions(&pos)) {
+            undo(r, changed, &mut pos, live, &mut pending);
+            continue;
+        }
+        path.push((r, changed));
+        frames.push((choices(&pos, live, &pending), 0));
+    }
+    if path.len() == total {
+        return Some(path.into_iter().map(|(r, _)| r).collect());
+    }
+    while let Some((r, changed)) = path.pop() {
+        undo(r, changed, &mut pos, live, &mut pending);
+    }
+    None
+}
+
+fn hash_positions(pos: &[u32]) -> u64 {
+    let mut h: u64 = 0x243f_6a88_85a3_08d3;
+    for &p in pos {
+        h = (h.rotate_left(23) ^ u64::from(p)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    h
+}
+
+/// The fallback when [`search`] gives up (the recording itself may be inconsistent, e.g. a
+/// free made in a signal handler during a record, which is not traced): always the least
+/// advanced event that fits (see [`search`]); failing that, a free of a pointer not live; and
+/// when nothing fits, the least advanced event anyway. Applies the events to `live`.
+fn greedy(runs: &[Vec<SpoolEvent>], live: &mut PtrSet) -> Vec<u32> {
+    let mut next = vec![0usize; runs.len()];
+    let total: usize = runs.iter().map(Vec::len).sum();
+    let mut order = Vec::with_capacity(total);
+    while order.len() < total {
+        let mut best: Option<(Fit, f64, usize)> = None;
+        for (r, run) in runs.iter().enumerate() {
+            let Some(ev) = next.get(r).and_then(|&n| run.get(n)) else {
+                continue;
+            };
+            // Safe and Alloc fit equally; then FreeUnknown; then Blocked.
+            let rank = match fit(live, ev) {
+                Fit::Safe | Fit::Alloc => Fit::Safe,
+                other => other,
+            };
+            let progress = next[r] as f64 / run.len() as f64;
+            if best.is_none_or(|(b_rank, b_progress, _)| (rank, progress) < (b_rank, b_progress)) {
+                best = Some((rank, progress, r));
+            }
+        }
+        let Some((_, _, r)) = best else { break };
+        if let Some(ev) = runs.get(r).and_then(|run| run.get(next[r])) {
+            apply(live, ev);
+        }
+        next[r] += 1;
+        order.push(r as u32);
+    }
+    order
+}

@@ -1,0 +1,146 @@
+//! Writing a trace (kind 0): [`BinaryWriter`].
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use super::codec::{put_varint, zigzag};
+use super::frames::write_frame;
+use super::{
+    BLOCK_EVENTS, CODEC_STORED, CODEC_ZSTD, FRAME_END, FRAME_EVENTS, FRAME_META, FRAME_THREADS,
+    KIND_TRACE, MAGIC, OP_CALL_MASK, OP_FREE, OP_NO_CALL, OP_THREAD, VERSION, ZSTD_LEVEL,
+};
+use crate::malloc_trace::Record;
+
+/// Writes records as a binary trace (kind 0): blocks of [`BLOCK_EVENTS`] events, zstd each.
+pub struct BinaryWriter<W: Write> {
+    out: W,
+    threads: HashMap<u64, u64>,
+    new_threads: Vec<u64>,
+    block: Vec<u8>,
+    block_events: u32,
+    prev_t: i64,
+    prev_addr: u64,
+    prev_thread: u64,
+    total: u64,
+    compressor: zstd::bulk::Compressor<'static>,
+    packed: Vec<u8>,
+}
+
+impl<W: Write> BinaryWriter<W> {
+    /// Writes the header and a META frame of `meta` (keys and values without `=`/newlines in
+    /// keys, without newlines in values).
+    ///
+    /// # Errors
+    /// On write errors.
+    pub fn new(mut out: W, meta: &[(String, String)]) -> io::Result<Self> {
+        out.write_all(&MAGIC)?;
+        out.write_all(&[VERSION, KIND_TRACE])?;
+        let mut text = String::new();
+        for (k, v) in meta {
+            let v = v.replace('\n', " ");
+            text.push_str(&format!("{k}={v}\n"));
+        }
+        write_frame(&mut out, FRAME_META, &[text.as_bytes()])?;
+        Ok(Self {
+            out,
+            threads: HashMap::new(),
+            new_threads: Vec::new(),
+            block: Vec::with_capacity(1 << 20),
+            block_events: 0,
+            prev_t: 0,
+            prev_addr: 0,
+            prev_thread: 0,
+            total: 0,
+            compressor: zstd::bulk::Compressor::new(ZSTD_LEVEL)?,
+            packed: Vec::new(),
+        })
+    }
+
+    /// Appends one record.
+    ///
+    /// # Errors
+    /// On write errors.
+    pub fn push(&mut self, r: &Record) -> io::Result<()> {
+        let next_index = self.threads.len() as u64;
+        let thread = *self.threads.entry(r.tid).or_insert_with(|| {
+            self.new_threads.push(r.tid);
+            next_index
+        });
+        let mut op = r.call.map_or(OP_NO_CALL, |c| c & OP_CALL_MASK);
+        if r.size_bytes.is_none() {
+            op |= OP_FREE;
+        }
+        if thread != self.prev_thread {
+            op |= OP_THREAD;
+        }
+        self.block.push(op);
+        if thread != self.prev_thread {
+            put_varint(&mut self.block, thread);
+            self.prev_thread = thread;
+        }
+        put_varint(&mut self.block, zigzag(r.t_ns.wrapping_sub(self.prev_t)));
+        self.prev_t = r.t_ns;
+        if let Some(size) = r.size_bytes {
+            put_varint(&mut self.block, size);
+        }
+        put_varint(
+            &mut self.block,
+            zigzag(r.addr.wrapping_sub(self.prev_addr) as i64),
+        );
+        self.prev_addr = r.addr;
+        self.block_events += 1;
+        self.total += 1;
+        if self.block_events >= BLOCK_EVENTS {
+            self.flush_block()?;
+        }
+        Ok(())
+    }
+
+    fn flush_block(&mut self) -> io::Result<()> {
+        if !self.new_threads.is_empty() {
+            let mut t = Vec::new();
+            put_varint(&mut t, self.new_threads.len() as u64);
+            for &tid in &self.new_threads {
+                put_varint(&mut t, tid);
+            }
+            write_frame(&mut self.out, FRAME_THREADS, &[&t])?;
+            self.new_threads.clear();
+        }
+        if self.block_events == 0 {
+            return Ok(());
+        }
+        let bound = zstd::zstd_safe::compress_bound(self.block.len());
+        self.packed.clear();
+        self.packed.reserve(bound);
+        self.compressor
+            .compress_to_buffer(&self.block, &mut self.packed)?;
+        let (codec, data) = if self.packed.len() < self.block.len() {
+            (CODEC_ZSTD, &self.packed)
+        } else {
+            (CODEC_STORED, &self.block)
+        };
+        let mut head = vec![codec];
+        put_varint(&mut head, u64::from(self.block_events));
+        put_varint(&mut head, self.block.len() as u64);
+        write_frame(&mut self.out, FRAME_EVENTS, &[&head, data])?;
+        self.block.clear();
+        self.block_events = 0;
+        self.prev_t = 0;
+        self.prev_addr = 0;
+        self.prev_thread = 0;
+        Ok(())
+    }
+
+    /// Writes the last block and the END frame, and returns the output.
+    ///
+    /// # Errors
+    /// On write errors.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.flush_block()?;
+        let mut end = Vec::new();
+        put_varint(&mut end, self.total);
+        write_frame(&mut self.out, FRAME_END, &[&end])?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
