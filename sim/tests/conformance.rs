@@ -294,6 +294,7 @@ conformance!(
     pool => "pool",
     glibc => "glibc",
     oracle => "oracle",
+    pytorch => "pytorch",
 );
 
 #[test]

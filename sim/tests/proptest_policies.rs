@@ -123,6 +123,7 @@ policy_properties!(
     pool => "pool",
     glibc => "glibc",
     oracle => "oracle",
+    pytorch => "pytorch",
 );
 
 #[test]

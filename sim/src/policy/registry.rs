@@ -4,6 +4,9 @@
 //! turns one of them and a [`PolicyConfig`] into a boxed [`Policy`]. Adding a policy touches two
 //! places: its module and one arm of [`build`].
 
+use std::sync::Arc;
+
+use crate::policy::pytorch::{PytorchScript, PytorchSettings};
 use crate::policy::{Policy, best_fit, buddy, first_fit, pool};
 use crate::trace::TraceView;
 
@@ -16,6 +19,7 @@ pub const POLICY_NAMES: &[&str] = &[
     "pool",
     "glibc",
     "oracle",
+    "pytorch",
 ];
 
 /// Knobs for every policy. Each policy reads the fields it understands and ignores the rest, so
@@ -44,6 +48,11 @@ pub struct PolicyConfig {
     /// glibc: initial mmap threshold; requests at or above it are served by mmap until the
     /// dynamic threshold moves. Default 128 KiB (glibc's `DEFAULT_MMAP_THRESHOLD_MIN`).
     pub glibc_mmap_threshold_bytes: u64,
+    /// PyTorch: the caching allocator's options. Default: PyTorch's defaults.
+    pub pytorch: PytorchSettings,
+    /// PyTorch: a snapshot's recorded start state and segment events, to replay it
+    /// faithfully and score the replay. Default `None` (an empty allocator).
+    pub pytorch_script: Option<Arc<PytorchScript>>,
 }
 
 impl Default for PolicyConfig {
@@ -57,6 +66,8 @@ impl Default for PolicyConfig {
             bfc_allow_growth: true,
             bfc_garbage_collection: false,
             glibc_mmap_threshold_bytes: 128 << 10,
+            pytorch: PytorchSettings::default(),
+            pytorch_script: None,
         }
     }
 }
@@ -115,6 +126,10 @@ pub fn build(
         "oracle" => Ok(Box::new(
             crate::policy::oracle::Oracle::new(trace, config)
                 .map_err(|e| invalid(name)(e.to_string()))?,
+        )),
+        "pytorch" => Ok(Box::new(
+            crate::policy::pytorch::Pytorch::new(config.pytorch.clone(), config)
+                .map_err(invalid(name))?,
         )),
         _ => Err(RegistryError::unknown(name)),
     }
