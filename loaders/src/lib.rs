@@ -32,6 +32,7 @@ pub mod error;
 pub mod input;
 pub mod malloc_trace;
 pub mod plan;
+pub mod pytorch;
 pub mod sites;
 pub mod stats;
 pub mod tf;
@@ -57,6 +58,8 @@ pub enum InputKind {
     TfBfcDump,
     /// A memory plan: a minimalloc CSV or a JSON graph plan ([`plan`]).
     Plan(plan::PlanFormat),
+    /// A PyTorch CUDA memory snapshot pickle ([`pytorch`]).
+    PytorchSnapshot,
 }
 
 /// Tells what kind of input a file holds, from its first bytes (decompressed).
@@ -65,8 +68,12 @@ pub enum InputKind {
 /// When the file cannot be read or is of no known kind.
 pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
     use std::io::BufRead as _;
-    if binary::is_binary(&binary::file_head(path)?) {
+    let (_, head) = input::sniff(path)?;
+    if binary::is_binary(&head) {
         return Ok(InputKind::BinaryTrace);
+    }
+    if pytorch::is_snapshot(&head) {
+        return Ok(InputKind::PytorchSnapshot);
     }
     if let Some(format) = plan::detect_plan(path)? {
         return Ok(InputKind::Plan(format));
@@ -105,7 +112,8 @@ pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
         path,
         "unrecognised input: expected a libtracemalloc trace (lines of \
          `<sec>.<usec>\\t<thread>\\t<size>\\t<pointer>`, plain or gzip), an allocview binary \
-         trace, or a TensorFlow memory log or BFC dump",
+         trace, a TensorFlow memory log or BFC dump, a PyTorch memory snapshot (a pickle \
+         holding `segments`), a minimalloc CSV or a JSON graph plan",
     ))
 }
 
@@ -178,6 +186,8 @@ pub enum Loaded {
     TfBfcDump(Box<tf::dump::BfcDump>),
     /// A memory plan's buffers.
     Plan(Box<plan::MemoryPlan>),
+    /// A PyTorch memory snapshot.
+    PytorchSnapshot(Box<pytorch::PytorchSnapshot>),
 }
 
 /// Loads any supported file, detecting its kind from content.
@@ -195,5 +205,8 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
         )?))),
         InputKind::TfBfcDump => Ok(Loaded::TfBfcDump(Box::new(tf::dump::load_bfc_dump(path)?))),
         InputKind::Plan(_) => Ok(Loaded::Plan(Box::new(plan::load_plan_file(path, opts)?))),
+        InputKind::PytorchSnapshot => Ok(Loaded::PytorchSnapshot(Box::new(
+            pytorch::load_snapshot(path, opts)?,
+        ))),
     }
 }

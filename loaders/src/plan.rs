@@ -356,6 +356,7 @@ pub fn load_any(path: &Path, opts: &PlanLoadOptions) -> Result<MemoryPlan, LoadE
     let warnings = match &loaded {
         crate::Loaded::MallocTrace(t) => t.summary.warnings(),
         crate::Loaded::TfMemoryLog(log) => log.summary.warnings(),
+        crate::Loaded::PytorchSnapshot(s) => s.warnings.clone(),
         crate::Loaded::Plan(_) | crate::Loaded::TfBfcDump(_) => Vec::new(),
     };
     let mut plan = from_loaded(loaded, path, opts.step)?;
@@ -382,6 +383,11 @@ pub fn from_loaded(
             from_trace::plan_from_trace(&view, path)
         }
         crate::Loaded::TfMemoryLog(log) => from_tf::plan_from_memory_log(&log, step, path),
+        // A snapshot's allocations as its trace shows them (requested sizes).
+        crate::Loaded::PytorchSnapshot(s) => {
+            let view = crate::trace_view(&s.events, path)?;
+            from_trace::plan_from_trace(&view, path)
+        }
         crate::Loaded::TfBfcDump(_) => Err(LoadError::format(
             path,
             "a BFC dump is one moment of a heap and holds no lifetimes, so there is nothing to \

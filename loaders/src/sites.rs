@@ -97,6 +97,24 @@ impl StackTable {
             .filter_map(|&f| self.frames.get(f as usize))
     }
 
+    /// The frame that names a stack's site: the innermost frame of the program's own code.
+    ///
+    /// Walking from the innermost frame, frames of the allocator and the runtimes are passed
+    /// over (PyTorch's capture and caching allocator, ATen, the C library's allocation
+    /// functions, CPython's C API), and a frame with a source line outside installed libraries
+    /// (`site-packages`, `dist-packages`, `/usr/lib`, generated `torchinductor` code) is
+    /// preferred; failing that, the first frame not passed over; failing that, the innermost.
+    #[must_use]
+    pub fn site_frame(&self, id: u32) -> Option<&Frame> {
+        let frames: Vec<&Frame> = self.frames_of(id).collect();
+        frames
+            .iter()
+            .find(|f| !is_runtime_frame(f) && f.line > 0 && !is_library_file(&f.file))
+            .or_else(|| frames.iter().find(|f| !is_runtime_frame(f)))
+            .or_else(|| frames.first())
+            .copied()
+    }
+
     /// Frame `id`.
     #[must_use]
     pub fn frame(&self, id: u32) -> Option<&Frame> {
@@ -164,6 +182,41 @@ impl StackTable {
     }
 }
 
+/// Frames of the allocator or a runtime, never a site (see [`StackTable::site_frame`]).
+fn is_runtime_frame(f: &Frame) -> bool {
+    const PREFIXES: &[&str] = &[
+        "torch::unwind",
+        "torch::CapturedTraceback",
+        "torch::cuda::",
+        "c10::",
+        "at::",
+        "_Py",
+        "Py",
+        "malloc",
+        "calloc",
+        "realloc",
+        "free",
+        "operator new",
+        "__libc_",
+        "_start",
+    ];
+    let name = f.function.as_str();
+    name.is_empty() || PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Source files of installed libraries rather than the program's own code.
+fn is_library_file(file: &str) -> bool {
+    const PARTS: &[&str] = &[
+        "site-packages",
+        "dist-packages",
+        "/usr/lib",
+        "/lib/python",
+        "torchinductor",
+        "<frozen",
+    ];
+    PARTS.iter().any(|p| file.contains(p))
+}
+
 /// A `stack_id` column: [`NO_STACK`] becomes null, the slot keeping the sentinel.
 #[must_use]
 pub fn stack_id_column(name: &str, ids: Vec<u32>) -> Column {
@@ -208,5 +261,31 @@ mod tests {
         assert_eq!(frames.height(), 2);
         let col = stack_id_column("stack_id", vec![0, NO_STACK]);
         assert_eq!(col.null_count(), 1);
+    }
+
+    #[test]
+    fn the_site_is_the_innermost_frame_of_the_programs_own_code() {
+        let mut t = StackTable::new();
+        let mk = |t: &mut StackTable, f: &str, file: &str, line: i64| {
+            t.intern_frame(Frame {
+                function: f.to_owned(),
+                file: file.to_owned(),
+                line,
+                module: String::new(),
+            })
+        };
+        let ids = vec![
+            mk(&mut t, "torch::unwind::unwind()", "??", 0),
+            mk(&mut t, "c10::cuda::CUDACachingAllocator::malloc", "x.cpp", 0),
+            mk(&mut t, "_PyEval_EvalFrameDefault", "??", 0),
+            mk(&mut t, "call", "/tmp/torchinductor_u/ab.py", 371),
+            mk(&mut t, "_call_impl", "/x/site-packages/torch/nn/module.py", 1787),
+            mk(&mut t, "attention", "/home/u/model.py", 432),
+        ];
+        let s = t.intern_stack(ids);
+        assert_eq!(t.site_frame(s).unwrap().function, "attention");
+        let only_lib = t.intern_stack(vec![1, 4]);
+        assert_eq!(t.site_frame(only_lib).unwrap().function, "_call_impl");
+        assert!(t.site_frame(NO_STACK).is_none());
     }
 }

@@ -1,0 +1,577 @@
+//! The snapshot's objects, typed: segments, blocks, trace entries, annotations and settings,
+//! read from the decoded pickle with every key optional (reference section 1.6: keys came and
+//! went between releases, so a missing one is defaulted and named in `missing`, an unknown one
+//! ignored).
+
+use std::collections::HashMap;
+
+use allocview_sim::policy::pytorch::PytorchSettings;
+
+use super::pickle::Val;
+use crate::sites::{Frame, NO_STACK, StackTable};
+
+/// A block's state in the final segments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockState {
+    ActiveAllocated,
+    /// Freed by the program, waiting for outstanding CUDA events.
+    ActivePendingFree,
+    Inactive,
+}
+
+impl BlockState {
+    /// The name PyTorch writes.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ActiveAllocated => "active_allocated",
+            Self::ActivePendingFree => "active_pending_free",
+            Self::Inactive => "inactive",
+        }
+    }
+
+    /// Allocated as far as the allocator is concerned (not reusable yet).
+    #[must_use]
+    pub fn is_active(self) -> bool {
+        !matches!(self, Self::Inactive)
+    }
+}
+
+/// One block of a final segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawBlock {
+    pub address: u64,
+    pub size_bytes: u64,
+    pub requested_bytes: u64,
+    pub state: BlockState,
+    pub stack_id: u32,
+}
+
+/// One segment at the end of the trace (the moment of the snapshot).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawSegment {
+    pub device: i64,
+    pub address: u64,
+    pub total_bytes: u64,
+    pub allocated_bytes: u64,
+    pub active_bytes: u64,
+    pub requested_bytes: u64,
+    pub stream: u64,
+    /// `segment_type == 'small'`: the small pool (blocks of at most 1 MiB).
+    pub small_pool: bool,
+    pub pool_id: (i64, i64),
+    pub expandable: bool,
+    pub stack_id: u32,
+    pub blocks: Vec<RawBlock>,
+}
+
+/// What a trace entry records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    Snapshot,
+    Oom,
+    /// Older dev builds' annotations, later moved to `external_annotations`.
+    UserDefined,
+    Annotate,
+}
+
+impl Action {
+    /// Every action, in the order reports list them.
+    pub const ALL: [Self; 11] = [
+        Self::Alloc,
+        Self::FreeRequested,
+        Self::FreeCompleted,
+        Self::SegmentAlloc,
+        Self::SegmentFree,
+        Self::SegmentMap,
+        Self::SegmentUnmap,
+        Self::Snapshot,
+        Self::Oom,
+        Self::UserDefined,
+        Self::Annotate,
+    ];
+
+    /// The name PyTorch writes.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Alloc => "alloc",
+            Self::FreeRequested => "free_requested",
+            Self::FreeCompleted => "free_completed",
+            Self::SegmentAlloc => "segment_alloc",
+            Self::SegmentFree => "segment_free",
+            Self::SegmentMap => "segment_map",
+            Self::SegmentUnmap => "segment_unmap",
+            Self::Snapshot => "snapshot",
+            Self::Oom => "oom",
+            Self::UserDefined => "user_defined",
+            Self::Annotate => "annotate",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.name() == s)
+    }
+}
+
+/// One entry of a device trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawEntry {
+    pub action: Action,
+    /// `addr` (for `oom`: 0).
+    pub addr: u64,
+    pub size_bytes: u64,
+    pub stream: u64,
+    /// Unix-epoch microseconds; `None` before PyTorch 2.2.
+    pub time_us: Option<i64>,
+    /// `oom` only: what cudaMemGetInfo said was free.
+    pub device_free_bytes: Option<u64>,
+    pub stack_id: u32,
+}
+
+/// One `external_annotations` item: a phase boundary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Annotation {
+    /// `START` or `END`.
+    pub stage: String,
+    pub name: String,
+    pub device: i64,
+    pub time_us: i64,
+}
+
+/// `allocator_settings` as written, and as the `pytorch` policy reads them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// Present in the file (PyTorch 2.3 and later).
+    pub present: bool,
+    /// Every key with its value rendered as text, in file order.
+    pub raw: Vec<(String, String)>,
+    pub policy: PytorchSettings,
+}
+
+/// The whole snapshot, typed.
+#[derive(Clone, Debug, Default)]
+pub struct RawSnapshot {
+    pub segments: Vec<RawSegment>,
+    /// One trace per device, in device order.
+    pub device_traces: Vec<Vec<RawEntry>>,
+    pub annotations: Vec<Annotation>,
+    pub settings: Settings,
+    pub stacks: StackTable,
+    /// Format notes: keys this file lacks that newer PyTorch writes, and what was assumed.
+    pub missing: Vec<String>,
+    /// Trace entries whose action allocview does not know (kept out of the events, counted).
+    pub unknown_actions: HashMap<String, u64>,
+    /// Entries or blocks skipped because a required field was absent or of the wrong type.
+    pub skipped: Vec<String>,
+}
+
+/// Reads the decoded pickle. `Err` only when the top level is not a snapshot at all.
+pub fn read_snapshot(root: Val<'_>) -> Result<RawSnapshot, String> {
+    let mut r = Reader::default();
+    let mut snap = RawSnapshot::default();
+    let segments = if let Some(segs) = root.get("segments") {
+        segs
+    } else if root.seq().is_some() {
+        // PyTorch 1.13's torch.cuda.memory_snapshot(): a bare list of segments, no traces.
+        r.note("the file is a list of segments (PyTorch 1.13 format): no trace, no settings");
+        root
+    } else {
+        return Err(format!(
+            "not a PyTorch memory snapshot: the top level is a {} without a `segments` key",
+            root.kind_name()
+        ));
+    };
+    for (i, seg) in r.items(segments, "segments").into_iter().enumerate() {
+        if let Some(s) = r.segment(seg, i) {
+            snap.segments.push(s);
+        }
+    }
+    match root.get("device_traces") {
+        Some(traces) => {
+            for (dev, trace) in r.items(traces, "device_traces").into_iter().enumerate() {
+                let entries = r.items(trace, "device trace");
+                let mut out = Vec::with_capacity(entries.len());
+                for (i, e) in entries.into_iter().enumerate() {
+                    if let Some(entry) = r.entry(e, dev, i) {
+                        out.push(entry);
+                    }
+                }
+                snap.device_traces.push(out);
+            }
+        }
+        None if root.get("segments").is_some() => {
+            r.note("no `device_traces` (recorded without history): segments only");
+        }
+        None => {}
+    }
+    match root.get("external_annotations") {
+        Some(a) => {
+            for item in r.items(a, "external_annotations") {
+                snap.annotations.extend(r.annotation(item));
+            }
+        }
+        None if root.get("segments").is_some() => {
+            r.note("no `external_annotations` (before PyTorch 2.5): no phases");
+        }
+        None => {}
+    }
+    snap.settings = match root.get("allocator_settings") {
+        Some(s) => r.settings(s),
+        None => {
+            r.note("no `allocator_settings` (before PyTorch 2.3): PyTorch's defaults assumed");
+            Settings::default()
+        }
+    };
+    snap.stacks = r.stacks;
+    snap.missing = r.missing;
+    snap.unknown_actions = r.unknown_actions;
+    snap.skipped = r.skipped;
+    Ok(snap)
+}
+
+/// Walks the pickle, interning stacks and collecting notes.
+#[derive(Default)]
+struct Reader {
+    stacks: StackTable,
+    /// Memo-shared `frames` lists resolve once: container id -> stack id.
+    by_container: HashMap<u32, u32>,
+    missing: Vec<String>,
+    unknown_actions: HashMap<String, u64>,
+    skipped: Vec<String>,
+    /// Keys already reported missing, so each is said once.
+    said: std::collections::HashSet<&'static str>,
+}
+
+/// At most this many skipped items are described; the rest are counted in the last line.
+const MAX_SKIP_NOTES: usize = 20;
+
+impl Reader {
+    fn note(&mut self, text: &str) {
+        self.missing.push(text.to_owned());
+    }
+
+    fn missing_once(&mut self, key: &'static str, what: &str) {
+        if self.said.insert(key) {
+            self.missing.push(format!("no `{key}`: {what}"));
+        }
+    }
+
+    fn skip(&mut self, why: String) {
+        if self.skipped.len() < MAX_SKIP_NOTES {
+            self.skipped.push(why);
+        } else if self.skipped.len() == MAX_SKIP_NOTES {
+            self.skipped.push("(further skipped items not listed)".to_owned());
+        }
+    }
+
+    fn items<'a>(&mut self, v: Val<'a>, what: &str) -> Vec<Val<'a>> {
+        match v.seq() {
+            Some(it) => it.collect(),
+            None => {
+                self.skip(format!("{what} is a {}, expected a list", v.kind_name()));
+                Vec::new()
+            }
+        }
+    }
+
+    /// The stack id of a `frames` value (a list of `{name, filename, line}` dicts).
+    fn stack(&mut self, frames: Option<Val<'_>>) -> u32 {
+        let Some(frames) = frames else {
+            return NO_STACK;
+        };
+        let container = frames.container_id();
+        if let Some(id) = container.and_then(|c| self.by_container.get(&c)) {
+            return *id;
+        }
+        let Some(items) = frames.seq() else {
+            return NO_STACK;
+        };
+        let mut ids = Vec::with_capacity(items.len());
+        for f in items {
+            let text = |k: &str| f.get(k).and_then(|v| v.as_str()).unwrap_or("").to_owned();
+            ids.push(self.stacks.intern_frame(Frame {
+                function: text("name"),
+                file: text("filename"),
+                line: f.get("line").and_then(|v| v.as_i64()).unwrap_or(0),
+                module: String::new(),
+            }));
+        }
+        let id = self.stacks.intern_stack(ids);
+        if let Some(c) = container {
+            self.by_container.insert(c, id);
+        }
+        id
+    }
+
+    fn segment(&mut self, seg: Val<'_>, index: usize) -> Option<RawSegment> {
+        let u = |k: &str| seg.get(k).and_then(|v| v.as_u64());
+        let Some(address) = u("address") else {
+            self.skip(format!("segment {index}: no `address`"));
+            return None;
+        };
+        let small_pool = match seg.get("segment_type").and_then(|v| v.as_str()) {
+            Some(t) => t == "small",
+            None => {
+                self.missing_once("segment_type", "pool inferred from the segment size");
+                u("total_size") == Some(2 << 20)
+            }
+        };
+        let pool_id = seg
+            .get("segment_pool_id")
+            .and_then(|v| {
+                let mut it = v.seq()?;
+                Some((it.next()?.as_i64()?, it.next()?.as_i64()?))
+            })
+            .unwrap_or((0, 0));
+        let stack_id = self.stack(seg.get("frames"));
+        let mut blocks = Vec::new();
+        let mut cursor = address;
+        for (bi, b) in seg
+            .get("blocks")
+            .map(|b| self.items(b, "blocks"))
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+        {
+            let Some(block) = self.block(b, cursor, index, bi) else {
+                continue;
+            };
+            cursor = block.address.saturating_add(block.size_bytes);
+            blocks.push(block);
+        }
+        let total_bytes = u("total_size").unwrap_or_else(|| blocks.iter().map(|b| b.size_bytes).sum());
+        let sum_where = |f: &dyn Fn(&RawBlock) -> bool, size: &dyn Fn(&RawBlock) -> u64| {
+            blocks.iter().filter(|b| f(b)).map(size).sum::<u64>()
+        };
+        let allocated_bytes = u("allocated_size").unwrap_or_else(|| {
+            sum_where(&|b| b.state == BlockState::ActiveAllocated, &|b| b.size_bytes)
+        });
+        let active_bytes = u("active_size")
+            .unwrap_or_else(|| sum_where(&|b| b.state.is_active(), &|b| b.size_bytes));
+        let requested_bytes = u("requested_size")
+            .unwrap_or_else(|| sum_where(&|b| b.state.is_active(), &|b| b.requested_bytes));
+        Some(RawSegment {
+            device: seg.get("device").and_then(|v| v.as_i64()).unwrap_or(0),
+            address,
+            total_bytes,
+            allocated_bytes,
+            active_bytes,
+            requested_bytes,
+            stream: seg.get("stream").and_then(|v| v.as_i64()).unwrap_or(0) as u64,
+            small_pool,
+            pool_id,
+            expandable: seg
+                .get("is_expandable")
+                .and_then(|v| v.as_bool())
+                .unwrap_or(false),
+            stack_id,
+            blocks,
+        })
+    }
+
+    fn block(&mut self, b: Val<'_>, cursor: u64, seg: usize, index: usize) -> Option<RawBlock> {
+        let Some(size_bytes) = b.get("size").and_then(|v| v.as_u64()) else {
+            self.skip(format!("segment {seg}, block {index}: no `size`"));
+            return None;
+        };
+        let address = match b.get("address").and_then(|v| v.as_u64()) {
+            Some(a) => a,
+            None => {
+                self.missing_once(
+                    "address",
+                    "block addresses computed from the segment address and block sizes",
+                );
+                cursor
+            }
+        };
+        // Before PyTorch 2.1 a block's story was in `history`: its last entry is the live one.
+        let history_last = b.get("history").and_then(|h| h.seq()?.last());
+        let requested_bytes = match b.get("requested_size").and_then(|v| v.as_u64()) {
+            Some(r) => r,
+            None => {
+                self.missing_once(
+                    "requested_size",
+                    "requested bytes taken from the block history or its size",
+                );
+                history_last
+                    .and_then(|h| h.get("real_size")?.as_u64())
+                    .unwrap_or(size_bytes)
+            }
+        };
+        let state = match b.get("state").and_then(|v| v.as_str()) {
+            Some("active_allocated") => BlockState::ActiveAllocated,
+            // The `_snapshot` docstring's spelling, in case a build ever wrote it.
+            Some("active_pending_free" | "active_awaiting_free") => BlockState::ActivePendingFree,
+            Some("inactive") => BlockState::Inactive,
+            other => {
+                self.skip(format!(
+                    "segment {seg}, block {index}: unknown state {other:?}, taken as inactive"
+                ));
+                BlockState::Inactive
+            }
+        };
+        let frames = b
+            .get("frames")
+            .or_else(|| history_last.and_then(|h| h.get("frames")));
+        let stack_id = self.stack(frames);
+        Some(RawBlock {
+            address,
+            size_bytes,
+            requested_bytes,
+            state,
+            stack_id,
+        })
+    }
+
+    fn entry(&mut self, e: Val<'_>, device: usize, index: usize) -> Option<RawEntry> {
+        let Some(name) = e.get("action").and_then(|v| v.as_str()) else {
+            self.skip(format!("device {device} trace entry {index}: no `action`"));
+            return None;
+        };
+        let Some(action) = Action::parse(name) else {
+            *self.unknown_actions.entry(name.to_owned()).or_insert(0) += 1;
+            return None;
+        };
+        let time_us = e.get("time_us").and_then(|v| v.as_i64());
+        if time_us.is_none() {
+            self.missing_once("time_us", "trace order used as time (before PyTorch 2.2)");
+        }
+        let device_free_bytes = e.get("device_free").and_then(|v| v.as_u64());
+        let addr = e.get("addr").and_then(|v| v.as_u64());
+        if addr.is_none() && action != Action::Oom {
+            self.skip(format!(
+                "device {device} trace entry {index} ({name}): no `addr`"
+            ));
+            return None;
+        }
+        Some(RawEntry {
+            action,
+            addr: addr.unwrap_or(0),
+            size_bytes: e.get("size").and_then(|v| v.as_u64()).unwrap_or(0),
+            stream: e.get("stream").and_then(|v| v.as_i64()).unwrap_or(0) as u64,
+            time_us,
+            device_free_bytes,
+            stack_id: self.stack(e.get("frames")),
+        })
+    }
+
+    fn annotation(&mut self, a: Val<'_>) -> Option<Annotation> {
+        let text = |k: &str| a.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+        let Some(time_us) = a.get("time_us").and_then(|v| v.as_i64()) else {
+            self.skip("an annotation without `time_us`".to_owned());
+            return None;
+        };
+        Some(Annotation {
+            stage: text("stage").unwrap_or_default(),
+            name: text("name").unwrap_or_default(),
+            device: a.get("device").and_then(|v| v.as_i64()).unwrap_or(0),
+            time_us,
+        })
+    }
+
+    fn settings(&mut self, s: Val<'_>) -> Settings {
+        let mut out = Settings {
+            present: true,
+            ..Settings::default()
+        };
+        let Some(items) = s.dict_items() else {
+            self.skip(format!("allocator_settings is a {}", s.kind_name()));
+            return out;
+        };
+        for (k, v) in items {
+            let Some(key) = k.as_str() else { continue };
+            out.raw.push((key.to_owned(), render(v)));
+            let p = &mut out.policy;
+            match key {
+                // -1 (SIZE_MAX as int64) means unlimited.
+                "max_split_size" => {
+                    p.max_split_size_bytes = v.as_i64().filter(|&m| m > 0).map(|m| m as u64);
+                }
+                "garbage_collection_threshold" => {
+                    let t = v.as_f64().unwrap_or(0.0).clamp(0.0, 1.0);
+                    p.garbage_collection_threshold_ppm = (t * 1e6).round() as u32;
+                }
+                "expandable_segments" => {
+                    p.expandable_segments = v.as_bool().unwrap_or(false);
+                }
+                "max_non_split_rounding_size" => {
+                    if let Some(b) = v.as_u64().filter(|&b| b > 0) {
+                        p.max_non_split_rounding_bytes = b;
+                    }
+                }
+                "roundup_power2_divisions" => read_divisions(v, &mut p.roundup_power2_divisions),
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// `roundup_power2_divisions`: a dict keyed by the MiB start of each power-of-two interval
+/// (`'1'` .. `'32768'`), or one number for every interval.
+fn read_divisions(v: Val<'_>, out: &mut [u32; 16]) {
+    if let Some(n) = v.as_u64() {
+        out.fill(u32::try_from(n).unwrap_or(0));
+        return;
+    }
+    if let Some(items) = v.dict_items() {
+        for (k, d) in items {
+            let mib = k
+                .as_str()
+                .and_then(|s| s.parse::<u64>().ok())
+                .or_else(|| k.as_u64());
+            let (Some(mib), Some(d)) = (mib, d.as_u64()) else {
+                continue;
+            };
+            if mib.is_power_of_two() {
+                let interval = mib.trailing_zeros() as usize;
+                if let Some(slot) = out.get_mut(interval) {
+                    *slot = u32::try_from(d).unwrap_or(0);
+                }
+            }
+        }
+    } else if let Some(seq) = v.seq() {
+        // A list by interval, as some builds print it.
+        for (slot, d) in out.iter_mut().zip(seq) {
+            *slot = d.as_u64().and_then(|d| u32::try_from(d).ok()).unwrap_or(0);
+        }
+    }
+}
+
+/// A short text form of a settings value, for reports.
+fn render(v: Val<'_>) -> String {
+    if let Some(s) = v.as_str() {
+        return s.to_owned();
+    }
+    if let Some(b) = v.as_bool() {
+        return if b { "True" } else { "False" }.to_owned();
+    }
+    if let Some(i) = v.as_i64() {
+        return i.to_string();
+    }
+    if let Some(f) = v.as_f64() {
+        return f.to_string();
+    }
+    if let Some(items) = v.dict_items() {
+        let parts: Vec<String> = items
+            .map(|(k, v)| format!("{}: {}", render(k), render(v)))
+            .collect();
+        return format!("{{{}}}", parts.join(", "));
+    }
+    if let Some(seq) = v.seq() {
+        let parts: Vec<String> = seq.map(render).collect();
+        return format!("[{}]", parts.join(", "));
+    }
+    if v.is_none() {
+        return "None".to_owned();
+    }
+    v.kind_name().to_owned()
+}

@@ -1,0 +1,500 @@
+//! From one device's trace and final segments to allocview's events and the `pytorch` policy's
+//! script.
+//!
+//! Snapshots are ring buffers: the trace rarely starts at process start, so blocks freed in the
+//! trace may have been allocated before it, and segments the trace uses may predate it. The
+//! state at the start is rebuilt (reference section 6):
+//! - an allocation is *carried in* when the trace frees an address it never allocated (its size
+//!   is `round_size` of the requested bytes the free names), or when the final segments hold an
+//!   active block the trace never allocated;
+//! - the start's segments are the final segments, walked back through the trace: a
+//!   `segment_alloc` did not exist yet, a `segment_free` did (its pool from its size: small-pool
+//!   segments are exactly 2 MiB), `segment_map`/`segment_unmap` shrink and grow the mapped
+//!   ranges of expandable segments.
+//!
+//! Carried-in allocations become the first allocation events, at the trace's first time, in
+//! address order, so every consumer of the event table (stats, every policy) sees the memory
+//! that was live when the trace began.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use allocview_sim::policy::pytorch::{
+    PytorchScript, PytorchSettings, ScriptSegment, SegmentOp, SegmentOpKind, round_size,
+};
+use allocview_sim::trace::{EventKind, NO_ALLOC_ID};
+
+use super::model::{Action, RawEntry, RawSegment};
+use crate::sites::NO_STACK;
+
+/// One row of the event table, typed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub t_ns: i64,
+    /// Index into the streams table.
+    pub stream_index: u16,
+    pub kind: EventKind,
+    /// Requested bytes (for a free, the allocation's).
+    pub size_bytes: u64,
+    /// The block size the caching allocator gives the request (`round_size`).
+    pub rounded_bytes: u64,
+    pub address: u64,
+    pub alloc_id: u32,
+    pub stack_id: u32,
+    /// Index of the trace entry this row comes from; `None` for carried-in allocations.
+    pub entry: Option<u32>,
+}
+
+/// A trace entry that is not an allocation or a free: segments, `oom`, `snapshot`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentEvent {
+    pub action: Action,
+    pub address: u64,
+    pub size_bytes: u64,
+    pub stream: u64,
+    pub t_ns: i64,
+    /// Number of event-table rows before it (it happened between rows `before - 1` and
+    /// `before`).
+    pub before_event: u32,
+    pub device_free_bytes: Option<u64>,
+    pub stack_id: u32,
+}
+
+/// What the rebuild produced.
+#[derive(Clone, Debug, Default)]
+pub struct Rebuilt {
+    pub events: Vec<Event>,
+    /// Stream values (the `tid` of the threads table), in first-seen order.
+    pub streams: Vec<u64>,
+    pub segment_events: Vec<SegmentEvent>,
+    pub script: PytorchScript,
+    /// Unix-epoch microseconds of `t_ns == 0`.
+    pub time_origin_us: i64,
+    pub carried_in: u32,
+    /// Bytes of segments at the start (rebuilt) and their count.
+    pub start_reserved_bytes: u64,
+    pub start_segments: usize,
+    /// Times that went backwards (clamped), frees of addresses not live.
+    pub times_clamped: u64,
+    pub unknown_frees: u64,
+    /// Notes on what the rebuild could not reconcile.
+    pub notes: Vec<String>,
+}
+
+/// Rebuilds one device: `segments` are that device's final segments, `trace` its entries.
+#[must_use]
+pub fn rebuild(segments: &[RawSegment], trace: &[RawEntry], settings: &PytorchSettings) -> Rebuilt {
+    let mut out = Rebuilt {
+        time_origin_us: trace.iter().find_map(|e| e.time_us).unwrap_or(0),
+        ..Rebuilt::default()
+    };
+    let carried = carried_in(segments, trace, settings);
+    let start = start_segments(segments, trace);
+    out.start_reserved_bytes = start.iter().map(|s| s.size_bytes).sum();
+    out.start_segments = start.len();
+    for (addr, c) in &carried {
+        if !start
+            .iter()
+            .any(|s| *addr >= s.addr && addr.saturating_add(c.rounded) <= s.addr + s.size_bytes)
+        {
+            out.notes.push(format!(
+                "a block live at the trace's start ({addr:#x}, {} B) lies in no segment of the \
+                 rebuilt start state",
+                c.rounded
+            ));
+            break;
+        }
+    }
+    let mut streams = StreamIndex::default();
+    let mut live: HashMap<u64, (u32, u64, u64)> = HashMap::new();
+    let mut alloc_stream: Vec<u64> = Vec::new();
+    // Carried-in allocations first, in address order, at the trace's first moment.
+    for (&addr, c) in &carried {
+        let id = out.script.recorded_addr.len() as u32;
+        out.script.recorded_addr.push(addr);
+        alloc_stream.push(c.stream);
+        live.insert(addr, (id, c.requested, c.rounded));
+        out.events.push(Event {
+            t_ns: 0,
+            stream_index: streams.index(c.stream),
+            kind: EventKind::Alloc,
+            size_bytes: c.requested,
+            rounded_bytes: c.rounded,
+            address: addr,
+            alloc_id: id,
+            stack_id: c.stack_id,
+            entry: None,
+        });
+    }
+    out.carried_in = out.events.len() as u32;
+    let mut prev_t = 0i64;
+    let mut touched: HashSet<u64> = HashSet::new();
+    let mut pending_ops: Vec<SegmentOp> = Vec::new();
+    for (i, e) in trace.iter().enumerate() {
+        let t_ns = match e.time_us {
+            Some(us) => us.saturating_sub(out.time_origin_us).saturating_mul(1000),
+            // No times: one microsecond per entry keeps the order visible on a timeline.
+            None => (i as i64).saturating_mul(1000),
+        };
+        let t_ns = if t_ns < prev_t {
+            out.times_clamped += 1;
+            prev_t
+        } else {
+            t_ns
+        };
+        prev_t = t_ns;
+        let entry = Some(i as u32);
+        let stream_index = streams.index(e.stream);
+        match e.action {
+            Action::Alloc => {
+                let id = out.script.recorded_addr.len() as u32;
+                out.script.recorded_addr.push(e.addr);
+                alloc_stream.push(e.stream);
+                let rounded = round_size(e.size_bytes, settings);
+                live.insert(e.addr, (id, e.size_bytes, rounded));
+                touched.insert(e.addr);
+                for op in pending_ops.drain(..) {
+                    out.script.segment_ops.push((id, op));
+                }
+                out.events.push(Event {
+                    t_ns,
+                    stream_index,
+                    kind: EventKind::Alloc,
+                    size_bytes: e.size_bytes,
+                    rounded_bytes: rounded,
+                    address: e.addr,
+                    alloc_id: id,
+                    stack_id: e.stack_id,
+                    entry,
+                });
+            }
+            Action::FreeRequested => {
+                let (size, rounded) = live
+                    .get(&e.addr)
+                    .map_or((e.size_bytes, round_size(e.size_bytes, settings)), |l| {
+                        (l.1, l.2)
+                    });
+                out.events.push(Event {
+                    t_ns,
+                    stream_index,
+                    kind: EventKind::FreeRequested,
+                    size_bytes: size,
+                    rounded_bytes: rounded,
+                    address: e.addr,
+                    alloc_id: NO_ALLOC_ID,
+                    stack_id: e.stack_id,
+                    entry,
+                });
+            }
+            Action::FreeCompleted => {
+                let (kind, id, size, rounded) = match live.remove(&e.addr) {
+                    Some((id, size, rounded)) => (EventKind::Free, id, size, rounded),
+                    None => {
+                        out.unknown_frees += 1;
+                        (
+                            EventKind::FreeUnknown,
+                            NO_ALLOC_ID,
+                            e.size_bytes,
+                            round_size(e.size_bytes, settings),
+                        )
+                    }
+                };
+                touched.insert(e.addr);
+                out.events.push(Event {
+                    t_ns,
+                    stream_index,
+                    kind,
+                    size_bytes: size,
+                    rounded_bytes: rounded,
+                    address: e.addr,
+                    alloc_id: id,
+                    stack_id: e.stack_id,
+                    entry,
+                });
+            }
+            action => {
+                let op_kind = match action {
+                    Action::SegmentAlloc => Some(SegmentOpKind::Alloc),
+                    Action::SegmentFree => Some(SegmentOpKind::Free),
+                    Action::SegmentMap => Some(SegmentOpKind::Map),
+                    Action::SegmentUnmap => Some(SegmentOpKind::Unmap),
+                    _ => None,
+                };
+                if let Some(kind) = op_kind {
+                    pending_ops.push(SegmentOp {
+                        kind,
+                        addr: e.addr,
+                        size_bytes: e.size_bytes,
+                    });
+                }
+                out.segment_events.push(SegmentEvent {
+                    action,
+                    address: e.addr,
+                    size_bytes: e.size_bytes,
+                    stream: e.stream,
+                    t_ns,
+                    before_event: out.events.len() as u32,
+                    device_free_bytes: e.device_free_bytes,
+                    stack_id: e.stack_id,
+                });
+            }
+        }
+    }
+    // Segment events after the last allocation (an emptyCache at the end) precede no alloc.
+    for op in pending_ops {
+        out.script.segment_ops.push((u32::MAX, op));
+    }
+    out.script.start_segments = start;
+    out.script.stream = alloc_stream;
+    out.script.carried_in = out.carried_in;
+    out.streams = streams.values;
+    out
+}
+
+/// An allocation live when the trace starts.
+#[derive(Clone, Copy, Debug)]
+struct Carried {
+    requested: u64,
+    rounded: u64,
+    stream: u64,
+    stack_id: u32,
+}
+
+/// Allocations live at the start, by address.
+fn carried_in(
+    segments: &[RawSegment],
+    trace: &[RawEntry],
+    settings: &PytorchSettings,
+) -> BTreeMap<u64, Carried> {
+    let mut carried = BTreeMap::new();
+    let mut live: HashSet<u64> = HashSet::new();
+    let mut allocated_in_trace: HashSet<u64> = HashSet::new();
+    for e in trace {
+        match e.action {
+            Action::Alloc => {
+                live.insert(e.addr);
+                allocated_in_trace.insert(e.addr);
+            }
+            Action::FreeCompleted => {
+                if !live.remove(&e.addr)
+                    && !allocated_in_trace.contains(&e.addr)
+                    && !carried.contains_key(&e.addr)
+                {
+                    // The free's frames are where it was freed, not allocated: no stack.
+                    carried.insert(
+                        e.addr,
+                        Carried {
+                            requested: e.size_bytes,
+                            rounded: round_size(e.size_bytes, settings),
+                            stream: e.stream,
+                            stack_id: NO_STACK,
+                        },
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    for s in segments {
+        for b in s.blocks.iter().filter(|b| b.state.is_active()) {
+            if !live.contains(&b.address) && !allocated_in_trace.contains(&b.address) {
+                carried.entry(b.address).or_insert(Carried {
+                    requested: b.requested_bytes,
+                    rounded: b.size_bytes,
+                    stream: s.stream,
+                    stack_id: b.stack_id,
+                });
+            }
+        }
+    }
+    carried
+}
+
+/// The segments (mapped ranges) present when the trace starts, in address order.
+fn start_segments(segments: &[RawSegment], trace: &[RawEntry]) -> Vec<ScriptSegment> {
+    let mut by_addr: BTreeMap<u64, ScriptSegment> = segments
+        .iter()
+        .map(|s| {
+            (
+                s.address,
+                ScriptSegment {
+                    addr: s.address,
+                    size_bytes: s.total_bytes,
+                    small_pool: s.small_pool,
+                    stream: s.stream,
+                    expandable: s.expandable,
+                },
+            )
+        })
+        .collect();
+    for e in trace.iter().rev() {
+        match e.action {
+            Action::SegmentAlloc => {
+                by_addr.remove(&e.addr);
+            }
+            Action::SegmentFree => {
+                by_addr.insert(
+                    e.addr,
+                    ScriptSegment {
+                        addr: e.addr,
+                        size_bytes: e.size_bytes,
+                        small_pool: e.size_bytes == 2 << 20,
+                        stream: e.stream,
+                        expandable: false,
+                    },
+                );
+            }
+            // Walking back, a map did not happen yet: cut the range out.
+            Action::SegmentMap => cut_range(&mut by_addr, e.addr, e.size_bytes),
+            // Walking back, an unmapped range was still mapped: put it back, merged.
+            Action::SegmentUnmap => add_range(&mut by_addr, e, true),
+            _ => {}
+        }
+    }
+    by_addr.into_values().collect()
+}
+
+fn cut_range(by_addr: &mut BTreeMap<u64, ScriptSegment>, addr: u64, size_bytes: u64) {
+    let end = addr.saturating_add(size_bytes);
+    let Some((&start, seg)) = by_addr.range(..=addr).next_back() else {
+        return;
+    };
+    let seg = seg.clone();
+    let seg_end = seg.addr + seg.size_bytes;
+    if addr >= seg_end {
+        return;
+    }
+    by_addr.remove(&start);
+    if addr > seg.addr {
+        by_addr.insert(
+            seg.addr,
+            ScriptSegment {
+                size_bytes: addr - seg.addr,
+                ..seg.clone()
+            },
+        );
+    }
+    if end < seg_end {
+        by_addr.insert(
+            end,
+            ScriptSegment {
+                addr: end,
+                size_bytes: seg_end - end,
+                ..seg
+            },
+        );
+    }
+}
+
+fn add_range(by_addr: &mut BTreeMap<u64, ScriptSegment>, e: &RawEntry, expandable: bool) {
+    let mut seg = ScriptSegment {
+        addr: e.addr,
+        size_bytes: e.size_bytes,
+        small_pool: e.size_bytes == 2 << 20,
+        stream: e.stream,
+        expandable,
+    };
+    if let Some((&prev_addr, prev)) = by_addr.range(..e.addr).next_back()
+        && prev.addr + prev.size_bytes == seg.addr
+        && prev.expandable
+    {
+        seg = ScriptSegment {
+            addr: prev_addr,
+            size_bytes: prev.size_bytes + seg.size_bytes,
+            small_pool: prev.small_pool,
+            ..seg
+        };
+        by_addr.remove(&prev_addr);
+    }
+    let end = seg.addr + seg.size_bytes;
+    if let Some(next) = by_addr.get(&end).cloned()
+        && next.expandable
+    {
+        by_addr.remove(&end);
+        seg.size_bytes += next.size_bytes;
+    }
+    by_addr.insert(seg.addr, seg);
+}
+
+/// Streams numbered in first-seen order (the event table's `thread` column).
+#[derive(Default)]
+struct StreamIndex {
+    values: Vec<u64>,
+    index: HashMap<u64, u16>,
+}
+
+impl StreamIndex {
+    fn index(&mut self, stream: u64) -> u16 {
+        if let Some(&i) = self.index.get(&stream) {
+            return i;
+        }
+        let i = u16::try_from(self.values.len()).unwrap_or(u16::MAX);
+        self.values.push(stream);
+        self.index.insert(stream, i);
+        i
+    }
+}
+
+/// Highest reserved, allocated (rounded) and requested bytes over the trace, carried-in
+/// allocations included.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Peaks {
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub requested_bytes: u64,
+    /// Event-table row at which each peak is first reached (reserved: the row before which
+    /// the segment event happened).
+    pub reserved_event: usize,
+    pub allocated_event: usize,
+    pub requested_event: usize,
+}
+
+impl Rebuilt {
+    /// The peaks of the rebuilt history.
+    #[must_use]
+    pub fn peaks(&self) -> Peaks {
+        let mut p = Peaks {
+            reserved_bytes: self.start_reserved_bytes,
+            ..Peaks::default()
+        };
+        let mut reserved = self.start_reserved_bytes;
+        let (mut allocated, mut requested) = (0u64, 0u64);
+        let mut seg = self.segment_events.iter().peekable();
+        for (i, e) in self.events.iter().enumerate() {
+            while let Some(s) = seg.next_if(|s| s.before_event as usize <= i) {
+                match s.action {
+                    Action::SegmentAlloc | Action::SegmentMap => {
+                        reserved = reserved.saturating_add(s.size_bytes);
+                    }
+                    Action::SegmentFree | Action::SegmentUnmap => {
+                        reserved = reserved.saturating_sub(s.size_bytes);
+                    }
+                    _ => {}
+                }
+                if reserved > p.reserved_bytes {
+                    p.reserved_bytes = reserved;
+                    p.reserved_event = i;
+                }
+            }
+            match e.kind {
+                EventKind::Alloc => {
+                    allocated = allocated.saturating_add(e.rounded_bytes);
+                    requested = requested.saturating_add(e.size_bytes);
+                }
+                EventKind::Free => {
+                    allocated = allocated.saturating_sub(e.rounded_bytes);
+                    requested = requested.saturating_sub(e.size_bytes);
+                }
+                _ => {}
+            }
+            if allocated > p.allocated_bytes {
+                p.allocated_bytes = allocated;
+                p.allocated_event = i;
+            }
+            if requested > p.requested_bytes {
+                p.requested_bytes = requested;
+                p.requested_event = i;
+            }
+        }
+        p
+    }
+}
