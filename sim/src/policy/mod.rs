@@ -17,6 +17,7 @@ pub mod oracle;
 pub mod pool;
 pub mod pytorch;
 pub mod registry;
+pub mod spec;
 
 /// Byte offset inside the simulated address space.
 pub type Addr = u64;
