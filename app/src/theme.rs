@@ -21,6 +21,8 @@ pub const DEAD: Rgb = Rgb(0x6a, 0x2a, 0x2a);
 pub const WASTE: Rgb = Rgb(0xa8, 0x48, 0xd8);
 /// Dim text.
 pub const DIM: Rgb = Rgb(0x80, 0x80, 0x80);
+/// Annotated phases (a PyTorch snapshot's `external_annotations`) on the timeline.
+pub const PHASE: Rgb = Rgb(0x40, 0xb0, 0xa0);
 
 /// One colour per policy, in registry order (index 1..); index 0 is live bytes.
 const POLICY: [Rgb; 8] = [

@@ -38,6 +38,17 @@ pub struct Frame {
     pub module: String,
 }
 
+impl std::fmt::Display for Frame {
+    /// `function (file:line)`, or the function alone when the line is unknown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.line > 0 {
+            write!(f, "{} ({}:{})", self.function, self.file, self.line)
+        } else {
+            f.write_str(&self.function)
+        }
+    }
+}
+
 /// Interned frames and stacks.
 #[derive(Clone, Debug, Default)]
 pub struct StackTable {
@@ -113,6 +124,35 @@ impl StackTable {
             .or_else(|| frames.iter().find(|f| !is_runtime_frame(f)))
             .or_else(|| frames.first())
             .copied()
+    }
+
+    /// A stack as lines of text for a reader: its site (`at function (file:line)`), then the
+    /// frames with a source line outward from it, at most `max_lines` in all; the allocator's
+    /// and interpreters' frames are left out (the frames table has them all). Empty for a
+    /// stack without frames. `short_paths` keeps only each file's name (narrow panels).
+    #[must_use]
+    pub fn site_lines(&self, id: u32, max_lines: usize, short_paths: bool) -> Vec<String> {
+        let Some(site) = self.site_frame(id) else {
+            return Vec::new();
+        };
+        let show = |f: &Frame| {
+            if short_paths && f.line > 0 {
+                let name = f.file.rsplit(['/', '\\']).next().unwrap_or(&f.file);
+                format!("{} ({name}:{})", f.function, f.line)
+            } else {
+                f.to_string()
+            }
+        };
+        let mut out = vec![format!("at {}", show(site))];
+        out.extend(
+            self.frames_of(id)
+                .skip_while(|f| !std::ptr::eq(*f, site))
+                .skip(1)
+                .filter(|f| f.line > 0)
+                .take(max_lines.saturating_sub(1))
+                .map(|f| format!("   {}", show(f))),
+        );
+        out
     }
 
     /// Frame `id`.

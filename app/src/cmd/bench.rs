@@ -7,6 +7,8 @@ use anyhow::{Context as _, Result, bail};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
+use allocview_sim::policy::spec::PolicySpec;
+
 use crate::model::state::{AppState, Msg, update};
 use crate::tui;
 
@@ -51,11 +53,10 @@ fn explorer(args: &BenchArgs) -> Result<()> {
         .split_once('x')
         .and_then(|(w, h)| Some((w.parse::<u16>().ok()?, h.parse::<u16>().ok()?)))
         .context("--size must look like 200x60")?;
-    let names = args.policies.names()?;
     let names = if args.policies.policy.is_empty() {
-        vec!["bfc"]
+        vec![PolicySpec::plain("bfc")]
     } else {
-        names
+        args.policies.specs()?
     };
     let config = args.policies.config()?;
     let mut state = AppState::new(&args.file, &names, config);
@@ -94,7 +95,11 @@ fn explorer(args: &BenchArgs) -> Result<()> {
         "{}: {} events, policies {}",
         args.file.display(),
         crate::format::count(n as u64),
-        names.join(",")
+        names
+            .iter()
+            .map(PolicySpec::label)
+            .collect::<Vec<_>>()
+            .join(",")
     );
     outln!(
         "  load {:.2} s, load + replays + class series {:.2} s",
@@ -204,17 +209,19 @@ fn replay_rates(args: &BenchArgs) -> Result<()> {
         "replay M ev/s",
         "vs libc"
     );
-    let config = args.policies.config()?;
+    let config = super::compare::config_for_input(&loaded, args.policies.config()?);
     let opts = ReplayOptions {
         align_bytes: config.align_bytes,
         ..ReplayOptions::default()
     };
-    for name in args.policies.names()? {
+    for spec in args.policies.specs()? {
+        let name = spec.label();
+        let config = spec.apply(&config).map_err(anyhow::Error::msg)?;
         let mut bare_best = f64::INFINITY;
         let mut full_best = f64::INFINITY;
         let mut failed = None;
         for _ in 0..args.runs.max(1) {
-            let mut policy = match registry::build(name, &config, &view) {
+            let mut policy = match registry::build(spec.name, &config, &view) {
                 Ok(p) => p,
                 Err(e) => {
                     failed = Some(e.to_string());
@@ -249,8 +256,13 @@ fn replay_rates(args: &BenchArgs) -> Result<()> {
         // The full replays run after all the bare ones, so that each bare run follows another
         // rather than a replay's metrics and checkpoints.
         for _ in 0..args.runs.max(1) {
-            let policy = registry::build(name, &config, &view).map_err(anyhow::Error::msg)?;
+            let policy =
+                registry::build(spec.name, &config, &view).map_err(anyhow::Error::msg)?;
             let t = Instant::now();
+            let opts = ReplayOptions {
+                align_bytes: config.align_bytes,
+                ..opts.clone()
+            };
             let r = replay(&view, policy, &opts);
             full_best = full_best.min(t.elapsed().as_secs_f64());
             drop(r);

@@ -2,11 +2,14 @@
 //! one table.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use allocview_loaders::Loaded;
 use allocview_loaders::tf::fidelity::{self, FidelityOptions};
 use allocview_loaders::tf::memlog::TfMemoryLog;
+use allocview_sim::policy::pytorch::{Pytorch, SegmentOpKind};
 use allocview_sim::policy::registry::{self, POLICY_NAMES, PolicyConfig};
+use allocview_sim::policy::spec::{PolicySpec, split_specs};
 use allocview_sim::replay::{Replay, ReplayOptions, replay};
 use allocview_sim::trace::TraceView;
 use anyhow::{Result, bail};
@@ -19,8 +22,10 @@ use crate::format;
 #[derive(Clone, Debug, clap::Args)]
 pub struct PolicyArgs {
     /// Policies to replay, comma-separated (default: all). Known: first-fit, best-fit, bfc,
-    /// buddy, pool, glibc, oracle.
-    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    /// buddy, pool, glibc, oracle, pytorch. A variant takes parameters after the name, e.g.
+    /// `pytorch:max_split_size_mb=128`, `bfc:allow_growth=false`, `buddy:min_block=4096`
+    /// (see the README for every key); each variant is its own row.
+    #[arg(long, value_name = "NAMES")]
     pub policy: Vec<String>,
     /// Memory limit for every policy (e.g. 512MiB, 2GiB); allocations past it fail and are
     /// reported as OOM events.
@@ -35,24 +40,45 @@ pub struct PolicyArgs {
 }
 
 impl PolicyArgs {
-    /// The policy names to run, validated, in the order given.
-    pub fn names(&self) -> Result<Vec<&'static str>> {
-        if self.policy.is_empty() || self.policy.iter().any(|p| p == "all") {
-            return Ok(POLICY_NAMES.to_vec());
+    /// The policies and variants to run, validated, in the order given (duplicates dropped).
+    pub fn specs(&self) -> Result<Vec<PolicySpec>> {
+        let written: Vec<&str> = self.policy.iter().flat_map(|p| split_specs(p)).collect();
+        if written.is_empty() || written.contains(&"all") {
+            let mut out: Vec<PolicySpec> =
+                POLICY_NAMES.iter().map(|&n| PolicySpec::plain(n)).collect();
+            // `all` plus variants: the variants follow the plain policies.
+            for w in written.iter().filter(|&&w| w != "all") {
+                let spec = PolicySpec::parse(w)?;
+                if !out.contains(&spec) {
+                    out.push(spec);
+                }
+            }
+            return Ok(out);
         }
         let mut out = Vec::new();
-        for p in &self.policy {
-            let Some(&name) = POLICY_NAMES.iter().find(|&&n| n == p.trim()) else {
-                bail!(
-                    "unknown policy {p:?}; known policies: {}",
-                    POLICY_NAMES.join(", ")
-                );
-            };
-            if !out.contains(&name) {
-                out.push(name);
+        for w in written {
+            let spec = PolicySpec::parse(w)?;
+            if !out.contains(&spec) {
+                out.push(spec);
             }
         }
         Ok(out)
+    }
+
+    /// The policies for an explorer on `file`: as [`Self::specs`], but with no `--policy` a
+    /// PyTorch snapshot opens on `pytorch` (its recorded heap), the others after it.
+    pub fn explorer_specs(&self, file: Option<&std::path::Path>) -> Result<Vec<PolicySpec>> {
+        let mut specs = self.specs()?;
+        let is_snapshot = file.is_some_and(|f| {
+            matches!(
+                allocview_loaders::detect(f),
+                Ok(allocview_loaders::InputKind::PytorchSnapshot)
+            )
+        });
+        if self.policy.is_empty() && is_snapshot {
+            specs.sort_by_key(|s| s.name != "pytorch");
+        }
+        Ok(specs)
     }
 
     /// The policy configuration these flags describe.
@@ -66,6 +92,17 @@ impl PolicyArgs {
             ..PolicyConfig::default()
         })
     }
+}
+
+/// The configuration for replaying `loaded`: a PyTorch snapshot's own allocator settings and
+/// rebuilt start state go to the `pytorch` policy.
+#[must_use]
+pub fn config_for_input(loaded: &Loaded, mut config: PolicyConfig) -> PolicyConfig {
+    if let Loaded::PytorchSnapshot(snap) = loaded {
+        config.pytorch = snap.settings.policy.clone();
+        config.pytorch_script = Some(Arc::new(snap.script.clone()));
+    }
+    config
 }
 
 /// Arguments of `allocview compare`.
@@ -89,45 +126,52 @@ pub struct CompareArgs {
 
 /// One policy's replay, or why it could not run.
 pub struct PolicyRun {
-    pub name: &'static str,
+    /// The row's label: the policy name, with its parameters for a variant.
+    pub name: String,
     pub result: Result<Replay, String>,
 }
 
-/// Replays `trace` through each named policy, `jobs` at a time, in the given order.
+/// Replays `trace` through each policy variant, `jobs` at a time, in the given order.
 pub fn run_policies(
     trace: &TraceView<'_>,
-    names: &[&'static str],
+    specs: &[PolicySpec],
     config: &PolicyConfig,
     jobs: usize,
 ) -> Vec<PolicyRun> {
-    let opts = ReplayOptions {
-        align_bytes: config.align_bytes,
-        ..ReplayOptions::default()
-    };
-    let mut results: Vec<Option<PolicyRun>> = names.iter().map(|_| None).collect();
-    for (chunk_names, chunk_results) in names
+    let mut results: Vec<Option<PolicyRun>> = specs.iter().map(|_| None).collect();
+    for (chunk_specs, chunk_results) in specs
         .chunks(jobs.max(1))
         .zip(results.chunks_mut(jobs.max(1)))
     {
         std::thread::scope(|s| {
-            let handles: Vec<_> = chunk_names
+            let handles: Vec<_> = chunk_specs
                 .iter()
-                .map(|&name| {
-                    let opts = &opts;
+                .map(|spec| {
                     s.spawn(move || {
-                        let result = registry::build(name, config, trace)
-                            .map(|policy| replay(trace, policy, opts))
+                        let result = spec
+                            .apply(config)
+                            .and_then(|cfg| {
+                                let opts = ReplayOptions {
+                                    align_bytes: cfg.align_bytes,
+                                    ..ReplayOptions::default()
+                                };
+                                registry::build(spec.name, &cfg, trace)
+                                    .map(|policy| replay(trace, policy, &opts))
+                            })
                             .map_err(|e| e.to_string());
-                        PolicyRun { name, result }
+                        PolicyRun {
+                            name: spec.label(),
+                            result,
+                        }
                     })
                 })
                 .collect();
-            for (slot, (h, &name)) in chunk_results
+            for (slot, (h, spec)) in chunk_results
                 .iter_mut()
-                .zip(handles.into_iter().zip(chunk_names))
+                .zip(handles.into_iter().zip(chunk_specs))
             {
                 *slot = Some(h.join().unwrap_or_else(|_| PolicyRun {
-                    name,
+                    name: spec.label(),
                     result: Err("the replay thread panicked".to_owned()),
                 }));
             }
@@ -143,44 +187,45 @@ pub fn max_live_bytes(trace: &TraceView<'_>) -> u64 {
 
 /// Runs `allocview compare`.
 pub fn run(args: &CompareArgs) -> Result<()> {
-    let names = args.policies.names()?;
-    let config = args.policies.config()?;
+    let specs = args.policies.specs()?;
     let loaded = load_input(&args.file, &args.input)?;
+    let config = config_for_input(&loaded, args.policies.config()?);
     let ev = require_events(&loaded, &args.file, "compare")?;
     let view = allocview_loaders::trace_view(ev.events, &args.file)?;
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     let explicit = !args.policies.policy.is_empty();
-    // A TensorFlow memory log: `bfc` is replayed against TensorFlow's own addresses, from a
-    // checkpoint rebuilt from the log (or from process start with --from-start).
+    // A TensorFlow memory log: plain `bfc` is replayed against TensorFlow's own addresses,
+    // from a checkpoint rebuilt from the log (or from process start with --from-start).
     let memlog = match &loaded {
         Loaded::TfMemoryLog(log) => Some(log.as_ref()),
         _ => None,
     };
-    let tf_bfc = memlog.filter(|_| names.contains(&"bfc"));
-    let sim_names: Vec<&'static str> = names
-        .iter()
-        .copied()
-        .filter(|&n| !(tf_bfc.is_some() && n == "bfc"))
-        .collect();
-    let runs = run_policies(&view, &sim_names, &config, jobs);
+    let is_tf_bfc = |s: &PolicySpec| memlog.is_some() && s.name == "bfc" && s.is_plain();
+    let sim_specs: Vec<PolicySpec> = specs.iter().filter(|s| !is_tf_bfc(s)).cloned().collect();
+    let runs = run_policies(&view, &sim_specs, &config, jobs);
     let max_live = max_live_bytes(&view);
     let mut rows: Vec<Row> = Vec::new();
-    for &name in &names {
-        if name == "bfc"
-            && let Some(log) = tf_bfc
+    for spec in &specs {
+        if is_tf_bfc(spec)
+            && let Some(log) = memlog
         {
             rows.push(tf_bfc_row(log, &config, args.from_start)?);
             continue;
         }
-        let Some(run) = runs.iter().find(|r| r.name == name) else {
+        let label = spec.label();
+        let Some(run) = runs.iter().find(|r| r.name == label) else {
             continue;
         };
         match &run.result {
-            Ok(rep) => rows.push(Row::from_replay(name, rep, &view)),
-            Err(e) if explicit => bail!("policy {name}: {e}"),
-            Err(e) => eprintln!("note: skipping {name}: {e}"),
+            Ok(rep) => {
+                let mut row = Row::from_replay(&label, rep, &view);
+                pytorch_fidelity(&mut row, rep);
+                rows.push(row);
+            }
+            Err(e) if explicit => bail!("policy {label}: {e}"),
+            Err(e) => eprintln!("note: skipping {label}: {e}"),
         }
     }
     if args.json {
@@ -199,6 +244,66 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     Ok(())
 }
 
+/// For `pytorch` replaying a snapshot from its rebuilt start: the addresses it chose against
+/// the recorded ones (`fidelity`), and its cudaMalloc/cudaFree counts.
+fn pytorch_fidelity(row: &mut Row, rep: &Replay) {
+    let Some(p) = rep.final_state.as_any().downcast_ref::<Pytorch>() else {
+        return;
+    };
+    let segs = p.segment_events();
+    let count = |k: SegmentOpKind| segs.iter().filter(|e| e.op.kind == k).count();
+    row.extra.insert(
+        "segments".into(),
+        json!({
+            "segment_alloc": count(SegmentOpKind::Alloc),
+            "segment_free": count(SegmentOpKind::Free),
+            "segment_map": count(SegmentOpKind::Map),
+            "segment_unmap": count(SegmentOpKind::Unmap),
+        }),
+    );
+    let Some(f) = p.fidelity() else {
+        return;
+    };
+    row.extra.insert(
+        "fidelity".into(),
+        json!({
+            "checked": f.checked,
+            "address_matches": f.address_matches,
+            "segment_allocs_checked": f.segment_allocs_checked,
+            "segment_alloc_matches": f.segment_alloc_matches,
+            "first_divergence": f.first_divergence.as_ref().map(|d| json!({
+                "alloc_id": d.alloc_id,
+                "requested_bytes": d.requested_bytes,
+                "recorded_addr": d.recorded_addr,
+                "policy_addr": d.policy_addr,
+                "what": d.what,
+            })),
+            "divergences": f.divergences,
+        }),
+    );
+    row.notes.push(format!(
+        "replayed from the snapshot's rebuilt start state: {} of {} allocations at their \
+         recorded address, {} of {} new segments where and as large as the trace has them, \
+         {} divergences",
+        format::count(f.address_matches),
+        format::count(f.checked),
+        format::count(f.segment_alloc_matches),
+        format::count(f.segment_allocs_checked),
+        format::count(f.divergences)
+    ));
+    if let Some(d) = &f.first_divergence {
+        row.notes.push(format!(
+            "first divergence at allocation {} ({}): recorded {:#x}, policy {}: {}",
+            d.alloc_id,
+            format::bytes(d.requested_bytes),
+            d.recorded_addr,
+            d.policy_addr
+                .map_or_else(|| "none".to_owned(), |a| format!("{a:#x}")),
+            d.what
+        ));
+    }
+}
+
 fn ratio(a: u64, b: u64) -> f64 {
     if b == 0 { 0.0 } else { a as f64 / b as f64 }
 }
@@ -206,7 +311,7 @@ fn ratio(a: u64, b: u64) -> f64 {
 /// One policy's line of the comparison, from the simulator's replay or from the checkpointed
 /// TensorFlow replay.
 pub struct Row {
-    pub name: &'static str,
+    pub name: String,
     pub peak_footprint_bytes: u64,
     pub peak_footprint_event: Option<usize>,
     pub final_footprint_bytes: u64,
@@ -225,7 +330,7 @@ pub struct Row {
 }
 
 impl Row {
-    fn from_replay(name: &'static str, r: &Replay, trace: &TraceView<'_>) -> Self {
+    fn from_replay(name: &str, r: &Replay, trace: &TraceView<'_>) -> Self {
         let s = &r.summary;
         let first_oom = r.ooms.first().map(|oom| {
             let c = &oom.counters_at_failure;
@@ -275,7 +380,7 @@ impl Row {
             )
         });
         Self {
-            name,
+            name: name.to_owned(),
             peak_footprint_bytes: s.peak_footprint_bytes,
             peak_footprint_event: s.peak_footprint_event,
             final_footprint_bytes: s.final_footprint_bytes,
@@ -452,7 +557,7 @@ fn tf_bfc_row(log: &TfMemoryLog, config: &PolicyConfig, from_start: bool) -> Res
         }),
     );
     Ok(Row {
-        name: "bfc",
+        name: "bfc".to_owned(),
         peak_footprint_bytes: m.peak_footprint_bytes,
         peak_footprint_event: None,
         final_footprint_bytes: m.final_footprint_bytes,
@@ -481,8 +586,10 @@ fn print_table(file: &str, trace: &TraceView<'_>, max_live: u64, rows: &[Row]) -
         bytes(max_live)
     );
     outln!();
+    // Variants' labels (`pytorch:max_split_size_mb=128`) widen the first column.
+    let w = rows.iter().map(|r| r.name.len()).max().unwrap_or(0).max(10);
     outln!(
-        "  {:<10} {:>11} {:>11} {:>11} {:>11} {:>9} {:>9} {:>9} {:>6} {:>12}",
+        "  {:<w$} {:>11} {:>11} {:>11} {:>11} {:>9} {:>9} {:>9} {:>6} {:>12}",
         "policy",
         "peak foot",
         "final foot",
@@ -496,7 +603,7 @@ fn print_table(file: &str, trace: &TraceView<'_>, max_live: u64, rows: &[Row]) -
     );
     for r in rows {
         outln!(
-            "  {:<10} {:>11} {:>11} {:>11} {:>11} {:>8.1}% {:>8.1}% {:>9.3} {:>6} {:>12}",
+            "  {:<w$} {:>11} {:>11} {:>11} {:>11} {:>8.1}% {:>8.1}% {:>9.3} {:>6} {:>12}",
             r.name,
             bytes(r.peak_footprint_bytes),
             bytes(r.final_footprint_bytes),

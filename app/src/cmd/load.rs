@@ -68,6 +68,11 @@ pub fn warnings(loaded: &Loaded) -> Vec<String> {
             w
         }
         Loaded::Plan(p) => p.notes.clone(),
+        Loaded::PytorchSnapshot(s) => {
+            let mut w = s.warnings.clone();
+            w.extend(s.notes.iter().map(|n| format!("snapshot format: {n}")));
+            w
+        }
     }
 }
 
@@ -100,6 +105,13 @@ pub fn events_of(loaded: &Loaded) -> Option<Events<'_>> {
             threads: &log.threads,
             load_seconds: log.load_seconds,
             summary: summary_from_kinds(&log.events),
+        }),
+        Loaded::PytorchSnapshot(s) => Some(Events {
+            format: "pytorch-snapshot",
+            events: &s.events,
+            threads: &s.threads,
+            load_seconds: s.load_seconds,
+            summary: s.summary.clone(),
         }),
         Loaded::TfBfcDump(_) | Loaded::Plan(_) => None,
     }

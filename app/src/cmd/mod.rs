@@ -17,3 +17,4 @@ pub mod plan;
 pub mod record;
 pub mod report;
 pub mod stats;
+pub mod stats_pytorch;

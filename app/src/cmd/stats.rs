@@ -16,7 +16,7 @@ use crate::format;
 #[derive(Debug, clap::Args)]
 pub struct StatsArgs {
     /// The file to summarise: a malloc trace (text or binary), a TensorFlow memory log or BFC
-    /// dump, or a memory plan.
+    /// dump, a PyTorch memory snapshot, or a memory plan.
     pub file: PathBuf,
     /// Print one JSON object instead of a table.
     #[arg(long)]
@@ -46,11 +46,17 @@ pub fn run(args: &StatsArgs) -> Result<()> {
             if let Some(log) = log {
                 obj.insert("tf".into(), memlog_json(log));
             }
+            if let Loaded::PytorchSnapshot(s) = &loaded {
+                obj.insert("pytorch".into(), super::stats_pytorch::snapshot_json(s)?);
+            }
             outln!("{}", Value::Object(obj));
         } else {
             print_table(&file, &stats, ev.load_seconds)?;
             if let Some(log) = log {
                 print_memlog(log)?;
+            }
+            if let Loaded::PytorchSnapshot(s) = &loaded {
+                super::stats_pytorch::print_snapshot(s)?;
             }
         }
         return Ok(());
@@ -93,7 +99,7 @@ pub fn run(args: &StatsArgs) -> Result<()> {
                 outln!("  run the planners:   allocview plan {file}");
             }
         }
-        Loaded::MallocTrace(_) | Loaded::TfMemoryLog(_) => {}
+        Loaded::MallocTrace(_) | Loaded::TfMemoryLog(_) | Loaded::PytorchSnapshot(_) => {}
     }
     Ok(())
 }

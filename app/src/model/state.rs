@@ -12,6 +12,7 @@ use std::sync::mpsc::Sender;
 use allocview_loaders::{LoadOptions, Loaded, Strictness};
 use allocview_sim::classes::ClassSeries;
 use allocview_sim::policy::registry::{self, PolicyConfig};
+use allocview_sim::policy::spec::PolicySpec;
 use allocview_sim::policy::{Block, Counters};
 use allocview_sim::replay::{Replay, ReplayOptions, replay_observed};
 use allocview_sim::series::Bucketing;
@@ -39,6 +40,8 @@ pub struct TraceData {
     pub dump: Option<DumpData>,
     /// A memory plan: its buffers and the plans the explorers can show.
     pub plan: Option<PlanData>,
+    /// A PyTorch snapshot: settings, rebuilt start state, frames and phases.
+    pub snapshot: Option<SnapshotData>,
     /// Birth and death event of every allocation id, built on first use (8 bytes per
     /// allocation; only the desktop app's hover needs it).
     lifetimes: std::sync::OnceLock<Vec<(u32, u32)>>,
@@ -95,6 +98,81 @@ impl DumpData {
     }
 }
 
+/// What the explorers show of a PyTorch snapshot beyond its events.
+pub struct SnapshotData {
+    /// The allocator settings the snapshot recorded (the `pytorch` policy's defaults).
+    pub settings: allocview_sim::policy::pytorch::PytorchSettings,
+    /// The rebuilt start state and recorded addresses the `pytorch` policy replays from.
+    pub script: Arc<allocview_sim::policy::pytorch::PytorchScript>,
+    pub stacks: allocview_loaders::sites::StackTable,
+    /// Stack id of every event ([`allocview_loaders::sites::NO_STACK`] when none).
+    pub event_stacks: Vec<u32>,
+    /// Phase markers: `(t_ns, stage, name)`.
+    pub annotations: Vec<(i64, String, String)>,
+    /// Settings and the state at the snapshot's moment, one line each.
+    pub lines: Vec<String>,
+}
+
+impl SnapshotData {
+    fn of(s: &allocview_loaders::pytorch::PytorchSnapshot) -> Self {
+        use crate::format::{bytes, count};
+        let event_stacks: Vec<u32> = s
+            .events
+            .column("stack_id")
+            .ok()
+            .and_then(|c| c.u32().ok())
+            .map(|c| {
+                c.iter()
+                    .map(|v| v.unwrap_or(allocview_loaders::sites::NO_STACK))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let reserved: u64 = s.raw_segments.iter().map(|g| g.total_bytes).sum();
+        let allocated: u64 = s.raw_segments.iter().map(|g| g.allocated_bytes).sum();
+        let requested: u64 = s.raw_segments.iter().map(|g| g.requested_bytes).sum();
+        let mut lines = vec![format!(
+            "device {}: {} segments, {} reserved, {} allocated, {} requested at the snapshot; \
+             {} allocations carried in from before the trace",
+            s.device,
+            count(s.raw_segments.len() as u64),
+            bytes(reserved),
+            bytes(allocated),
+            bytes(requested),
+            count(u64::from(s.carried_in))
+        )];
+        if s.settings.present {
+            let kv: Vec<String> = s
+                .settings
+                .raw
+                .iter()
+                .filter(|(k, _)| k != "roundup_power2_divisions")
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            lines.push(format!("settings: {}", kv.join(", ")));
+        }
+        Self {
+            settings: s.settings.policy.clone(),
+            script: Arc::new(s.script.clone()),
+            stacks: s.stacks.clone(),
+            event_stacks,
+            annotations: s
+                .raw_annotations
+                .iter()
+                .map(|a| {
+                    (
+                        a.time_us
+                            .saturating_sub(s.time_origin_us)
+                            .saturating_mul(1000),
+                        a.stage.clone(),
+                        a.name.clone(),
+                    )
+                })
+                .collect(),
+            lines,
+        }
+    }
+}
+
 /// A memory plan file in the explorers: its buffers and a few plans of them.
 pub struct PlanData {
     pub buffers: Vec<allocview_sim::plan::Buffer>,
@@ -146,6 +224,9 @@ impl PlanData {
     }
 }
 
+/// Lines of a stack the explorers show (the site, then the program's own frames outward).
+const MAX_FRAME_LINES: usize = 24;
+
 /// `lifetimes` value for an allocation never freed.
 const NEVER: u32 = u32::MAX;
 
@@ -165,8 +246,14 @@ impl TraceData {
         };
         let loaded = allocview_loaders::load(path, &opts).map_err(|e| e.to_string())?;
         let warnings = crate::cmd::load::warnings(&loaded);
+        let mut snapshot = None;
         let (format, events, threads, load_seconds, dump) = match loaded {
             Loaded::MallocTrace(t) => ("malloc-trace", t.events, t.threads, t.load_seconds, None),
+            Loaded::PytorchSnapshot(s) => {
+                snapshot = Some(SnapshotData::of(&s));
+                let s = *s;
+                ("pytorch-snapshot", s.events, s.threads, s.load_seconds, None)
+            }
             Loaded::TfMemoryLog(log) => {
                 let log = *log;
                 let dump = log.dumps.first().map(DumpData::of);
@@ -197,6 +284,7 @@ impl TraceData {
                     warnings,
                     dump: None,
                     plan: Some(plan),
+                    snapshot: None,
                     lifetimes: std::sync::OnceLock::new(),
                 });
             }
@@ -218,8 +306,38 @@ impl TraceData {
             warnings,
             dump,
             plan: None,
+            snapshot,
             lifetimes: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The configuration replays of this input start from: a PyTorch snapshot's recorded
+    /// settings and rebuilt start state go to the `pytorch` policy.
+    #[must_use]
+    pub fn policy_config(&self, mut config: PolicyConfig) -> PolicyConfig {
+        if let Some(s) = &self.snapshot {
+            config.pytorch = s.settings.clone();
+            config.pytorch_script = Some(Arc::clone(&s.script));
+        }
+        config
+    }
+
+    /// The call stack of allocation `id` (the frames its `alloc` recorded), innermost first;
+    /// empty when the input records none.
+    #[must_use]
+    pub fn frames_of_alloc(&self, id: u32) -> Vec<String> {
+        let Some(s) = &self.snapshot else {
+            return Vec::new();
+        };
+        let Some((birth, _)) = self.lifetime(id) else {
+            return Vec::new();
+        };
+        let stack = s
+            .event_stacks
+            .get(birth)
+            .copied()
+            .unwrap_or(allocview_loaders::sites::NO_STACK);
+        s.stacks.site_lines(stack, MAX_FRAME_LINES, true)
     }
 
     /// The operation or kernel of event `i` (TensorFlow memory logs).
@@ -340,7 +458,9 @@ pub enum RunStatus {
 /// One policy of the session.
 #[derive(Clone)]
 pub struct PolicySlot {
-    pub name: &'static str,
+    /// The label: the policy name, with its parameters for a variant.
+    pub name: String,
+    pub spec: PolicySpec,
     pub status: RunStatus,
     /// Events replayed so far (updated by the worker while the replay runs).
     pub progress: Arc<std::sync::atomic::AtomicUsize>,
@@ -557,7 +677,7 @@ pub enum Msg {
 impl AppState {
     /// A state for `path` before anything is loaded.
     #[must_use]
-    pub fn new(path: &Path, policies: &[&'static str], config: PolicyConfig) -> Self {
+    pub fn new(path: &Path, policies: &[PolicySpec], config: PolicyConfig) -> Self {
         let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         Self {
             path: path.to_path_buf(),
@@ -568,8 +688,9 @@ impl AppState {
             classes: None,
             policies: policies
                 .iter()
-                .map(|&name| PolicySlot {
-                    name,
+                .map(|spec| PolicySlot {
+                    name: spec.label(),
+                    spec: spec.clone(),
                     status: RunStatus::Pending,
                     progress: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
                 })
@@ -768,7 +889,7 @@ impl AppState {
 pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<Msg>) {
     let path = state.path.clone();
     let progress = Arc::clone(&state.load_progress);
-    let names: Vec<&'static str> = state.policies.iter().map(|p| p.name).collect();
+    let specs: Vec<PolicySpec> = state.policies.iter().map(|p| p.spec.clone()).collect();
     let progress_of: Vec<Arc<std::sync::atomic::AtomicUsize>> = state
         .policies
         .iter()
@@ -787,7 +908,7 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
         tx.send(Msg::Loaded(Ok(Arc::clone(&data)))).ok();
         if data.is_empty() {
             // A BFC dump or a plan: nothing to replay.
-            for i in 0..names.len() {
+            for i in 0..specs.len() {
                 tx.send(Msg::Replayed(
                     i,
                     Err("this input has no events to replay".to_owned()),
@@ -801,12 +922,14 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
             let classes = ClassSeries::build(&view, Bucketing::for_trace(&view, BUCKETS), 16_384);
             tx.send(Msg::Classes(Arc::new(classes))).ok();
         }
+        // A PyTorch snapshot's own settings and rebuilt start state go to `pytorch`.
+        let config = data.policy_config(config);
         // Replays in order of the list, `jobs` at a time, each reported as soon as it is done.
         let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let workers: Vec<_> = (0..jobs.max(1))
             .map(|_| {
                 let data = Arc::clone(&data);
-                let names = names.clone();
+                let specs = specs.clone();
                 let progress_of = progress_of.clone();
                 let config = config.clone();
                 let next = Arc::clone(&next);
@@ -814,16 +937,20 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
                 std::thread::spawn(move || {
                     loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(&name) = names.get(i) else { break };
+                        let Some(spec) = specs.get(i) else { break };
                         let view = data.view();
-                        let opts = ReplayOptions {
-                            align_bytes: config.align_bytes,
-                            buckets: BUCKETS,
-                            ..ReplayOptions::default()
-                        };
                         let progress = progress_of.get(i).map(AsRef::as_ref);
-                        let result = registry::build(name, &config, &view)
-                            .map(|p| Arc::new(replay_observed(&view, p, &opts, progress)))
+                        let result = spec
+                            .apply(&config)
+                            .and_then(|cfg| {
+                                let opts = ReplayOptions {
+                                    align_bytes: cfg.align_bytes,
+                                    buckets: BUCKETS,
+                                    ..ReplayOptions::default()
+                                };
+                                registry::build(spec.name, &cfg, &view)
+                                    .map(|p| Arc::new(replay_observed(&view, p, &opts, progress)))
+                            })
                             .map_err(|e| e.to_string());
                         if tx.send(Msg::Replayed(i, result)).is_err() {
                             break;

@@ -48,6 +48,9 @@ pub struct TimelineVm {
     pub cursor_x: Option<f64>,
     /// OOM events of the selected policy in the window (x in 0..1).
     pub oom_x: Vec<f64>,
+    /// Annotated phases (a PyTorch snapshot's `external_annotations`) overlapping the window:
+    /// `(x start, x end, name)` in 0..1 of the window, clipped.
+    pub phases: Vec<(f64, f64, String)>,
     pub title: String,
 }
 
@@ -140,6 +143,10 @@ pub struct ViewModel {
     pub has_ops: bool,
     /// For a memory plan: the offset-by-time picture.
     pub plan: Option<PlanVm>,
+    /// The call stack of the allocation the cursor's event belongs to, innermost first, with
+    /// a title naming it; empty when the input records no stacks.
+    pub frames: Vec<String>,
+    pub frames_title: String,
 }
 
 /// The offset-by-time picture of a plan (time across, address up) with its bound.
@@ -211,6 +218,8 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
         dump_lines: Vec::new(),
         has_ops: false,
         plan: None,
+        frames: Vec::new(),
+        frames_title: String::new(),
     };
     let Some(data) = state.data.as_ref() else {
         if vm.error.is_none() {
@@ -246,6 +255,10 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
     if let Some(d) = &data.dump {
         // A memory log that ends in a dump: say what the dump said.
         vm.dump_lines = d.lines.clone();
+    }
+    if let Some(s) = &data.snapshot {
+        vm.dump_lines = s.lines.clone();
+        cursor_frames(&mut vm, data, state.cursor);
     }
     vm.has_ops = data.events.column("kernel").is_ok();
     let view = data.view();
@@ -405,7 +418,10 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
     };
 
     // Status line.
-    let policy = state.policies.get(state.selected).map_or("-", |p| p.name);
+    let policy = state
+        .policies
+        .get(state.selected)
+        .map_or("-", |p| p.name.as_str());
     let done = state
         .policies
         .iter()
@@ -648,8 +664,60 @@ fn timeline(state: &AppState, vp: &Viewport) -> TimelineVm {
         t_end_label: format::seconds_fixed(zhi * span / 1e9),
         cursor_x,
         oom_x,
+        phases: phases(state, span, (zlo, zhi)),
         title,
     }
+}
+
+/// A snapshot's annotated phases in the window: each `START` paired with the next `END` of
+/// the same name (an unpaired one runs to the edge of the trace).
+fn phases(state: &AppState, span_ns: f64, (zlo, zhi): (f64, f64)) -> Vec<(f64, f64, String)> {
+    let Some(s) = state.data.as_ref().and_then(|d| d.snapshot.as_ref()) else {
+        return Vec::new();
+    };
+    let mut open: Vec<(&str, f64)> = Vec::new();
+    let mut spans: Vec<(f64, f64, String)> = Vec::new();
+    for (t, stage, name) in &s.annotations {
+        let x = *t as f64 / span_ns.max(1.0);
+        if stage == "END" {
+            let start = open
+                .iter()
+                .rposition(|(n, _)| n == name)
+                .map_or(0.0, |i| open.remove(i).1);
+            spans.push((start, x, name.clone()));
+        } else {
+            open.push((name, x));
+        }
+    }
+    spans.extend(open.into_iter().map(|(n, x)| (x, 1.0, n.to_owned())));
+    let w = (zhi - zlo).max(f64::MIN_POSITIVE);
+    spans
+        .into_iter()
+        .filter(|(a, b, _)| *b >= zlo && *a <= zhi)
+        .map(|(a, b, n)| (((a - zlo) / w).max(0.0), ((b - zlo) / w).min(1.0), n))
+        .collect()
+}
+
+/// The frames of the allocation the cursor's event belongs to.
+fn cursor_frames(vm: &mut ViewModel, data: &super::state::TraceData, cursor: usize) {
+    let view = data.view();
+    let id = view.alloc_id.get(cursor).copied().unwrap_or(u32::MAX);
+    if id == allocview_sim::trace::NO_ALLOC_ID {
+        vm.frames_title = format!("frames (event {cursor} belongs to no allocation)");
+        return;
+    }
+    vm.frames = data.frames_of_alloc(id);
+    let carried_in = data
+        .snapshot
+        .as_ref()
+        .is_some_and(|s| id < s.script.carried_in);
+    vm.frames_title = if vm.frames.is_empty() && carried_in {
+        format!("allocation {id}: live before the trace, no frames")
+    } else if vm.frames.is_empty() {
+        format!("allocation {id}: no frames recorded")
+    } else {
+        format!("frames of allocation {id} (innermost first)")
+    };
 }
 
 fn heatmap(

@@ -182,7 +182,11 @@ pub fn draw(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
         }
     }
     draw_events(f, vm, a.events);
-    draw_heatmap(f, vm, a.heat);
+    if vm.frames_title.is_empty() {
+        draw_heatmap(f, vm, a.heat);
+    } else {
+        draw_frames(f, vm, a.heat);
+    }
     draw_status(f, vm, a.status);
     if let Some(help) = &vm.help {
         draw_help(f, help, area);
@@ -202,7 +206,24 @@ fn draw_timeline(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
         .map(|x| (0..=40).map(|i| (x, y_max * f64::from(i) / 40.0)).collect())
         .unwrap_or_default();
     let ooms: Vec<(f64, f64)> = t.oom_x.iter().map(|&x| (x, y_max * 0.98)).collect();
+    // Phase boundaries as dotted verticals.
+    let phase_marks: Vec<(f64, f64)> = t
+        .phases
+        .iter()
+        .flat_map(|&(a, b, _)| [a, b])
+        .filter(|x| (0.0..=1.0).contains(x))
+        .flat_map(|x| (0..=20).map(move |i| (x, y_max * f64::from(i) / 20.0)))
+        .collect();
     let mut datasets = Vec::new();
+    if !phase_marks.is_empty() {
+        datasets.push(
+            Dataset::default()
+                .marker(Marker::Dot)
+                .graph_type(GraphType::Scatter)
+                .style(Style::new().fg(c(theme::PHASE)))
+                .data(&phase_marks),
+        );
+    }
     if !frag_scaled.is_empty() {
         datasets.push(
             Dataset::default()
@@ -254,6 +275,14 @@ fn draw_timeline(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
     if !t.oom_x.is_empty() {
         title.push(Span::styled("• ", Style::new().fg(c(theme::OOM))));
         title.push(Span::raw("OOM "));
+    }
+    if let Some((_, _, name)) = t.phases.first() {
+        title.push(Span::styled("┆ ", Style::new().fg(c(theme::PHASE))));
+        title.push(Span::raw(format!(
+            "phases: {} ({} in view) ",
+            name,
+            t.phases.len()
+        )));
     }
     let chart = Chart::new(datasets)
         .block(
@@ -496,6 +525,21 @@ fn draw_histogram(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
         ]));
     }
     f.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+/// A PyTorch snapshot: what it says at its moment, then the frames of the cursor's
+/// allocation.
+fn draw_frames(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
+    let mut lines: Vec<Line<'_>> = vm
+        .dump_lines
+        .iter()
+        .map(|l| Line::from(Span::styled(l.as_str(), Style::new().fg(c(theme::DIM)))))
+        .collect();
+    lines.extend(vm.frames.iter().map(|l| Line::from(l.as_str())));
+    f.render_widget(
+        Paragraph::new(lines).block(Block::bordered().title(format!(" {} ", vm.frames_title))),
+        area,
+    );
 }
 
 fn draw_heatmap(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {

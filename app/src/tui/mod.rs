@@ -12,6 +12,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use allocview_sim::policy::registry::PolicyConfig;
+use allocview_sim::policy::spec::PolicySpec;
 use anyhow::{Context as _, Result};
 use crossterm::event::{DisableMouseCapture, EnableMouseCapture};
 use crossterm::execute;
@@ -51,7 +52,7 @@ where
 /// When the terminal cannot be set up or drawn to. Load and replay errors are shown on screen.
 pub fn run(
     path: &Path,
-    policies: &[&'static str],
+    policies: &[PolicySpec],
     config: PolicyConfig,
     lenient: bool,
     jobs: usize,

@@ -12,6 +12,8 @@ use ratatui::backend::TestBackend;
 use ratatui::layout::Rect;
 
 use super::{keys, render};
+use allocview_sim::policy::spec::PolicySpec;
+
 use crate::model::state::{AppState, Mode, Msg, PromptKind, load_blocking, update};
 
 fn sample(name: &str) -> PathBuf {
@@ -20,9 +22,13 @@ fn sample(name: &str) -> PathBuf {
         .join(name)
 }
 
+fn specs(names: &[&'static str]) -> Vec<PolicySpec> {
+    names.iter().map(|&n| PolicySpec::plain(n)).collect()
+}
+
 fn loaded(trace: &str, policies: &[&'static str]) -> AppState {
     // Paths in snapshots must not depend on where the checkout lives.
-    let mut state = AppState::new(&sample(trace), policies, PolicyConfig::default());
+    let mut state = AppState::new(&sample(trace), &specs(policies), PolicyConfig::default());
     load_blocking(&mut state, false, 2).unwrap();
     state.path = PathBuf::from(trace);
     if let Some(d) = state.data.as_mut()
@@ -221,7 +227,7 @@ fn next_mark_reaches_the_reference_peak_and_ooms() {
     // Under a limit, the OOM events are marks too.
     let mut s = AppState::new(
         &sample("xz_T2_8KiB_blocks.trace.gz"),
-        &["bfc"],
+        &specs(&["bfc"]),
         PolicyConfig {
             limit_bytes: Some(150 << 20),
             ..PolicyConfig::default()
@@ -367,7 +373,7 @@ fn load_error_is_shown_not_panicked() {
     std::fs::create_dir_all(&dir).unwrap();
     let bad = dir.join("bad.trace");
     std::fs::write(&bad, "0.1\t1\t8\t0x10\n0.2\t1\tx\t0x20\n").unwrap();
-    let mut s = AppState::new(&bad, &["first-fit"], PolicyConfig::default());
+    let mut s = AppState::new(&bad, &specs(&["first-fit"]), PolicyConfig::default());
     let (tx, rx) = std::sync::mpsc::channel();
     crate::model::state::start_workers(&s, false, 1, &tx);
     drop(tx);
@@ -389,7 +395,7 @@ fn tf_fixture(name: &str) -> PathBuf {
 fn a_bfc_dump_shows_its_heap_bins_and_diagnosis() {
     let mut s = AppState::new(
         &tf_fixture("mobilenetv2_oom_memlog_dump.txt.gz"),
-        &["bfc"],
+        &specs(&["bfc"]),
         PolicyConfig::default(),
     );
     load_blocking(&mut s, false, 1).unwrap();
@@ -405,7 +411,7 @@ fn a_bfc_dump_shows_its_heap_bins_and_diagnosis() {
 
     let mut s = AppState::new(
         &tf_fixture("mobilenetv2_oom_dump.txt.gz"),
-        &["bfc"],
+        &specs(&["bfc"]),
         PolicyConfig::default(),
     );
     load_blocking(&mut s, false, 1).unwrap();
@@ -430,7 +436,7 @@ fn a_bfc_dump_shows_its_heap_bins_and_diagnosis() {
 #[test]
 fn a_plan_shows_its_picture_and_the_bound() {
     let plan = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/plans/resnet50.csv");
-    let mut s = AppState::new(&plan, &["bfc"], PolicyConfig::default());
+    let mut s = AppState::new(&plan, &specs(&["bfc"]), PolicyConfig::default());
     load_blocking(&mut s, false, 1).unwrap();
     let text = screen(&mut s, 120, 36);
     assert!(
@@ -454,4 +460,41 @@ fn a_plan_shows_its_picture_and_the_bound() {
     for (w, h) in [(20, 6), (40, 10), (200, 60)] {
         screen(&mut s, w, h);
     }
+}
+
+#[test]
+fn a_pytorch_snapshot_shows_its_recorded_heap_phases_and_frames() {
+    let mut s = AppState::new(
+        &sample("pytorch/lm_train_step_b.pickle"),
+        &specs(&["pytorch", "bfc"]),
+        PolicyConfig::default(),
+    );
+    load_blocking(&mut s, false, 2).unwrap();
+    let data = s.data.clone().unwrap();
+    assert_eq!(data.format, "pytorch-snapshot");
+    // The allocation of 147 MiB at 17.555 ms, made in model.py's forward (line 41).
+    let view = data.view();
+    let at = (0..view.len())
+        .find(|&i| {
+            view.kind_at(i) == Some(allocview_sim::trace::EventKind::Alloc)
+                && view.t_ns[i] == 17_555_000
+                && view.size_bytes[i] > 100 << 20
+        })
+        .unwrap();
+    update(&mut s, Msg::GotoEvent(at));
+    let text = screen(&mut s, 170, 50);
+    assert!(text.contains("frames of allocation"), "{text}");
+    assert!(
+        text.contains("at forward (model.py:41)"),
+        "{text}"
+    );
+    assert!(text.contains("phases: Optimizer.step#AdamW.step"), "{text}");
+    assert!(text.contains("96 segments"), "{text}");
+    // The heap is the recorded one: `pytorch` replayed the snapshot address for address, so
+    // its footprint is what the segments held (3.95 GiB, no new segment in this trace).
+    assert!(text.contains("footprint 3.95 GiB"), "{text}");
+    // A carried-in allocation says why it has no frames.
+    update(&mut s, Msg::Home);
+    let text = screen(&mut s, 170, 50);
+    assert!(text.contains("allocation 0: live before the trace"), "{text}");
 }

@@ -291,7 +291,8 @@ impl Reader {
         if let Some(id) = container.and_then(|c| self.by_container.get(&c)) {
             return *id;
         }
-        let Some(items) = frames.seq() else {
+        // An empty list (frames not recorded for it) is no stack, like a missing key.
+        let Some(items) = frames.seq().filter(|it| it.len() > 0) else {
             return NO_STACK;
         };
         let mut ids = Vec::with_capacity(items.len());
