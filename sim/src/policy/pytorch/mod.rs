@@ -74,6 +74,13 @@ mod malloc;
 pub mod rounding;
 mod script;
 
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_limits;
+#[cfg(test)]
+mod tests_script;
+
 pub use rounding::{allocation_size, round_size, roundup_power2_next_division, should_split};
 
 use heap::Heap;
@@ -309,6 +316,12 @@ impl Pytorch {
     #[must_use]
     pub fn segments(&self) -> Vec<ScriptSegment> {
         self.heap.segment_list()
+    }
+
+    /// `torch.cuda.empty_cache()`: cudaFree every wholly free segment and unmap the whole
+    /// free pages of expandable ones (events tagged `u32::MAX`).
+    pub fn empty_cache(&mut self) {
+        self.release_cached_blocks(u32::MAX);
     }
 
     fn out_of_memory(&self, requested_bytes: u64) -> AllocError {
