@@ -112,6 +112,10 @@ pub struct LoadSummary {
     pub truncated: Option<String>,
     /// A last line without its newline in a truncated stream, dropped because it may be cut.
     pub dropped_partial_last_line: bool,
+    /// Damaged stretches of a binary trace, repaired or skipped (lenient mode).
+    pub damaged: Vec<crate::binary::Damage>,
+    /// Events lost to that damage, when the file says how many it held.
+    pub events_lost: Option<u64>,
     /// True when lines carried the fifth (call name) column.
     pub has_call_column: bool,
     /// Decompressed bytes parsed.
@@ -133,6 +137,28 @@ impl LoadSummary {
                     ""
                 }
             ));
+        }
+        if !self.damaged.is_empty() {
+            let lost = match self.events_lost {
+                Some(0) => "no events lost".to_owned(),
+                Some(n) => format!(
+                    "{n} events lost (the file's end frame counts {}, {} were read)",
+                    n + self.events,
+                    self.events
+                ),
+                None => "an unknown number of events lost (the file has no end frame to count \
+                         them)"
+                    .to_owned(),
+            };
+            let mut msg = format!(
+                "the binary trace is damaged (not cut) in {} place{}; {lost}",
+                self.damaged.len(),
+                if self.damaged.len() == 1 { "" } else { "s" }
+            );
+            for d in &self.damaged {
+                msg.push_str(&format!("\n  {d}"));
+            }
+            out.push(msg);
         }
         if self.bad_lines > 0 {
             let mut msg = format!("skipped {} malformed lines", self.bad_lines);

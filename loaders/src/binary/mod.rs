@@ -144,6 +144,44 @@ pub struct BinaryInfo {
     pub records: u64,
     /// Set when the file ends early (no END frame, or a cut frame): what was there was read.
     pub truncated: Option<String>,
+    /// Damaged stretches of a trace that were repaired or skipped (lenient reads only: a
+    /// strict read stops at the first with an error).
+    pub damaged: Vec<Damage>,
+    /// Events lost to the damage, as the END frame's count minus the events read; `None` when
+    /// nothing was damaged or the file has no END frame to count with.
+    pub events_lost: Option<u64>,
+}
+
+/// A damaged stretch of a binary trace: a frame that did not read, followed by frames that do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// File offset of the frame that did not read.
+    pub offset: u64,
+    /// Bytes skipped from there to the next frame that reads (0 when repaired).
+    pub skipped_bytes: u64,
+    /// What was wrong with the frame.
+    pub what: String,
+    /// Only the frame's length was wrong: its contents, up to where the next frame starts,
+    /// read in full, so nothing was lost.
+    pub repaired: bool,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.repaired {
+            write!(
+                f,
+                "byte {}: {}; repaired (the frame ends where the next one starts), nothing lost",
+                self.offset, self.what
+            )
+        } else {
+            write!(
+                f,
+                "byte {}: {}; skipped {} bytes",
+                self.offset, self.what, self.skipped_bytes
+            )
+        }
+    }
 }
 
 impl BinaryInfo {
@@ -173,25 +211,46 @@ fn corrupt(path: &Path, offset: u64, what: &str) -> LoadError {
 }
 
 /// Calls `f` on every record of a binary trace or spool, in order (a spool's threads merged by
-/// time). `f`'s error stops the read and is reported with the record's position.
+/// time), reading strictly: see [`read_records_with`].
+///
+/// # Errors
+/// As [`read_records_with`] in strict mode.
+pub fn read_records(
+    path: &Path,
+    base: TimeBase,
+    f: impl FnMut(&Record) -> Result<(), &'static str>,
+) -> Result<BinaryInfo, LoadError> {
+    read_records_with(path, base, Strictness::Strict, f)
+}
+
+/// Calls `f` on every record of a binary trace or spool, in order (a spool's threads merged by
+/// time). `f`'s error stops the read and is reported with the record's position. Damage in
+/// the middle of a trace is an error in strict mode; in lenient mode it is repaired or
+/// skipped, and reported in [`BinaryInfo::damaged`] and [`BinaryInfo::events_lost`].
 ///
 /// # Errors
 /// When the file cannot be read, is not in this format, or is corrupt (a cut last frame is not
 /// an error: see [`BinaryInfo::truncated`]).
-pub fn read_records(
+pub fn read_records_with(
     path: &Path,
     base: TimeBase,
+    strictness: Strictness,
     mut f: impl FnMut(&Record) -> Result<(), &'static str>,
 ) -> Result<BinaryInfo, LoadError> {
     let bytes = std::fs::read(path).map_err(|e| LoadError::io(path, e))?;
     let kind = read_header(path, &bytes)?;
-    let frames = Frames {
-        bytes: bytes.get(10..).unwrap_or(&[]),
-        pos: 0,
-    };
+    let frames = bytes.get(10..).unwrap_or(&[]);
     match kind {
-        FileKind::Trace => read_trace(path, frames, &mut f),
-        FileKind::Spool => read_spool(path, frames, base, &mut f),
+        FileKind::Trace => read_trace(path, frames, strictness, &mut f),
+        FileKind::Spool => read_spool(
+            path,
+            Frames {
+                bytes: frames,
+                pos: 0,
+            },
+            base,
+            &mut f,
+        ),
     }
 }
 
@@ -207,7 +266,7 @@ pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
     // About 2.5 bytes an event compressed (5 in a spool); the builder's vectors grow if needed.
     let expected = usize::try_from(file_bytes / 2).unwrap_or(1 << 20) + 1024;
     let mut b = Builder::with_capacity(expected);
-    let info = read_records(path, TimeBase::default(), |r| {
+    let info = read_records_with(path, TimeBase::default(), opts.strictness, |r| {
         let line = Line {
             t_ns: r.t_ns.max(0),
             tid: r.tid,
@@ -231,6 +290,8 @@ pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
                 meta: Vec::new(),
                 records: b.summary.events,
                 truncated: None,
+                damaged: Vec::new(),
+                events_lost: None,
             }
         }
     };
@@ -240,6 +301,8 @@ pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
     if info.truncated.is_some() {
         b.summary.truncated = info.truncated;
     }
+    b.summary.damaged = info.damaged;
+    b.summary.events_lost = info.events_lost;
     let (events, threads, summary) = b.finish()?;
     Ok(MallocTrace {
         events,

@@ -1,4 +1,5 @@
 use super::*;
+use crate::malloc_trace::{LoadOptions, Strictness};
 use crate::malloc_trace::Record;
 
 fn records() -> Vec<Record> {
@@ -133,4 +134,153 @@ fn corrupt_blocks_are_errors_not_panics() {
         bytes[i] ^= 0x5a;
     }
     std::fs::remove_file(&path).ok();
+}
+
+/// Records over `blocks` full blocks plus a few, as `convert` writes them.
+fn many_records(blocks: u64) -> Vec<Record> {
+    (0..(u64::from(BLOCK_EVENTS) * blocks + 17))
+        .map(|i| Record {
+            t_ns: i as i64 * 37,
+            tid: i % 3,
+            size_bytes: (i % 2 == 0).then_some(i * 8),
+            addr: 0x5555_0000 + (i / 2) * 64,
+            call: Some((i % 11) as u8),
+        })
+        .collect()
+}
+
+/// The frames of a written trace: (offset in the file, tag, payload length).
+fn frames_of(bytes: &[u8]) -> Vec<(usize, u8, usize)> {
+    let mut out = Vec::new();
+    let mut pos = 10;
+    while pos + 5 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[pos + 1..pos + 5].try_into().unwrap()) as usize;
+        out.push((pos, bytes[pos], len));
+        pos += 5 + len;
+    }
+    out
+}
+
+fn read_with(bytes: &[u8], strictness: Strictness) -> Result<(Vec<Record>, BinaryInfo), String> {
+    let dir = std::env::temp_dir().join(format!("allocview-binary-damage-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}-{strictness:?}.avt", bytes.len()));
+    std::fs::write(&path, bytes).unwrap();
+    let mut out = Vec::new();
+    let info = read_records_with(&path, TimeBase::default(), strictness, |r| {
+        out.push(*r);
+        Ok(())
+    });
+    std::fs::remove_file(&path).ok();
+    info.map(|i| (out, i)).map_err(|e| e.to_string())
+}
+
+/// The second events block of a four-block trace: (its offset, its payload length).
+fn second_block(bytes: &[u8]) -> (usize, usize) {
+    let blocks: Vec<_> = frames_of(bytes)
+        .into_iter()
+        .filter(|f| f.1 == FRAME_EVENTS)
+        .collect();
+    assert_eq!(blocks.len(), 4);
+    (blocks[1].0, blocks[1].2)
+}
+
+#[test]
+fn a_corrupt_frame_length_in_the_middle_is_an_error_or_repaired_never_a_cut() {
+    let recs = many_records(3);
+    let good = write(&recs);
+    let (at, len) = second_block(&good);
+    // An impossible length, and a plausible one that ends inside the block's own data.
+    for bad_len in [u32::MAX - 7, (len / 2) as u32] {
+        let mut bytes = good.clone();
+        bytes[at + 1..at + 5].copy_from_slice(&bad_len.to_le_bytes());
+        let err = read_with(&bytes, Strictness::Strict).unwrap_err();
+        assert!(err.contains(&format!("at byte {at}")), "{err}");
+        assert!(err.contains("only its length is wrong"), "{err}");
+        let (back, info) = read_with(&bytes, Strictness::Lenient).unwrap();
+        assert_eq!(back, recs, "every event is recovered");
+        assert_eq!(info.truncated, None);
+        assert_eq!(info.events_lost, Some(0));
+        assert_eq!(info.damaged.len(), 1);
+        assert!(info.damaged[0].repaired);
+        assert_eq!(info.damaged[0].offset, at as u64);
+    }
+}
+
+#[test]
+fn a_damaged_block_in_the_middle_is_skipped_counted_and_the_rest_read() {
+    let recs = many_records(3);
+    let good = write(&recs);
+    let (at, len) = second_block(&good);
+    let mut bytes = good.clone();
+    // Zeros over the middle of the block's compressed data (its checksum catches it).
+    let mid = at + 5 + len / 2;
+    bytes[mid..mid + 64].fill(0);
+    let err = read_with(&bytes, Strictness::Strict).unwrap_err();
+    assert!(err.contains(&format!("at byte {at}")), "{err}");
+    let (back, info) = read_with(&bytes, Strictness::Lenient).unwrap();
+    let block = BLOCK_EVENTS as usize;
+    // The first block, then everything after the damaged second one.
+    assert_eq!(back.len(), recs.len() - block);
+    assert_eq!(back[..block], recs[..block]);
+    assert_eq!(back[block..], recs[2 * block..]);
+    assert_eq!(info.events_lost, Some(BLOCK_EVENTS as u64));
+    assert_eq!(info.truncated, None);
+    assert_eq!(info.damaged.len(), 1);
+    let d = &info.damaged[0];
+    assert_eq!(
+        (d.offset, d.skipped_bytes, d.repaired),
+        (at as u64, len as u64 + 5, false)
+    );
+
+    // Loaded leniently, the summary says what was lost and where.
+    let dir = std::env::temp_dir().join(format!("allocview-binary-lost-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("damaged.avt");
+    std::fs::write(&path, &bytes).unwrap();
+    let opts = LoadOptions {
+        strictness: Strictness::Lenient,
+        progress: None,
+    };
+    let t = load_binary(&path, &opts).unwrap();
+    assert!(load_binary(&path, &LoadOptions::default()).is_err());
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(t.summary.events_lost, Some(u64::from(BLOCK_EVENTS)));
+    let warnings = t.summary.warnings().join("\n");
+    assert!(warnings.contains("65536 events lost"), "{warnings}");
+    assert!(warnings.contains(&format!("byte {at}")), "{warnings}");
+    assert!(!warnings.contains("truncated"), "{warnings}");
+}
+
+#[test]
+fn damage_anywhere_never_panics_and_never_invents_events() {
+    let recs = many_records(1);
+    let good = write(&recs);
+    let key = |r: &Record| (r.t_ns, r.tid, r.size_bytes, r.addr, r.call);
+    let known: std::collections::HashSet<_> = recs.iter().map(key).collect();
+    let frames = frames_of(&good);
+    // Every frame header byte, and bytes across each payload.
+    let mut spots: Vec<usize> = frames.iter().flat_map(|f| f.0..f.0 + 5).collect();
+    for f in &frames {
+        spots.extend((f.0 + 5..f.0 + 5 + f.2).step_by(f.2 / 24 + 1));
+    }
+    for i in spots {
+        let mut bytes = good.clone();
+        bytes[i] ^= 0xa5;
+        if let Ok((back, info)) = read_with(&bytes, Strictness::Lenient) {
+            // Whatever was read is a run of the true records (a damaged META or an unknown
+            // frame loses nothing): no record is made up.
+            for r in &back {
+                assert!(known.contains(&key(r)), "byte {i}: {r:?}");
+            }
+            if back.len() < recs.len() {
+                assert!(
+                    !info.damaged.is_empty() || info.truncated.is_some(),
+                    "byte {i}: {} of {} read without a word",
+                    back.len(),
+                    recs.len()
+                );
+            }
+        }
+    }
 }

@@ -1,15 +1,42 @@
-//! Reading a trace (kind 0): its frames in order, and the decoding of its event blocks.
+//! Reading a trace (kind 0): its frames in order, the decoding of its event blocks, and what
+//! happens when a frame does not read.
+//!
+//! A frame that does not read (an impossible length, a length running past the end of the
+//! file, an events block that does not decompress or decode, a thread table that does not
+//! parse) is either the end of a cut file or damage in the middle. The reader tells them apart
+//! by looking for the next frame that reads in full after it ([`Reader::resync`]): frames
+//! are self-delimiting and an events block is strongly checked (zstd's magic and content size,
+//! then every event of the block decoded), so finding one means the file goes on. Nothing
+//! found: the file was cut there ([`BinaryInfo::truncated`], not an error, as before). Found:
+//!
+//! - strict: an error naming the file, the offset, what was wrong and where the file reads
+//!   again;
+//! - lenient: when the damaged frame reads in full once its end is taken from where the next
+//!   frame starts (only its length was wrong), it is *repaired* and nothing is lost; otherwise
+//!   the bytes up to the next frame are skipped. Each stretch is a [`Damage`] in
+//!   [`BinaryInfo::damaged`], and the events lost are counted from the END frame's total.
+//!
+//! A block is decoded in full before any of its records is passed on, so a damaged block
+//! contributes nothing rather than a prefix of garbage.
 
 use std::path::Path;
 
 use super::codec::Cursor;
-use super::frames::{Frames, Next, parse_meta};
+use super::frames::parse_meta;
 use super::{
-    BinaryInfo, CODEC_STORED, CODEC_ZSTD, FRAME_END, FRAME_EVENTS, FRAME_META, FRAME_THREADS,
-    FileKind, MAX_FRAME_BYTES, OP_CALL_MASK, OP_FREE, OP_NO_CALL, OP_THREAD, corrupt,
+    BinaryInfo, CODEC_STORED, CODEC_ZSTD, Damage, FRAME_END, FRAME_EVENTS, FRAME_META,
+    FRAME_THREADS, FileKind, MAX_FRAME_BYTES, OP_CALL_MASK, OP_FREE, OP_NO_CALL, OP_THREAD,
+    corrupt,
 };
 use crate::error::LoadError;
-use crate::malloc_trace::{CALL_NAMES, Record};
+use crate::malloc_trace::{CALL_NAMES, Record, Strictness};
+
+/// Bytes of the file header before the first frame (frame positions below are relative to it).
+const HEADER_BYTES: u64 = 10;
+/// Bytes of a frame header: tag u8, length u32.
+const FRAME_HEADER_BYTES: usize = 5;
+/// Smallest encoding of an event: op byte, time delta, address delta.
+const MIN_EVENT_BYTES: usize = 3;
 
 pub(super) fn call_of(op: u8) -> Option<Option<u8>> {
     match op & OP_CALL_MASK {
@@ -19,9 +46,222 @@ pub(super) fn call_of(op: u8) -> Option<Option<u8>> {
     }
 }
 
+/// One frame, decoded but not yet applied (so that a frame is taken whole or not at all).
+enum Parsed {
+    Meta(Vec<(String, String)>),
+    Threads(Vec<u64>),
+    /// The block's records are in [`Reader::decoded`].
+    Events,
+    End(u64),
+    /// A tag this version does not know: skipped, so later versions may add informative ones.
+    Unknown,
+}
+
+/// Why the frame at a position did not read.
+struct Problem {
+    what: String,
+    /// The frame runs past the end of the file: a cut file, unless a frame reads after it.
+    past_end: bool,
+}
+
+/// A frame found at a position: tag, payload and the position after it.
+struct FrameAt<'a> {
+    tag: u8,
+    payload: &'a [u8],
+    next: usize,
+}
+
+struct Reader<'a> {
+    /// The file after its header.
+    bytes: &'a [u8],
+    threads: Vec<u64>,
+    raw: Vec<u8>,
+    decoded: Vec<Record>,
+    decompressor: zstd::bulk::Decompressor<'static>,
+}
+
+impl<'a> Reader<'a> {
+    /// The frame header at `pos` and its payload's extent.
+    fn frame_at(&self, pos: usize) -> Result<FrameAt<'a>, Problem> {
+        let rest = self.bytes.get(pos..).unwrap_or(&[]);
+        let mut c = Cursor::new(rest);
+        let (Some(tag), Some(len)) = (c.u8(), c.u32()) else {
+            return Err(Problem {
+                what: "a frame header is cut".into(),
+                past_end: true,
+            });
+        };
+        let len = len as usize;
+        if len > MAX_FRAME_BYTES {
+            return Err(Problem {
+                what: format!("a frame length of {len} bytes (at most {MAX_FRAME_BYTES} are read)"),
+                past_end: false,
+            });
+        }
+        let Some(payload) = c.take(len) else {
+            return Err(Problem {
+                what: format!(
+                    "a frame of {len} bytes runs past the end of the file ({} bytes left)",
+                    rest.len().saturating_sub(FRAME_HEADER_BYTES)
+                ),
+                past_end: true,
+            });
+        };
+        Ok(FrameAt {
+            tag,
+            payload,
+            next: pos + FRAME_HEADER_BYTES + len,
+        })
+    }
+
+    /// Decodes one frame's payload without applying it.
+    fn parse(&mut self, tag: u8, payload: &[u8]) -> Result<Parsed, String> {
+        let mut c = Cursor::new(payload);
+        match tag {
+            FRAME_META => Ok(Parsed::Meta(parse_meta(payload))),
+            FRAME_THREADS => {
+                let n = c.varint().ok_or("a cut thread count")?;
+                // Each id takes at least a byte: a count beyond the payload is damage.
+                if n > payload.len() as u64 {
+                    return Err(format!(
+                        "a thread count of {n} in a {}-byte frame",
+                        payload.len()
+                    ));
+                }
+                let mut ids = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    ids.push(c.varint().ok_or("a cut thread id")?);
+                }
+                if !c.at_end() {
+                    return Err("bytes after the thread table".into());
+                }
+                Ok(Parsed::Threads(ids))
+            }
+            FRAME_EVENTS => {
+                self.parse_events(payload, &[])?;
+                Ok(Parsed::Events)
+            }
+            FRAME_END => {
+                let total = c.varint().ok_or("a cut end frame")?;
+                if !c.at_end() {
+                    return Err("bytes after the end frame's count".into());
+                }
+                Ok(Parsed::End(total))
+            }
+            _ => Ok(Parsed::Unknown),
+        }
+    }
+
+    /// Decompresses and decodes an events block into [`Self::decoded`]; `more_threads` are
+    /// threads introduced by a frame not yet applied (when looking for where the file reads
+    /// again).
+    fn parse_events(&mut self, payload: &[u8], more_threads: &[u64]) -> Result<(), String> {
+        let mut c = Cursor::new(payload);
+        let (Some(codec), Some(events), Some(raw_bytes)) = (c.u8(), c.varint(), c.varint()) else {
+            return Err("a cut events block header".into());
+        };
+        let data = payload.get(c.pos..).unwrap_or(&[]);
+        let raw_bytes = usize::try_from(raw_bytes)
+            .ok()
+            .filter(|&n| n <= MAX_FRAME_BYTES)
+            .ok_or_else(|| format!("an events block of {raw_bytes} bytes"))?;
+        if events > (raw_bytes / MIN_EVENT_BYTES) as u64 {
+            return Err(format!("{events} events in a block of {raw_bytes} bytes"));
+        }
+        let block: &[u8] = match codec {
+            CODEC_STORED => data,
+            CODEC_ZSTD => {
+                // The zstd frame says how much it holds: check before decompressing.
+                match zstd::zstd_safe::get_frame_content_size(data) {
+                    Ok(Some(n)) if n != raw_bytes as u64 => {
+                        return Err(format!(
+                            "the block says {raw_bytes} bytes, its zstd frame {n}"
+                        ));
+                    }
+                    Ok(_) => {}
+                    Err(_) => return Err("not a zstd frame".into()),
+                }
+                self.raw.clear();
+                self.raw.reserve(raw_bytes);
+                self.decompressor
+                    .decompress_to_buffer(data, &mut self.raw)
+                    .map_err(|e| format!("zstd: {e}"))?;
+                &self.raw
+            }
+            other => return Err(format!("an unknown codec {other}")),
+        };
+        if block.len() != raw_bytes {
+            return Err(format!(
+                "the block says {raw_bytes} bytes and holds {}",
+                block.len()
+            ));
+        }
+        self.decoded.clear();
+        decode_block(
+            block,
+            events,
+            &self.threads,
+            more_threads,
+            &mut self.decoded,
+        )
+    }
+
+    /// The first position from `from` on where a frame reads in full and is followed by a
+    /// plausible frame header (or the end of the file): where the file goes on after damage.
+    /// META frames (only ever first) and unknown tags are not taken: they check nothing.
+    fn resync(&mut self, from: usize) -> Option<usize> {
+        let end = self.bytes.len();
+        for q in from..end.saturating_sub(FRAME_HEADER_BYTES - 1) {
+            let tag = self.bytes.get(q).copied()?;
+            if !matches!(tag, FRAME_THREADS | FRAME_EVENTS | FRAME_END) {
+                continue;
+            }
+            let Ok(frame) = self.frame_at(q) else {
+                continue;
+            };
+            let ok = match tag {
+                // The last frame: it ends the file exactly.
+                FRAME_END => {
+                    frame.next == end
+                        && matches!(self.parse(tag, frame.payload), Ok(Parsed::End(_)))
+                }
+                FRAME_EVENTS => {
+                    self.plausible_header(frame.next)
+                        && self.parse_events(frame.payload, &[]).is_ok()
+                }
+                // A thread table comes right before the block that uses it: both must read.
+                _ => match self.parse(tag, frame.payload) {
+                    Ok(Parsed::Threads(ids)) => self.frame_at(frame.next).is_ok_and(|ev| {
+                        ev.tag == FRAME_EVENTS
+                            && self.plausible_header(ev.next)
+                            && self.parse_events(ev.payload, &ids).is_ok()
+                    }),
+                    _ => false,
+                },
+            };
+            if ok {
+                return Some(q);
+            }
+        }
+        None
+    }
+
+    /// True at the end of the file, before a cut header, or at a header with a known tag.
+    fn plausible_header(&self, pos: usize) -> bool {
+        let left = self.bytes.len().saturating_sub(pos);
+        left < FRAME_HEADER_BYTES
+            || self
+                .bytes
+                .get(pos)
+                .is_some_and(|t| matches!(*t, FRAME_THREADS | FRAME_EVENTS | FRAME_END))
+    }
+}
+
+/// Reads a trace's frames (`bytes`: the file after its header), calling `f` on each record.
 pub(super) fn read_trace(
     path: &Path,
-    mut frames: Frames<'_>,
+    bytes: &[u8],
+    strictness: Strictness,
     f: &mut dyn FnMut(&Record) -> Result<(), &'static str>,
 ) -> Result<BinaryInfo, LoadError> {
     let mut info = BinaryInfo {
@@ -29,98 +269,179 @@ pub(super) fn read_trace(
         meta: Vec::new(),
         records: 0,
         truncated: None,
+        damaged: Vec::new(),
+        events_lost: None,
     };
-    let mut threads: Vec<u64> = Vec::new();
-    let mut raw: Vec<u8> = Vec::new();
-    let mut decompressor = zstd::bulk::Decompressor::new().map_err(|e| LoadError::io(path, e))?;
-    let mut ended = false;
-    loop {
-        let (tag, payload, at) = match frames.next() {
-            Next::Frame(tag, payload, at) => (tag, payload, (at + 10) as u64),
-            Next::End => break,
-            Next::Cut(why) => {
-                info.truncated = Some(why);
-                break;
-            }
-        };
-        let mut c = Cursor::new(payload);
-        match tag {
-            FRAME_META => info.meta.extend(parse_meta(payload)),
-            FRAME_THREADS => {
-                let n = c
-                    .varint()
-                    .ok_or_else(|| corrupt(path, at, "thread count"))?;
-                for _ in 0..n {
-                    threads.push(c.varint().ok_or_else(|| corrupt(path, at, "thread id"))?);
-                }
-            }
-            FRAME_EVENTS => {
-                let (Some(codec), Some(events), Some(raw_bytes)) = (c.u8(), c.varint(), c.varint())
-                else {
-                    return Err(corrupt(path, at, "events block header"));
-                };
-                let data = c.take(payload.len() - c.pos).unwrap_or(&[]);
-                let raw_bytes = usize::try_from(raw_bytes)
-                    .ok()
-                    .filter(|&n| n <= MAX_FRAME_BYTES)
-                    .ok_or_else(|| corrupt(path, at, "events block size"))?;
-                let block: &[u8] = match codec {
-                    CODEC_STORED => data,
-                    CODEC_ZSTD => {
-                        raw.clear();
-                        raw.reserve(raw_bytes);
-                        decompressor
-                            .decompress_to_buffer(data, &mut raw)
-                            .map_err(|e| corrupt(path, at, &format!("zstd: {e}")))?;
-                        &raw
+    let mut r = Reader {
+        bytes,
+        threads: Vec::new(),
+        raw: Vec::new(),
+        decoded: Vec::new(),
+        decompressor: zstd::bulk::Decompressor::new().map_err(|e| LoadError::io(path, e))?,
+    };
+    let offset = |pos: usize| pos as u64 + HEADER_BYTES;
+    let mut pos = 0usize;
+    let mut end_total = None;
+    while pos < bytes.len() {
+        let read = r.frame_at(pos).and_then(|frame| {
+            r.parse(frame.tag, frame.payload)
+                .map(|parsed| (parsed, frame.next))
+                .map_err(|what| Problem {
+                    what: format!("{} frame: {what}", frame_name(frame.tag)),
+                    past_end: false,
+                })
+        });
+        let (parsed, next) = match read {
+            Ok(ok) => ok,
+            Err(problem) => {
+                let Some(q) = r.resync(pos + 1) else {
+                    if problem.past_end {
+                        info.truncated = Some(format!("{} at byte {}", problem.what, offset(pos)));
+                        break;
                     }
-                    _ => return Err(corrupt(path, at, "unknown codec")),
+                    // Damage with nothing readable after it.
+                    if strictness == Strictness::Strict {
+                        return Err(corrupt(
+                            path,
+                            offset(pos),
+                            &format!("{}; nothing after it reads", problem.what),
+                        ));
+                    }
+                    info.damaged.push(Damage {
+                        offset: offset(pos),
+                        skipped_bytes: (bytes.len() - pos) as u64,
+                        what: format!("{}; nothing after it reads", problem.what),
+                        repaired: false,
+                    });
+                    break;
                 };
-                if block.len() != raw_bytes {
-                    return Err(corrupt(path, at, "events block size mismatch"));
-                }
-                decode_block(path, at, block, events, &threads, f)?;
-                info.records += events;
-            }
-            FRAME_END => {
-                let total = c.varint().ok_or_else(|| corrupt(path, at, "end frame"))?;
-                if total != info.records {
+                // Was only the length wrong? Then the frame ends where the next one starts.
+                let tag = bytes.get(pos).copied().unwrap_or(0);
+                let repaired = bytes
+                    .get(pos + FRAME_HEADER_BYTES..q)
+                    .and_then(|payload| r.parse(tag, payload).ok())
+                    .filter(|p| !matches!(p, Parsed::Unknown | Parsed::End(_)));
+                if strictness == Strictness::Strict {
+                    let hint = if repaired.is_some() {
+                        "only its length is wrong: --lenient reads it in full"
+                    } else {
+                        "--lenient skips the damage and reads the rest"
+                    };
                     return Err(corrupt(
                         path,
-                        at,
+                        offset(pos),
                         &format!(
-                            "the end frame counts {total} events, the blocks hold {}",
-                            info.records
+                            "{}; the file reads again at byte {} ({hint})",
+                            problem.what,
+                            offset(q)
                         ),
                     ));
                 }
-                ended = true;
+                info.damaged.push(Damage {
+                    offset: offset(pos),
+                    skipped_bytes: if repaired.is_some() {
+                        0
+                    } else {
+                        (q - pos) as u64
+                    },
+                    what: problem.what,
+                    repaired: repaired.is_some(),
+                });
+                match repaired {
+                    Some(parsed) => (parsed, q),
+                    None => {
+                        pos = q;
+                        continue;
+                    }
+                }
+            }
+        };
+        match parsed {
+            Parsed::Meta(meta) => info.meta.extend(meta),
+            Parsed::Threads(ids) => r.threads.extend(ids),
+            Parsed::Events => {
+                for rec in &r.decoded {
+                    f(rec).map_err(|why| {
+                        LoadError::format(
+                            path,
+                            format!(
+                                "record {} (in the events block at byte {}): {why}",
+                                info.records,
+                                offset(pos)
+                            ),
+                        )
+                    })?;
+                    info.records += 1;
+                }
+            }
+            Parsed::End(total) => {
+                end_total = Some((total, pos));
                 break;
             }
-            // Unknown frames are skipped, so later versions may add informative ones.
-            _ => {}
+            Parsed::Unknown => {}
         }
+        pos = next;
     }
-    if !ended && info.truncated.is_none() {
-        info.truncated = Some("the file has no end frame (the writer was interrupted)".into());
+    match end_total {
+        None => {
+            if info.truncated.is_none() && info.damaged.is_empty() {
+                info.truncated =
+                    Some("the file has no end frame (the writer was interrupted)".into());
+            }
+        }
+        Some((total, at)) => {
+            if total != info.records && info.damaged.is_empty() {
+                // Every frame read, yet the count disagrees: damage no check saw (an events
+                // frame whose tag was hit reads as an unknown frame, which is skipped).
+                let what = format!(
+                    "the end frame counts {total} events, the blocks hold {}",
+                    info.records
+                );
+                if strictness == Strictness::Strict {
+                    return Err(corrupt(path, offset(at), &what));
+                }
+                info.damaged.push(Damage {
+                    offset: offset(at),
+                    skipped_bytes: 0,
+                    what,
+                    repaired: false,
+                });
+            }
+            if !info.damaged.is_empty() {
+                info.events_lost = Some(total.saturating_sub(info.records));
+            }
+        }
     }
     Ok(info)
 }
 
+fn frame_name(tag: u8) -> String {
+    match tag {
+        FRAME_META => "a META".into(),
+        FRAME_THREADS => "a THREADS".into(),
+        FRAME_EVENTS => "an EVENTS".into(),
+        FRAME_END => "the END".into(),
+        other => format!("a 0x{other:02x}"),
+    }
+}
+
+/// Decodes `events` events of `block` into `out`; thread indices refer to `threads` and then
+/// `more_threads`.
 fn decode_block(
-    path: &Path,
-    at: u64,
     block: &[u8],
     events: u64,
     threads: &[u64],
-    f: &mut dyn FnMut(&Record) -> Result<(), &'static str>,
-) -> Result<(), LoadError> {
+    more_threads: &[u64],
+    out: &mut Vec<Record>,
+) -> Result<(), String> {
     let mut c = Cursor::new(block);
     let mut t_ns: i64 = 0;
     let mut addr: u64 = 0;
     let mut thread: u64 = 0;
+    // `events` is at most a third of the block's real (decompressed) bytes.
+    out.reserve(usize::try_from(events).unwrap_or(0));
     for i in 0..events {
-        let bad = |what: &str| corrupt(path, at, &format!("event {i} of the block: {what}"));
+        let bad = |what: &str| format!("event {i} of the block: {what}");
         let op = c.u8().ok_or_else(|| bad("cut"))?;
         if op & 0xc0 != 0 {
             return Err(bad("reserved op bits set"));
@@ -131,7 +452,11 @@ fn decode_block(
         }
         let tid = *usize::try_from(thread)
             .ok()
-            .and_then(|i| threads.get(i))
+            .and_then(|i| {
+                threads
+                    .get(i)
+                    .or_else(|| more_threads.get(i.checked_sub(threads.len())?))
+            })
             .ok_or_else(|| bad("thread index not introduced"))?;
         t_ns = t_ns.wrapping_add(c.zigzag().ok_or_else(|| bad("time"))?);
         let size_bytes = if op & OP_FREE != 0 {
@@ -140,17 +465,16 @@ fn decode_block(
             Some(c.varint().ok_or_else(|| bad("size"))?)
         };
         addr = addr.wrapping_add(c.zigzag().ok_or_else(|| bad("address"))? as u64);
-        f(&Record {
+        out.push(Record {
             t_ns,
             tid,
             size_bytes,
             addr,
             call,
-        })
-        .map_err(bad)?;
+        });
     }
     if !c.at_end() {
-        return Err(corrupt(path, at, "bytes after the block's last event"));
+        return Err("bytes after the block's last event".into());
     }
     Ok(())
 }

@@ -41,6 +41,10 @@ impl<W: Write> BinaryWriter<W> {
             text.push_str(&format!("{k}={v}\n"));
         }
         write_frame(&mut out, FRAME_META, &[text.as_bytes()])?;
+        let mut compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
+        // A checksum per block (4 bytes): damage inside a block is found when it is read,
+        // rather than decoding into wrong events.
+        compressor.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
         Ok(Self {
             out,
             threads: HashMap::new(),
@@ -51,7 +55,7 @@ impl<W: Write> BinaryWriter<W> {
             prev_addr: 0,
             prev_thread: 0,
             total: 0,
-            compressor: zstd::bulk::Compressor::new(ZSTD_LEVEL)?,
+            compressor,
             packed: Vec::new(),
         })
     }

@@ -157,6 +157,8 @@ pub(super) fn read_spool(
         meta: Vec::new(),
         records: 0,
         truncated: None,
+        damaged: Vec::new(),
+        events_lost: None,
     };
     let mut streams: Vec<Stream<'_>> = Vec::new();
     let mut by_id: HashMap<u32, usize> = HashMap::new();
