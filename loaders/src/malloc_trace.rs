@@ -81,6 +81,10 @@ pub struct LoadOptions {
     pub progress: Option<Arc<AtomicU64>>,
 }
 
+/// The most threads a trace may have: thread indices are 16 bits in the event table. The
+/// binary writer refuses more, so that it never writes what cannot be loaded.
+pub const MAX_THREADS: usize = 1 << 16;
+
 /// How many skipped lines are kept verbatim in the summary.
 pub const MAX_REPORTED_BAD_LINES: usize = 5;
 
@@ -375,7 +379,8 @@ impl Builder {
         let idx = if let Some(&idx) = self.tids.get(&tid) {
             idx
         } else {
-            let idx = u16::try_from(self.tid_order.len()).map_err(|_| "at most 65536 threads")?;
+            let idx = u16::try_from(self.tid_order.len())
+                .map_err(|_| "more threads than allocview loads (65,536)")?;
             self.tids.insert(tid, idx);
             self.tid_order.push(tid);
             idx

@@ -1,6 +1,6 @@
 use super::*;
 use crate::malloc_trace::{LoadOptions, Strictness};
-use crate::malloc_trace::Record;
+use crate::malloc_trace::{MAX_THREADS, Record};
 
 fn records() -> Vec<Record> {
     vec![
@@ -283,4 +283,33 @@ fn damage_anywhere_never_panics_and_never_invents_events() {
             }
         }
     }
+}
+
+#[test]
+fn the_writer_refuses_a_thread_the_loader_could_not_hold() {
+    let rec = |tid: u64| Record {
+        t_ns: 1,
+        tid,
+        size_bytes: Some(8),
+        addr: 0x1000 + tid * 16,
+        call: Some(0),
+    };
+    let mut w = BinaryWriter::new(Vec::new(), &[]).unwrap();
+    for tid in 0..MAX_THREADS as u64 {
+        w.push(&rec(tid)).unwrap();
+    }
+    // A thread already seen is fine; one more is refused with a reason.
+    w.push(&rec(7)).unwrap();
+    let err = w.push(&rec(1 << 40)).unwrap_err();
+    assert!(err.to_string().contains("at most 65536 threads"), "{err}");
+    // What was written up to there loads: exactly the most threads allowed.
+    let bytes = w.finish().unwrap();
+    let dir = std::env::temp_dir().join(format!("allocview-binary-threads-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("threads.avt");
+    std::fs::write(&path, &bytes).unwrap();
+    let t = load_binary(&path, &LoadOptions::default()).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(t.threads.height(), MAX_THREADS);
+    assert_eq!(t.summary.mallocs, MAX_THREADS as u64 + 1);
 }

@@ -9,7 +9,7 @@ use super::{
     BLOCK_EVENTS, CODEC_STORED, CODEC_ZSTD, FRAME_END, FRAME_EVENTS, FRAME_META, FRAME_THREADS,
     KIND_TRACE, MAGIC, OP_CALL_MASK, OP_FREE, OP_NO_CALL, OP_THREAD, VERSION, ZSTD_LEVEL,
 };
-use crate::malloc_trace::Record;
+use crate::malloc_trace::{MAX_THREADS, Record};
 
 /// Writes records as a binary trace (kind 0): blocks of [`BLOCK_EVENTS`] events, zstd each.
 pub struct BinaryWriter<W: Write> {
@@ -63,9 +63,24 @@ impl<W: Write> BinaryWriter<W> {
     /// Appends one record.
     ///
     /// # Errors
-    /// On write errors.
+    /// On write errors, and for a record whose thread would be one more than [`MAX_THREADS`]
+    /// (nothing of it is written: the loader could not load it).
     pub fn push(&mut self, r: &Record) -> io::Result<()> {
         let next_index = self.threads.len() as u64;
+        if next_index >= MAX_THREADS as u64 && !self.threads.contains_key(&r.tid) {
+            // The loader holds thread indices in 16 bits: a file with more threads would be
+            // written only to be refused when read.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "thread {} of record {} would be the trace's {}th thread; allocview loads \
+                     at most {MAX_THREADS} threads, so the binary form refuses more",
+                    r.tid,
+                    self.total,
+                    MAX_THREADS + 1
+                ),
+            ));
+        }
         let thread = *self.threads.entry(r.tid).or_insert_with(|| {
             self.new_threads.push(r.tid);
             next_index
