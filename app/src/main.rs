@@ -3,7 +3,8 @@
 //! - `cmd/`: the headless subcommands (`stats`, `compare`, `bench`);
 //! - `model/`: the explorer's state, messages and view-model, shared by the frontends;
 //! - `tui/`: the terminal explorer (`allocview FILE`);
-//! - `format`, `theme`, `units`: formatting, colours and byte-size parsing used everywhere.
+//! - `format`, `theme`, `units`: formatting, colours and byte-size parsing used everywhere;
+//! - `safe_write`: every file a command writes goes through it (never over an input, atomically).
 //!
 //! Domain logic lives in `allocview_sim` and `allocview_loaders`.
 
@@ -13,6 +14,7 @@ mod format;
 mod gui;
 mod model;
 mod progress;
+mod safe_write;
 mod theme;
 mod tui;
 mod units;
@@ -79,7 +81,9 @@ fn main() -> ExitCode {
         (Some(Command::Bench(args)), _) => cmd::bench::run(&args),
         (Some(Command::Report(args)), _) => cmd::report::run(&args),
         #[cfg(feature = "gui")]
-        (Some(Command::Gui(args)), _) => gui::run(&args),
+        (Some(Command::Gui(args)), _) => {
+            refuse_screenshot_over_input(&args).and_then(|()| gui::run(&args))
+        }
         (Some(Command::Record(args)), _) => cmd::record::run(&args),
         (Some(Command::Convert(args)), _) => cmd::convert::run(&args),
         (Some(Command::Plan(args)), _) => cmd::plan::run(&args),
@@ -105,6 +109,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `gui --screenshot PNG` must not replace one of the files it shows.
+#[cfg(feature = "gui")]
+fn refuse_screenshot_over_input(args: &gui::GuiArgs) -> anyhow::Result<()> {
+    if let Some(shot) = &args.screenshot {
+        for file in &args.files {
+            safe_write::refuse_if_same_file(file, shot)?;
+        }
+    }
+    Ok(())
 }
 
 fn explore(

@@ -13,9 +13,10 @@ use std::path::{Path, PathBuf};
 use allocview_loaders::binary::{self, BinaryInfo, BinaryWriter, TimeBase};
 use allocview_loaders::malloc_trace::{self, CALL_NAMES, Record};
 use allocview_loaders::{LoadOptions, Strictness};
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 
 use super::load::InputArgs;
+use crate::safe_write::{self, PendingFile};
 
 /// The two forms a trace can be written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -70,7 +71,7 @@ pub fn convert(input: &Path, output: &Path, to: Form, lenient: bool) -> Result<u
         ("source".to_owned(), "allocview convert".to_owned()),
         ("converted_from".to_owned(), input.display().to_string()),
     ];
-    let mut sink = RecordWriter::create(output, to, &meta)?;
+    let mut sink = RecordWriter::create(output, to, &meta, &[input])?;
     read_any(input, lenient, TimeBase::default(), &mut |r| sink.push(r))?;
     sink.finish()
 }
@@ -129,88 +130,80 @@ pub enum TextOut {
     Gzip(Box<flate2::write::GzEncoder<BufWriter<File>>>),
 }
 
-/// A writer of either form.
-pub enum RecordWriter {
-    Text {
-        out: TextOut,
-        records: u64,
-    },
-    Binary {
-        w: Box<BinaryWriter<BufWriter<File>>>,
-        records: u64,
-    },
+/// The encoder of either form.
+enum Sink {
+    Text(TextOut),
+    Binary(Box<BinaryWriter<BufWriter<File>>>),
+}
+
+/// A writer of either form into a temporary file that replaces the output only on
+/// [`RecordWriter::finish`] (dropped before that, it leaves the output as it was).
+pub struct RecordWriter {
+    sink: Sink,
+    pending: PendingFile,
+    records: u64,
 }
 
 impl RecordWriter {
-    /// Creates `path` for records in form `form` (text is gzipped when the name ends in `.gz`).
-    pub fn create(path: &Path, form: Form, meta: &[(String, String)]) -> Result<Self> {
-        let file =
-            File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    /// Starts writing `path` for records in form `form` (text is gzipped when the name ends in
+    /// `.gz`); `inputs` are refused as the output.
+    pub fn create(
+        path: &Path,
+        form: Form,
+        meta: &[(String, String)],
+        inputs: &[&Path],
+    ) -> Result<Self> {
+        let (pending, file) = PendingFile::create(path, inputs)?;
         let buffered = BufWriter::with_capacity(1 << 20, file);
-        Ok(match form {
+        let sink = match form {
             Form::Text => {
                 let gz = path.extension().is_some_and(|e| e == "gz");
-                let out = if gz {
+                Sink::Text(if gz {
                     TextOut::Gzip(Box::new(flate2::write::GzEncoder::new(
                         buffered,
                         flate2::Compression::new(6),
                     )))
                 } else {
                     TextOut::Plain(buffered)
-                };
-                Self::Text { out, records: 0 }
+                })
             }
-            Form::Binary => Self::Binary {
-                w: Box::new(
-                    BinaryWriter::new(buffered, meta)
-                        .with_context(|| format!("cannot write {}", path.display()))?,
-                ),
-                records: 0,
-            },
+            Form::Binary => Sink::Binary(Box::new(
+                BinaryWriter::new(buffered, meta)
+                    .with_context(|| format!("cannot write {}", path.display()))?,
+            )),
+        };
+        Ok(Self {
+            sink,
+            pending,
+            records: 0,
         })
     }
 
     /// Appends one record.
     pub fn push(&mut self, r: &Record) -> io::Result<()> {
-        match self {
-            Self::Text { out, records } => {
-                match out {
-                    TextOut::Plain(w) => write_text_record(w, r)?,
-                    TextOut::Gzip(w) => write_text_record(w.as_mut(), r)?,
-                }
-                *records += 1;
-                Ok(())
-            }
-            Self::Binary { w, records } => {
-                w.push(r)?;
-                *records += 1;
-                Ok(())
-            }
+        match &mut self.sink {
+            Sink::Text(TextOut::Plain(w)) => write_text_record(w, r)?,
+            Sink::Text(TextOut::Gzip(w)) => write_text_record(w.as_mut(), r)?,
+            Sink::Binary(w) => w.push(r)?,
         }
+        self.records += 1;
+        Ok(())
     }
 
-    /// Finishes the file; returns the number of records written.
+    /// Finishes the file and puts it in place of the output; returns the number of records
+    /// written.
     pub fn finish(self) -> Result<u64> {
-        match self {
-            Self::Text { out, records } => {
-                let buffered = match out {
-                    TextOut::Plain(w) => w,
-                    TextOut::Gzip(w) => w.finish().context("cannot write the output")?,
-                };
-                buffered
-                    .into_inner()
-                    .map_err(|e| e.into_error())
-                    .context("cannot write the output")?;
-                Ok(records)
-            }
-            Self::Binary { w, records } => {
-                let out = w.finish().context("cannot write the output")?;
-                out.into_inner()
-                    .map_err(|e| e.into_error())
-                    .context("cannot write the output")?;
-                Ok(records)
-            }
-        }
+        let buffered = match self.sink {
+            Sink::Text(TextOut::Plain(w)) => w,
+            Sink::Text(TextOut::Gzip(w)) => w.finish().context("cannot write the output")?,
+            Sink::Binary(w) => w.finish().context("cannot write the output")?,
+        };
+        let file = buffered
+            .into_inner()
+            .map_err(io::IntoInnerError::into_error)
+            .context("cannot write the output")?;
+        self.pending.commit(Some(file))?;
+        Ok(self.records)
     }
 }
 
@@ -244,12 +237,8 @@ pub fn write_text_record(out: &mut dyn Write, r: &Record) -> io::Result<()> {
     out.write_all(b"\n")
 }
 
-/// Fails early with a clear message when the output would overwrite the input.
+/// Fails early with a clear message when the output is the input (compared as files: a hard
+/// link, a symbolic link or another spelling of the input's path is refused too).
 pub fn check_distinct(input: &Path, output: &Path) -> Result<()> {
-    if let (Ok(a), Ok(b)) = (input.canonicalize(), output.canonicalize())
-        && a == b
-    {
-        bail!("the output {} is the input", output.display());
-    }
-    Ok(())
+    Ok(safe_write::refuse_if_same_file(input, output)?)
 }

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use super::load::{InputArgs, load_input};
 use crate::format;
 use crate::model::plan_view::{self, PlanCell, PlanGrid};
+use crate::safe_write;
 
 /// What `search` gets when no `--time-budget` is given.
 pub const DEFAULT_SEARCH_BUDGET_S: f64 = 10.0;
@@ -241,6 +242,10 @@ fn ratio(a: u64, b: u64) -> f64 {
 pub fn run(args: &PlanArgs) -> Result<()> {
     let names = args.names()?;
     let opts = args.options()?;
+    if let Some(out) = &args.out {
+        // Before any work: the plan must never replace its own input.
+        safe_write::refuse_if_same_file(&args.file, out)?;
+    }
     let plan = load_plan(&args.file, &args.input, args.step)?;
     let pb = plan
         .to_buffers()
@@ -270,7 +275,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         let Some(run) = runs.iter().find(|r| Some(r.name) == chosen) else {
             bail!("no planner ran, so there is no plan to write");
         };
-        write_plan(out, &pb, &run.plan)?;
+        write_plan(out, &args.file, &pb, &run.plan)?;
         eprintln!(
             "wrote {}'s plan ({} B) to {}",
             run.name,
@@ -419,11 +424,11 @@ fn picture_lines(grid: &PlanGrid, planner: &str, time_unit: &str) -> Vec<String>
     lines
 }
 
-/// Writes `plan` as minimalloc CSV with offsets.
-fn write_plan(out: &Path, pb: &PlanBuffers, plan: &Plan) -> Result<()> {
+/// Writes `plan` as minimalloc CSV with offsets (atomically, never over `input`).
+fn write_plan(out: &Path, input: &Path, pb: &PlanBuffers, plan: &Plan) -> Result<()> {
     let mut text = Vec::new();
     minimalloc::write_minimalloc_csv(&mut text, &pb.ids, &pb.buffers, Some(&plan.offsets))?;
-    std::fs::write(out, text).with_context(|| format!("cannot write {}", out.display()))
+    Ok(safe_write::write_bytes(out, &text, &[input])?)
 }
 
 fn yes_no(v: Option<bool>) -> &'static str {

@@ -2,11 +2,14 @@
 //!
 //! The tracer (`tracer/`, built by `app/build.rs` and embedded in this binary) is written to a
 //! private temporary directory and preloaded into the command with `LD_PRELOAD`, which its
-//! children inherit. Each traced process writes a spool (see `loaders/src/binary.rs`) next to
+//! children inherit. Each traced process writes a spool (see `loaders/src/binary/`) next to
 //! the output; when the command ends, every spool is merged by time and written as a trace
 //! (binary by default, gzip text with `--text`), one file per process, and the spools are
 //! removed, and a summary goes to stderr (stdout is the command's). While the command runs, `allocview` ignores SIGINT, SIGTERM, SIGHUP and SIGQUIT so
 //! that a Ctrl-C, which reaches the command directly, still leaves it time to write the traces.
+//!
+//! Traces are written through `safe_write` (never over the program or a file named on its
+//! command line, atomically); a spool that cannot be converted is kept next to the output.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -22,6 +25,7 @@ use anyhow::{Context as _, Result, bail};
 
 use super::convert::{Form, RecordWriter, read_any};
 use crate::format;
+use crate::safe_write;
 
 /// The tracer shared object, compiled by `build.rs`.
 static TRACER_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/liballocview_tracer.so"));
@@ -78,6 +82,10 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    // The trace must never replace the traced program or a file named on its command line.
+    let protected = protected_files(&args.command);
+    let protected_refs: Vec<&Path> = protected.iter().map(PathBuf::as_path).collect();
+    safe_write::refuse_if_any_input(&protected_refs, &output)?;
     let work = PrivateDir::create(&std::env::temp_dir(), "allocview-record")?;
     let so_path = work.path.join("liballocview_tracer.so");
     std::fs::write(&so_path, TRACER_SO)
@@ -126,17 +134,26 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         };
         let form = if args.text { Form::Text } else { Form::Binary };
         let meta = spool_meta(&spool.path, &program_name);
-        let mut writer = RecordWriter::create(&path, form, &meta)?;
-        read_any(
-            &spool.path,
-            false,
-            TimeBase {
-                realtime_ns: Some(started_wall),
-            },
-            &mut |r| writer.push(r),
-        )
-        .with_context(|| format!("while converting the trace of process {}", spool.pid))?;
-        writer.finish()?;
+        let converted =
+            RecordWriter::create(&path, form, &meta, &protected_refs).and_then(|mut writer| {
+                read_any(
+                    &spool.path,
+                    false,
+                    TimeBase {
+                        realtime_ns: Some(started_wall),
+                    },
+                    &mut |r| writer.push(r),
+                )?;
+                writer.finish()
+            });
+        if let Err(e) = converted {
+            // The private spool directory is removed on the way out: keep the recording.
+            let kept = keep_spool(&spool.path, &path);
+            return Err(e.context(format!(
+                "while converting the trace of process {}; {kept}",
+                spool.pid
+            )));
+        }
         std::fs::remove_file(&spool.path).ok();
         written.push((spool.pid, spool.generation, path));
     }
@@ -230,6 +247,63 @@ fn spool_meta(spool: &Path, program: &str) -> Vec<(String, String)> {
         }
     }
     meta
+}
+
+/// The files a trace must not replace: the program (found as the shell would: a path when
+/// it holds a `/`, else on `PATH`) and every argument that names an existing file.
+fn protected_files(command: &[OsString]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(program) = command.first() {
+        let program = Path::new(program);
+        if program.components().count() > 1 {
+            out.push(program.to_path_buf());
+        } else if let Some(paths) = std::env::var_os("PATH") {
+            out.extend(
+                std::env::split_paths(&paths)
+                    .map(|dir| dir.join(program))
+                    .find(|p| p.is_file()),
+            );
+        }
+    }
+    out.extend(
+        command
+            .iter()
+            .skip(1)
+            .map(PathBuf::from)
+            .filter(|p| p.is_file()),
+    );
+    out
+}
+
+/// Moves a spool whose conversion failed out of the private directory (removed on exit), next
+/// to the trace it was to become; returns a sentence saying where it is.
+fn keep_spool(spool: &Path, output: &Path) -> String {
+    let name = output
+        .file_name()
+        .map_or_else(|| "trace".to_owned(), |n| n.to_string_lossy().into_owned());
+    for n in 0..100u32 {
+        let suffix = if n == 0 {
+            String::new()
+        } else {
+            format!(".{n}")
+        };
+        let kept = output.with_file_name(format!("{name}{suffix}.spool"));
+        if kept.exists() {
+            continue;
+        }
+        if std::fs::rename(spool, &kept).is_ok() {
+            return format!(
+                "the recording is kept in {} (`allocview convert {} OUT` finishes it)",
+                kept.display(),
+                shell_quote(&kept)
+            );
+        }
+        break;
+    }
+    format!(
+        "the recording could not be kept (it was {})",
+        spool.display()
+    )
 }
 
 /// `trace.avt` -> `trace.<pid>.avt` (`trace.<pid>-<n>.avt` for the n-th exec of the pid).

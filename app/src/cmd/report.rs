@@ -14,6 +14,7 @@ use super::compare::{PolicyArgs, max_live_bytes, run_policies};
 use super::load::{InputArgs, load_input, require_events};
 use crate::format;
 use crate::model::heapmap::{self, CellKind};
+use crate::safe_write::PendingFile;
 use crate::theme::{self, Rgb};
 
 /// Arguments of `allocview report`.
@@ -79,50 +80,79 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         |f| f.to_string_lossy().into_owned(),
     );
 
-    let mut written = Vec::new();
+    // Every file goes to a temporary file first; all replace their outputs together at the
+    // end, so a failure part way leaves the folder as it was.
+    let mut out = Outputs::new(&args.file);
     let mut summary = summary_frame(&done, max_live)?;
-    written.push(write_csv(&mut summary, &args.out.join("summary.csv"))?);
+    write_csv(&mut summary, &out.start(&args.out.join("summary.csv"))?)?;
     let mut timeline = timeline_frame(&done)?;
-    written.push(write_csv(&mut timeline, &args.out.join("timeline.csv"))?);
+    write_csv(&mut timeline, &out.start(&args.out.join("timeline.csv"))?)?;
     let mut class_df = classes_frame(&classes)?;
-    written.push(write_csv(&mut class_df, &args.out.join("classes.csv"))?);
+    write_csv(&mut class_df, &out.start(&args.out.join("classes.csv"))?)?;
 
     register_fonts()?;
-    written.push(chart_timeline(
-        &args.out.join("timeline.png"),
+    chart_timeline(
+        &out.start(&args.out.join("timeline.png"))?,
         (w, h),
         &title,
         &done,
-    )?);
-    written.push(chart_fragmentation(
-        &args.out.join("fragmentation.png"),
+    )?;
+    chart_fragmentation(
+        &out.start(&args.out.join("fragmentation.png"))?,
         (w, h),
         &title,
         &done,
-    )?);
-    written.push(chart_classes(
-        &args.out.join("classes.png"),
+    )?;
+    chart_classes(
+        &out.start(&args.out.join("classes.png"))?,
         (w, h),
         &title,
         &classes,
-    )?);
+    )?;
     let (_, peak) = view.peak_live();
     for (name, rep) in &done {
-        let path = args.out.join(format!("heapmap_{name}.png"));
-        written.push(chart_heapmap(
-            &path,
-            (w, h),
-            &title,
-            name,
-            rep,
-            &view,
-            peak,
-        )?);
+        let path = out.start(&args.out.join(format!("heapmap_{name}.png")))?;
+        chart_heapmap(&path, (w, h), &title, name, rep, &view, peak)?;
     }
-    for p in written {
+    for p in out.commit_all()? {
         outln!("wrote {}", p.display());
     }
     Ok(())
+}
+
+/// The report's files while they are written: temporary files beside their outputs, which
+/// replace them only in [`Outputs::commit_all`] (dropped before that, they are removed).
+struct Outputs<'a> {
+    input: &'a Path,
+    pending: Vec<(PathBuf, PendingFile)>,
+}
+
+impl<'a> Outputs<'a> {
+    fn new(input: &'a Path) -> Self {
+        Self {
+            input,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Starts the output `path` (refused if it is the input); returns the temporary file to
+    /// write instead.
+    fn start(&mut self, path: &Path) -> Result<PathBuf> {
+        let (pending, _file) = PendingFile::create(path, &[self.input])?;
+        let tmp = pending.tmp_path().to_path_buf();
+        self.pending.push((path.to_path_buf(), pending));
+        Ok(tmp)
+    }
+
+    /// Puts every file in place; returns their paths.
+    fn commit_all(self) -> Result<Vec<PathBuf>> {
+        let mut done = Vec::with_capacity(self.pending.len());
+        for (path, pending) in self.pending {
+            pending.commit(None)?;
+            done.push(path);
+        }
+        Ok(done)
+    }
 }
 
 fn write_csv(df: &mut DataFrame, path: &Path) -> Result<PathBuf> {

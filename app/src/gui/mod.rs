@@ -287,7 +287,11 @@ impl GuiApp {
             (self.visible_s.0 / span_s).clamp(0.0, 1.0),
             (self.visible_s.1 / span_s).clamp(0.0, 1.0),
         );
-        match std::fs::write(&path, export::series_csv(state, window)) {
+        match crate::safe_write::write_bytes(
+            &path,
+            export::series_csv(state, window).as_bytes(),
+            state.data.as_ref().map(|d| d.path.as_path()).as_slice(),
+        ) {
             Ok(()) => format!("wrote {}", path.display()),
             Err(e) => format!("could not write {}: {e}", path.display()),
         }
@@ -896,8 +900,14 @@ fn save_png(path: &Path, img: &ColorImage) -> std::result::Result<(), String> {
         rgba,
     )
     .ok_or("screenshot size mismatch")?;
-    buf.save(path)
-        .map_err(|e| format!("{}: {e}", path.display()))
+    crate::safe_write::write_atomically(path, &[], |w| {
+        buf.write_to(
+            w,
+            image::ImageFormat::from_path(path).unwrap_or(image::ImageFormat::Png),
+        )
+        .map_err(std::io::Error::other)
+    })
+    .map_err(|e| e.to_string())
 }
 
 /// Runs `allocview gui`.

@@ -44,10 +44,10 @@ pub fn export_screen(state: &AppState, dir: &Path) -> Result<Vec<String>> {
 
     let csv = series_csv(state, state.zoom);
     let csv_path = dir.join(format!("{base}-series.csv"));
-    std::fs::write(&csv_path, csv).with_context(|| format!("writing {}", csv_path.display()))?;
+    crate::safe_write::write_bytes(&csv_path, csv.as_bytes(), &[&data.path])?;
     let txt = heap_text(state);
     let txt_path = dir.join(format!("{base}-heap.txt"));
-    std::fs::write(&txt_path, txt).with_context(|| format!("writing {}", txt_path.display()))?;
+    crate::safe_write::write_bytes(&txt_path, txt.as_bytes(), &[&data.path])?;
     Ok(vec![
         csv_path.display().to_string(),
         txt_path.display().to_string(),
