@@ -3,12 +3,18 @@
 //! - An output that is the input (the same path, another spelling of it, a hard link, a
 //!   symbolic link) is refused, and the input is left byte for byte as it was.
 //! - A failing command leaves an existing output untouched and no temporary file behind.
+//! - A binary trace damaged in the middle is an error naming the file and the offset, or, with
+//!   `--lenient`, loads with what was lost and where counted; it is never called "truncated".
+//! - `convert` never writes a binary trace that allocview would then refuse (too many threads).
 
 // Test helpers may unwrap: a failure is a test failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use serde_json::Value;
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
@@ -164,6 +170,119 @@ fn a_failing_convert_leaves_an_existing_output_untouched() {
     // A good conversion replaces it.
     succeeds(&["convert", p(&input), p(&keep), "--to", "binary"]);
     assert_ne!(std::fs::read(&keep).unwrap(), b"a precious older trace");
+    assert!(leftovers(&dir).is_empty());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A text trace of `events` allocations over `threads` threads.
+fn text_trace(path: &Path, events: u64, threads: u64) {
+    let mut text = String::new();
+    for i in 0..events {
+        writeln!(
+            text,
+            "{}.{:06}\t{}\t{}\t0x{:x}",
+            i / 1_000_000,
+            i % 1_000_000,
+            1000 + i % threads,
+            16 + i % 64,
+            0x10_0000 + i * 16
+        )
+        .unwrap();
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// The frames of a binary trace: (offset, tag, payload length).
+fn frames_of(bytes: &[u8]) -> Vec<(usize, u8, usize)> {
+    let mut out = Vec::new();
+    let mut pos = 10;
+    while pos + 5 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[pos + 1..pos + 5].try_into().unwrap()) as usize;
+        out.push((pos, bytes[pos], len));
+        pos += 5 + len;
+    }
+    out
+}
+
+fn stats_json(stdout: &str) -> Value {
+    serde_json::from_str(stdout).unwrap()
+}
+
+#[test]
+fn a_binary_trace_damaged_in_the_middle_says_what_was_lost_and_where() {
+    let dir = scratch("damaged");
+    let text = dir.join("t.trace");
+    text_trace(&text, 200_000, 4);
+    let good = dir.join("good.avt");
+    succeeds(&["convert", p(&text), p(&good)]);
+    let bytes = std::fs::read(&good).unwrap();
+    let blocks: Vec<_> = frames_of(&bytes)
+        .into_iter()
+        .filter(|f| f.1 == 0x03)
+        .collect();
+    assert_eq!(blocks.len(), 4, "65,536 events a block");
+    let (at, _, len) = blocks[1];
+
+    // One corrupt frame length: strict names the file and the offset; lenient repairs it.
+    let mut bad_len = bytes.clone();
+    bad_len[at + 1..at + 5].copy_from_slice(&0xffff_fff0u32.to_le_bytes());
+    let path = dir.join("bad-length.avt");
+    std::fs::write(&path, &bad_len).unwrap();
+    let err = fails(&["stats", p(&path)]);
+    assert!(err.contains(&format!("at byte {at}")), "{err}");
+    assert!(err.contains("bad-length.avt"), "{err}");
+    let (out, warn) = succeeds(&["stats", "--json", "--lenient", p(&path)]);
+    assert_eq!(stats_json(&out)["events"], 200_000, "{warn}");
+    assert!(warn.contains("nothing lost"), "{warn}");
+    assert!(!warn.contains("truncated"), "{warn}");
+
+    // A damaged block: skipped, the blocks after it read, the loss counted.
+    let mut bad_block = bytes.clone();
+    let mid = at + 5 + len / 2;
+    bad_block[mid..mid + 32].fill(0);
+    let path = dir.join("bad-block.avt");
+    std::fs::write(&path, &bad_block).unwrap();
+    let err = fails(&["stats", p(&path)]);
+    assert!(err.contains(&format!("at byte {at}")), "{err}");
+    let (out, warn) = succeeds(&["stats", "--json", "--lenient", p(&path)]);
+    assert_eq!(stats_json(&out)["events"], 200_000 - 65_536, "{warn}");
+    assert!(warn.contains("65536 events lost"), "{warn}");
+    assert!(warn.contains(&format!("byte {at}")), "{warn}");
+    assert!(!warn.contains("truncated"), "{warn}");
+
+    // convert reads the same way: strict refuses, lenient converts what is there and says so.
+    let back = dir.join("back.trace");
+    let err = fails(&["convert", p(&path), p(&back)]);
+    assert!(err.contains(&format!("at byte {at}")), "{err}");
+    assert!(!back.exists());
+    let (_, warn) = succeeds(&["convert", "--lenient", p(&path), p(&back)]);
+    assert!(warn.contains("65536 events lost"), "{warn}");
+    let lines = std::fs::read_to_string(&back).unwrap().lines().count();
+    assert_eq!(lines, 200_000 - 65_536);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn convert_never_writes_a_binary_trace_allocview_would_refuse() {
+    let dir = scratch("threads");
+    // The most threads allocview loads: converts and loads back.
+    let most = dir.join("most.trace");
+    text_trace(&most, 65_536, 65_536);
+    let most_avt = dir.join("most.avt");
+    succeeds(&["convert", p(&most), p(&most_avt)]);
+    let (out, _) = succeeds(&["stats", "--json", p(&most_avt)]);
+    assert_eq!(stats_json(&out)["threads"], 65_536);
+    // One more: refused before anything is written, with the reason.
+    let over = dir.join("over.trace");
+    text_trace(&over, 65_537, 65_537);
+    let over_avt = dir.join("over.avt");
+    let err = fails(&["convert", p(&over), p(&over_avt)]);
+    assert!(err.contains("at most 65536 threads"), "{err}");
+    assert!(!over_avt.exists());
+    // Over an existing file: left as it was.
+    std::fs::write(&over_avt, b"older").unwrap();
+    fails(&["convert", p(&over), p(&over_avt)]);
+    assert_eq!(std::fs::read(&over_avt).unwrap(), b"older");
     assert!(leftovers(&dir).is_empty());
     std::fs::remove_dir_all(&dir).ok();
 }

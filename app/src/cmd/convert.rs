@@ -6,13 +6,14 @@
 //! backwards, frees of unknown pointers). Text is written with six fractional digits when the
 //! time is a whole microsecond and nine otherwise.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use allocview_loaders::binary::{self, BinaryInfo, BinaryWriter, TimeBase};
-use allocview_loaders::malloc_trace::{self, CALL_NAMES, Record};
-use allocview_loaders::{LoadOptions, Strictness};
+use allocview_loaders::malloc_trace::{self, CALL_NAMES, MAX_THREADS, Record};
+use allocview_loaders::{LoadOptions, LoadSummary, Strictness};
 use anyhow::{Context as _, Result};
 
 use super::load::InputArgs;
@@ -93,15 +94,16 @@ pub fn read_any(
             Err("a writable output")
         }
     };
+    let strictness = if lenient {
+        Strictness::Lenient
+    } else {
+        Strictness::Strict
+    };
     let result = if binary::is_binary(&binary::file_head(input)?) {
-        binary::read_records(input, base, &mut push).map(Some)
+        binary::read_records_with(input, base, strictness, &mut push).map(Some)
     } else {
         let opts = LoadOptions {
-            strictness: if lenient {
-                Strictness::Lenient
-            } else {
-                Strictness::Strict
-            },
+            strictness,
             progress: None,
         };
         malloc_trace::read_text_records(input, &opts, &mut push).map(|summary| {
@@ -120,6 +122,18 @@ pub fn read_any(
             "warning: {} is incomplete ({why}); converted what was there",
             input.display()
         );
+    }
+    if let Some(info) = info.as_ref().filter(|i| !i.damaged.is_empty()) {
+        // The loader's own wording: what was lost, and where.
+        let summary = LoadSummary {
+            events: info.records,
+            damaged: info.damaged.clone(),
+            events_lost: info.events_lost,
+            ..LoadSummary::default()
+        };
+        for w in summary.warnings() {
+            eprintln!("warning: {}: {w}", input.display());
+        }
     }
     Ok(info)
 }
@@ -142,6 +156,11 @@ pub struct RecordWriter {
     sink: Sink,
     pending: PendingFile,
     records: u64,
+    path: PathBuf,
+    /// The text form's threads, to say when allocview will not load the file (the binary
+    /// writer refuses such a record instead).
+    text_threads: HashSet<u64>,
+    last_tid: Option<u64>,
 }
 
 impl RecordWriter {
@@ -176,11 +195,18 @@ impl RecordWriter {
             sink,
             pending,
             records: 0,
+            path: path.to_path_buf(),
+            text_threads: HashSet::new(),
+            last_tid: None,
         })
     }
 
     /// Appends one record.
     pub fn push(&mut self, r: &Record) -> io::Result<()> {
+        if matches!(self.sink, Sink::Text(_)) && self.last_tid != Some(r.tid) {
+            self.last_tid = Some(r.tid);
+            self.text_threads.insert(r.tid);
+        }
         match &mut self.sink {
             Sink::Text(TextOut::Plain(w)) => write_text_record(w, r)?,
             Sink::Text(TextOut::Gzip(w)) => write_text_record(w.as_mut(), r)?,
@@ -203,6 +229,14 @@ impl RecordWriter {
             .map_err(io::IntoInnerError::into_error)
             .context("cannot write the output")?;
         self.pending.commit(Some(file))?;
+        if self.text_threads.len() > MAX_THREADS {
+            eprintln!(
+                "note: {} has {} threads; allocview loads at most {MAX_THREADS}, so it will not \
+                 load this file (other libtracemalloc tools may)",
+                self.path.display(),
+                self.text_threads.len()
+            );
+        }
         Ok(self.records)
     }
 }
