@@ -64,7 +64,15 @@
 #![cfg(all(target_os = "linux", target_pointer_width = "64"))]
 #![allow(clippy::missing_safety_doc)]
 
+#[cfg(target_arch = "x86_64")]
+mod cfi;
 pub mod encode;
+#[cfg(target_arch = "x86_64")]
+mod modules;
+#[cfg(target_arch = "x86_64")]
+mod stacks;
+#[cfg(target_arch = "x86_64")]
+mod unwind;
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void};
@@ -173,6 +181,9 @@ const FORMAT_VERSION: u8 = 1;
 const FILE_KIND_SPOOL: u8 = 1;
 const FRAME_META: u8 = 0x01;
 const FRAME_SEGMENT: u8 = 0x10;
+/// A module of the process (see `modules.rs`), written when the unwinder first meets it.
+#[cfg(target_arch = "x86_64")]
+const FRAME_MODULE: u8 = 0x11;
 /// Segment header after the frame's tag and length: stream u32, tid u64, tick u64, ns i64.
 const SEGMENT_HEADER_BYTES: usize = 4 + 8 + 8 + 8;
 
@@ -199,6 +210,10 @@ const OP_ADDR_SHIFT: u8 = 5;
 const OP_KEYED: u8 = 0x0e;
 /// The spool's event encoding, named in its META.
 const SPOOL_EVENTS_ENCODING: u64 = 3;
+/// The encoding with stacks: as 3, and every allocation event carries a stack id (a prefix
+/// varint after the address, before the key; 0 = none), and a stream may hold stack
+/// definitions (op byte `0x0d`, see `stacks.rs`).
+const SPOOL_EVENTS_ENCODING_STACKS: u64 = 4;
 
 /// Set by cargo, or by `app/build.rs` when it compiles this file with a bare `rustc`.
 const TRACER_VERSION: &str = match option_env!("CARGO_PKG_VERSION") {
@@ -219,6 +234,7 @@ const MAX_EVENT_BYTES: usize = 1
     + 1
     + PREFIX_VARINT_STORE_BYTES
     + SHORT_U64_STORE_BYTES
+    + PREFIX_VARINT_STORE_BYTES
     + PREFIX_VARINT_STORE_BYTES;
 /// Where the event bytes start in a buffer's block (the [`Buf`] header takes the first page).
 const DATA_OFFSET_BYTES: usize = 4096;
@@ -302,6 +318,9 @@ struct ThreadState {
     /// Set while tracer code outside the hot path runs (initialisation, flushes, taking a
     /// buffer), and for good on the clock thread: nested calls go straight to the allocator.
     busy: Cell<bool>,
+    /// The thread's stack, `[stack_lo, stack_hi)`, once the unwinder has asked (0: not yet).
+    stack_lo: Cell<u64>,
+    stack_hi: Cell<u64>,
 }
 
 impl ThreadState {
@@ -325,7 +344,7 @@ impl ThreadState {
 
 /// Bytes reserved for [`ThreadState`] in the static TLS block.
 #[cfg(target_arch = "x86_64")]
-const TLS_BYTES: usize = 64;
+const TLS_BYTES: usize = 128;
 
 #[cfg(target_arch = "x86_64")]
 const _: () = assert!(std::mem::size_of::<ThreadState>() <= TLS_BYTES);
@@ -376,6 +395,8 @@ thread_local! {
             prev_key: Cell::new(0),
             keyed: Cell::new(false),
             busy: Cell::new(false),
+            stack_lo: Cell::new(0),
+            stack_hi: Cell::new(0),
         }
     };
 }
@@ -452,6 +473,14 @@ static WRITE_LOCK: AtomicUsize = AtomicUsize::new(0);
 static BUFFERS: AtomicPtr<Buf> = AtomicPtr::new(null_mut());
 static NEXT_STREAM: AtomicU32 = AtomicU32::new(0);
 static KEY: AtomicU32 = AtomicU32::new(u32::MAX);
+/// Allocations carry their call stacks (`ALLOCVIEW_STACKS=1`, x86-64 only). Set at
+/// initialisation, before any event.
+static STACKS: AtomicBool = AtomicBool::new(false);
+
+#[inline(always)]
+fn stacks_on() -> bool {
+    STACKS.load(Ordering::Relaxed)
+}
 /// The process whose clock thread has been started (a fork child starts its own).
 static CLOCK_PID: AtomicI32 = AtomicI32::new(0);
 /// The `ALLOCVIEW_SPOOL` prefix, kept for the files of forked children.
@@ -904,6 +933,12 @@ unsafe fn initialise() -> bool {
     }
     PREFIX.len.store(prefix.len(), Ordering::Release);
     KEYS_USABLE.store(keys_usable(), Ordering::Relaxed);
+    // SAFETY: as for the prefix above.
+    let stacks = unsafe { getenv(c"ALLOCVIEW_STACKS".as_ptr()) };
+    // SAFETY: as above.
+    let stacks =
+        !stacks.is_null() && unsafe { std::ffi::CStr::from_ptr(stacks) }.to_bytes() == b"1";
+    STACKS.store(stacks && cfg!(target_arch = "x86_64"), Ordering::Relaxed);
     tick_clock();
     // SAFETY: plain syscalls and libc registration calls; nested allocations pass through.
     unsafe {
@@ -1006,7 +1041,12 @@ unsafe fn write_header(fd: c_int, pid: c_int) -> bool {
     w.put(b"\nclock=monotonic_coarse_ns\nclock_resolution_ns=");
     w.put_dec(CLOCK_PERIOD_NS as u64);
     w.put(b"\nevents=");
-    w.put_dec(SPOOL_EVENTS_ENCODING);
+    if stacks_on() {
+        w.put_dec(SPOOL_EVENTS_ENCODING_STACKS);
+        w.put(b"\nstacks=dwarf_cfi\narch=x86_64");
+    } else {
+        w.put_dec(SPOOL_EVENTS_ENCODING);
+    }
     w.put(b"\ntracer=allocview_tracer ");
     w.put(TRACER_VERSION.as_bytes());
     // The command line, one `arg=` line per argument (newlines inside become spaces).
@@ -1039,6 +1079,21 @@ unsafe fn write_header(fd: c_int, pid: c_int) -> bool {
     w.patch_u32(len_at, body_len);
     // SAFETY: fd is open; the bytes are initialised.
     unsafe { write_all(fd, &[w.bytes()]) }
+}
+
+/// Writes one whole frame to the spool (under the write lock, so no segment is cut).
+#[cfg(target_arch = "x86_64")]
+fn write_frame(frame: &[u8]) {
+    let fd = FD.load(Ordering::Acquire);
+    if fd < 0 {
+        return;
+    }
+    lock(&WRITE_LOCK);
+    // SAFETY: fd is the spool.
+    if !unsafe { write_all(fd, &[frame]) } {
+        FD.store(-1, Ordering::Release);
+    }
+    unlock(&WRITE_LOCK);
 }
 
 /// Writes every slice, in order, retrying after short writes and EINTR.
@@ -1266,8 +1321,10 @@ fn leave(t: &ThreadState, cursor: *mut u8) {
 }
 
 /// Appends one event (between [`enter`] and [`leave`]) and returns the new cursor. `key` is
-/// the event's order key, when several threads record.
+/// the event's order key, when several threads record; `stack` its stack id (with stacks on,
+/// every allocation has one, 0 when none was captured; frees never do).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn append(
     t: &ThreadState,
     mut cursor: *mut u8,
@@ -1276,6 +1333,7 @@ fn append(
     addr: u64,
     time_ns: u64,
     key: Option<u64>,
+    stack: Option<u64>,
 ) -> *mut u8 {
     // SAFETY: the thread's buffer, never unmapped.
     let b = unsafe { &*t.buf.get() };
@@ -1287,21 +1345,36 @@ fn append(
         cursor = append_time(t, cursor, time_ns);
     }
     if key.is_none() && !t.keyed.get() {
-        return append_at(t, b, cursor, op, size, addr);
+        return append_at(t, b, cursor, op, size, addr, stack);
     }
-    append_keyed(t, b, cursor, op, size, addr, key)
+    append_keyed(t, b, cursor, op, size, addr, key, stack)
 }
 
 /// Encodes one event at `cursor`, publishes it and returns the new cursor.
 #[inline(always)]
-fn append_at(t: &ThreadState, b: &Buf, cursor: *mut u8, op: u8, size: u64, addr: u64) -> *mut u8 {
-    let end = encode_at(t, cursor, op, size, addr);
+fn append_at(
+    t: &ThreadState,
+    b: &Buf,
+    cursor: *mut u8,
+    op: u8,
+    size: u64,
+    addr: u64,
+    stack: Option<u64>,
+) -> *mut u8 {
+    let end = encode_at(t, cursor, op, size, addr, stack);
     commit(b, end)
 }
 
 /// Encodes one event at `cursor` and returns its end, unpublished.
 #[inline(always)]
-fn encode_at(t: &ThreadState, cursor: *mut u8, op: u8, size: u64, addr: u64) -> *mut u8 {
+fn encode_at(
+    t: &ThreadState,
+    cursor: *mut u8,
+    op: u8,
+    size: u64,
+    addr: u64,
+    stack: Option<u64>,
+) -> *mut u8 {
     let da = zigzag(addr.wrapping_sub(t.prev_addr.get()) as i64);
     // SAFETY: callers leave MAX_EVENT_BYTES of room after `cursor` (the time change's share
     // of it is unused here), inside the buffer; only the owner writes beyond `committed`.
@@ -1313,7 +1386,11 @@ fn encode_at(t: &ThreadState, cursor: *mut u8, op: u8, size: u64, addr: u64) -> 
         let (code, len) = put_short_u64(cursor.add(n), da);
         cursor.write(op | (code << OP_ADDR_SHIFT));
         t.prev_addr.set(addr);
-        cursor.add(n + len)
+        n += len;
+        if let Some(id) = stack {
+            n += put_prefix_varint(cursor.add(n), id);
+        }
+        cursor.add(n)
     }
 }
 
@@ -1328,6 +1405,7 @@ fn commit(b: &Buf, end: *mut u8) -> *mut u8 {
 /// stream's previous key, after the address), switching the stream to keyed events first
 /// if it has not yet; publishes it and returns the new cursor.
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 fn append_keyed(
     t: &ThreadState,
     b: &Buf,
@@ -1336,6 +1414,7 @@ fn append_keyed(
     size: u64,
     addr: u64,
     key: Option<u64>,
+    stack: Option<u64>,
 ) -> *mut u8 {
     // SAFETY: within the room `append` checked (MAX_EVENT_BYTES counts the switch and the key).
     unsafe {
@@ -1347,7 +1426,7 @@ fn append_keyed(
         // Every event of a keyed stream has a key; a call that found the process still
         // single-threaded before its real call and not after it takes one now.
         let key = key.or_else(order_key).unwrap_or(t.prev_key.get());
-        let end = encode_at(t, cursor, op, size, addr);
+        let end = encode_at(t, cursor, op, size, addr, stack);
         let dk = zigzag(key.wrapping_sub(t.prev_key.get()) as i64);
         t.prev_key.set(key);
         commit(b, end.add(put_prefix_varint(end, dk)))
@@ -1390,7 +1469,7 @@ fn record_fast(op: u8, size: u64, addr: u64, time_ns: u64) -> bool {
     }
     // SAFETY: the thread's buffer, never unmapped (a non-null cursor implies one).
     let b = unsafe { &*t.buf.get() };
-    let next = append_at(t, b, cursor, op, size, addr);
+    let next = append_at(t, b, cursor, op, size, addr, None);
     leave(t, next);
     true
 }
@@ -1404,9 +1483,43 @@ fn record_slow(op: u8, size: u64, addr: u64, time_ns: u64) {
         // Read after enter: a thread's first call takes its buffer there, and may be the one
         // that makes the process multi-threaded.
         let key = event_key();
-        let next = append(t, cursor, op, size, addr, time_ns, key);
+        let next = append(t, cursor, op, size, addr, time_ns, key, None);
         leave(t, next);
     }
+}
+
+/// The stack of the allocation being recorded, captured between [`enter`] and [`leave`]
+/// (its definition, when new, written at `cursor`): the new cursor and the event's stack
+/// field, `None` when stacks are off.
+#[inline(always)]
+fn stack_of(t: &ThreadState, cursor: *mut u8) -> (*mut u8, Option<u64>) {
+    if !stacks_on() {
+        return (cursor, None);
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: a non-null cursor implies the thread's buffer, never unmapped.
+        let b = unsafe { &*t.buf.get() };
+        let (cursor, id) = stacks::capture(t, b, cursor);
+        (cursor, Some(id))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = t;
+        (cursor, None)
+    }
+}
+
+/// Records an allocation with its stack (stacks on); `p` is returned.
+#[inline(never)]
+fn record_alloc_stacked(call: u8, size: usize, p: *mut c_void) -> *mut c_void {
+    if let Some((t, cursor)) = enter() {
+        let key = event_key();
+        let (cursor, stack) = stack_of(t, cursor);
+        let next = append(t, cursor, call, size as u64, p as u64, now_ns(), key, stack);
+        leave(t, next);
+    }
+    p
 }
 
 /// Records an allocation; `time_ns` was read after the real call returned. Returns `p`, for
@@ -1442,7 +1555,8 @@ fn finish_alloc(
     p: *mut c_void,
 ) -> *mut c_void {
     let key = event_key();
-    let next = append(t, cursor, call, size as u64, p as u64, now_ns(), key);
+    let (cursor, stack) = stack_of(t, cursor);
+    let next = append(t, cursor, call, size as u64, p as u64, now_ns(), key, stack);
     leave(t, next);
     p
 }
@@ -1488,21 +1602,26 @@ fn finish_realloc(
             old,
             before.time_ns,
             before.key,
+            None,
         )
     };
+    let alloc = |cursor, addr| {
+        let (cursor, stack) = stack_of(t, cursor);
+        append(t, cursor, call, size, addr, after_ns, after_key, stack)
+    };
     if old == 0 {
-        cursor = append(t, cursor, call, size, new, after_ns, after_key);
+        cursor = alloc(cursor, new);
     } else if new == 0 {
         if size == 0 {
             // realloc(p, 0) freed p (glibc).
             cursor = free_old(cursor);
         } else {
             // Failed: the old block is untouched.
-            cursor = append(t, cursor, call, size, 0, after_ns, after_key);
+            cursor = alloc(cursor, 0);
         }
     } else {
         cursor = free_old(cursor);
-        cursor = append(t, cursor, call, size, new, after_ns, after_key);
+        cursor = alloc(cursor, new);
     }
     leave(t, cursor);
     new as *mut c_void
@@ -1516,6 +1635,9 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
         return arena_alloc(size, 16);
     };
     let p = unsafe { f(size) };
+    if stacks_on() {
+        return record_alloc_stacked(CALL_MALLOC, size, p);
+    }
     record_alloc(CALL_MALLOC, size, p, now_ns())
 }
 
@@ -1837,6 +1959,8 @@ unsafe extern "C" fn after_fork_child() {
         p = b.next.load(Ordering::Acquire);
     }
     NEXT_STREAM.store(0, Ordering::Relaxed);
+    #[cfg(target_arch = "x86_64")]
+    stacks::reset_after_fork();
     if let (Some(t), false) = (t, mine.is_null()) {
         // SAFETY: as above.
         let mine = unsafe { &*mine };
@@ -1851,6 +1975,11 @@ unsafe extern "C" fn after_fork_child() {
             t.detach();
         }
         return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if stacks_on() {
+        // The child's spool needs the module map too (the stacks it will define use it).
+        modules::emit_all(stacks::emit_module);
     }
     start_clock();
 }

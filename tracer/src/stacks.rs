@@ -1,0 +1,270 @@
+//! Call stacks of allocations: captured with [`crate::unwind`], deduplicated in a
+//! process-wide lock-free table, and written once each into the capturing thread's event
+//! stream as a stack definition, so that an allocation event carries only a stack id.
+//!
+//! The table maps a 64-bit hash of a stack (its return addresses and how its walk ended) to
+//! its id: open addressing over [`TABLE_SLOTS`] slots of a lazily `mmap`ed block, a slot
+//! claimed with one compare-and-swap of its hash; the thread that claims it takes the next id,
+//! writes the definition into its own stream, then publishes the id (a thread that finds the
+//! hash before the id is published waits for it: a few instructions later). Two different
+//! stacks with equal 64-bit hashes would share an id (odds about n²/2⁶⁵). When the probe
+//! sequence is full, the stack gets a fresh id and a definition of its own every time.
+//!
+//! A stack definition in the spool (op byte `0x0d`, in event encoding 4): the id as a prefix
+//! varint, how the walk ended (u8, [`End`]), the number of frames (u8), then each frame's
+//! address as a zigzag LEB128 varint of its difference from the previous one's (the first
+//! from 0), innermost first: the first is the return address into the code that called the
+//! allocation function.
+
+use std::ffi::{c_int, c_void};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+use crate::encode::{PREFIX_VARINT_STORE_BYTES, put_prefix_varint, put_varint, zigzag};
+use crate::modules::{self, Module};
+use crate::unwind::{self, End, MAX_DEPTH, Regs};
+use crate::{Buf, ThreadState};
+
+/// The op byte of a stack definition in a stream.
+pub const OP_STACK: u8 = 0x0d;
+/// Most bytes a definition takes.
+pub const MAX_DEF_BYTES: usize = 1 + PREFIX_VARINT_STORE_BYTES + 2 + MAX_DEPTH * 10;
+/// Slots of the stack table (16 bytes each: 16 MiB of address space, touched as used).
+const TABLE_SLOTS: usize = 1 << 20;
+/// Slots looked at before giving up on interning a stack.
+const MAX_PROBES: usize = 64;
+
+#[repr(C)]
+struct Slot {
+    hash: AtomicU64,
+    id: AtomicU64,
+}
+
+static TABLE: AtomicPtr<Slot> = AtomicPtr::new(null_mut());
+/// The next stack id (0 means "no stack").
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// The tracer's own code, whose frames start every walk and are left out.
+static TRACER_LO: AtomicU64 = AtomicU64::new(0);
+static TRACER_HI: AtomicU64 = AtomicU64::new(0);
+
+type PthreadAttr = [u64; 8];
+
+unsafe extern "C" {
+    fn pthread_self() -> u64;
+    fn pthread_getattr_np(thread: u64, attr: *mut PthreadAttr) -> c_int;
+    fn pthread_attr_getstack(
+        attr: *const PthreadAttr,
+        addr: *mut *mut c_void,
+        size: *mut usize,
+    ) -> c_int;
+    fn pthread_attr_destroy(attr: *mut PthreadAttr) -> c_int;
+}
+
+/// In a fork child: ids start again (its spool has none of the parent's definitions).
+pub fn reset_after_fork() {
+    TABLE.store(null_mut(), Ordering::Release);
+    NEXT_ID.store(1, Ordering::Release);
+    modules::reset_lock_after_fork();
+}
+
+/// The calling thread's stack, `[lo, hi)`, found once per thread (`(1, 1)` when unknown:
+/// such a thread records no stacks).
+fn thread_stack(t: &ThreadState) -> (u64, u64) {
+    let hi = t.stack_hi.get();
+    if hi != 0 {
+        return (t.stack_lo.get(), hi);
+    }
+    let mut attr: PthreadAttr = [0; 8];
+    let mut addr: *mut c_void = null_mut();
+    let mut size = 0usize;
+    // SAFETY: plain libc calls on local objects; allocations they make (the main thread's
+    // reads /proc/self/maps) pass through, the caller having entered the tracer.
+    let ok = unsafe {
+        pthread_getattr_np(pthread_self(), &mut attr) == 0 && {
+            let got = pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+            pthread_attr_destroy(&mut attr);
+            got
+        }
+    };
+    let (lo, hi) = if ok && !addr.is_null() {
+        (addr as u64, addr as u64 + size as u64)
+    } else {
+        (1, 1)
+    };
+    t.stack_lo.set(lo);
+    t.stack_hi.set(hi);
+    (lo, hi)
+}
+
+/// The tracer's own address range.
+fn tracer_range() -> (u64, u64) {
+    let hi = TRACER_HI.load(Ordering::Relaxed);
+    if hi != 0 {
+        return (TRACER_LO.load(Ordering::Relaxed), hi);
+    }
+    let here = tracer_range as *const () as u64;
+    let (lo, hi) = modules::find_or_refresh(here, emit_module).map_or((0, 0), Module::span);
+    TRACER_LO.store(lo, Ordering::Relaxed);
+    TRACER_HI.store(hi, Ordering::Relaxed);
+    (lo, hi)
+}
+
+/// Writes a module to the spool as a `MODULE` frame.
+pub fn emit_module(m: &Module) {
+    let mut frame = [0u8; 1024];
+    let Some((head, body)) = frame.split_at_mut_checked(5) else {
+        return;
+    };
+    let Some(len) = modules::encode_module(m, body) else {
+        return;
+    };
+    head[0] = crate::FRAME_MODULE;
+    head[1..5].copy_from_slice(&(len as u32).to_le_bytes());
+    crate::write_frame(frame.get(..5 + len).unwrap_or(&[]));
+}
+
+/// The registers of the calling function, at this very point.
+#[inline(always)]
+fn current_regs() -> Regs {
+    let (pc, sp, bp): (u64, u64, u64);
+    // SAFETY: reads three registers; touches no memory.
+    unsafe {
+        std::arch::asm!(
+            "lea {pc}, [rip]",
+            "mov {sp}, rsp",
+            "mov {bp}, rbp",
+            pc = out(reg) pc,
+            sp = out(reg) sp,
+            bp = out(reg) bp,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    Regs { pc, sp, bp }
+}
+
+/// Captures the calling thread's stack (leaving out the tracer's frames), interns it, and
+/// writes its definition at `cursor` when it is new. Call between `enter` and `leave`.
+/// Returns the new cursor and the stack id (0 when the thread's stack is unknown).
+#[inline(never)]
+pub fn capture(t: &ThreadState, b: &Buf, mut cursor: *mut u8) -> (*mut u8, u64) {
+    let regs = current_regs();
+    let (lo, hi) = thread_stack(t);
+    if regs.sp < lo || regs.sp >= hi {
+        // Another stack (sigaltstack), or an unknown one.
+        return (cursor, 0);
+    }
+    let mut pcs = [0u64; MAX_DEPTH];
+    let (n, end) = unwind::walk(regs, lo, hi, tracer_range(), &mut pcs, emit_module);
+    let pcs = pcs.get(..n).unwrap_or(&[]);
+    let h = hash(pcs, end);
+    let (id, new) = intern(h);
+    if new {
+        cursor = write_def(b, cursor, id, end, pcs);
+    }
+    (cursor, id)
+}
+
+fn hash(pcs: &[u64], end: End) -> u64 {
+    let mut h = 0x243F_6A88_85A3_08D3u64 ^ (end as u64);
+    for &pc in pcs {
+        h = (h.rotate_left(23) ^ pc).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    h ^= h >> 31;
+    h.max(1)
+}
+
+fn table() -> *mut Slot {
+    let t = TABLE.load(Ordering::Acquire);
+    if !t.is_null() {
+        return t;
+    }
+    // SAFETY: a fresh anonymous mapping, zero-filled.
+    let block = unsafe {
+        crate::mmap(
+            null_mut(),
+            TABLE_SLOTS * std::mem::size_of::<Slot>(),
+            crate::PROT_RW,
+            crate::MAP_PRIVATE_ANON | MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if block as isize == -1 || block.is_null() {
+        return null_mut();
+    }
+    match TABLE.compare_exchange(
+        null_mut(),
+        block.cast(),
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => block.cast(),
+        // Another thread mapped one first (this one stays unused).
+        Err(now) => now,
+    }
+}
+
+const MAP_NORESERVE: c_int = 0x4000;
+
+/// The id of the stack with hash `h`, and whether this call assigned it (and so must write
+/// the definition).
+fn intern(h: u64) -> (u64, bool) {
+    let t = table();
+    if t.is_null() {
+        return (NEXT_ID.fetch_add(1, Ordering::Relaxed), true);
+    }
+    for probe in 0..MAX_PROBES {
+        let i = (h as usize).wrapping_add(probe) & (TABLE_SLOTS - 1);
+        // SAFETY: `i` is below TABLE_SLOTS, inside the mapping.
+        let slot = unsafe { &*t.add(i) };
+        let mut seen = slot.hash.load(Ordering::Acquire);
+        if seen == 0 {
+            match slot
+                .hash
+                .compare_exchange(0, h, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+                    slot.id.store(id, Ordering::Release);
+                    return (id, true);
+                }
+                Err(now) => seen = now,
+            }
+        }
+        if seen == h {
+            loop {
+                let id = slot.id.load(Ordering::Acquire);
+                if id != 0 {
+                    return (id, false);
+                }
+                std::hint::spin_loop();
+            }
+        }
+    }
+    (NEXT_ID.fetch_add(1, Ordering::Relaxed), true)
+}
+
+/// Writes a stack definition at `cursor` (flushing the buffer first when it lacks room).
+fn write_def(b: &Buf, mut cursor: *mut u8, id: u64, end: End, pcs: &[u64]) -> *mut u8 {
+    // SAFETY: the thread's buffer; the definition fits below `last_start` after the check,
+    // leaving room for the event that follows it.
+    unsafe {
+        if cursor.add(MAX_DEF_BYTES) > b.last_start() {
+            crate::flush_own(b);
+            cursor = b.data();
+        }
+        let mut n = 0;
+        cursor.write(OP_STACK);
+        n += 1;
+        n += put_prefix_varint(cursor.add(n), id);
+        cursor.add(n).write(end as u8);
+        cursor.add(n + 1).write(pcs.len() as u8);
+        n += 2;
+        let mut prev = 0u64;
+        for &pc in pcs {
+            n += put_varint(cursor.add(n), zigzag(pc.wrapping_sub(prev) as i64));
+            prev = pc;
+        }
+        crate::commit(b, cursor.add(n))
+    }
+}
