@@ -71,6 +71,15 @@ enum Command {
     /// Plan buffers with known lifetimes (a minimalloc CSV, a JSON graph plan, a trace or a TF
     /// memory log) with static planners, against the lower bound.
     Plan(cmd::plan::PlanArgs),
+    /// Live bytes and allocations by allocation site at a moment (the stack, function or
+    /// module that asked), and the free space each site's blocks pin in a policy's heap.
+    Sites(cmd::sites::SitesArgs),
+    /// What is live at the end, by site, told apart as leaks (still growing) or caches.
+    Leaks(cmd::sites::LeaksArgs),
+    /// A flame graph (SVG, or folded stacks) of live or allocated bytes by call stack.
+    Flamegraph(cmd::sites::FlamegraphArgs),
+    /// Compare two runs: peak live bytes, footprint per policy, and bytes by site.
+    Diff(cmd::diff::DiffArgs),
 }
 
 fn main() -> ExitCode {
@@ -87,6 +96,14 @@ fn main() -> ExitCode {
         (Some(Command::Record(args)), _) => cmd::record::run(&args),
         (Some(Command::Convert(args)), _) => cmd::convert::run(&args),
         (Some(Command::Plan(args)), _) => cmd::plan::run(&args),
+        (Some(Command::Sites(args)), _) => cmd::sites::run_sites(&args),
+        (Some(Command::Leaks(args)), _) => cmd::sites::run_leaks(&args),
+        (Some(Command::Flamegraph(args)), _) => cmd::sites::run_flamegraph(&args),
+        (Some(Command::Diff(args)), _) => match cmd::diff::run(&args) {
+            // The CI gate: the report is printed, the status says it failed.
+            Ok(true) => return ExitCode::from(1),
+            other => other.map(|_| ()),
+        },
         (None, Some(file)) => explore(&file, &cli.policies, &cli.input, cli.goto),
         (None, None) => {
             eprintln!("usage: allocview FILE  (or allocview --help)");
@@ -131,7 +148,7 @@ fn explore(
     use anyhow::Context as _;
     // Fail before taking over the terminal when the file cannot even be opened.
     std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?;
-    let names = policies.names()?;
+    let names = policies.explorer_specs(Some(file))?;
     let config = policies.config()?;
     let jobs = policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)

@@ -33,6 +33,7 @@ pub mod input;
 pub mod malloc_trace;
 pub mod plan;
 pub mod pytorch;
+pub mod site_stats;
 pub mod sites;
 pub mod stats;
 pub mod tf;

@@ -12,9 +12,12 @@ macro_rules! outln {
 pub mod bench;
 pub mod compare;
 pub mod convert;
+pub mod diff;
+pub mod flamegraph_svg;
 pub mod load;
 pub mod plan;
 pub mod record;
 pub mod report;
+pub mod sites;
 pub mod stats;
 pub mod stats_pytorch;

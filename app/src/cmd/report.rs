@@ -10,7 +10,7 @@ use anyhow::{Context as _, Result, anyhow};
 use plotters::prelude::*;
 use polars::prelude::*;
 
-use super::compare::{PolicyArgs, max_live_bytes, run_policies};
+use super::compare::{PolicyArgs, config_for_input, max_live_bytes, run_policies};
 use super::load::{InputArgs, load_input, require_events};
 use crate::format;
 use crate::model::heapmap::{self, CellKind};
@@ -48,19 +48,19 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         .split_once('x')
         .and_then(|(w, h)| Some((w.parse::<u32>().ok()?, h.parse::<u32>().ok()?)))
         .context("--size must look like 1200x700")?;
-    let names = args.policies.names()?;
-    let config = args.policies.config()?;
+    let specs = args.policies.specs()?;
     let loaded = load_input(&args.file, &args.input)?;
+    let config = config_for_input(&loaded, args.policies.config()?);
     let ev = require_events(&loaded, &args.file, "report")?;
     let view = allocview_loaders::trace_view(ev.events, &args.file)?;
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    let runs = run_policies(&view, &names, &config, jobs);
-    let done: Vec<(&'static str, &Replay)> = runs
+    let runs = run_policies(&view, &specs, &config, jobs);
+    let done: Vec<(&str, &Replay)> = runs
         .iter()
         .filter_map(|r| match &r.result {
-            Ok(rep) => Some((r.name, rep)),
+            Ok(rep) => Some((r.name.as_str(), rep)),
             Err(e) => {
                 eprintln!("note: skipping {}: {e}", r.name);
                 None
@@ -111,7 +111,18 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     )?;
     let (_, peak) = view.peak_live();
     for (name, rep) in &done {
-        let path = out.start(&args.out.join(format!("heapmap_{name}.png")))?;
+        // A variant's label holds `:`, `=` and brackets: keep file names portable.
+        let file_name: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-_=.".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let path = out.start(&args.out.join(format!("heapmap_{file_name}.png")))?;
         chart_heapmap(&path, (w, h), &title, name, rep, &view, peak)?;
     }
     for p in out.commit_all()? {
@@ -176,7 +187,7 @@ pub fn read_csv(path: &Path, schema: SchemaRef) -> Result<DataFrame> {
         .finish()?)
 }
 
-fn summary_frame(done: &[(&'static str, &Replay)], max_live: u64) -> Result<DataFrame> {
+fn summary_frame(done: &[(&str, &Replay)], max_live: u64) -> Result<DataFrame> {
     let s = |f: fn(&Replay) -> u64| done.iter().map(|(_, r)| f(r)).collect::<Vec<u64>>();
     let fl = |f: fn(&Replay) -> f64| done.iter().map(|(_, r)| f(r)).collect::<Vec<f64>>();
     let ratio: Vec<f64> = done
@@ -227,7 +238,7 @@ fn summary_frame(done: &[(&'static str, &Replay)], max_live: u64) -> Result<Data
 
 /// Every bucket of every replay's series: bytes as the bucket's maximum (peaks survive),
 /// fractions as the value after the bucket's last event. The charts draw the same values.
-fn timeline_frame(done: &[(&'static str, &Replay)]) -> Result<DataFrame> {
+fn timeline_frame(done: &[(&str, &Replay)]) -> Result<DataFrame> {
     let mut policy = Vec::new();
     let mut t_s = Vec::new();
     let mut live = Vec::new();
@@ -712,6 +723,7 @@ fn chart_heapmap(
 mod tests {
     use super::*;
     use allocview_sim::policy::registry::PolicyConfig;
+    use allocview_sim::policy::spec::PolicySpec;
 
     #[test]
     fn csvs_read_back_identically() {
@@ -724,10 +736,14 @@ mod tests {
             limit_bytes: Some(150 << 20),
             ..PolicyConfig::default()
         };
-        let runs = run_policies(&view, &["bfc", "first-fit", "glibc"], &config, 2);
-        let done: Vec<(&'static str, &Replay)> = runs
+        let specs: Vec<PolicySpec> = ["bfc", "first-fit", "glibc"]
+            .into_iter()
+            .map(PolicySpec::plain)
+            .collect();
+        let runs = run_policies(&view, &specs, &config, 2);
+        let done: Vec<(&str, &Replay)> = runs
             .iter()
-            .map(|r| (r.name, r.result.as_ref().unwrap()))
+            .map(|r| (r.name.as_str(), r.result.as_ref().unwrap()))
             .collect();
         let bucketing = allocview_sim::series::Bucketing::for_trace(&view, BUCKETS);
         let classes = ClassSeries::build(&view, bucketing, 16_384);

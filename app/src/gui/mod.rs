@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use allocview_sim::policy::BlockState;
 use allocview_sim::policy::registry::PolicyConfig;
+use allocview_sim::policy::spec::PolicySpec;
 use anyhow::{Result, anyhow};
 use eframe::egui::{self, Color32, ColorImage, TextureHandle, TextureOptions};
 use egui_plot::{Bar, BarChart, Legend, Line, Plot, PlotPoints, VLine};
@@ -64,7 +65,7 @@ struct Run {
 impl Run {
     fn start(
         path: &Path,
-        names: &[&'static str],
+        names: &[PolicySpec],
         config: &PolicyConfig,
         lenient: bool,
         jobs: usize,
@@ -119,7 +120,7 @@ enum Shot {
 
 struct GuiApp {
     runs: Vec<Run>,
-    names: Vec<&'static str>,
+    names: Vec<PolicySpec>,
     config: PolicyConfig,
     lenient: bool,
     jobs: usize,
@@ -257,7 +258,7 @@ impl GuiApp {
                 ui.separator();
                 let selected = self.primary().map_or(0, |s| s.selected);
                 for (i, name) in self.names.clone().iter().enumerate() {
-                    if ui.selectable_label(selected == i, *name).clicked() {
+                    if ui.selectable_label(selected == i, name.label()).clicked() {
                         self.send(Msg::CyclePolicy(i as i64 - selected as i64));
                         ui.close();
                     }
@@ -300,6 +301,7 @@ impl GuiApp {
     fn timeline_ui(&mut self, ui: &mut egui::Ui, vms: &[ViewModel]) {
         let mut lines = Vec::new();
         let mut cursor_s = None;
+        let mut phases_s: Vec<f64> = Vec::new();
         for (k, (run, vm)) in self.runs.iter().zip(vms).enumerate() {
             let Some(t) = &vm.timeline else { continue };
             let span_s = run
@@ -330,6 +332,11 @@ impl GuiApp {
             }
             if k == 0 {
                 cursor_s = t.cursor_x.map(|x| x * span_s);
+                phases_s = t
+                    .phases
+                    .iter()
+                    .flat_map(|&(a, b, _)| [a * span_s, b * span_s])
+                    .collect();
             }
         }
         let resp = Plot::new("timeline")
@@ -345,6 +352,13 @@ impl GuiApp {
             .show(ui, |p| {
                 for l in lines {
                     p.line(l);
+                }
+                for &x in &phases_s {
+                    p.vline(
+                        VLine::new("phase boundaries", x)
+                            .color(col(theme::PHASE))
+                            .style(egui_plot::LineStyle::dashed_loose()),
+                    );
                 }
                 if let Some(x) = cursor_s {
                     p.vline(VLine::new("cursor", x).color(col(theme::CURSOR)).width(1.5));
@@ -501,6 +515,21 @@ impl GuiApp {
             .show(ui, |p| {
                 p.bar_chart(BarChart::new("live bytes by class", bars))
             });
+        if !vm.frames_title.is_empty() {
+            ui.separator();
+            for l in &vm.dump_lines {
+                ui.small(l);
+            }
+            ui.strong(&vm.frames_title);
+            egui::ScrollArea::vertical()
+                .id_salt("frames")
+                .max_height(220.0)
+                .show(ui, |ui| {
+                    for f in &vm.frames {
+                        ui.monospace(f);
+                    }
+                });
+        }
         if let Some(bins) = &vm.bins {
             ui.separator();
             ui.strong("BFC bins");
@@ -705,6 +734,14 @@ fn describe_block(state: &AppState, b: &allocview_sim::policy::Block) -> String 
                         "\ndies: {}",
                         death.map_or_else(|| "never (live at the end)".to_owned(), when)
                     ));
+                }
+                // A snapshot's allocations carry their stack: the innermost frames.
+                let frames = data.frames_of_alloc(id);
+                for f in frames.iter().take(12) {
+                    s.push_str(&format!("\n  {f}"));
+                }
+                if frames.len() > 12 {
+                    s.push_str(&format!("\n  ... {} more frames", frames.len() - 12));
                 }
             }
             s
@@ -915,7 +952,9 @@ fn save_png(path: &Path, img: &ColorImage) -> std::result::Result<(), String> {
 /// # Errors
 /// When no window can be opened (no display) or a screenshot could not be saved.
 pub fn run(args: &GuiArgs) -> Result<()> {
-    let names = args.policies.names()?;
+    let names = args
+        .policies
+        .explorer_specs(args.files.first().map(PathBuf::as_path))?;
     let config = args.policies.config()?;
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)

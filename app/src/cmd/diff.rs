@@ -1,0 +1,227 @@
+//! `allocview diff A B`: what changed between two runs, attributed to code: peak live bytes,
+//! each policy's footprint, allocations, and bytes by site; a CI gate on peak growth.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use allocview_loaders::site_stats::{self, GroupBy};
+use anyhow::{Context as _, Result, bail};
+use serde_json::json;
+
+use super::compare::{PolicyArgs, config_for_input, run_policies};
+use super::load::{InputArgs, load_input, require_events};
+use super::sites::{resolve_at, sites_of};
+use crate::format;
+
+/// Arguments of `allocview diff`.
+#[derive(Debug, clap::Args)]
+pub struct DiffArgs {
+    /// The baseline run.
+    pub a: PathBuf,
+    /// The run compared with it.
+    pub b: PathBuf,
+    /// The moment whose live bytes are compared by site: `peak` (each run's own peak of live
+    /// bytes) or `end`.
+    #[arg(long, default_value = "peak", value_name = "peak|end")]
+    pub at: String,
+    /// Exit with status 1 when B's peak live bytes exceed A's by more than this percentage.
+    #[arg(long, value_name = "PCT")]
+    pub fail_on_increase: Option<f64>,
+    /// Rows of the site table to print (the JSON has every site).
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub policies: PolicyArgs,
+    #[command(flatten)]
+    pub input: InputArgs,
+}
+
+/// One run's figures.
+struct Side {
+    peak_live: u64,
+    allocs: u64,
+    alloc_bytes: u64,
+    /// Site name -> (bytes live at the moment, allocations, bytes allocated).
+    sites: BTreeMap<String, (u64, u64, u64)>,
+    /// Policy label -> peak footprint.
+    footprints: Vec<(String, u64)>,
+    site_kind: &'static str,
+}
+
+fn side(path: &PathBuf, args: &DiffArgs) -> Result<Side> {
+    let loaded = load_input(path, &args.input)?;
+    let ev = require_events(&loaded, path, "diff")?;
+    let view = allocview_loaders::trace_view(ev.events, path)?;
+    let sites = sites_of(&loaded).context("this input has no allocations")?;
+    let at = resolve_at(&args.at, &view)?;
+    let rows = site_stats::by_site(&view, &sites, at, GroupBy::Function);
+    let mut by_name: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+    for r in &rows {
+        let e = by_name.entry(r.name.clone()).or_default();
+        e.0 += r.live_bytes;
+        e.1 += r.alloc_count;
+        e.2 += r.alloc_bytes;
+    }
+    let specs = args.policies.specs()?;
+    let config = config_for_input(&loaded, args.policies.config()?);
+    let jobs = args.policies.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let footprints = run_policies(&view, &specs, &config, jobs)
+        .into_iter()
+        .filter_map(|r| {
+            r.result
+                .ok()
+                .map(|rep| (r.name, rep.summary.peak_footprint_bytes))
+        })
+        .collect();
+    Ok(Side {
+        peak_live: view.peak_live().0,
+        allocs: rows.iter().map(|r| r.alloc_count).sum(),
+        alloc_bytes: rows.iter().map(|r| r.alloc_bytes).sum(),
+        sites: by_name,
+        footprints,
+        site_kind: sites.kind.describe(),
+    })
+}
+
+fn pct(a: u64, b: u64) -> Option<f64> {
+    (a > 0).then(|| 100.0 * (b as f64 - a as f64) / a as f64)
+}
+
+/// Runs `allocview diff`; `Ok(true)` when `--fail-on-increase` is exceeded.
+pub fn run(args: &DiffArgs) -> Result<bool> {
+    if !matches!(args.at.as_str(), "peak" | "end") {
+        bail!("--at {:?}: diff compares `peak` or `end`", args.at);
+    }
+    let a = side(&args.a, args)?;
+    let b = side(&args.b, args)?;
+    let mut names: Vec<&String> = a.sites.keys().chain(b.sites.keys()).collect();
+    names.sort();
+    names.dedup();
+    let get = |s: &Side, n: &str| s.sites.get(n).copied().unwrap_or_default();
+    let mut rows: Vec<(&String, (u64, u64, u64), (u64, u64, u64))> = names
+        .into_iter()
+        .map(|n| (n, get(&a, n), get(&b, n)))
+        .collect();
+    let change =
+        |(_, x, y): &(&String, (u64, u64, u64), (u64, u64, u64))| i128::from(y.0) - i128::from(x.0);
+    rows.sort_by(|p, q| {
+        change(q)
+            .abs()
+            .cmp(&change(p).abs())
+            .then_with(|| p.0.cmp(q.0))
+    });
+    let peak_pct = pct(a.peak_live, b.peak_live);
+    let failed = args
+        .fail_on_increase
+        .is_some_and(|limit| peak_pct.unwrap_or(0.0) > limit);
+    if args.json {
+        let policies: Vec<_> = a
+            .footprints
+            .iter()
+            .map(|(name, fa)| {
+                let fb = b.footprints.iter().find(|(n, _)| n == name).map(|x| x.1);
+                json!({
+                    "name": name,
+                    "a_peak_footprint_bytes": fa,
+                    "b_peak_footprint_bytes": fb,
+                    "change_pct": fb.and_then(|fb| pct(*fa, fb)),
+                })
+            })
+            .collect();
+        let out = json!({
+            "a": args.a.display().to_string(),
+            "b": args.b.display().to_string(),
+            "at": args.at,
+            "peak_live_bytes": {"a": a.peak_live, "b": b.peak_live, "change_pct": peak_pct},
+            "allocations": {
+                "a_count": a.allocs, "b_count": b.allocs,
+                "a_bytes": a.alloc_bytes, "b_bytes": b.alloc_bytes,
+            },
+            "policies": policies,
+            "site_kind": [a.site_kind, b.site_kind],
+            "sites": rows.iter().map(|(n, x, y)| json!({
+                "name": n,
+                "a_bytes": x.0,
+                "b_bytes": y.0,
+                "change_bytes": i128::from(y.0) - i128::from(x.0),
+                "a_alloc_count": x.1,
+                "b_alloc_count": y.1,
+                "a_alloc_bytes": x.2,
+                "b_alloc_bytes": y.2,
+            })).collect::<Vec<_>>(),
+            "fail_on_increase_pct": args.fail_on_increase,
+            "failed": failed,
+        });
+        outln!("{out}");
+        return Ok(failed);
+    }
+    let signed = |d: i128| {
+        let s = format::bytes(u64::try_from(d.unsigned_abs()).unwrap_or(u64::MAX));
+        if d < 0 {
+            format!("-{s}")
+        } else {
+            format!("+{s}")
+        }
+    };
+    let pct_text = |p: Option<f64>| p.map_or_else(|| "-".to_owned(), |p| format!("{p:+.1}%"));
+    outln!("A = {}\nB = {}", args.a.display(), args.b.display());
+    outln!();
+    outln!(
+        "  peak live      {:>12} -> {:>12}  {}",
+        format::bytes(a.peak_live),
+        format::bytes(b.peak_live),
+        pct_text(peak_pct)
+    );
+    outln!(
+        "  allocations    {:>12} -> {:>12}  ({} -> {} allocated)",
+        format::count(a.allocs),
+        format::count(b.allocs),
+        format::bytes(a.alloc_bytes),
+        format::bytes(b.alloc_bytes)
+    );
+    for (name, fa) in &a.footprints {
+        if let Some((_, fb)) = b.footprints.iter().find(|(n, _)| n == name) {
+            outln!(
+                "  {:<14} {:>12} -> {:>12}  {}  (peak footprint)",
+                name,
+                format::bytes(*fa),
+                format::bytes(*fb),
+                pct_text(pct(*fa, *fb))
+            );
+        }
+    }
+    outln!();
+    outln!(
+        "  live at {} by site ({}), largest change first:",
+        args.at,
+        a.site_kind
+    );
+    outln!("  {:>12} {:>12} {:>12}  site", "A", "B", "change");
+    for (n, x, y) in rows.iter().take(args.top) {
+        outln!(
+            "  {:>12} {:>12} {:>12}  {n}",
+            format::bytes(x.0),
+            format::bytes(y.0),
+            signed(i128::from(y.0) - i128::from(x.0))
+        );
+    }
+    if let Some(limit) = args.fail_on_increase {
+        outln!();
+        if failed {
+            outln!(
+                "FAIL: peak live bytes grew {} (limit {limit:+.1}%)",
+                pct_text(peak_pct)
+            );
+        } else {
+            outln!(
+                "ok: peak live bytes changed {} (limit {limit:+.1}%)",
+                pct_text(peak_pct)
+            );
+        }
+    }
+    Ok(failed)
+}

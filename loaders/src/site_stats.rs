@@ -1,0 +1,501 @@
+//! Memory by allocation site: live bytes at a moment, allocations over the run, growth over
+//! time (leak or cache), folded stacks for flame graphs.
+//!
+//! Every input has sites of some kind ([`SiteKind`]): a PyTorch snapshot or a recorded trace
+//! with stacks has call stacks; a TensorFlow memory log has the operation that allocated; a
+//! trace without stacks has none, and its allocations are grouped by size class instead (said
+//! in every report). [`EventSites`] gives every event a site id in one [`StackTable`], so the
+//! commands and explorers treat all of them alike.
+
+use std::collections::HashMap;
+
+use allocview_sim::trace::{EventKind, NO_ALLOC_ID, TraceView, size_class};
+use polars::prelude::*;
+
+use crate::sites::{Frame, NO_STACK, StackTable};
+
+/// Where an input's sites come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SiteKind {
+    /// Call stacks (a PyTorch snapshot's frames, a recorded trace's stacks).
+    Stacks,
+    /// A TensorFlow memory log's kernel or operation names (one-frame stacks).
+    Operations,
+    /// No sites in the input: size classes stand in for them.
+    SizeClasses,
+}
+
+impl SiteKind {
+    /// What the sites are, for reports.
+    #[must_use]
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Stacks => "call stacks",
+            Self::Operations => "TensorFlow operations",
+            Self::SizeClasses => "size classes (this input records no call stacks)",
+        }
+    }
+}
+
+/// A site id for every event, and the stacks they refer to.
+#[derive(Clone, Debug)]
+pub struct EventSites {
+    pub kind: SiteKind,
+    pub stacks: StackTable,
+    /// Per event; [`NO_STACK`] for an allocation without a recorded stack.
+    pub event_stack: Vec<u32>,
+}
+
+impl EventSites {
+    /// Sites from an event table: its `stack_id` column with `stacks` when both exist, else its
+    /// `kernel` column (operations), else size classes.
+    #[must_use]
+    pub fn from_events(events: &DataFrame, stacks: Option<&StackTable>) -> Self {
+        if let (Some(stacks), Ok(col)) = (stacks, events.column("stack_id"))
+            && let Ok(ids) = col.u32()
+        {
+            return Self {
+                kind: SiteKind::Stacks,
+                stacks: stacks.clone(),
+                event_stack: ids.iter().map(|v| v.unwrap_or(NO_STACK)).collect(),
+            };
+        }
+        let mut table = StackTable::new();
+        if let Ok(col) = events.column("kernel")
+            && let Ok(names) = col.str()
+        {
+            let mut ids: HashMap<&str, u32> = HashMap::new();
+            let event_stack = names
+                .iter()
+                .map(|name| match name.filter(|n| !n.is_empty()) {
+                    Some(n) => *ids.entry(n).or_insert_with(|| {
+                        let f = table.intern_frame(frame(n, ""));
+                        table.intern_stack(vec![f])
+                    }),
+                    None => NO_STACK,
+                })
+                .collect();
+            return Self {
+                kind: SiteKind::Operations,
+                stacks: table,
+                event_stack,
+            };
+        }
+        let sizes = events
+            .column("size_bytes")
+            .ok()
+            .and_then(|c| c.u64().ok().cloned());
+        let mut by_class: HashMap<u8, u32> = HashMap::new();
+        let event_stack = sizes
+            .iter()
+            .flat_map(|c| c.iter())
+            .map(|s| {
+                let class = size_class(s.unwrap_or(0));
+                *by_class.entry(class).or_insert_with(|| {
+                    let f = table.intern_frame(frame(&format!("size class {class}"), ""));
+                    table.intern_stack(vec![f])
+                })
+            })
+            .collect();
+        Self {
+            kind: SiteKind::SizeClasses,
+            stacks: table,
+            event_stack,
+        }
+    }
+
+    /// The stack of event `i`.
+    #[must_use]
+    pub fn stack_at(&self, i: usize) -> u32 {
+        self.event_stack.get(i).copied().unwrap_or(NO_STACK)
+    }
+}
+
+fn frame(function: &str, file: &str) -> Frame {
+    Frame {
+        function: function.to_owned(),
+        file: file.to_owned(),
+        line: 0,
+        module: String::new(),
+    }
+}
+
+/// How sites are grouped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupBy {
+    /// One group per distinct stack.
+    Stack,
+    /// Stacks with the same site function (and file) together.
+    Function,
+    /// Stacks whose site is in the same module (or source file) together.
+    Module,
+}
+
+impl GroupBy {
+    /// The `--by` value.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Stack => "stack",
+            Self::Function => "function",
+            Self::Module => "module",
+        }
+    }
+}
+
+/// Name of a group: the site frame's function (what called the allocator), its module, or
+/// "(no stack recorded)".
+#[must_use]
+pub fn group_name(stacks: &StackTable, stack: u32, by: GroupBy) -> String {
+    let Some(f) = stacks.site_frame(stack) else {
+        return "(no stack recorded)".to_owned();
+    };
+    match by {
+        GroupBy::Stack | GroupBy::Function => f.function.clone(),
+        GroupBy::Module if !f.module.is_empty() => f.module.clone(),
+        GroupBy::Module if !f.file.is_empty() && f.file != "??" => f.file.clone(),
+        GroupBy::Module => f.function.clone(),
+    }
+}
+
+/// The key a stack is grouped under.
+fn group_key(stacks: &StackTable, stack: u32, by: GroupBy) -> String {
+    match by {
+        GroupBy::Stack => format!("{stack}"),
+        GroupBy::Function => stacks
+            .site_frame(stack)
+            .map_or_else(String::new, |f| format!("{}\u{1}{}", f.function, f.file)),
+        GroupBy::Module => group_name(stacks, stack, by),
+    }
+}
+
+/// One site's figures.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SiteRow {
+    pub name: String,
+    /// A representative stack of the group (the one with the most live bytes, else the most
+    /// allocated bytes).
+    pub stack: u32,
+    pub live_bytes: u64,
+    pub live_blocks: u64,
+    pub alloc_count: u64,
+    pub alloc_bytes: u64,
+    /// Allocation ids live at the moment (for pinning and highlighting).
+    pub live_ids: Vec<u32>,
+    pub first_alloc_event: Option<usize>,
+    pub last_alloc_event: Option<usize>,
+    /// Live bytes sampled at `growth_points` evenly spaced events of the run (the last is the
+    /// end), for [`classify`].
+    pub growth: Vec<u64>,
+}
+
+/// Points at which each site's live bytes are sampled over the run.
+pub const GROWTH_POINTS: usize = 20;
+
+/// Sites with their live figures just after event `at`, and their allocations over the whole
+/// run, sorted by live bytes then allocated bytes (largest first).
+#[must_use]
+pub fn by_site(view: &TraceView<'_>, sites: &EventSites, at: usize, by: GroupBy) -> Vec<SiteRow> {
+    let n = view.len();
+    let mut group_of_stack: HashMap<u32, usize> = HashMap::new();
+    let mut key_index: HashMap<String, usize> = HashMap::new();
+    let mut rows: Vec<SiteRow> = Vec::new();
+    // Per group: live bytes per representative stack, to choose the representative.
+    let mut stack_live: HashMap<u32, u64> = HashMap::new();
+    let mut alloc_group: Vec<u32> = vec![u32::MAX; view.num_allocs as usize];
+    let mut alloc_size: Vec<u64> = vec![0; view.num_allocs as usize];
+    let mut live_now: Vec<u64> = Vec::new();
+    let sample_at: Vec<usize> = (1..=GROWTH_POINTS)
+        .map(|k| (n * k / GROWTH_POINTS).saturating_sub(1))
+        .collect();
+    let mut next_sample = 0;
+    for i in 0..n {
+        let kind = view.kind_at(i);
+        let id = view.alloc_id.get(i).copied().unwrap_or(NO_ALLOC_ID);
+        let size = view.size_bytes.get(i).copied().unwrap_or(0);
+        match kind {
+            Some(EventKind::Alloc) => {
+                let stack = sites.stack_at(i);
+                let g = *group_of_stack.entry(stack).or_insert_with(|| {
+                    let key = group_key(&sites.stacks, stack, by);
+                    *key_index.entry(key).or_insert_with(|| {
+                        rows.push(SiteRow {
+                            name: group_name(&sites.stacks, stack, by),
+                            stack,
+                            ..SiteRow::default()
+                        });
+                        live_now.push(0);
+                        rows.len() - 1
+                    })
+                });
+                if let Some(r) = rows.get_mut(g) {
+                    r.alloc_count += 1;
+                    r.alloc_bytes = r.alloc_bytes.saturating_add(size);
+                    r.first_alloc_event.get_or_insert(i);
+                    r.last_alloc_event = Some(i);
+                }
+                if let Some(l) = live_now.get_mut(g) {
+                    *l = l.saturating_add(size);
+                }
+                if let (Some(slot), Some(sz)) = (
+                    alloc_group.get_mut(id as usize),
+                    alloc_size.get_mut(id as usize),
+                ) {
+                    *slot = g as u32;
+                    *sz = size;
+                }
+                if i <= at {
+                    *stack_live.entry(stack).or_insert(0) += size;
+                }
+            }
+            Some(EventKind::Free) => {
+                let g = alloc_group.get(id as usize).copied().unwrap_or(u32::MAX);
+                if let Some(l) = live_now.get_mut(g as usize) {
+                    *l = l.saturating_sub(size);
+                }
+            }
+            _ => {}
+        }
+        if i == at {
+            for (r, &l) in rows.iter_mut().zip(&live_now) {
+                r.live_bytes = l;
+            }
+        }
+        while sample_at.get(next_sample) == Some(&i) {
+            for (r, &l) in rows.iter_mut().zip(&live_now) {
+                r.growth.resize(next_sample, 0);
+                r.growth.push(l);
+            }
+            next_sample += 1;
+        }
+    }
+    // Live ids at `at`: replay alive-ness up to it.
+    let mut alive = vec![false; view.num_allocs as usize];
+    for i in 0..=at.min(n.saturating_sub(1)) {
+        let id = view.alloc_id.get(i).copied().unwrap_or(NO_ALLOC_ID);
+        match view.kind_at(i) {
+            Some(EventKind::Alloc) => {
+                if let Some(a) = alive.get_mut(id as usize) {
+                    *a = true;
+                }
+            }
+            Some(EventKind::Free) => {
+                if let Some(a) = alive.get_mut(id as usize) {
+                    *a = false;
+                }
+            }
+            _ => {}
+        }
+    }
+    for (id, _) in alive.iter().enumerate().filter(|(_, a)| **a) {
+        let g = alloc_group.get(id).copied().unwrap_or(u32::MAX);
+        if let Some(r) = rows.get_mut(g as usize) {
+            r.live_blocks += 1;
+            r.live_ids.push(id as u32);
+        }
+    }
+    for r in &mut rows {
+        r.growth.resize(GROWTH_POINTS, 0);
+    }
+    // Each group's representative stack: its stack with the most live bytes at `at`.
+    for (&stack, &g) in &group_of_stack {
+        if let Some(r) = rows.get_mut(g) {
+            let live = stack_live.get(&stack).copied().unwrap_or(0);
+            let cur = stack_live.get(&r.stack).copied().unwrap_or(0);
+            if live > cur || (live == cur && stack < r.stack) {
+                r.stack = stack;
+            }
+        }
+    }
+    rows.sort_by(|a, b| {
+        (b.live_bytes, b.alloc_bytes, &a.name).cmp(&(a.live_bytes, a.alloc_bytes, &b.name))
+    });
+    rows
+}
+
+/// Whether a site's memory at the end looks like a leak or a cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeakKind {
+    /// Still growing in the second half of the run: more than 10% of its final live bytes
+    /// were added after the midpoint, and it allocated in the last quarter.
+    Leak,
+    /// Levelled off: held by the midpoint, no real growth since.
+    Cache,
+}
+
+impl LeakKind {
+    /// `leak` or `cache`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Leak => "leak",
+            Self::Cache => "cache",
+        }
+    }
+}
+
+/// Classifies a site live at the end from its growth samples (see [`LeakKind`]).
+#[must_use]
+pub fn classify(row: &SiteRow, events: usize) -> LeakKind {
+    let end = row.growth.last().copied().unwrap_or(0);
+    let mid = row.growth.get(GROWTH_POINTS / 2 - 1).copied().unwrap_or(0);
+    let grew_late = end.saturating_sub(mid) > end / 10;
+    let allocates_late = row
+        .last_alloc_event
+        .is_some_and(|e| e * 4 >= events.saturating_mul(3));
+    if grew_late && allocates_late {
+        LeakKind::Leak
+    } else {
+        LeakKind::Cache
+    }
+}
+
+/// Folded stacks (`outer;...;inner value` per line, as flamegraph tools read them) of the
+/// allocations live just after event `at` (`live`), of every allocation (`allocated`, bytes),
+/// or of allocation counts (`count`).
+#[must_use]
+pub fn folded(view: &TraceView<'_>, sites: &EventSites, at: usize, metric: &str) -> Vec<String> {
+    let mut by_stack: HashMap<u32, u64> = HashMap::new();
+    let mut alive: Vec<Option<(u32, u64)>> = vec![None; view.num_allocs as usize];
+    let end = if metric == "live" {
+        at
+    } else {
+        view.len().saturating_sub(1)
+    };
+    for i in 0..=end.min(view.len().saturating_sub(1)) {
+        let id = view.alloc_id.get(i).copied().unwrap_or(NO_ALLOC_ID);
+        let size = view.size_bytes.get(i).copied().unwrap_or(0);
+        match view.kind_at(i) {
+            Some(EventKind::Alloc) => {
+                let stack = sites.stack_at(i);
+                match metric {
+                    "live" => {
+                        if let Some(slot) = alive.get_mut(id as usize) {
+                            *slot = Some((stack, size));
+                        }
+                    }
+                    "count" => *by_stack.entry(stack).or_insert(0) += 1,
+                    _ => *by_stack.entry(stack).or_insert(0) += size,
+                }
+            }
+            Some(EventKind::Free) if metric == "live" => {
+                if let Some(slot) = alive.get_mut(id as usize) {
+                    *slot = None;
+                }
+            }
+            _ => {}
+        }
+    }
+    for (stack, size) in alive.into_iter().flatten() {
+        *by_stack.entry(stack).or_insert(0) += size;
+    }
+    let mut lines: Vec<String> = by_stack
+        .into_iter()
+        .filter(|&(_, v)| v > 0)
+        .map(|(stack, v)| {
+            let mut names: Vec<String> = sites
+                .stacks
+                .frames_of(stack)
+                .map(|f| f.function.replace(';', ":"))
+                .collect();
+            if names.is_empty() {
+                names.push("(no stack recorded)".to_owned());
+            }
+            names.reverse();
+            format!("{} {v}", names.join(";"))
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allocview_sim::trace::OwnedTrace;
+
+    fn sites_for(stacks: &[u32]) -> EventSites {
+        let mut t = StackTable::new();
+        let a = t.intern_frame(frame("alpha", "a.c"));
+        let b = t.intern_frame(frame("beta", "b.c"));
+        let m = t.intern_frame(frame("main", "m.c"));
+        t.intern_stack(vec![a, m]);
+        t.intern_stack(vec![b, m]);
+        EventSites {
+            kind: SiteKind::Stacks,
+            stacks: t,
+            event_stack: stacks.to_vec(),
+        }
+    }
+
+    #[test]
+    fn live_and_allocated_bytes_by_site() {
+        let mut tr = OwnedTrace::new();
+        let x = tr.alloc(0, 100); // alpha
+        let _y = tr.alloc(1, 50); // beta
+        tr.free(2, x);
+        let _z = tr.alloc(3, 30); // alpha
+        let view = tr.view().unwrap();
+        let sites = sites_for(&[0, 1, NO_STACK, 0]);
+        // Just after event 1: alpha 100 live, beta 50.
+        let rows = by_site(&view, &sites, 1, GroupBy::Function);
+        assert_eq!(rows[0].name, "alpha");
+        assert_eq!((rows[0].live_bytes, rows[0].live_blocks), (100, 1));
+        assert_eq!((rows[0].alloc_count, rows[0].alloc_bytes), (2, 130));
+        assert_eq!((rows[1].name.as_str(), rows[1].live_bytes), ("beta", 50));
+        // At the end: beta 50, alpha 30.
+        let rows = by_site(&view, &sites, 3, GroupBy::Function);
+        assert_eq!(rows[0].name, "beta");
+        assert_eq!(rows[1].live_bytes, 30);
+        assert_eq!(rows[1].live_ids, vec![2]);
+        let f = folded(&view, &sites, 3, "live");
+        assert_eq!(f, ["main;alpha 30", "main;beta 50"]);
+        let f = folded(&view, &sites, 3, "count");
+        assert_eq!(f, ["main;alpha 2", "main;beta 1"]);
+    }
+
+    #[test]
+    fn a_growing_site_is_a_leak_and_a_levelled_one_a_cache() {
+        let mut tr = OwnedTrace::new();
+        let mut stacks = Vec::new();
+        // Site 0 fills a cache of 10 blocks early and keeps it; site 1 allocates without
+        // freeing all the way through.
+        for i in 0..10 {
+            tr.alloc(i, 64);
+            stacks.push(0);
+        }
+        for i in 10..200 {
+            tr.alloc(i, 16);
+            stacks.push(1);
+        }
+        let view = tr.view().unwrap();
+        let sites = sites_for(&stacks);
+        let rows = by_site(&view, &sites, view.len() - 1, GroupBy::Stack);
+        let kind = |name: &str| {
+            let r = rows.iter().find(|r| r.name == name).unwrap();
+            classify(r, view.len())
+        };
+        assert_eq!(kind("alpha"), LeakKind::Cache);
+        assert_eq!(kind("beta"), LeakKind::Leak);
+    }
+
+    #[test]
+    fn without_stacks_sizes_stand_in() {
+        let events = df!(
+            "size_bytes" => [10u64, 1000, 12],
+        )
+        .unwrap();
+        let s = EventSites::from_events(&events, None);
+        assert_eq!(s.kind, SiteKind::SizeClasses);
+        assert_eq!(s.event_stack[0], s.event_stack[2]);
+        assert_ne!(s.event_stack[0], s.event_stack[1]);
+        assert_eq!(
+            s.stacks
+                .frames_of(s.event_stack[1])
+                .next()
+                .unwrap()
+                .function,
+            "size class 10"
+        );
+    }
+}
