@@ -184,7 +184,10 @@ impl StackTable {
             ),
             Column::new(
                 "file".into(),
-                self.frames.iter().map(|f| f.file.as_str()).collect::<Vec<_>>(),
+                self.frames
+                    .iter()
+                    .map(|f| f.file.as_str())
+                    .collect::<Vec<_>>(),
             ),
             Int64Chunked::from_vec("line".into(), self.frames.iter().map(|f| f.line).collect())
                 .into_column(),
@@ -316,10 +319,20 @@ mod tests {
         };
         let ids = vec![
             mk(&mut t, "torch::unwind::unwind()", "??", 0),
-            mk(&mut t, "c10::cuda::CUDACachingAllocator::malloc", "x.cpp", 0),
+            mk(
+                &mut t,
+                "c10::cuda::CUDACachingAllocator::malloc",
+                "x.cpp",
+                0,
+            ),
             mk(&mut t, "_PyEval_EvalFrameDefault", "??", 0),
             mk(&mut t, "call", "/tmp/torchinductor_u/ab.py", 371),
-            mk(&mut t, "_call_impl", "/x/site-packages/torch/nn/module.py", 1787),
+            mk(
+                &mut t,
+                "_call_impl",
+                "/x/site-packages/torch/nn/module.py",
+                1787,
+            ),
             mk(&mut t, "attention", "/home/u/model.py", 432),
         ];
         let s = t.intern_stack(ids);

@@ -26,7 +26,11 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn load(path: &Path) -> PytorchSnapshot {
-    assert_eq!(detect(path).unwrap(), InputKind::PytorchSnapshot, "{path:?}");
+    assert_eq!(
+        detect(path).unwrap(),
+        InputKind::PytorchSnapshot,
+        "{path:?}"
+    );
     load_snapshot(path, &LoadOptions::default()).unwrap()
 }
 
@@ -66,10 +70,42 @@ fn fidelity(s: &PytorchSnapshot, path: &Path) -> Fidelity {
 /// `(file, segments, blocks, reserved bytes, alloc, free_requested, free_completed)` from the
 /// data set's README.
 const REAL: [(&str, usize, usize, u64, u64, u64, u64); 4] = [
-    ("lm_train_step_a.pickle", 999, 1987, 23_842_521_088, 6488, 6488, 6488),
-    ("lm_forward_a.pickle", 1722, 4158, 47_234_154_496, 4138, 2405, 2405),
-    ("lm_train_step_b.pickle", 96, 550, 4_238_344_192, 2162, 2162, 2162),
-    ("lm_train_step_windows.pickle", 216, 455, 14_180_941_824, 1721, 1721, 1721),
+    (
+        "lm_train_step_a.pickle",
+        999,
+        1987,
+        23_842_521_088,
+        6488,
+        6488,
+        6488,
+    ),
+    (
+        "lm_forward_a.pickle",
+        1722,
+        4158,
+        47_234_154_496,
+        4138,
+        2405,
+        2405,
+    ),
+    (
+        "lm_train_step_b.pickle",
+        96,
+        550,
+        4_238_344_192,
+        2162,
+        2162,
+        2162,
+    ),
+    (
+        "lm_train_step_windows.pickle",
+        216,
+        455,
+        14_180_941_824,
+        1721,
+        1721,
+        1721,
+    ),
 ];
 
 #[test]
@@ -88,7 +124,10 @@ fn real_snapshots_load_with_their_published_counts() {
         assert_eq!(entries(&s, Action::SegmentAlloc), 0, "{file}");
         assert_eq!(s.protocol, 4);
         assert!(s.settings.present);
-        assert_eq!(s.settings.policy.max_split_size_bytes, None, "{file}: -1 is unlimited");
+        assert_eq!(
+            s.settings.policy.max_split_size_bytes, None,
+            "{file}: -1 is unlimited"
+        );
         // Two of the runs marked their optimizer phases (4 and 2 annotations).
         let phases = match file {
             "lm_train_step_a.pickle" => 4,
@@ -107,7 +146,11 @@ fn real_snapshots_load_with_their_published_counts() {
         );
         let count = |kind: EventKind| k.iter().filter(|&&c| c == kind.code()).count() as u64;
         assert_eq!(count(EventKind::Alloc), u64::from(s.carried_in) + alloc);
-        assert_eq!(count(EventKind::Free), fcomp, "{file}: every free_completed is matched");
+        assert_eq!(
+            count(EventKind::Free),
+            fcomp,
+            "{file}: every free_completed is matched"
+        );
         assert_eq!(count(EventKind::FreeRequested), freq);
         assert_eq!(count(EventKind::FreeUnknown), 0);
         // The events are a valid trace for the simulator.
@@ -287,7 +330,12 @@ fn older_formats_load_and_say_what_they_lack() {
     let path = fixture("v2_0.pickle");
     let s = load(&path);
     assert_eq!(s.protocol, 3);
-    for what in ["time_us", "allocator_settings", "external_annotations", "requested_size"] {
+    for what in [
+        "time_us",
+        "allocator_settings",
+        "external_annotations",
+        "requested_size",
+    ] {
         assert!(
             s.notes.iter().any(|n| n.contains(what)),
             "{what}: {:?}",
@@ -327,7 +375,11 @@ fn truncated_or_foreign_pickles_are_clear_errors() {
     }
     // A pickle of something else: said plainly.
     let p = dir.join("other.pickle");
-    std::fs::write(&p, b"\x80\x04\x95\n\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x01a\x94K\x01s.").unwrap();
+    std::fs::write(
+        &p,
+        b"\x80\x04\x95\n\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x01a\x94K\x01s.",
+    )
+    .unwrap();
     let err = load_snapshot(&p, &LoadOptions::default())
         .unwrap_err()
         .to_string();

@@ -256,8 +256,7 @@ fn replay_rates(args: &BenchArgs) -> Result<()> {
         // The full replays run after all the bare ones, so that each bare run follows another
         // rather than a replay's metrics and checkpoints.
         for _ in 0..args.runs.max(1) {
-            let policy =
-                registry::build(spec.name, &config, &view).map_err(anyhow::Error::msg)?;
+            let policy = registry::build(spec.name, &config, &view).map_err(anyhow::Error::msg)?;
             let t = Instant::now();
             let opts = ReplayOptions {
                 align_bytes: config.align_bytes,

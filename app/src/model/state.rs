@@ -252,7 +252,13 @@ impl TraceData {
             Loaded::PytorchSnapshot(s) => {
                 snapshot = Some(SnapshotData::of(&s));
                 let s = *s;
-                ("pytorch-snapshot", s.events, s.threads, s.load_seconds, None)
+                (
+                    "pytorch-snapshot",
+                    s.events,
+                    s.threads,
+                    s.load_seconds,
+                    None,
+                )
             }
             Loaded::TfMemoryLog(log) => {
                 let log = *log;

@@ -484,10 +484,7 @@ fn a_pytorch_snapshot_shows_its_recorded_heap_phases_and_frames() {
     update(&mut s, Msg::GotoEvent(at));
     let text = screen(&mut s, 170, 50);
     assert!(text.contains("frames of allocation"), "{text}");
-    assert!(
-        text.contains("at forward (model.py:41)"),
-        "{text}"
-    );
+    assert!(text.contains("at forward (model.py:41)"), "{text}");
     assert!(text.contains("phases: Optimizer.step#AdamW.step"), "{text}");
     assert!(text.contains("96 segments"), "{text}");
     // The heap is the recorded one: `pytorch` replayed the snapshot address for address, so
@@ -496,5 +493,8 @@ fn a_pytorch_snapshot_shows_its_recorded_heap_phases_and_frames() {
     // A carried-in allocation says why it has no frames.
     update(&mut s, Msg::Home);
     let text = screen(&mut s, 170, 50);
-    assert!(text.contains("allocation 0: live before the trace"), "{text}");
+    assert!(
+        text.contains("allocation 0: live before the trace"),
+        "{text}"
+    );
 }

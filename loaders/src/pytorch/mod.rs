@@ -179,7 +179,9 @@ pub fn from_raw(raw: model::RawSnapshot, protocol: u8) -> Result<PytorchSnapshot
     let mut unknown: Vec<_> = unknown_actions.into_iter().collect();
     unknown.sort();
     for (name, n) in unknown {
-        warnings.push(format!("{n} trace entries with unknown action {name:?} skipped"));
+        warnings.push(format!(
+            "{n} trace entries with unknown action {name:?} skipped"
+        ));
     }
     if rebuilt.times_clamped > 0 {
         warnings.push(format!(
@@ -287,8 +289,11 @@ fn events_frame(events: &[Event]) -> PolarsResult<DataFrame> {
         Int64Chunked::from_vec("t_ns".into(), events.iter().map(|e| e.t_ns).collect())
             .into_column(),
         thread,
-        UInt8Chunked::from_vec("kind".into(), events.iter().map(|e| e.kind.code()).collect())
-            .into_column(),
+        UInt8Chunked::from_vec(
+            "kind".into(),
+            events.iter().map(|e| e.kind.code()).collect(),
+        )
+        .into_column(),
         col_u64("size_bytes", &|e| e.size_bytes),
         col_u64("address", &|e| e.address),
         alloc_id.into_column(),
@@ -377,8 +382,11 @@ fn segment_events_frame(r: &Rebuilt) -> PolarsResult<DataFrame> {
         ),
         UInt64Chunked::from_vec("address".into(), ev.iter().map(|e| e.address).collect())
             .into_column(),
-        UInt64Chunked::from_vec("size_bytes".into(), ev.iter().map(|e| e.size_bytes).collect())
-            .into_column(),
+        UInt64Chunked::from_vec(
+            "size_bytes".into(),
+            ev.iter().map(|e| e.size_bytes).collect(),
+        )
+        .into_column(),
         UInt64Chunked::from_vec("stream".into(), ev.iter().map(|e| e.stream).collect())
             .into_column(),
         Int64Chunked::from_vec("t_ns".into(), ev.iter().map(|e| e.t_ns).collect()).into_column(),
@@ -396,7 +404,11 @@ fn segment_events_frame(r: &Rebuilt) -> PolarsResult<DataFrame> {
     ])
 }
 
-fn annotations_frame(annotations: &[Annotation], device: i64, t0_us: i64) -> PolarsResult<DataFrame> {
+fn annotations_frame(
+    annotations: &[Annotation],
+    device: i64,
+    t0_us: i64,
+) -> PolarsResult<DataFrame> {
     let a: Vec<&Annotation> = annotations.iter().filter(|a| a.device == device).collect();
     DataFrame::new_infer_height(vec![
         Column::new(

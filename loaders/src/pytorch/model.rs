@@ -268,7 +268,8 @@ impl Reader {
         if self.skipped.len() < MAX_SKIP_NOTES {
             self.skipped.push(why);
         } else if self.skipped.len() == MAX_SKIP_NOTES {
-            self.skipped.push("(further skipped items not listed)".to_owned());
+            self.skipped
+                .push("(further skipped items not listed)".to_owned());
         }
     }
 
@@ -348,12 +349,15 @@ impl Reader {
             cursor = block.address.saturating_add(block.size_bytes);
             blocks.push(block);
         }
-        let total_bytes = u("total_size").unwrap_or_else(|| blocks.iter().map(|b| b.size_bytes).sum());
+        let total_bytes =
+            u("total_size").unwrap_or_else(|| blocks.iter().map(|b| b.size_bytes).sum());
         let sum_where = |f: &dyn Fn(&RawBlock) -> bool, size: &dyn Fn(&RawBlock) -> u64| {
             blocks.iter().filter(|b| f(b)).map(size).sum::<u64>()
         };
         let allocated_bytes = u("allocated_size").unwrap_or_else(|| {
-            sum_where(&|b| b.state == BlockState::ActiveAllocated, &|b| b.size_bytes)
+            sum_where(&|b| b.state == BlockState::ActiveAllocated, &|b| {
+                b.size_bytes
+            })
         });
         let active_bytes = u("active_size")
             .unwrap_or_else(|| sum_where(&|b| b.state.is_active(), &|b| b.size_bytes));
