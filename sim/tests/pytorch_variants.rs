@@ -33,6 +33,20 @@ fn ops_strategy() -> impl Strategy<Value = Vec<Op>> {
     prop::collection::vec(op, 1..120)
 }
 
+/// Mostly requests of 8 to 48 MiB, each in a segment of its own, freed as often as made: cached
+/// whole segments pile up, so a tight limit exercises every release path.
+fn churn_strategy() -> impl Strategy<Value = Vec<Op>> {
+    let size = prop_oneof![
+        1 => 1u64..=(2 * MIB),
+        6 => (8 * MIB)..=(48 * MIB),
+    ];
+    let op = prop_oneof![
+        1 => size.prop_map(|size_bytes| Op::Alloc { size_bytes }),
+        1 => any::<usize>().prop_map(|victim| Op::Free { victim }),
+    ];
+    prop::collection::vec(op, 1..120)
+}
+
 fn settings_strategy() -> impl Strategy<Value = PytorchSettings> {
     (
         prop::option::of(prop_oneof![Just(24 * MIB), Just(64 * MIB)]),
@@ -93,6 +107,20 @@ proptest! {
         ops in ops_strategy(),
         settings in settings_strategy(),
         limit_mib in 2u64..=160,
+    ) {
+        let config = PolicyConfig {
+            pytorch: settings,
+            limit_bytes: Some(limit_mib * MIB),
+            ..PolicyConfig::default()
+        };
+        check(&config, &ops)?;
+    }
+
+    #[test]
+    fn large_requests_churn_under_a_tight_limit(
+        ops in churn_strategy(),
+        settings in settings_strategy(),
+        limit_mib in 40u64..=200,
     ) {
         let config = PolicyConfig {
             pytorch: settings,

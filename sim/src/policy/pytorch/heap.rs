@@ -6,7 +6,8 @@
 //! address-ordered map and carry their segment's base, so a block's neighbours are the map
 //! entries beside it that share that base, and "is split" means "is not the whole segment".
 //! Every change goes through [`Heap::add`] and [`Heap::take`], which keep the pool sets, the
-//! free-size multiset and the [`Counters`] in step with the map.
+//! free-size multiset and the [`Counters`] in step with the map, and which an open transaction
+//! journals so that [`Heap::rollback`] can undo a request that failed after releasing memory.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
@@ -73,6 +74,22 @@ pub(super) struct SegmentRec {
 /// A free-set key: `(stream, size, address)`, PyTorch's `BlockComparatorSize`.
 pub(super) type PoolKey = (u64, u64, u64);
 
+/// One journaled change, undone by its inverse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Undo {
+    Added(u64),
+    Taken(u64, BlockRec),
+    SegmentAdded(u64),
+    SegmentRemoved(u64, SegmentRec),
+}
+
+/// An open transaction: the changes since [`Heap::begin`] and the event count then.
+#[derive(Clone, Debug, Default)]
+struct Journal {
+    undo: Vec<Undo>,
+    events_len: usize,
+}
+
 /// Segments, blocks and their indexes.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Heap {
@@ -86,9 +103,53 @@ pub(super) struct Heap {
     gc_calls: [u64; 2],
     counters: Counters,
     events: Vec<SegmentEvent>,
+    journal: Option<Journal>,
 }
 
 impl Heap {
+    /// Starts journaling changes (a no-op when a transaction is already open).
+    pub(super) fn begin(&mut self) {
+        if self.journal.is_none() {
+            self.journal = Some(Journal {
+                undo: Vec::new(),
+                events_len: self.events.len(),
+            });
+        }
+    }
+
+    /// Keeps every change since [`Self::begin`].
+    pub(super) fn commit(&mut self) {
+        self.journal = None;
+    }
+
+    /// Undoes every change since [`Self::begin`], events included.
+    pub(super) fn rollback(&mut self) {
+        let Some(journal) = self.journal.take() else {
+            return;
+        };
+        for undo in journal.undo.into_iter().rev() {
+            match undo {
+                Undo::Added(addr) => {
+                    self.take(addr);
+                }
+                Undo::Taken(addr, rec) => self.insert(addr, rec),
+                Undo::SegmentAdded(addr) => {
+                    self.segments.remove(&addr);
+                }
+                Undo::SegmentRemoved(addr, seg) => {
+                    self.segments.insert(addr, seg);
+                }
+            }
+        }
+        self.events.truncate(journal.events_len);
+    }
+
+    fn record(&mut self, undo: Undo) {
+        if let Some(j) = &mut self.journal {
+            j.undo.push(undo);
+        }
+    }
+
     pub(super) fn counters(&self) -> Counters {
         self.counters
     }
@@ -149,11 +210,23 @@ impl Heap {
 
     /// Inserts a block and indexes it by its occupant. A free block's age starts now.
     pub(super) fn add(&mut self, addr: u64, mut rec: BlockRec) {
+        if rec.occupant == Occupant::Free {
+            rec.gc_base = self
+                .gc_calls
+                .get(pool_index(rec.small_pool))
+                .copied()
+                .unwrap_or(0);
+        }
+        self.insert(addr, rec);
+    }
+
+    /// [`Self::add`] keeping the block's recorded age.
+    fn insert(&mut self, addr: u64, rec: BlockRec) {
+        self.record(Undo::Added(addr));
         let pool = pool_index(rec.small_pool);
         let c = &mut self.counters;
         match rec.occupant {
             Occupant::Free => {
-                rec.gc_base = self.gc_calls.get(pool).copied().unwrap_or(0);
                 self.free[pool].insert((rec.stream, rec.size_bytes, addr));
                 *self.free_sizes.entry(rec.size_bytes).or_insert(0) += 1;
                 c.free_bytes += rec.size_bytes;
@@ -179,6 +252,7 @@ impl Heap {
     /// Removes the block at `addr` and unindexes it.
     pub(super) fn take(&mut self, addr: u64) -> Option<BlockRec> {
         let rec = self.blocks.remove(&addr)?;
+        self.record(Undo::Taken(addr, rec));
         let pool = pool_index(rec.small_pool);
         let c = &mut self.counters;
         match rec.occupant {
@@ -281,6 +355,7 @@ impl Heap {
             return false;
         }
         self.segments.insert(addr, seg);
+        self.record(Undo::SegmentAdded(addr));
         self.add(
             addr,
             BlockRec {
@@ -303,7 +378,9 @@ impl Heap {
             return None;
         }
         self.take(addr);
-        self.segments.remove(&addr)
+        let seg = self.segments.remove(&addr)?;
+        self.record(Undo::SegmentRemoved(addr, seg));
+        Some(seg)
     }
 
     /// True when `[addr, addr + len)` is a valid range that overlaps no segment.

@@ -140,26 +140,29 @@ impl Pytorch {
     }
 
     /// Step 4 of `malloc`: GC, cudaMalloc, and the two release-and-retry rounds. Returns the
-    /// new block (free, in its set); on failure the heap is as it was.
+    /// new block (free, in its set); on failure the heap is as it was: a request that cannot
+    /// succeed is refused up front, and one that still fails (expandable segments, whose
+    /// pre-check is only a necessary condition) is rolled back.
     fn obtain_new_block(&mut self, p: &Params) -> Option<Addr> {
         if !self.may_succeed_after_release(p) {
             return None;
         }
-        // Without expandable segments the check above is exact: the last retry succeeds, so
-        // nothing released on the way needs undoing. With them it is only necessary.
-        let exact = !self.settings.expandable_segments;
-        let mut saved = None;
+        self.heap.begin();
+        let got = self.release_and_alloc_block(p);
+        if got.is_some() {
+            self.heap.commit();
+        } else {
+            self.heap.rollback();
+        }
+        got
+    }
+
+    fn release_and_alloc_block(&mut self, p: &Params) -> Option<Addr> {
         if self.gc_active() {
-            if !exact {
-                saved = Some(self.heap.clone());
-            }
             self.garbage_collect_cached_blocks(p.id);
         }
         if let Some(addr) = self.alloc_block(p) {
             return Some(addr);
-        }
-        if saved.is_none() && !exact {
-            saved = Some(self.heap.clone());
         }
         if self.release_available_cached_blocks(p)
             && let Some(addr) = self.alloc_block(p)
@@ -167,14 +170,7 @@ impl Pytorch {
             return Some(addr);
         }
         self.release_cached_blocks(p.id);
-        if let Some(addr) = self.alloc_block(p) {
-            return Some(addr);
-        }
-        debug_assert!(saved.is_some(), "the exact pre-check promised success");
-        if let Some(heap) = saved {
-            self.heap = heap;
-        }
-        None
+        self.alloc_block(p)
     }
 
     /// Whether `alloc_block` can pass the limit once every cached whole segment (and every

@@ -36,9 +36,9 @@
 //! from the largest down until as many bytes are freed) and cudaMalloc retried; then every
 //! wholly free segment is released (large pool, then small) and cudaMalloc retried; then out of
 //! memory. PyTorch keeps what it released on the way to an OOM; here a failed allocation
-//! changes nothing, as the [`Policy`] contract asks: whether the last retry can succeed is
-//! decided before anything is released (exactly for cudaMalloc segments; for expandable
-//! segments the heap is copied first and put back on failure).
+//! changes nothing, as the [`Policy`] contract asks: whether the last retry can pass the limit
+//! is decided before anything is released (exactly for cudaMalloc segments), and the changes
+//! of a request that fails all the same (expandable segments) are journaled and undone.
 //!
 //! **Expandable segments.** Each (stream, pool) reserves `1.125 ×` device memory of address
 //! space and maps 2 MiB (small) or 20 MiB (large) pages into it on demand: a request no mapped
@@ -299,6 +299,7 @@ impl Pytorch {
         self.heap.events()
     }
 
+    /// The options this policy runs with.
     #[must_use]
     pub fn settings(&self) -> &PytorchSettings {
         &self.settings
