@@ -8,30 +8,26 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::process::Command;
 
-#[test]
-fn gui_renders_a_trace_under_xvfb() {
+/// Runs `allocview gui FILE ARGS --screenshot` in Xvfb at 1400x900; `None` without xvfb-run.
+fn screenshot(file: &Path, args: &[&str]) -> Option<image::RgbaImage> {
     if Command::new("xvfb-run").arg("--help").output().is_err() {
         eprintln!("skipping: xvfb-run is not installed");
-        return;
+        return None;
     }
-    let trace =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/find_usr_include.trace.gz");
-    let out_dir = std::env::temp_dir().join(format!("allocview-gui-{}", std::process::id()));
+    let out_dir = std::env::temp_dir().join(format!(
+        "allocview-gui-{}-{}",
+        std::process::id(),
+        file.file_stem().unwrap().to_string_lossy()
+    ));
     std::fs::create_dir_all(&out_dir).unwrap();
     let shot = out_dir.join("gui.png");
     let out = Command::new("xvfb-run")
         .args(["-a", "-s", "-screen 0 1400x900x24"])
         .arg(env!("CARGO_BIN_EXE_allocview"))
         .arg("gui")
-        .arg(&trace)
-        .args([
-            "--policy",
-            "bfc,first-fit,buddy",
-            "--goto",
-            "peak",
-            "--size",
-            "1400x900",
-        ])
+        .arg(file)
+        .args(args)
+        .args(["--size", "1400x900"])
         .arg("--screenshot")
         .arg(&shot)
         .output()
@@ -39,16 +35,20 @@ fn gui_renders_a_trace_under_xvfb() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "allocview gui failed:\n{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
-
     let img = image::open(&shot).unwrap().to_rgba8();
+    std::fs::remove_dir_all(&out_dir).ok();
+    Some(img)
+}
+
+/// Not blank: many distinct colours (plot lines, heap map cells, text), and a good share of
+/// pixels that are not the background.
+fn assert_not_blank(img: &image::RgbaImage) {
     assert!(
         img.width() >= 1000 && img.height() >= 600,
         "{}x{}",
         img.width(),
         img.height()
     );
-    // Not blank: many distinct colours (plot lines, heap map cells, text), and a good share of
-    // pixels that are not the background.
     let background = *img.get_pixel(img.width() - 5, img.height() / 2);
     let mut colours = HashSet::new();
     let mut not_background = 0u64;
@@ -64,6 +64,26 @@ fn gui_renders_a_trace_under_xvfb() {
         not_background * 10 > total,
         "{not_background} of {total} pixels differ from the background"
     );
+}
+
+/// Pixels close to `rgb` (each channel within 16).
+fn pixels_like(img: &image::RgbaImage, rgb: [u8; 3]) -> usize {
+    img.pixels()
+        .filter(|p| (0..3).all(|c| p.0[c].abs_diff(rgb[c]) <= 16))
+        .count()
+}
+
+#[test]
+fn gui_renders_a_trace_under_xvfb() {
+    let trace =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/find_usr_include.trace.gz");
+    let Some(img) = screenshot(
+        &trace,
+        &["--policy", "bfc,first-fit,buddy", "--goto", "peak"],
+    ) else {
+        return;
+    };
+    assert_not_blank(&img);
     // The cursor colour (theme::CURSOR, #ffd700) is drawn: the timeline's cursor line and the
     // event row at the cursor.
     let cursor_pixels = img
@@ -74,4 +94,25 @@ fn gui_renders_a_trace_under_xvfb() {
         cursor_pixels > 100,
         "cursor colour found on {cursor_pixels} pixels"
     );
+}
+
+#[test]
+fn gui_renders_a_pytorch_snapshot_under_xvfb() {
+    let snap = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../sample-traces/pytorch/lm_train_step_b.pickle");
+    let Some(img) = screenshot(&snap, &["--goto", "846"]) else {
+        return;
+    };
+    assert_not_blank(&img);
+    // The heap map (left of the middle band) is drawn, not empty: many colours there.
+    let mut heap_colours = HashSet::new();
+    for y in 290..480 {
+        for x in 20..900 {
+            heap_colours.insert(img.get_pixel(x, y).0);
+        }
+    }
+    assert!(heap_colours.len() > 5, "heap area has {} colours", heap_colours.len());
+    // The optimizer phases' boundaries (theme::PHASE, #40b0a0) are on the timeline.
+    let phase = pixels_like(&img, [0x40, 0xb0, 0xa0]);
+    assert!(phase > 50, "phase colour on {phase} pixels");
 }

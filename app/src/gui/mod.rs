@@ -499,7 +499,10 @@ impl GuiApp {
             })
             .collect();
         Plot::new("classes")
-            .height(ui.available_height() * if vm.bins.is_some() { 0.45 } else { 1.0 })
+            .height(
+                ui.available_height()
+                    * if vm.bins.is_some() { 0.45 } else { 1.0 },
+            )
             .allow_drag(false)
             .allow_zoom(false)
             .allow_scroll(false)
@@ -515,21 +518,6 @@ impl GuiApp {
             .show(ui, |p| {
                 p.bar_chart(BarChart::new("live bytes by class", bars))
             });
-        if !vm.frames_title.is_empty() {
-            ui.separator();
-            for l in &vm.dump_lines {
-                ui.small(l);
-            }
-            ui.strong(&vm.frames_title);
-            egui::ScrollArea::vertical()
-                .id_salt("frames")
-                .max_height(220.0)
-                .show(ui, |ui| {
-                    for f in &vm.frames {
-                        ui.monospace(f);
-                    }
-                });
-        }
         if let Some(bins) = &vm.bins {
             ui.separator();
             ui.strong("BFC bins");
@@ -592,6 +580,22 @@ impl GuiApp {
                         ui.end_row();
                     }
                 });
+            }
+            // A snapshot: its state and the frames of the cursor's allocation take the place
+            // of the class heatmap (the histogram beside the heap map keeps the classes).
+            if let Some(c) = cols.get_mut(1)
+                && !vm.frames_title.is_empty()
+            {
+                for l in &vm.dump_lines {
+                    c.small(l);
+                }
+                c.strong(&vm.frames_title);
+                egui::ScrollArea::vertical().id_salt("frames").show(c, |ui| {
+                    for f in &vm.frames {
+                        ui.monospace(f);
+                    }
+                });
+                return;
             }
             if let Some(c) = cols.get_mut(1) {
                 c.strong("size classes over time (live bytes, log scale)");

@@ -716,7 +716,7 @@ fn cursor_frames(vm: &mut ViewModel, data: &super::state::TraceData, cursor: usi
     } else if vm.frames.is_empty() {
         format!("allocation {id}: no frames recorded")
     } else {
-        format!("frames of allocation {id} (innermost first)")
+        format!("frames of allocation {id}, from its site outward")
     };
 }
 
