@@ -13,6 +13,8 @@
 //!
 //! An output that is a symbolic link is written through: the link stays and its target is
 //! replaced (atomically, in the target's directory). A replaced file keeps its permission bits.
+//! An output that is not a regular file (a terminal, a pipe, `/dev/stdout`, `/dev/null`) is
+//! written in place: there is nothing to keep, and renaming over it would replace the device.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write as _};
@@ -99,6 +101,9 @@ pub struct PendingFile {
     tmp: PathBuf,
     target: PathBuf,
     committed: bool,
+    /// The output is not a regular file (a terminal, a pipe, `/dev/null`): it is written in
+    /// place, since renaming over it would replace the device or pipe itself.
+    direct: bool,
 }
 
 impl PendingFile {
@@ -110,6 +115,22 @@ impl PendingFile {
     /// The refusal, or when the temporary file cannot be created (the message names `path`).
     pub fn create(path: &Path, inputs: &[&Path]) -> io::Result<(Self, File)> {
         refuse_if_any_input(inputs, path)?;
+        if let Ok(m) = fs::metadata(path)
+            && !m.is_file()
+            && !m.is_dir()
+        {
+            let file = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| named(path, e))?;
+            let pending = Self {
+                tmp: path.to_path_buf(),
+                target: path.to_path_buf(),
+                committed: false,
+                direct: true,
+            };
+            return Ok((pending, file));
+        }
         let target = resolve_links(path);
         let name = target
             .file_name()
@@ -131,6 +152,7 @@ impl PendingFile {
                         tmp,
                         target,
                         committed: false,
+                        direct: false,
                     };
                     // A replaced file keeps its permissions (a new one gets the umask's).
                     if let Ok(old) = fs::metadata(&pending.target) {
@@ -149,7 +171,8 @@ impl PendingFile {
         ))
     }
 
-    /// The temporary file's path, for libraries that write a file by path (it exists, empty).
+    /// The temporary file's path, for libraries that write a file by path (it exists, empty;
+    /// for an output that is not a regular file, the output itself).
     #[must_use]
     pub fn tmp_path(&self) -> &Path {
         &self.tmp
@@ -161,6 +184,10 @@ impl PendingFile {
     /// # Errors
     /// When the flush or the rename fails (the temporary file is then removed).
     pub fn commit(mut self, file: Option<File>) -> io::Result<()> {
+        if self.direct {
+            self.committed = true;
+            return Ok(());
+        }
         let file = match file {
             Some(f) => f,
             None => File::open(&self.tmp).map_err(|e| named(&self.target, e))?,
@@ -181,7 +208,7 @@ impl PendingFile {
 
 impl Drop for PendingFile {
     fn drop(&mut self) {
-        if !self.committed {
+        if !self.committed && !self.direct {
             fs::remove_file(&self.tmp).ok();
         }
     }
@@ -296,6 +323,19 @@ mod tests {
         let mode = fs::metadata(&target).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o640);
         fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn devices_and_pipes_are_written_in_place_never_replaced() {
+        use std::os::unix::fs::FileTypeExt as _;
+        write_bytes(Path::new("/dev/null"), b"gone", &[]).unwrap();
+        assert!(
+            fs::metadata("/dev/null")
+                .unwrap()
+                .file_type()
+                .is_char_device()
+        );
+        assert!(leftovers(Path::new("/dev")).is_empty());
     }
 
     #[test]
