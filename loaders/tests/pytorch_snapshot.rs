@@ -159,11 +159,22 @@ fn real_snapshots_load_with_their_published_counts() {
         // Frames: shared lists interned once, far fewer stacks than entries.
         assert!(s.stacks.num_stacks() > 0);
         assert!((s.stacks.num_stacks() as u64) < alloc, "{file}");
+        // Traced events without frames: the Windows run recorded frames for 1,421 of its
+        // 5,163 entries (counted with Python's pickle); the others for all.
+        let frameless_entries = if file == "lm_train_step_windows.pickle" { 3742 } else { 0 };
         let stack_nulls = s.events.column("stack_id").unwrap().null_count();
-        assert!(
-            stack_nulls <= s.carried_in as usize,
-            "{file}: every traced event has frames"
-        );
+        let carried_nulls = (0..s.carried_in as usize)
+            .filter(|&i| {
+                s.events
+                    .column("stack_id")
+                    .unwrap()
+                    .u32()
+                    .unwrap()
+                    .get(i)
+                    .is_none()
+            })
+            .count();
+        assert_eq!(stack_nulls - carried_nulls, frameless_entries, "{file}");
     }
 }
 
