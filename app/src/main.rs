@@ -15,6 +15,7 @@ mod gui;
 mod model;
 mod progress;
 mod safe_write;
+mod symbolize;
 mod theme;
 mod tui;
 mod units;

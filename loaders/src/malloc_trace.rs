@@ -207,6 +207,9 @@ pub struct MallocTrace {
     pub threads: DataFrame,
     pub summary: LoadSummary,
     pub load_seconds: f64,
+    /// The allocations' call stacks, for a recorded trace with stacks (`events` then has a
+    /// `stack_id` column: an id in this table, null where none was captured).
+    pub stacks: Option<crate::sites::StackTable>,
 }
 
 /// Multiplicative hashing for pointer keys: pointers are already well spread in their middle
@@ -272,6 +275,8 @@ pub(crate) struct Line<'a> {
     pub(crate) size_bytes: Option<u64>,
     pub(crate) addr: u64,
     pub(crate) call: Option<&'a [u8]>,
+    /// The stack id the file gives the event (binary traces with stacks).
+    pub(crate) stack: Option<u32>,
 }
 
 /// One call as written in a trace file, before any pairing or clamping: what `allocview
@@ -286,6 +291,9 @@ pub struct Record {
     pub addr: u64,
     /// Index into [`CALL_NAMES`]; `None` when the line has no fifth column.
     pub call: Option<u8>,
+    /// The allocation's call stack, as an id into the file's stack table (binary traces and
+    /// spools recorded with stacks; never in the text form).
+    pub stack: Option<u32>,
 }
 
 /// Where parsed lines go: the DataFrame [`Builder`], or a callback over raw [`Record`]s.
@@ -320,6 +328,7 @@ impl<F: FnMut(&Record) -> Result<(), &'static str>> LineSink for RecordSink<F> {
             size_bytes: line.size_bytes,
             addr: line.addr,
             call,
+            stack: line.stack,
         })?;
         self.summary.events += 1;
         Ok(())
@@ -340,6 +349,9 @@ pub(crate) struct Builder {
     size_class: Vec<u8>,
     /// Created on the first line with a call column, back-filled with defaults.
     call: Option<Vec<u8>>,
+    /// The file's stack ids, created on the first line with one, back-filled with
+    /// [`NO_STACK`](crate::sites::NO_STACK).
+    stack: Option<Vec<u32>>,
     live: PtrMap<(u32, u64)>,
     tids: PtrMap<u16>,
     tid_order: Vec<u64>,
@@ -360,6 +372,7 @@ impl Builder {
             alloc_id: Vec::with_capacity(events),
             size_class: Vec::with_capacity(events),
             call: None,
+            stack: None,
             live: PtrMap::default(),
             tids: PtrMap::default(),
             tid_order: Vec::new(),
@@ -424,6 +437,7 @@ impl Builder {
                             line.addr,
                             old_id,
                             CALL_FREE,
+                            crate::sites::NO_STACK,
                         );
                     }
                     (EventKind::Alloc, size, id)
@@ -454,7 +468,8 @@ impl Builder {
             None if kind.is_free() => CALL_FREE,
             None => CALL_MALLOC,
         };
-        self.push_row(t_ns, thread, kind, size, line.addr, id, call);
+        let stack = line.stack.unwrap_or(crate::sites::NO_STACK);
+        self.push_row(t_ns, thread, kind, size, line.addr, id, call, stack);
         Ok(())
     }
 
@@ -468,9 +483,16 @@ impl Builder {
         addr: u64,
         id: u32,
         call: u8,
+        stack: u32,
     ) {
         if let Some(calls) = self.call.as_mut() {
             calls.push(call);
+        }
+        if stack != crate::sites::NO_STACK && self.stack.is_none() {
+            self.stack = Some(vec![crate::sites::NO_STACK; self.kind.len()]);
+        }
+        if let Some(stacks) = self.stack.as_mut() {
+            stacks.push(stack);
         }
         self.t_ns.push(t_ns);
         self.thread.push(thread);
@@ -480,6 +502,12 @@ impl Builder {
         self.alloc_id.push(id);
         self.size_class.push(size_class(size));
         self.summary.events += 1;
+    }
+
+    /// The file's stack id of every row so far ([`NO_STACK`](crate::sites::NO_STACK) where
+    /// none), `None` when no row had one; taken before [`Self::finish`].
+    pub(crate) fn take_stacks(&mut self) -> Option<Vec<u32>> {
+        self.stack.take()
     }
 
     pub(crate) fn finish(self) -> Result<(DataFrame, DataFrame, LoadSummary), LoadError> {
@@ -683,6 +711,7 @@ fn parse_line(line: &[u8]) -> Result<Line<'_>, FieldError> {
         size_bytes,
         addr,
         call,
+        stack: None,
     })
 }
 
@@ -711,6 +740,7 @@ pub fn load_malloc_trace(path: &Path, opts: &LoadOptions) -> Result<MallocTrace,
         threads,
         summary,
         load_seconds: started.elapsed().as_secs_f64(),
+        stacks: None,
     })
 }
 

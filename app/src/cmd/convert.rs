@@ -5,13 +5,17 @@
 //! direction, in file order, including records the loader would clamp or flag (times going
 //! backwards, frees of unknown pointers). Text is written with six fractional digits when the
 //! time is a whole microsecond and nine otherwise.
+//!
+//! Call stacks (traces recorded with stacks) are carried into the binary form, symbolized when
+//! the input is a spool; the text form has no place for them, so converting to text says how
+//! many allocations lose their stack.
 
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use allocview_loaders::binary::{self, BinaryInfo, BinaryWriter, TimeBase};
+use allocview_loaders::binary::{self, BinaryInfo, BinaryWriter, FileKind, NativeStacks, TimeBase};
 use allocview_loaders::malloc_trace::{self, CALL_NAMES, MAX_THREADS, Record};
 use allocview_loaders::{LoadOptions, LoadSummary, Strictness};
 use anyhow::{Context as _, Result};
@@ -73,7 +77,15 @@ pub fn convert(input: &Path, output: &Path, to: Form, lenient: bool) -> Result<u
         ("converted_from".to_owned(), input.display().to_string()),
     ];
     let mut sink = RecordWriter::create(output, to, &meta, &[input])?;
-    read_any(input, lenient, TimeBase::default(), &mut |r| sink.push(r))?;
+    let info = read_any(input, lenient, TimeBase::default(), &mut |r| sink.push(r))?;
+    if let Some(info) = info
+        && let Some(mut stacks) = info.stacks
+    {
+        if info.kind == FileKind::Spool && to == Form::Binary {
+            crate::symbolize::symbolize_stacks(&mut stacks).print_summary();
+        }
+        sink.write_stacks(&stacks)?;
+    }
     sink.finish()
 }
 
@@ -161,6 +173,8 @@ pub struct RecordWriter {
     /// writer refuses such a record instead).
     text_threads: HashSet<u64>,
     last_tid: Option<u64>,
+    /// Records with a stack id.
+    with_stack: u64,
 }
 
 impl RecordWriter {
@@ -198,6 +212,7 @@ impl RecordWriter {
             path: path.to_path_buf(),
             text_threads: HashSet::new(),
             last_tid: None,
+            with_stack: 0,
         })
     }
 
@@ -213,7 +228,30 @@ impl RecordWriter {
             Sink::Binary(w) => w.push(r)?,
         }
         self.records += 1;
+        self.with_stack += u64::from(r.stack.is_some());
         Ok(())
+    }
+
+    /// Writes the call stacks the records' stack ids refer to (call after the last record):
+    /// into the binary form; the text form cannot hold them, so it says what is lost.
+    pub fn write_stacks(&mut self, stacks: &NativeStacks) -> Result<()> {
+        match &mut self.sink {
+            Sink::Binary(w) => w
+                .write_stacks(stacks)
+                .with_context(|| format!("cannot write {}", self.path.display())),
+            Sink::Text(_) => {
+                if self.with_stack > 0 {
+                    eprintln!(
+                        "warning: the text form has no call stacks: {} allocations in {} lose \
+                         their stack ({} distinct stacks); the binary form keeps them",
+                        crate::format::count(self.with_stack),
+                        self.path.display(),
+                        crate::format::count(stacks.stacks.len() as u64),
+                    );
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Finishes the file and puts it in place of the output; returns the number of records

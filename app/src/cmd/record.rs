@@ -10,6 +10,11 @@
 //!
 //! Traces are written through `safe_write` (never over the program or a file named on its
 //! command line, atomically); a spool that cannot be converted is kept next to the output.
+//!
+//! Every allocation's call stack is captured by default (x86-64; `--no-stacks` turns it off,
+//! and `--text` too, the text form having no place for stacks): the tracer records return
+//! addresses and the module map, and the stacks are symbolized here, after the command has
+//! exited (`crate::symbolize`), and written into the binary trace.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -43,9 +48,13 @@ pub struct RecordArgs {
     /// Default: `allocview-<program>-<pid>.avt` (`.trace.gz` with --text) here.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
-    /// Write the libtracemalloc text form, gzipped, with the call-name column.
+    /// Write the libtracemalloc text form, gzipped, with the call-name column (it has no
+    /// call stacks, so none are captured).
     #[arg(long)]
     pub text: bool,
+    /// Do not capture the call stack of each allocation (captured by default, on x86-64).
+    #[arg(long)]
+    pub no_stacks: bool,
     /// The command and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<OsString>,
@@ -106,11 +115,16 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
         .unwrap_or(0);
 
+    let stacks = !args.no_stacks && !args.text && cfg!(target_arch = "x86_64");
+    if args.text && !args.no_stacks {
+        eprintln!("note: --text: the text form has no call stacks, so none are captured");
+    }
     let ignored = ignore_termination_signals()?;
     let status = Command::new(program)
         .args(args.command.iter().skip(1))
         .env("LD_PRELOAD", &preload)
         .env("ALLOCVIEW_SPOOL", spools.path.join("p"))
+        .env("ALLOCVIEW_STACKS", if stacks { "1" } else { "0" })
         .status()
         .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
     drop(ignored);
@@ -136,7 +150,7 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         let meta = spool_meta(&spool.path, &program_name);
         let converted =
             RecordWriter::create(&path, form, &meta, &protected_refs).and_then(|mut writer| {
-                read_any(
+                let info = read_any(
                     &spool.path,
                     false,
                     TimeBase {
@@ -144,6 +158,10 @@ pub fn run(args: &RecordArgs) -> Result<()> {
                     },
                     &mut |r| writer.push(r),
                 )?;
+                if let Some(mut stacks) = info.and_then(|i| i.stacks) {
+                    crate::symbolize::symbolize_stacks(&mut stacks).print_summary();
+                    writer.write_stacks(&stacks)?;
+                }
                 writer.finish()
             });
         if let Err(e) = converted {

@@ -83,10 +83,12 @@ use crate::error::LoadError;
 use crate::malloc_trace::{
     Builder, CALL_NAMES, Line, LoadOptions, MallocTrace, Record, Strictness,
 };
+use crate::sites::{NO_STACK, stack_id_column};
 
 mod codec;
 mod frames;
 mod spool;
+mod stacks;
 #[cfg(test)]
 mod tests;
 mod trace;
@@ -94,6 +96,7 @@ mod write;
 
 use frames::{Frames, read_header};
 use spool::read_spool;
+pub use stacks::{Location, NativeModule, NativeStack, NativeStacks, SourceFrame, StackEnd};
 use trace::read_trace;
 pub use write::BinaryWriter;
 
@@ -115,6 +118,8 @@ const OP_CALL_MASK: u8 = 0x0f;
 const OP_NO_CALL: u8 = 0x0f;
 const OP_FREE: u8 = 0x10;
 const OP_THREAD: u8 = 0x20;
+/// Op bit 6 of a trace event: a stack id follows the address.
+const OP_STACK: u8 = 0x40;
 /// Events per EVENTS block written.
 const BLOCK_EVENTS: u32 = 1 << 16;
 /// zstd level for blocks: fast to write, and decoding speed barely depends on it.
@@ -150,6 +155,8 @@ pub struct BinaryInfo {
     /// Events lost to the damage, as the END frame's count minus the events read; `None` when
     /// nothing was damaged or the file has no END frame to count with.
     pub events_lost: Option<u64>,
+    /// The call stacks, for a file recorded with stacks (see `stacks.rs`).
+    pub stacks: Option<NativeStacks>,
 }
 
 /// A damaged stretch of a binary trace: a frame that did not read, followed by frames that do.
@@ -276,6 +283,7 @@ pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
                 .call
                 .and_then(|c| CALL_NAMES.get(usize::from(c)))
                 .map(|n| n.as_bytes()),
+            stack: r.stack,
         };
         b.push(&line)
     });
@@ -292,6 +300,7 @@ pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
                 truncated: None,
                 damaged: Vec::new(),
                 events_lost: None,
+                stacks: None,
             }
         }
     };
@@ -303,12 +312,27 @@ pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
     }
     b.summary.damaged = info.damaged;
     b.summary.events_lost = info.events_lost;
-    let (events, threads, summary) = b.finish()?;
+    let file_stacks = b.take_stacks();
+    let (mut events, threads, summary) = b.finish()?;
+    let stacks = match (info.stacks, file_stacks) {
+        (Some(native), ids) => {
+            let (table, map) = native.to_table();
+            let ids = ids.unwrap_or_else(|| vec![NO_STACK; events.height()]);
+            let ids = ids
+                .into_iter()
+                .map(|id| map.get(&id).copied().unwrap_or(NO_STACK))
+                .collect();
+            events.with_column(stack_id_column("stack_id", ids))?;
+            Some(table)
+        }
+        (None, _) => None,
+    };
     Ok(MallocTrace {
         events,
         threads,
         summary,
         load_seconds: started.elapsed().as_secs_f64(),
+        stacks,
     })
 }
 

@@ -10,6 +10,7 @@ fn records() -> Vec<Record> {
             size_bytes: Some(24),
             addr: 0x1000,
             call: Some(1),
+            stack: None,
         },
         Record {
             t_ns: 3_000,
@@ -17,6 +18,7 @@ fn records() -> Vec<Record> {
             size_bytes: None,
             addr: 0x1000,
             call: Some(2),
+            stack: None,
         },
         Record {
             t_ns: 3_000,
@@ -24,6 +26,7 @@ fn records() -> Vec<Record> {
             size_bytes: Some(96),
             addr: 0x3000,
             call: Some(2),
+            stack: None,
         },
         Record {
             t_ns: 2_500,
@@ -31,6 +34,7 @@ fn records() -> Vec<Record> {
             size_bytes: None,
             addr: 0,
             call: None,
+            stack: None,
         },
         Record {
             t_ns: 4_000,
@@ -38,6 +42,7 @@ fn records() -> Vec<Record> {
             size_bytes: Some(u64::MAX),
             addr: 0,
             call: Some(0),
+            stack: None,
         },
         Record {
             t_ns: 4_001,
@@ -45,6 +50,7 @@ fn records() -> Vec<Record> {
             size_bytes: None,
             addr: u64::MAX,
             call: Some(3),
+            stack: None,
         },
     ]
 }
@@ -91,6 +97,7 @@ fn many_blocks_round_trip() {
             size_bytes: (i % 2 == 0).then_some(i * 8),
             addr: 0x5555_0000 + (i / 2) * 64,
             call: Some((i % 11) as u8),
+            stack: None,
         })
         .collect();
     let bytes = write(&recs);
@@ -145,6 +152,7 @@ fn many_records(blocks: u64) -> Vec<Record> {
             size_bytes: (i % 2 == 0).then_some(i * 8),
             addr: 0x5555_0000 + (i / 2) * 64,
             call: Some((i % 11) as u8),
+            stack: None,
         })
         .collect()
 }
@@ -293,6 +301,7 @@ fn the_writer_refuses_a_thread_the_loader_could_not_hold() {
         size_bytes: Some(8),
         addr: 0x1000 + tid * 16,
         call: Some(0),
+        stack: None,
     };
     let mut w = BinaryWriter::new(Vec::new(), &[]).unwrap();
     for tid in 0..MAX_THREADS as u64 {

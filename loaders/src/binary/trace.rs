@@ -23,10 +23,13 @@ use std::path::Path;
 
 use super::codec::Cursor;
 use super::frames::parse_meta;
+use super::stacks::{
+    self, FRAME_LOCATIONS, FRAME_MODULES, FRAME_STACKS, FRAME_SYMBOLS, NativeStacks,
+};
 use super::{
     BinaryInfo, CODEC_STORED, CODEC_ZSTD, Damage, FRAME_END, FRAME_EVENTS, FRAME_META,
-    FRAME_THREADS, FileKind, MAX_FRAME_BYTES, OP_CALL_MASK, OP_FREE, OP_NO_CALL, OP_THREAD,
-    corrupt,
+    FRAME_THREADS, FileKind, MAX_FRAME_BYTES, OP_CALL_MASK, OP_FREE, OP_NO_CALL, OP_STACK,
+    OP_THREAD, corrupt,
 };
 use crate::error::LoadError;
 use crate::malloc_trace::{CALL_NAMES, Record, Strictness};
@@ -53,6 +56,8 @@ enum Parsed {
     /// The block's records are in [`Reader::decoded`].
     Events,
     End(u64),
+    /// Part of the call-stack tables (`stacks.rs`).
+    Stacks(NativeStacks),
     /// A tag this version does not know: skipped, so later versions may add informative ones.
     Unknown,
 }
@@ -140,6 +145,11 @@ impl<'a> Reader<'a> {
             FRAME_EVENTS => {
                 self.parse_events(payload, &[])?;
                 Ok(Parsed::Events)
+            }
+            FRAME_MODULES | FRAME_LOCATIONS | FRAME_STACKS | FRAME_SYMBOLS => {
+                let mut part = NativeStacks::default();
+                stacks::read_frame(&mut part, tag, payload)?;
+                Ok(Parsed::Stacks(part))
             }
             FRAME_END => {
                 let total = c.varint().ok_or("a cut end frame")?;
@@ -250,10 +260,18 @@ impl<'a> Reader<'a> {
     fn plausible_header(&self, pos: usize) -> bool {
         let left = self.bytes.len().saturating_sub(pos);
         left < FRAME_HEADER_BYTES
-            || self
-                .bytes
-                .get(pos)
-                .is_some_and(|t| matches!(*t, FRAME_THREADS | FRAME_EVENTS | FRAME_END))
+            || self.bytes.get(pos).is_some_and(|t| {
+                matches!(
+                    *t,
+                    FRAME_THREADS
+                        | FRAME_EVENTS
+                        | FRAME_END
+                        | FRAME_MODULES
+                        | FRAME_LOCATIONS
+                        | FRAME_STACKS
+                        | FRAME_SYMBOLS
+                )
+            })
     }
 }
 
@@ -271,6 +289,7 @@ pub(super) fn read_trace(
         truncated: None,
         damaged: Vec::new(),
         events_lost: None,
+        stacks: None,
     };
     let mut r = Reader {
         bytes,
@@ -378,6 +397,9 @@ pub(super) fn read_trace(
                 end_total = Some((total, pos));
                 break;
             }
+            Parsed::Stacks(part) => {
+                stacks::merge(info.stacks.get_or_insert_with(NativeStacks::default), part);
+            }
             Parsed::Unknown => {}
         }
         pos = next;
@@ -421,6 +443,10 @@ fn frame_name(tag: u8) -> String {
         FRAME_THREADS => "a THREADS".into(),
         FRAME_EVENTS => "an EVENTS".into(),
         FRAME_END => "the END".into(),
+        FRAME_MODULES => "a MODULES".into(),
+        FRAME_LOCATIONS => "a LOCATIONS".into(),
+        FRAME_STACKS => "a STACKS".into(),
+        FRAME_SYMBOLS => "a SYMBOLS".into(),
         other => format!("a 0x{other:02x}"),
     }
 }
@@ -443,7 +469,7 @@ fn decode_block(
     for i in 0..events {
         let bad = |what: &str| format!("event {i} of the block: {what}");
         let op = c.u8().ok_or_else(|| bad("cut"))?;
-        if op & 0xc0 != 0 {
+        if op & 0x80 != 0 {
             return Err(bad("reserved op bits set"));
         }
         let call = call_of(op).ok_or_else(|| bad("unknown call code"))?;
@@ -465,12 +491,19 @@ fn decode_block(
             Some(c.varint().ok_or_else(|| bad("size"))?)
         };
         addr = addr.wrapping_add(c.zigzag().ok_or_else(|| bad("address"))? as u64);
+        let stack = if op & OP_STACK != 0 {
+            let id = c.varint().ok_or_else(|| bad("stack id"))?;
+            Some(u32::try_from(id).map_err(|_| bad("stack id"))?)
+        } else {
+            None
+        };
         out.push(Record {
             t_ns,
             tid,
             size_bytes,
             addr,
             call,
+            stack,
         });
     }
     if !c.at_end() {

@@ -5,9 +5,10 @@ use std::io::{self, Write};
 
 use super::codec::{put_varint, zigzag};
 use super::frames::write_frame;
+use super::stacks::{self, NativeStacks};
 use super::{
     BLOCK_EVENTS, CODEC_STORED, CODEC_ZSTD, FRAME_END, FRAME_EVENTS, FRAME_META, FRAME_THREADS,
-    KIND_TRACE, MAGIC, OP_CALL_MASK, OP_FREE, OP_NO_CALL, OP_THREAD, VERSION, ZSTD_LEVEL,
+    KIND_TRACE, MAGIC, OP_CALL_MASK, OP_FREE, OP_NO_CALL, OP_STACK, OP_THREAD, VERSION, ZSTD_LEVEL,
 };
 use crate::malloc_trace::{MAX_THREADS, Record};
 
@@ -92,6 +93,9 @@ impl<W: Write> BinaryWriter<W> {
         if thread != self.prev_thread {
             op |= OP_THREAD;
         }
+        if r.stack.is_some() {
+            op |= OP_STACK;
+        }
         self.block.push(op);
         if thread != self.prev_thread {
             put_varint(&mut self.block, thread);
@@ -107,6 +111,9 @@ impl<W: Write> BinaryWriter<W> {
             zigzag(r.addr.wrapping_sub(self.prev_addr) as i64),
         );
         self.prev_addr = r.addr;
+        if let Some(id) = r.stack {
+            put_varint(&mut self.block, u64::from(id));
+        }
         self.block_events += 1;
         self.total += 1;
         if self.block_events >= BLOCK_EVENTS {
@@ -147,6 +154,19 @@ impl<W: Write> BinaryWriter<W> {
         self.prev_t = 0;
         self.prev_addr = 0;
         self.prev_thread = 0;
+        Ok(())
+    }
+
+    /// Writes the call-stack tables (after the events pushed so far: call it once, just
+    /// before [`Self::finish`]); records' stack ids refer to them.
+    ///
+    /// # Errors
+    /// On write errors.
+    pub fn write_stacks(&mut self, s: &NativeStacks) -> io::Result<()> {
+        self.flush_block()?;
+        for (tag, payload) in stacks::encode_frames(s) {
+            write_frame(&mut self.out, tag, &[&payload])?;
+        }
         Ok(())
     }
 

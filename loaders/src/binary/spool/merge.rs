@@ -73,6 +73,7 @@ impl Merge<'_, '_> {
             size_bytes: (!is_free).then_some(ev.size),
             addr: ev.addr,
             call,
+            stack: ev.stack,
         })
         .map_err(|e| corrupt(self.path, 0, e))?;
         self.records += 1;

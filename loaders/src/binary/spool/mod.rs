@@ -6,6 +6,7 @@ use std::path::Path;
 
 use super::codec::{Cursor, unzigzag};
 use super::frames::{Frames, Next, parse_meta};
+use super::stacks::{self, NativeModule, StackDef};
 use super::{
     BinaryInfo, FRAME_META, FRAME_SEGMENT, FileKind, OP_CALL_MASK, OP_FREE, TimeBase, corrupt,
 };
@@ -28,6 +29,8 @@ pub(super) enum SpoolEncoding {
     Compact,
     /// As `Compact`, and a stream may switch to keyed events: each then ends with its order key.
     Keyed,
+    /// As `Keyed`, and allocations carry stack ids, and streams hold stack definitions.
+    Stacked,
 }
 
 /// Spool op (encoding 2): a time change; a zigzag varint of the time's difference follows.
@@ -36,6 +39,10 @@ const OP_TIME: u8 = 0x0f;
 const OP_ADDR_SHIFT: u8 = 5;
 /// Spool op (encoding 3): the stream's events from here on carry order keys.
 const OP_KEYED: u8 = 0x0e;
+/// Spool op (encoding 4): a stack definition (see `stacks.rs`).
+const OP_STACK_DEF: u8 = 0x0d;
+/// A spool's MODULE frame (encoding 4).
+const FRAME_MODULE: u8 = 0x11;
 
 /// One stream (a thread's buffer) of a spool while merging.
 pub(super) struct Stream<'a> {
@@ -53,6 +60,8 @@ pub(super) struct Stream<'a> {
     key: u64,
     /// The next event, decoded ahead (the merge compares heads).
     head: Option<SpoolEvent>,
+    /// The stack definitions met so far.
+    defs: Vec<StackDef>,
 }
 
 #[derive(Clone, Copy)]
@@ -64,6 +73,8 @@ pub(super) struct SpoolEvent {
     /// The order key (encoding 3, events recorded while several threads did): TSC ticks,
     /// comparable across the process's threads.
     key: Option<u64>,
+    /// The allocation's stack id (encoding 4; `None` for frees and when none was captured).
+    stack: Option<u32>,
 }
 
 impl Stream<'_> {
@@ -95,8 +106,13 @@ impl Stream<'_> {
                     };
                     (size, c.zigzag().ok_or("a cut address")?)
                 }
-                SpoolEncoding::Compact | SpoolEncoding::Keyed => {
-                    if encoding == SpoolEncoding::Keyed && op & OP_CALL_MASK == OP_KEYED {
+                SpoolEncoding::Compact | SpoolEncoding::Keyed | SpoolEncoding::Stacked => {
+                    if encoding == SpoolEncoding::Stacked && op == OP_STACK_DEF {
+                        let def = stacks::read_stack_def(c).ok_or("a cut stack definition")?;
+                        self.defs.push(def);
+                        continue;
+                    }
+                    if encoding != SpoolEncoding::Compact && op & OP_CALL_MASK == OP_KEYED {
                         if op != OP_KEYED {
                             return Err("reserved bits set in a switch to keyed events");
                         }
@@ -123,6 +139,12 @@ impl Stream<'_> {
                 }
             };
             self.addr = self.addr.wrapping_add(delta as u64);
+            let stack = if encoding == SpoolEncoding::Stacked && op & OP_FREE == 0 {
+                let id = self.cur.prefix_varint().ok_or("a cut stack id")?;
+                u32::try_from(id).ok().filter(|&id| id != 0)
+            } else {
+                None
+            };
             let key = if self.keyed {
                 let dk = unzigzag(self.cur.prefix_varint().ok_or("a cut order key")?);
                 self.key = self.key.wrapping_add(dk as u64);
@@ -136,6 +158,7 @@ impl Stream<'_> {
                 size,
                 addr: self.addr,
                 key,
+                stack,
             });
             return Ok(());
         }
@@ -159,7 +182,9 @@ pub(super) fn read_spool(
         truncated: None,
         damaged: Vec::new(),
         events_lost: None,
+        stacks: None,
     };
+    let mut modules: Vec<NativeModule> = Vec::new();
     let mut streams: Vec<Stream<'_>> = Vec::new();
     let mut by_id: HashMap<u32, usize> = HashMap::new();
     let mut calib_last: Option<(u64, i64)> = None;
@@ -175,6 +200,11 @@ pub(super) fn read_spool(
         };
         match tag {
             FRAME_META => info.meta.extend(parse_meta(payload)),
+            FRAME_MODULE => {
+                let m = stacks::read_module_frame(payload)
+                    .ok_or_else(|| corrupt(path, at, "a module frame"))?;
+                modules.push(m);
+            }
             FRAME_SEGMENT => {
                 let mut c = Cursor::new(payload);
                 let (Some(stream), Some(tid), Some(tick), Some(ns)) =
@@ -198,6 +228,7 @@ pub(super) fn read_spool(
                         keyed: false,
                         key: 0,
                         head: None,
+                        defs: Vec::new(),
                     });
                     streams.len() - 1
                 });
@@ -218,6 +249,7 @@ pub(super) fn read_spool(
         None | Some(1) => SpoolEncoding::Varints,
         Some(2) => SpoolEncoding::Compact,
         Some(3) => SpoolEncoding::Keyed,
+        Some(4) => SpoolEncoding::Stacked,
         Some(_) => {
             return Err(LoadError::format(
                 path,
@@ -251,5 +283,9 @@ pub(super) fn read_spool(
     };
     merge.run(&mut streams)?;
     info.records = merge.records;
+    if encoding == SpoolEncoding::Stacked {
+        let defs = streams.iter_mut().flat_map(|s| s.defs.drain(..)).collect();
+        info.stacks = Some(stacks::from_spool(modules, defs));
+    }
     Ok(info)
 }

@@ -1,0 +1,312 @@
+//! Symbolization of recorded call stacks, after the traced program has exited (the tracer
+//! only records addresses: module + offset).
+//!
+//! Each module is read from the path the tracer recorded and checked against the build id it
+//! recorded (a file rebuilt or upgraded since is not used: its frames stay module + offset).
+//! Source locations come from DWARF debug information, found in the module itself, in
+//! `/usr/lib/debug/.build-id/xx/rest.debug` (what distributions' `-dbgsym` / `-debuginfo`
+//! packages install), or through the module's `.gnu_debuglink`; inlined calls become frames of
+//! their own (innermost first). Without debug information a frame is named by the symbol table
+//! (`.symtab`, else `.dynsym`) when the address falls inside a symbol's extent, with no file or
+//! line; otherwise it stays module + offset. Names are demangled (Rust, then Itanium C++).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use allocview_loaders::binary::{Location, NativeModule, NativeStacks, SourceFrame};
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+
+/// What symbolization found, for the user.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Modules read, and of those, with DWARF line information.
+    pub modules_read: usize,
+    pub modules_with_lines: usize,
+    /// Modules whose file could not be read (path: reason).
+    pub unreadable: Vec<String>,
+    /// Modules whose file has another build id than the one recorded.
+    pub build_id_mismatch: Vec<String>,
+    /// Locations named by a function, and of those with a file and line.
+    pub named: usize,
+    pub with_lines: usize,
+    /// Locations looked up.
+    pub locations: usize,
+}
+
+impl Report {
+    /// Tells the user what was symbolized and what was not, on stderr.
+    pub fn print_summary(&self) {
+        eprintln!(
+            "stacks: {} of {} code locations named ({} with file and line); {} modules read, {} \
+             with line information",
+            crate::format::count(self.named as u64),
+            crate::format::count(self.locations as u64),
+            crate::format::count(self.with_lines as u64),
+            self.modules_read,
+            self.modules_with_lines,
+        );
+        for m in &self.build_id_mismatch {
+            eprintln!(
+                "  note: {m} changed since the run (another build id): its frames stay module + offset"
+            );
+        }
+        for m in &self.unreadable {
+            eprintln!("  note: cannot read {m}: its frames stay module + offset");
+        }
+    }
+}
+
+/// Symbolizes every location of `stacks` in place (its `symbols`).
+pub fn symbolize_stacks(stacks: &mut NativeStacks) -> Report {
+    let (symbols, report) = symbolize(&stacks.modules, &stacks.locations);
+    stacks.symbols = symbols;
+    report
+}
+
+/// Source frames for each location (empty: unresolved, shown as module + offset), and a report.
+#[must_use]
+pub fn symbolize(
+    modules: &[NativeModule],
+    locations: &[Location],
+) -> (Vec<Vec<SourceFrame>>, Report) {
+    let mut report = Report {
+        locations: locations.len(),
+        ..Report::default()
+    };
+    let mut resolvers: HashMap<u32, Option<Resolver>> = HashMap::new();
+    let frames = locations
+        .iter()
+        .map(|loc| {
+            let Some(m) = loc.module else {
+                return Vec::new();
+            };
+            let resolver = resolvers.entry(m).or_insert_with(|| {
+                modules
+                    .get(m as usize)
+                    .and_then(|file| Resolver::open(file, &mut report))
+            });
+            let frames = resolver
+                .as_ref()
+                .map(|r| r.resolve(loc.offset.saturating_sub(1)))
+                .unwrap_or_default();
+            if !frames.is_empty() {
+                report.named += 1;
+                report.with_lines += usize::from(frames.iter().any(|f| f.line > 0));
+            }
+            frames
+        })
+        .collect();
+    (frames, report)
+}
+
+/// A function symbol: `[start, end)` and its name.
+struct Symbol {
+    start: u64,
+    end: u64,
+    name: String,
+}
+
+/// One module's symbol table and, when found, its DWARF.
+struct Resolver {
+    symbols: Vec<Symbol>,
+    dwarf: Option<addr2line::Loader>,
+}
+
+impl Resolver {
+    fn open(file: &NativeModule, report: &mut Report) -> Option<Self> {
+        let path = Path::new(&file.path);
+        if file.path.is_empty() || !path.is_absolute() {
+            // The vDSO and other modules without a file.
+            return None;
+        }
+        let data = match std::fs::read(path) {
+            Ok(d) => d,
+            Err(e) => {
+                report.unreadable.push(format!("{}: {e}", file.path));
+                return None;
+            }
+        };
+        let object = match object::File::parse(&*data) {
+            Ok(o) => o,
+            Err(e) => {
+                report.unreadable.push(format!("{}: {e}", file.path));
+                return None;
+            }
+        };
+        let build_id = object.build_id().ok().flatten().unwrap_or(&[]);
+        if !file.build_id.is_empty() && build_id != file.build_id.as_slice() {
+            report.build_id_mismatch.push(file.path.clone());
+            return None;
+        }
+        report.modules_read += 1;
+        let debug_path = debug_file(path, &object);
+        let mut symbols = function_symbols(&object);
+        let debug_data = debug_path
+            .as_ref()
+            .filter(|p| p.as_path() != path)
+            .and_then(|p| std::fs::read(p).ok());
+        if let Some(d) = &debug_data
+            && let Ok(debug) = object::File::parse(&**d)
+            && debug.build_id().ok().flatten() == object.build_id().ok().flatten()
+        {
+            // A separate debug file has the full symbol table.
+            symbols.extend(function_symbols(&debug));
+        }
+        symbols.sort_by_key(|s| (s.start, std::cmp::Reverse(s.end)));
+        symbols.dedup_by_key(|s| s.start);
+        let dwarf = debug_path.and_then(|p| addr2line::Loader::new(p).ok());
+        report.modules_with_lines += usize::from(dwarf.is_some());
+        Some(Self { symbols, dwarf })
+    }
+
+    /// Source frames at `probe` (a virtual address of the module), innermost first.
+    fn resolve(&self, probe: u64) -> Vec<SourceFrame> {
+        let mut out = Vec::new();
+        if let Some(dwarf) = &self.dwarf
+            && let Ok(mut frames) = dwarf.find_frames(probe)
+        {
+            while let Ok(Some(frame)) = frames.next() {
+                let function = frame
+                    .function
+                    .as_ref()
+                    .and_then(|f| f.raw_name().ok())
+                    .map(|n| demangle(&n));
+                let (file, line) = frame
+                    .location
+                    .as_ref()
+                    .map(|l| (l.file.unwrap_or_default().to_owned(), l.line.unwrap_or(0)))
+                    .unwrap_or_default();
+                let Some(function) = function.or_else(|| self.symbol_at(probe)) else {
+                    continue;
+                };
+                out.push(SourceFrame {
+                    function,
+                    file,
+                    line,
+                });
+            }
+        }
+        if out.is_empty()
+            && let Some(function) = self.symbol_at(probe)
+        {
+            out.push(SourceFrame {
+                function,
+                file: String::new(),
+                line: 0,
+            });
+        }
+        out
+    }
+
+    /// The demangled name of the function symbol whose extent holds `probe`.
+    fn symbol_at(&self, probe: u64) -> Option<String> {
+        let i = self.symbols.partition_point(|s| s.start <= probe);
+        let s = self.symbols.get(i.checked_sub(1)?)?;
+        (probe < s.end).then(|| demangle(&s.name))
+    }
+}
+
+/// Function symbols with a size, from `.symtab`, or `.dynsym` when there is no `.symtab`.
+fn function_symbols(object: &object::File<'_>) -> Vec<Symbol> {
+    let from = |syms: &mut dyn Iterator<Item = object::Symbol<'_, '_>>| -> Vec<Symbol> {
+        syms.filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0 && s.address() > 0)
+            .filter_map(|s| {
+                Some(Symbol {
+                    start: s.address(),
+                    end: s.address().checked_add(s.size())?,
+                    name: s.name().ok()?.to_owned(),
+                })
+            })
+            .collect()
+    };
+    let symtab = from(&mut object.symbols());
+    if symtab.is_empty() {
+        from(&mut object.dynamic_symbols())
+    } else {
+        symtab
+    }
+}
+
+/// Where `object`'s DWARF is: the file itself, its build-id debug file, or its debuglink.
+fn debug_file(path: &Path, object: &object::File<'_>) -> Option<PathBuf> {
+    let has_lines = |o: &object::File<'_>| {
+        o.section_by_name(".debug_info")
+            .is_some_and(|s| s.size() > 0)
+    };
+    if has_lines(object) {
+        return Some(path.to_path_buf());
+    }
+    let mut candidates = Vec::new();
+    if let Ok(Some(id)) = object.build_id()
+        && let Some((first, rest)) = id.split_first()
+    {
+        let rest: String = rest.iter().map(|b| format!("{b:02x}")).collect();
+        candidates.push(PathBuf::from(format!(
+            "/usr/lib/debug/.build-id/{first:02x}/{rest}.debug"
+        )));
+    }
+    if let Ok(Some((name, _crc))) = object.gnu_debuglink()
+        && let Ok(name) = std::str::from_utf8(name)
+        && let Some(dir) = path.parent()
+    {
+        candidates.push(dir.join(name));
+        candidates.push(dir.join(".debug").join(name));
+        let relative = dir.strip_prefix("/").unwrap_or(dir);
+        candidates.push(Path::new("/usr/lib/debug").join(relative).join(name));
+    }
+    candidates.into_iter().find(|c| {
+        std::fs::read(c)
+            .ok()
+            .and_then(|d| object::File::parse(&*d).ok().map(|o| has_lines(&o)))
+            .unwrap_or(false)
+    })
+}
+
+/// A function name for people: Rust (legacy and v0) and Itanium C++ names demangled, others
+/// as they are.
+#[must_use]
+pub fn demangle(name: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return format!("{d:#}");
+    }
+    if name.starts_with("_Z")
+        && let Ok(sym) = cpp_demangle::Symbol::new(name.as_bytes())
+        && let Ok(s) = sym.demangle()
+    {
+        return s;
+    }
+    Cow::Borrowed(name).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_demangled_for_rust_and_cpp() {
+        assert_eq!(demangle("_Z12make_widgetsi"), "make_widgets(int)");
+        assert_eq!(
+            demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE"),
+            "core::ptr::drop_in_place"
+        );
+        assert_eq!(demangle("PyObject_Malloc"), "PyObject_Malloc");
+    }
+
+    #[test]
+    fn a_missing_module_leaves_its_locations_unresolved() {
+        let modules = [NativeModule {
+            path: "/nonexistent/libx.so".to_owned(),
+            ..NativeModule::default()
+        }];
+        let (frames, report) = symbolize(
+            &modules,
+            &[Location {
+                module: Some(0),
+                offset: 0x1234,
+            }],
+        );
+        assert_eq!(frames, vec![Vec::<SourceFrame>::new()]);
+        assert_eq!(report.unreadable.len(), 1);
+    }
+}

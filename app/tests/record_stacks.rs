@@ -1,0 +1,318 @@
+//! Call stacks in `allocview record`: a C++ program built here without frame pointers, and
+//! Python, recorded with stacks; the symbolized, demangled frames are checked by name and
+//! order. Also: `--no-stacks` records none, and converting to text says what it drops.
+
+// Test helpers outside #[test] functions unwrap too: a failure there is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use allocview_loaders::sites::StackTable;
+use allocview_loaders::{LoadOptions, Loaded, MallocTrace};
+
+fn allocview(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("record-stacks-{name}"));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn load(path: &Path) -> MallocTrace {
+    let Loaded::MallocTrace(t) = allocview_loaders::load(path, &LoadOptions::default()).unwrap()
+    else {
+        panic!("{} is not a malloc trace", path.display());
+    };
+    t
+}
+
+/// A C++ program whose allocations come from named functions at known depths, and one through
+/// libstdc++'s `std::vector`. Built `-O2 -fomit-frame-pointer`: only DWARF CFI can unwind it.
+const WIDGETS_CPP: &str = r#"
+#include <cstdio>
+#include <vector>
+struct Widget { int a[8]; };
+__attribute__((noinline)) Widget* make_widgets(int n) {
+    Widget* w = new Widget[n];
+    asm volatile("" ::: "memory");
+    return w;
+}
+__attribute__((noinline)) void* level_two(int n) {
+    void* p = make_widgets(n);
+    asm volatile("" ::: "memory");
+    return p;
+}
+__attribute__((noinline)) std::vector<long>* fill_vector(int n) {
+    auto* v = new std::vector<long>();
+    for (int i = 0; i < n; i++) v->push_back(i);
+    return v;
+}
+int main(int argc, char**) {
+    void* keep[50];
+    for (int i = 0; i < 50; i++) keep[i] = level_two(1000 + i + argc);
+    auto* v = fill_vector(5000);
+    std::printf("%zu %p\n", v->size(), keep[3]);
+    return 0;
+}
+"#;
+
+fn build_cpp(dir: &Path) -> PathBuf {
+    let src = dir.join("widgets.cpp");
+    std::fs::write(&src, WIDGETS_CPP).unwrap();
+    let exe = dir.join("widgets");
+    let out = Command::new("g++")
+        .args(["-O2", "-fomit-frame-pointer", "-g", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("g++ must be installed (build-essential)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// The function names of every stack with an allocation of exactly `size` bytes.
+fn stacks_of_size(t: &MallocTrace, size: u64) -> Vec<Vec<String>> {
+    let table = t.stacks.as_ref().expect("a trace recorded with stacks");
+    let sizes = t.events.column("size_bytes").unwrap().u64().unwrap();
+    let kinds = t.events.column("kind").unwrap().u8().unwrap();
+    let ids = t.events.column("stack_id").unwrap().u32().unwrap();
+    let mut out: Vec<Vec<String>> = Vec::new();
+    for i in 0..t.events.height() {
+        if kinds.get(i) == Some(0)
+            && sizes.get(i) == Some(size)
+            && let Some(id) = ids.get(i)
+        {
+            let names = names(table, id);
+            if !out.contains(&names) {
+                out.push(names);
+            }
+        }
+    }
+    out
+}
+
+fn names(table: &StackTable, id: u32) -> Vec<String> {
+    table.frames_of(id).map(|f| f.function.clone()).collect()
+}
+
+/// Whether `needles` appear in `hay` in this order, each right after the previous one.
+fn consecutive(hay: &[String], needles: &[&str]) -> bool {
+    hay.windows(needles.len())
+        .any(|w| w.iter().zip(needles).all(|(a, b)| a == b))
+}
+
+#[test]
+fn a_cpp_program_without_frame_pointers_has_symbolized_demangled_stacks() {
+    let dir = scratch("cpp");
+    let exe = build_cpp(&dir);
+    let out = dir.join("w.avt");
+    let stderr = ok(&allocview(&[
+        "record",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+    ]));
+    assert!(stderr.contains("code locations named"), "{stderr}");
+    let t = load(&out);
+    // make_widgets(1000 + i + 1): 32-byte widgets, so 32 * (1001 + i) bytes.
+    let stacks = stacks_of_size(&t, 32 * 1001);
+    assert_eq!(stacks.len(), 1, "{stacks:#?}");
+    let s = &stacks[0];
+    assert!(
+        consecutive(s, &["make_widgets(int)", "level_two(int)", "main"]),
+        "{s:#?}"
+    );
+    // The innermost frame is the C++ runtime's operator new (libstdc++, no frame pointers).
+    assert!(s[0].starts_with("operator new"), "{s:#?}");
+    assert!(s.iter().any(|f| f.contains("libc_start")), "{s:#?}");
+    // File and line from the program's DWARF.
+    let table = t.stacks.as_ref().unwrap();
+    let id = (0..table.num_stacks() as u32)
+        .find(|&id| names(table, id) == *s)
+        .unwrap();
+    let make = table
+        .frames_of(id)
+        .find(|f| f.function == "make_widgets(int)")
+        .unwrap();
+    assert!(
+        make.file.ends_with("widgets.cpp") && make.line == 6,
+        "{make:?}"
+    );
+    // The vector's growth: 8-byte longs, doubling up to 8192 elements (64 KiB).
+    let grown = stacks_of_size(&t, 8 * 8192);
+    assert!(!grown.is_empty());
+    for s in &grown {
+        assert!(s[0].starts_with("operator new"), "{s:#?}");
+        let fill = s
+            .iter()
+            .position(|f| f == "fill_vector(int)")
+            .expect("fill_vector");
+        assert_eq!(s.get(fill + 1).map(String::as_str), Some("main"), "{s:#?}");
+        assert!(
+            s[..fill]
+                .iter()
+                .any(|f| f.starts_with("std::vector<long, std::allocator<long> >::")),
+            "{s:#?}"
+        );
+    }
+    // Every allocation of the program has a stack; frees have none.
+    let ids = t.events.column("stack_id").unwrap();
+    let kinds = t.events.column("kind").unwrap().u8().unwrap().clone();
+    let with = ids.u32().unwrap().iter().zip(kinds.iter());
+    for (id, kind) in with {
+        assert_eq!(
+            id.is_some(),
+            kind == Some(0),
+            "stack {id:?} on an event of kind {kind:?}"
+        );
+    }
+}
+
+fn python() -> &'static str {
+    if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
+}
+
+#[test]
+fn python_stacks_show_the_interpreters_frames() {
+    let dir = scratch("python");
+    let out = dir.join("py.avt");
+    let script = "import threading\n\
+                  def work():\n    return [str(i) * 3 for i in range(20000)]\n\
+                  ts = [threading.Thread(target=work) for _ in range(3)]\n\
+                  [t.start() for t in ts]\n[t.join() for t in ts]\n";
+    ok(&allocview(&[
+        "record",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        "env",
+        "PYTHONMALLOC=malloc",
+        python(),
+        "-c",
+        script,
+    ]));
+    // `env` execs python: the trace of the second image is python's.
+    let traces: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "avt"))
+        .collect();
+    let biggest = traces
+        .iter()
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap();
+    let t = load(biggest);
+    let table = t.stacks.as_ref().expect("stacks");
+    let all: Vec<Vec<String>> = (0..table.num_stacks() as u32)
+        .map(|id| names(table, id))
+        .collect();
+    let has = |name: &str| all.iter().any(|s| s.iter().any(|f| f == name));
+    let longest = all.iter().max_by_key(|s| s.len()).unwrap();
+    // The interpreter loop, named from python's dynamic symbol table (PyObject_Malloc itself
+    // tail-calls the allocator, so its caller holds the return address: see the README).
+    assert!(
+        has("_PyEval_EvalFrameDefault"),
+        "no _PyEval_EvalFrameDefault frame in {longest:#?}"
+    );
+    // The C API functions that allocate for the program's objects.
+    assert!(
+        has("PyUnicode_New") || has("PyList_New") || has("_PyObject_New"),
+        "no allocating C API frame"
+    );
+    // Threads' stacks reach the thread start in the C library.
+    assert!(
+        all.iter()
+            .any(|s| s.iter().any(|f| f.contains("start_thread"))),
+        "no thread start"
+    );
+}
+
+#[test]
+fn no_stacks_records_none() {
+    let dir = scratch("none");
+    let exe = build_cpp(&dir);
+    let out = dir.join("w.avt");
+    ok(&allocview(&[
+        "record",
+        "--no-stacks",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+    ]));
+    let t = load(&out);
+    assert!(t.stacks.is_none());
+    assert!(t.events.column("stack_id").is_err());
+    assert!(t.events.height() > 50);
+}
+
+#[test]
+fn converting_keeps_stacks_in_binary_and_says_what_text_drops() {
+    let dir = scratch("convert");
+    let exe = build_cpp(&dir);
+    let out = dir.join("w.avt");
+    ok(&allocview(&[
+        "record",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+    ]));
+    let text = dir.join("w.trace.gz");
+    let stderr = ok(&allocview(&[
+        "convert",
+        out.to_str().unwrap(),
+        text.to_str().unwrap(),
+    ]));
+    assert!(
+        stderr.contains("the text form has no call stacks") && stderr.contains("lose their stack"),
+        "{stderr}"
+    );
+    let copy = dir.join("copy.avt");
+    ok(&allocview(&[
+        "convert",
+        "--to",
+        "binary",
+        out.to_str().unwrap(),
+        copy.to_str().unwrap(),
+    ]));
+    let (a, b) = (load(&out), load(&copy));
+    let (ta, tb) = (a.stacks.unwrap(), b.stacks.unwrap());
+    assert_eq!(ta.num_stacks(), tb.num_stacks());
+    assert!(
+        a.events
+            .column("stack_id")
+            .unwrap()
+            .equals_missing(b.events.column("stack_id").unwrap())
+    );
+    for id in 0..ta.num_stacks() as u32 {
+        assert_eq!(names(&ta, id), names(&tb, id));
+    }
+}

@@ -1,0 +1,434 @@
+//! Call stacks of recorded allocations: the tracer's stack definitions and module map in a
+//! spool, the stack frames of a trace, and their conversion into the shared [`StackTable`].
+//!
+//! In a **spool** (event encoding 4), a `0x11` MODULE frame describes one module (bias u64,
+//! segment count u8, each segment's start and end u64, build id length u8 and bytes, then the
+//! path), and a stream's op byte `0x0d` defines a stack: its id (prefix varint), how the walk
+//! ended (u8, [`StackEnd`]), the frame count (u8), then each return address as a zigzag
+//! LEB128 varint of its difference from the previous (the first from 0), innermost first.
+//! Allocation events carry a stack id after the address (prefix varint, 0 = none).
+//!
+//! In a **trace**, four frames (written after the events, before END) hold the stacks; ids
+//! are the spool's:
+//!
+//! - `0x05` MODULES: varint n, then per module: varint bias, varint build-id length and bytes,
+//!   varint path length and UTF-8 path.
+//! - `0x06` LOCATIONS: varint n, then per code location: varint module index + 1 (0: in no
+//!   known module, the offset is then the address), varint offset (the module's virtual
+//!   address: the address less the bias).
+//! - `0x07` STACKS: varint n, then per stack: varint id, u8 end, varint depth, and that many
+//!   varint location indices, innermost first.
+//! - `0x08` SYMBOLS: varint n, then per symbolized location: varint location index, varint
+//!   source-frame count, and per source frame (innermost first: inlined calls expand a
+//!   location into several) function, file (each a varint length and UTF-8) and varint line.
+//!
+//! An event with op bit 6 set is followed (after its address) by a varint stack id.
+
+use std::collections::HashMap;
+
+use super::codec::{Cursor, put_varint, unzigzag};
+use crate::sites::{Frame, StackTable};
+
+/// How a stack walk ended (the tracer's `End`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackEnd {
+    /// At the outermost frame.
+    Complete,
+    /// At the tracer's depth cap.
+    DepthCap,
+    /// At a frame whose unwind rule the tracer does not follow (a DWARF expression, a signal
+    /// frame).
+    Unsupported,
+    /// At code without unwind information (or outside every module: JIT code).
+    NoInfo,
+    /// At a frame that failed a check (a read outside the stack or the module).
+    BadFrame,
+}
+
+impl StackEnd {
+    fn from_u8(b: u8) -> Self {
+        match b {
+            0 => Self::Complete,
+            1 => Self::DepthCap,
+            2 => Self::Unsupported,
+            3 => Self::NoInfo,
+            _ => Self::BadFrame,
+        }
+    }
+
+    fn to_u8(self) -> u8 {
+        match self {
+            Self::Complete => 0,
+            Self::DepthCap => 1,
+            Self::Unsupported => 2,
+            Self::NoInfo => 3,
+            Self::BadFrame => 4,
+        }
+    }
+}
+
+/// A module (executable, shared object) of the traced process.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NativeModule {
+    pub path: String,
+    pub build_id: Vec<u8>,
+    /// Load bias: address = virtual address in the file + bias.
+    pub bias: u64,
+    /// Mapped segments `[start, end)` (spools only: the trace keeps locations instead).
+    pub segments: Vec<(u64, u64)>,
+}
+
+/// A code location: a return address as module + offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Location {
+    /// Index into [`NativeStacks::modules`]; `None`: in no known module (`offset` is the
+    /// address).
+    pub module: Option<u32>,
+    pub offset: u64,
+}
+
+/// One source frame of a symbolized location.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceFrame {
+    pub function: String,
+    /// Empty when unknown.
+    pub file: String,
+    /// 0 when unknown.
+    pub line: u32,
+}
+
+/// A recorded stack: location indices, innermost first, and how its walk ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NativeStack {
+    pub locations: Vec<u32>,
+    pub end: StackEnd,
+}
+
+/// The stacks of a recorded trace or spool.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NativeStacks {
+    pub modules: Vec<NativeModule>,
+    pub locations: Vec<Location>,
+    /// Stack id (as events carry it) to stack.
+    pub stacks: HashMap<u32, NativeStack>,
+    /// Source frames per location index, once symbolized (empty entries: unresolved).
+    pub symbols: Vec<Vec<SourceFrame>>,
+}
+
+/// A spool's stack definition, before its addresses are placed in modules.
+pub(super) struct StackDef {
+    pub(super) id: u32,
+    pub(super) end: StackEnd,
+    pub(super) pcs: Vec<u64>,
+}
+
+/// Reads a stack definition after its op byte.
+pub(super) fn read_stack_def(c: &mut Cursor<'_>) -> Option<StackDef> {
+    let id = u32::try_from(c.prefix_varint()?).ok()?;
+    let end = StackEnd::from_u8(c.u8()?);
+    let n = c.u8()?;
+    let mut pcs = Vec::with_capacity(usize::from(n));
+    let mut pc = 0u64;
+    for _ in 0..n {
+        pc = pc.wrapping_add(unzigzag(c.varint()?) as u64);
+        pcs.push(pc);
+    }
+    Some(StackDef { id, end, pcs })
+}
+
+/// Reads a spool's MODULE frame.
+pub(super) fn read_module_frame(payload: &[u8]) -> Option<NativeModule> {
+    let mut c = Cursor::new(payload);
+    let bias = c.u64()?;
+    let n = c.u8()?;
+    let mut segments = Vec::with_capacity(usize::from(n));
+    for _ in 0..n {
+        segments.push((c.u64()?, c.u64()?));
+    }
+    let id_len = c.u8()?;
+    let build_id = c.take(usize::from(id_len))?.to_vec();
+    let path = String::from_utf8_lossy(payload.get(c.pos..)?).into_owned();
+    Some(NativeModule {
+        path,
+        build_id,
+        bias,
+        segments,
+    })
+}
+
+/// Places a spool's stack definitions in its modules: locations deduplicated.
+pub(super) fn from_spool(modules: Vec<NativeModule>, defs: Vec<StackDef>) -> NativeStacks {
+    let mut ranges: Vec<(u64, u64, u32)> = modules
+        .iter()
+        .zip(0u32..)
+        .flat_map(|(m, i)| m.segments.iter().map(move |&(lo, hi)| (lo, hi, i)))
+        .collect();
+    ranges.sort_unstable();
+    let place = |pc: u64| -> Location {
+        let i = ranges.partition_point(|r| r.0 <= pc);
+        match i.checked_sub(1).and_then(|i| ranges.get(i)) {
+            Some(&(_, hi, m)) if pc < hi => Location {
+                module: Some(m),
+                offset: pc.wrapping_sub(modules.get(m as usize).map_or(0, |m| m.bias)),
+            },
+            _ => Location {
+                module: None,
+                offset: pc,
+            },
+        }
+    };
+    let mut out = NativeStacks::default();
+    let mut index: HashMap<Location, u32> = HashMap::new();
+    for def in defs {
+        let locations = def
+            .pcs
+            .iter()
+            .map(|&pc| {
+                let loc = place(pc);
+                *index.entry(loc).or_insert_with(|| {
+                    out.locations.push(loc);
+                    (out.locations.len() - 1) as u32
+                })
+            })
+            .collect();
+        out.stacks.insert(
+            def.id,
+            NativeStack {
+                locations,
+                end: def.end,
+            },
+        );
+    }
+    out.modules = modules;
+    out
+}
+
+pub(super) const FRAME_MODULES: u8 = 0x05;
+pub(super) const FRAME_LOCATIONS: u8 = 0x06;
+pub(super) const FRAME_STACKS: u8 = 0x07;
+pub(super) const FRAME_SYMBOLS: u8 = 0x08;
+
+fn put_str(out: &mut Vec<u8>, s: &[u8]) {
+    put_varint(out, s.len() as u64);
+    out.extend_from_slice(s);
+}
+
+fn read_str(c: &mut Cursor<'_>) -> Option<String> {
+    let n = usize::try_from(c.varint()?).ok()?;
+    Some(String::from_utf8_lossy(c.take(n)?).into_owned())
+}
+
+/// The trace frames (tag, payload) that hold `s`, in the order they are written.
+pub(super) fn encode_frames(s: &NativeStacks) -> Vec<(u8, Vec<u8>)> {
+    let mut modules = Vec::new();
+    put_varint(&mut modules, s.modules.len() as u64);
+    for m in &s.modules {
+        put_varint(&mut modules, m.bias);
+        put_str(&mut modules, &m.build_id);
+        put_str(&mut modules, m.path.as_bytes());
+    }
+    let mut locations = Vec::new();
+    put_varint(&mut locations, s.locations.len() as u64);
+    for l in &s.locations {
+        put_varint(&mut locations, l.module.map_or(0, |m| u64::from(m) + 1));
+        put_varint(&mut locations, l.offset);
+    }
+    let mut ids: Vec<&u32> = s.stacks.keys().collect();
+    ids.sort_unstable();
+    let mut stacks = Vec::new();
+    put_varint(&mut stacks, ids.len() as u64);
+    for id in ids {
+        let st = &s.stacks[id];
+        put_varint(&mut stacks, u64::from(*id));
+        stacks.push(st.end.to_u8());
+        put_varint(&mut stacks, st.locations.len() as u64);
+        for &l in &st.locations {
+            put_varint(&mut stacks, u64::from(l));
+        }
+    }
+    let mut frames = vec![
+        (FRAME_MODULES, modules),
+        (FRAME_LOCATIONS, locations),
+        (FRAME_STACKS, stacks),
+    ];
+    let symbolized: Vec<(usize, &Vec<SourceFrame>)> = s
+        .symbols
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| !f.is_empty())
+        .collect();
+    if !symbolized.is_empty() {
+        let mut symbols = Vec::new();
+        put_varint(&mut symbols, symbolized.len() as u64);
+        for (i, frames) in symbolized {
+            put_varint(&mut symbols, i as u64);
+            put_varint(&mut symbols, frames.len() as u64);
+            for f in frames {
+                put_str(&mut symbols, f.function.as_bytes());
+                put_str(&mut symbols, f.file.as_bytes());
+                put_varint(&mut symbols, u64::from(f.line));
+            }
+        }
+        frames.push((FRAME_SYMBOLS, symbols));
+    }
+    frames
+}
+
+/// Applies one of the trace's stack frames to `s`; `Err` names what did not read.
+pub(super) fn read_frame(s: &mut NativeStacks, tag: u8, payload: &[u8]) -> Result<(), String> {
+    let mut c = Cursor::new(payload);
+    let cut = |what: &str| format!("a cut {what}");
+    let n = c.varint().ok_or_else(|| cut("count"))?;
+    if n > payload.len() as u64 {
+        return Err(format!("a count of {n} in a {}-byte frame", payload.len()));
+    }
+    for _ in 0..n {
+        match tag {
+            FRAME_MODULES => s.modules.push(NativeModule {
+                bias: c.varint().ok_or_else(|| cut("module"))?,
+                build_id: read_str(&mut c)
+                    .ok_or_else(|| cut("build id"))?
+                    .into_bytes(),
+                path: read_str(&mut c).ok_or_else(|| cut("module path"))?,
+                segments: Vec::new(),
+            }),
+            FRAME_LOCATIONS => {
+                let m = c.varint().ok_or_else(|| cut("location"))?;
+                let offset = c.varint().ok_or_else(|| cut("location"))?;
+                let module = m.checked_sub(1).and_then(|m| u32::try_from(m).ok());
+                s.locations.push(Location { module, offset });
+            }
+            FRAME_STACKS => {
+                let id = c.varint().and_then(|v| u32::try_from(v).ok());
+                let id = id.ok_or_else(|| cut("stack id"))?;
+                let end = StackEnd::from_u8(c.u8().ok_or_else(|| cut("stack"))?);
+                let depth = c.varint().ok_or_else(|| cut("stack"))?;
+                let locations = (0..depth)
+                    .map(|_| c.varint().and_then(|v| u32::try_from(v).ok()))
+                    .collect::<Option<Vec<u32>>>()
+                    .ok_or_else(|| cut("stack"))?;
+                s.stacks.insert(id, NativeStack { locations, end });
+            }
+            _ => read_symbols(s, &mut c)?,
+        }
+    }
+    if !c.at_end() {
+        return Err("bytes after the table".into());
+    }
+    Ok(())
+}
+
+/// Adds a frame's worth of tables (read into `part` by [`read_frame`]) to `into`.
+pub(super) fn merge(into: &mut NativeStacks, part: NativeStacks) {
+    into.modules.extend(part.modules);
+    into.locations.extend(part.locations);
+    into.stacks.extend(part.stacks);
+    for (i, frames) in part.symbols.into_iter().enumerate() {
+        if frames.is_empty() {
+            continue;
+        }
+        if into.symbols.len() <= i {
+            into.symbols.resize(i + 1, Vec::new());
+        }
+        into.symbols[i] = frames;
+    }
+}
+
+fn read_symbols(s: &mut NativeStacks, c: &mut Cursor<'_>) -> Result<(), String> {
+    let loc = c
+        .varint()
+        .and_then(|v| usize::try_from(v).ok())
+        .ok_or("a cut symbol entry")?;
+    let k = c.varint().ok_or("a cut symbol entry")?;
+    let mut frames = Vec::new();
+    for _ in 0..k {
+        let function = read_str(c).ok_or("a cut function name")?;
+        let file = read_str(c).ok_or("a cut file name")?;
+        let line = c.varint().ok_or("a cut line")?;
+        frames.push(SourceFrame {
+            function,
+            file,
+            line: u32::try_from(line).unwrap_or(0),
+        });
+    }
+    if loc >= 1 << 28 {
+        return Err(format!("a symbol entry for location {loc}"));
+    }
+    if s.symbols.len() <= loc {
+        s.symbols.resize(loc + 1, Vec::new());
+    }
+    s.symbols[loc] = frames;
+    Ok(())
+}
+
+impl NativeStacks {
+    /// Events' stack ids counted per how their walk ended, and events whose stack is not
+    /// defined: for load summaries.
+    #[must_use]
+    pub fn end_of(&self, id: u32) -> Option<StackEnd> {
+        self.stacks.get(&id).map(|s| s.end)
+    }
+
+    /// The frames of a location for [`StackTable`]: its source frames, or module + offset.
+    fn frames_of(&self, loc: u32) -> Vec<Frame> {
+        let Some(l) = self.locations.get(loc as usize) else {
+            return Vec::new();
+        };
+        let module = l
+            .module
+            .and_then(|m| self.modules.get(m as usize))
+            .map_or("", |m| m.path.as_str());
+        let symbols = self.symbols.get(loc as usize).filter(|s| !s.is_empty());
+        if let Some(symbols) = symbols {
+            return symbols
+                .iter()
+                .map(|f| Frame {
+                    function: f.function.clone(),
+                    file: if f.file.is_empty() {
+                        "??".to_owned()
+                    } else {
+                        f.file.clone()
+                    },
+                    line: i64::from(f.line),
+                    module: module.to_owned(),
+                })
+                .collect();
+        }
+        let name = module.rsplit('/').next().unwrap_or(module);
+        let function = if name.is_empty() {
+            format!("0x{:x}", l.offset)
+        } else {
+            format!("{name}+0x{:x}", l.offset)
+        };
+        vec![Frame {
+            function,
+            file: "??".to_owned(),
+            line: 0,
+            module: module.to_owned(),
+        }]
+    }
+
+    /// The stacks as a [`StackTable`], and each recorded stack id's id in it.
+    #[must_use]
+    pub fn to_table(&self) -> (StackTable, HashMap<u32, u32>) {
+        let mut table = StackTable::new();
+        let mut frame_ids: HashMap<u32, Vec<u32>> = HashMap::new();
+        let mut ids: Vec<&u32> = self.stacks.keys().collect();
+        ids.sort_unstable();
+        let mut map = HashMap::with_capacity(ids.len());
+        for id in ids {
+            let mut frames = Vec::new();
+            for &loc in &self.stacks[id].locations {
+                let fs = frame_ids.entry(loc).or_insert_with(|| {
+                    self.frames_of(loc)
+                        .into_iter()
+                        .map(|f| table.intern_frame(f))
+                        .collect()
+                });
+                frames.extend_from_slice(fs);
+            }
+            map.insert(*id, table.intern_stack(frames));
+        }
+        (table, map)
+    }
+}
