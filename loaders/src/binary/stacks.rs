@@ -213,9 +213,13 @@ fn put_str(out: &mut Vec<u8>, s: &[u8]) {
     out.extend_from_slice(s);
 }
 
-fn read_str(c: &mut Cursor<'_>) -> Option<String> {
+fn read_bytes<'a>(c: &mut Cursor<'a>) -> Option<&'a [u8]> {
     let n = usize::try_from(c.varint()?).ok()?;
-    Some(String::from_utf8_lossy(c.take(n)?).into_owned())
+    c.take(n)
+}
+
+fn read_str(c: &mut Cursor<'_>) -> Option<String> {
+    Some(String::from_utf8_lossy(read_bytes(c)?).into_owned())
 }
 
 /// The trace frames (tag, payload) that hold `s`, in the order they are written.
@@ -286,9 +290,7 @@ pub(super) fn read_frame(s: &mut NativeStacks, tag: u8, payload: &[u8]) -> Resul
         match tag {
             FRAME_MODULES => s.modules.push(NativeModule {
                 bias: c.varint().ok_or_else(|| cut("module"))?,
-                build_id: read_str(&mut c)
-                    .ok_or_else(|| cut("build id"))?
-                    .into_bytes(),
+                build_id: read_bytes(&mut c).ok_or_else(|| cut("build id"))?.to_vec(),
                 path: read_str(&mut c).ok_or_else(|| cut("module path"))?,
                 segments: Vec::new(),
             }),
@@ -430,5 +432,110 @@ impl NativeStacks {
             map.insert(*id, table.intern_stack(frames));
         }
         (table, map)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::codec::zigzag;
+    use super::*;
+
+    fn module(path: &str, bias: u64, seg: (u64, u64)) -> NativeModule {
+        NativeModule {
+            path: path.to_owned(),
+            build_id: vec![0xab, 0xcd],
+            bias,
+            segments: vec![seg],
+        }
+    }
+
+    #[test]
+    fn spool_definitions_become_module_offsets_with_shared_locations() {
+        // A definition as the tracer writes it: id, end, count, zigzag LEB128 deltas.
+        let mut def = vec![0x03]; // prefix varint of 1
+        def.extend([0u8, 3]);
+        let pcs = [0x7000_1234u64, 0x40_0100, 0x9999];
+        let mut prev = 0u64;
+        for pc in pcs {
+            put_varint(&mut def, zigzag(pc.wrapping_sub(prev) as i64));
+            prev = pc;
+        }
+        let mut c = Cursor::new(&def);
+        let d = read_stack_def(&mut c).unwrap();
+        assert!(c.at_end());
+        assert_eq!(
+            (d.id, d.end, d.pcs.clone()),
+            (1, StackEnd::Complete, pcs.to_vec())
+        );
+        let second = StackDef {
+            id: 2,
+            end: StackEnd::DepthCap,
+            pcs: vec![0x40_0100],
+        };
+        let modules = vec![
+            module("/lib/libc.so.6", 0x7000_0000, (0x7000_0000, 0x7010_0000)),
+            module("/usr/bin/prog", 0, (0x40_0000, 0x50_0000)),
+        ];
+        let s = from_spool(modules, vec![d, second]);
+        assert_eq!(
+            s.locations,
+            [
+                Location {
+                    module: Some(0),
+                    offset: 0x1234
+                },
+                Location {
+                    module: Some(1),
+                    offset: 0x40_0100
+                },
+                Location {
+                    module: None,
+                    offset: 0x9999
+                },
+            ]
+        );
+        assert_eq!(s.stacks[&1].locations, [0, 1, 2]);
+        assert_eq!(s.stacks[&2].locations, [1]);
+    }
+
+    #[test]
+    fn trace_frames_round_trip_and_unresolved_frames_are_module_plus_offset() {
+        let mut s = from_spool(
+            vec![module("/usr/bin/prog", 0, (0x40_0000, 0x50_0000))],
+            vec![StackDef {
+                id: 7,
+                end: StackEnd::Unsupported,
+                pcs: vec![0x40_0010, 0x40_0020],
+            }],
+        );
+        s.symbols = vec![vec![
+            SourceFrame {
+                function: "inlined_helper".to_owned(),
+                file: "a.cpp".to_owned(),
+                line: 3,
+            },
+            SourceFrame {
+                function: "outer(int)".to_owned(),
+                file: String::new(),
+                line: 0,
+            },
+        ]];
+        let mut back = NativeStacks::default();
+        for (tag, payload) in encode_frames(&s) {
+            let mut part = NativeStacks::default();
+            read_frame(&mut part, tag, &payload).unwrap();
+            merge(&mut back, part);
+        }
+        for m in &mut s.modules {
+            m.segments.clear();
+        }
+        assert_eq!(back, s);
+        let (table, ids) = back.to_table();
+        let names: Vec<String> = table.frames_of(ids[&7]).map(|f| f.to_string()).collect();
+        assert_eq!(
+            names,
+            ["inlined_helper (a.cpp:3)", "outer(int)", "prog+0x400020"]
+        );
+        assert!(read_frame(&mut NativeStacks::default(), FRAME_STACKS, &[5, 1]).is_err());
     }
 }
