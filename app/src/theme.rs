@@ -21,6 +21,8 @@ pub const DEAD: Rgb = Rgb(0x6a, 0x2a, 0x2a);
 pub const WASTE: Rgb = Rgb(0xa8, 0x48, 0xd8);
 /// Dim text.
 pub const DIM: Rgb = Rgb(0x80, 0x80, 0x80);
+/// Blocks of the site selected in the sites panel, and its line on the timeline.
+pub const SELECTED: Rgb = Rgb(0x00, 0xe0, 0xff);
 /// Annotated phases (a PyTorch snapshot's `external_annotations`) on the timeline.
 pub const PHASE: Rgb = Rgb(0x40, 0xb0, 0xa0);
 
@@ -41,6 +43,9 @@ const POLICY: [Rgb; 8] = [
 pub fn series(palette: usize) -> Rgb {
     if palette == 0 {
         LIVE
+    } else if palette == usize::MAX - 1 {
+        // The selected site's line (`view::SITE_PALETTE`).
+        SELECTED
     } else {
         POLICY[(palette - 1) % POLICY.len()]
     }

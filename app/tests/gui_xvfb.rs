@@ -111,7 +111,11 @@ fn gui_renders_a_pytorch_snapshot_under_xvfb() {
             heap_colours.insert(img.get_pixel(x, y).0);
         }
     }
-    assert!(heap_colours.len() > 5, "heap area has {} colours", heap_colours.len());
+    assert!(
+        heap_colours.len() > 5,
+        "heap area has {} colours",
+        heap_colours.len()
+    );
     // The optimizer phases' boundaries (theme::PHASE, #40b0a0) are on the timeline.
     let phase = pixels_like(&img, [0x40, 0xb0, 0xa0]);
     assert!(phase > 50, "phase colour on {phase} pixels");

@@ -161,7 +161,11 @@ fn real_snapshots_load_with_their_published_counts() {
         assert!((s.stacks.num_stacks() as u64) < alloc, "{file}");
         // Traced events without frames: the Windows run recorded frames for 1,421 of its
         // 5,163 entries (counted with Python's pickle); the others for all.
-        let frameless_entries = if file == "lm_train_step_windows.pickle" { 3742 } else { 0 };
+        let frameless_entries = if file == "lm_train_step_windows.pickle" {
+            3742
+        } else {
+            0
+        };
         let stack_nulls = s.events.column("stack_id").unwrap().null_count();
         let carried_nulls = (0..s.carried_in as usize)
             .filter(|&i| {

@@ -670,6 +670,7 @@ fn chart_heapmap(
         let (x, y) = (15 + (i % cols) * cell, (i / cols) * cell);
         let color = match *k {
             CellKind::Empty => continue,
+            CellKind::Selected => rgb(theme::SELECTED),
             CellKind::Free => RGBColor(0xd8, 0xdc, 0xe4),
             CellKind::Dead => rgb(theme::DEAD),
             CellKind::Waste => rgb(theme::WASTE),

@@ -24,8 +24,7 @@ pub fn sites_of(loaded: &Loaded) -> Option<EventSites> {
     match loaded {
         Loaded::PytorchSnapshot(s) => Some(EventSites::from_events(&s.events, Some(&s.stacks))),
         Loaded::TfMemoryLog(log) => Some(EventSites::from_events(&log.events, None)),
-        // Recorded traces carry no stacks yet: their sites are size classes.
-        Loaded::MallocTrace(t) => Some(EventSites::from_events(&t.events, None)),
+        Loaded::MallocTrace(t) => Some(EventSites::from_events(&t.events, t.stacks.as_ref())),
         Loaded::TfBfcDump(_) | Loaded::Plan(_) => None,
     }
 }

@@ -49,6 +49,7 @@ fn col(rgb: Rgb) -> Color32 {
 fn cell_color(k: CellKind) -> Color32 {
     match k {
         CellKind::Empty => Color32::TRANSPARENT,
+        CellKind::Selected => col(theme::SELECTED),
         CellKind::Free => col(theme::FREE),
         CellKind::Dead => col(theme::DEAD),
         CellKind::Waste => col(theme::WASTE),
@@ -187,6 +188,9 @@ impl GuiApp {
                 (egui::Key::N, Msg::NextMark),
                 (egui::Key::P, Msg::CyclePolicy(1)),
                 (egui::Key::C, Msg::ToggleCompare),
+                (egui::Key::S, Msg::ToggleSites),
+                (egui::Key::Period, Msg::CycleSite(1)),
+                (egui::Key::Comma, Msg::CycleSite(-1)),
             ];
             for (key, msg) in map {
                 if i.key_pressed(key) {
@@ -253,6 +257,14 @@ impl GuiApp {
                     .clicked()
                 {
                     self.send(Msg::ToggleCompare);
+                    ui.close();
+                }
+                let sites = self.primary().is_some_and(|s| s.sites.open);
+                if ui
+                    .selectable_label(sites, "Memory by allocation site (s)")
+                    .clicked()
+                {
+                    self.send(Msg::ToggleSites);
                     ui.close();
                 }
                 ui.separator();
@@ -392,16 +404,15 @@ impl GuiApp {
         let mut jump = None;
         let mut zoom_by: Option<(f64, f64)> = None;
         let mut maps: Vec<(usize, HeapMap, u64)> = Vec::new();
+        let highlighted = state.sites.highlighted();
         for &i in &shown {
             if let Some(h) = state.heaps.get(i).and_then(Option::as_ref) {
                 let held: u64 = h.blocks.iter().map(|b| b.len_bytes).sum();
                 let start = (self.heap_window.0 * held as f64) as u64;
                 let len = (((self.heap_window.1 - self.heap_window.0) * held as f64) as u64).max(1);
-                maps.push((
-                    i,
-                    heapmap::rasterise_window(&h.blocks, start, len, cols * rows),
-                    start,
-                ));
+                let mut map = heapmap::rasterise_window(&h.blocks, start, len, cols * rows);
+                heapmap::mark_selected(&mut map, &h.blocks, start, &highlighted);
+                maps.push((i, map, start));
             }
         }
         self.textures.truncate(0);
@@ -484,7 +495,39 @@ impl GuiApp {
         }
     }
 
-    fn side_ui(&self, ui: &mut egui::Ui, vm: &ViewModel) {
+    fn side_ui(&mut self, ui: &mut egui::Ui, vm: &ViewModel) {
+        if let Some(s) = &vm.sites {
+            let mut picked = None;
+            ui.strong(&s.title);
+            egui::ScrollArea::vertical()
+                .id_salt("sites")
+                .max_height(ui.available_height() * 0.6)
+                .show(ui, |ui| {
+                    egui::Grid::new("sites").striped(true).show(ui, |ui| {
+                        for h in ["live", "blocks", "allocs", "site"] {
+                            ui.strong(h);
+                        }
+                        ui.end_row();
+                        for r in &s.rows {
+                            ui.label(&r.live_label);
+                            ui.label(format::count(r.blocks));
+                            ui.label(format::count(r.allocs));
+                            if ui.selectable_label(r.selected, &r.name).clicked() {
+                                picked = Some(r.index);
+                            }
+                            ui.end_row();
+                        }
+                    });
+                });
+            ui.separator();
+            for f in &s.frames {
+                ui.monospace(f);
+            }
+            if let Some(i) = picked {
+                self.send(Msg::SelectSite(i));
+            }
+            return;
+        }
         ui.strong("live by size class at the cursor");
         let bars: Vec<Bar> = vm
             .classes
@@ -499,10 +542,7 @@ impl GuiApp {
             })
             .collect();
         Plot::new("classes")
-            .height(
-                ui.available_height()
-                    * if vm.bins.is_some() { 0.45 } else { 1.0 },
-            )
+            .height(ui.available_height() * if vm.bins.is_some() { 0.45 } else { 1.0 })
             .allow_drag(false)
             .allow_zoom(false)
             .allow_scroll(false)
@@ -590,11 +630,13 @@ impl GuiApp {
                     c.small(l);
                 }
                 c.strong(&vm.frames_title);
-                egui::ScrollArea::vertical().id_salt("frames").show(c, |ui| {
-                    for f in &vm.frames {
-                        ui.monospace(f);
-                    }
-                });
+                egui::ScrollArea::vertical()
+                    .id_salt("frames")
+                    .show(c, |ui| {
+                        for f in &vm.frames {
+                            ui.monospace(f);
+                        }
+                    });
                 return;
             }
             if let Some(c) = cols.get_mut(1) {

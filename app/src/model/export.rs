@@ -12,6 +12,7 @@ use super::state::{AppState, Mode};
 pub fn cell_char(c: CellKind) -> char {
     match c {
         CellKind::Empty => ' ',
+        CellKind::Selected => '#',
         CellKind::Free => '.',
         CellKind::Dead => 'x',
         CellKind::Waste => '~',

@@ -20,6 +20,8 @@ pub enum CellKind {
     Waste,
     /// Requested bytes of a live allocation, by the size class of its request.
     Used { class: u8 },
+    /// A live allocation of the site selected in the sites panel.
+    Selected,
 }
 
 /// A rasterised heap map.
@@ -37,6 +39,37 @@ pub struct HeapMap {
 pub fn rasterise(blocks: &[Block], n_cells: usize) -> HeapMap {
     let held: u64 = blocks.iter().map(|b| b.len_bytes).sum();
     rasterise_window(blocks, 0, held, n_cells)
+}
+
+/// Marks the cells of `map` (rasterised from `blocks`, window starting at `start`) that hold
+/// a block of one of the allocations `ids` as [`CellKind::Selected`].
+pub fn mark_selected(
+    map: &mut HeapMap,
+    blocks: &[Block],
+    start: u64,
+    ids: &std::collections::HashSet<u32>,
+) {
+    if ids.is_empty() {
+        return;
+    }
+    let per = map.bytes_per_cell.max(1);
+    let mut pos = 0u64;
+    for b in blocks {
+        if let BlockState::Used { id, .. } = b.state
+            && ids.contains(&id)
+            && pos + b.len_bytes > start
+        {
+            let first = pos.saturating_sub(start) / per;
+            let last = (pos + b.len_bytes - 1).saturating_sub(start) / per;
+            for c in first..=last {
+                match usize::try_from(c).ok().and_then(|c| map.cells.get_mut(c)) {
+                    Some(cell) => *cell = CellKind::Selected,
+                    None => break,
+                }
+            }
+        }
+        pos += b.len_bytes;
+    }
 }
 
 /// Where byte `offset` of the held space (blocks end to end) falls: the block's index.

@@ -4,5 +4,6 @@
 pub mod export;
 pub mod heapmap;
 pub mod plan_view;
+pub mod sites;
 pub mod state;
 pub mod view;

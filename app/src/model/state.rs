@@ -42,6 +42,8 @@ pub struct TraceData {
     pub plan: Option<PlanData>,
     /// A PyTorch snapshot: settings, rebuilt start state, frames and phases.
     pub snapshot: Option<SnapshotData>,
+    /// Every event's allocation site (call stacks, operations or size classes).
+    pub sites: Option<allocview_loaders::site_stats::EventSites>,
     /// Birth and death event of every allocation id, built on first use (8 bytes per
     /// allocation; only the desktop app's hover needs it).
     lifetimes: std::sync::OnceLock<Vec<(u32, u32)>>,
@@ -104,9 +106,6 @@ pub struct SnapshotData {
     pub settings: allocview_sim::policy::pytorch::PytorchSettings,
     /// The rebuilt start state and recorded addresses the `pytorch` policy replays from.
     pub script: Arc<allocview_sim::policy::pytorch::PytorchScript>,
-    pub stacks: allocview_loaders::sites::StackTable,
-    /// Stack id of every event ([`allocview_loaders::sites::NO_STACK`] when none).
-    pub event_stacks: Vec<u32>,
     /// Phase markers: `(t_ns, stage, name)`.
     pub annotations: Vec<(i64, String, String)>,
     /// Settings and the state at the snapshot's moment, one line each.
@@ -116,17 +115,6 @@ pub struct SnapshotData {
 impl SnapshotData {
     fn of(s: &allocview_loaders::pytorch::PytorchSnapshot) -> Self {
         use crate::format::{bytes, count};
-        let event_stacks: Vec<u32> = s
-            .events
-            .column("stack_id")
-            .ok()
-            .and_then(|c| c.u32().ok())
-            .map(|c| {
-                c.iter()
-                    .map(|v| v.unwrap_or(allocview_loaders::sites::NO_STACK))
-                    .collect()
-            })
-            .unwrap_or_default();
         let reserved: u64 = s.raw_segments.iter().map(|g| g.total_bytes).sum();
         let allocated: u64 = s.raw_segments.iter().map(|g| g.allocated_bytes).sum();
         let requested: u64 = s.raw_segments.iter().map(|g| g.requested_bytes).sum();
@@ -153,8 +141,6 @@ impl SnapshotData {
         Self {
             settings: s.settings.policy.clone(),
             script: Arc::new(s.script.clone()),
-            stacks: s.stacks.clone(),
-            event_stacks,
             annotations: s
                 .raw_annotations
                 .iter()
@@ -246,6 +232,7 @@ impl TraceData {
         };
         let loaded = allocview_loaders::load(path, &opts).map_err(|e| e.to_string())?;
         let warnings = crate::cmd::load::warnings(&loaded);
+        let sites = crate::cmd::sites::sites_of(&loaded);
         let mut snapshot = None;
         let (format, events, threads, load_seconds, dump) = match loaded {
             Loaded::MallocTrace(t) => ("malloc-trace", t.events, t.threads, t.load_seconds, None),
@@ -291,6 +278,7 @@ impl TraceData {
                     dump: None,
                     plan: Some(plan),
                     snapshot: None,
+                    sites: None,
                     lifetimes: std::sync::OnceLock::new(),
                 });
             }
@@ -313,6 +301,7 @@ impl TraceData {
             dump,
             plan: None,
             snapshot,
+            sites,
             lifetimes: std::sync::OnceLock::new(),
         })
     }
@@ -332,18 +321,18 @@ impl TraceData {
     /// empty when the input records none.
     #[must_use]
     pub fn frames_of_alloc(&self, id: u32) -> Vec<String> {
-        let Some(s) = &self.snapshot else {
+        let Some(s) = self
+            .sites
+            .as_ref()
+            .filter(|s| s.kind == allocview_loaders::site_stats::SiteKind::Stacks)
+        else {
             return Vec::new();
         };
         let Some((birth, _)) = self.lifetime(id) else {
             return Vec::new();
         };
-        let stack = s
-            .event_stacks
-            .get(birth)
-            .copied()
-            .unwrap_or(allocview_loaders::sites::NO_STACK);
-        s.stacks.site_lines(stack, MAX_FRAME_LINES, true)
+        s.stacks
+            .site_lines(s.stack_at(birth), MAX_FRAME_LINES, true)
     }
 
     /// The operation or kernel of event `i` (TensorFlow memory logs).
@@ -637,6 +626,8 @@ pub struct AppState {
     pub initial_goto: Option<String>,
     /// For a plan file: which of its plans is shown (`p` cycles).
     pub plan_index: usize,
+    /// The sites panel: memory by allocation site at the cursor.
+    pub sites: super::sites::SitesState,
 }
 
 /// Everything that can happen to the model.
@@ -661,6 +652,11 @@ pub enum Msg {
     PrevMark,
     CyclePolicy(i64),
     ToggleCompare,
+    /// Open or close the sites panel.
+    ToggleSites,
+    /// Select the next / previous site of the panel, or a row of it.
+    CycleSite(i64),
+    SelectSite(usize),
     ZoomIn,
     ZoomOut,
     OpenPrompt(PromptKind),
@@ -716,6 +712,7 @@ impl AppState {
             export_dir: PathBuf::from("."),
             initial_goto: None,
             plan_index: 0,
+            sites: super::sites::SitesState::default(),
         }
     }
 
@@ -755,6 +752,16 @@ impl AppState {
         let n = self.events();
         self.cursor = event.min(n.saturating_sub(1));
         self.refresh_heaps();
+        self.refresh_sites();
+    }
+
+    /// Recomputes the sites panel if it is open and stale.
+    pub fn refresh_sites(&mut self) {
+        if let Some(data) = self.data.clone()
+            && let Some(sites) = &data.sites
+        {
+            self.sites.refresh(&data.view(), sites, self.cursor);
+        }
     }
 
     /// Recomputes the cached heaps that are stale (selected policy, or all in compare mode).
@@ -1113,6 +1120,18 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
             state.selected =
                 usize::try_from((state.selected as i64 + d).rem_euclid(k)).unwrap_or(0);
             state.refresh_heaps();
+        }
+        Msg::ToggleSites => {
+            state.sites.open = !state.sites.open;
+            state.refresh_sites();
+        }
+        Msg::CycleSite(d) => {
+            state.sites.cycle(d);
+            state.refresh_sites();
+        }
+        Msg::SelectSite(i) => {
+            state.sites.selected = i;
+            state.refresh_sites();
         }
         Msg::ToggleCompare => {
             state.mode = match state.mode {

@@ -147,6 +147,29 @@ pub struct ViewModel {
     /// a title naming it; empty when the input records no stacks.
     pub frames: Vec<String>,
     pub frames_title: String,
+    /// The sites panel, when open.
+    pub sites: Option<SitesVm>,
+}
+
+/// One row of the sites panel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteVm {
+    /// Row of the whole table (for selecting it).
+    pub index: usize,
+    pub name: String,
+    pub live_label: String,
+    pub blocks: u64,
+    pub allocs: u64,
+    pub selected: bool,
+}
+
+/// The sites panel: memory by allocation site at the cursor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SitesVm {
+    pub title: String,
+    pub rows: Vec<SiteVm>,
+    /// The selected site's stack, from its site outward.
+    pub frames: Vec<String>,
 }
 
 /// The offset-by-time picture of a plan (time across, address up) with its bound.
@@ -171,6 +194,14 @@ pub const HELP: &[(&str, &str)] = &[
     ("+ / -", "zoom the timeline in / out around the cursor"),
     ("/", "filter events: thread=N size=MIN..MAX class=N"),
     ("e", "export the visible series (CSV) and heap maps (text)"),
+    (
+        "s",
+        "sites panel: live bytes by allocation site at the cursor",
+    ),
+    (
+        "< / >",
+        "select the previous / next site (its blocks are # in the heap map)",
+    ),
     ("mouse", "click or drag on the timeline to scrub"),
     ("?", "this help"),
     ("q / Esc", "quit"),
@@ -220,6 +251,7 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
         plan: None,
         frames: Vec::new(),
         frames_title: String::new(),
+        sites: None,
     };
     let Some(data) = state.data.as_ref() else {
         if vm.error.is_none() {
@@ -268,6 +300,8 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
 
     vm.timeline = Some(timeline(state, vp));
 
+    vm.sites = sites_panel(state, vp);
+    let highlighted = state.sites.highlighted();
     // Heap maps: the selected policy, or every policy in compare mode.
     let shown: Vec<usize> = match state.mode {
         Mode::Single => vec![state.selected],
@@ -279,11 +313,11 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
         };
         let heap = state.heaps.get(i).and_then(Option::as_ref);
         let (map, caption, note) = match (&slot.status, heap) {
-            (RunStatus::Done(_), Some(h)) => (
-                Some(heapmap::rasterise(&h.blocks, vp.heap_cells)),
-                counters_caption(&h.counters),
-                None,
-            ),
+            (RunStatus::Done(_), Some(h)) => {
+                let mut map = heapmap::rasterise(&h.blocks, vp.heap_cells);
+                heapmap::mark_selected(&mut map, &h.blocks, 0, &highlighted);
+                (Some(map), counters_caption(&h.counters), None)
+            }
             (RunStatus::Done(_), None) => (None, String::new(), Some("seeking...".to_owned())),
             (RunStatus::Pending, _) => {
                 let done = slot.progress.load(std::sync::atomic::Ordering::Relaxed);
@@ -643,6 +677,14 @@ fn timeline(state: &AppState, vp: &Viewport) -> TimelineVm {
             }
         }
     }
+    if let Some((name, series)) = state.sites.series() {
+        let pts = sample(series, series.len());
+        byte_lines.push(LineVm {
+            label: format!("site {name} live"),
+            palette: SITE_PALETTE,
+            points: pts,
+        });
+    }
     let span = state.bucketing().map_or(1.0, |b| b.span_ns as f64);
     let t_cursor = state.cursor_t_ns() as f64 / span;
     let cursor_x = ((zlo..=zhi).contains(&t_cursor)).then(|| (t_cursor - zlo) / (zhi - zlo));
@@ -667,6 +709,59 @@ fn timeline(state: &AppState, vp: &Viewport) -> TimelineVm {
         phases: phases(state, span, (zlo, zhi)),
         title,
     }
+}
+
+/// Palette index of the selected site's line on the timeline (`theme::SELECTED`).
+pub const SITE_PALETTE: usize = usize::MAX - 1;
+
+/// The sites panel, when open.
+fn sites_panel(state: &AppState, vp: &Viewport) -> Option<SitesVm> {
+    if !state.sites.open {
+        return None;
+    }
+    let data = state.data.as_ref()?;
+    let kind = data.sites.as_ref()?.kind;
+    let Some(rows) = state.sites.rows() else {
+        return Some(SitesVm {
+            title: "sites: computing...".to_owned(),
+            rows: Vec::new(),
+            frames: Vec::new(),
+        });
+    };
+    let live: u64 = rows.iter().map(|r| r.live_bytes).sum();
+    // Keep the selected row in view.
+    let shown = vp.event_rows.max(4);
+    let first = state.sites.selected.saturating_sub(shown - 1);
+    let frames = state
+        .sites
+        .selected_row()
+        .zip(data.sites.as_ref())
+        .map(|(r, s)| s.stacks.site_lines(r.stack, 12, true))
+        .unwrap_or_default();
+    Some(SitesVm {
+        title: format!(
+            "sites at event {} ({}): {} live in {}",
+            format::count(state.cursor as u64),
+            kind.describe(),
+            format::bytes(live),
+            format::count(rows.iter().filter(|r| r.live_bytes > 0).count() as u64)
+        ),
+        rows: rows
+            .iter()
+            .enumerate()
+            .skip(first)
+            .take(shown)
+            .map(|(i, r)| SiteVm {
+                index: i,
+                name: r.name.clone(),
+                live_label: format::bytes(r.live_bytes),
+                blocks: r.live_blocks,
+                allocs: r.alloc_count,
+                selected: i == state.sites.selected,
+            })
+            .collect(),
+        frames,
+    })
 }
 
 /// A snapshot's annotated phases in the window: each `START` paired with the next `END` of

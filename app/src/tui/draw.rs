@@ -171,7 +171,9 @@ pub fn draw(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
         );
     }
     draw_heaps(f, vm, a.heap);
-    if !vm.compare {
+    if let Some(sites) = &vm.sites {
+        draw_sites(f, sites, a.side);
+    } else if !vm.compare {
         if vm.bins.is_some() {
             let [bins, hist] =
                 Layout::horizontal([Constraint::Length(40), Constraint::Min(0)]).areas(a.side);
@@ -389,6 +391,7 @@ fn draw_plan(f: &mut Frame<'_>, p: &crate::model::view::PlanVm, a: &Areas) {
 fn cell_style(k: CellKind) -> (char, Style) {
     match k {
         CellKind::Empty => (' ', Style::new()),
+        CellKind::Selected => ('#', Style::new().fg(Color::Black).bg(c(theme::SELECTED))),
         CellKind::Free => ('·', Style::new().fg(c(theme::DIM)).bg(c(theme::FREE))),
         CellKind::Dead => ('x', Style::new().fg(c(theme::DIM)).bg(c(theme::DEAD))),
         CellKind::Waste => ('~', Style::new().fg(Color::Black).bg(c(theme::WASTE))),
@@ -525,6 +528,47 @@ fn draw_histogram(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
         ]));
     }
     f.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+/// The sites panel in place of the side panel: sites by live bytes, the selected one's stack.
+fn draw_sites(f: &mut Frame<'_>, s: &crate::model::view::SitesVm, area: Rect) {
+    let mut lines: Vec<Line<'_>> = s
+        .rows
+        .iter()
+        .map(|r| {
+            let style = if r.selected {
+                Style::new().fg(Color::Black).bg(c(theme::SELECTED))
+            } else {
+                Style::new()
+            };
+            Line::from(Span::styled(
+                format!(
+                    "{:>10} {:>6} {:>7}  {}",
+                    r.live_label, r.blocks, r.allocs, r.name
+                ),
+                style,
+            ))
+        })
+        .collect();
+    lines.insert(
+        0,
+        Line::from(Span::styled(
+            format!(
+                "{:>10} {:>6} {:>7}  site  (< > select, s close)",
+                "live", "blocks", "allocs"
+            ),
+            Style::new().add_modifier(Modifier::BOLD),
+        )),
+    );
+    lines.extend(
+        s.frames
+            .iter()
+            .map(|l| Line::from(Span::styled(l.as_str(), Style::new().fg(c(theme::DIM))))),
+    );
+    f.render_widget(
+        Paragraph::new(lines).block(Block::bordered().title(format!(" {} ", s.title))),
+        area,
+    );
 }
 
 /// A PyTorch snapshot: what it says at its moment, then the frames of the cursor's

@@ -498,3 +498,44 @@ fn a_pytorch_snapshot_shows_its_recorded_heap_phases_and_frames() {
         "{text}"
     );
 }
+
+#[test]
+fn the_sites_panel_attributes_memory_and_highlights_a_sites_blocks() {
+    let mut s = AppState::new(
+        &sample("pytorch/lm_train_step_b.pickle"),
+        &specs(&["pytorch"]),
+        PolicyConfig::default(),
+    );
+    load_blocking(&mut s, false, 1).unwrap();
+    send(&mut s, &key('g'));
+    type_text(&mut s, "peak");
+    send(&mut s, &key('s'));
+    let text = screen(&mut s, 170, 50);
+    assert!(
+        text.contains("sites at event 2,290 (call stacks)"),
+        "{text}"
+    );
+    // The largest site first: the blocks allocated before the trace began.
+    let rows = s.sites.rows().unwrap().clone();
+    assert_eq!(rows[0].name, "(no stack recorded)");
+    let step = rows.iter().position(|r| r.name == "step").unwrap();
+    for _ in 0..step {
+        send(&mut s, &key('>'));
+    }
+    assert_eq!(s.sites.selected_row().unwrap().name, "step");
+    let text = screen(&mut s, 170, 50);
+    // Its blocks are marked in the heap map, its stack shown, its line on the timeline.
+    assert!(text.contains('#'), "{text}");
+    assert!(
+        text.contains("at step (optimizer.py:74)") || text.contains("at step (optimizer.py:75)"),
+        "{text}"
+    );
+    assert!(text.contains("site step live"), "{text}");
+    let highlighted = s.sites.highlighted();
+    assert_eq!(highlighted.len() as u64, rows[step].live_blocks);
+    // Closing the panel brings the histogram back and clears the marks.
+    send(&mut s, &key('s'));
+    let text = screen(&mut s, 170, 50);
+    assert!(text.contains("live by size class"), "{text}");
+    assert!(s.sites.highlighted().is_empty());
+}

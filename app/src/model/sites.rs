@@ -1,0 +1,133 @@
+//! The explorers' sites panel: memory by allocation site at the cursor, one site selected, its
+//! blocks highlighted in the heap map and its live bytes drawn on the timeline.
+//!
+//! Sites come from [`allocview_loaders::site_stats`] (call stacks, a TensorFlow log's
+//! operations, or size classes for a trace without stacks). The table at the cursor is one pass
+//! over the events up to the end of the trace (allocations over the run are part of it), so it
+//! is computed only while the panel is open and only when the cursor has moved.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use allocview_loaders::site_stats::{self, EventSites, GroupBy, SiteRow};
+use allocview_sim::series::Bucketing;
+use allocview_sim::trace::{EventKind, TraceView};
+
+/// The panel's state.
+#[derive(Clone, Default)]
+pub struct SitesState {
+    pub open: bool,
+    /// Index into the table at the cursor.
+    pub selected: usize,
+    /// The table and the event it was computed at.
+    rows: Option<(usize, Arc<Vec<SiteRow>>)>,
+    /// The selected site's name and its live bytes per time bucket (maximum in the bucket).
+    series: Option<(String, Arc<Vec<u64>>)>,
+}
+
+impl SitesState {
+    /// Recomputes what is stale: the table when the cursor moved, the series when the
+    /// selected site changed. Nothing while the panel is closed.
+    pub fn refresh(&mut self, view: &TraceView<'_>, sites: &EventSites, cursor: usize) {
+        if !self.open || view.is_empty() {
+            return;
+        }
+        if self.rows.as_ref().is_none_or(|(at, _)| *at != cursor) {
+            let rows = site_stats::by_site(view, sites, cursor, GroupBy::Function);
+            self.rows = Some((cursor, Arc::new(rows)));
+        }
+        let rows = self.rows.as_ref().map(|(_, r)| Arc::clone(r));
+        let count = rows.as_ref().map_or(0, |r| r.len());
+        self.selected = self.selected.min(count.saturating_sub(1));
+        let Some(row) = rows.as_ref().and_then(|r| r.get(self.selected)) else {
+            return;
+        };
+        if self
+            .series
+            .as_ref()
+            .is_none_or(|(name, _)| *name != row.name)
+        {
+            let b = Bucketing::for_trace(view, super::state::BUCKETS);
+            self.series = Some((
+                row.name.clone(),
+                Arc::new(live_series(view, sites, &row.name, b)),
+            ));
+        }
+    }
+
+    /// The table at the cursor, once computed.
+    #[must_use]
+    pub fn rows(&self) -> Option<&Arc<Vec<SiteRow>>> {
+        self.rows.as_ref().map(|(_, r)| r)
+    }
+
+    /// The selected site.
+    #[must_use]
+    pub fn selected_row(&self) -> Option<&SiteRow> {
+        self.rows().and_then(|r| r.get(self.selected))
+    }
+
+    /// Allocation ids of the selected site live at the cursor (for the heap map).
+    #[must_use]
+    pub fn highlighted(&self) -> HashSet<u32> {
+        if !self.open {
+            return HashSet::new();
+        }
+        self.selected_row()
+            .map(|r| r.live_ids.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// The selected site's live bytes per bucket, with its name.
+    #[must_use]
+    pub fn series(&self) -> Option<(&str, &[u64])> {
+        if !self.open {
+            return None;
+        }
+        self.series
+            .as_ref()
+            .map(|(n, v)| (n.as_str(), v.as_slice()))
+    }
+
+    /// Moves the selection by `d` rows, wrapping.
+    pub fn cycle(&mut self, d: i64) {
+        let n = self.rows().map_or(0, |r| r.len()).max(1) as i64;
+        self.selected = usize::try_from((self.selected as i64 + d).rem_euclid(n)).unwrap_or(0);
+    }
+}
+
+/// Live bytes of the site called `name` (grouped by function), as the maximum in each bucket.
+fn live_series(view: &TraceView<'_>, sites: &EventSites, name: &str, b: Bucketing) -> Vec<u64> {
+    let mut out = vec![0u64; b.buckets];
+    let mut mine: HashSet<u32> = HashSet::new();
+    let matches: Vec<bool> = (0..sites.stacks.num_stacks())
+        .map(|s| site_stats::group_name(&sites.stacks, s as u32, GroupBy::Function) == name)
+        .collect();
+    let no_stack_matches = site_stats::group_name(
+        &sites.stacks,
+        allocview_loaders::sites::NO_STACK,
+        GroupBy::Function,
+    ) == name;
+    let mut live = 0u64;
+    for i in 0..view.len() {
+        let id = view.alloc_id.get(i).copied().unwrap_or(u32::MAX);
+        let size = view.size_bytes.get(i).copied().unwrap_or(0);
+        match view.kind_at(i) {
+            Some(EventKind::Alloc) => {
+                let s = sites.stack_at(i);
+                let hit = matches.get(s as usize).copied().unwrap_or(no_stack_matches);
+                if hit {
+                    mine.insert(id);
+                    live = live.saturating_add(size);
+                }
+            }
+            Some(EventKind::Free) if mine.remove(&id) => live = live.saturating_sub(size),
+            _ => {}
+        }
+        let t = view.t_ns.get(i).copied().unwrap_or(b.t0_ns);
+        if let Some(slot) = out.get_mut(b.bucket_of(t)) {
+            *slot = (*slot).max(live);
+        }
+    }
+    out
+}
