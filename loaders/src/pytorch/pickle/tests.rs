@@ -1,6 +1,7 @@
 //! Tests of the pickle decoder. Expected bytes come from CPython 3.11's `pickle.dumps`, pasted
 //! as literals; a few opcode sequences are built by hand (each checked with `pickle.loads`).
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
