@@ -370,7 +370,7 @@ impl Reader {
             allocated_bytes,
             active_bytes,
             requested_bytes,
-            stream: seg.get("stream").and_then(|v| v.as_i64()).unwrap_or(0) as u64,
+            stream: seg.get("stream").map_or(0, stream_value),
             small_pool,
             pool_id,
             expandable: seg
@@ -398,7 +398,7 @@ impl Reader {
             }
         };
         // Before PyTorch 2.1 a block's story was in `history`: its last entry is the live one.
-        let history_last = b.get("history").and_then(|h| h.seq()?.last());
+        let history_last = b.get("history").and_then(|h| h.seq()?.next_back());
         let requested_bytes = match b.get("requested_size").and_then(|v| v.as_u64()) {
             Some(r) => r,
             None => {
@@ -461,7 +461,7 @@ impl Reader {
             action,
             addr: addr.unwrap_or(0),
             size_bytes: e.get("size").and_then(|v| v.as_u64()).unwrap_or(0),
-            stream: e.get("stream").and_then(|v| v.as_i64()).unwrap_or(0) as u64,
+            stream: e.get("stream").map_or(0, stream_value),
             time_us,
             device_free_bytes,
             stack_id: self.stack(e.get("frames")),
@@ -518,6 +518,14 @@ impl Reader {
         }
         out
     }
+}
+
+/// A stream: `int64(cudaStream_t)`, kept as its 64 bits (negative values as written by a
+/// signed conversion, large ones as unsigned).
+fn stream_value(v: Val<'_>) -> u64 {
+    v.as_u64()
+        .or_else(|| v.as_i64().map(|s| s as u64))
+        .unwrap_or(0)
 }
 
 /// `roundup_power2_divisions`: a dict keyed by the MiB start of each power-of-two interval

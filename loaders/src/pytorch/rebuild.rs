@@ -275,7 +275,8 @@ fn carried_in(
                 allocated_in_trace.insert(e.addr);
             }
             Action::FreeCompleted => {
-                if !live.remove(&e.addr)
+                let was_live = live.remove(&e.addr);
+                if !was_live
                     && !allocated_in_trace.contains(&e.addr)
                     && !carried.contains_key(&e.addr)
                 {
