@@ -2,7 +2,7 @@
 //! each policy's footprint, allocations, and bytes by site; a CI gate on peak growth.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use allocview_loaders::site_stats::{self, GroupBy};
 use anyhow::{Context as _, Result, bail};
@@ -38,26 +38,31 @@ pub struct DiffArgs {
     pub input: InputArgs,
 }
 
+/// A site's figures in one run: bytes live at the moment, allocations, bytes allocated.
+type SiteFigures = (u64, u64, u64);
+/// A row of the site table: the name and its figures in A and in B.
+type DiffRow<'a> = (&'a String, SiteFigures, SiteFigures);
+
 /// One run's figures.
 struct Side {
     peak_live: u64,
     allocs: u64,
     alloc_bytes: u64,
     /// Site name -> (bytes live at the moment, allocations, bytes allocated).
-    sites: BTreeMap<String, (u64, u64, u64)>,
+    sites: BTreeMap<String, SiteFigures>,
     /// Policy label -> peak footprint.
     footprints: Vec<(String, u64)>,
     site_kind: &'static str,
 }
 
-fn side(path: &PathBuf, args: &DiffArgs) -> Result<Side> {
+fn side(path: &Path, args: &DiffArgs) -> Result<Side> {
     let loaded = load_input(path, &args.input)?;
     let ev = require_events(&loaded, path, "diff")?;
     let view = allocview_loaders::trace_view(ev.events, path)?;
     let sites = sites_of(&loaded).context("this input has no allocations")?;
     let at = resolve_at(&args.at, &view)?;
     let rows = site_stats::by_site(&view, &sites, at, GroupBy::Function);
-    let mut by_name: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+    let mut by_name: BTreeMap<String, SiteFigures> = BTreeMap::new();
     for r in &rows {
         let e = by_name.entry(r.name.clone()).or_default();
         e.0 += r.live_bytes;
@@ -102,12 +107,11 @@ pub fn run(args: &DiffArgs) -> Result<bool> {
     names.sort();
     names.dedup();
     let get = |s: &Side, n: &str| s.sites.get(n).copied().unwrap_or_default();
-    let mut rows: Vec<(&String, (u64, u64, u64), (u64, u64, u64))> = names
+    let mut rows: Vec<DiffRow<'_>> = names
         .into_iter()
         .map(|n| (n, get(&a, n), get(&b, n)))
         .collect();
-    let change =
-        |(_, x, y): &(&String, (u64, u64, u64), (u64, u64, u64))| i128::from(y.0) - i128::from(x.0);
+    let change = |(_, x, y): &DiffRow<'_>| i128::from(y.0) - i128::from(x.0);
     rows.sort_by(|p, q| {
         change(q)
             .abs()
