@@ -120,10 +120,18 @@ fn remember(pc: u64, rule: Rule) {
 }
 
 /// The rule for code address `pc` (a return address less one, or the exact first pc).
+#[inline(always)]
 fn rule_for(pc: u64, emit: fn(&Module)) -> Rule {
-    if let Some(r) = cached(pc) {
-        return r;
+    match cached(pc) {
+        Some(r) => r,
+        None => compute_rule(pc, emit),
     }
+}
+
+/// A rule not in the cache: computed from the module's CFI and cached.
+#[cold]
+#[inline(never)]
+fn compute_rule(pc: u64, emit: fn(&Module)) -> Rule {
     let Some(m) = modules::find_or_refresh(pc, emit) else {
         // Not cached: the module may be mapped later.
         return Rule::stop(End::NoInfo);
@@ -179,7 +187,7 @@ fn read_stack(addr: u64, lo: u64, hi: u64) -> Option<u64> {
 }
 
 /// Walks from `regs` (the first pc exact, as read by the caller) and stores the return
-/// addresses in `out`, starting with the first frame outside `[skip_lo, skip_hi)` (the
+/// addresses in `out` (the first of the returned count are written), starting with the first frame outside `[skip_lo, skip_hi)` (the
 /// tracer's own frames). `[stack_lo, stack_hi)` bounds every stack read. Returns the frames
 /// stored and why the walk ended.
 pub fn walk(
@@ -187,7 +195,7 @@ pub fn walk(
     stack_lo: u64,
     stack_hi: u64,
     skip: (u64, u64),
-    out: &mut [u64; MAX_DEPTH],
+    out: &mut [std::mem::MaybeUninit<u64>; MAX_DEPTH],
     emit: fn(&Module),
 ) -> (usize, End) {
     let mut n = 0;
@@ -201,7 +209,7 @@ pub fn walk(
             let Some(slot) = out.get_mut(n) else {
                 return (n, End::DepthCap);
             };
-            *slot = regs.pc;
+            slot.write(regs.pc);
             n += 1;
         }
         let lookup = if exact { regs.pc } else { regs.pc - 1 };
