@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use allocview_loaders::binary::{Location, NativeModule, NativeStacks, SourceFrame};
+use allocview_loaders::binary::{Location, NativeModule, NativeStacks, SourceFrame, StackEnd};
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
 /// What symbolization found, for the user.
@@ -32,6 +32,11 @@ pub struct Report {
     pub with_lines: usize,
     /// Locations looked up.
     pub locations: usize,
+    /// Distinct stacks, and of those, walks that ended before the outermost frame: at the
+    /// depth cap, at a rule the unwinder does not follow, at code without unwind information,
+    /// at a frame that failed a check.
+    pub stacks: usize,
+    pub ended_early: [usize; 4],
 }
 
 impl Report {
@@ -46,6 +51,16 @@ impl Report {
             self.modules_read,
             self.modules_with_lines,
         );
+        let [cap, unsupported, no_info, bad] = self.ended_early;
+        if cap + unsupported + no_info + bad > 0 {
+            eprintln!(
+                "  {} distinct stacks; ended before the outermost frame: {cap} at the depth cap, \
+                 {unsupported} at an unwind rule not followed (DWARF expression, signal frame), \
+                 {no_info} at code without unwind information, {bad} at a frame that failed a \
+                 check",
+                crate::format::count(self.stacks as u64)
+            );
+        }
         for m in &self.build_id_mismatch {
             eprintln!(
                 "  note: {m} changed since the run (another build id): its frames stay module + offset"
@@ -59,8 +74,19 @@ impl Report {
 
 /// Symbolizes every location of `stacks` in place (its `symbols`).
 pub fn symbolize_stacks(stacks: &mut NativeStacks) -> Report {
-    let (symbols, report) = symbolize(&stacks.modules, &stacks.locations);
+    let (symbols, mut report) = symbolize(&stacks.modules, &stacks.locations);
     stacks.symbols = symbols;
+    report.stacks = stacks.stacks.len();
+    for s in stacks.stacks.values() {
+        let slot = match s.end {
+            StackEnd::Complete => continue,
+            StackEnd::DepthCap => 0,
+            StackEnd::Unsupported => 1,
+            StackEnd::NoInfo => 2,
+            StackEnd::BadFrame => 3,
+        };
+        report.ended_early[slot] += 1;
+    }
     report
 }
 

@@ -364,13 +364,6 @@ fn read_symbols(s: &mut NativeStacks, c: &mut Cursor<'_>) -> Result<(), String> 
 }
 
 impl NativeStacks {
-    /// Events' stack ids counted per how their walk ended, and events whose stack is not
-    /// defined: for load summaries.
-    #[must_use]
-    pub fn end_of(&self, id: u32) -> Option<StackEnd> {
-        self.stacks.get(&id).map(|s| s.end)
-    }
-
     /// The frames of a location for [`StackTable`]: its source frames, or module + offset.
     fn frames_of(&self, loc: u32) -> Vec<Frame> {
         let Some(l) = self.locations.get(loc as usize) else {
