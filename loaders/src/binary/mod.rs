@@ -21,13 +21,15 @@
 //!   then the (compressed) bytes. Decoded, a block holds `events` events, each:
 //!   an op byte (bits 0-3: call code, an index into [`CALL_NAMES`], or 15 for a record
 //!   without a call name; bit 4: a free, size -1 in the text form; bit 5: the thread changes;
-//!   bits 6-7: zero), then the thread index as a varint if bit 5 is set, the time as a zigzag
-//!   varint of its difference from the previous event's, the size as a varint unless the
-//!   event is a free, and the address as a zigzag varint of its difference from the previous
-//!   event's. Every block starts from time 0, address 0 and thread 0, so blocks decode on
+//!   bit 6: a stack id follows; bit 7: zero), then the thread index as a varint if bit 5 is
+//!   set, the time as a zigzag varint of its difference from the previous event's, the size as
+//!   a varint unless the event is a free, the address as a zigzag varint of its difference
+//!   from the previous event's, and the stack id as a varint if bit 6 is set. Every block starts from time 0, address 0 and thread 0, so blocks decode on
 //!   their own. Times are nanoseconds.
 //! - `0x04` END: varint total events. A file without it was cut short (the loader loads what
 //!   is there and says so).
+//! - `0x05` MODULES, `0x06` LOCATIONS, `0x07` STACKS, `0x08` SYMBOLS: the call stacks of a
+//!   trace recorded with stacks, after the last EVENTS frame (see `stacks.rs`).
 //!
 //! A **spool** (kind 1) is what the LD_PRELOAD tracer writes while the program runs: a META
 //! frame (as above, plus `tick0`, `mono_ns0`, `realtime_ns0`, `clock`, and in the current
@@ -55,6 +57,9 @@
 //!   with its *order key* (the TSC, comparable across the process's threads) as a zigzag
 //!   prefix varint of its difference from the stream's previous key (0 at the stream's
 //!   start). The tracer switches every stream to keys once a second thread records.
+//! - `4` (call stacks): as `3`, and every allocation carries a stack id after its address
+//!   (prefix varint, 0 = none), streams hold stack definitions (op byte `0x0d`), and `0x11`
+//!   MODULE frames give the module map (see `stacks.rs`).
 //!
 //! Reading a spool converts ticks to nanoseconds with the line through (`tick0`, `mono_ns0`)
 //! and the segment calibration point with the largest tick (slope 1 unless `clock=tsc`), then
