@@ -1953,6 +1953,8 @@ unsafe extern "C" fn after_fork_child() {
         b.lock.store(0, Ordering::Relaxed);
         b.committed.store(0, Ordering::Relaxed);
         b.flushed.store(0, Ordering::Relaxed);
+        #[cfg(target_arch = "x86_64")]
+        stacks::forget_last_stack(b);
         if p != mine {
             b.in_use.store(false, Ordering::Relaxed);
         }

@@ -60,6 +60,43 @@ unsafe extern "C" {
     fn pthread_attr_destroy(attr: *mut PthreadAttr) -> c_int;
 }
 
+/// What a thread's captures remember between calls, kept in its buffer's header page (see
+/// [`MEMO_OFFSET`]): the rules of its previous walk, and its previous stack's hash and id.
+#[repr(C)]
+pub struct ThreadMemo {
+    frames: unwind::Memo,
+    last_hash: u64,
+    last_id: u64,
+}
+
+/// Where a [`ThreadMemo`] sits in a buffer's block: after the [`Buf`] header, inside the
+/// header page (the event data starts at `DATA_OFFSET_BYTES`).
+const MEMO_OFFSET: usize = 512;
+const _: () = assert!(std::mem::size_of::<Buf>() <= MEMO_OFFSET);
+const _: () = assert!(MEMO_OFFSET + std::mem::size_of::<ThreadMemo>() <= crate::DATA_OFFSET_BYTES);
+
+/// The memo in `b`'s header page. Only the buffer's owner uses it, between `enter` and
+/// `leave` (so never re-entered).
+#[allow(clippy::mut_from_ref)]
+fn memo_of(b: &Buf) -> &mut ThreadMemo {
+    // SAFETY: the header page is mapped with the buffer, zero-filled at first (an empty
+    // memo), page-aligned, and no other code touches the bytes from MEMO_OFFSET on.
+    unsafe {
+        &mut *std::ptr::from_ref(b)
+            .cast_mut()
+            .cast::<u8>()
+            .add(MEMO_OFFSET)
+            .cast::<ThreadMemo>()
+    }
+}
+
+/// Forgets a buffer's previous stack id (a fork child's ids start again).
+pub fn forget_last_stack(b: &Buf) {
+    let m = memo_of(b);
+    m.last_hash = 0;
+    m.last_id = 0;
+}
+
 /// In a fork child: ids start again (its spool has none of the parent's definitions).
 pub fn reset_after_fork() {
     TABLE.store(null_mut(), Ordering::Release);
@@ -155,11 +192,25 @@ pub fn capture(t: &ThreadState, b: &Buf, mut cursor: *mut u8) -> (*mut u8, u64) 
     }
     // Not zeroed: 768 bytes a call would cost more than a short walk.
     let mut pcs = [std::mem::MaybeUninit::<u64>::uninit(); MAX_DEPTH];
-    let (n, end) = unwind::walk(regs, lo, hi, tracer_range(), &mut pcs, emit_module);
+    let memo = memo_of(b);
+    let (n, end) = unwind::walk(
+        regs,
+        lo,
+        hi,
+        tracer_range(),
+        &mut pcs,
+        &mut memo.frames,
+        emit_module,
+    );
     // SAFETY: `walk` wrote the first `n` entries (n <= MAX_DEPTH).
     let pcs = unsafe { std::slice::from_raw_parts(pcs.as_ptr().cast::<u64>(), n.min(MAX_DEPTH)) };
     let h = hash(pcs, end);
+    if h == memo.last_hash && memo.last_id != 0 {
+        return (cursor, memo.last_id);
+    }
     let (id, new) = intern(h);
+    memo.last_hash = h;
+    memo.last_id = id;
     if new {
         cursor = write_def(b, cursor, id, end, pcs);
     }

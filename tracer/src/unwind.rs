@@ -176,6 +176,35 @@ fn pack(s: &crate::cfi::Row) -> Rule {
 
 // ---- the walk ----
 
+/// Frames a [`Memo`] remembers.
+const MEMO_DEPTH: usize = MAX_DEPTH + 8;
+
+/// A thread's rules of its previous walk, by depth: consecutive stacks of a thread share most
+/// of their frames, and this array stays in the L1 cache where the shared table may not.
+/// Zeroed memory is an empty memo (no frame is at address 0).
+#[repr(C)]
+pub struct Memo {
+    pcs: [u64; MEMO_DEPTH],
+    rules: [u64; MEMO_DEPTH],
+}
+
+impl Memo {
+    /// The rule for `pc`, met at `depth` of a walk.
+    #[inline(always)]
+    fn rule(&mut self, depth: usize, pc: u64, emit: fn(&Module)) -> Rule {
+        let (Some(p), Some(r)) = (self.pcs.get_mut(depth), self.rules.get_mut(depth)) else {
+            return rule_for(pc, emit);
+        };
+        if *p == pc && *r != 0 {
+            return Rule(*r);
+        }
+        let rule = rule_for(pc, emit);
+        *p = pc;
+        *r = rule.0;
+        rule
+    }
+}
+
 /// Reads the stack word at `addr` when it lies in `[lo, hi)`.
 #[inline(always)]
 fn read_stack(addr: u64, lo: u64, hi: u64) -> Option<u64> {
@@ -196,12 +225,13 @@ pub fn walk(
     stack_hi: u64,
     skip: (u64, u64),
     out: &mut [std::mem::MaybeUninit<u64>; MAX_DEPTH],
+    memo: &mut Memo,
     emit: fn(&Module),
 ) -> (usize, End) {
     let mut n = 0;
     let mut exact = true;
     let mut skipping = true;
-    for _ in 0..MAX_DEPTH + 8 {
+    for depth in 0..MAX_DEPTH + 8 {
         if skipping && !(regs.pc >= skip.0 && regs.pc < skip.1) {
             skipping = false;
         }
@@ -214,7 +244,7 @@ pub fn walk(
         }
         let lookup = if exact { regs.pc } else { regs.pc - 1 };
         exact = false;
-        let rule = rule_for(lookup, emit);
+        let rule = memo.rule(depth, lookup, emit);
         let base = match rule.cfa_reg() {
             CFA_RSP => regs.sp,
             CFA_RBP => regs.bp,
