@@ -267,6 +267,9 @@ fn step(regs: Regs, base: u64, rule: Rule, lo: u64, hi: u64) -> Option<Regs> {
     if cfa <= regs.sp || cfa > hi {
         return None;
     }
+    // Never below this frame's stack pointer: the thread's stack is mapped from there up
+    // (below it, the main thread's stack may not be mapped yet).
+    let lo = lo.max(regs.sp);
     let ra_off = i64::from((rule.0 >> 56) as u8 as i8) * 8;
     let pc = read_stack(cfa.wrapping_add_signed(ra_off), lo, hi)?;
     let bp = if (rule.0 >> 34) & 1 == 1 {
