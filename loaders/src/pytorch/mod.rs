@@ -121,7 +121,7 @@ pub fn load_snapshot(path: &Path, opts: &LoadOptions) -> Result<PytorchSnapshot,
     let started = Instant::now();
     let decoded = pickle::decode_file(path, opts.progress.as_deref())
         .map_err(|e| LoadError::format(path, e.to_string()))?;
-    let raw = model::read_snapshot(decoded.root()).map_err(|m| LoadError::format(path, m))?;
+    let raw = model::read_snapshot(&decoded).map_err(|m| LoadError::format(path, m))?;
     let protocol = decoded.protocol();
     drop(decoded);
     let mut snap = from_raw(raw, protocol)?;
@@ -159,7 +159,7 @@ pub fn from_raw(raw: model::RawSnapshot, protocol: u8) -> Result<PytorchSnapshot
         .into_iter()
         .filter(|s| s.device == device)
         .collect();
-    let rebuilt = rebuild::rebuild(&dev_segments, trace, &settings.policy);
+    let mut rebuilt = rebuild::rebuild(&dev_segments, trace, &settings.policy);
     let mut entries_by_action: Vec<(Action, u64)> = Action::ALL.iter().map(|&a| (a, 0)).collect();
     for e in trace {
         if let Some(slot) = entries_by_action.iter_mut().find(|(a, _)| *a == e.action) {
@@ -167,6 +167,9 @@ pub fn from_raw(raw: model::RawSnapshot, protocol: u8) -> Result<PytorchSnapshot
         }
     }
     entries_by_action.retain(|&(_, n)| n > 0);
+    // The raw entries are done with: free them before the columns are built (a 1 GB
+    // snapshot's entries take about 700 MB).
+    drop(device_traces);
     let mut notes = missing;
     notes.extend(rebuilt.notes.iter().cloned());
     if device_entries.iter().filter(|&&(_, n)| n > 0).count() > 1 {
@@ -198,11 +201,13 @@ pub fn from_raw(raw: model::RawSnapshot, protocol: u8) -> Result<PytorchSnapshot
     let summary = summary_of(&rebuilt.events);
     let peaks = rebuilt.peaks();
     let t0 = rebuilt.time_origin_us;
+    let events = std::mem::take(&mut rebuilt.events);
+    let events = events_frame(&events)?;
     Ok(PytorchSnapshot {
         device,
         device_entries,
         protocol,
-        events: events_frame(&rebuilt.events)?,
+        events,
         threads: DataFrame::new_infer_height(vec![
             UInt16Chunked::from_vec("thread".into(), (0..rebuilt.streams.len() as u16).collect())
                 .into_column(),
@@ -312,8 +317,13 @@ fn events_frame(events: &[Event]) -> PolarsResult<DataFrame> {
         )
         .into_column(),
         stack_id_column("stack_id", events.iter().map(|e| e.stack_id).collect()),
-        UInt32Chunked::from_iter_options("entry".into(), events.iter().map(|e| e.entry))
-            .into_column(),
+        UInt32Chunked::from_iter_options(
+            "entry".into(),
+            events
+                .iter()
+                .map(|e| (e.entry != rebuild::NO_ENTRY).then_some(e.entry)),
+        )
+        .into_column(),
     ])
 }
 

@@ -16,7 +16,9 @@
 //! address order, so every consumer of the event table (stats, every policy) sees the memory
 //! that was live when the trace began.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use crate::malloc_trace::{PtrMap, PtrSet};
 
 use allocview_sim::policy::pytorch::{
     PytorchScript, PytorchSettings, ScriptSegment, SegmentOp, SegmentOpKind, round_size,
@@ -40,9 +42,13 @@ pub struct Event {
     pub address: u64,
     pub alloc_id: u32,
     pub stack_id: u32,
-    /// Index of the trace entry this row comes from; `None` for carried-in allocations.
-    pub entry: Option<u32>,
+    /// Index of the trace entry this row comes from; [`NO_ENTRY`] for carried-in
+    /// allocations (a sentinel keeps an event at 48 bytes).
+    pub entry: u32,
 }
+
+/// [`Event::entry`] of a carried-in allocation.
+pub const NO_ENTRY: u32 = u32::MAX;
 
 /// A trace entry that is not an allocation or a free: segments, `oom`, `snapshot`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,18 +90,22 @@ pub struct Rebuilt {
 #[must_use]
 pub fn rebuild(segments: &[RawSegment], trace: &[RawEntry], settings: &PytorchSettings) -> Rebuilt {
     let mut out = Rebuilt {
-        time_origin_us: trace.iter().find_map(|e| e.time_us).unwrap_or(0),
+        time_origin_us: trace.iter().find_map(RawEntry::time).unwrap_or(0),
         ..Rebuilt::default()
     };
     let carried = carried_in(segments, trace, settings);
     let start = start_segments(segments, trace);
     out.start_reserved_bytes = start.iter().map(|s| s.size_bytes).sum();
     out.start_segments = start.len();
+    // `start` is in address order: the segment that could hold a block is the last one that
+    // starts at or below it.
     for (addr, c) in &carried {
-        if !start
-            .iter()
-            .any(|s| *addr >= s.addr && addr.saturating_add(c.rounded) <= s.addr + s.size_bytes)
-        {
+        let i = start.partition_point(|s| s.addr <= *addr);
+        let inside = i
+            .checked_sub(1)
+            .and_then(|i| start.get(i))
+            .is_some_and(|s| addr.saturating_add(c.rounded) <= s.addr + s.size_bytes);
+        if !inside {
             out.notes.push(format!(
                 "a block live at the trace's start ({addr:#x}, {} B) lies in no segment of the \
                  rebuilt start state",
@@ -105,7 +115,7 @@ pub fn rebuild(segments: &[RawSegment], trace: &[RawEntry], settings: &PytorchSe
         }
     }
     let mut streams = StreamIndex::default();
-    let mut live: HashMap<u64, (u32, u64, u64)> = HashMap::new();
+    let mut live: PtrMap<(u32, u64, u64)> = PtrMap::default();
     let mut alloc_stream: Vec<u64> = Vec::new();
     // Carried-in allocations first, in address order, at the trace's first moment.
     for (&addr, c) in &carried {
@@ -122,15 +132,14 @@ pub fn rebuild(segments: &[RawSegment], trace: &[RawEntry], settings: &PytorchSe
             address: addr,
             alloc_id: id,
             stack_id: c.stack_id,
-            entry: None,
+            entry: NO_ENTRY,
         });
     }
     out.carried_in = out.events.len() as u32;
     let mut prev_t = 0i64;
-    let mut touched: HashSet<u64> = HashSet::new();
     let mut pending_ops: Vec<SegmentOp> = Vec::new();
     for (i, e) in trace.iter().enumerate() {
-        let t_ns = match e.time_us {
+        let t_ns = match e.time() {
             Some(us) => us.saturating_sub(out.time_origin_us).saturating_mul(1000),
             // No times: one microsecond per entry keeps the order visible on a timeline.
             None => (i as i64).saturating_mul(1000),
@@ -142,7 +151,7 @@ pub fn rebuild(segments: &[RawSegment], trace: &[RawEntry], settings: &PytorchSe
             t_ns
         };
         prev_t = t_ns;
-        let entry = Some(i as u32);
+        let entry = i as u32;
         let stream_index = streams.index(e.stream);
         match e.action {
             Action::Alloc => {
@@ -151,7 +160,6 @@ pub fn rebuild(segments: &[RawSegment], trace: &[RawEntry], settings: &PytorchSe
                 alloc_stream.push(e.stream);
                 let rounded = round_size(e.size_bytes, settings);
                 live.insert(e.addr, (id, e.size_bytes, rounded));
-                touched.insert(e.addr);
                 for op in pending_ops.drain(..) {
                     out.script.segment_ops.push((id, op));
                 }
@@ -198,7 +206,6 @@ pub fn rebuild(segments: &[RawSegment], trace: &[RawEntry], settings: &PytorchSe
                         )
                     }
                 };
-                touched.insert(e.addr);
                 out.events.push(Event {
                     t_ns,
                     stream_index,
@@ -233,7 +240,7 @@ pub fn rebuild(segments: &[RawSegment], trace: &[RawEntry], settings: &PytorchSe
                     stream: e.stream,
                     t_ns,
                     before_event: out.events.len() as u32,
-                    device_free_bytes: e.device_free_bytes,
+                    device_free_bytes: e.device_free(),
                     stack_id: e.stack_id,
                 });
             }
@@ -266,8 +273,8 @@ fn carried_in(
     settings: &PytorchSettings,
 ) -> BTreeMap<u64, Carried> {
     let mut carried = BTreeMap::new();
-    let mut live: HashSet<u64> = HashSet::new();
-    let mut allocated_in_trace: HashSet<u64> = HashSet::new();
+    let mut live = PtrSet::default();
+    let mut allocated_in_trace = PtrSet::default();
     for e in trace {
         match e.action {
             Action::Alloc => {
@@ -420,7 +427,7 @@ fn add_range(by_addr: &mut BTreeMap<u64, ScriptSegment>, e: &RawEntry, expandabl
 #[derive(Default)]
 struct StreamIndex {
     values: Vec<u64>,
-    index: HashMap<u64, u16>,
+    index: PtrMap<u16>,
 }
 
 impl StreamIndex {

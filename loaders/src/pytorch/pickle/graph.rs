@@ -452,6 +452,15 @@ impl<'a> Val<'a> {
         (self.raw.tag() == TAG_CONTAINER).then(|| self.raw.id())
     }
 
+    /// Where a list's or tuple's items are stored: lists with equal contents that were stored
+    /// once (runs of 4 or more items are shared) have equal keys, so a caller can compute
+    /// something per distinct content once. `None` for scalars, dicts and containers that grew
+    /// after their first run.
+    pub fn content_key(&self) -> Option<(bool, u32, u32)> {
+        let c = self.pickle.container(self.raw)?;
+        (c.kind() != Kind::Dict && !c.spilled()).then(|| (c.narrow(), c.start, c.len))
+    }
+
     /// The number of items of a container (pairs for a dict).
     pub fn item_count(&self) -> Option<usize> {
         self.pickle.container(self.raw).map(|c| match c.kind() {
