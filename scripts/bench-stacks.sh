@@ -67,7 +67,7 @@ run_workload() {
     local label="$1"; shift
     read -r w c < <(best3 "$@")
     printf '%-34s %8s %8s %9.2f\n' "$label" "$w" "$c" "$(echo "$w $bw" | awk '{print $1/$2}')"
-    echo "$label $w" >> "$W/rows"
+    echo "$label $w $c" >> "$W/rows"
   }
   : > "$W/rows"
   row "heaptrack (whole run)" heaptrack -o "$W/ht" "$@"
@@ -75,11 +75,15 @@ run_workload() {
   row "allocview tracer, no stacks" env LD_PRELOAD="$TRACER" ALLOCVIEW_SPOOL="$W/spool" "$@"
   row "allocview record (whole)" "$ALLOCVIEW" record -o "$W/rec.avt" -- "$@"
   row "allocview record --no-stacks" "$ALLOCVIEW" record --no-stacks -o "$W/rec.avt" -- "$@"
-  local ht tr rec
-  ht=$(awk '/^heaptrack/ {print $NF}' "$W/rows")
-  tr=$(awk '/tracer, stacks/ {print $NF}' "$W/rows")
-  rec=$(awk '/record \(whole\)/ {print $NF}' "$W/rows")
-  echo "slowdown vs heaptrack's (target <= 0.50): tracer with stacks $(echo "$tr $bw $ht" | awk '{printf "%.2f", ($1/$2)/($3/$2)}'), record whole $(echo "$rec $bw $ht" | awk '{printf "%.2f", ($1/$2)/($3/$2)}')"
+  local ht tr rec htc trc recc
+  ht=$(awk '/^heaptrack/ {print $(NF-1)}' "$W/rows")
+  tr=$(awk '/tracer, stacks/ {print $(NF-1)}' "$W/rows")
+  rec=$(awk '/record \(whole\)/ {print $(NF-1)}' "$W/rows")
+  htc=$(awk '/^heaptrack/ {print $NF}' "$W/rows")
+  trc=$(awk '/tracer, stacks/ {print $NF}' "$W/rows")
+  recc=$(awk '/record \(whole\)/ {print $NF}' "$W/rows")
+  # The slowdowns' ratio is the times' ratio (same untraced run).
+  echo "slowdown / heaptrack's (target <= 0.50), wall: tracer with stacks $(echo "$tr $ht" | awk '{printf "%.2f", $1/$2}'), record whole $(echo "$rec $ht" | awk '{printf "%.2f", $1/$2}'); cpu: tracer with stacks $(echo "$trc $htc" | awk '{printf "%.2f", $1/$2}'), record whole $(echo "$recc $htc" | awk '{printf "%.2f", $1/$2}')"
 }
 
 export PYTHONMALLOC=malloc
