@@ -213,22 +213,14 @@ pub fn print_snapshot(s: &PytorchSnapshot) -> Result<()> {
         count(seg.iter().filter(|g| g.small_pool).count() as u64),
         count(seg.iter().map(|g| g.blocks.len() as u64).sum())
     );
-    outln!(
-        "    reserved            {:>14}",
-        bytes(total(|g| g.total_bytes))
-    );
-    outln!(
-        "    allocated           {:>14}",
-        bytes(total(|g| g.allocated_bytes))
-    );
-    outln!(
-        "    active              {:>14}",
-        bytes(total(|g| g.active_bytes))
-    );
-    outln!(
-        "    requested           {:>14}",
-        bytes(total(|g| g.requested_bytes))
-    );
+    for (what, value) in [
+        ("reserved", total(|g| g.total_bytes)),
+        ("allocated", total(|g| g.allocated_bytes)),
+        ("active", total(|g| g.active_bytes)),
+        ("requested", total(|g| g.requested_bytes)),
+    ] {
+        outln!("    {what:<19} {:>14}", bytes(value));
+    }
     outln!(
         "  over the trace: peak reserved {}, peak allocated {}, peak requested {}",
         bytes(s.peaks.reserved_bytes),
