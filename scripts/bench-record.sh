@@ -9,6 +9,8 @@
 #     on heaptrack's recording of the same workload (wall seconds, best of 3), and file sizes;
 #  3. the cost of the tracer's clock thread in an idle program: CPU seconds of `sleep 10`,
 #     untraced and under the tracer.
+# `record` runs with --no-stacks here (issue 8's figures); scripts/bench-stacks.sh measures
+# call stacks against heaptrack.
 #
 # usage: scripts/bench-record.sh [ITERATIONS] [SLOWDOWN_ITERATIONS]
 #        (defaults 2800000, i.e. 5.6 million events, for part 2, and 20000000 for part 1; times
@@ -59,7 +61,7 @@ for mode in pairs mixed; do
   printf '%-8s %-28s %9s %9s %8s\n' "$mode" untraced "$bw" "$bc" 1.00
   read -r w c < <(best3 env LD_PRELOAD="$TRACER" ALLOCVIEW_SPOOL="$W/spool" "$W/wl" "$mode" "$NS")
   printf '%-8s %-28s %9s %9s %8.2f\n' "$mode" "allocview tracer" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')"
-  read -r w c < <(best3 "$ALLOCVIEW" record -o "$W/rec.avt" -- "$W/wl" "$mode" "$NS")
+  read -r w c < <(best3 "$ALLOCVIEW" record --no-stacks -o "$W/rec.avt" -- "$W/wl" "$mode" "$NS")
   printf '%-8s %-28s %9s %9s %8.2f\n' "$mode" "allocview record (all)" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')"
   read -r w c < <(best3 env LD_PRELOAD="$W/naive.so" NAIVE_TRACE_OUT="$W/naive.txt" "$W/wl" "$mode" "$NS")
   printf '%-8s %-28s %9s %9s %8.2f\n' "$mode" "mutex+write() interposer" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')"
@@ -73,7 +75,7 @@ for mode in pairs mixed; do
   printf '%-8s %-28s %9s %9s %8s\n' "$mode" untraced "$bw" "$bc" 1.00
   read -r w c < <(best3 env LD_PRELOAD="$TRACER" ALLOCVIEW_SPOOL="$W/spool" "$W/wl" "$mode" "$((NS / 4))" 4)
   printf '%-8s %-28s %9s %9s %8.2f\n' "$mode" "allocview tracer" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')"
-  read -r w c < <(best3 "$ALLOCVIEW" record -o "$W/rec.avt" -- "$W/wl" "$mode" "$((NS / 4))" 4)
+  read -r w c < <(best3 "$ALLOCVIEW" record --no-stacks -o "$W/rec.avt" -- "$W/wl" "$mode" "$((NS / 4))" 4)
   printf '%-8s %-28s %9s %9s %8.2f\n' "$mode" "allocview record (all)" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')"
   read -r w c < <(best3 env LD_PRELOAD="$W/naive.so" NAIVE_TRACE_OUT="$W/naive.txt" "$W/wl" "$mode" "$((NS / 4))" 4)
   printf '%-8s %-28s %9s %9s %8.2f\n' "$mode" "mutex+write() interposer" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')"
@@ -81,7 +83,7 @@ done
 
 echo
 echo "== 2. reading the recording of: alloc-workload mixed $N"
-"$ALLOCVIEW" record -o "$W/mixed.avt" -- "$W/wl" mixed "$N" >/dev/null
+"$ALLOCVIEW" record --no-stacks -o "$W/mixed.avt" -- "$W/wl" mixed "$N" >/dev/null
 "$ALLOCVIEW" convert "$W/mixed.avt" "$W/mixed.trace.gz" 2>/dev/null
 (cd "$W" && heaptrack -o "$W/ht" "$W/wl" mixed "$N" >/dev/null 2>&1)
 HT="$(ls "$W"/ht.* | head -1)"

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::modules::{self, Module};
 
 /// Most frames of a stack.
-pub const MAX_DEPTH: usize = 96;
+pub const MAX_DEPTH: usize = 128;
 
 /// Why a walk ended.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
