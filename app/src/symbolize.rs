@@ -72,58 +72,103 @@ impl Report {
     }
 }
 
-/// Symbolizes every location of `stacks` in place (its `symbols`).
-pub fn symbolize_stacks(stacks: &mut NativeStacks) -> Report {
-    let (symbols, mut report) = symbolize(&stacks.modules, &stacks.locations);
-    stacks.symbols = symbols;
-    report.stacks = stacks.stacks.len();
-    for s in stacks.stacks.values() {
-        let slot = match s.end {
-            StackEnd::Complete => continue,
-            StackEnd::DepthCap => 0,
-            StackEnd::Unsupported => 1,
-            StackEnd::NoInfo => 2,
-            StackEnd::BadFrame => 3,
-        };
-        report.ended_early[slot] += 1;
-    }
-    report
+/// Reads modules once and keeps them: `record` symbolizes each process's stacks with one, so
+/// a command that starts many processes reads the C library and its debug file once.
+#[derive(Default)]
+pub struct Symbolizer {
+    modules: HashMap<(String, Vec<u8>), Opened>,
 }
 
-/// Source frames for each location (empty: unresolved, shown as module + offset), and a report.
-#[must_use]
-pub fn symbolize(
-    modules: &[NativeModule],
-    locations: &[Location],
-) -> (Vec<Vec<SourceFrame>>, Report) {
-    let mut report = Report {
-        locations: locations.len(),
-        ..Report::default()
-    };
-    let mut resolvers: HashMap<u32, Option<Resolver>> = HashMap::new();
-    let frames = locations
-        .iter()
-        .map(|loc| {
-            let Some(m) = loc.module else {
-                return Vec::new();
+/// A module file as opened.
+enum Opened {
+    Read(Resolver),
+    /// No file to read (the vDSO).
+    NoFile,
+    Unreadable(String),
+    /// Another build id than the recorded one.
+    Changed,
+}
+
+impl Symbolizer {
+    /// Symbolizes every location of `stacks` in place (its `symbols`).
+    pub fn symbolize_stacks(&mut self, stacks: &mut NativeStacks) -> Report {
+        let (symbols, mut report) = self.symbolize(&stacks.modules, &stacks.locations);
+        stacks.symbols = symbols;
+        report.stacks = stacks.stacks.len();
+        for s in stacks.stacks.values() {
+            let slot = match s.end {
+                StackEnd::Complete => continue,
+                StackEnd::DepthCap => 0,
+                StackEnd::Unsupported => 1,
+                StackEnd::NoInfo => 2,
+                StackEnd::BadFrame => 3,
             };
-            let resolver = resolvers.entry(m).or_insert_with(|| {
-                modules
-                    .get(m as usize)
-                    .and_then(|file| Resolver::open(file, &mut report))
-            });
-            let frames = resolver
-                .as_ref()
-                .map(|r| r.resolve(loc.offset.saturating_sub(1)))
-                .unwrap_or_default();
-            if !frames.is_empty() {
-                report.named += 1;
-                report.with_lines += usize::from(frames.iter().any(|f| f.line > 0));
+            report.ended_early[slot] += 1;
+        }
+        report
+    }
+
+    /// Source frames for each location (empty: unresolved, shown as module + offset), and a
+    /// report.
+    #[must_use]
+    pub fn symbolize(
+        &mut self,
+        modules: &[NativeModule],
+        locations: &[Location],
+    ) -> (Vec<Vec<SourceFrame>>, Report) {
+        let mut report = Report {
+            locations: locations.len(),
+            ..Report::default()
+        };
+        // Open each module the locations use, unless an earlier call did.
+        let mut used = std::collections::HashSet::new();
+        for m in locations.iter().filter_map(|l| l.module) {
+            if used.insert(m)
+                && let Some(file) = modules.get(m as usize)
+            {
+                self.modules
+                    .entry((file.path.clone(), file.build_id.clone()))
+                    .or_insert_with(|| Resolver::open(file));
             }
-            frames
-        })
-        .collect();
-    (frames, report)
+        }
+        let keys: Vec<Option<(String, Vec<u8>)>> = modules
+            .iter()
+            .map(|f| Some((f.path.clone(), f.build_id.clone())))
+            .collect();
+        let mut frames = Vec::with_capacity(locations.len());
+        let mut counted = std::collections::HashSet::new();
+        for loc in locations {
+            let file = loc.module.and_then(|m| modules.get(m as usize));
+            let module = loc
+                .module
+                .and_then(|m| keys.get(m as usize))
+                .and_then(Option::as_ref)
+                .and_then(|k| self.modules.get(k));
+            if let (Some(m), Some(file), Some(module)) = (loc.module, file, module)
+                && counted.insert(m)
+            {
+                match module {
+                    Opened::Read(r) => {
+                        report.modules_read += 1;
+                        report.modules_with_lines += usize::from(r.dwarf.is_some());
+                    }
+                    Opened::NoFile => {}
+                    Opened::Unreadable(why) => report.unreadable.push(why.clone()),
+                    Opened::Changed => report.build_id_mismatch.push(file.path.clone()),
+                }
+            }
+            let found = match module {
+                Some(Opened::Read(r)) => r.resolve(loc.offset.saturating_sub(1)),
+                _ => Vec::new(),
+            };
+            if !found.is_empty() {
+                report.named += 1;
+                report.with_lines += usize::from(found.iter().any(|f| f.line > 0));
+            }
+            frames.push(found);
+        }
+        (frames, report)
+    }
 }
 
 /// A function symbol: `[start, end)` and its name.
@@ -140,32 +185,24 @@ struct Resolver {
 }
 
 impl Resolver {
-    fn open(file: &NativeModule, report: &mut Report) -> Option<Self> {
+    fn open(file: &NativeModule) -> Opened {
         let path = Path::new(&file.path);
         if file.path.is_empty() || !path.is_absolute() {
             // The vDSO and other modules without a file.
-            return None;
+            return Opened::NoFile;
         }
         let data = match std::fs::read(path) {
             Ok(d) => d,
-            Err(e) => {
-                report.unreadable.push(format!("{}: {e}", file.path));
-                return None;
-            }
+            Err(e) => return Opened::Unreadable(format!("{}: {e}", file.path)),
         };
         let object = match object::File::parse(&*data) {
             Ok(o) => o,
-            Err(e) => {
-                report.unreadable.push(format!("{}: {e}", file.path));
-                return None;
-            }
+            Err(e) => return Opened::Unreadable(format!("{}: {e}", file.path)),
         };
         let build_id = object.build_id().ok().flatten().unwrap_or(&[]);
         if !file.build_id.is_empty() && build_id != file.build_id.as_slice() {
-            report.build_id_mismatch.push(file.path.clone());
-            return None;
+            return Opened::Changed;
         }
-        report.modules_read += 1;
         let debug_path = debug_file(path, &object);
         let mut symbols = function_symbols(&object);
         let debug_data = debug_path
@@ -182,8 +219,7 @@ impl Resolver {
         symbols.sort_by_key(|s| (s.start, std::cmp::Reverse(s.end)));
         symbols.dedup_by_key(|s| s.start);
         let dwarf = debug_path.and_then(|p| addr2line::Loader::new(p).ok());
-        report.modules_with_lines += usize::from(dwarf.is_some());
-        Some(Self { symbols, dwarf })
+        Opened::Read(Self { symbols, dwarf })
     }
 
     /// Source frames at `probe` (a virtual address of the module), innermost first.
@@ -325,7 +361,7 @@ mod tests {
             path: "/nonexistent/libx.so".to_owned(),
             ..NativeModule::default()
         }];
-        let (frames, report) = symbolize(
+        let (frames, report) = Symbolizer::default().symbolize(
             &modules,
             &[Location {
                 module: Some(0),

@@ -50,6 +50,7 @@ pub struct ConvertArgs {
 /// Runs `allocview convert`.
 pub fn run(args: &ConvertArgs) -> Result<()> {
     check_distinct(&args.input, &args.output)?;
+    refuse_other_inputs(&args.input)?;
     let input_binary = binary::is_binary(&binary::file_head(&args.input)?);
     let to = args.to.unwrap_or(if input_binary {
         Form::Text
@@ -69,6 +70,26 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
     Ok(())
 }
 
+/// `convert` reads malloc traces only: any other input recognised by content gets a message
+/// that says what it is and what reads it, rather than a parse error on its first line.
+fn refuse_other_inputs(input: &Path) -> Result<()> {
+    use allocview_loaders::InputKind;
+    let what = match allocview_loaders::detect(input) {
+        Ok(InputKind::MallocTrace | InputKind::BinaryTrace) | Err(_) => return Ok(()),
+        Ok(InputKind::PytorchSnapshot) => {
+            "a PyTorch memory snapshot (every other command reads it as it is)"
+        }
+        Ok(InputKind::TfMemoryLog) => "a TensorFlow memory log (every other command reads it)",
+        Ok(InputKind::TfBfcDump) => "a TensorFlow BFC dump (`allocview stats` reads it)",
+        Ok(InputKind::Plan(_)) => "a memory plan (`allocview plan` reads it)",
+    };
+    anyhow::bail!(
+        "`allocview convert` converts malloc traces between the libtracemalloc text form and \
+         allocview's binary form (and finishes tracer spools); {} is {what}",
+        input.display()
+    )
+}
+
 /// Converts `input` (any form, detected by content) into `output` in form `to`; returns the
 /// number of records written.
 pub fn convert(input: &Path, output: &Path, to: Form, lenient: bool) -> Result<u64> {
@@ -82,7 +103,9 @@ pub fn convert(input: &Path, output: &Path, to: Form, lenient: bool) -> Result<u
         && let Some(mut stacks) = info.stacks
     {
         if info.kind == FileKind::Spool && to == Form::Binary {
-            crate::symbolize::symbolize_stacks(&mut stacks).print_summary();
+            crate::symbolize::Symbolizer::default()
+                .symbolize_stacks(&mut stacks)
+                .print_summary();
         }
         sink.write_stacks(&stacks)?;
     }

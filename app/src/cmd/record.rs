@@ -140,6 +140,8 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     found.sort_by_key(|s| (s.pid, s.generation));
     let single = found.len() == 1;
     let mut written = Vec::new();
+    // Shared by the processes: each module is read once.
+    let mut symbolizer = crate::symbolize::Symbolizer::default();
     for spool in &found {
         let path = if single {
             output.clone()
@@ -159,7 +161,7 @@ pub fn run(args: &RecordArgs) -> Result<()> {
                     &mut |r| writer.push(r),
                 )?;
                 if let Some(mut stacks) = info.and_then(|i| i.stacks) {
-                    crate::symbolize::symbolize_stacks(&mut stacks).print_summary();
+                    symbolizer.symbolize_stacks(&mut stacks).print_summary();
                     writer.write_stacks(&stacks)?;
                 }
                 writer.finish()
