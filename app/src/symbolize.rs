@@ -81,7 +81,7 @@ pub struct Symbolizer {
 
 /// A module file as opened.
 enum Opened {
-    Read(Resolver),
+    Read(Box<Resolver>),
     /// No file to read (the vDSO).
     NoFile,
     Unreadable(String),
@@ -219,7 +219,7 @@ impl Resolver {
         symbols.sort_by_key(|s| (s.start, std::cmp::Reverse(s.end)));
         symbols.dedup_by_key(|s| s.start);
         let dwarf = debug_path.and_then(|p| addr2line::Loader::new(p).ok());
-        Opened::Read(Self { symbols, dwarf })
+        Opened::Read(Box::new(Self { symbols, dwarf }))
     }
 
     /// Source frames at `probe` (a virtual address of the module), innermost first.
