@@ -15,8 +15,9 @@ use crate::tui;
 /// Arguments of `allocview bench`.
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
-    /// What to measure: `explorer` (seek + redraw of the terminal explorer) or `replay`
-    /// (each policy's replay rate against the C library's malloc/free on the same trace).
+    /// What to measure: `explorer` (seek + redraw of the terminal explorer), `replay` (each
+    /// policy's replay rate against the C library's malloc/free on the same trace) or `load`
+    /// (load time, rate and peak resident memory against the file size).
     pub what: String,
     /// The trace.
     pub file: PathBuf,
@@ -38,8 +39,41 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     match args.what.as_str() {
         "explorer" => explorer(args),
         "replay" => replay_rates(args),
-        other => bail!("unknown benchmark {other:?}; known: explorer, replay"),
+        "load" => load(args),
+        other => bail!("unknown benchmark {other:?}; known: explorer, replay, load"),
     }
+}
+
+/// Loads the file once and prints the time, the rate over the file's size, and the process's
+/// peak resident memory (`VmHWM`) against the file size.
+fn load(args: &BenchArgs) -> Result<()> {
+    let file_bytes = std::fs::metadata(&args.file)
+        .with_context(|| format!("cannot open {}", args.file.display()))?
+        .len();
+    let started = Instant::now();
+    let loaded = super::load::load_input(&args.file, &super::load::InputArgs::default())?;
+    let secs = started.elapsed().as_secs_f64();
+    let hwm = peak_rss_bytes().unwrap_or(0);
+    let events = super::load::events_of(&loaded).map_or(0, |e| e.events.height());
+    outln!(
+        "{}: {} in {:.2} s ({:.0} MB/s), {} events; peak resident {} = {:.2}x the file",
+        args.file.display(),
+        crate::format::bytes(file_bytes),
+        secs,
+        file_bytes as f64 / 1e6 / secs.max(1e-9),
+        crate::format::count(events as u64),
+        crate::format::bytes(hwm),
+        hwm as f64 / file_bytes.max(1) as f64
+    );
+    Ok(())
+}
+
+/// The process's peak resident memory so far (`VmHWM` of /proc/self/status).
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
