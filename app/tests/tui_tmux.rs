@@ -132,3 +132,55 @@ fn explorer_in_tmux() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn a_pytorch_snapshot_in_tmux() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("skipping: tmux is not installed");
+        return;
+    }
+    let snap = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../sample-traces/pytorch/lm_train_step_b.pickle");
+    let name = format!("allocview-test-pt-{}", std::process::id());
+    // No --policy: a snapshot opens on `pytorch`, its recorded heap.
+    let cmd = format!("{} {}", env!("CARGO_BIN_EXE_allocview"), snap.display());
+    let out = Command::new("tmux")
+        .args([
+            "new-session",
+            "-d",
+            "-s",
+            &name,
+            "-x",
+            "170",
+            "-y",
+            "50",
+            &cmd,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let s = Session(name);
+    let screen = wait_for(&s, "all policies replayed", |t| {
+        t.contains("(8/8 replayed)")
+    });
+    assert!(screen.contains("heap: pytorch"), "{screen}");
+    assert!(
+        screen.contains("phases: Optimizer.step#AdamW.step"),
+        "{screen}"
+    );
+    keys(&s, &["g", "846", "Enter"]);
+    let screen = wait_for(&s, "the goto", |t| t.contains("event 846/6,932"));
+    assert!(screen.contains("at forward (model.py:41)"), "{screen}");
+    // The sites panel, then the next site.
+    keys(&s, &["s"]);
+    let screen = wait_for(&s, "the sites panel", |t| t.contains("sites at event 846"));
+    assert!(screen.contains("(no stack recorded)"), "{screen}");
+    // The first site (the blocks live since before the trace, 2.85 GiB) is selected: its
+    // cells are `#` in the heap map.
+    wait_for(&s, "a site's blocks marked", |t| t.contains("####"));
+    keys(&s, &[">"]);
+    wait_for(&s, "the next site", |t| {
+        t.lines().any(|l| l.contains("site step live") || l.contains("site forward live"))
+    });
+    keys(&s, &["q"]);
+}
