@@ -316,3 +316,106 @@ fn converting_keeps_stacks_in_binary_and_says_what_text_drops() {
         assert_eq!(names(&ta, id), names(&tb, id));
     }
 }
+
+#[test]
+fn a_rust_program_has_demangled_frames_and_pthread_getattr_np_does_not_deadlock() {
+    // allocview itself: Rust's runtime calls pthread_getattr_np at start, which allocates
+    // while holding the thread's lock (the tracer must not take that lock itself).
+    let dir = scratch("rust");
+    let out = dir.join("av.avt");
+    let me = env!("CARGO_BIN_EXE_allocview");
+    ok(&allocview(&[
+        "record",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        me,
+        "--help",
+    ]));
+    let t = load(&out);
+    let table = t.stacks.as_ref().expect("stacks");
+    let all: Vec<Vec<String>> = (0..table.num_stacks() as u32)
+        .map(|id| names(table, id))
+        .collect();
+    assert!(
+        all.iter()
+            .flatten()
+            .any(|f| f.starts_with("std::rt::lang_start") || f.starts_with("std::rt::init")),
+        "no Rust runtime frame"
+    );
+    assert!(
+        all.iter()
+            .flatten()
+            .all(|f| !f.starts_with("_ZN") && !f.starts_with("_R")),
+        "a mangled Rust name"
+    );
+    assert!(
+        all.iter().flatten().any(|f| f.starts_with("clap")),
+        "no clap frame"
+    );
+}
+
+#[test]
+fn threads_calling_pthread_getattr_np_record_with_stacks() {
+    let dir = scratch("getattr");
+    let src = dir.join("getattr.c");
+    std::fs::write(
+        &src,
+        r#"
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdlib.h>
+void* volatile sink;
+static void* run(void* arg) {
+    pthread_attr_t a;
+    for (int i = 0; i < 100; i++) {
+        pthread_getattr_np(pthread_self(), &a);
+        pthread_attr_destroy(&a);
+        sink = malloc(64);
+        free(sink);
+    }
+    return arg;
+}
+int main(void) {
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) pthread_create(&t[i], 0, run, 0);
+    run(0);
+    for (int i = 0; i < 4; i++) pthread_join(t[i], 0);
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.join("getattr");
+    let built = Command::new("cc")
+        .args(["-O2", "-g", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let out = dir.join("g.avt");
+    ok(&allocview(&[
+        "record",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+    ]));
+    let t = load(&out);
+    let stacks = stacks_of_size(&t, 64);
+    assert!(
+        stacks.iter().any(|s| s.first().is_some_and(|f| f == "run")),
+        "{stacks:#?}"
+    );
+    assert!(
+        stacks
+            .iter()
+            .any(|s| s.iter().any(|f| f.contains("start_thread"))),
+        "{stacks:#?}"
+    );
+}

@@ -149,8 +149,19 @@ pub fn find_or_refresh(addr: u64, emit: fn(&Module)) -> Option<&'static Module> 
 }
 
 /// Adds the modules `dl_iterate_phdr` reports that the table lacks, calling `emit` for each.
+///
+/// When another thread is adding modules, this one does not wait (the caller's frame is then
+/// left unresolved): that thread may itself be waiting in `dl_iterate_phdr` for the dynamic
+/// loader's lock, which this thread may hold (a `malloc` made inside the program's own
+/// `dl_iterate_phdr` callback).
 pub fn refresh(emit: fn(&Module)) {
-    crate::lock(&TABLE.lock);
+    if TABLE
+        .lock
+        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
     let mut emit = emit;
     // SAFETY: the callback only reads what the dynamic loader hands it.
     unsafe { dl_iterate_phdr(add_module, (&raw mut emit).cast()) };

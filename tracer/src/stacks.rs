@@ -16,7 +16,7 @@
 //! from 0), innermost first: the first is the return address into the code that called the
 //! allocation function.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
@@ -46,19 +46,6 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// The tracer's own code, whose frames start every walk and are left out.
 static TRACER_LO: AtomicU64 = AtomicU64::new(0);
 static TRACER_HI: AtomicU64 = AtomicU64::new(0);
-
-type PthreadAttr = [u64; 8];
-
-unsafe extern "C" {
-    fn pthread_self() -> u64;
-    fn pthread_getattr_np(thread: u64, attr: *mut PthreadAttr) -> c_int;
-    fn pthread_attr_getstack(
-        attr: *const PthreadAttr,
-        addr: *mut *mut c_void,
-        size: *mut usize,
-    ) -> c_int;
-    fn pthread_attr_destroy(attr: *mut PthreadAttr) -> c_int;
-}
 
 /// What a thread's captures remember between calls, kept in its buffer's header page (see
 /// [`MEMO_OFFSET`]): the rules of its previous walk, and its previous stack's hash and id.
@@ -104,33 +91,90 @@ pub fn reset_after_fork() {
     modules::reset_lock_after_fork();
 }
 
-/// The calling thread's stack, `[lo, hi)`, found once per thread (`(1, 1)` when unknown:
-/// such a thread records no stacks).
-fn thread_stack(t: &ThreadState) -> (u64, u64) {
+/// The calling thread's stack, `[lo, hi)`, found once per thread from the mapping that holds
+/// `sp` in `/proc/self/maps` (`(1, 1)` when not found: such a thread records no stacks).
+/// Not `pthread_getattr_np`: it takes the thread's lock, and allocates under it, so a program
+/// that calls it (Rust's runtime does) would find the tracer waiting for that very lock.
+/// The main thread's stack grows down: its `lo` is put 64 MiB below its top (reads are
+/// bounded below by the walk's stack pointer anyway).
+fn thread_stack(t: &ThreadState, sp: u64) -> (u64, u64) {
     let hi = t.stack_hi.get();
     if hi != 0 {
         return (t.stack_lo.get(), hi);
     }
-    let mut attr: PthreadAttr = [0; 8];
-    let mut addr: *mut c_void = null_mut();
-    let mut size = 0usize;
-    // SAFETY: plain libc calls on local objects; allocations they make (the main thread's
-    // reads /proc/self/maps) pass through, the caller having entered the tracer.
-    let ok = unsafe {
-        pthread_getattr_np(pthread_self(), &mut attr) == 0 && {
-            let got = pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
-            pthread_attr_destroy(&mut attr);
-            got
-        }
-    };
-    let (lo, hi) = if ok && !addr.is_null() {
-        (addr as u64, addr as u64 + size as u64)
-    } else {
-        (1, 1)
+    let (lo, hi) = match mapping_of(sp) {
+        Some((lo, hi, true)) => (lo.min(hi.saturating_sub(64 << 20)), hi),
+        Some((lo, hi, false)) => (lo, hi),
+        None => (1, 1),
     };
     t.stack_lo.set(lo);
     t.stack_hi.set(hi);
     (lo, hi)
+}
+
+/// The mapping of `/proc/self/maps` that holds `addr`: start, end, and whether it is the
+/// main thread's `[stack]`. Reads with plain system calls into a stack buffer.
+fn mapping_of(addr: u64) -> Option<(u64, u64, bool)> {
+    // SAFETY: a plain open of a procfs file.
+    let fd = unsafe {
+        crate::open(
+            c"/proc/self/maps".as_ptr(),
+            crate::O_RDONLY | crate::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    let mut buf = [0u8; 8192];
+    let mut have = 0usize;
+    let mut found = None;
+    while let Some(free) = buf.get_mut(have..) {
+        // SAFETY: reading into the free part of a local buffer.
+        let n = unsafe { crate::read(fd, free.as_mut_ptr().cast(), free.len()) };
+        let Ok(n) = usize::try_from(n) else {
+            break;
+        };
+        have += n;
+        let data = buf.get(..have).unwrap_or(&[]);
+        let mut used = 0;
+        while let Some(nl) = data
+            .get(used..)
+            .and_then(|d| d.iter().position(|&c| c == b'\n'))
+        {
+            let line = data.get(used..used + nl).unwrap_or(&[]);
+            used += nl + 1;
+            if let Some((lo, hi)) = parse_range(line)
+                && addr >= lo
+                && addr < hi
+            {
+                found = Some((lo, hi, line.ends_with(b"[stack]")));
+            }
+        }
+        if found.is_some() || n == 0 || (used == 0 && have == buf.len()) {
+            break;
+        }
+        buf.copy_within(used..have, 0);
+        have -= used;
+    }
+    // SAFETY: our own descriptor.
+    unsafe { crate::close(fd) };
+    found
+}
+
+/// `start-end` at the start of a maps line.
+fn parse_range(line: &[u8]) -> Option<(u64, u64)> {
+    let hex = |s: &[u8]| -> Option<u64> {
+        if s.is_empty() || s.len() > 16 {
+            return None;
+        }
+        s.iter().try_fold(0u64, |v, &c| {
+            let d = (c as char).to_digit(16)?;
+            Some(v << 4 | u64::from(d))
+        })
+    };
+    let dash = line.iter().position(|&c| c == b'-')?;
+    let space = line.iter().position(|&c| c == b' ')?;
+    Some((hex(line.get(..dash)?)?, hex(line.get(dash + 1..space)?)?))
 }
 
 /// The tracer's own address range.
@@ -185,7 +229,7 @@ fn current_regs() -> Regs {
 #[inline(never)]
 pub fn capture(t: &ThreadState, b: &Buf, mut cursor: *mut u8) -> (*mut u8, u64) {
     let regs = current_regs();
-    let (lo, hi) = thread_stack(t);
+    let (lo, hi) = thread_stack(t, regs.sp);
     if regs.sp < lo || regs.sp >= hi {
         // Another stack (sigaltstack), or an unknown one.
         return (cursor, 0);
