@@ -1081,11 +1081,13 @@ unsafe fn write_header(fd: c_int, pid: c_int) -> bool {
     unsafe { write_all(fd, &[w.bytes()]) }
 }
 
-/// Writes one whole frame to the spool (under the write lock, so no segment is cut).
+/// Writes one whole frame to the spool (under the write lock, so no segment is cut). Skipped
+/// when this very thread holds the lock (an allocation made by another `pthread_atfork`
+/// prepare handler after ours took it): waiting would never end.
 #[cfg(target_arch = "x86_64")]
 fn write_frame(frame: &[u8]) {
     let fd = FD.load(Ordering::Acquire);
-    if fd < 0 {
+    if fd < 0 || WRITE_LOCK.load(Ordering::Relaxed) == self_id() {
         return;
     }
     lock(&WRITE_LOCK);
