@@ -180,7 +180,8 @@ fn a_pytorch_snapshot_in_tmux() {
     wait_for(&s, "a site's blocks marked", |t| t.contains("####"));
     keys(&s, &[">"]);
     wait_for(&s, "the next site", |t| {
-        t.lines().any(|l| l.contains("site step live") || l.contains("site forward live"))
+        t.lines()
+            .any(|l| l.contains("site step live") || l.contains("site forward live"))
     });
     keys(&s, &["q"]);
 }
