@@ -24,7 +24,10 @@
 //! than a top-level block gets a dedicated run: its size rounded up to a power of two, made of
 //! consecutive wholly free top-level blocks (the lowest such run, else new ones at the end);
 //! finding it scans the top-level blocks, which is O(number of top-level blocks). Freed, the
-//! run becomes free top-level blocks again. `limit_bytes` caps the footprint.
+//! run becomes free top-level blocks again. `limit_bytes` caps the footprint. The arena never
+//! reaches past [`MAX_ARENA_BYTES`] (2^48, an x86-64 address space): a run that would end
+//! beyond it fails as out of memory at once, rather than walking billions of top-level blocks
+//! for a request of 2^56 bytes or more.
 
 use std::any::Any;
 
@@ -336,14 +339,19 @@ impl Buddy {
     fn alloc_run(&mut self, req: Request, need: u64) -> Result<Placement, AllocError> {
         let limit = self.limit;
         let err = |c: &Counters| oom(req.size_bytes, c, limit);
-        let Some(run_bytes) = need.checked_next_power_of_two() else {
+        let Some(run_bytes) = need
+            .checked_next_power_of_two()
+            .filter(|&r| r <= MAX_ARENA_BYTES)
+        else {
             return Err(err(&self.counters));
         };
         let count = run_bytes / self.top_block_bytes;
         let step = (req.align_bytes / self.top_block_bytes).max(1);
         let first = self.find_run(count, step);
         let end = first + count;
-        if !self.within_limit(end.max(self.top_blocks)) {
+        if end.saturating_mul(self.top_block_bytes) > MAX_ARENA_BYTES
+            || !self.within_limit(end.max(self.top_blocks))
+        {
             return Err(err(&self.counters));
         }
         for i in first..end.min(self.top_blocks) {
@@ -545,6 +553,9 @@ impl Policy for Buddy {
     }
 }
 
+/// The most address space the arena may span: 2^48 bytes, what x86-64 gives a process.
+pub const MAX_ARENA_BYTES: u64 = 1 << 48;
+
 #[cfg(test)]
 mod tests {
 
@@ -657,5 +668,46 @@ mod tests {
             ..PolicyConfig::default()
         };
         assert!(Buddy::new(&too_big).is_err());
+    }
+
+    #[test]
+    fn requests_past_an_address_space_fail_at_once_and_change_nothing() {
+        let mut b = Buddy::new(&PolicyConfig::default()).unwrap();
+        let small = b
+            .alloc(Request {
+                id: 0,
+                size_bytes: 100,
+                align_bytes: 16,
+            })
+            .unwrap();
+        let before = b.counters();
+        for (id, size_bytes) in [
+            (1, 1u64 << 56),
+            (2, 1 << 63),
+            (3, u64::MAX),
+            (4, (1 << 48) + 1),
+        ] {
+            let r = b.alloc(Request {
+                id,
+                size_bytes,
+                align_bytes: 16,
+            });
+            assert!(
+                matches!(r, Err(AllocError::OutOfMemory { .. })),
+                "{size_bytes}: {r:?}"
+            );
+        }
+        assert_eq!(b.counters(), before);
+        b.check_invariants().unwrap();
+        b.free(small.addr).unwrap();
+        // The largest run that fits is still served.
+        let big = b
+            .alloc(Request {
+                id: 5,
+                size_bytes: 1 << 40,
+                align_bytes: 16,
+            })
+            .unwrap();
+        assert_eq!(big.reserved_bytes, 1 << 40);
     }
 }
