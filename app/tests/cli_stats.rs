@@ -140,3 +140,42 @@ fn a_closed_pipe_ends_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert!(out.status.success(), "{err}");
 }
+
+#[test]
+fn compare_says_which_ooms_are_requests_a_policy_cannot_serve() {
+    let trace = sample("find_usr_include.trace.gz");
+    let out = allocview(&[
+        "compare",
+        trace.to_str().unwrap(),
+        "--align",
+        "1024",
+        "--policy",
+        "bfc,first-fit",
+        "--json",
+    ]);
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["policies"].as_array().unwrap();
+    // BFC's 256-byte grid cannot honour a 1 KiB alignment: every request is refused, and
+    // the JSON says so rather than leaving it to read as memory running out.
+    assert_eq!(rows[0]["unsupported"], rows[0]["ooms"]);
+    assert!(rows[0]["unsupported"].as_u64().unwrap() > 0);
+    assert!(
+        rows[0]["unsupported_reason"]
+            .as_str()
+            .unwrap()
+            .contains("256 B grid")
+    );
+    assert_eq!(rows[1]["unsupported"], 0);
+    assert_eq!(rows[1]["ooms"], 0);
+    let out = allocview(&[
+        "compare",
+        trace.to_str().unwrap(),
+        "--align",
+        "1024",
+        "--policy",
+        "bfc",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("requests it cannot serve at all"), "{text}");
+}

@@ -221,6 +221,7 @@ pub fn run(args: &CompareArgs) -> Result<()> {
         match &run.result {
             Ok(rep) => {
                 let mut row = Row::from_replay(&label, rep, &view);
+                note_unsupported(&mut row, rep);
                 pytorch_fidelity(&mut row, rep);
                 rows.push(row);
             }
@@ -242,6 +243,30 @@ pub fn run(args: &CompareArgs) -> Result<()> {
         print_table(&args.file.display().to_string(), &view, max_live, &rows)?;
     }
     Ok(())
+}
+
+/// Requests the policy cannot serve at all (an alignment it does not support, a size past
+/// what it can model) count among its OOMs; say how many and why, in the table and the JSON
+/// (`unsupported`, `unsupported_reason`), so they are not read as memory running out.
+fn note_unsupported(row: &mut Row, rep: &Replay) {
+    use allocview_sim::policy::AllocError;
+    let mut reasons = rep.ooms.iter().filter_map(|o| match &o.error {
+        AllocError::Unsupported(why) => Some(why),
+        AllocError::OutOfMemory { .. } => None,
+    });
+    let Some(first) = reasons.next() else {
+        row.extra.insert("unsupported".into(), json!(0));
+        return;
+    };
+    let count = 1 + reasons.count() as u64;
+    row.extra.insert("unsupported".into(), json!(count));
+    row.extra
+        .insert("unsupported_reason".into(), json!(first.to_string()));
+    row.notes.push(format!(
+        "{} of its {} OOMs are requests it cannot serve at all, not memory running out: {first}",
+        format::count(count),
+        format::count(row.ooms)
+    ));
 }
 
 /// For `pytorch` replaying a snapshot from its rebuilt start: the addresses it chose against
