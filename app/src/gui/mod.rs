@@ -40,6 +40,9 @@ pub struct GuiArgs {
     /// Window size, width x height in points.
     #[arg(long, default_value = "1400x900")]
     pub size: String,
+    /// Open with the sites panel showing (memory by allocation site at the cursor).
+    #[arg(long)]
+    pub sites: bool,
 }
 
 fn col(rgb: Rgb) -> Color32 {
@@ -1019,6 +1022,7 @@ pub fn run(args: &GuiArgs) -> Result<()> {
     let lenient = args.input.lenient;
     let shot = args.screenshot.clone();
     let goto = args.goto.clone();
+    let sites = args.sites;
     let mut viewport = egui::ViewportBuilder::default()
         .with_inner_size([w, h])
         .with_title("allocview")
@@ -1053,6 +1057,9 @@ pub fn run(args: &GuiArgs) -> Result<()> {
             };
             for (i, f) in files.iter().enumerate() {
                 app.open(f, i > 0);
+            }
+            if sites {
+                app.send(Msg::ToggleSites);
             }
             Ok(Box::new(app))
         }),

@@ -109,7 +109,17 @@ fn live_series(view: &TraceView<'_>, sites: &EventSites, name: &str, b: Bucketin
         GroupBy::Function,
     ) == name;
     let mut live = 0u64;
+    // Buckets without events hold the live bytes carried into them.
+    let mut filled = 0usize;
     for i in 0..view.len() {
+        let t = view.t_ns.get(i).copied().unwrap_or(b.t0_ns);
+        let bucket = b.bucket_of(t);
+        while filled < bucket {
+            if let Some(slot) = out.get_mut(filled + 1) {
+                *slot = live;
+            }
+            filled += 1;
+        }
         let id = view.alloc_id.get(i).copied().unwrap_or(u32::MAX);
         let size = view.size_bytes.get(i).copied().unwrap_or(0);
         match view.kind_at(i) {
@@ -124,10 +134,53 @@ fn live_series(view: &TraceView<'_>, sites: &EventSites, name: &str, b: Bucketin
             Some(EventKind::Free) if mine.remove(&id) => live = live.saturating_sub(size),
             _ => {}
         }
-        let t = view.t_ns.get(i).copied().unwrap_or(b.t0_ns);
-        if let Some(slot) = out.get_mut(b.bucket_of(t)) {
+        if let Some(slot) = out.get_mut(bucket) {
             *slot = (*slot).max(live);
         }
     }
+    for slot in out.iter_mut().skip(filled + 1) {
+        *slot = live;
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allocview_loaders::site_stats::SiteKind;
+    use allocview_loaders::sites::{Frame, StackTable};
+    use allocview_sim::trace::OwnedTrace;
+
+    #[test]
+    fn a_sites_line_holds_its_live_bytes_through_quiet_buckets() {
+        // 100 B live from t=0 to t=90, another site's churn in between.
+        let mut tr = OwnedTrace::new();
+        let a = tr.alloc(0, 100);
+        let b = tr.alloc(10, 7);
+        tr.free(11, b);
+        tr.free(90, a);
+        let view = tr.view().unwrap();
+        let mut stacks = StackTable::new();
+        let f = |name: &str, t: &mut StackTable| {
+            let id = t.intern_frame(Frame {
+                function: name.to_owned(),
+                file: String::new(),
+                line: 0,
+                module: String::new(),
+            });
+            t.intern_stack(vec![id])
+        };
+        let sa = f("a", &mut stacks);
+        let sb = f("b", &mut stacks);
+        let sites = EventSites {
+            kind: SiteKind::Stacks,
+            stacks,
+            event_stack: vec![sa, sb, sb, sa],
+        };
+        let b10 = Bucketing::for_trace(&view, 10);
+        let series = live_series(&view, &sites, "a", b10);
+        // Every bucket before the free holds the 100 bytes, not only those with events.
+        assert_eq!(&series[..9], &[100; 9]);
+        assert_eq!(series[9], 100, "the bucket of the free keeps its maximum");
+    }
 }

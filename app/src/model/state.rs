@@ -1216,6 +1216,8 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
                     Err(e) => state.message = Some(format!("--goto: {e}")),
                 }
             }
+            // A panel opened before the data arrived (`--sites`) fills in now.
+            state.refresh_sites();
         }
         Msg::Loaded(Err(e)) => state.load_error = Some(e),
         Msg::Classes(c) => state.classes = Some(c),
