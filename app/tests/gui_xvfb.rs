@@ -120,3 +120,17 @@ fn gui_renders_a_pytorch_snapshot_under_xvfb() {
     let phase = pixels_like(&img, [0x40, 0xb0, 0xa0]);
     assert!(phase > 50, "phase colour on {phase} pixels");
 }
+
+#[test]
+fn gui_sites_panel_marks_a_sites_blocks_under_xvfb() {
+    let snap = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../sample-traces/pytorch/lm_train_step_b.pickle");
+    let Some(img) = screenshot(&snap, &["--goto", "peak", "--sites"]) else {
+        return;
+    };
+    assert_not_blank(&img);
+    // The selected site (the blocks live since before the trace, 2.85 of 3.58 GiB at the
+    // peak) is drawn in theme::SELECTED (#00e0ff) in the heap map and on the timeline.
+    let selected = pixels_like(&img, [0x00, 0xe0, 0xff]);
+    assert!(selected > 20_000, "selected colour on {selected} pixels");
+}
