@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use allocview_sim::policy::{Block, BlockState};
 use allocview_sim::trace::{EventKind, NO_ALLOC_ID, TraceView, size_class};
 use polars::prelude::*;
 
@@ -313,6 +314,50 @@ pub fn by_site(view: &TraceView<'_>, sites: &EventSites, at: usize, by: GroupBy)
     rows
 }
 
+/// For each row: the free bytes of a heap (`blocks`, address order) that the row's live blocks
+/// pin. A free block between two live blocks of one site is that site's; between two sites',
+/// half each; next to one live block (the other side a segment's edge, dead space or nothing),
+/// that block's site's. Fragmentation traced to code.
+#[must_use]
+pub fn pinned_free(blocks: &[Block], rows: &[SiteRow]) -> Vec<u64> {
+    let mut row_of: HashMap<u32, usize> = HashMap::new();
+    for (i, row) in rows.iter().enumerate() {
+        for &id in &row.live_ids {
+            row_of.insert(id, i);
+        }
+    }
+    let owner = |b: Option<&Block>, adjacent: bool| -> Option<usize> {
+        match b?.state {
+            BlockState::Used { id, .. } if adjacent => row_of.get(&id).copied(),
+            _ => None,
+        }
+    };
+    let mut pinned = vec![0u64; rows.len()];
+    for (i, b) in blocks.iter().enumerate() {
+        if b.state != BlockState::Free {
+            continue;
+        }
+        let prev = i.checked_sub(1).and_then(|j| blocks.get(j));
+        let next = blocks.get(i + 1);
+        let left = owner(prev, prev.is_some_and(|p| p.end() == b.addr));
+        let right = owner(next, next.is_some_and(|n| n.addr == b.end()));
+        let mut add = |row: usize, bytes: u64| {
+            if let Some(p) = pinned.get_mut(row) {
+                *p += bytes;
+            }
+        };
+        match (left, right) {
+            (Some(l), Some(r)) if l != r => {
+                add(l, b.len_bytes / 2);
+                add(r, b.len_bytes - b.len_bytes / 2);
+            }
+            (Some(s), _) | (None, Some(s)) => add(s, b.len_bytes),
+            (None, None) => {}
+        }
+    }
+    pinned
+}
+
 /// Whether a site's memory at the end looks like a leak or a cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeakKind {
@@ -452,6 +497,42 @@ mod tests {
         assert_eq!(f, ["main;alpha 30", "main;beta 50"]);
         let f = folded(&view, &sites, 3, "count");
         assert_eq!(f, ["main;alpha 2", "main;beta 1"]);
+    }
+
+    #[test]
+    fn free_holes_are_pinned_by_their_live_neighbours() {
+        let used = |addr, id| Block {
+            addr,
+            len_bytes: 16,
+            state: BlockState::Used {
+                id,
+                requested_bytes: 16,
+            },
+        };
+        let free = |addr, len_bytes| Block {
+            addr,
+            len_bytes,
+            state: BlockState::Free,
+        };
+        // [a0][free 32][a1][free 10][b2][free 8] then, apart, [free 100][b3]
+        let blocks = [
+            used(0, 0),
+            free(16, 32),
+            used(48, 1),
+            free(64, 10),
+            used(74, 2),
+            free(90, 8),
+            free(200, 100),
+            used(300, 3),
+        ];
+        let row = |ids: Vec<u32>| SiteRow {
+            live_ids: ids,
+            ..SiteRow::default()
+        };
+        let rows = [row(vec![0, 1]), row(vec![2, 3])];
+        // a: all of the hole between its own blocks, half of the one it shares with b;
+        // b: the other half, the hole after it, and the hole before its block at 300.
+        assert_eq!(pinned_free(&blocks, &rows), [32 + 5, 5 + 8 + 100]);
     }
 
     #[test]

@@ -67,9 +67,42 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     u64::try_from(bytes).map_err(|_| out_of_range())
 }
 
+/// Parses a time offset with its unit (`1.5s`, `20ms`, `300us`, `7ns`) into nanoseconds.
+///
+/// # Errors
+/// A message saying what was expected.
+pub fn parse_duration_ns(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("expected a time like 1.5s or 20ms, got {t:?}"))?;
+    let scale = match unit.trim() {
+        "s" => 1e9,
+        "ms" => 1e6,
+        "us" | "µs" => 1e3,
+        "ns" => 1.0,
+        other => return Err(format!("unknown time unit {other:?}: use s, ms, us or ns")),
+    };
+    Ok(value * scale)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_bytes;
+    use super::{parse_bytes, parse_duration_ns};
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ns("1.5s"), Ok(1.5e9));
+        assert_eq!(parse_duration_ns("20ms"), Ok(2e7));
+        assert_eq!(parse_duration_ns("3us"), Ok(3e3));
+        assert_eq!(parse_duration_ns("7ns"), Ok(7.0));
+        assert!(parse_duration_ns("7 parsecs").is_err());
+        assert!(parse_duration_ns("ms").is_err());
+    }
 
     #[test]
     fn units() {

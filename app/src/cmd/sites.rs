@@ -1,14 +1,13 @@
 //! `allocview sites`, `allocview leaks` and `allocview flamegraph`: memory attributed to the
 //! code that asked for it.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use allocview_loaders::Loaded;
 use allocview_loaders::site_stats::{self, EventSites, GroupBy, SiteKind, SiteRow};
 use allocview_loaders::sites::StackTable;
+use allocview_sim::policy::Block;
 use allocview_sim::policy::spec::PolicySpec;
-use allocview_sim::policy::{Block, BlockState};
 use allocview_sim::replay::{ReplayOptions, replay};
 use allocview_sim::trace::TraceView;
 use anyhow::{Context as _, Result, anyhow, bail};
@@ -44,22 +43,10 @@ pub fn resolve_at(text: &str, view: &TraceView<'_>) -> Result<usize> {
         }
         return Ok(event);
     }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().map_err(|_| {
-        anyhow!("--at expects peak, end, an event number or a time like 1.5s, got {t:?}")
-    })?;
-    let scale = match unit.trim() {
-        "s" => 1e9,
-        "ms" => 1e6,
-        "us" | "µs" => 1e3,
-        "ns" => 1.0,
-        other => bail!("unknown time unit {other:?} in --at: use s, ms, us or ns"),
-    };
+    let t_ns = allocview_sim::units::parse_duration_ns(t)
+        .map_err(|e| anyhow!("--at expects peak, end, an event number or a time: {e}"))?;
     let t0 = view.t_ns.first().copied().unwrap_or(0);
-    let target = t0 as f64 + value * scale;
+    let target = t0 as f64 + t_ns;
     // The last event at or before that time.
     Ok(view
         .t_ns
@@ -195,10 +182,8 @@ pub fn run_sites(args: &SitesArgs) -> Result<()> {
     Ok(())
 }
 
-/// For each site row: the free bytes of `policy`'s heap at `at` that its live blocks pin. A
-/// free block between two live blocks of one site is that site's; between two sites', half
-/// each; next to one live block (the other side a segment's edge, dead space or nothing), that
-/// block's site's.
+/// For each site row: the free bytes of `policy`'s heap at `at` that its live blocks pin
+/// ([`site_stats::pinned_free`]).
 fn pinned_free(
     loaded: &Loaded,
     view: &TraceView<'_>,
@@ -222,37 +207,7 @@ fn pinned_free(
         .map_err(|e| anyhow!("replaying {policy} to event {at}: {e}"))?;
     let mut blocks: Vec<Block> = Vec::new();
     state.blocks(&mut blocks);
-    let mut row_of: HashMap<u32, usize> = HashMap::new();
-    for (i, row) in rows.iter().enumerate() {
-        for &id in &row.live_ids {
-            row_of.insert(id, i);
-        }
-    }
-    let owner = |b: Option<&Block>, adjacent: bool| -> Option<usize> {
-        match b?.state {
-            BlockState::Used { id, .. } if adjacent => row_of.get(&id).copied(),
-            _ => None,
-        }
-    };
-    let mut pinned = vec![0u64; rows.len()];
-    for (i, b) in blocks.iter().enumerate() {
-        if b.state != BlockState::Free {
-            continue;
-        }
-        let prev = i.checked_sub(1).and_then(|j| blocks.get(j));
-        let next = blocks.get(i + 1);
-        let left = owner(prev, prev.is_some_and(|p| p.end() == b.addr));
-        let right = owner(next, next.is_some_and(|n| n.addr == b.end()));
-        match (left, right) {
-            (Some(l), Some(r)) if l != r => {
-                pinned[l] += b.len_bytes / 2;
-                pinned[r] += b.len_bytes - b.len_bytes / 2;
-            }
-            (Some(s), _) | (None, Some(s)) => pinned[s] += b.len_bytes,
-            (None, None) => {}
-        }
-    }
-    Ok(pinned)
+    Ok(site_stats::pinned_free(&blocks, rows))
 }
 
 /// Arguments of `allocview leaks`.

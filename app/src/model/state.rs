@@ -42,8 +42,11 @@ pub struct TraceData {
     pub plan: Option<PlanData>,
     /// A PyTorch snapshot: settings, rebuilt start state, frames and phases.
     pub snapshot: Option<SnapshotData>,
-    /// Every event's allocation site (call stacks, operations or size classes).
-    pub sites: Option<allocview_loaders::site_stats::EventSites>,
+    /// The input's call stacks (a snapshot's frames, a recorded trace's stacks), if any.
+    site_stacks: Option<allocview_loaders::sites::StackTable>,
+    /// Every event's allocation site (call stacks, operations or size classes), built on
+    /// first use: only the sites panel needs it (4 bytes an event).
+    sites: std::sync::OnceLock<allocview_loaders::site_stats::EventSites>,
     /// Birth and death event of every allocation id, built on first use (8 bytes per
     /// allocation; only the desktop app's hover needs it).
     lifetimes: std::sync::OnceLock<Vec<(u32, u32)>>,
@@ -232,7 +235,11 @@ impl TraceData {
         };
         let loaded = allocview_loaders::load(path, &opts).map_err(|e| e.to_string())?;
         let warnings = crate::cmd::load::warnings(&loaded);
-        let sites = crate::cmd::sites::sites_of(&loaded);
+        let site_stacks = match &loaded {
+            Loaded::MallocTrace(t) => t.stacks.clone(),
+            Loaded::PytorchSnapshot(s) => Some(s.stacks.clone()),
+            Loaded::TfMemoryLog(_) | Loaded::TfBfcDump(_) | Loaded::Plan(_) => None,
+        };
         let mut snapshot = None;
         let (format, events, threads, load_seconds, dump) = match loaded {
             Loaded::MallocTrace(t) => ("malloc-trace", t.events, t.threads, t.load_seconds, None),
@@ -278,7 +285,8 @@ impl TraceData {
                     dump: None,
                     plan: Some(plan),
                     snapshot: None,
-                    sites: None,
+                    site_stacks: None,
+                    sites: std::sync::OnceLock::new(),
                     lifetimes: std::sync::OnceLock::new(),
                 });
             }
@@ -301,7 +309,8 @@ impl TraceData {
             dump,
             plan: None,
             snapshot,
-            sites,
+            site_stacks,
+            sites: std::sync::OnceLock::new(),
             lifetimes: std::sync::OnceLock::new(),
         })
     }
@@ -321,18 +330,34 @@ impl TraceData {
     /// empty when the input records none.
     #[must_use]
     pub fn frames_of_alloc(&self, id: u32) -> Vec<String> {
-        let Some(s) = self
-            .sites
-            .as_ref()
-            .filter(|s| s.kind == allocview_loaders::site_stats::SiteKind::Stacks)
-        else {
+        let Some(stacks) = &self.site_stacks else {
             return Vec::new();
         };
         let Some((birth, _)) = self.lifetime(id) else {
             return Vec::new();
         };
-        s.stacks
-            .site_lines(s.stack_at(birth), MAX_FRAME_LINES, true)
+        let stack = self
+            .events
+            .column("stack_id")
+            .ok()
+            .and_then(|c| c.u32().ok())
+            .and_then(|c| c.get(birth))
+            .unwrap_or(allocview_loaders::sites::NO_STACK);
+        stacks.site_lines(stack, MAX_FRAME_LINES, true)
+    }
+
+    /// Every event's site, built on first use; `None` for an input without events.
+    #[must_use]
+    pub fn sites(&self) -> Option<&allocview_loaders::site_stats::EventSites> {
+        if self.events.height() == 0 {
+            return None;
+        }
+        Some(self.sites.get_or_init(|| {
+            allocview_loaders::site_stats::EventSites::from_events(
+                &self.events,
+                self.site_stacks.as_ref(),
+            )
+        }))
     }
 
     /// The operation or kernel of event `i` (TensorFlow memory logs).
@@ -758,7 +783,8 @@ impl AppState {
     /// Recomputes the sites panel if it is open and stale.
     pub fn refresh_sites(&mut self) {
         if let Some(data) = self.data.clone()
-            && let Some(sites) = &data.sites
+            && self.sites.open
+            && let Some(sites) = data.sites()
         {
             self.sites.refresh(&data.view(), sites, self.cursor);
         }
@@ -1004,25 +1030,9 @@ fn parse_goto(text: &str, state: &AppState) -> Result<usize, String> {
     if let Ok(event) = t.replace([',', '_'], "").parse::<usize>() {
         return Ok(event);
     }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("expected an event number or a time like 1.5s, got {t:?}"))?;
-    let scale = match unit.trim() {
-        "s" => 1e9,
-        "ms" => 1e6,
-        "us" | "µs" => 1e3,
-        "ns" => 1.0,
-        other => {
-            return Err(format!(
-                "unknown time unit {other:?}: use s, ms, us or ns (or `peak`)"
-            ));
-        }
-    };
-    Ok(state.event_at_time(value * scale))
+    let t_ns = allocview_sim::units::parse_duration_ns(t)
+        .map_err(|e| format!("expected an event number, `peak` or a time: {e}"))?;
+    Ok(state.event_at_time(t_ns))
 }
 
 /// The first event at which live bytes (of the trace, policy-independent) peak.

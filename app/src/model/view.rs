@@ -720,7 +720,7 @@ fn sites_panel(state: &AppState, vp: &Viewport) -> Option<SitesVm> {
         return None;
     }
     let data = state.data.as_ref()?;
-    let kind = data.sites.as_ref()?.kind;
+    let kind = data.sites()?.kind;
     let Some(rows) = state.sites.rows() else {
         return Some(SitesVm {
             title: "sites: computing...".to_owned(),
@@ -735,7 +735,7 @@ fn sites_panel(state: &AppState, vp: &Viewport) -> Option<SitesVm> {
     let frames = state
         .sites
         .selected_row()
-        .zip(data.sites.as_ref())
+        .zip(data.sites())
         .map(|(r, s)| s.stacks.site_lines(r.stack, 12, true))
         .unwrap_or_default();
     Some(SitesVm {

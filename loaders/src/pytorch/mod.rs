@@ -240,20 +240,6 @@ pub fn from_raw(raw: model::RawSnapshot, protocol: u8) -> Result<PytorchSnapshot
     })
 }
 
-impl PytorchSnapshot {
-    /// Unix-epoch microseconds of event time `t_ns`.
-    #[must_use]
-    pub fn epoch_us(&self, t_ns: i64) -> i64 {
-        self.time_origin_us.saturating_add(t_ns / 1000)
-    }
-
-    /// Load warnings and notes, for a frontend's status line.
-    #[must_use]
-    pub fn all_warnings(&self) -> Vec<String> {
-        self.warnings.clone()
-    }
-}
-
 fn summary_of(events: &[Event]) -> LoadSummary {
     use allocview_sim::trace::EventKind;
     let mut s = LoadSummary::default();

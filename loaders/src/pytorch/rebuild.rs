@@ -354,7 +354,7 @@ fn start_segments(segments: &[RawSegment], trace: &[RawEntry]) -> Vec<ScriptSegm
             // Walking back, a map did not happen yet: cut the range out.
             Action::SegmentMap => cut_range(&mut by_addr, e.addr, e.size_bytes),
             // Walking back, an unmapped range was still mapped: put it back, merged.
-            Action::SegmentUnmap => add_range(&mut by_addr, e, true),
+            Action::SegmentUnmap => add_range(&mut by_addr, e),
             _ => {}
         }
     }
@@ -393,13 +393,14 @@ fn cut_range(by_addr: &mut BTreeMap<u64, ScriptSegment>, addr: u64, size_bytes: 
     }
 }
 
-fn add_range(by_addr: &mut BTreeMap<u64, ScriptSegment>, e: &RawEntry, expandable: bool) {
+/// Puts an expandable segment's range back, merged with the ranges beside it.
+fn add_range(by_addr: &mut BTreeMap<u64, ScriptSegment>, e: &RawEntry) {
     let mut seg = ScriptSegment {
         addr: e.addr,
         size_bytes: e.size_bytes,
         small_pool: e.size_bytes == 2 << 20,
         stream: e.stream,
-        expandable,
+        expandable: true,
     };
     if let Some((&prev_addr, prev)) = by_addr.range(..e.addr).next_back()
         && prev.addr + prev.size_bytes == seg.addr
