@@ -401,3 +401,50 @@ fn truncated_or_foreign_pickles_are_clear_errors() {
     assert!(err.contains("not a PyTorch memory snapshot"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The explorer draws a snapshot's heap from the replay's layout index; on the real snapshots
+/// and the fixtures (segment events among them) it gives the policy's own blocks and counters.
+#[test]
+fn layout_index_gives_the_replayed_blocks() {
+    let mut paths: Vec<PathBuf> = REAL.iter().map(|r| sample(r.0)).collect();
+    for entry in std::fs::read_dir(fixture("")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "pickle") && is_snapshot_fixture(&path) {
+            paths.push(path);
+        }
+    }
+    assert!(paths.len() > REAL.len(), "fixtures found");
+    for path in paths {
+        let s = load(&path);
+        let view = trace_view(&s.events, &path).unwrap();
+        let config = PolicyConfig {
+            pytorch: s.settings.policy.clone(),
+            pytorch_script: Some(Arc::new(s.script.clone())),
+            ..PolicyConfig::default()
+        };
+        let policy = build("pytorch", &config, &view).unwrap();
+        let opts = ReplayOptions {
+            layout_index: true,
+            ..ReplayOptions::default()
+        };
+        let r = replay(&view, policy, &opts);
+        assert!(r.has_layout_index(), "{path:?}");
+        let n = view.len();
+        let step = (n / 97).max(1);
+        for event in (0..n).step_by(step).chain([n - 1]) {
+            let (policy, counters) = r.state_at(&view, event).unwrap();
+            let mut blocks = Vec::new();
+            policy.blocks(&mut blocks);
+            let mut indexed = Vec::new();
+            let indexed_counters = r.blocks_at(event, &mut indexed).unwrap();
+            assert_eq!(indexed, blocks, "{path:?}: blocks after event {event}");
+            assert_eq!(indexed_counters, counters, "{path:?}: after event {event}");
+        }
+    }
+}
+
+/// Fixtures that are snapshots (some are deliberately broken pickles).
+fn is_snapshot_fixture(path: &Path) -> bool {
+    detect(path).is_ok_and(|k| k == InputKind::PytorchSnapshot)
+        && load_snapshot(path, &LoadOptions::default()).is_ok_and(|s| s.events.height() > 0)
+}

@@ -9,6 +9,7 @@
 //! This crate knows nothing of files, polars or user interfaces.
 
 pub mod classes;
+pub mod layout;
 pub mod metrics;
 pub mod plan;
 pub mod policy;

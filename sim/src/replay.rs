@@ -15,11 +15,16 @@
 //! (64 bytes per live allocation and per free block, plus 256), and when the total exceeds the
 //! budget the interval doubles and every other checkpoint is dropped, so a seek then replays up
 //! to twice as many events.
+//!
+//! Where the policy allows it and [`ReplayOptions::layout_index`] asks for it, the replay also
+//! keeps a [`LayoutIndex`], from which [`Replay::blocks_at`] gives the block list at any event
+//! without replaying; checkpoints then get an eighth of the budget.
 
 use std::time::Instant;
 
+use crate::layout::{LayoutIndex, LayoutRecorder};
 use crate::metrics;
-use crate::policy::{Addr, AllocError, Counters, FreeError, Policy, Request};
+use crate::policy::{Addr, AllocError, Block, Counters, FreeError, Placement, Policy, Request};
 use crate::series::{Bucketing, Series, SeriesBuilder};
 use crate::trace::{EventKind, TraceView};
 
@@ -39,6 +44,9 @@ pub struct ReplayOptions {
     /// Alignment of every request (traces do not record one); should match the policy's
     /// `PolicyConfig::align_bytes`. Default 16.
     pub align_bytes: u64,
+    /// Build a [`LayoutIndex`] where the policy allows one, so [`Replay::blocks_at`] answers
+    /// without replaying. Default false: only seeking frontends need it.
+    pub layout_index: bool,
 }
 
 impl Default for ReplayOptions {
@@ -48,6 +56,7 @@ impl Default for ReplayOptions {
             checkpoint_budget_bytes: 512 << 20,
             buckets: 2048,
             align_bytes: 16,
+            layout_index: false,
         }
     }
 }
@@ -147,6 +156,7 @@ pub struct Replay {
     checkpoint_every: usize,
     addrs: Vec<Addr>,
     align_bytes: u64,
+    layout: Option<LayoutIndex>,
 }
 
 fn approx_bytes(c: &Counters) -> u64 {
@@ -154,7 +164,7 @@ fn approx_bytes(c: &Counters) -> u64 {
 }
 
 /// Applies event `i` to `policy`, with the addresses from `addrs`. Returns the failure of an
-/// allocation, if any; `Ok(Some(addr))` for a served allocation.
+/// allocation, if any; `Ok(Some(placement))` for a served allocation.
 #[inline]
 fn apply(
     policy: &mut dyn Policy,
@@ -163,7 +173,7 @@ fn apply(
     size_bytes: u64,
     align_bytes: u64,
     addrs: &[Addr],
-) -> Result<Option<Addr>, Result<AllocError, FreeError>> {
+) -> Result<Option<Placement>, Result<AllocError, FreeError>> {
     if code == EventKind::Alloc as u8 {
         let req = Request {
             id,
@@ -171,7 +181,7 @@ fn apply(
             align_bytes,
         };
         return match policy.alloc(req) {
-            Ok(p) => Ok(Some(p.addr)),
+            Ok(p) => Ok(Some(p)),
             Err(e) => Err(Ok(e)),
         };
     }
@@ -230,6 +240,17 @@ pub fn replay_observed(
     let mut run_live_sum = 0u128;
     let mut run_states = 0u64;
     let mut counters = policy.counters();
+    let mut layout = if opts.layout_index {
+        LayoutRecorder::start(policy.as_ref(), addrs.len(), n)
+    } else {
+        None
+    };
+    // With a layout index, seeks for the block list do not need checkpoints: keep an eighth.
+    let checkpoint_budget_bytes = if layout.is_some() {
+        opts.checkpoint_budget_bytes / 8
+    } else {
+        opts.checkpoint_budget_bytes
+    };
 
     let started = Instant::now();
     let events = trace
@@ -252,7 +273,7 @@ pub fn replay_observed(
                 approx_bytes: approx,
             });
             checkpoint_bytes += approx;
-            while checkpoint_bytes > opts.checkpoint_budget_bytes && checkpoints.len() > 1 {
+            while checkpoint_bytes > checkpoint_budget_bytes && checkpoints.len() > 1 {
                 interval = interval.saturating_mul(2);
                 checkpoints.retain(|c| c.next_event % interval == 0);
                 checkpoint_bytes = checkpoints.iter().map(|c| c.approx_bytes).sum();
@@ -261,12 +282,21 @@ pub fn replay_observed(
         }
         let mut failed = false;
         match apply(policy.as_mut(), code, id, size, opts.align_bytes, &addrs) {
-            Ok(Some(addr)) => {
+            Ok(Some(p)) => {
                 if let Some(slot) = addrs.get_mut(id as usize) {
-                    *slot = addr;
+                    *slot = p.addr;
+                }
+                if let Some(l) = &mut layout {
+                    l.on_alloc(i, id, p.addr, p.reserved_bytes, size);
                 }
             }
-            Ok(None) => {}
+            Ok(None) => {
+                if code == EventKind::Free as u8
+                    && let Some(l) = &mut layout
+                {
+                    l.on_free(i, id);
+                }
+            }
             Err(Ok(error)) => {
                 failed = true;
                 if first_oom_state.is_none() {
@@ -286,6 +316,9 @@ pub fn replay_observed(
             Err(Err(error)) => free_failures.push(FreeFailure { event: i, error }),
         }
         counters = policy.counters();
+        if let Some(l) = &mut layout {
+            l.after_event(i, policy.as_ref(), &counters);
+        }
         series.push(t, &counters, failed);
         if counters.footprint_bytes > peak_footprint || peak_footprint_event.is_none() {
             peak_footprint = counters.footprint_bytes;
@@ -312,6 +345,7 @@ pub fn replay_observed(
     }
     frag_sum += metrics::fragmentation_sum(run_live_sum, run_states, run_footprint);
     let replay_seconds = started.elapsed().as_secs_f64();
+    let layout = layout.map(LayoutRecorder::finish);
     if let Some(p) = progress {
         p.store(n, std::sync::atomic::Ordering::Relaxed);
     }
@@ -354,6 +388,7 @@ pub fn replay_observed(
         checkpoint_every: interval,
         addrs,
         align_bytes: opts.align_bytes,
+        layout,
     }
 }
 
@@ -378,6 +413,22 @@ impl Replay {
             .get(id as usize)
             .copied()
             .filter(|&a| a != FAILED)
+    }
+
+    /// Fills `out` with the blocks just after `event` from the layout index, without
+    /// replaying, and returns the counters; `None` when the replay has no index (see
+    /// [`ReplayOptions::layout_index`]) or `event` is past the end.
+    pub fn blocks_at(&self, event: usize, out: &mut Vec<Block>) -> Option<Counters> {
+        if event >= self.summary.events {
+            return None;
+        }
+        self.layout.as_ref()?.blocks_at(event, out)
+    }
+
+    /// Whether [`Self::blocks_at`] can answer.
+    #[must_use]
+    pub fn has_layout_index(&self) -> bool {
+        self.layout.is_some()
     }
 
     /// The policy before the first event.
@@ -439,7 +490,7 @@ impl Replay {
                 self.align_bytes,
                 &self.addrs,
             ) {
-                Ok(Some(addr)) if self.addr_of(id) == Some(addr) => {}
+                Ok(Some(p)) if self.addr_of(id) == Some(p.addr) => {}
                 Ok(None) => {}
                 // A failure that the full run also saw replays identically.
                 Err(Ok(_)) if self.addr_of(id).is_none() => {}
@@ -528,7 +579,7 @@ mod tests {
                     &addrs,
                 );
                 if let Ok(Some(a)) = out {
-                    addrs[view.alloc_id[i] as usize] = a;
+                    addrs[view.alloc_id[i] as usize] = a.addr;
                 }
             }
             assert_eq!(from_seek, fresh.counters(), "event {event}");

@@ -8,6 +8,7 @@
 
 use allocview_sim::policy::registry::{POLICY_NAMES, PolicyConfig, build};
 use allocview_sim::policy::{AllocError, Block, BlockState, FreeError, Placement, Policy, Request};
+use allocview_sim::replay::{ReplayOptions, replay};
 use allocview_sim::testing::{
     DriveOptions, Driven, Op, build_available, drive_checked, ops_to_trace,
 };
@@ -248,6 +249,53 @@ fn bad_frees_are_errors_and_change_nothing(name: &str) {
     policy.check_invariants().unwrap();
 }
 
+/// Where a policy supports the layout index, the block list it rebuilds at every event equals
+/// the policy's own, with the same counters (under a limit too, where PyTorch frees cached
+/// segments and retries).
+fn layout_index_agrees_with_the_policy(name: &str) {
+    let trace = ops_to_trace(&mixed_ops(1200, 7));
+    let view = trace.view().unwrap();
+    let mut configs = vec![
+        PolicyConfig::default(),
+        PolicyConfig {
+            limit_bytes: Some(24 * MIB),
+            ..PolicyConfig::default()
+        },
+    ];
+    let mut expandable = PolicyConfig::default();
+    expandable.pytorch.expandable_segments = true;
+    configs.push(expandable);
+    for config in configs {
+        let Some(policy) = build_available(name, &config, &view).unwrap() else {
+            return;
+        };
+        let opts = ReplayOptions {
+            layout_index: true,
+            checkpoint_every: 64,
+            ..ReplayOptions::default()
+        };
+        let r = replay(&view, policy, &opts);
+        if name == "pytorch" {
+            assert!(r.has_layout_index(), "pytorch keeps a layout index");
+        }
+        if !r.has_layout_index() {
+            return;
+        }
+        for event in 0..view.len() {
+            let (policy, counters) = r.state_at(&view, event).unwrap();
+            let mut blocks = Vec::new();
+            policy.blocks(&mut blocks);
+            let mut indexed = Vec::new();
+            let indexed_counters = r.blocks_at(event, &mut indexed).unwrap();
+            assert_eq!(indexed, blocks, "{name}: blocks after event {event}");
+            assert_eq!(
+                indexed_counters, counters,
+                "{name}: counters after event {event}"
+            );
+        }
+    }
+}
+
 macro_rules! conformance {
     ($($module:ident => $name:literal),* $(,)?) => {
         $(
@@ -279,6 +327,10 @@ macro_rules! conformance {
                 #[test]
                 fn bad_frees_are_errors_and_change_nothing() {
                     super::bad_frees_are_errors_and_change_nothing($name);
+                }
+                #[test]
+                fn layout_index_agrees_with_the_policy() {
+                    super::layout_index_agrees_with_the_policy($name);
                 }
             }
         )*

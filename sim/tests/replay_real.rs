@@ -44,6 +44,7 @@ const OPTS: ReplayOptions = ReplayOptions {
     checkpoint_budget_bytes: 512 << 20,
     buckets: 300,
     align_bytes: 16,
+    layout_index: false,
 };
 
 /// Applies events `0..=last` to a fresh policy, without the engine: the reference for seeks.

@@ -809,6 +809,26 @@ impl AppState {
             if !wanted || fresh {
                 continue;
             }
+            // The layout index answers without replaying (a PyTorch snapshot's million live
+            // blocks would take seconds from a checkpoint).
+            // The old list's buffer is reused: it can hold millions of blocks.
+            let mut blocks = self
+                .heaps
+                .get_mut(i)
+                .and_then(Option::take)
+                .map(|h| h.blocks)
+                .unwrap_or_default();
+            if let Some(counters) = replay.blocks_at(self.cursor, &mut blocks) {
+                if let Some(h) = self.heaps.get_mut(i) {
+                    *h = Some(HeapAt {
+                        event: self.cursor,
+                        blocks,
+                        counters,
+                        bins: None,
+                    });
+                }
+                continue;
+            }
             let heap = match replay.state_at(&view, self.cursor) {
                 Ok((policy, counters)) => {
                     let mut blocks = Vec::new();
@@ -985,6 +1005,7 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
                                 let opts = ReplayOptions {
                                     align_bytes: cfg.align_bytes,
                                     buckets: BUCKETS,
+                                    layout_index: true,
                                     ..ReplayOptions::default()
                                 };
                                 registry::build(spec.name, &cfg, &view)

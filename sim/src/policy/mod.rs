@@ -167,6 +167,20 @@ pub trait Policy: Send + Sync {
     fn counters(&self) -> Counters;
     /// Appends every block (used, free and dead) in address order to `out`.
     fn blocks(&self, out: &mut Vec<Block>);
+    /// Appends the address ranges the policy holds from the system, in address order, and
+    /// returns true, when its free space is exactly the gaps between live allocations inside
+    /// them (every free block coalesced with its free neighbours, none shared between two
+    /// ranges): then a block list can be rebuilt from the allocations alone
+    /// ([`crate::layout`]). The default, false, is for policies whose free lists keep
+    /// neighbours apart (buddy, glibc's fast bins) or that hold dead space.
+    fn held_ranges(&self, out: &mut Vec<(Addr, u64)>) -> bool {
+        let _ = out;
+        false
+    }
+    /// A number that changes whenever [`Self::held_ranges`] may have changed.
+    fn held_ranges_epoch(&self) -> u64 {
+        0
+    }
     /// A deep copy, for replay checkpoints.
     fn clone_box(&self) -> Box<dyn Policy>;
     /// Full self-check of the internal structures; slow, for tests.

@@ -103,6 +103,9 @@ pub(super) struct Heap {
     gc_calls: [u64; 2],
     counters: Counters,
     events: Vec<SegmentEvent>,
+    /// Bumped by every segment operation and every rollback, so observers can tell when the
+    /// segments may have changed.
+    segment_ops: u64,
     journal: Option<Journal>,
 }
 
@@ -142,6 +145,7 @@ impl Heap {
             }
         }
         self.events.truncate(journal.events_len);
+        self.segment_ops += 1;
     }
 
     fn record(&mut self, undo: Undo) {
@@ -152,6 +156,10 @@ impl Heap {
 
     pub(super) fn counters(&self) -> Counters {
         self.counters
+    }
+
+    pub(super) fn segment_ops(&self) -> u64 {
+        self.segment_ops
     }
 
     pub(super) fn events(&self) -> &[SegmentEvent] {
@@ -167,6 +175,7 @@ impl Heap {
 
     /// Records one cudaMalloc/cudaFree/map/unmap on behalf of request `alloc_id`.
     pub(super) fn log(&mut self, alloc_id: u32, kind: SegmentOpKind, addr: u64, size_bytes: u64) {
+        self.segment_ops += 1;
         self.events.push(SegmentEvent {
             alloc_id,
             op: SegmentOp {

@@ -378,6 +378,22 @@ impl Policy for Pytorch {
         self.heap.append_blocks(out);
     }
 
+    fn held_ranges(&self, out: &mut Vec<(Addr, u64)>) -> bool {
+        // Free blocks merge with free neighbours of their segment and never across segments
+        // or unmapped pages, so a segment (a mapped range of an expandable one) is a range.
+        out.extend(
+            self.heap
+                .segment_list()
+                .iter()
+                .map(|s| (s.addr, s.size_bytes)),
+        );
+        true
+    }
+
+    fn held_ranges_epoch(&self) -> u64 {
+        self.heap.segment_ops()
+    }
+
     fn clone_box(&self) -> Box<dyn Policy> {
         Box::new(self.clone())
     }

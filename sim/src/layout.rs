@@ -1,0 +1,555 @@
+//! The layout index: a policy's block list at any event without replaying the policy.
+//!
+//! Seeking by checkpoint costs a copy of the policy plus up to `checkpoint_every` replayed
+//! events, and both grow with the live set: a PyTorch snapshot with a million live blocks takes
+//! seconds a seek. For policies whose free space is exactly the gaps between live allocations
+//! inside the ranges they hold (every free block coalesced with its free neighbours, as in
+//! PyTorch's caching allocator: [`Policy::held_ranges`]), the block list at an event follows
+//! from two records the replay keeps anyway:
+//! - every served allocation: address, reserved length, requested bytes, and the events it was
+//!   born and freed at;
+//! - every change of the held ranges (a segment allocated, freed, mapped or unmapped), which
+//!   are rare.
+//!
+//! [`LayoutIndex::blocks_at`] walks the allocations in address order, keeps those live at the
+//! event, and fills the gaps inside the held ranges with free blocks. The allocations are
+//! grouped in runs of [`CHUNK`] with each run's earliest birth and latest death, so runs that
+//! are all unborn or all dead are skipped. A seek costs a pass over the allocations' birth and
+//! death (8 bytes each) instead of a policy replay. The result is checked against the policy's
+//! own [`Policy::blocks`] by the conformance suite; where it cannot be built (a policy without
+//! held ranges, an initial state holding allocations, more than `u32::MAX` events) the replay
+//! keeps only its checkpoints.
+
+use std::collections::BTreeMap;
+
+use crate::policy::{Addr, Block, BlockState, Counters, Policy};
+
+/// Allocations per skip run.
+const CHUNK: usize = 256;
+/// Most events an allocation may live to be kept in birth order (see [`LayoutIndex`]): a
+/// lookup sorts at most this many. Short traces use a 64th of their length, so both tiers
+/// carry allocations in small tests too.
+const SHORT_LIFE_MAX: u32 = 32_768;
+/// Range deltas between two copies of the whole range set, at least (see `finish`).
+const RANGE_SNAPSHOT_EVERY: usize = 1024;
+/// "Never freed" as a death position.
+const NEVER: u32 = u32::MAX;
+/// "Never served" as a birth position.
+const UNBORN: u32 = u32::MAX;
+
+/// Positions: 0 is the state before the first event, `i + 1` the state after event `i`.
+fn position(event: usize) -> Option<u32> {
+    u32::try_from(event).ok()?.checked_add(1)
+}
+
+/// A held range appearing (`added`) or disappearing at a position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RangeDelta {
+    pos: u32,
+    addr: Addr,
+    len_bytes: u64,
+    added: bool,
+}
+
+/// Collects what [`LayoutIndex`] needs while a replay runs.
+#[derive(Debug)]
+pub struct LayoutRecorder {
+    birth: Vec<u32>,
+    death: Vec<u32>,
+    addr: Vec<Addr>,
+    len_bytes: Vec<u64>,
+    requested_bytes: Vec<u64>,
+    /// The held ranges before the first event.
+    initial: Vec<(Addr, u64)>,
+    deltas: Vec<RangeDelta>,
+    ranges: Vec<(Addr, u64)>,
+    scratch: Vec<(Addr, u64)>,
+    /// Events in the trace (they fit in `u32`).
+    events: u32,
+    epoch: u64,
+    footprint_bytes: u64,
+}
+
+impl LayoutRecorder {
+    /// Starts recording for `policy` in its initial state, or `None` when its block list cannot
+    /// be rebuilt from allocations and held ranges.
+    #[must_use]
+    pub fn start(policy: &dyn Policy, num_allocs: usize, events: usize) -> Option<Self> {
+        // The last position (`events`) must stay below the sentinels.
+        let events = u32::try_from(events).ok()?;
+        if events >= UNBORN - 1 {
+            return None;
+        }
+        let mut ranges = Vec::new();
+        if !policy.held_ranges(&mut ranges) {
+            return None;
+        }
+        let mut blocks = Vec::new();
+        policy.blocks(&mut blocks);
+        if blocks.iter().any(|b| !matches!(b.state, BlockState::Free)) {
+            return None;
+        }
+        Some(Self {
+            initial: ranges.clone(),
+            birth: vec![UNBORN; num_allocs],
+            death: vec![NEVER; num_allocs],
+            addr: vec![0; num_allocs],
+            len_bytes: vec![0; num_allocs],
+            requested_bytes: vec![0; num_allocs],
+            deltas: Vec::new(),
+            ranges,
+            scratch: Vec::new(),
+            events,
+            epoch: policy.held_ranges_epoch(),
+            footprint_bytes: policy.counters().footprint_bytes,
+        })
+    }
+
+    /// Allocation `id` was served at event `event`.
+    pub fn on_alloc(
+        &mut self,
+        event: usize,
+        id: u32,
+        addr: Addr,
+        len_bytes: u64,
+        requested_bytes: u64,
+    ) {
+        let i = id as usize;
+        if let (Some(b), Some(a), Some(l), Some(r), Some(pos)) = (
+            self.birth.get_mut(i),
+            self.addr.get_mut(i),
+            self.len_bytes.get_mut(i),
+            self.requested_bytes.get_mut(i),
+            position(event),
+        ) {
+            *b = pos;
+            *a = addr;
+            *l = len_bytes;
+            *r = requested_bytes;
+        }
+    }
+
+    /// Allocation `id` was freed at event `event`.
+    pub fn on_free(&mut self, event: usize, id: u32) {
+        if let (Some(d), Some(pos)) = (self.death.get_mut(id as usize), position(event)) {
+            *d = pos;
+        }
+    }
+
+    /// Called after every event: records the held ranges when they may have changed.
+    pub fn after_event(&mut self, event: usize, policy: &dyn Policy, counters: &Counters) {
+        let epoch = policy.held_ranges_epoch();
+        if epoch == self.epoch && counters.footprint_bytes == self.footprint_bytes {
+            return;
+        }
+        self.epoch = epoch;
+        self.footprint_bytes = counters.footprint_bytes;
+        let Some(pos) = position(event) else { return };
+        self.scratch.clear();
+        policy.held_ranges(&mut self.scratch);
+        diff_sorted(&self.ranges, &self.scratch, |addr, len_bytes, added| {
+            self.deltas.push(RangeDelta {
+                pos,
+                addr,
+                len_bytes,
+                added,
+            });
+        });
+        std::mem::swap(&mut self.ranges, &mut self.scratch);
+    }
+
+    /// Splits the allocations into the two tiers and builds the index.
+    #[must_use]
+    pub fn finish(self) -> LayoutIndex {
+        let short_life = (self.events / 64).clamp(64, SHORT_LIFE_MAX);
+        let served = (0..self.birth.len()).filter(|&i| self.birth[i] != UNBORN);
+        let (mut short, mut long): (Vec<usize>, Vec<usize>) =
+            served.partition(|&i| self.death[i].saturating_sub(self.birth[i]) <= short_life);
+        short.sort_unstable_by_key(|&i| self.birth[i]);
+        long.sort_unstable_by_key(|&i| (self.addr[i], self.birth[i]));
+        let short = self.tier(&short);
+        let long = self.tier(&long);
+        let chunk_birth = long
+            .birth
+            .chunks(CHUNK)
+            .map(|c| c.iter().copied().min().unwrap_or(UNBORN))
+            .collect();
+        let chunk_death = long
+            .death
+            .chunks(CHUNK)
+            .map(|c| c.iter().copied().max().unwrap_or(0))
+            .collect();
+        // A copy of the range set every `every` deltas: a lookup replays fewer deltas than
+        // it copies ranges, and the copies together take about as much as the deltas.
+        let every = self.initial.len().max(RANGE_SNAPSHOT_EVERY);
+        let snapshots = range_snapshots(self.initial, &self.deltas, every);
+        LayoutIndex {
+            long,
+            chunk_birth,
+            chunk_death,
+            short,
+            short_life,
+            deltas: self.deltas,
+            snapshots,
+            snapshot_every: every,
+        }
+    }
+
+    fn tier(&self, order: &[usize]) -> Tier {
+        Tier {
+            addr: order.iter().map(|&i| self.addr[i]).collect(),
+            len_bytes: order.iter().map(|&i| self.len_bytes[i]).collect(),
+            requested_bytes: order.iter().map(|&i| self.requested_bytes[i]).collect(),
+            id: order
+                .iter()
+                .filter_map(|&i| u32::try_from(i).ok())
+                .collect(),
+            birth: order.iter().map(|&i| self.birth[i]).collect(),
+            death: order.iter().map(|&i| self.death[i]).collect(),
+        }
+    }
+}
+
+/// Allocations, one column per field.
+#[derive(Clone, Debug, Default)]
+struct Tier {
+    addr: Vec<Addr>,
+    len_bytes: Vec<u64>,
+    requested_bytes: Vec<u64>,
+    id: Vec<u32>,
+    birth: Vec<u32>,
+    death: Vec<u32>,
+}
+
+impl Tier {
+    fn block(&self, i: usize) -> Block {
+        Block {
+            addr: self.addr[i],
+            len_bytes: self.len_bytes[i],
+            state: BlockState::Used {
+                id: self.id[i],
+                requested_bytes: self.requested_bytes[i],
+            },
+        }
+    }
+}
+
+/// The range set before deltas `0`, `every`, `2 · every`, ...
+fn range_snapshots(
+    initial: Vec<(Addr, u64)>,
+    deltas: &[RangeDelta],
+    every: usize,
+) -> Vec<Vec<(Addr, u64)>> {
+    let mut current: BTreeMap<Addr, u64> = initial.iter().copied().collect();
+    let mut snapshots = vec![initial];
+    for (k, d) in deltas.iter().enumerate() {
+        if k > 0 && k % every == 0 {
+            snapshots.push(current.iter().map(|(&a, &l)| (a, l)).collect());
+        }
+        apply_delta(&mut current, d);
+    }
+    snapshots
+}
+
+fn apply_delta(ranges: &mut BTreeMap<Addr, u64>, d: &RangeDelta) {
+    if d.added {
+        ranges.insert(d.addr, d.len_bytes);
+    } else {
+        ranges.remove(&d.addr);
+    }
+}
+
+/// Calls `f(addr, len, added)` for every range only in `new` (added) or only in `old`.
+fn diff_sorted(old: &[(Addr, u64)], new: &[(Addr, u64)], mut f: impl FnMut(Addr, u64, bool)) {
+    let (mut i, mut j) = (0, 0);
+    while i < old.len() || j < new.len() {
+        match (old.get(i), new.get(j)) {
+            (Some(&o), Some(&n)) if o == n => {
+                i += 1;
+                j += 1;
+            }
+            (Some(&o), Some(&n)) if o.0 < n.0 || (o.0 == n.0 && o.1 != n.1) => {
+                f(o.0, o.1, false);
+                i += 1;
+            }
+            (Some(_), Some(&n)) | (None, Some(&n)) => {
+                f(n.0, n.1, true);
+                j += 1;
+            }
+            (Some(&o), None) => {
+                f(o.0, o.1, false);
+                i += 1;
+            }
+            (None, None) => break,
+        }
+    }
+}
+
+/// A replay's allocations with their lifetimes, and the held ranges over time (see the module
+/// docs).
+///
+/// Allocations that live at most `short_life` events are kept in birth order: those live at a
+/// position were born within the last `short_life`, found by a binary search and sorted by
+/// address. The others are kept in address order, scanned with unborn and dead runs skipped. A
+/// lookup merges the two.
+#[derive(Clone, Debug)]
+pub struct LayoutIndex {
+    long: Tier,
+    chunk_birth: Vec<u32>,
+    chunk_death: Vec<u32>,
+    short: Tier,
+    short_life: u32,
+    deltas: Vec<RangeDelta>,
+    /// The range set before delta `k · snapshot_every`, sorted.
+    snapshots: Vec<Vec<(Addr, u64)>>,
+    snapshot_every: usize,
+}
+
+impl LayoutIndex {
+    /// The held ranges at position `pos`, sorted: the nearest copy, merged with the changes
+    /// since (the last change of an address wins).
+    fn ranges_at(&self, pos: u32) -> Vec<(Addr, u64)> {
+        let upto = self.deltas.partition_point(|d| d.pos <= pos);
+        // The copy before delta `upto` exists only when a delta follows it.
+        let k = (upto / self.snapshot_every).min(self.snapshots.len().saturating_sub(1));
+        let base = self.snapshots.get(k).map_or(&[][..], Vec::as_slice);
+        let mut changes: BTreeMap<Addr, Option<u64>> = BTreeMap::new();
+        for d in self
+            .deltas
+            .get(k * self.snapshot_every..upto)
+            .unwrap_or(&[])
+        {
+            changes.insert(d.addr, d.added.then_some(d.len_bytes));
+        }
+        let mut out = Vec::with_capacity(base.len() + changes.len());
+        let mut changes = changes.into_iter().peekable();
+        for &(addr, len) in base {
+            while let Some((a, l)) = changes.next_if(|&(a, _)| a < addr) {
+                out.extend(l.map(|l| (a, l)));
+            }
+            match changes.next_if(|&(a, _)| a == addr) {
+                Some((_, l)) => out.extend(l.map(|l| (addr, l))),
+                None => out.push((addr, len)),
+            }
+        }
+        out.extend(changes.filter_map(|(a, l)| l.map(|l| (a, l))));
+        out
+    }
+
+    /// Fills `out` with the policy's blocks just after `event`, in address order, as
+    /// [`Policy::blocks`] gives them, and returns the counters they imply. `None` when the records are inconsistent (a live
+    /// allocation outside every held range, or two overlapping), which a correct policy never
+    /// produces; callers then fall back to a checkpoint replay.
+    #[must_use]
+    pub fn blocks_at(&self, event: usize, out: &mut Vec<Block>) -> Option<Counters> {
+        out.clear();
+        let pos = position(event)?;
+        let ranges = self.ranges_at(pos);
+        let s = &self.short;
+        let first = s
+            .birth
+            .partition_point(|&b| b <= pos.saturating_sub(self.short_life));
+        let last = s.birth.partition_point(|&b| b <= pos);
+        let mut short: Vec<(Addr, usize)> = (first..last)
+            .filter(|&i| pos < s.death[i])
+            .map(|i| (s.addr[i], i))
+            .collect();
+        short.sort_unstable();
+        let mut short = short.into_iter().peekable();
+        let mut emit = Emitter::new(&ranges, out);
+        let l = &self.long;
+        for (c, (&cb, &cd)) in self.chunk_birth.iter().zip(&self.chunk_death).enumerate() {
+            if cb > pos || cd <= pos {
+                continue;
+            }
+            let from = c * CHUNK;
+            let to = (from + CHUNK).min(l.addr.len());
+            let births = l.birth.get(from..to)?;
+            let deaths = l.death.get(from..to)?;
+            for (k, (&b, &d)) in births.iter().zip(deaths).enumerate() {
+                if b > pos || d <= pos {
+                    continue;
+                }
+                let i = from + k;
+                while let Some((_, j)) = short.next_if(|&(a, _)| a < l.addr[i]) {
+                    emit.used(s.block(j))?;
+                }
+                emit.used(l.block(i))?;
+            }
+        }
+        for (_, j) in short {
+            emit.used(s.block(j))?;
+        }
+        let mut counters = emit.finish();
+        counters.footprint_bytes = ranges.iter().map(|&(_, l)| l).sum();
+        Some(counters)
+    }
+}
+
+/// Lays live blocks, in address order, into the held ranges, with the gaps as free blocks.
+struct Emitter<'a> {
+    ranges: &'a [(Addr, u64)],
+    out: &'a mut Vec<Block>,
+    /// The range being filled.
+    r: usize,
+    /// Start of the space not yet emitted in range `r`.
+    cursor: Addr,
+    /// [`Counters::from_blocks`] of `out`, kept as it grows (one pass fewer over millions).
+    counters: Counters,
+}
+
+impl<'a> Emitter<'a> {
+    fn new(ranges: &'a [(Addr, u64)], out: &'a mut Vec<Block>) -> Self {
+        let cursor = ranges.first().map_or(0, |&(a, _)| a);
+        Self {
+            ranges,
+            out,
+            r: 0,
+            cursor,
+            counters: Counters::default(),
+        }
+    }
+
+    /// `None` when the block is outside every range or overlaps the previous one.
+    #[inline]
+    fn used(&mut self, b: Block) -> Option<()> {
+        // Close the ranges that end before this block.
+        while let Some(&(ra, rl)) = self.ranges.get(self.r) {
+            if b.addr < ra + rl {
+                break;
+            }
+            self.close(ra + rl);
+        }
+        let &(ra, rl) = self.ranges.get(self.r)?;
+        if b.addr < ra.max(self.cursor) || b.addr + b.len_bytes > ra + rl {
+            return None;
+        }
+        self.free(b.addr);
+        self.cursor = b.addr + b.len_bytes;
+        if let BlockState::Used {
+            requested_bytes, ..
+        } = b.state
+        {
+            self.counters.live_allocs += 1;
+            self.counters.live_bytes += requested_bytes;
+            self.counters.allocated_bytes += b.len_bytes;
+        }
+        self.out.push(b);
+        Some(())
+    }
+
+    /// Emits the gap from the cursor to `to`, if any, as a free block.
+    fn free(&mut self, to: Addr) {
+        if to > self.cursor {
+            let len_bytes = to - self.cursor;
+            self.counters.free_bytes += len_bytes;
+            self.counters.free_blocks += 1;
+            self.counters.largest_free_bytes = self.counters.largest_free_bytes.max(len_bytes);
+            self.out.push(Block {
+                addr: self.cursor,
+                len_bytes,
+                state: BlockState::Free,
+            });
+        }
+    }
+
+    fn close(&mut self, range_end: Addr) {
+        self.free(range_end);
+        self.r += 1;
+        self.cursor = self.ranges.get(self.r).map_or(0, |&(a, _)| a);
+    }
+
+    /// Closes the remaining ranges; the counters of the blocks, but the footprint.
+    fn finish(mut self) -> Counters {
+        while let Some(&(ra, rl)) = self.ranges.get(self.r) {
+            self.cursor = self.cursor.max(ra);
+            self.close(ra + rl);
+        }
+        self.counters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ranges looked up from copies and deltas equal the deltas applied one by one from the
+    /// start, whatever the copy interval.
+    #[test]
+    fn ranges_at_every_position_match_a_plain_replay() {
+        let initial = vec![(100, 10), (200, 20), (300, 30)];
+        let mut deltas = Vec::new();
+        let mut x = 12_345u64;
+        let mut live: BTreeMap<Addr, u64> = initial.iter().copied().collect();
+        for pos in 1..200u32 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let addr = 100 * ((x >> 40) % 12);
+            let d = match live.get(&addr) {
+                Some(&len_bytes) => RangeDelta {
+                    pos,
+                    addr,
+                    len_bytes,
+                    added: false,
+                },
+                None => RangeDelta {
+                    pos,
+                    addr,
+                    len_bytes: 1 + (x >> 50) % 90,
+                    added: true,
+                },
+            };
+            apply_delta(&mut live, &d);
+            deltas.push(d);
+            if pos % 3 == 0 {
+                // Two changes at one position.
+                let d = RangeDelta {
+                    pos,
+                    addr: 5,
+                    len_bytes: 1,
+                    added: !live.contains_key(&5),
+                };
+                apply_delta(&mut live, &d);
+                deltas.push(d);
+            }
+        }
+        for every in [1, 2, 7, 1000] {
+            let index = LayoutIndex {
+                long: Tier::default(),
+                chunk_birth: Vec::new(),
+                chunk_death: Vec::new(),
+                short: Tier::default(),
+                short_life: 64,
+                snapshots: range_snapshots(initial.clone(), &deltas, every),
+                deltas: deltas.clone(),
+                snapshot_every: every,
+            };
+            let mut plain: BTreeMap<Addr, u64> = initial.iter().copied().collect();
+            let mut next = 0;
+            for pos in 0..205u32 {
+                while let Some(d) = deltas.get(next).filter(|d| d.pos <= pos) {
+                    apply_delta(&mut plain, d);
+                    next += 1;
+                }
+                let want: Vec<_> = plain.iter().map(|(&a, &l)| (a, l)).collect();
+                assert_eq!(index.ranges_at(pos), want, "every {every}, position {pos}");
+            }
+        }
+    }
+
+    #[test]
+    fn diff_reports_changed_ranges() {
+        let old = [(0, 10), (20, 10), (40, 5)];
+        let new = [(0, 10), (20, 12), (50, 5)];
+        let mut seen = Vec::new();
+        diff_sorted(&old, &new, |a, l, added| seen.push((a, l, added)));
+        assert_eq!(
+            seen,
+            vec![
+                (20, 10, false),
+                (20, 12, true),
+                (40, 5, false),
+                (50, 5, true)
+            ]
+        );
+    }
+}
