@@ -448,3 +448,42 @@ fn is_snapshot_fixture(path: &Path) -> bool {
     detect(path).is_ok_and(|k| k == InputKind::PytorchSnapshot)
         && load_snapshot(path, &LoadOptions::default()).is_ok_and(|s| s.events.height() > 0)
 }
+
+/// An `oom` entry keeps its `device_free` and has no address; entries keep their streams, a
+/// large stream handle included.
+#[test]
+fn oom_entries_and_streams_survive_the_compact_entries() {
+    let s = load(&fixture("oom_streams.pickle"));
+    let seg = &s.segment_events;
+    let col = |name: &str| seg.column(name).unwrap().clone();
+    let actions = col("action");
+    let actions = actions.str().unwrap();
+    let oom = (0..seg.height())
+        .position(|i| actions.get(i) == Some("oom"))
+        .unwrap();
+    assert_eq!(col("address").u64().unwrap().get(oom), Some(0));
+    assert_eq!(
+        col("device_free_bytes").u64().unwrap().get(oom),
+        Some(123_456_789)
+    );
+    assert_eq!(col("size_bytes").u64().unwrap().get(oom), Some(8 << 30));
+    assert_eq!(
+        col("stream").u64().unwrap().get(oom),
+        Some(0x55D2_C3A4_B5C0)
+    );
+    let kinds = kinds(&s);
+    assert_eq!(
+        kinds.len(),
+        4,
+        "two allocs, a free request and its completion"
+    );
+    let streams: Vec<u64> = s
+        .threads
+        .column("tid")
+        .unwrap()
+        .u64()
+        .unwrap()
+        .into_no_null_iter()
+        .collect();
+    assert_eq!(streams, vec![0x55D2_C3A4_B5C0, 0]);
+}

@@ -52,7 +52,7 @@ use crate::error::LoadError;
 use crate::sites::{StackTable, stack_id_column};
 use crate::{LoadOptions, LoadSummary};
 use model::{Action, Annotation, RawSegment, Settings};
-use rebuild::{Event, Rebuilt};
+use rebuild::Rebuilt;
 
 /// A loaded snapshot.
 #[derive(Clone, Debug)]
@@ -137,6 +137,7 @@ pub fn from_raw(raw: model::RawSnapshot, protocol: u8) -> Result<PytorchSnapshot
     let model::RawSnapshot {
         segments,
         device_traces,
+        streams,
         annotations,
         settings,
         stacks,
@@ -159,7 +160,7 @@ pub fn from_raw(raw: model::RawSnapshot, protocol: u8) -> Result<PytorchSnapshot
         .into_iter()
         .filter(|s| s.device == device)
         .collect();
-    let mut rebuilt = rebuild::rebuild(&dev_segments, trace, &settings.policy);
+    let mut rebuilt = rebuild::rebuild(&dev_segments, trace, &streams, &settings.policy);
     let mut entries_by_action: Vec<(Action, u64)> = Action::ALL.iter().map(|&a| (a, 0)).collect();
     for e in trace {
         if let Some(slot) = entries_by_action.iter_mut().find(|(a, _)| *a == e.action) {
@@ -198,11 +199,10 @@ pub fn from_raw(raw: model::RawSnapshot, protocol: u8) -> Result<PytorchSnapshot
             rebuilt.unknown_frees
         ));
     }
-    let summary = summary_of(&rebuilt.events);
+    let summary = summary_of(&rebuilt.events.kind);
     let peaks = rebuilt.peaks();
     let t0 = rebuilt.time_origin_us;
-    let events = std::mem::take(&mut rebuilt.events);
-    let events = events_frame(&events)?;
+    let events = events_frame(std::mem::take(&mut rebuilt.events))?;
     Ok(PytorchSnapshot {
         device,
         device_entries,
@@ -240,12 +240,12 @@ pub fn from_raw(raw: model::RawSnapshot, protocol: u8) -> Result<PytorchSnapshot
     })
 }
 
-fn summary_of(events: &[Event]) -> LoadSummary {
+fn summary_of(kinds: &[allocview_sim::trace::EventKind]) -> LoadSummary {
     use allocview_sim::trace::EventKind;
     let mut s = LoadSummary::default();
-    for e in events {
+    for kind in kinds {
         s.events += 1;
-        match e.kind {
+        match kind {
             EventKind::Alloc | EventKind::AllocFailed => s.mallocs += 1,
             EventKind::Free | EventKind::FreeNull => s.frees += 1,
             EventKind::FreeUnknown => {
@@ -258,58 +258,59 @@ fn summary_of(events: &[Event]) -> LoadSummary {
     s
 }
 
-fn events_frame(events: &[Event]) -> PolarsResult<DataFrame> {
-    let col_u64 = |name: &str, f: &dyn Fn(&Event) -> u64| {
-        UInt64Chunked::from_vec(name.into(), events.iter().map(f).collect()).into_column()
-    };
-    let alloc_ids: Vec<u32> = events.iter().map(|e| e.alloc_id).collect();
-    let alloc_id = if alloc_ids.contains(&NO_ALLOC_ID) {
-        let validity: Vec<bool> = alloc_ids.iter().map(|&a| a != NO_ALLOC_ID).collect();
-        UInt32Chunked::from_vec_validity("alloc_id".into(), alloc_ids, Some(validity.into()))
+/// Moves the columns into the event table; derived columns are computed before their source
+/// moves.
+fn events_frame(ev: rebuild::EventColumns) -> PolarsResult<DataFrame> {
+    let rebuild::EventColumns {
+        t_ns,
+        stream_index,
+        kind,
+        size_bytes,
+        rounded_bytes,
+        address,
+        alloc_id,
+        stack_id,
+        entry,
+    } = ev;
+    let alloc_id = if alloc_id.contains(&NO_ALLOC_ID) {
+        let validity: Vec<bool> = alloc_id.iter().map(|&a| a != NO_ALLOC_ID).collect();
+        UInt32Chunked::from_vec_validity("alloc_id".into(), alloc_id, Some(validity.into()))
     } else {
-        UInt32Chunked::from_vec("alloc_id".into(), alloc_ids)
+        UInt32Chunked::from_vec("alloc_id".into(), alloc_id)
     };
-    let threads: Vec<u16> = events.iter().map(|e| e.stream_index).collect();
-    let thread = if threads.iter().all(|&t| t < 256) {
-        UInt8Chunked::from_vec("thread".into(), threads.iter().map(|&t| t as u8).collect())
-            .into_column()
+    let thread = if stream_index.iter().all(|&t| t < 256) {
+        UInt8Chunked::from_vec(
+            "thread".into(),
+            stream_index.iter().map(|&t| t as u8).collect(),
+        )
+        .into_column()
     } else {
-        UInt16Chunked::from_vec("thread".into(), threads).into_column()
+        UInt16Chunked::from_vec("thread".into(), stream_index).into_column()
+    };
+    let kind: Vec<u8> = kind.iter().map(|k| k.code()).collect();
+    let size_class: Vec<u8> = size_bytes.iter().map(|&s| size_class(s)).collect();
+    let pool: Vec<u8> = rounded_bytes
+        .iter()
+        .map(|&r| u8::from(r > SMALL_SIZE_BYTES))
+        .collect();
+    let entry = if entry.contains(&rebuild::NO_ENTRY) {
+        let validity: Vec<bool> = entry.iter().map(|&e| e != rebuild::NO_ENTRY).collect();
+        UInt32Chunked::from_vec_validity("entry".into(), entry, Some(validity.into()))
+    } else {
+        UInt32Chunked::from_vec("entry".into(), entry)
     };
     DataFrame::new_infer_height(vec![
-        Int64Chunked::from_vec("t_ns".into(), events.iter().map(|e| e.t_ns).collect())
-            .into_column(),
+        Int64Chunked::from_vec("t_ns".into(), t_ns).into_column(),
         thread,
-        UInt8Chunked::from_vec(
-            "kind".into(),
-            events.iter().map(|e| e.kind.code()).collect(),
-        )
-        .into_column(),
-        col_u64("size_bytes", &|e| e.size_bytes),
-        col_u64("address", &|e| e.address),
+        UInt8Chunked::from_vec("kind".into(), kind).into_column(),
+        UInt64Chunked::from_vec("size_bytes".into(), size_bytes).into_column(),
+        UInt64Chunked::from_vec("address".into(), address).into_column(),
         alloc_id.into_column(),
-        UInt8Chunked::from_vec(
-            "size_class".into(),
-            events.iter().map(|e| size_class(e.size_bytes)).collect(),
-        )
-        .into_column(),
-        col_u64("rounded_bytes", &|e| e.rounded_bytes),
-        UInt8Chunked::from_vec(
-            "pool".into(),
-            events
-                .iter()
-                .map(|e| u8::from(e.rounded_bytes > SMALL_SIZE_BYTES))
-                .collect(),
-        )
-        .into_column(),
-        stack_id_column("stack_id", events.iter().map(|e| e.stack_id).collect()),
-        UInt32Chunked::from_iter_options(
-            "entry".into(),
-            events
-                .iter()
-                .map(|e| (e.entry != rebuild::NO_ENTRY).then_some(e.entry)),
-        )
-        .into_column(),
+        UInt8Chunked::from_vec("size_class".into(), size_class).into_column(),
+        UInt64Chunked::from_vec("rounded_bytes".into(), rounded_bytes).into_column(),
+        UInt8Chunked::from_vec("pool".into(), pool).into_column(),
+        stack_id_column("stack_id", stack_id),
+        entry.into_column(),
     ])
 }
 

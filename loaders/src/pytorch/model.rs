@@ -4,10 +4,12 @@
 //! ignored).
 
 use std::collections::HashMap;
+use std::iter::Flatten;
+use std::option;
 
 use allocview_sim::policy::pytorch::PytorchSettings;
 
-use super::pickle::{Key, Pickle, Val};
+use super::pickle::{Key, Pickle, Seq, Val};
 use crate::sites::{Frame, NO_STACK, StackTable};
 
 /// A block's state in the final segments.
@@ -121,26 +123,28 @@ impl Action {
     }
 }
 
-/// One entry of a device trace.
+/// One entry of a device trace, in 32 bytes: a 1 GB snapshot holds 15 million of them, and
+/// they live beside the decoded pickle at the load's peak.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RawEntry {
     pub action: Action,
-    /// `addr` (for `oom`: 0).
+    /// Index into [`RawSnapshot::streams`] (see [`RawEntry::stream`]).
+    pub stream_index: u16,
+    pub stack_id: u32,
+    /// `addr`; for `oom`, which has no address, `device_free` (what cudaMemGetInfo said was
+    /// free; [`NO_DEVICE_FREE`] when absent). Read it through [`RawEntry::address`] and
+    /// [`RawEntry::device_free`].
     pub addr: u64,
     pub size_bytes: u64,
-    pub stream: u64,
     /// Unix-epoch microseconds; [`NO_TIME`] before PyTorch 2.2 (see [`RawEntry::time`]).
-    /// Sentinels rather than options keep an entry at 48 bytes: a 1 GB snapshot holds 15
-    /// million of them.
     pub time_us: i64,
-    /// `oom` only: what cudaMemGetInfo said was free; [`NO_DEVICE_FREE`] otherwise.
-    pub device_free_bytes: u64,
-    pub stack_id: u32,
 }
+
+const _: () = assert!(std::mem::size_of::<RawEntry>() == 32);
 
 /// [`RawEntry::time_us`] of an entry without a time.
 pub const NO_TIME: i64 = i64::MIN;
-/// [`RawEntry::device_free_bytes`] of an entry that is not an `oom`.
+/// [`RawEntry::device_free`] of an `oom` entry without `device_free`.
 pub const NO_DEVICE_FREE: u64 = u64::MAX;
 
 impl RawEntry {
@@ -150,10 +154,29 @@ impl RawEntry {
         (self.time_us != NO_TIME).then_some(self.time_us)
     }
 
+    /// The address; 0 for `oom`.
+    #[must_use]
+    pub fn address(&self) -> u64 {
+        if self.action == Action::Oom {
+            0
+        } else {
+            self.addr
+        }
+    }
+
     /// `oom`'s free device bytes.
     #[must_use]
     pub fn device_free(&self) -> Option<u64> {
-        (self.device_free_bytes != NO_DEVICE_FREE).then_some(self.device_free_bytes)
+        (self.action == Action::Oom && self.addr != NO_DEVICE_FREE).then_some(self.addr)
+    }
+
+    /// The stream, from the snapshot's stream table.
+    #[must_use]
+    pub fn stream(&self, streams: &[u64]) -> u64 {
+        streams
+            .get(usize::from(self.stream_index))
+            .copied()
+            .unwrap_or(0)
     }
 }
 
@@ -183,6 +206,8 @@ pub struct RawSnapshot {
     pub segments: Vec<RawSegment>,
     /// One trace per device, in device order.
     pub device_traces: Vec<Vec<RawEntry>>,
+    /// Stream values, indexed by [`RawEntry::stream_index`].
+    pub streams: Vec<u64>,
     pub annotations: Vec<Annotation>,
     pub settings: Settings,
     pub stacks: StackTable,
@@ -214,17 +239,16 @@ pub fn read_snapshot(pickle: &Pickle) -> Result<RawSnapshot, String> {
             root.kind_name()
         ));
     };
-    for (i, seg) in r.items(segments, "segments").into_iter().enumerate() {
+    for (i, seg) in r.items(segments, "segments").enumerate() {
         if let Some(s) = r.segment(seg, i) {
             snap.segments.push(s);
         }
     }
     match root.get("device_traces") {
         Some(traces) => {
-            for (dev, trace) in r.items(traces, "device_traces").into_iter().enumerate() {
-                let entries = r.items(trace, "device trace");
-                let mut out = Vec::with_capacity(entries.len());
-                for (i, e) in entries.into_iter().enumerate() {
+            for (dev, trace) in r.items(traces, "device_traces").enumerate() {
+                let mut out = Vec::with_capacity(trace.seq().map_or(0, |s| s.len()));
+                for (i, e) in r.items(trace, "device trace").enumerate() {
                     if let Some(entry) = r.entry(e, dev, i) {
                         out.push(entry);
                     }
@@ -256,6 +280,7 @@ pub fn read_snapshot(pickle: &Pickle) -> Result<RawSnapshot, String> {
         }
     };
     snap.stacks = r.stacks;
+    snap.streams = r.streams;
     snap.missing = r.missing;
     snap.unknown_actions = r.unknown_actions;
     snap.skipped = r.skipped;
@@ -315,6 +340,8 @@ struct Reader {
     missing: Vec<String>,
     unknown_actions: HashMap<String, u64>,
     skipped: Vec<String>,
+    streams: Vec<u64>,
+    stream_ids: HashMap<u64, u16>,
     /// Keys already reported missing, so each is said once.
     said: std::collections::HashSet<&'static str>,
 }
@@ -342,14 +369,14 @@ impl Reader {
         }
     }
 
-    fn items<'a>(&mut self, v: Val<'a>, what: &str) -> Vec<Val<'a>> {
-        match v.seq() {
-            Some(it) => it.collect(),
-            None => {
-                self.skip(format!("{what} is a {}, expected a list", v.kind_name()));
-                Vec::new()
-            }
+    /// The items of a list or tuple, walked in place (a 1 GB snapshot's trace has 15 million:
+    /// collecting their handles would cost hundreds of MB at the load's peak).
+    fn items<'a>(&mut self, v: Val<'a>, what: &str) -> Flatten<option::IntoIter<Seq<'a>>> {
+        let seq = v.seq();
+        if seq.is_none() {
+            self.skip(format!("{what} is a {}, expected a list", v.kind_name()));
         }
+        seq.into_iter().flatten()
     }
 
     /// The stack id of a `frames` value (a list of `{name, filename, line}` dicts).
@@ -430,13 +457,11 @@ impl Reader {
         let stack_id = self.stack(seg.get("frames"));
         let mut blocks = Vec::new();
         let mut cursor = address;
-        for (bi, b) in seg
-            .get("blocks")
-            .map(|b| self.items(b, "blocks"))
-            .unwrap_or_default()
-            .into_iter()
-            .enumerate()
-        {
+        let items = match seg.get("blocks") {
+            Some(b) => self.items(b, "blocks"),
+            None => None.into_iter().flatten(),
+        };
+        for (bi, b) in items.enumerate() {
             let Some(block) = self.block(b, cursor, index, bi) else {
                 continue;
             };
@@ -543,23 +568,47 @@ impl Reader {
         if time_us.is_none() {
             self.missing_once("time_us", "trace order used as time (before PyTorch 2.2)");
         }
-        let device_free_bytes = hot(e, self.keys.device_free).and_then(|v| v.as_u64());
         let addr = hot(e, self.keys.addr).and_then(|v| v.as_u64());
-        if addr.is_none() && action != Action::Oom {
+        let addr = if action == Action::Oom {
+            hot(e, self.keys.device_free)
+                .and_then(|v| v.as_u64())
+                .unwrap_or(NO_DEVICE_FREE)
+        } else if let Some(a) = addr {
+            a
+        } else {
             self.skip(format!(
                 "device {device} trace entry {index} ({name}): no `addr`"
             ));
             return None;
-        }
+        };
+        let stream = hot(e, self.keys.stream).map_or(0, stream_value);
         Some(RawEntry {
             action,
-            addr: addr.unwrap_or(0),
-            size_bytes: hot(e, self.keys.size).and_then(|v| v.as_u64()).unwrap_or(0),
-            stream: hot(e, self.keys.stream).map_or(0, stream_value),
-            time_us: time_us.unwrap_or(NO_TIME),
-            device_free_bytes: device_free_bytes.unwrap_or(NO_DEVICE_FREE),
+            stream_index: self.stream_index(stream),
             stack_id: self.stack(hot(e, self.keys.frames)),
+            addr,
+            size_bytes: hot(e, self.keys.size).and_then(|v| v.as_u64()).unwrap_or(0),
+            time_us: time_us.unwrap_or(NO_TIME),
         })
+    }
+
+    /// Streams numbered in first-seen order; past 65,535 of them the rest share the last
+    /// number, which is said.
+    fn stream_index(&mut self, stream: u64) -> u16 {
+        if let Some(&i) = self.stream_ids.get(&stream) {
+            return i;
+        }
+        let Ok(i) = u16::try_from(self.streams.len()) else {
+            if self.said.insert("too many streams") {
+                self.missing.push(
+                    "more than 65,536 streams: those past it are shown as the last one".to_owned(),
+                );
+            }
+            return u16::MAX;
+        };
+        self.streams.push(stream);
+        self.stream_ids.insert(stream, i);
+        i
     }
 
     fn annotation(&mut self, a: Val<'_>) -> Option<Annotation> {

@@ -107,6 +107,31 @@ def v2_0():
     return snap
 
 
+def oom_streams():
+    """Two streams (one a large handle, as CUDA stream pointers are) and an `oom`, which has
+    `device_free` where other entries have `addr`."""
+    seg = 0x7F00000000
+    side = 0x55D2C3A4B5C0  # a stream handle
+    blocks = [
+        {"address": seg, "size": 512, "requested_size": 500, "state": "active_allocated", "frames": []},
+        {"address": seg + 512, "size": 2 * MiB - 512, "requested_size": 0, "state": "inactive", "frames": []},
+    ]
+    return {
+        "segments": [{
+            "device": 0, "address": seg, "total_size": 2 * MiB, "allocated_size": 512,
+            "active_size": 512, "requested_size": 500, "stream": side, "segment_type": "small",
+            "segment_pool_id": (0, 0), "is_expandable": False, "frames": [], "blocks": blocks,
+        }],
+        "device_traces": [[
+            {"action": "alloc", "addr": seg, "size": 500, "stream": side, "time_us": T0},
+            {"action": "oom", "device_free": 123_456_789, "size": 8 << 30, "stream": side, "time_us": T0 + 1},
+            {"action": "alloc", "addr": seg + 512, "size": 100, "stream": 0, "time_us": T0 + 2},
+            {"action": "free_requested", "addr": seg + 512, "size": 100, "stream": 0, "time_us": T0 + 3},
+            {"action": "free_completed", "addr": seg + 512, "size": 100, "stream": 0, "time_us": T0 + 4},
+        ]],
+    }
+
+
 if __name__ == "__main__":
     for name, obj, proto in [
         ("ring_buffer.pickle", ring_buffer(), 5),
@@ -114,6 +139,7 @@ if __name__ == "__main__":
         ("ring_buffer_diverging.pickle", ring_buffer(alloc_300_at=0x100000600), 4),
         ("legacy_1_13.pickle", legacy_1_13(), 2),
         ("v2_0.pickle", v2_0(), 3),
+        ("oom_streams.pickle", oom_streams(), 4),
     ]:
         with open(name, "wb") as f:
             pickle.dump(obj, f, protocol=proto)
