@@ -10,6 +10,7 @@
 
 pub mod classes;
 pub mod metrics;
+pub mod min_limit;
 pub mod plan;
 pub mod policy;
 pub mod replay;
