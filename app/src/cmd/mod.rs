@@ -15,6 +15,7 @@ pub mod convert;
 pub mod diff;
 pub mod flamegraph_svg;
 pub mod load;
+pub mod min_limit;
 pub mod plan;
 pub mod record;
 pub mod report;
