@@ -15,6 +15,7 @@ pub mod plan;
 pub mod policy;
 pub mod replay;
 pub mod series;
+pub mod spill;
 pub mod testing;
 pub mod trace;
 pub mod units;
