@@ -20,5 +20,8 @@ pub mod plan;
 pub mod record;
 pub mod report;
 pub mod sites;
+pub mod spill;
+pub mod spill_plot;
+pub mod spill_units;
 pub mod stats;
 pub mod stats_pytorch;

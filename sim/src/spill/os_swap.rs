@@ -6,8 +6,10 @@
 //! is compacted when stale entries outnumber live ones, so it stays O(resident pages).
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 
 use super::{IoModel, OsSwapStats, PAGE_BYTES, SpillError, Units, swap_remove_at};
+use crate::policy::pool::AddrHasher;
 use crate::policy::{Policy, Request};
 use crate::trace::{EventKind, NO_ALLOC_ID, TraceView};
 
@@ -20,7 +22,7 @@ struct Page {
 }
 
 struct Frames {
-    pages: HashMap<u64, Page>,
+    pages: HashMap<u64, Page, BuildHasherDefault<AddrHasher>>,
     queue: VecDeque<(u64, u64)>,
     frames: u64,
     resident: u64,
@@ -151,7 +153,7 @@ pub fn os_swap(
         }
     };
     let mut f = Frames {
-        pages: HashMap::new(),
+        pages: HashMap::default(),
         queue: VecDeque::new(),
         frames: (limit_bytes / PAGE_BYTES).max(1),
         resident: 0,
