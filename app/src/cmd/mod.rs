@@ -18,6 +18,7 @@ pub mod load;
 pub mod min_limit;
 pub mod plan;
 pub mod record;
+pub mod record_limit;
 pub mod report;
 pub mod sites;
 pub mod spill;
