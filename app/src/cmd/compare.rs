@@ -142,46 +142,46 @@ pub fn run_policies(
     config: &PolicyConfig,
     jobs: usize,
 ) -> Vec<PolicyRun> {
-    let mut results: Vec<Option<PolicyRun>> = specs.iter().map(|_| None).collect();
-    for (chunk_specs, chunk_results) in specs
-        .chunks(jobs.max(1))
-        .zip(results.chunks_mut(jobs.max(1)))
-    {
+    per_spec(specs, jobs, |spec| {
+        spec.apply(config)
+            .and_then(|cfg| {
+                let opts = ReplayOptions {
+                    align_bytes: cfg.align_bytes,
+                    ..ReplayOptions::default()
+                };
+                registry::build(spec.name, &cfg, trace).map(|policy| replay(trace, policy, &opts))
+            })
+            .map_err(|e| e.to_string())
+    })
+    .into_iter()
+    .map(|(name, result)| PolicyRun { name, result })
+    .collect()
+}
+
+/// Runs `work` on each spec, `jobs` at a time, and returns each spec's label and result in the
+/// given order (a run that panics gives an error).
+pub fn per_spec<T: Send>(
+    specs: &[PolicySpec],
+    jobs: usize,
+    work: impl Fn(&PolicySpec) -> Result<T, String> + Sync,
+) -> Vec<(String, Result<T, String>)> {
+    let mut out = Vec::with_capacity(specs.len());
+    let work = &work;
+    for chunk in specs.chunks(jobs.max(1)) {
         std::thread::scope(|s| {
-            let handles: Vec<_> = chunk_specs
+            let handles: Vec<_> = chunk
                 .iter()
-                .map(|spec| {
-                    s.spawn(move || {
-                        let result = spec
-                            .apply(config)
-                            .and_then(|cfg| {
-                                let opts = ReplayOptions {
-                                    align_bytes: cfg.align_bytes,
-                                    ..ReplayOptions::default()
-                                };
-                                registry::build(spec.name, &cfg, trace)
-                                    .map(|policy| replay(trace, policy, &opts))
-                            })
-                            .map_err(|e| e.to_string());
-                        PolicyRun {
-                            name: spec.label(),
-                            result,
-                        }
-                    })
-                })
+                .map(|spec| s.spawn(move || work(spec)))
                 .collect();
-            for (slot, (h, spec)) in chunk_results
-                .iter_mut()
-                .zip(handles.into_iter().zip(chunk_specs))
-            {
-                *slot = Some(h.join().unwrap_or_else(|_| PolicyRun {
-                    name: spec.label(),
-                    result: Err("the replay thread panicked".to_owned()),
-                }));
+            for (h, spec) in handles.into_iter().zip(chunk) {
+                let result = h
+                    .join()
+                    .unwrap_or_else(|_| Err("the replay thread panicked".to_owned()));
+                out.push((spec.label(), result));
             }
         });
     }
-    results.into_iter().flatten().collect()
+    out
 }
 
 /// Max over time of live bytes: the bound every policy's footprint is measured against.

@@ -27,31 +27,14 @@ pub fn for_specs(
     config: &PolicyConfig,
     jobs: usize,
 ) -> Vec<MinLimitRun> {
-    let mut out = Vec::with_capacity(specs.len());
-    for chunk in specs.chunks(jobs.max(1)) {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = chunk
-                .iter()
-                .map(|spec| {
-                    s.spawn(move || {
-                        spec.apply(config)
-                            .and_then(|cfg| min_limit(trace, spec.name, &cfg))
-                            .map_err(|e| e.to_string())
-                    })
-                })
-                .collect();
-            for (h, spec) in handles.into_iter().zip(chunk) {
-                let result = h
-                    .join()
-                    .unwrap_or_else(|_| Err("the search thread panicked".to_owned()));
-                out.push(MinLimitRun {
-                    label: spec.label(),
-                    result,
-                });
-            }
-        });
-    }
-    out
+    super::compare::per_spec(specs, jobs, |spec| {
+        spec.apply(config)
+            .and_then(|cfg| min_limit(trace, spec.name, &cfg))
+            .map_err(|e| e.to_string())
+    })
+    .into_iter()
+    .map(|(label, result)| MinLimitRun { label, result })
+    .collect()
 }
 
 /// `bfc` on a TensorFlow memory log, replayed at TensorFlow's addresses: BFC's growth depends

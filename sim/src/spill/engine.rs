@@ -152,6 +152,14 @@ pub fn simulate(
     Ok(sim.stats)
 }
 
+/// Frees `addr` in the policy; a rejected free is a policy bug, reported with its event.
+fn release(policy: &mut dyn Policy, addr: u64, event: u64) -> Result<(), SpillError> {
+    policy.free(addr).map_err(|e| SpillError::FreeRejected {
+        event: event as usize,
+        reason: e.to_string(),
+    })
+}
+
 impl Sim {
     fn refile(&mut self, unit: u32) {
         if let Some(u) = self.units.get(unit as usize) {
@@ -216,12 +224,7 @@ impl Sim {
             let Some(blk) = self.blocks.get_mut(b as usize) else {
                 continue;
             };
-            self.policy
-                .free(blk.addr)
-                .map_err(|e| SpillError::FreeRejected {
-                    event: self.now as usize,
-                    reason: e.to_string(),
-                })?;
+            release(self.policy.as_mut(), blk.addr, self.now)?;
             blk.state = State::Spilled;
             self.stats.spilled_bytes += blk.size_bytes;
             self.on_disk_bytes += blk.size_bytes;
@@ -334,12 +337,7 @@ impl Sim {
         let Some(blk) = self.blocks.get_mut(id as usize) else {
             return Ok(());
         };
-        self.policy
-            .free(blk.addr)
-            .map_err(|e| SpillError::FreeRejected {
-                event: self.now as usize,
-                reason: e.to_string(),
-            })?;
+        release(self.policy.as_mut(), blk.addr, self.now)?;
         blk.state = State::Freed;
         let (unit, size) = (blk.unit, blk.size_bytes);
         if let Some(u) = self.units.get_mut(unit as usize) {
