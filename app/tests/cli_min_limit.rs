@@ -104,3 +104,25 @@ fn min_limit_and_limit_exclude_each_other() {
         .unwrap();
     assert!(!out.status.success());
 }
+
+#[test]
+fn pytorch_snapshot_recorded_and_from_empty() {
+    let file = repo("sample-traces/pytorch/lm_train_step_windows.pickle");
+    let file = file.to_str().unwrap();
+    // From an empty allocator the limit steers PyTorch's segment release: searched and tight.
+    let v = check_minima(file, "pytorch:start=empty");
+    assert_eq!(v["policies"][0]["min_limit_method"], "search");
+    // The recorded replay does not apply a limit (the trace's own releases stand in for it):
+    // its figure is the memory it held, the recorded peak.
+    let v = json(&[
+        "compare",
+        file,
+        "--min-limit",
+        "--json",
+        "--policy",
+        "pytorch",
+    ]);
+    let p = &v["policies"][0];
+    assert_eq!(p["min_limit_method"], "unlimited-peak");
+    assert_eq!(p["min_limit_bytes"], p["peak_footprint_bytes"]);
+}

@@ -8,7 +8,9 @@
 //!   nothing else reads the limit. A run without a failure under a limit therefore makes
 //!   exactly the decisions of the unlimited run, so the answer is the peak footprint of one
 //!   unlimited replay ([`Method::UnlimitedPeak`]): at it every growth passes, one byte less
-//!   refuses the growth that reached the peak.
+//!   refuses the growth that reached the peak. (The script replay of `pytorch` applies no
+//!   limit at all, so every limit "works"; its peak, the memory the recorded run held, is the
+//!   figure that answers "how much does it need".)
 //! - **The limit steers the policy** (`bfc`: with `allow_growth` each new region is capped by
 //!   what the limit leaves, without it the one region is the limit; `glibc`: an mmap the limit
 //!   refuses falls back to the heap top, which may still have room; `pytorch`: a cudaMalloc the
