@@ -102,18 +102,7 @@ pub fn simulate(
         now: 0,
         waited: false,
         on_disk_bytes: 0,
-        stats: SpillStats {
-            evict,
-            spilled_bytes: 0,
-            reloaded_bytes: 0,
-            evictions: 0,
-            reloads: 0,
-            stalls: 0,
-            failed: 0,
-            reload_failures: 0,
-            peak_spilled_bytes: 0,
-            estimated_io_seconds: 0.0,
-        },
+        stats: SpillStats::zero(evict),
     };
     for i in 0..n {
         sim.now = i as u64;

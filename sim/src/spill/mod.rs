@@ -149,6 +149,25 @@ pub struct SpillStats {
     pub estimated_io_seconds: f64,
 }
 
+impl SpillStats {
+    /// Nothing moved yet.
+    #[must_use]
+    pub fn zero(evict: Evict) -> Self {
+        Self {
+            evict,
+            spilled_bytes: 0,
+            reloaded_bytes: 0,
+            evictions: 0,
+            reloads: 0,
+            stalls: 0,
+            failed: 0,
+            reload_failures: 0,
+            peak_spilled_bytes: 0,
+            estimated_io_seconds: 0.0,
+        }
+    }
+}
+
 /// The OS swap baseline's figures.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OsSwapStats {

@@ -32,6 +32,19 @@ struct Frames {
 }
 
 impl Frames {
+    /// `limit_bytes` of page frames (at least one), all empty.
+    fn new(limit_bytes: u64) -> Self {
+        Self {
+            pages: HashMap::default(),
+            queue: VecDeque::new(),
+            frames: (limit_bytes / PAGE_BYTES).max(1),
+            resident: 0,
+            next_stamp: 0,
+            page_ins: 0,
+            page_outs: 0,
+        }
+    }
+
     /// Swaps out the least recently used page; false when nothing is in memory.
     fn evict_lru(&mut self) -> bool {
         while let Some((stamp, page)) = self.queue.pop_front() {
@@ -152,15 +165,7 @@ pub fn os_swap(
             });
         }
     };
-    let mut f = Frames {
-        pages: HashMap::default(),
-        queue: VecDeque::new(),
-        frames: (limit_bytes / PAGE_BYTES).max(1),
-        resident: 0,
-        next_stamp: 0,
-        page_ins: 0,
-        page_outs: 0,
-    };
+    let mut f = Frames::new(limit_bytes);
     // (addr, reserved bytes, unit) of each served allocation.
     let mut placed: Vec<Option<(u64, u64, u32)>> = vec![None; trace.num_allocs as usize];
     let unit_count =
