@@ -25,7 +25,12 @@
 //!   reported as [`MinLimit::larger_limit_failing`]). The tests compare the search with brute
 //!   force on small traces.
 //!
-//! A failure ends a replay early, so a search costs a few dozen partial replays.
+//! Where the policy's footprint only ever moves in whole units, the limit only matters in those
+//! units and the answer is a multiple of one, so the search runs over multiples
+//! ([`limit_granule_bytes`]): glibc's heap and mappings are whole 4 KiB pages, PyTorch's
+//! cudaMalloc segments whole 2 MiB (without expandable segments or a garbage-collection
+//! threshold, which read the limit itself). A failure ends a replay early, so a search costs a
+//! few dozen partial replays.
 
 use std::collections::BTreeMap;
 
@@ -121,6 +126,23 @@ pub fn limit_steers(name: &str, config: &PolicyConfig) -> bool {
     }
 }
 
+/// The step in which `name`'s limit matters: its footprint and every growth it asks the limit
+/// about are multiples of it, so a limit works exactly when its multiple below does.
+#[must_use]
+pub fn limit_granule_bytes(name: &str, config: &PolicyConfig) -> u64 {
+    match name {
+        "glibc" => crate::policy::glibc::PAGE_BYTES,
+        "pytorch"
+            if !config.pytorch.expandable_segments
+                && config.pytorch.garbage_collection_threshold_ppm == 0 =>
+        {
+            // Segments are 2 MiB (small pool), 20 MiB, or a large request rounded up to 2 MiB.
+            crate::policy::pytorch::rounding::SMALL_BUFFER_BYTES
+        }
+        _ => 1,
+    }
+}
+
 /// The smallest limit at which policy `name` (with `config`, whose own limit is ignored)
 /// replays `trace` without a failed allocation.
 ///
@@ -153,21 +175,31 @@ pub fn min_limit(
         });
     }
     let peak_live = trace.peak_live().0;
-    let works = |limit: u64| -> Result<bool, RegistryError> {
-        // A limit the policy refuses outright (PyTorch wants more than 20 MiB) does not work.
+    let granule = limit_granule_bytes(name, config);
+    // The search counts in granules: `k` stands for the limit `k × granule`.
+    let works = |k: u64| -> Result<bool, RegistryError> {
+        let Some(limit) = k.checked_mul(granule) else {
+            return Ok(false);
+        };
+        // A limit the policy refuses outright does not work.
         Ok(registry::build(name, &with_limit(Some(limit)), trace)
             .is_ok_and(|p| run_until_failure(trace, p, align).first_failure.is_none()))
     };
     let found = search(
-        peak_live.checked_sub(1),
-        unlimited.peak_footprint_bytes.max(peak_live),
+        peak_live.checked_sub(1).map(|f| f / granule),
+        unlimited
+            .peak_footprint_bytes
+            .max(peak_live)
+            .div_ceil(granule),
         works,
     )?;
     Ok(MinLimit {
-        min_limit_bytes: found.min_limit_bytes,
+        min_limit_bytes: found.min_limit_bytes.and_then(|k| k.checked_mul(granule)),
         method: Method::Search,
         replays: found.replays + 1,
-        larger_limit_failing: found.larger_limit_failing,
+        larger_limit_failing: found
+            .larger_limit_failing
+            .map(|k| k.saturating_mul(granule)),
     })
 }
 

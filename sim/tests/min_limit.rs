@@ -4,7 +4,7 @@
 //! growth, PyTorch's segment release, glibc's mmap fallback).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use allocview_sim::min_limit::{Method, min_limit, run_until_failure, search};
+use allocview_sim::min_limit::{Method, limit_granule_bytes, min_limit, run_until_failure, search};
 use allocview_sim::policy::registry::{POLICY_NAMES, PolicyConfig, build};
 use allocview_sim::testing::{Op, ops_to_trace};
 use allocview_sim::trace::{OwnedTrace, TraceView};
@@ -152,5 +152,29 @@ fn monotone_search_is_exact() {
         let found = search(None, 5, |l| Ok::<_, ()>(l >= target)).unwrap();
         assert_eq!(found.min_limit_bytes, Some(target));
         assert_eq!(found.larger_limit_failing, None);
+    }
+}
+
+#[test]
+fn searching_in_granules_gives_the_byte_search_answer_in_fewer_replays() {
+    let cases = [
+        ("glibc", workload(200, 13, 600 * KIB)),
+        ("pytorch", workload(50, 9, 30 * MIB)),
+        ("pytorch", workload(80, 21, 3 * MIB)),
+    ];
+    for (name, trace) in cases {
+        let view = trace.view().unwrap();
+        let config = PolicyConfig::default();
+        assert!(limit_granule_bytes(name, &config) > 1);
+        let found = min_limit(&view, name, &config).unwrap();
+        let unlimited = build(name, &config, &view).unwrap();
+        let peak = run_until_failure(&view, unlimited, 16).peak_footprint_bytes;
+        let peak_live = view.peak_live().0;
+        let bytes = search(Some(peak_live - 1), peak, |l| {
+            Ok::<_, ()>(works(&view, name, &config, l))
+        })
+        .unwrap();
+        assert_eq!(found.min_limit_bytes, bytes.min_limit_bytes, "{name}");
+        assert!(found.replays < bytes.replays, "{name}");
     }
 }
