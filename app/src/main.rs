@@ -81,6 +81,9 @@ enum Command {
     Flamegraph(cmd::sites::FlamegraphArgs),
     /// Compare two runs: peak live bytes, footprint per policy, and bytes by site.
     Diff(cmd::diff::DiffArgs),
+    /// Simulate spilling to disk under a memory limit: bytes spilled and reloaded per eviction
+    /// policy, against OS swap and the lower bound (`--sweep`: the curve over limits, as PNG).
+    Spill(cmd::spill::SpillArgs),
 }
 
 fn main() -> ExitCode {
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
         }
         (Some(Command::Record(args)), _) => cmd::record::run(&args),
         (Some(Command::Convert(args)), _) => cmd::convert::run(&args),
+        (Some(Command::Spill(args)), _) => cmd::spill::run(&args),
         (Some(Command::Plan(args)), _) => cmd::plan::run(&args),
         (Some(Command::Sites(args)), _) => cmd::sites::run_sites(&args),
         (Some(Command::Leaks(args)), _) => cmd::sites::run_leaks(&args),

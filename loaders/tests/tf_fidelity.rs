@@ -25,6 +25,7 @@ fn replay(log: &TfMemoryLog, limit_bytes: Option<u64>) -> Fidelity {
         &FidelityOptions {
             limit_bytes,
             allow_growth: None,
+            ..FidelityOptions::default()
         },
     )
     .unwrap()
@@ -170,6 +171,7 @@ fn a_replay_from_process_start_diverges_early() {
     let opts = FidelityOptions {
         limit_bytes: Some(512 << 20),
         allow_growth: None,
+        ..FidelityOptions::default()
     };
     let f = replay_from_start(&log, &opts).unwrap();
     assert_eq!(f.start, ReplayStart::FromStart);

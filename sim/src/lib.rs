@@ -11,10 +11,12 @@
 pub mod classes;
 pub mod layout;
 pub mod metrics;
+pub mod min_limit;
 pub mod plan;
 pub mod policy;
 pub mod replay;
 pub mod series;
+pub mod spill;
 pub mod testing;
 pub mod trace;
 pub mod units;

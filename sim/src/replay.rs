@@ -135,7 +135,7 @@ struct Checkpoint {
 }
 
 /// Marks an allocation that failed, in the id → address table.
-const FAILED: Addr = Addr::MAX;
+pub(crate) const FAILED: Addr = Addr::MAX;
 
 /// The result of replaying one trace through one policy.
 #[derive(Clone, Debug)]
@@ -166,7 +166,7 @@ fn approx_bytes(c: &Counters) -> u64 {
 /// Applies event `i` to `policy`, with the addresses from `addrs`. Returns the failure of an
 /// allocation, if any; `Ok(Some(placement))` for a served allocation.
 #[inline]
-fn apply(
+pub(crate) fn apply(
     policy: &mut dyn Policy,
     code: u8,
     id: u32,

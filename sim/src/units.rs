@@ -90,9 +90,33 @@ pub fn parse_duration_ns(text: &str) -> Result<f64, String> {
     Ok(value * scale)
 }
 
+/// Parses a transfer rate, a size per second (`500MB/s`, `1.5GiB/s`), into bytes per second.
+///
+/// # Errors
+/// A message saying what was expected.
+pub fn parse_bandwidth(text: &str) -> Result<f64, String> {
+    let expected = || format!("expected a rate such as 500MB/s or 1GiB/s, got {text:?}");
+    let size = text.trim().strip_suffix("/s").ok_or_else(expected)?;
+    match parse_bytes(size)? {
+        0 => Err(format!(
+            "a rate must be more than 0 bytes a second, got {text:?}"
+        )),
+        b => Ok(b as f64),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{parse_bytes, parse_duration_ns};
+    use super::{parse_bandwidth, parse_bytes, parse_duration_ns};
+
+    #[test]
+    fn bandwidths() {
+        assert_eq!(parse_bandwidth("500MB/s"), Ok(5e8));
+        assert_eq!(parse_bandwidth("1GiB/s"), Ok(1_073_741_824.0));
+        assert!(parse_bandwidth("500MB").is_err());
+        assert!(parse_bandwidth("0B/s").is_err());
+        assert!(parse_bandwidth("fast/s").is_err());
+    }
 
     #[test]
     fn durations() {

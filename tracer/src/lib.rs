@@ -67,6 +67,7 @@
 #[cfg(target_arch = "x86_64")]
 mod cfi;
 pub mod encode;
+mod limit;
 #[cfg(target_arch = "x86_64")]
 mod modules;
 #[cfg(target_arch = "x86_64")]
@@ -939,6 +940,7 @@ unsafe fn initialise() -> bool {
     let stacks =
         !stacks.is_null() && unsafe { std::ffi::CStr::from_ptr(stacks) }.to_bytes() == b"1";
     STACKS.store(stacks && cfg!(target_arch = "x86_64"), Ordering::Relaxed);
+    limit::init();
     tick_clock();
     // SAFETY: plain syscalls and libc registration calls; nested allocations pass through.
     unsafe {
@@ -1636,7 +1638,12 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     let Some(f) = real_fn!(malloc, MallocFn) else {
         return arena_alloc(size, 16);
     };
-    let p = unsafe { f(size) };
+    let p = if limit::refuse(size, 0) {
+        limit::fail()
+    } else {
+        unsafe { f(size) }
+    };
+    limit::allocated(p);
     if stacks_on() {
         return record_alloc_stacked(CALL_MALLOC, size, p);
     }
@@ -1651,6 +1658,7 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     let Some(f) = real_fn!(free, FreeFn) else {
         return;
     };
+    limit::freeing(p);
     // Recorded before the real call, which then is the wrapper's tail call: nothing lives
     // across it. The time is read before the block can be handed out again, as it must be.
     let time_ns = now_ns();
@@ -1672,7 +1680,12 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
     let Some((t, cursor)) = enter() else {
         return unsafe { f(n, size) };
     };
-    let p = unsafe { f(n, size) };
+    let p = if limit::refuse(n.saturating_mul(size), 0) {
+        limit::fail()
+    } else {
+        unsafe { f(n, size) }
+    };
+    limit::allocated(p);
     finish_alloc(t, cursor, CALL_CALLOC, n.saturating_mul(size), p)
 }
 
@@ -1692,7 +1705,16 @@ pub unsafe extern "C" fn realloc(old: *mut c_void, size: usize) -> *mut c_void {
         return unsafe { f(old, size) };
     };
     let before = Before::now();
-    let new = unsafe { f(old, size) };
+    let old_bytes = limit::usable(old);
+    let new = if size > 0 && limit::refuse(size, old_bytes) {
+        limit::fail()
+    } else {
+        unsafe { f(old, size) }
+    };
+    if !new.is_null() || size == 0 {
+        limit::released(old_bytes);
+    }
+    limit::allocated(new);
     finish_realloc(t, cursor, CALL_REALLOC, old, size, new, before)
 }
 
@@ -1711,8 +1733,17 @@ pub unsafe extern "C" fn reallocarray(old: *mut c_void, n: usize, size: usize) -
         return unsafe { f(old, n, size) };
     };
     let before = Before::now();
-    let new = unsafe { f(old, n, size) };
     let total = n.saturating_mul(size);
+    let old_bytes = limit::usable(old);
+    let new = if total > 0 && limit::refuse(total, old_bytes) {
+        limit::fail()
+    } else {
+        unsafe { f(old, n, size) }
+    };
+    if !new.is_null() || total == 0 {
+        limit::released(old_bytes);
+    }
+    limit::allocated(new);
     finish_realloc(t, cursor, CALL_REALLOCARRAY, old, total, new, before)
 }
 
@@ -1726,7 +1757,12 @@ macro_rules! aligned_wrapper {
             let Some((t, cursor)) = enter() else {
                 return unsafe { f(align, size) };
             };
-            let p = unsafe { f(align, size) };
+            let p = if limit::refuse(size, 0) {
+                limit::fail()
+            } else {
+                unsafe { f(align, size) }
+            };
+            limit::allocated(p);
             finish_alloc(t, cursor, $code, size, p)
         }
     };
@@ -1745,7 +1781,12 @@ macro_rules! page_wrapper {
             let Some((t, cursor)) = enter() else {
                 return unsafe { f(size) };
             };
-            let p = unsafe { f(size) };
+            let p = if limit::refuse(size, 0) {
+                limit::fail()
+            } else {
+                unsafe { f(size) }
+            };
+            limit::allocated(p);
             finish_alloc(t, cursor, $code, size, p)
         }
     };
@@ -1767,12 +1808,17 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     let Some((t, cursor)) = enter() else {
         return unsafe { f(out, align, size) };
     };
-    let rc = unsafe { f(out, align, size) };
+    let rc = if limit::refuse(size, 0) {
+        limit::ENOMEM_CODE
+    } else {
+        unsafe { f(out, align, size) }
+    };
     let p = if rc == 0 {
         unsafe { out.read() }
     } else {
         null_mut()
     };
+    limit::allocated(p);
     finish_alloc(t, cursor, CALL_POSIX_MEMALIGN, size, p);
     rc
 }

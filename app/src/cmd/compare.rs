@@ -120,6 +120,10 @@ pub struct CompareArgs {
     /// the log does not show every allocation).
     #[arg(long)]
     pub from_start: bool,
+    /// Find, for each policy, the smallest `--limit` at which the replay has no OOM, and print
+    /// it beside the peak live bytes (`min_limit_bytes` in the JSON).
+    #[arg(long, conflicts_with = "limit")]
+    pub min_limit: bool,
     #[command(flatten)]
     pub input: InputArgs,
 }
@@ -138,46 +142,46 @@ pub fn run_policies(
     config: &PolicyConfig,
     jobs: usize,
 ) -> Vec<PolicyRun> {
-    let mut results: Vec<Option<PolicyRun>> = specs.iter().map(|_| None).collect();
-    for (chunk_specs, chunk_results) in specs
-        .chunks(jobs.max(1))
-        .zip(results.chunks_mut(jobs.max(1)))
-    {
+    per_spec(specs, jobs, |spec| {
+        spec.apply(config)
+            .and_then(|cfg| {
+                let opts = ReplayOptions {
+                    align_bytes: cfg.align_bytes,
+                    ..ReplayOptions::default()
+                };
+                registry::build(spec.name, &cfg, trace).map(|policy| replay(trace, policy, &opts))
+            })
+            .map_err(|e| e.to_string())
+    })
+    .into_iter()
+    .map(|(name, result)| PolicyRun { name, result })
+    .collect()
+}
+
+/// Runs `work` on each spec, `jobs` at a time, and returns each spec's label and result in the
+/// given order (a run that panics gives an error).
+pub fn per_spec<T: Send>(
+    specs: &[PolicySpec],
+    jobs: usize,
+    work: impl Fn(&PolicySpec) -> Result<T, String> + Sync,
+) -> Vec<(String, Result<T, String>)> {
+    let mut out = Vec::with_capacity(specs.len());
+    let work = &work;
+    for chunk in specs.chunks(jobs.max(1)) {
         std::thread::scope(|s| {
-            let handles: Vec<_> = chunk_specs
+            let handles: Vec<_> = chunk
                 .iter()
-                .map(|spec| {
-                    s.spawn(move || {
-                        let result = spec
-                            .apply(config)
-                            .and_then(|cfg| {
-                                let opts = ReplayOptions {
-                                    align_bytes: cfg.align_bytes,
-                                    ..ReplayOptions::default()
-                                };
-                                registry::build(spec.name, &cfg, trace)
-                                    .map(|policy| replay(trace, policy, &opts))
-                            })
-                            .map_err(|e| e.to_string());
-                        PolicyRun {
-                            name: spec.label(),
-                            result,
-                        }
-                    })
-                })
+                .map(|spec| s.spawn(move || work(spec)))
                 .collect();
-            for (slot, (h, spec)) in chunk_results
-                .iter_mut()
-                .zip(handles.into_iter().zip(chunk_specs))
-            {
-                *slot = Some(h.join().unwrap_or_else(|_| PolicyRun {
-                    name: spec.label(),
-                    result: Err("the replay thread panicked".to_owned()),
-                }));
+            for (h, spec) in handles.into_iter().zip(chunk) {
+                let result = h
+                    .join()
+                    .unwrap_or_else(|_| Err("the replay thread panicked".to_owned()));
+                out.push((spec.label(), result));
             }
         });
     }
-    results.into_iter().flatten().collect()
+    out
 }
 
 /// Max over time of live bytes: the bound every policy's footprint is measured against.
@@ -229,6 +233,11 @@ pub fn run(args: &CompareArgs) -> Result<()> {
             Err(e) => eprintln!("note: skipping {label}: {e}"),
         }
     }
+    let minima = if args.min_limit {
+        min_limits(args, &view, &sim_specs, &config, jobs, memlog, &mut rows)
+    } else {
+        Vec::new()
+    };
     if args.json {
         let out = json!({
             "trace": args.file.display().to_string(),
@@ -241,8 +250,50 @@ pub fn run(args: &CompareArgs) -> Result<()> {
         outln!("{out}");
     } else {
         print_table(&args.file.display().to_string(), &view, max_live, &rows)?;
+        if args.min_limit {
+            super::min_limit::print_table(&minima, max_live)?;
+        }
     }
     Ok(())
+}
+
+/// `--min-limit`: each row's smallest limit without OOM, added to its JSON; the rows for the
+/// table, in row order.
+fn min_limits(
+    args: &CompareArgs,
+    view: &TraceView<'_>,
+    sim_specs: &[PolicySpec],
+    config: &PolicyConfig,
+    jobs: usize,
+    memlog: Option<&TfMemoryLog>,
+    rows: &mut [Row],
+) -> Vec<(String, allocview_sim::min_limit::MinLimit)> {
+    let runs = super::min_limit::for_specs(view, sim_specs, config, jobs);
+    let mut out = Vec::new();
+    for row in rows.iter_mut() {
+        let found = match runs.iter().find(|r| r.label == row.name) {
+            Some(run) => match &run.result {
+                Ok(m) => m.clone(),
+                Err(e) => {
+                    row.notes.push(format!("no minimum limit: {e}"));
+                    continue;
+                }
+            },
+            // The one row not in `sim_specs`: bfc at TensorFlow's addresses.
+            None => match memlog {
+                Some(log) => super::min_limit::tf_bfc(
+                    log,
+                    args.from_start,
+                    max_live_bytes(view),
+                    row.peak_footprint_bytes,
+                ),
+                None => continue,
+            },
+        };
+        super::min_limit::insert_json(&mut row.extra, &found);
+        out.push((row.name.clone(), found));
+    }
+    out
 }
 
 /// Requests the policy cannot serve at all (an alignment it does not support, a size past
@@ -467,6 +518,7 @@ fn tf_bfc_row(log: &TfMemoryLog, config: &PolicyConfig, from_start: bool) -> Res
     let opts = FidelityOptions {
         limit_bytes: config.limit_bytes,
         allow_growth: None,
+        ..FidelityOptions::default()
     };
     let f = if from_start {
         fidelity::replay_from_start(log, &opts)

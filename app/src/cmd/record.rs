@@ -55,6 +55,8 @@ pub struct RecordArgs {
     /// Do not capture the call stack of each allocation (captured by default, on x86-64).
     #[arg(long)]
     pub no_stacks: bool,
+    #[command(flatten)]
+    pub faults: super::record_limit::LimitArgs,
     /// The command and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<OsString>,
@@ -119,8 +121,10 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     if args.text && !args.no_stacks {
         eprintln!("note: --text: the text form has no call stacks, so none are captured");
     }
+    let mut command = Command::new(program);
+    args.faults.apply(&mut command)?;
     let ignored = ignore_termination_signals()?;
-    let status = Command::new(program)
+    let status = command
         .args(args.command.iter().skip(1))
         .env("LD_PRELOAD", &preload)
         .env("ALLOCVIEW_SPOOL", spools.path.join("p"))
@@ -194,7 +198,10 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     if let Some((_, _, first)) = written.first() {
         eprintln!("explore: allocview stats {}", shell_quote(first));
     }
-    if !status.success() {
+    if args.faults.any() {
+        let paths: Vec<PathBuf> = written.iter().map(|(_, _, p)| p.clone()).collect();
+        super::record_limit::report(status, &paths)?;
+    } else if !status.success() {
         eprintln!("note: the command exited with {status}");
     }
     Ok(())

@@ -37,7 +37,7 @@ pub struct ReportArgs {
 /// Time buckets of the size-class series (the charts are about a thousand pixels wide).
 const BUCKETS: usize = 1024;
 
-fn rgb(c: Rgb) -> RGBColor {
+pub(crate) fn rgb(c: Rgb) -> RGBColor {
     RGBColor(c.0, c.1, c.2)
 }
 
@@ -311,7 +311,7 @@ fn classes_frame(c: &ClassSeries) -> Result<DataFrame> {
     )?)
 }
 
-fn register_fonts() -> Result<()> {
+pub(crate) fn register_fonts() -> Result<()> {
     plotters::style::register_font(
         "sans-serif",
         FontStyle::Normal,
@@ -327,7 +327,7 @@ fn register_fonts() -> Result<()> {
     Ok(())
 }
 
-fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+pub(crate) fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("drawing a chart: {e:?}")
 }
 

@@ -49,6 +49,9 @@ pub struct FidelityOptions {
     pub limit_bytes: Option<u64>,
     /// Growth (default: true when the first logged region is 2 MiB or there is none).
     pub allow_growth: Option<bool>,
+    /// End the replay at its first OOM (a search for the smallest working limit needs no
+    /// more); the other figures then describe only the replayed prefix.
+    pub stop_at_first_oom: bool,
 }
 
 /// How the replay started.
@@ -464,6 +467,7 @@ fn gap_after(chunks: &[LiveChunk], regions: &[RegionInfo], c: LiveChunk) -> u64 
 /// Limit, growth and regions, shared by both replays.
 struct Setup {
     bfc_options: BfcOptions,
+    stop_at_first_oom: bool,
     regions: Vec<(usize, RegionInfo)>,
 }
 
@@ -490,6 +494,7 @@ impl Setup {
                 allow_growth,
                 ..BfcOptions::default()
             },
+            stop_at_first_oom: opts.stop_at_first_oom,
             regions: log
                 .regions
                 .iter()
@@ -566,6 +571,7 @@ impl Setup {
         kind: ReplayStart,
     ) -> Result<Fidelity, FidelityError> {
         let mut r = Replayer::new(log, bfc, start);
+        r.stop_at_first_oom = self.stop_at_first_oom;
         r.run(log, start)?;
         Ok(r.finish(log, kind))
     }
@@ -808,6 +814,7 @@ struct PendingFree {
 
 struct Replayer {
     bfc: Bfc,
+    stop_at_first_oom: bool,
     /// Address of each TF allocation id in the replay (live ones).
     addr_of: HashMap<i64, u64>,
     pending: Vec<PendingFree>,
@@ -847,6 +854,7 @@ impl Replayer {
             .position(|m| m.events_before >= start)
             .unwrap_or(log.meminfo.len());
         Self {
+            stop_at_first_oom: false,
             bfc,
             addr_of,
             pending: Vec::new(),
@@ -1049,6 +1057,9 @@ impl Replayer {
             }
             let c = self.bfc.counters();
             self.metrics.observe(&c, &mut self.frag_sum);
+            if self.stop_at_first_oom && self.ooms > 0 {
+                return Ok(());
+            }
         }
         let last = log.records.len().saturating_sub(1);
         for (id, v) in std::mem::take(&mut due) {
