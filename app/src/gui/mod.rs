@@ -410,10 +410,10 @@ impl GuiApp {
         let highlighted = state.sites.highlighted();
         for &i in &shown {
             if let Some(h) = state.heaps.get(i).and_then(Option::as_ref) {
-                let held: u64 = h.blocks.iter().map(|b| b.len_bytes).sum();
+                let held = h.held_bytes;
                 let start = (self.heap_window.0 * held as f64) as u64;
                 let len = (((self.heap_window.1 - self.heap_window.0) * held as f64) as u64).max(1);
-                let mut map = heapmap::rasterise_window(&h.blocks, start, len, cols * rows);
+                let mut map = h.raster(start, len, cols * rows);
                 heapmap::mark_selected(&mut map, &h.blocks, start, &highlighted);
                 maps.push((i, map, start));
             }

@@ -87,14 +87,15 @@ pub fn block_at_offset(blocks: &[Block], offset: u64) -> Option<usize> {
 
 /// Rasterises the window `[start, start + len)` of the held space (blocks laid end to end)
 /// into `n_cells` cells: zooming into a heap map shows more detail, not bigger cells.
-#[must_use]
-pub fn rasterise_window(blocks: &[Block], start: u64, len: u64, n_cells: usize) -> HeapMap {
-    let held: u64 = blocks.iter().map(|b| b.len_bytes).sum();
-    rasterise_held(blocks, held, start, len, n_cells)
-}
-
-/// [`rasterise_window`] with the held bytes known (a pass fewer over millions of blocks).
-fn rasterise_held(blocks: &[Block], held: u64, start: u64, len: u64, n_cells: usize) -> HeapMap {
+/// `held` is the sum of the block lengths, known to the caller: a pass fewer over millions
+/// of blocks.
+pub fn rasterise_held(
+    blocks: &[Block],
+    held: u64,
+    start: u64,
+    len: u64,
+    n_cells: usize,
+) -> HeapMap {
     let n = n_cells.max(1) as u64;
     let bytes_per_cell = len.div_ceil(n).max(1);
     let window_end = start.saturating_add(len);
@@ -235,6 +236,10 @@ fn add_to(v: &mut [u64], cell: usize, bytes: u64) {
 mod tests {
     use super::*;
 
+    fn held(blocks: &[Block]) -> u64 {
+        blocks.iter().map(|b| b.len_bytes).sum()
+    }
+
     fn used(addr: u64, len: u64, req: u64) -> Block {
         Block {
             addr,
@@ -276,7 +281,7 @@ mod tests {
     fn a_window_shows_detail_and_offsets_find_blocks() {
         let blocks = [used(0, 512, 300), free(512, 512)];
         // The second quarter of the space, in 4 cells: used up to 300, waste to 512.
-        let m = rasterise_window(&blocks, 256, 256, 4);
+        let m = rasterise_held(&blocks, held(&blocks), 256, 256, 4);
         assert_eq!(m.bytes_per_cell, 64);
         assert_eq!(
             m.cells,
@@ -337,7 +342,7 @@ mod tests {
         }
         let held = addr;
         for (start, len, n) in [(0, held, 37), (0, held, 1000), (1234, 5000, 64), (17, 3, 5)] {
-            let map = rasterise_window(&blocks, start, len, n);
+            let map = rasterise_held(&blocks, held, start, len, n);
             let per = map.bytes_per_cell;
             for (c, cell) in map.cells.iter().enumerate() {
                 let (lo, hi) = (start + c as u64 * per, start + (c as u64 + 1) * per);

@@ -3,6 +3,7 @@
 
 pub mod export;
 pub mod heapmap;
+pub mod heaps;
 pub mod plan_view;
 pub mod sites;
 pub mod state;

@@ -11,9 +11,11 @@ use std::sync::mpsc::Sender;
 
 use allocview_loaders::{LoadOptions, Loaded, Strictness};
 use allocview_sim::classes::ClassSeries;
+use allocview_sim::policy::Block;
 use allocview_sim::policy::registry::{self, PolicyConfig};
 use allocview_sim::policy::spec::PolicySpec;
-use allocview_sim::policy::{Block, Counters};
+
+pub use super::heaps::HeapAt;
 use allocview_sim::replay::{Replay, ReplayOptions, replay_observed};
 use allocview_sim::series::Bucketing;
 use allocview_sim::trace::{EventKind, TraceView};
@@ -611,15 +613,6 @@ impl Filter {
     }
 }
 
-/// The heap of one policy at the cursor, cached so idle frames cost nothing.
-#[derive(Clone)]
-pub struct HeapAt {
-    pub event: usize,
-    pub blocks: Vec<Block>,
-    pub counters: Counters,
-    pub bins: Option<Vec<allocview_sim::policy::bfc::BinInfo>>,
-}
-
 /// Everything the explorer knows.
 pub struct AppState {
     pub path: PathBuf,
@@ -787,71 +780,6 @@ impl AppState {
             && let Some(sites) = data.sites()
         {
             self.sites.refresh(&data.view(), sites, self.cursor);
-        }
-    }
-
-    /// Recomputes the cached heaps that are stale (selected policy, or all in compare mode).
-    pub fn refresh_heaps(&mut self) {
-        let Some(data) = self.data.clone() else {
-            return;
-        };
-        let view = data.view();
-        for (i, slot) in self.policies.iter().enumerate() {
-            let wanted = self.mode == Mode::Compare || i == self.selected;
-            let Some(replay) = slot.replay() else {
-                continue;
-            };
-            let fresh = self
-                .heaps
-                .get(i)
-                .and_then(Option::as_ref)
-                .is_some_and(|h| h.event == self.cursor);
-            if !wanted || fresh {
-                continue;
-            }
-            // The layout index answers without replaying (a PyTorch snapshot's million live
-            // blocks would take seconds from a checkpoint).
-            // The old list's buffer is reused: it can hold millions of blocks.
-            let mut blocks = self
-                .heaps
-                .get_mut(i)
-                .and_then(Option::take)
-                .map(|h| h.blocks)
-                .unwrap_or_default();
-            if let Some(counters) = replay.blocks_at(self.cursor, &mut blocks) {
-                if let Some(h) = self.heaps.get_mut(i) {
-                    *h = Some(HeapAt {
-                        event: self.cursor,
-                        blocks,
-                        counters,
-                        bins: None,
-                    });
-                }
-                continue;
-            }
-            let heap = match replay.state_at(&view, self.cursor) {
-                Ok((policy, counters)) => {
-                    let mut blocks = Vec::new();
-                    policy.blocks(&mut blocks);
-                    let bins = policy
-                        .as_any()
-                        .downcast_ref::<allocview_sim::policy::bfc::Bfc>()
-                        .map(allocview_sim::policy::bfc::Bfc::bins);
-                    Some(HeapAt {
-                        event: self.cursor,
-                        blocks,
-                        counters,
-                        bins,
-                    })
-                }
-                Err(e) => {
-                    self.message = Some(format!("{}: {e}", slot.name));
-                    None
-                }
-            };
-            if let Some(h) = self.heaps.get_mut(i) {
-                *h = heap;
-            }
         }
     }
 

@@ -314,7 +314,7 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
         let heap = state.heaps.get(i).and_then(Option::as_ref);
         let (map, caption, note) = match (&slot.status, heap) {
             (RunStatus::Done(_), Some(h)) => {
-                let mut map = heapmap::rasterise(&h.blocks, vp.heap_cells);
+                let mut map = h.raster(0, h.held_bytes, vp.heap_cells);
                 heapmap::mark_selected(&mut map, &h.blocks, 0, &highlighted);
                 (Some(map), counters_caption(&h.counters), None)
             }
