@@ -5,6 +5,8 @@
 //! - [`replay`]: the replay engine ([`replay::replay`]), with [`metrics`], downsampled [`series`]
 //!   and per-size-class [`classes`];
 //! - [`plan`]: static memory planners over buffer lifetimes (TFLite, MegEngine, minimalloc-style search);
+//! - [`predict`]: how predictable the allocation stream is (the article's tokens, context models,
+//!   their evaluation) and the lifetime predictor of the `predictive` policy;
 //!
 //! This crate knows nothing of files, polars or user interfaces.
 
@@ -12,6 +14,7 @@ pub mod classes;
 pub mod metrics;
 pub mod plan;
 pub mod policy;
+pub mod predict;
 pub mod replay;
 pub mod series;
 pub mod testing;

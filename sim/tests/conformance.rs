@@ -295,6 +295,7 @@ conformance!(
     glibc => "glibc",
     oracle => "oracle",
     pytorch => "pytorch",
+    predictive => "predictive",
 );
 
 #[test]
