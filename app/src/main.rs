@@ -81,6 +81,10 @@ enum Command {
     Flamegraph(cmd::sites::FlamegraphArgs),
     /// Compare two runs: peak live bytes, footprint per policy, and bytes by site.
     Diff(cmd::diff::DiffArgs),
+    /// How predictable the allocation stream is: baselines and order-1..K context models on
+    /// the libtracemalloc article's tokens (split, online, cross-run), and the lifetime
+    /// predictor of the `predictive` policy.
+    Predict(cmd::predict::PredictArgs),
 }
 
 fn main() -> ExitCode {
@@ -100,6 +104,7 @@ fn main() -> ExitCode {
         (Some(Command::Sites(args)), _) => cmd::sites::run_sites(&args),
         (Some(Command::Leaks(args)), _) => cmd::sites::run_leaks(&args),
         (Some(Command::Flamegraph(args)), _) => cmd::sites::run_flamegraph(&args),
+        (Some(Command::Predict(args)), _) => cmd::predict::run(&args),
         (Some(Command::Diff(args)), _) => match cmd::diff::run(&args) {
             // The CI gate: the report is printed, the status says it failed.
             Ok(true) => return ExitCode::from(1),

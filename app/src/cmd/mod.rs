@@ -16,6 +16,7 @@ pub mod diff;
 pub mod flamegraph_svg;
 pub mod load;
 pub mod plan;
+pub mod predict;
 pub mod record;
 pub mod report;
 pub mod sites;

@@ -2,10 +2,10 @@
 //!
 //! - `majority`: the most frequent token so far (the article's 0.26 baseline); its distribution
 //!   is the token frequencies with add-one smoothing.
-//! - `last`: the thread's previous token again. It is given the probability with which "the
-//!   same as the previous one" has been right so far (add-one smoothed), and the rest goes to the
-//!   other tokens in proportion to their smoothed frequencies (so the 2nd and 3rd guesses are the
-//!   most frequent others).
+//! - `last`: the thread's previous token again. For the log-loss it is given the probability
+//!   with which "the same as the previous one" has been right so far (add-one smoothed), and the
+//!   rest goes to the other tokens in proportion to their smoothed frequencies; the 2nd and 3rd
+//!   guesses are the most frequent others, and the collapsed label is the guess's.
 //! - `period`: the token one period ago, the period being the lag (1 to 64 tokens back in the
 //!   thread) whose past guesses were right most often; distribution as for `last`. A thread with
 //!   fewer tokens than any useful lag falls back to `majority`'s guess.
@@ -43,6 +43,25 @@ impl Frequencies {
     fn distribution(&self) -> [f64; NUM_TOKENS] {
         let denom = (self.total + NUM_TOKENS as u64) as f64;
         self.counts.map(|c| (c + 1) as f64 / denom)
+    }
+
+    /// The prediction of a rule that guesses `guess` and is right with probability `q`: the
+    /// guess first, then the most frequent others; the guess's label; the others share `1 - q`
+    /// in proportion to their smoothed frequencies.
+    fn guessing(&self, guess: u8, q: f64, actual: u8) -> Prediction {
+        let p = self.with_guess(guess, q);
+        // Smoothed counts are at least 1, so every slot fills; ties keep the lower token.
+        let mut top: [(u64, u8); 3] = [(0, 0); 3];
+        for (tok, &c) in (0u8..).zip(self.counts.iter()) {
+            if tok != guess {
+                super::insert_top3(&mut top, c + 1, tok);
+            }
+        }
+        Prediction {
+            top3: [guess, top[0].1, top[1].1],
+            seed_label: super::tokens::seed_label(guess),
+            p_actual: p[usize::from(actual) & (NUM_TOKENS - 1)],
+        }
     }
 
     /// `guess` gets `q`; the others share `1 - q` in proportion to their smoothed frequencies.
@@ -99,11 +118,12 @@ impl Model for Last {
     }
 
     fn predict(&mut self, thread: u16, actual: u8) -> Prediction {
-        let p = match self.previous.get(usize::from(thread)).copied().flatten() {
-            Some(prev) => self.freq.with_guess(prev, rate(self.hits, self.trials)),
-            None => self.freq.distribution(),
-        };
-        Prediction::from_distribution(&p, actual)
+        match self.previous.get(usize::from(thread)).copied().flatten() {
+            Some(prev) => self
+                .freq
+                .guessing(prev, rate(self.hits, self.trials), actual),
+            None => Prediction::from_distribution(&self.freq.distribution(), actual),
+        }
     }
 
     fn observe(&mut self, thread: u16, token: u8, learn: bool) {
@@ -206,11 +226,10 @@ impl Model for Period {
         let guess = self
             .best_lag(&ring)
             .and_then(|(lag, q)| ring.back(lag).map(|t| (t, q)));
-        let p = match guess {
-            Some((token, q)) => self.freq.with_guess(token, q),
-            None => self.freq.distribution(),
-        };
-        Prediction::from_distribution(&p, actual)
+        match guess {
+            Some((token, q)) => self.freq.guessing(token, q, actual),
+            None => Prediction::from_distribution(&self.freq.distribution(), actual),
+        }
     }
 
     fn observe(&mut self, thread: u16, token: u8, learn: bool) {
@@ -263,6 +282,12 @@ mod tests {
         let p = m.predict(0, 2);
         assert_eq!(p.top3[0], 2);
         assert!((p.p_actual - 4.0 / 6.0).abs() < 1e-12);
+        // The other guesses are the most frequent others (1 three times).
+        assert_eq!(p.top3[1], 1);
+        // A poor hit rate still guesses the previous token first.
+        let mut poor = Last::default();
+        feed(&mut poor, &[1, 2, 1, 2, 1, 2, 1, 2, 2, 2, 2, 3]);
+        assert_eq!(poor.predict(0, 3).top3, [3, 2, 1]);
         // Another thread has no previous token: majority's guess.
         assert_eq!(m.predict(1, 1).top3[0], 1);
     }
