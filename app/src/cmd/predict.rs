@@ -131,9 +131,20 @@ pub fn run(args: &PredictArgs) -> Result<()> {
         }
         None => None,
     };
+    // One clock for the whole run: the thread's CPU time where Linux gives it, else wall time
+    // (a failed read later gives NaN, and that speed is reported as unknown).
+    let wall = std::time::Instant::now();
+    let cpu = thread_cpu_seconds().is_some();
+    let clock = || {
+        if cpu {
+            thread_cpu_seconds().unwrap_or(f64::NAN)
+        } else {
+            wall.elapsed().as_secs_f64()
+        }
+    };
     let reports: Vec<ModelReport> = names
         .iter()
-        .filter_map(|n| evaluate(n, &input.tokens, args.split, other.as_ref()))
+        .filter_map(|n| evaluate(n, &input.tokens, args.split, other.as_ref(), &clock))
         .collect();
     let file = args.file.display().to_string();
     if args.json {
@@ -142,6 +153,14 @@ pub fn run(args: &PredictArgs) -> Result<()> {
         print_tables(&file, args, &input, &reports, lifetime.as_ref())?;
     }
     Ok(())
+}
+
+/// CPU time of the calling thread (Linux `/proc/thread-self/schedstat`, nanoseconds on the
+/// CPU), so the speeds are per core however busy the machine is.
+fn thread_cpu_seconds() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(ns as f64 / 1e9)
 }
 
 fn figures_json(f: &Figures) -> Value {
@@ -277,7 +296,7 @@ fn print_tables(
         )?;
     }
     outln!();
-    outln!("speed (calls a second, one core)");
+    outln!("speed (calls per CPU second of one core)");
     outln!("  {:<10} {:>9} {:>9} {:>9}", "model", "train", "predict", "online");
     for r in reports {
         outln!(

@@ -57,11 +57,12 @@ impl Frequencies {
                 super::insert_top3(&mut top, c + 1, tok);
             }
         }
-        Prediction {
-            top3: [guess, top[0].1, top[1].1],
-            seed_label: super::tokens::seed_label(guess),
-            p_actual: p[usize::from(actual) & (NUM_TOKENS - 1)],
-        }
+        Prediction::from_guesses(
+            [guess, top[0].1, top[1].1],
+            super::tokens::seed_label(guess),
+            actual,
+            p[usize::from(actual) & (NUM_TOKENS - 1)],
+        )
     }
 
     /// `guess` gets `q`; the others share `1 - q` in proportion to their smoothed frequencies.
@@ -270,8 +271,11 @@ mod tests {
         let mut m = Majority::default();
         feed(&mut m, &[5, 5, 7, 5, 9, 7]);
         let p = m.predict(0, 7);
-        assert_eq!(p.top3, [5, 7, 9]);
+        assert!(!p.top1_hit && p.top3_hit);
         assert!((p.p_actual - 3.0 / 70.0).abs() < 1e-12);
+        assert!(m.predict(0, 5).top1_hit);
+        assert!(m.predict(0, 9).top3_hit);
+        assert!(!m.predict(0, 0).top3_hit);
     }
 
     #[test]
@@ -280,16 +284,18 @@ mod tests {
         feed(&mut m, &[1, 1, 1, 2, 2]);
         // 4 tries, 3 hits: q = 4/6.
         let p = m.predict(0, 2);
-        assert_eq!(p.top3[0], 2);
+        assert!(p.top1_hit);
         assert!((p.p_actual - 4.0 / 6.0).abs() < 1e-12);
         // The other guesses are the most frequent others (1 three times).
-        assert_eq!(p.top3[1], 1);
-        // A poor hit rate still guesses the previous token first.
+        assert!(m.predict(0, 1).top3_hit);
+        // A poor hit rate still guesses the previous token first, then 2 and 1.
         let mut poor = Last::default();
         feed(&mut poor, &[1, 2, 1, 2, 1, 2, 1, 2, 2, 2, 2, 3]);
-        assert_eq!(poor.predict(0, 3).top3, [3, 2, 1]);
+        assert!(poor.predict(0, 3).top1_hit);
+        assert!(poor.predict(0, 1).top3_hit);
+        assert!(!poor.predict(0, 4).top3_hit);
         // Another thread has no previous token: majority's guess.
-        assert_eq!(m.predict(1, 1).top3[0], 1);
+        assert!(m.predict(1, 1).top1_hit);
     }
 
     #[test]
@@ -301,7 +307,7 @@ mod tests {
         }
         for &next in &cycle {
             let p = m.predict(0, next);
-            assert_eq!(p.top3[0], next);
+            assert!(p.top1_hit);
             m.observe(0, next, true);
         }
         assert!(m.best_lag(&m.rings[0]).is_some_and(|(lag, _)| lag % 5 == 0));

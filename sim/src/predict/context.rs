@@ -16,20 +16,21 @@
 //!
 //! **Tables.** A context of order k is its k tokens of 6 bits packed into 48 bits plus the order,
 //! so keys are exact (no hash collisions). All orders share one open-addressed table with linear
-//! probing (load at most 1/2, doubled when fuller): a slot holds the key, a 64-bit mask of the
-//! tokens seen, `n` and `u`; its 64 counts are one cache line of `u8`, halved (rounding up, so no
-//! token is forgotten) when one reaches 255, which also lets old behaviour fade. Nothing is
-//! allocated per event; the table grows by doubling.
+//! probing (load at most 1/2, doubled when fuller). An entry is 128 bytes: a cache line with the
+//! key, a 64-bit mask of the tokens seen, `n` and `u`, and one with the 64 counts as `u8`, halved
+//! (rounding up, so no token is forgotten) when one reaches 255, which also lets old behaviour
+//! fade. A lookup first reads the home entries of all its orders, so their cache misses overlap.
+//! Nothing is allocated per event; the table grows by doubling.
 //!
-//! **Decisions.** The top-3 and the collapsed label come from the blend's full distribution, but
-//! the blend is summed from the highest order down only until the mass still to come (the
-//! product of the escapes so far) can no longer change them: no token can gain more than that
-//! mass, so once the third token leads the fourth by more, and the first the second, the top-3
-//! and the top-1 are final (the same for the label's sums). The probability of the actual token
-//! is always summed over every order.
+//! **Decisions.** Top-1, top-3 and the collapsed label are those of the blend's full
+//! distribution (ties to the lower token), but the blend is summed from the highest order down
+//! only until the mass still to come (the product of the escapes so far) can no longer change
+//! whether the actual token is first, among the first three, or of the heaviest label: no token
+//! can gain more than that mass. In a confident context that is after the first order. The
+//! probability of the actual token is always summed over every order.
 
 use super::tokens::{NUM_SEED_LABELS, NUM_TOKENS, seed_label};
-use super::{Model, Prediction, insert_top3};
+use super::{Model, Prediction};
 
 /// Highest supported order: 8 tokens of 6 bits fill the 48 bits of a key.
 pub const MAX_ORDER: usize = 8;
@@ -62,15 +63,18 @@ struct Slot {
     distinct: u32,
 }
 
-/// One context's statistics: its slot and counts.
+/// One context's statistics: its summary, then its counts on the next cache line; aligned so
+/// the pair is one 128-byte block (the adjacent-line prefetcher brings both in one miss).
 #[derive(Clone, Copy, Debug, Default)]
+#[repr(C, align(128))]
 struct Stats {
     slot: Slot,
     counts: Counts,
 }
 
 impl Stats {
-    fn add(slot: &mut Slot, counts: &mut Counts, token: u8) {
+    fn add(&mut self, token: u8) {
+        let Self { slot, counts } = self;
         let x = usize::from(token) & (NUM_TOKENS - 1);
         let c = &mut counts.0[x];
         if *c == 0 {
@@ -92,8 +96,7 @@ impl Stats {
 /// Open addressing with linear probing over exact keys (see the module docs).
 #[derive(Clone, Debug)]
 struct Table {
-    slots: Vec<Slot>,
-    counts: Vec<Counts>,
+    entries: Vec<Stats>,
     /// `64 - log2(capacity)`, for multiplicative hashing.
     shift: u32,
     used: usize,
@@ -103,10 +106,8 @@ impl Table {
     const INITIAL_LOG2: u32 = 12;
 
     fn new() -> Self {
-        let cap = 1usize << Self::INITIAL_LOG2;
         Self {
-            slots: vec![Slot::default(); cap],
-            counts: vec![Counts::default(); cap],
+            entries: vec![Stats::default(); 1 << Self::INITIAL_LOG2],
             shift: 64 - Self::INITIAL_LOG2,
             used: 0,
         }
@@ -116,11 +117,23 @@ impl Table {
         (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
     }
 
+    /// Reads the home entries of `keys` so their cache misses overlap, before the lookups
+    /// that depend on each other's branches.
+    fn warm(&self, keys: &[u64]) {
+        let mut x = 0u64;
+        for &k in keys {
+            if let Some(e) = self.entries.get(self.home(k)) {
+                x ^= e.slot.key ^ u64::from(e.counts.0[0]);
+            }
+        }
+        std::hint::black_box(x);
+    }
+
     fn find(&self, key: u64) -> Option<usize> {
-        let mask = self.slots.len() - 1;
+        let mask = self.entries.len() - 1;
         let mut i = self.home(key);
         loop {
-            let k = self.slots.get(i)?.key;
+            let k = self.entries.get(i)?.slot.key;
             if k == key {
                 return Some(i);
             }
@@ -131,24 +144,24 @@ impl Table {
         }
     }
 
-    /// The slot of `key`, inserting an empty one; `grew` is set when the table was rebuilt
-    /// (earlier slot indices are then stale).
+    /// The entry of `key`, inserting an empty one; `grew` is set when the table was rebuilt
+    /// (earlier entry indices are then stale).
     fn find_or_insert(&mut self, key: u64, grew: &mut bool) -> usize {
-        if (self.used + 1) * 2 > self.slots.len() {
+        if (self.used + 1) * 2 > self.entries.len() {
             self.grow();
             *grew = true;
         }
-        let mask = self.slots.len() - 1;
+        let mask = self.entries.len() - 1;
         let mut i = self.home(key);
         loop {
-            let Some(s) = self.slots.get_mut(i) else {
+            let Some(e) = self.entries.get_mut(i) else {
                 return i;
             };
-            if s.key == key {
+            if e.slot.key == key {
                 return i;
             }
-            if s.key == 0 {
-                s.key = key;
+            if e.slot.key == 0 {
+                e.slot.key = key;
                 self.used += 1;
                 return i;
             }
@@ -157,22 +170,20 @@ impl Table {
     }
 
     fn grow(&mut self) {
-        let cap = self.slots.len() * 2;
-        let old_slots = std::mem::replace(&mut self.slots, vec![Slot::default(); cap]);
-        let old_counts = std::mem::replace(&mut self.counts, vec![Counts::default(); cap]);
+        let cap = self.entries.len() * 2;
+        let old = std::mem::replace(&mut self.entries, vec![Stats::default(); cap]);
         self.shift -= 1;
         let mask = cap - 1;
-        for (s, c) in old_slots.into_iter().zip(old_counts) {
-            if s.key == 0 {
+        for e in old {
+            if e.slot.key == 0 {
                 continue;
             }
-            let mut i = self.home(s.key);
-            while self.slots.get(i).is_some_and(|t| t.key != 0) {
+            let mut i = self.home(e.slot.key);
+            while self.entries.get(i).is_some_and(|t| t.slot.key != 0) {
                 i = (i + 1) & mask;
             }
-            if let (Some(slot), Some(counts)) = (self.slots.get_mut(i), self.counts.get_mut(i)) {
-                *slot = s;
-                *counts = c;
+            if let Some(slot) = self.entries.get_mut(i) {
+                *slot = e;
             }
         }
     }
@@ -252,13 +263,22 @@ impl ContextModel {
         &mut self.threads[t]
     }
 
-    /// The slot and counts of context order `k` of `h`, if it has been seen.
-    fn stats(&self, h: History, k: usize) -> Option<(usize, &Slot, &Counts)> {
+    /// The statistics of context order `k` of `h`, if it has been seen.
+    fn stats(&self, h: History, k: usize) -> Option<(usize, &Stats)> {
         if k == 0 {
-            return Some((0, &self.order0.slot, &self.order0.counts));
+            return Some((0, &self.order0));
         }
         let i = self.table.find(h.key(k))?;
-        Some((i, self.table.slots.get(i)?, self.table.counts.get(i)?))
+        Some((i, self.table.entries.get(i)?))
+    }
+
+    /// Warms the entries of `h`'s contexts of orders 1..=`kmax`.
+    fn warm(&self, h: History, kmax: usize) {
+        let mut keys = [0u64; MAX_ORDER];
+        for (k, key) in keys.iter_mut().enumerate().take(kmax) {
+            *key = h.key(k + 1);
+        }
+        self.table.warm(keys.get(..kmax).unwrap_or_default());
     }
 }
 
@@ -271,7 +291,8 @@ struct Blend {
 }
 
 impl Blend {
-    fn add(&mut self, coef: f64, slot: &Slot, counts: &Counts) {
+    fn add(&mut self, coef: f64, stats: &Stats) {
+        let Stats { slot, counts } = stats;
         let mut m = slot.mask;
         while m != 0 {
             let x = m.trailing_zeros() as usize & (NUM_TOKENS - 1);
@@ -283,63 +304,75 @@ impl Blend {
         self.touched |= slot.mask;
     }
 
-    /// The top-3 and label if no token or label can change rank once `rest` more mass arrives.
-    fn settled(&self, rest: f64) -> Option<([u8; 3], u8)> {
-        if self.touched.count_ones() < 3 {
+    /// The score once it can no longer change when `rest` more mass arrives (no token or
+    /// label can gain more than `rest`), else `None`.
+    fn verdict(&self, actual: usize, rest: f64) -> Option<(bool, bool, bool)> {
+        // Nothing is certain while the mass still to come is half of the whole.
+        if rest >= 0.5 {
             return None;
         }
-        let mut top: [(f64, u8); 3] = [(-1.0, 0); 3];
-        let mut fourth = 0.0f64;
-        let mut m = self.touched;
+        let a = self.acc[actual & (NUM_TOKENS - 1)];
+        let others = self.touched & !(1u64 << (actual & 63));
+        // Others that beat the actual token whatever comes, and that might beat it.
+        let (mut surely, mut maybe) = (0u32, 0u32);
+        let mut m = others;
         while m != 0 {
-            let x = m.trailing_zeros() as u8 & 63;
+            let x = m.trailing_zeros() as usize & (NUM_TOKENS - 1);
             m &= m - 1;
-            let v = self.acc[usize::from(x)];
-            let dropped = top[2].0;
-            insert_top3(&mut top, v, x);
-            fourth = fourth.max(if v > dropped { dropped } else { v });
+            let v = self.acc[x];
+            surely += u32::from(v > a + rest);
+            maybe += u32::from(v + rest >= a);
         }
-        let (l1, l2, label) = top2_labels(&self.labels);
-        if top[0].0 - top[1].0 > rest && top[2].0 - fourth > rest && l1 - l2 > rest {
-            Some((top.map(|(_, t)| t), label))
-        } else {
-            None
+        // Untouched tokens hold 0 so far.
+        if rest >= a {
+            maybe += 63 - others.count_ones();
         }
+        let top1 = decide(maybe == 0, surely > 0)?;
+        let top3 = decide(maybe < 3, surely >= 3)?;
+        let la = self.labels[usize::from(seed_label(actual as u8)) & 7];
+        let (mut l_surely, mut l_maybe) = (false, false);
+        for (l, &v) in self.labels.iter().enumerate().take(NUM_SEED_LABELS) {
+            if l != usize::from(seed_label(actual as u8)) {
+                l_surely |= v > la + rest;
+                l_maybe |= v + rest >= la;
+            }
+        }
+        let label = decide(!l_maybe, l_surely)?;
+        Some((top1, top3, label))
     }
 
-    /// The final decisions once `rest` has been spread uniformly.
-    fn finish(&self, rest: f64) -> ([u8; 3], u8) {
-        let mut top: [(f64, u8); 3] = [(-1.0, 0); 3];
-        for (x, &v) in (0u8..).zip(self.acc.iter()) {
-            insert_top3(&mut top, v, x);
-        }
+    /// The exact score once `rest` is spread uniformly (ties go to the lower token or label).
+    fn final_verdict(&self, actual: usize, rest: f64) -> (bool, bool, bool) {
+        let actual = actual & (NUM_TOKENS - 1);
+        let a = self.acc[actual];
+        let beaten_by = (0..NUM_TOKENS)
+            .filter(|&x| x != actual)
+            .filter(|&x| self.acc[x] > a || (self.acc[x] == a && x < actual))
+            .count();
         let mut labels = self.labels;
         for (l, v) in labels.iter_mut().enumerate().take(NUM_SEED_LABELS) {
             // Label l holds 2^(l-1) tokens (label 0 one).
-            let tokens = if l == 0 {
-                1.0
-            } else {
-                f64::from(1u16 << (l - 1))
-            };
+            let tokens = if l == 0 { 1.0 } else { f64::from(1u16 << (l - 1)) };
             *v += rest * tokens / NUM_TOKENS as f64;
         }
-        (top.map(|(_, t)| t), top2_labels(&labels).2)
+        let best = super::argmax(labels.get(..NUM_SEED_LABELS).unwrap_or_default());
+        (
+            beaten_by == 0,
+            beaten_by < 3,
+            best == seed_label(actual as u8),
+        )
     }
 }
 
-/// The largest label sum, the second largest, and the largest's label (lowest on ties).
-fn top2_labels(labels: &[f64; 8]) -> (f64, f64, u8) {
-    let (mut b1, mut b2, mut at) = (-1.0f64, -1.0f64, 0u8);
-    for (l, &v) in (0u8..).zip(labels.iter().take(NUM_SEED_LABELS)) {
-        if v > b1 {
-            b2 = b1;
-            b1 = v;
-            at = l;
-        } else if v > b2 {
-            b2 = v;
-        }
+/// `Some(true)` when `yes` is certain, `Some(false)` when `no` is, else `None`.
+fn decide(yes: bool, no: bool) -> Option<bool> {
+    if yes {
+        Some(true)
+    } else if no {
+        Some(false)
+    } else {
+        None
     }
-    (b1, b2, at)
 }
 
 impl Model for ContextModel {
@@ -360,30 +393,34 @@ impl Model for ContextModel {
         let mut settled = None;
         let actual = usize::from(actual) & (NUM_TOKENS - 1);
         let mut cached = [NONE; MAX_ORDER + 1];
+        self.warm(h, kmax);
         for k in (0..=kmax).rev() {
-            let Some((i, slot, counts)) = self.stats(h, k) else {
+            let Some((i, stats)) = self.stats(h, k) else {
                 continue;
             };
             cached[k] = i as u32;
+            let slot = &stats.slot;
             if slot.total == 0 {
                 continue;
             }
-            let denom = f64::from(slot.total + slot.distinct);
-            let coef = rest / denom;
-            p_actual += coef * f64::from(counts.0[actual]);
-            rest *= f64::from(slot.distinct) / denom;
+            let inv = 1.0 / f64::from(slot.total + slot.distinct);
+            let coef = rest * inv;
+            p_actual += coef * f64::from(stats.counts.0[actual]);
+            rest *= f64::from(slot.distinct) * inv;
             if settled.is_none() {
-                blend.add(coef, slot, counts);
-                settled = blend.settled(rest);
+                blend.add(coef, stats);
+                settled = blend.verdict(actual, rest);
             }
         }
         self.cached = cached;
         self.cached_for = Some((thread, h.bits, h.len));
         p_actual += rest / NUM_TOKENS as f64;
-        let (top3, seed_label) = settled.unwrap_or_else(|| blend.finish(rest));
+        let (top1_hit, top3_hit, seed_label_hit) =
+            settled.unwrap_or_else(|| blend.final_verdict(actual, rest));
         Prediction {
-            top3,
-            seed_label,
+            top1_hit,
+            top3_hit,
+            seed_label_hit,
             p_actual,
         }
     }
@@ -393,7 +430,10 @@ impl Model for ContextModel {
         if learn {
             let kmax = self.order.min(usize::from(h.len));
             let mut cache_valid = self.cached_for == Some((thread, h.bits, h.len));
-            Stats::add(&mut self.order0.slot, &mut self.order0.counts, token);
+            if !cache_valid {
+                self.warm(h, kmax);
+            }
+            self.order0.add(token);
             for k in 1..=kmax {
                 let cached = self.cached[k];
                 let i = if cache_valid && cached != NONE {
@@ -404,10 +444,8 @@ impl Model for ContextModel {
                     cache_valid &= !grew;
                     i
                 };
-                if let (Some(slot), Some(counts)) =
-                    (self.table.slots.get_mut(i), self.table.counts.get_mut(i))
-                {
-                    Stats::add(slot, counts, token);
+                if let Some(e) = self.table.entries.get_mut(i) {
+                    e.add(token);
                 }
             }
         }
@@ -446,10 +484,14 @@ mod tests {
             "{} vs {expect_b}",
             p.p_actual
         );
-        assert_eq!(p.top3[0], b);
-        assert_eq!(p.top3[1], a);
+        assert!(p.top1_hit);
+        let pa = m.predict(0, a);
+        assert!(!pa.top1_hit && pa.top3_hit);
         // The third is the lowest of the equal others.
-        assert_eq!(p.top3[2], 0);
+        assert!(m.predict(0, 0).top3_hit);
+        assert!(!m.predict(0, 1).top3_hit);
+        // Labels: b (40) is label 6 with 32 tokens' share of the uniform mass.
+        assert!(p.seed_label_hit);
         let pa = m.predict(0, a).p_actual;
         assert!((pa - p2(0.0, 0.0, 3.0)).abs() < 1e-12);
     }
@@ -458,7 +500,7 @@ mod tests {
     fn probabilities_sum_to_one_and_decisions_match_the_full_blend() {
         let mut m = ContextModel::new(4);
         let mut x = 7u64;
-        let mut exact = 0;
+        let (mut checked, mut differ) = (0, 0);
         for i in 0..5000u32 {
             x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
             let tok = if i % 3 == 0 {
@@ -474,39 +516,20 @@ mod tests {
                 }
                 let sum: f64 = dist.iter().sum();
                 assert!((sum - 1.0).abs() < 1e-9, "sum {sum}");
-                let full = Prediction::from_distribution(&dist, tok);
-                let fast = m.predict(thread, tok);
-                // The same top-1 and the same top-3 set, up to ties that only rounding separates
-                // (the order of the 2nd and 3rd is not promised).
-                let probs = |p: &Prediction| {
-                    let mut v: Vec<f64> = p.top3.iter().map(|&t| dist[usize::from(t)]).collect();
-                    v.sort_by(f64::total_cmp);
-                    v
-                };
-                let (ta, tb) = (
-                    dist[usize::from(fast.top3[0])],
-                    dist[usize::from(full.top3[0])],
-                );
-                assert!((ta - tb).abs() < 1e-12, "event {i}: {fast:?} vs {full:?}");
-                for (a, b) in probs(&fast).iter().zip(probs(&full)) {
-                    assert!((a - b).abs() < 1e-12, "event {i}: {fast:?} vs {full:?}");
+                for t in 0..64u8 {
+                    let full = Prediction::from_distribution(&dist, t);
+                    let fast = m.predict(thread, t);
+                    checked += 1;
+                    differ += usize::from(
+                        (fast.top1_hit, fast.top3_hit, fast.seed_label_hit)
+                            != (full.top1_hit, full.top3_hit, full.seed_label_hit),
+                    );
                 }
-                let label_mass = |l: u8| -> f64 {
-                    (0..64u8)
-                        .filter(|&t| seed_label(t) == l)
-                        .map(|t| dist[usize::from(t)])
-                        .sum()
-                };
-                let (la, lb) = (label_mass(fast.seed_label), label_mass(full.seed_label));
-                assert!(
-                    (la - lb).abs() < 1e-12,
-                    "event {i}: label {fast:?} vs {full:?}"
-                );
-                exact += usize::from(fast.top3[0] == full.top3[0]);
             }
             m.observe(thread, tok, true);
         }
-        assert!(exact >= 45, "{exact} of 52 identical");
+        // The early stop is exact: not one score differs from the full blend's.
+        assert_eq!((differ, checked), (0, 52 * 64));
         assert!(m.contexts() > 10);
     }
 

@@ -12,8 +12,6 @@
 //! weighted by the bytes of each call (a 64 MiB request counts 2^21 times a 32 B one; a call
 //! about 0 bytes counts as 1 byte).
 
-use std::time::Instant;
-
 use super::baselines::{Last, Majority, Period};
 use super::context::{ContextModel, MAX_ORDER};
 use super::tokens::{TokenStream, is_alloc_token};
@@ -66,12 +64,12 @@ pub struct Tally {
 impl Tally {
     /// Scores `p` against `actual`, a call about `size_bytes`.
     pub fn add(&mut self, p: &Prediction, actual: u8, size_bytes: u64) {
-        let hit = p.top3[0] == actual;
+        let hit = p.top1_hit;
         self.events += 1;
         self.top1 += u64::from(hit);
-        self.top3 += u64::from(p.top3.contains(&actual));
+        self.top3 += u64::from(p.top3_hit);
         self.log_loss_bits -= p.p_actual.max(f64::MIN_POSITIVE).log2();
-        self.seed_label += u64::from(p.seed_label == super::tokens::seed_label(actual));
+        self.seed_label += u64::from(p.seed_label_hit);
         if is_alloc_token(actual) {
             self.allocs += 1;
             self.alloc_top1 += u64::from(hit);
@@ -144,8 +142,12 @@ pub struct ModelReport {
     pub online_events_per_s: Option<f64>,
 }
 
-fn rate(events: u64, started: Instant) -> Option<f64> {
-    let secs = started.elapsed().as_secs_f64();
+/// A clock in seconds: the frontend passes the evaluating thread's CPU time, so the speeds are
+/// per core even on a busy machine (or wall time where that is not available).
+pub type Clock<'a> = &'a dyn Fn() -> f64;
+
+fn rate(events: u64, clock: Clock<'_>, started: f64) -> Option<f64> {
+    let secs = clock() - started;
     (events > 0 && secs > 0.0).then(|| events as f64 / secs)
 }
 
@@ -154,8 +156,9 @@ fn split(
     model: &mut dyn Model,
     s: &TokenStream,
     train: &[bool],
+    clock: Clock<'_>,
 ) -> (Tally, Option<f64>, Option<f64>) {
-    let started = Instant::now();
+    let started = clock();
     let mut learnt = 0u64;
     for ((&tok, &th), &is_train) in s.token.iter().zip(&s.thread).zip(train) {
         if is_train {
@@ -163,8 +166,8 @@ fn split(
             learnt += 1;
         }
     }
-    let train_rate = rate(learnt, started);
-    let started = Instant::now();
+    let train_rate = rate(learnt, clock, started);
+    let started = clock();
     let mut tally = Tally::default();
     let calls = s.token.iter().zip(&s.thread).zip(&s.size_bytes);
     for (((&tok, &th), &size), &is_train) in calls.zip(train) {
@@ -174,13 +177,17 @@ fn split(
             model.observe(th, tok, false);
         }
     }
-    let predict_rate = rate(tally.events, started);
+    let predict_rate = rate(tally.events, clock, started);
     (tally, train_rate, predict_rate)
 }
 
 /// The online evaluation: the whole tally, per-thread tallies and the speed.
-fn online(model: &mut dyn Model, s: &TokenStream) -> (Tally, Vec<Tally>, Option<f64>) {
-    let started = Instant::now();
+fn online(
+    model: &mut dyn Model,
+    s: &TokenStream,
+    clock: Clock<'_>,
+) -> (Tally, Vec<Tally>, Option<f64>) {
+    let started = clock();
     let mut tally = Tally::default();
     let mut per_thread = vec![Tally::default(); s.threads];
     for ((&tok, &th), &size) in s.token.iter().zip(&s.thread).zip(&s.size_bytes) {
@@ -191,7 +198,7 @@ fn online(model: &mut dyn Model, s: &TokenStream) -> (Tally, Vec<Tally>, Option<
         }
         model.observe(th, tok, true);
     }
-    let speed = rate(tally.events, started);
+    let speed = rate(tally.events, clock, started);
     (tally, per_thread, speed)
 }
 
@@ -210,18 +217,20 @@ fn cross_run(model: &mut dyn Model, s: &TokenStream, other: &TokenStream) -> Tal
     tally
 }
 
-/// Runs every evaluation of model `name` on `s` (cross-run when `other` is given). `None` for
-/// an unknown model name.
+/// Runs every evaluation of model `name` on `s` (cross-run when `other` is given), timing the
+/// passes with `clock`. `None` for an unknown model name.
 #[must_use]
 pub fn evaluate(
     name: &str,
     s: &TokenStream,
     split_fraction: f64,
     other: Option<&TokenStream>,
+    clock: Clock<'_>,
 ) -> Option<ModelReport> {
     let train = s.train_mask(split_fraction);
-    let (split_tally, train_rate, predict_rate) = split(make_model(name)?.as_mut(), s, &train);
-    let (online_tally, threads, online_rate) = online(make_model(name)?.as_mut(), s);
+    let (split_tally, train_rate, predict_rate) =
+        split(make_model(name)?.as_mut(), s, &train, clock);
+    let (online_tally, threads, online_rate) = online(make_model(name)?.as_mut(), s, clock);
     let cross = match other {
         Some(o) => Some(cross_run(make_model(name)?.as_mut(), s, o).figures()),
         None => None,
@@ -265,6 +274,16 @@ mod tests {
         }
     }
 
+    fn evaluate(
+        name: &str,
+        s: &TokenStream,
+        split_fraction: f64,
+        other: Option<&TokenStream>,
+    ) -> Option<ModelReport> {
+        let t0 = std::time::Instant::now();
+        super::evaluate(name, s, split_fraction, other, &|| t0.elapsed().as_secs_f64())
+    }
+
     #[test]
     fn a_repeating_pattern_is_learnt_and_the_baseline_is_not_fooled() {
         // Two threads, each cycling through its own pattern of allocs and frees.
@@ -300,13 +319,9 @@ mod tests {
     #[test]
     fn tally_weighs_bytes_and_separates_allocs_and_frees() {
         let mut t = Tally::default();
-        let p = Prediction {
-            top3: [3, 40, 1],
-            seed_label: 2,
-            p_actual: 0.5,
-        };
-        t.add(&p, 3, 1000); // hit, alloc, label 2 right
-        t.add(&p, 40, 10); // top-3 only, free
+        let guesses = |actual| Prediction::from_guesses([3, 40, 1], 2, actual, 0.5);
+        t.add(&guesses(3), 3, 1000); // hit, alloc, label 2 right
+        t.add(&guesses(40), 40, 10); // top-3 only, free
         let f = t.figures();
         assert_eq!(f.top1, Some(0.5));
         assert_eq!(f.top3, Some(1.0));

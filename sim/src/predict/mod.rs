@@ -17,21 +17,32 @@ pub mod tokens;
 
 use tokens::{NUM_SEED_LABELS, NUM_TOKENS, seed_label};
 
-/// What a model says about the next token of a thread, scored against the actual token.
+/// What a model's prediction of a thread's next token scored against the actual token.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Prediction {
-    /// The three most probable tokens, the most probable first (ties: lower token first); the
-    /// order of the second and third is not promised (they are ranked only as far as a top-3
-    /// needs).
-    pub top3: [u8; 3],
-    /// The collapsed label with the most probability mass.
-    pub seed_label: u8,
+    /// The actual token was the most probable one (ties go to the lower token).
+    pub top1_hit: bool,
+    /// The actual token was among the three most probable.
+    pub top3_hit: bool,
+    /// The actual token's collapsed label was the label with the most probability mass.
+    pub seed_label_hit: bool,
     /// The probability the model gave the actual token.
     pub p_actual: f64,
 }
 
 impl Prediction {
-    /// The prediction of a full distribution `p` (non-negative, summing to 1) for `actual`.
+    /// The score of guesses `top3` (best first) and collapsed label `label`.
+    #[must_use]
+    pub fn from_guesses(top3: [u8; 3], label: u8, actual: u8, p_actual: f64) -> Self {
+        Self {
+            top1_hit: top3[0] == actual,
+            top3_hit: top3.contains(&actual),
+            seed_label_hit: label == seed_label(actual),
+            p_actual,
+        }
+    }
+
+    /// The score of a full distribution `p` (non-negative, summing to 1).
     #[must_use]
     pub fn from_distribution(p: &[f64; NUM_TOKENS], actual: u8) -> Self {
         let mut top: [(f64, u8); 3] = [(-1.0, 0); 3];
@@ -42,11 +53,8 @@ impl Prediction {
                 *l += q;
             }
         }
-        Self {
-            top3: top.map(|(_, t)| t),
-            seed_label: argmax(&labels),
-            p_actual: p.get(usize::from(actual)).copied().unwrap_or(0.0),
-        }
+        let p_actual = p.get(usize::from(actual)).copied().unwrap_or(0.0);
+        Self::from_guesses(top.map(|(_, t)| t), argmax(&labels), actual, p_actual)
     }
 }
 
