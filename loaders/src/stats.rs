@@ -172,7 +172,12 @@ pub fn thread_indices(
 ) -> Result<Vec<u16>, polars::prelude::PolarsError> {
     let col = events.column("thread")?;
     if col.dtype() == &polars::prelude::DataType::UInt8 {
-        Ok(col.u8()?.cont_slice()?.iter().map(|&t| u16::from(t)).collect())
+        Ok(col
+            .u8()?
+            .cont_slice()?
+            .iter()
+            .map(|&t| u16::from(t))
+            .collect())
     } else {
         Ok(col.u16()?.cont_slice()?.to_vec())
     }

@@ -81,14 +81,22 @@ fn tokens_of(loaded: &Loaded, path: &Path) -> Result<(Input, Option<LifetimeRepo
 /// calls and, where the input has them, allocation sites (stacks or TensorFlow operations).
 fn features_for(loaded: &Loaded, view: &TraceView<'_>, threads: &[u16]) -> AllocFeatures {
     let sites = sites_of(loaded).filter(|s| s.kind != SiteKind::SizeClasses);
-    AllocFeatures::from_trace(view, Some(threads), sites.as_ref().map(|s| &s.event_stack[..]))
+    AllocFeatures::from_trace(
+        view,
+        Some(threads),
+        sites.as_ref().map(|s| &s.event_stack[..]),
+    )
 }
 
 /// The `predictive` policy's features for `loaded` (for `compare`).
 ///
 /// # Errors
 /// When the event table's thread column cannot be read.
-pub fn alloc_features(loaded: &Loaded, view: &TraceView<'_>, path: &Path) -> Result<Arc<AllocFeatures>> {
+pub fn alloc_features(
+    loaded: &Loaded,
+    view: &TraceView<'_>,
+    path: &Path,
+) -> Result<Arc<AllocFeatures>> {
     let ev = require_events(loaded, path, "compare")?;
     let threads = thread_indices(ev.events)
         .with_context(|| format!("reading the thread column of {}", path.display()))?;
@@ -100,7 +108,10 @@ fn model_names(args: &PredictArgs) -> Result<Vec<String>> {
         bail!("--order {}: expected 1 to 8", args.order);
     }
     if !(args.split > 0.0 && args.split < 1.0) {
-        bail!("--split {}: expected a fraction between 0 and 1", args.split);
+        bail!(
+            "--split {}: expected a fraction between 0 and 1",
+            args.split
+        );
     }
     let Some(list) = &args.model else {
         return Ok(default_models(args.order));
@@ -131,36 +142,27 @@ pub fn run(args: &PredictArgs) -> Result<()> {
         }
         None => None,
     };
-    // One clock for the whole run: the thread's CPU time where Linux gives it, else wall time
-    // (a failed read later gives NaN, and that speed is reported as unknown).
-    let wall = std::time::Instant::now();
-    let cpu = thread_cpu_seconds().is_some();
-    let clock = || {
-        if cpu {
-            thread_cpu_seconds().unwrap_or(f64::NAN)
-        } else {
-            wall.elapsed().as_secs_f64()
-        }
-    };
+    let clock = thread_cpu_seconds;
     let reports: Vec<ModelReport> = names
         .iter()
         .filter_map(|n| evaluate(n, &input.tokens, args.split, other.as_ref(), &clock))
         .collect();
     let file = args.file.display().to_string();
     if args.json {
-        outln!("{}", report_json(&file, args, &input, &reports, lifetime.as_ref()));
+        outln!(
+            "{}",
+            report_json(&file, args, &input, &reports, lifetime.as_ref())
+        );
     } else {
         print_tables(&file, args, &input, &reports, lifetime.as_ref())?;
     }
     Ok(())
 }
 
-/// CPU time of the calling thread (Linux `/proc/thread-self/schedstat`, nanoseconds on the
-/// CPU), so the speeds are per core however busy the machine is.
-fn thread_cpu_seconds() -> Option<f64> {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
-    Some(ns as f64 / 1e9)
+/// CPU time of the calling thread, so the speeds are per core however busy the machine is.
+fn thread_cpu_seconds() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
 }
 
 fn figures_json(f: &Figures) -> Value {
@@ -239,12 +241,23 @@ fn speed(x: Option<f64>) -> String {
     x.map_or_else(|| "-".to_owned(), format::rate)
 }
 
-fn print_mode(title: &str, reports: &[ModelReport], pick: impl Fn(&ModelReport) -> Option<&Figures>) -> Result<()> {
+fn print_mode(
+    title: &str,
+    reports: &[ModelReport],
+    pick: impl Fn(&ModelReport) -> Option<&Figures>,
+) -> Result<()> {
     outln!();
     outln!("{title}");
     outln!(
         "  {:<10} {:>7} {:>7} {:>9} {:>8} {:>7} {:>7} {:>9}",
-        "model", "top-1", "top-3", "bits/call", "label-7", "alloc", "free", "byte-wtd"
+        "model",
+        "top-1",
+        "top-3",
+        "bits/call",
+        "label-7",
+        "alloc",
+        "free",
+        "byte-wtd"
     );
     for r in reports {
         let Some(f) = pick(r) else { continue };
@@ -287,17 +300,28 @@ fn print_tables(
         reports,
         |r| Some(&r.split),
     )?;
-    print_mode("online (each call predicted, then learnt)", reports, |r| Some(&r.online))?;
+    print_mode("online (each call predicted, then learnt)", reports, |r| {
+        Some(&r.online)
+    })?;
     if let Some(other) = &args.train {
         print_mode(
-            &format!("cross-run (learnt on all of {}, all of this trace predicted)", other.display()),
+            &format!(
+                "cross-run (learnt on all of {}, all of this trace predicted)",
+                other.display()
+            ),
             reports,
             |r| r.cross_run.as_ref(),
         )?;
     }
     outln!();
     outln!("speed (calls per CPU second of one core)");
-    outln!("  {:<10} {:>9} {:>9} {:>9}", "model", "train", "predict", "online");
+    outln!(
+        "  {:<10} {:>9} {:>9} {:>9}",
+        "model",
+        "train",
+        "predict",
+        "online"
+    );
     for r in reports {
         outln!(
             "  {:<10} {:>9} {:>9} {:>9}",
@@ -309,7 +333,10 @@ fn print_tables(
     }
     if threads > 1
         && let Some(best) = reports.iter().max_by(|a, b| {
-            a.online.top1.unwrap_or(0.0).total_cmp(&b.online.top1.unwrap_or(0.0))
+            a.online
+                .top1
+                .unwrap_or(0.0)
+                .total_cmp(&b.online.top1.unwrap_or(0.0))
         })
     {
         outln!();

@@ -14,13 +14,12 @@
 //! over threads (threads of one program run the same code). Every order is updated with every
 //! learnt token (no update exclusion).
 //!
-//! **Tables.** A context of order k is its k tokens of 6 bits packed into 48 bits plus the order,
-//! so keys are exact (no hash collisions). All orders share one open-addressed table with linear
-//! probing (load at most 1/2, doubled when fuller). An entry is 128 bytes: a cache line with the
-//! key, a 64-bit mask of the tokens seen, `n` and `u`, and one with the 64 counts as `u8`, halved
-//! (rounding up, so no token is forgotten) when one reaches 255, which also lets old behaviour
-//! fade. A lookup first reads the home entries of all its orders, so their cache misses overlap.
-//! Nothing is allocated per event; the table grows by doubling.
+//! **Tables** ([`super::table`]). Orders 0 to 2 are indexed directly (64 `u8` counts a
+//! context); orders 3 and up are hashed by their exact key (k tokens of 6 bits and the order,
+//! no collisions) into one-cache-line entries of up to 24 (token, count) pairs, the rarest
+//! dropped for a 25th successor. Counts are halved at 255. A lookup first reads the home
+//! entries of all its hashed orders, so their cache misses overlap; nothing is allocated per
+//! event.
 //!
 //! **Decisions.** Top-1, top-3 and the collapsed label are those of the blend's full
 //! distribution (ties to the lower token), but the blend is summed from the highest order down
@@ -29,6 +28,7 @@
 //! can gain more than that mass. In a confident context that is after the first order. The
 //! probability of the actual token is always summed over every order.
 
+use super::table::{Ctx, Dense, Table};
 use super::tokens::{NUM_SEED_LABELS, NUM_TOKENS, seed_label};
 use super::{Model, Prediction};
 
@@ -40,154 +40,9 @@ const HISTORY_MASK: u64 = (1 << (TOKEN_BITS * MAX_ORDER as u32)) - 1;
 /// Marks a slot as used (an empty slot's key is 0).
 const USED: u64 = 1 << 63;
 const NONE: u32 = u32::MAX;
-const COUNT_MAX: u8 = 255;
-
-/// The 64 counts of one context, one cache line.
-#[derive(Clone, Copy, Debug)]
-#[repr(C, align(64))]
-struct Counts([u8; NUM_TOKENS]);
-
-impl Default for Counts {
-    fn default() -> Self {
-        Self([0; NUM_TOKENS])
-    }
-}
-
-/// A context's summary beside its counts.
-#[derive(Clone, Copy, Debug, Default)]
-struct Slot {
-    key: u64,
-    /// Bit x set when `counts[x] > 0`.
-    mask: u64,
-    total: u32,
-    distinct: u32,
-}
-
-/// One context's statistics: its summary, then its counts on the next cache line; aligned so
-/// the pair is one 128-byte block (the adjacent-line prefetcher brings both in one miss).
-#[derive(Clone, Copy, Debug, Default)]
-#[repr(C, align(128))]
-struct Stats {
-    slot: Slot,
-    counts: Counts,
-}
-
-impl Stats {
-    fn add(&mut self, token: u8) {
-        let Self { slot, counts } = self;
-        let x = usize::from(token) & (NUM_TOKENS - 1);
-        let c = &mut counts.0[x];
-        if *c == 0 {
-            slot.mask |= 1 << x;
-            slot.distinct += 1;
-        }
-        *c += 1;
-        slot.total += 1;
-        if *c == COUNT_MAX {
-            slot.total = 0;
-            for c in &mut counts.0 {
-                *c = c.div_ceil(2);
-                slot.total += u32::from(*c);
-            }
-        }
-    }
-}
-
-/// Open addressing with linear probing over exact keys (see the module docs).
-#[derive(Clone, Debug)]
-struct Table {
-    entries: Vec<Stats>,
-    /// `64 - log2(capacity)`, for multiplicative hashing.
-    shift: u32,
-    used: usize,
-}
-
-impl Table {
-    const INITIAL_LOG2: u32 = 12;
-
-    fn new() -> Self {
-        Self {
-            entries: vec![Stats::default(); 1 << Self::INITIAL_LOG2],
-            shift: 64 - Self::INITIAL_LOG2,
-            used: 0,
-        }
-    }
-
-    fn home(&self, key: u64) -> usize {
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
-    }
-
-    /// Reads the home entries of `keys` so their cache misses overlap, before the lookups
-    /// that depend on each other's branches.
-    fn warm(&self, keys: &[u64]) {
-        let mut x = 0u64;
-        for &k in keys {
-            if let Some(e) = self.entries.get(self.home(k)) {
-                x ^= e.slot.key ^ u64::from(e.counts.0[0]);
-            }
-        }
-        std::hint::black_box(x);
-    }
-
-    fn find(&self, key: u64) -> Option<usize> {
-        let mask = self.entries.len() - 1;
-        let mut i = self.home(key);
-        loop {
-            let k = self.entries.get(i)?.slot.key;
-            if k == key {
-                return Some(i);
-            }
-            if k == 0 {
-                return None;
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    /// The entry of `key`, inserting an empty one; `grew` is set when the table was rebuilt
-    /// (earlier entry indices are then stale).
-    fn find_or_insert(&mut self, key: u64, grew: &mut bool) -> usize {
-        if (self.used + 1) * 2 > self.entries.len() {
-            self.grow();
-            *grew = true;
-        }
-        let mask = self.entries.len() - 1;
-        let mut i = self.home(key);
-        loop {
-            let Some(e) = self.entries.get_mut(i) else {
-                return i;
-            };
-            if e.slot.key == key {
-                return i;
-            }
-            if e.slot.key == 0 {
-                e.slot.key = key;
-                self.used += 1;
-                return i;
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    fn grow(&mut self) {
-        let cap = self.entries.len() * 2;
-        let old = std::mem::replace(&mut self.entries, vec![Stats::default(); cap]);
-        self.shift -= 1;
-        let mask = cap - 1;
-        for e in old {
-            if e.slot.key == 0 {
-                continue;
-            }
-            let mut i = self.home(e.slot.key);
-            while self.entries.get(i).is_some_and(|t| t.slot.key != 0) {
-                i = (i + 1) & mask;
-            }
-            if let Some(slot) = self.entries.get_mut(i) {
-                *slot = e;
-            }
-        }
-    }
-}
+/// Dense contexts: order 0, then the 64 of order 1, then the 4096 of order 2.
+const DENSE_ORDERS: usize = 2;
+const DENSE_CONTEXTS: usize = 1 + 64 + 4096;
 
 /// A thread's last tokens, newest in the low bits.
 #[derive(Clone, Copy, Debug, Default)]
@@ -202,6 +57,15 @@ impl History {
         self.len = self.len.saturating_add(1).min(MAX_ORDER as u8);
     }
 
+    /// The index of this history's context of order `k` (0..=2) among the dense ones.
+    fn dense_index(self, k: usize) -> usize {
+        match k {
+            0 => 0,
+            1 => 1 + (self.bits & 63) as usize,
+            _ => 65 + (self.bits & 4095) as usize,
+        }
+    }
+
     /// The key of this history's context of order `k` (1..=8).
     fn key(self, k: usize) -> u64 {
         let bits = self.bits & ((1u64 << (TOKEN_BITS * k as u32)) - 1);
@@ -213,7 +77,9 @@ impl History {
 #[derive(Clone, Debug)]
 pub struct ContextModel {
     order: usize,
-    order0: Stats,
+    /// Orders 0 to 2, indexed by [`History::dense_index`].
+    dense: Vec<Dense>,
+    /// Orders 3 and up.
     table: Table,
     threads: Vec<History>,
     /// Slots `predict` found for `(cached_thread, cached_bits)`, per order, so the `observe`
@@ -228,8 +94,8 @@ impl ContextModel {
     pub fn new(order: usize) -> Self {
         Self {
             order: order.clamp(1, MAX_ORDER),
-            order0: Stats::default(),
-            table: Table::new(),
+            dense: vec![Dense::default(); DENSE_CONTEXTS],
+            table: Table::default(),
             threads: Vec::new(),
             cached: [NONE; MAX_ORDER + 1],
             cached_for: None,
@@ -242,10 +108,11 @@ impl ContextModel {
         self.order
     }
 
-    /// Distinct contexts stored (all orders above 0).
+    /// Distinct contexts seen (all orders above 0).
     #[must_use]
     pub fn contexts(&self) -> usize {
-        self.table.used
+        let dense = self.dense.iter().skip(1);
+        dense.filter(|d| Ctx::Dense(d).total() > 0).count() + self.table.contexts()
     }
 
     fn history(&self, thread: u16) -> History {
@@ -263,22 +130,28 @@ impl ContextModel {
         &mut self.threads[t]
     }
 
-    /// The statistics of context order `k` of `h`, if it has been seen.
-    fn stats(&self, h: History, k: usize) -> Option<(usize, &Stats)> {
-        if k == 0 {
-            return Some((0, &self.order0));
+    /// The statistics of context order `k` of `h` (a table index for the hashed orders), if
+    /// it has been seen.
+    fn ctx(&self, h: History, k: usize) -> Option<(u32, Ctx<'_>)> {
+        if k <= DENSE_ORDERS {
+            let d = self.dense.get(h.dense_index(k))?;
+            return Some((NONE, Ctx::Dense(d)));
         }
         let i = self.table.find(h.key(k))?;
-        Some((i, self.table.entries.get(i)?))
+        Some((i as u32, Ctx::Sparse(self.table.get(i)?)))
     }
 
-    /// Warms the entries of `h`'s contexts of orders 1..=`kmax`.
+    /// Warms the hashed entries of `h`'s contexts up to order `kmax`.
     fn warm(&self, h: History, kmax: usize) {
         let mut keys = [0u64; MAX_ORDER];
-        for (k, key) in keys.iter_mut().enumerate().take(kmax) {
-            *key = h.key(k + 1);
+        let mut n = 0;
+        for k in DENSE_ORDERS + 1..=kmax {
+            if let Some(key) = keys.get_mut(n) {
+                *key = h.key(k);
+                n += 1;
+            }
         }
-        self.table.warm(keys.get(..kmax).unwrap_or_default());
+        self.table.warm(keys.get(..n).unwrap_or_default());
     }
 }
 
@@ -291,17 +164,18 @@ struct Blend {
 }
 
 impl Blend {
-    fn add(&mut self, coef: f64, stats: &Stats) {
-        let Stats { slot, counts } = stats;
-        let mut m = slot.mask;
-        while m != 0 {
-            let x = m.trailing_zeros() as usize & (NUM_TOKENS - 1);
-            m &= m - 1;
-            let v = coef * f64::from(counts.0[x]);
-            self.acc[x] += v;
-            self.labels[usize::from(seed_label(x as u8)) & 7] += v;
-        }
-        self.touched |= slot.mask;
+    fn add(&mut self, coef: f64, ctx: Ctx<'_>) {
+        let Self {
+            acc,
+            touched,
+            labels,
+        } = self;
+        ctx.for_each(|x, c| {
+            let v = coef * f64::from(c);
+            acc[x] += v;
+            labels[usize::from(seed_label(x as u8)) & 7] += v;
+            *touched |= 1 << x;
+        });
     }
 
     /// The score once it can no longer change when `rest` more mass arrives (no token or
@@ -352,7 +226,11 @@ impl Blend {
         let mut labels = self.labels;
         for (l, v) in labels.iter_mut().enumerate().take(NUM_SEED_LABELS) {
             // Label l holds 2^(l-1) tokens (label 0 one).
-            let tokens = if l == 0 { 1.0 } else { f64::from(1u16 << (l - 1)) };
+            let tokens = if l == 0 {
+                1.0
+            } else {
+                f64::from(1u16 << (l - 1))
+            };
             *v += rest * tokens / NUM_TOKENS as f64;
         }
         let best = super::argmax(labels.get(..NUM_SEED_LABELS).unwrap_or_default());
@@ -395,20 +273,20 @@ impl Model for ContextModel {
         let mut cached = [NONE; MAX_ORDER + 1];
         self.warm(h, kmax);
         for k in (0..=kmax).rev() {
-            let Some((i, stats)) = self.stats(h, k) else {
+            let Some((i, ctx)) = self.ctx(h, k) else {
                 continue;
             };
-            cached[k] = i as u32;
-            let slot = &stats.slot;
-            if slot.total == 0 {
+            cached[k] = i;
+            let (total, distinct) = (ctx.total(), ctx.distinct());
+            if total == 0 {
                 continue;
             }
-            let inv = 1.0 / f64::from(slot.total + slot.distinct);
+            let inv = 1.0 / f64::from(total + distinct);
             let coef = rest * inv;
-            p_actual += coef * f64::from(stats.counts.0[actual]);
-            rest *= f64::from(slot.distinct) * inv;
+            p_actual += coef * f64::from(ctx.count(actual as u8));
+            rest *= f64::from(distinct) * inv;
             if settled.is_none() {
-                blend.add(coef, stats);
+                blend.add(coef, ctx);
                 settled = blend.verdict(actual, rest);
             }
         }
@@ -433,8 +311,12 @@ impl Model for ContextModel {
             if !cache_valid {
                 self.warm(h, kmax);
             }
-            self.order0.add(token);
-            for k in 1..=kmax {
+            for k in 0..=kmax.min(DENSE_ORDERS) {
+                if let Some(d) = self.dense.get_mut(h.dense_index(k)) {
+                    d.add(token);
+                }
+            }
+            for k in DENSE_ORDERS + 1..=kmax {
                 let cached = self.cached[k];
                 let i = if cache_valid && cached != NONE {
                     cached as usize
@@ -444,7 +326,7 @@ impl Model for ContextModel {
                     cache_valid &= !grew;
                     i
                 };
-                if let Some(e) = self.table.entries.get_mut(i) {
+                if let Some(e) = self.table.get_mut(i) {
                     e.add(token);
                 }
             }
@@ -541,14 +423,13 @@ mod tests {
             m.observe(0, 9, true);
         }
         m.observe(0, 1, true);
-        let s = m.order0.slot;
-        assert!(s.total < 600);
-        assert_eq!(s.distinct, 3);
-        assert!(m.order0.counts.0[5] >= 1);
-        assert_eq!(
-            s.total,
-            m.order0.counts.0.iter().map(|&c| u32::from(c)).sum::<u32>()
-        );
+        let order0 = Ctx::Dense(&m.dense[0]);
+        assert!(order0.total() < 600);
+        assert_eq!(order0.distinct(), 3);
+        assert!(order0.count(5) >= 1);
+        let mut sum = 0;
+        order0.for_each(|_, c| sum += u32::from(c));
+        assert_eq!(order0.total(), sum);
     }
 
     #[test]

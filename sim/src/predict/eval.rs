@@ -281,7 +281,9 @@ mod tests {
         other: Option<&TokenStream>,
     ) -> Option<ModelReport> {
         let t0 = std::time::Instant::now();
-        super::evaluate(name, s, split_fraction, other, &|| t0.elapsed().as_secs_f64())
+        super::evaluate(name, s, split_fraction, other, &|| {
+            t0.elapsed().as_secs_f64()
+        })
     }
 
     #[test]

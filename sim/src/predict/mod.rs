@@ -13,6 +13,7 @@ pub mod baselines;
 pub mod context;
 pub mod eval;
 pub mod lifetime;
+mod table;
 pub mod tokens;
 
 use tokens::{NUM_SEED_LABELS, NUM_TOKENS, seed_label};
