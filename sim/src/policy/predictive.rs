@@ -12,11 +12,13 @@
 //!
 //! Short blocks go to a best-fit arena of their own, long ones to another (each a `best-fit`
 //! heap: smallest fitting hole, lowest address on ties, coalescing, the top trimmed), so the
-//! holes that short-lived blocks leave are not pinned by long-lived neighbours. The long arena
-//! starts at address 0 and the short one at [`SHORT_BASE`] (1 TiB · 16, like glibc's mmap area
-//! here); the footprint is the sum of the two heaps. Under a limit each arena may grow only
-//! into what the other leaves, and a request its arena cannot hold tries the other before
-//! failing. Costs: best fit's per operation, plus three hash look-ups to predict and O(1)
+//! holes that short-lived blocks leave are not pinned by long-lived neighbours. A short block
+//! that finds no hole in its arena borrows one of the long arena before its own grows (it will
+//! leave soon, so the hole comes back); a long block never takes the short arena's holes. The
+//! long arena starts at address 0 and the short one at [`SHORT_BASE`] (16 TiB, like glibc's
+//! mmap area here); the footprint is the sum of the two heaps. Under a limit each arena may grow
+//! only into what the other leaves, and a request that fits nowhere else tries the other arena
+//! before failing. Costs: best fit's per operation, plus three hash look-ups to predict and O(1)
 //! amortised learning.
 
 use std::any::Any;
@@ -97,12 +99,16 @@ impl Predictive {
     }
 
     /// Lets `arena` grow into what the other one leaves of the limit (the long arena also
-    /// stops short of the short one's addresses).
-    fn set_room(&mut self, arena: usize) {
+    /// stops short of the short one's addresses), or not grow at all.
+    fn set_room(&mut self, arena: usize, grow: bool) {
         let other = self.footprint(1 - arena);
         let mut room = self.limit_bytes.map(|l| l.saturating_sub(other));
         if arena == LONG {
             room = Some(room.map_or(SHORT_BASE, |r| r.min(SHORT_BASE)));
+        }
+        if !grow {
+            let top = self.footprint(arena);
+            room = Some(room.map_or(top, |r| r.min(top)));
         }
         if let Some(a) = self.arenas.get_mut(arena) {
             a.set_limit(room);
@@ -122,8 +128,16 @@ impl Policy for Predictive {
             None => self.learner.predict_short(keys),
         };
         let preferred = if short { SHORT } else { LONG };
-        for arena in [preferred, 1 - preferred] {
-            self.set_room(arena);
+        // (arena, may it grow): a short-lived block may borrow a hole of the long arena before
+        // its own grows (it leaves soon); a long-lived one never pins a hole of the short arena
+        // unless the limit leaves nothing else.
+        let attempts: &[(usize, bool)] = if short {
+            &[(SHORT, false), (LONG, false), (SHORT, true), (LONG, true)]
+        } else {
+            &[(LONG, true), (SHORT, true)]
+        };
+        for &(arena, grow) in attempts {
+            self.set_room(arena, grow);
             let Some(heap) = self.arenas.get_mut(arena) else {
                 continue;
             };
