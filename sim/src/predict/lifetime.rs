@@ -18,9 +18,10 @@
 //! majority label so far.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
 use super::tokens::{alloc_token, token_of};
+use crate::policy::pool::AddrHasher;
 use crate::trace::{EventKind, NO_ALLOC_ID, TraceView};
 
 /// Default threshold: shorter-lived than this many allocations is short.
@@ -30,29 +31,9 @@ pub const MIN_EVIDENCE: u32 = 4;
 /// Site of an allocation without one.
 pub const NO_SITE: u32 = u32::MAX;
 
-/// A multiplicative hasher for the learner's integer keys (std's SipHash is needlessly slow
-/// for them and nothing adversarial reaches them).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MulHasher(u64);
-
-impl Hasher for MulHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-    fn write_u32(&mut self, x: u32) {
-        self.write_u64(u64::from(x));
-    }
-}
-
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<MulHasher>>;
+/// The learner's maps: integer keys, nothing adversarial, so a multiplicative hash (the
+/// pool's) rather than SipHash.
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<AddrHasher>>;
 
 /// What an allocator knows when allocation `id` is asked for, per dense allocation id.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
