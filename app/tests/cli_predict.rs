@@ -106,7 +106,12 @@ fn threads_and_cross_run_on_pytorch_snapshots() {
         a.to_str().unwrap(),
         b.to_str().unwrap(),
     ]);
-    assert!(v["train_file"].as_str().unwrap().ends_with("lm_train_step_a.pickle"));
+    assert!(
+        v["train_file"]
+            .as_str()
+            .unwrap()
+            .ends_with("lm_train_step_a.pickle")
+    );
     for m in v["models"].as_array().unwrap() {
         let cross = &m["cross_run"];
         for key in FIGURES {
@@ -135,7 +140,10 @@ fn threads_and_cross_run_on_pytorch_snapshots() {
         b.to_str().unwrap(),
     ]);
     let m = &same["models"][0];
-    assert!(fraction(&m["cross_run"]["top1"]) > fraction(&m["online"]["top1"]), "{m}");
+    assert!(
+        fraction(&m["cross_run"]["top1"]) > fraction(&m["online"]["top1"]),
+        "{m}"
+    );
 }
 
 #[test]
@@ -165,7 +173,13 @@ fn bad_requests_say_what_is_wrong() {
     // The table names the modes and the lifetime predictor.
     let out = allocview(&["predict", "--order", "3", t]);
     let text = String::from_utf8_lossy(&out.stdout);
-    for needle in ["time-ordered split", "online", "order-3", "per thread", "lifetime"] {
+    for needle in [
+        "time-ordered split",
+        "online",
+        "order-3",
+        "per thread",
+        "lifetime",
+    ] {
         assert!(text.contains(needle), "{needle}: {text}");
     }
 }
