@@ -46,11 +46,13 @@ pub struct PredictArgs {
     pub input: InputArgs,
 }
 
-/// A loaded trace's token stream, its thread ids, and its replay view's inputs.
+/// A loaded trace as `predict` uses it.
 struct Input {
     tokens: TokenStream,
     /// The file's id of each thread index.
     tids: Vec<u64>,
+    /// The lifetime predictor's score on this trace.
+    lifetime: LifetimeReport,
 }
 
 fn tids_of(loaded: &Loaded) -> Vec<u64> {
@@ -60,21 +62,28 @@ fn tids_of(loaded: &Loaded) -> Vec<u64> {
         .unwrap_or_default()
 }
 
-fn tokens_of(loaded: &Loaded, path: &Path) -> Result<(Input, Option<LifetimeReport>)> {
-    let ev = require_events(loaded, path, "predict")?;
+/// The replay view and per-event thread indices of `loaded`'s events (`command` names the
+/// command in the error for an input without events).
+fn events_and_threads<'a>(
+    loaded: &'a Loaded,
+    path: &Path,
+    command: &str,
+) -> Result<(TraceView<'a>, Vec<u16>)> {
+    let ev = require_events(loaded, path, command)?;
     let view = allocview_loaders::trace_view(ev.events, path)?;
     let threads = thread_indices(ev.events)
         .with_context(|| format!("reading the thread column of {}", path.display()))?;
-    let tokens = TokenStream::from_trace(&view, Some(&threads));
+    Ok((view, threads))
+}
+
+fn input_of(loaded: &Loaded, path: &Path) -> Result<Input> {
+    let (view, threads) = events_and_threads(loaded, path, "predict")?;
     let features = features_for(loaded, &view, &threads);
-    let report = lifetime::evaluate(&view, &features, DEFAULT_SHORT_ALLOCS);
-    Ok((
-        Input {
-            tokens,
-            tids: tids_of(loaded),
-        },
-        Some(report),
-    ))
+    Ok(Input {
+        tokens: TokenStream::from_trace(&view, Some(&threads)),
+        tids: tids_of(loaded),
+        lifetime: lifetime::evaluate(&view, &features, DEFAULT_SHORT_ALLOCS),
+    })
 }
 
 /// What the `predictive` policy knows at each allocation of `loaded`: each thread's recent
@@ -97,9 +106,7 @@ pub fn alloc_features(
     view: &TraceView<'_>,
     path: &Path,
 ) -> Result<Arc<AllocFeatures>> {
-    let ev = require_events(loaded, path, "compare")?;
-    let threads = thread_indices(ev.events)
-        .with_context(|| format!("reading the thread column of {}", path.display()))?;
+    let (_, threads) = events_and_threads(loaded, path, "compare")?;
     Ok(Arc::new(features_for(loaded, view, &threads)))
 }
 
@@ -129,15 +136,12 @@ fn model_names(args: &PredictArgs) -> Result<Vec<String>> {
 pub fn run(args: &PredictArgs) -> Result<()> {
     let names = model_names(args)?;
     let loaded = load_input(&args.file, &args.input)?;
-    let (input, lifetime) = tokens_of(&loaded, &args.file)?;
+    let input = input_of(&loaded, &args.file)?;
     drop(loaded);
     let other = match &args.train {
         Some(path) => {
             let l = load_input(path, &args.input)?;
-            let ev = require_events(&l, path, "predict --train")?;
-            let view = allocview_loaders::trace_view(ev.events, path)?;
-            let threads = thread_indices(ev.events)
-                .with_context(|| format!("reading the thread column of {}", path.display()))?;
+            let (view, threads) = events_and_threads(&l, path, "predict --train")?;
             Some(TokenStream::from_trace(&view, Some(&threads)))
         }
         None => None,
@@ -149,12 +153,9 @@ pub fn run(args: &PredictArgs) -> Result<()> {
         .collect();
     let file = args.file.display().to_string();
     if args.json {
-        outln!(
-            "{}",
-            report_json(&file, args, &input, &reports, lifetime.as_ref())
-        );
+        outln!("{}", report_json(&file, args, &input, &reports));
     } else {
-        print_tables(&file, args, &input, &reports, lifetime.as_ref())?;
+        print_tables(&file, args, &input, &reports)?;
     }
     Ok(())
 }
@@ -191,13 +192,7 @@ fn lifetime_json(r: &LifetimeReport) -> Value {
     })
 }
 
-fn report_json(
-    file: &str,
-    args: &PredictArgs,
-    input: &Input,
-    reports: &[ModelReport],
-    lifetime: Option<&LifetimeReport>,
-) -> Value {
+fn report_json(file: &str, args: &PredictArgs, input: &Input, reports: &[ModelReport]) -> Value {
     let models: Vec<Value> = reports
         .iter()
         .map(|r| {
@@ -225,7 +220,7 @@ fn report_json(
         "split_fraction": args.split,
         "train_file": args.train.as_ref().map(|p| p.display().to_string()),
         "models": models,
-        "lifetime": lifetime.map(lifetime_json),
+        "lifetime": lifetime_json(&input.lifetime),
     })
 }
 
@@ -281,7 +276,6 @@ fn print_tables(
     args: &PredictArgs,
     input: &Input,
     reports: &[ModelReport],
-    lifetime: Option<&LifetimeReport>,
 ) -> Result<()> {
     let t = &input.tokens;
     let allocs = t.token.iter().filter(|&&x| x < 32).count() as u64;
@@ -350,22 +344,21 @@ fn print_tables(
             );
         }
     }
-    if let Some(l) = lifetime {
-        outln!();
-        outln!(
-            "lifetime predictor of the `predictive` policy (short = freed within {} allocations): \
-             {} allocations, {} short",
-            l.short_threshold_allocs,
-            format::count(l.allocations),
-            pct((l.allocations > 0).then(|| l.true_short as f64 / l.allocations as f64))
-        );
-        outln!(
-            "  accuracy {} (majority-so-far {}), short precision {}, short recall {}",
-            pct(l.accuracy()),
-            pct(l.baseline_accuracy()),
-            pct(l.short_precision()),
-            pct(l.short_recall())
-        );
-    }
+    let l = &input.lifetime;
+    outln!();
+    outln!(
+        "lifetime predictor of the `predictive` policy (short = freed within {} allocations): \
+         {} allocations, {} short",
+        l.short_threshold_allocs,
+        format::count(l.allocations),
+        pct((l.allocations > 0).then(|| l.true_short as f64 / l.allocations as f64))
+    );
+    outln!(
+        "  accuracy {} (majority-so-far {}), short precision {}, short recall {}",
+        pct(l.accuracy()),
+        pct(l.baseline_accuracy()),
+        pct(l.short_precision()),
+        pct(l.short_recall())
+    );
     Ok(())
 }
