@@ -17,9 +17,9 @@
 //! **Tables** ([`super::table`]). Orders 0 to 2 are indexed directly (64 `u8` counts a
 //! context); orders 3 and up are hashed by their exact key (k tokens of 6 bits and the order,
 //! no collisions) into one-cache-line entries of up to 24 (token, count) pairs, the rarest
-//! dropped for a 25th successor. Counts are halved at 255. A lookup first reads the home
-//! entries of all its hashed orders, so their cache misses overlap; nothing is allocated per
-//! event.
+//! dropped for a 25th successor, one table per order. Counts are halved at 255. A lookup first
+//! reads the home entries of all its hashed orders, so their cache misses overlap; nothing is
+//! allocated per event.
 //!
 //! **Decisions.** Top-1, top-3 and the collapsed label are those of the blend's full
 //! distribution (ties to the lower token), but the blend is summed from the highest order down
@@ -79,8 +79,9 @@ pub struct ContextModel {
     order: usize,
     /// Orders 0 to 2, indexed by [`History::dense_index`].
     dense: Vec<Dense>,
-    /// Orders 3 and up.
-    table: Table,
+    /// Orders 3 and up, one table each (so the small low-order tables stay in cache while the
+    /// large high-order ones miss), `tables[k - 3]`.
+    tables: Vec<Table>,
     threads: Vec<History>,
     /// Slots `predict` found for `(cached_thread, cached_bits)`, per order, so the `observe`
     /// that follows it in online use does not probe again.
@@ -95,7 +96,7 @@ impl ContextModel {
         Self {
             order: order.clamp(1, MAX_ORDER),
             dense: vec![Dense::default(); DENSE_CONTEXTS],
-            table: Table::default(),
+            tables: vec![Table::default(); MAX_ORDER - DENSE_ORDERS],
             threads: Vec::new(),
             cached: [NONE; MAX_ORDER + 1],
             cached_for: None,
@@ -112,7 +113,8 @@ impl ContextModel {
     #[must_use]
     pub fn contexts(&self) -> usize {
         let dense = self.dense.iter().skip(1);
-        dense.filter(|d| Ctx::Dense(d).total() > 0).count() + self.table.contexts()
+        dense.filter(|d| Ctx::Dense(d).total() > 0).count()
+            + self.tables.iter().map(Table::contexts).sum::<usize>()
     }
 
     fn history(&self, thread: u16) -> History {
@@ -137,21 +139,17 @@ impl ContextModel {
             let d = self.dense.get(h.dense_index(k))?;
             return Some((NONE, Ctx::Dense(d)));
         }
-        let i = self.table.find(h.key(k))?;
-        Some((i as u32, Ctx::Sparse(self.table.get(i)?)))
+        let table = self.tables.get(k - DENSE_ORDERS - 1)?;
+        let i = table.find(h.key(k))?;
+        Some((i as u32, Ctx::Sparse(table.get(i)?)))
     }
 
     /// Warms the hashed entries of `h`'s contexts up to order `kmax`.
     fn warm(&self, h: History, kmax: usize) {
-        let mut keys = [0u64; MAX_ORDER];
-        let mut n = 0;
-        for k in DENSE_ORDERS + 1..=kmax {
-            if let Some(key) = keys.get_mut(n) {
-                *key = h.key(k);
-                n += 1;
-            }
+        let orders = DENSE_ORDERS + 1..=kmax;
+        for (k, table) in orders.zip(&self.tables) {
+            table.warm(h.key(k));
         }
-        self.table.warm(keys.get(..n).unwrap_or_default());
     }
 }
 
@@ -307,7 +305,8 @@ impl Model for ContextModel {
         let h = self.history(thread);
         if learn {
             let kmax = self.order.min(usize::from(h.len));
-            let mut cache_valid = self.cached_for == Some((thread, h.bits, h.len));
+            // A table that grows only invalidates its own cached index, which is not used.
+            let cache_valid = self.cached_for == Some((thread, h.bits, h.len));
             if !cache_valid {
                 self.warm(h, kmax);
             }
@@ -316,17 +315,14 @@ impl Model for ContextModel {
                     d.add(token);
                 }
             }
-            for k in DENSE_ORDERS + 1..=kmax {
+            for (k, table) in (DENSE_ORDERS + 1..=kmax).zip(&mut self.tables) {
                 let cached = self.cached[k];
                 let i = if cache_valid && cached != NONE {
                     cached as usize
                 } else {
-                    let mut grew = false;
-                    let i = self.table.find_or_insert(h.key(k), &mut grew);
-                    cache_valid &= !grew;
-                    i
+                    table.find_or_insert(h.key(k))
                 };
-                if let Some(e) = self.table.get_mut(i) {
+                if let Some(e) = table.get_mut(i) {
                     e.add(token);
                 }
             }

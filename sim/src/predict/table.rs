@@ -205,16 +205,12 @@ impl Table {
         (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
     }
 
-    /// Reads the home entries of `keys` so their cache misses overlap, before the lookups
-    /// whose probing branches would serialise them.
-    pub fn warm(&self, keys: &[u64]) {
-        let mut x = 0u64;
-        for &k in keys {
-            if let Some(e) = self.entries.get(self.home(k)) {
-                x ^= e.key;
-            }
+    /// Reads the home entry of `key`, so that the cache misses of several tables overlap
+    /// before the lookups whose probing branches would serialise them.
+    pub fn warm(&self, key: u64) {
+        if let Some(e) = self.entries.get(self.home(key)) {
+            std::hint::black_box(e.key);
         }
-        std::hint::black_box(x);
     }
 
     /// The entry index of `key` (non-zero), if stored.
@@ -234,12 +230,11 @@ impl Table {
         }
     }
 
-    /// The entry of `key` (non-zero), inserting an empty one; `grew` is set when the table
-    /// was rebuilt (earlier entry indices are then stale).
-    pub fn find_or_insert(&mut self, key: u64, grew: &mut bool) -> usize {
+    /// The entry of `key` (non-zero), inserting an empty one (growing the table, which makes
+    /// earlier entry indices stale).
+    pub fn find_or_insert(&mut self, key: u64) -> usize {
         if (self.used + 1) * 2 > self.entries.len() {
             self.grow();
-            *grew = true;
         }
         let mask = self.entries.len() - 1;
         let mut i = self.home(key);
