@@ -89,7 +89,11 @@ fn input_of(loaded: &Loaded, path: &Path) -> Result<Input> {
 /// What the `predictive` policy knows at each allocation of `loaded`: each thread's recent
 /// calls and, where the input has them, allocation sites (stacks or TensorFlow operations).
 fn features_for(loaded: &Loaded, view: &TraceView<'_>, threads: &[u16]) -> AllocFeatures {
-    let sites = sites_of(loaded).filter(|s| s.kind != SiteKind::SizeClasses);
+    // A malloc trace without stacks has no sites: skip building its size-class stand-ins.
+    let sites = match loaded {
+        Loaded::MallocTrace(t) if t.stacks.is_none() => None,
+        _ => sites_of(loaded).filter(|s| s.kind != SiteKind::SizeClasses),
+    };
     AllocFeatures::from_trace(
         view,
         Some(threads),
