@@ -421,6 +421,19 @@ mod tests {
     }
 
     #[test]
+    fn predictive_variants_parse() {
+        let c = PolicySpec::parse("predictive:lifetimes=true:short_allocs=16")
+            .unwrap()
+            .apply(&PolicyConfig::default())
+            .unwrap();
+        assert!(c.predictive_true_lifetimes);
+        assert_eq!(c.predictive_short_allocs, 16);
+        assert!(PolicySpec::parse("predictive:short_allocs=0").is_err());
+        assert!(PolicySpec::parse("predictive:lifetimes=sometimes").is_err());
+        assert!(PolicySpec::parse("best-fit:lifetimes=true").is_err());
+    }
+
+    #[test]
     fn bad_variants_say_why() {
         let e = PolicySpec::parse("bfc:max_split_size_mb=128").unwrap_err();
         assert!(e.to_string().contains("allow_growth"), "{e}");
