@@ -84,6 +84,10 @@ enum Command {
     /// Simulate spilling to disk under a memory limit: bytes spilled and reloaded per eviction
     /// policy, against OS swap and the lower bound (`--sweep`: the curve over limits, as PNG).
     Spill(cmd::spill::SpillArgs),
+    /// How predictable the allocation stream is: baselines and order-1..K context models on
+    /// the libtracemalloc article's tokens (split, online, cross-run), and the lifetime
+    /// predictor of the `predictive` policy.
+    Predict(cmd::predict::PredictArgs),
 }
 
 fn main() -> ExitCode {
@@ -104,6 +108,7 @@ fn main() -> ExitCode {
         (Some(Command::Sites(args)), _) => cmd::sites::run_sites(&args),
         (Some(Command::Leaks(args)), _) => cmd::sites::run_leaks(&args),
         (Some(Command::Flamegraph(args)), _) => cmd::sites::run_flamegraph(&args),
+        (Some(Command::Predict(args)), _) => cmd::predict::run(&args),
         (Some(Command::Diff(args)), _) => match cmd::diff::run(&args) {
             // The CI gate: the report is printed, the status says it failed.
             Ok(true) => return ExitCode::from(1),

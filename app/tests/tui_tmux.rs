@@ -160,9 +160,9 @@ fn a_pytorch_snapshot_in_tmux() {
         .unwrap();
     assert!(out.status.success());
     let s = Session(name);
-    let screen = wait_for(&s, "all policies replayed", |t| {
-        t.contains("(8/8 replayed)")
-    });
+    let n = allocview_sim::policy::registry::POLICY_NAMES.len();
+    let all_replayed = format!("({n}/{n} replayed)");
+    let screen = wait_for(&s, "all policies replayed", |t| t.contains(&all_replayed));
     assert!(screen.contains("heap: pytorch"), "{screen}");
     assert!(
         screen.contains("phases: Optimizer.step#AdamW.step"),

@@ -162,6 +162,27 @@ impl TraceStats {
     }
 }
 
+/// The `thread` column (UInt8 or UInt16) widened to one `u16` per event, for consumers that
+/// walk the events per thread (`allocview predict`).
+///
+/// # Errors
+/// When the column is missing, of another type, or not one contiguous chunk.
+pub fn thread_indices(
+    events: &polars::prelude::DataFrame,
+) -> Result<Vec<u16>, polars::prelude::PolarsError> {
+    let col = events.column("thread")?;
+    if col.dtype() == &polars::prelude::DataType::UInt8 {
+        Ok(col
+            .u8()?
+            .cont_slice()?
+            .iter()
+            .map(|&t| u16::from(t))
+            .collect())
+    } else {
+        Ok(col.u16()?.cont_slice()?.to_vec())
+    }
+}
+
 /// Events per thread index, counted straight from the `thread` column (UInt8 or UInt16)
 /// without widening a copy of it: a copy would cost two bytes an event at the peak.
 ///

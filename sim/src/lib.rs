@@ -5,6 +5,8 @@
 //! - [`replay`]: the replay engine ([`replay::replay`]), with [`metrics`], downsampled [`series`]
 //!   and per-size-class [`classes`];
 //! - [`plan`]: static memory planners over buffer lifetimes (TFLite, MegEngine, minimalloc-style search);
+//! - [`predict`]: how predictable the allocation stream is (the article's tokens, context models,
+//!   their evaluation) and the lifetime predictor of the `predictive` policy;
 //!
 //! This crate knows nothing of files, polars or user interfaces.
 
@@ -14,6 +16,7 @@ pub mod metrics;
 pub mod min_limit;
 pub mod plan;
 pub mod policy;
+pub mod predict;
 pub mod replay;
 pub mod series;
 pub mod spill;

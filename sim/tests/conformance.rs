@@ -347,6 +347,7 @@ conformance!(
     glibc => "glibc",
     oracle => "oracle",
     pytorch => "pytorch",
+    predictive => "predictive",
 );
 
 #[test]

@@ -124,6 +124,7 @@ policy_properties!(
     glibc => "glibc",
     oracle => "oracle",
     pytorch => "pytorch",
+    predictive => "predictive",
 );
 
 #[test]

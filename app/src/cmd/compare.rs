@@ -193,9 +193,12 @@ pub fn max_live_bytes(trace: &TraceView<'_>) -> u64 {
 pub fn run(args: &CompareArgs) -> Result<()> {
     let specs = args.policies.specs()?;
     let loaded = load_input(&args.file, &args.input)?;
-    let config = config_for_input(&loaded, args.policies.config()?);
+    let mut config = config_for_input(&loaded, args.policies.config()?);
     let ev = require_events(&loaded, &args.file, "compare")?;
     let view = allocview_loaders::trace_view(ev.events, &args.file)?;
+    if specs.iter().any(|s| s.name == "predictive") {
+        config.alloc_features = Some(super::predict::alloc_features(&loaded, &view, &args.file)?);
+    }
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });

@@ -17,6 +17,7 @@ pub mod flamegraph_svg;
 pub mod load;
 pub mod min_limit;
 pub mod plan;
+pub mod predict;
 pub mod record;
 pub mod record_limit;
 pub mod report;

@@ -40,6 +40,11 @@ impl BestFit {
             heap: FitHeap::new(config, SizeBins::new(config.align_bytes))?,
         })
     }
+
+    /// Changes the footprint limit; see `FitHeap::set_limit`.
+    pub(crate) fn set_limit(&mut self, limit: Option<u64>) {
+        self.heap.set_limit(limit);
+    }
 }
 
 impl Policy for BestFit {

@@ -190,6 +190,12 @@ impl<I: FreeIndex> FitHeap<I> {
         out
     }
 
+    /// Changes the footprint limit (a policy that shares one limit between heaps gives each
+    /// what the others leave). The caller keeps it at or above the current top.
+    pub(crate) fn set_limit(&mut self, limit: Option<u64>) {
+        self.limit = limit;
+    }
+
     pub(crate) fn index(&self) -> &I {
         &self.index
     }

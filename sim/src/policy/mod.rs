@@ -15,6 +15,7 @@ mod fit_common;
 pub mod glibc;
 pub mod oracle;
 pub mod pool;
+pub mod predictive;
 pub mod pytorch;
 pub mod registry;
 pub mod spec;

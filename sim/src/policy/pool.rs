@@ -31,6 +31,7 @@ use crate::policy::{
 /// open-addressing `AddrMap`: its addresses are never reused, so nearly every insertion is of
 /// a new key, and the standard map finds the empty slot from its small control array without a
 /// cache miss on the entries (on the python trace: 112 against 78 million calls a second).
+/// The lifetime learner of `predictive` keys its integer contexts with it too.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct AddrHasher(u64);
 

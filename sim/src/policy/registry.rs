@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::policy::pytorch::{PytorchScript, PytorchSettings};
 use crate::policy::{Policy, best_fit, buddy, first_fit, pool};
+use crate::predict::lifetime::{AllocFeatures, DEFAULT_SHORT_ALLOCS};
 use crate::trace::TraceView;
 
 /// Every registered policy name, in the order frontends list them.
@@ -20,6 +21,7 @@ pub const POLICY_NAMES: &[&str] = &[
     "glibc",
     "oracle",
     "pytorch",
+    "predictive",
 ];
 
 /// Knobs for every policy. Each policy reads the fields it understands and ignores the rest, so
@@ -53,6 +55,14 @@ pub struct PolicyConfig {
     /// PyTorch: a snapshot's recorded start state and segment events, to replay it
     /// faithfully and score the replay. Default `None` (an empty allocator).
     pub pytorch_script: Option<Arc<PytorchScript>>,
+    /// Predictive: a block freed before this many more allocations is short-lived. Default 64.
+    pub predictive_short_allocs: u64,
+    /// Predictive: class blocks by their true lifetimes (read from the trace's future) instead
+    /// of predicting them: the upper bound of prediction. Default false.
+    pub predictive_true_lifetimes: bool,
+    /// Predictive: what is known at each allocation (threads' recent calls, sites), built by the
+    /// frontend from the trace's thread and site columns. Default `None`: one thread, no sites.
+    pub alloc_features: Option<Arc<AllocFeatures>>,
 }
 
 impl Default for PolicyConfig {
@@ -68,6 +78,9 @@ impl Default for PolicyConfig {
             glibc_mmap_threshold_bytes: 128 << 10,
             pytorch: PytorchSettings::default(),
             pytorch_script: None,
+            predictive_short_allocs: DEFAULT_SHORT_ALLOCS,
+            predictive_true_lifetimes: false,
+            alloc_features: None,
         }
     }
 }
@@ -102,7 +115,8 @@ impl RegistryError {
 }
 
 /// Builds the policy called `name`. `trace` is the trace about to be replayed: offline policies
-/// (`oracle`) plan from it; online policies ignore it.
+/// (`oracle`) plan from it, `predictive` reads its allocations' features (and, with
+/// `lifetimes=true`, their true lifetimes) from it; online policies ignore it.
 ///
 /// # Errors
 /// [`RegistryError::UnknownPolicy`] for a name outside [`POLICY_NAMES`], and
@@ -130,6 +144,9 @@ pub fn build(
         "pytorch" => Ok(Box::new(
             crate::policy::pytorch::Pytorch::new(config.pytorch.clone(), config)
                 .map_err(invalid(name))?,
+        )),
+        "predictive" => Ok(Box::new(
+            crate::policy::predictive::Predictive::new(trace, config).map_err(invalid(name))?,
         )),
         _ => Err(RegistryError::unknown(name)),
     }

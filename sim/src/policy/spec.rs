@@ -69,6 +69,16 @@ pub const PARAMS: &[(&str, &str, &str)] = &[
         "oversize blocks may exceed the request by this much (>= 20)",
     ),
     (
+        "predictive",
+        "lifetimes",
+        "`true`: class blocks by their true lifetimes (the upper bound of prediction)",
+    ),
+    (
+        "predictive",
+        "short_allocs",
+        "a block freed before this many more allocations is short-lived (default 64)",
+    ),
+    (
         "pytorch",
         "start",
         "`snapshot`: the state rebuilt from a snapshot (default for plain `pytorch` on one); `empty`: an empty allocator",
@@ -207,6 +217,14 @@ impl PolicySpec {
                 }
                 "block_size" => c.pool_block_bytes = parse_bytes(v).map_err(bad)?,
                 "mmap_threshold" => c.glibc_mmap_threshold_bytes = parse_bytes(v).map_err(bad)?,
+                "lifetimes" => c.predictive_true_lifetimes = parse_bool(v).map_err(bad)?,
+                "short_allocs" => {
+                    let n: u64 = v.parse().map_err(|_| bad("expected a number".to_owned()))?;
+                    if n == 0 {
+                        return Err(bad("must be at least 1".to_owned()));
+                    }
+                    c.predictive_short_allocs = n;
+                }
                 "start" => {
                     start = Some(match v.as_str() {
                         "snapshot" => "snapshot",
@@ -400,6 +418,19 @@ mod tests {
             .apply(&PolicyConfig::default())
             .unwrap();
         assert_eq!(c.buddy_min_block_bytes, 4096);
+    }
+
+    #[test]
+    fn predictive_variants_parse() {
+        let c = PolicySpec::parse("predictive:lifetimes=true:short_allocs=16")
+            .unwrap()
+            .apply(&PolicyConfig::default())
+            .unwrap();
+        assert!(c.predictive_true_lifetimes);
+        assert_eq!(c.predictive_short_allocs, 16);
+        assert!(PolicySpec::parse("predictive:short_allocs=0").is_err());
+        assert!(PolicySpec::parse("predictive:lifetimes=sometimes").is_err());
+        assert!(PolicySpec::parse("best-fit:lifetimes=true").is_err());
     }
 
     #[test]

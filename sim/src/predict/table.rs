@@ -1,0 +1,327 @@
+//! The count tables of the context models (see [`super::context`] for the model).
+//!
+//! Orders 0 to 2 have at most 1 + 64 + 4096 contexts: each has a [`Dense`] entry, indexed
+//! directly, with 64 `u8` counts (128 bytes, two cache lines fetched as a pair). Orders 3 and
+//! up are hashed: a [`Sparse`] entry is one 64-byte cache line holding the exact key (the k
+//! tokens of 6 bits and the order), `n`, `u` and up to [`SPARSE_SLOTS`] (token, count) pairs;
+//! a context that meets a 25th distinct successor drops its rarest one for it (the model is
+//! then that of the kept counts). Counts are halved, rounding up so no token is forgotten,
+//! when one reaches 255, which also lets old behaviour fade. The hashed table is open
+//! addressing with linear probing at a load of at most 1/2, doubled when fuller; nothing is
+//! allocated per event.
+
+use super::tokens::NUM_TOKENS;
+
+const COUNT_MAX: u8 = 255;
+/// Successors a hashed context keeps.
+pub const SPARSE_SLOTS: usize = 24;
+
+/// The 64 counts of a dense context.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+struct Counts([u8; NUM_TOKENS]);
+
+impl Default for Counts {
+    fn default() -> Self {
+        Self([0; NUM_TOKENS])
+    }
+}
+
+/// A context of order 0 to 2: its summary, then its counts on the next cache line.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C, align(128))]
+pub struct Dense {
+    /// Bit x set when `counts[x] > 0`.
+    mask: u64,
+    total: u32,
+    distinct: u32,
+    counts: Counts,
+}
+
+impl Dense {
+    /// Learns one more `token` after this context.
+    pub fn add(&mut self, token: u8) {
+        let x = usize::from(token) & (NUM_TOKENS - 1);
+        let c = &mut self.counts.0[x];
+        if *c == 0 {
+            self.mask |= 1 << x;
+            self.distinct += 1;
+        }
+        *c += 1;
+        self.total += 1;
+        if *c == COUNT_MAX {
+            self.total = 0;
+            for c in &mut self.counts.0 {
+                *c = c.div_ceil(2);
+                self.total += u32::from(*c);
+            }
+        }
+    }
+}
+
+/// A hashed context of order 3 and up, one cache line.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C, align(64))]
+pub struct Sparse {
+    /// 0 for an empty slot.
+    key: u64,
+    total: u16,
+    distinct: u8,
+    _pad: [u8; 5],
+    tokens: [u8; SPARSE_SLOTS],
+    counts: [u8; SPARSE_SLOTS],
+}
+
+impl Sparse {
+    /// Learns one more `token` after this context.
+    pub fn add(&mut self, token: u8) {
+        let n = usize::from(self.distinct).min(SPARSE_SLOTS);
+        let slot = match self.tokens[..n].iter().position(|&t| t == token) {
+            Some(i) => i,
+            None if n < SPARSE_SLOTS => {
+                self.tokens[n] = token;
+                self.counts[n] = 0;
+                self.distinct += 1;
+                n
+            }
+            None => {
+                // Full: the rarest successor (the first of equals) makes room.
+                let mut i = 0;
+                for (j, &c) in self.counts.iter().enumerate() {
+                    if c < self.counts[i] {
+                        i = j;
+                    }
+                }
+                self.total -= u16::from(self.counts[i]);
+                self.tokens[i] = token;
+                self.counts[i] = 0;
+                i
+            }
+        };
+        let i = slot % SPARSE_SLOTS;
+        self.counts[i] += 1;
+        self.total += 1;
+        if self.counts[i] == COUNT_MAX {
+            self.total = 0;
+            let n = usize::from(self.distinct).min(SPARSE_SLOTS);
+            for c in &mut self.counts[..n] {
+                *c = c.div_ceil(2);
+                self.total += u16::from(*c);
+            }
+        }
+    }
+}
+
+/// One context's statistics, whichever table holds them.
+#[derive(Clone, Copy, Debug)]
+pub enum Ctx<'a> {
+    Dense(&'a Dense),
+    Sparse(&'a Sparse),
+}
+
+impl Ctx<'_> {
+    /// Times the context was followed by a token (`n`).
+    #[must_use]
+    pub fn total(self) -> u32 {
+        match self {
+            Self::Dense(d) => d.total,
+            Self::Sparse(s) => u32::from(s.total),
+        }
+    }
+
+    /// Distinct tokens that followed it (`u`).
+    #[must_use]
+    pub fn distinct(self) -> u32 {
+        match self {
+            Self::Dense(d) => d.distinct,
+            Self::Sparse(s) => u32::from(s.distinct),
+        }
+    }
+
+    /// Times `token` followed it.
+    #[must_use]
+    pub fn count(self, token: u8) -> u8 {
+        match self {
+            Self::Dense(d) => d.counts.0[usize::from(token) & (NUM_TOKENS - 1)],
+            Self::Sparse(s) => {
+                let n = usize::from(s.distinct).min(SPARSE_SLOTS);
+                s.tokens[..n]
+                    .iter()
+                    .position(|&t| t == token)
+                    .map_or(0, |i| s.counts[i])
+            }
+        }
+    }
+
+    /// Calls `f(token, count)` for every token that followed it.
+    pub fn for_each(self, mut f: impl FnMut(usize, u8)) {
+        match self {
+            Self::Dense(d) => {
+                let mut m = d.mask;
+                while m != 0 {
+                    let x = m.trailing_zeros() as usize & (NUM_TOKENS - 1);
+                    m &= m - 1;
+                    f(x, d.counts.0[x]);
+                }
+            }
+            Self::Sparse(s) => {
+                let n = usize::from(s.distinct).min(SPARSE_SLOTS);
+                for (&t, &c) in s.tokens[..n].iter().zip(&s.counts[..n]) {
+                    f(usize::from(t) & (NUM_TOKENS - 1), c);
+                }
+            }
+        }
+    }
+}
+
+/// The hashed table of [`Sparse`] entries.
+#[derive(Clone, Debug)]
+pub struct Table {
+    entries: Vec<Sparse>,
+    /// `64 - log2(capacity)`, for multiplicative hashing.
+    shift: u32,
+    used: usize,
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        const INITIAL_LOG2: u32 = 12;
+        Self {
+            entries: vec![Sparse::default(); 1 << INITIAL_LOG2],
+            shift: 64 - INITIAL_LOG2,
+            used: 0,
+        }
+    }
+}
+
+impl Table {
+    /// Contexts stored.
+    #[must_use]
+    pub fn contexts(&self) -> usize {
+        self.used
+    }
+
+    fn home(&self, key: u64) -> usize {
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+    }
+
+    /// Reads the home entry of `key`, so that the cache misses of several tables overlap
+    /// before the lookups whose probing branches would serialise them.
+    pub fn warm(&self, key: u64) {
+        if let Some(e) = self.entries.get(self.home(key)) {
+            std::hint::black_box(e.key);
+        }
+    }
+
+    /// The entry index of `key` (non-zero), if stored.
+    #[must_use]
+    pub fn find(&self, key: u64) -> Option<usize> {
+        let mask = self.entries.len() - 1;
+        let mut i = self.home(key);
+        loop {
+            let k = self.entries.get(i)?.key;
+            if k == key {
+                return Some(i);
+            }
+            if k == 0 {
+                return None;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// The entry of `key` (non-zero), inserting an empty one (growing the table, which makes
+    /// earlier entry indices stale).
+    pub fn find_or_insert(&mut self, key: u64) -> usize {
+        if (self.used + 1) * 2 > self.entries.len() {
+            self.grow();
+        }
+        let mask = self.entries.len() - 1;
+        let mut i = self.home(key);
+        loop {
+            let Some(e) = self.entries.get_mut(i) else {
+                return i;
+            };
+            if e.key == key {
+                return i;
+            }
+            if e.key == 0 {
+                e.key = key;
+                self.used += 1;
+                return i;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Entry `i`.
+    #[must_use]
+    pub fn get(&self, i: usize) -> Option<&Sparse> {
+        self.entries.get(i)
+    }
+
+    /// Entry `i`, to learn.
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut Sparse> {
+        self.entries.get_mut(i)
+    }
+
+    fn grow(&mut self) {
+        let cap = self.entries.len() * 2;
+        let old = std::mem::replace(&mut self.entries, vec![Sparse::default(); cap]);
+        self.shift -= 1;
+        let mask = cap - 1;
+        for e in old {
+            if e.key == 0 {
+                continue;
+            }
+            let mut i = self.home(e.key);
+            while self.entries.get(i).is_some_and(|t| t.key != 0) {
+                i = (i + 1) & mask;
+            }
+            if let Some(slot) = self.entries.get_mut(i) {
+                *slot = e;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_sparse_context_drops_its_rarest_successor() {
+        let mut s = Sparse::default();
+        for t in 0..SPARSE_SLOTS as u8 {
+            for _ in 0..=t {
+                s.add(t);
+            }
+        }
+        let before = Ctx::Sparse(&s).total();
+        s.add(60);
+        let c = Ctx::Sparse(&s);
+        assert_eq!(c.distinct(), SPARSE_SLOTS as u32);
+        assert_eq!(c.count(0), 0, "token 0 (seen once) made room");
+        assert_eq!(c.count(60), 1);
+        assert_eq!(c.total(), before);
+        let mut sum = 0u32;
+        c.for_each(|_, n| sum += u32::from(n));
+        assert_eq!(sum, c.total());
+    }
+
+    #[test]
+    fn sparse_and_dense_count_alike() {
+        let (mut s, mut d) = (Sparse::default(), Dense::default());
+        for i in 0..2000u32 {
+            let t = (i * 7 % 11) as u8 + 3 * u8::from(i % 5 == 0);
+            s.add(t);
+            d.add(t);
+        }
+        let (cs, cd) = (Ctx::Sparse(&s), Ctx::Dense(&d));
+        assert_eq!(cs.total(), cd.total());
+        assert_eq!(cs.distinct(), cd.distinct());
+        for t in 0..64 {
+            assert_eq!(cs.count(t), cd.count(t));
+        }
+    }
+}
