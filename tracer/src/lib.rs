@@ -184,6 +184,8 @@ const FRAME_SEGMENT: u8 = 0x10;
 /// A module of the process (see `modules.rs`), written when the unwinder first meets it.
 #[cfg(target_arch = "x86_64")]
 const FRAME_MODULE: u8 = 0x11;
+/// A flush mark: the time (u64) read before the clock thread wrote out every buffer.
+const FRAME_FLUSHED: u8 = 0x12;
 /// Segment header after the frame's tag and length: stream u32, tid u64, tick u64, ns i64.
 const SEGMENT_HEADER_BYTES: usize = 4 + 8 + 8 + 8;
 
@@ -1084,7 +1086,6 @@ unsafe fn write_header(fd: c_int, pid: c_int) -> bool {
 /// Writes one whole frame to the spool (under the write lock, so no segment is cut). Skipped
 /// when this very thread holds the lock (an allocation made by another `pthread_atfork`
 /// prepare handler after ours took it): waiting would never end.
-#[cfg(target_arch = "x86_64")]
 fn write_frame(frame: &[u8]) {
     let fd = FD.load(Ordering::Acquire);
     if fd < 0 || WRITE_LOCK.load(Ordering::Relaxed) == self_id() {
@@ -1096,6 +1097,19 @@ fn write_frame(frame: &[u8]) {
         FD.store(-1, Ordering::Release);
     }
     unlock(&WRITE_LOCK);
+}
+
+/// Writes a flush mark: every event of a thread that read a time before `before_ns` and
+/// published its event before the flush that followed is in the file, before the mark. A
+/// reader converting the spool while the program runs emits the events before a mark (with a
+/// period's grace for calls held up between reading the time and writing their event).
+fn write_flush_mark(before_ns: u64) {
+    let mut frame = [0u8; 1 + 4 + 8];
+    let mut w = StackWriter::new(&mut frame);
+    w.put_u8(FRAME_FLUSHED);
+    w.put_u32(8);
+    w.put_u64(before_ns);
+    write_frame(w.bytes());
 }
 
 /// Writes every slice, in order, retrying after short writes and EINTR.
@@ -2050,7 +2064,9 @@ unsafe extern "C" fn clock_main(_: *mut c_void) -> *mut c_void {
         if until_flush == 0 {
             until_flush = FLUSH_EVERY_PERIODS;
             if STATE.load(Ordering::Acquire) == STATE_TRACING {
+                let before_ns = now_ns();
                 flush_all(Wait::Block);
+                write_flush_mark(before_ns);
             }
             // When the program's threads are all gone (the main thread ended with
             // pthread_exit), returning makes glibc end the process as it would have.

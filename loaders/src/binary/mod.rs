@@ -101,6 +101,7 @@ mod write;
 
 use frames::{Frames, read_header};
 use spool::read_spool;
+pub use spool::{LivePoll, LiveSpool};
 pub use stacks::{Location, NativeModule, NativeStack, NativeStacks, SourceFrame, StackEnd};
 use trace::read_trace;
 pub use write::BinaryWriter;

@@ -1,3 +1,4 @@
+use super::super::FileKind;
 use super::super::codec::{put_varint, zigzag};
 use super::super::frames::write_frame;
 use super::super::tests::read;
