@@ -352,13 +352,103 @@ pub(crate) struct Builder {
     /// The file's stack ids, created on the first line with one, back-filled with
     /// [`NO_STACK`](crate::sites::NO_STACK).
     stack: Option<Vec<u32>>,
-    live: PtrMap<(u32, u64)>,
+    pairing: Pairing,
     tids: PtrMap<u16>,
     tid_order: Vec<u64>,
     last_tid: Option<(u64, u16)>,
+    pub(crate) summary: LoadSummary,
+}
+
+/// Pairs frees with allocations, as the loader does for every record: the state both the
+/// [`Builder`] and a recording's summary (`crate::stats::RecordingStats`) keep.
+pub(crate) struct Pairing {
+    live: PtrMap<(u32, u64)>,
     next_alloc_id: u32,
     prev_t_ns: i64,
-    pub(crate) summary: LoadSummary,
+}
+
+/// What a record becomes: its event, after the clamped time, and the free of a block the
+/// allocation found live (a missed free), which comes first.
+pub(crate) struct Paired {
+    pub(crate) t_ns: i64,
+    pub(crate) kind: EventKind,
+    pub(crate) size: u64,
+    pub(crate) id: u32,
+    /// The alloc id and size of the displaced block.
+    pub(crate) displaced: Option<(u32, u64)>,
+}
+
+impl Default for Pairing {
+    fn default() -> Self {
+        Self {
+            live: PtrMap::default(),
+            next_alloc_id: 0,
+            prev_t_ns: i64::MIN,
+        }
+    }
+}
+
+impl Pairing {
+    /// Pairs one record (`size_bytes` `None` for a free), counting in `summary`.
+    pub(crate) fn pair(
+        &mut self,
+        summary: &mut LoadSummary,
+        t_ns: i64,
+        size_bytes: Option<u64>,
+        addr: u64,
+    ) -> Result<Paired, &'static str> {
+        let mut t_ns = t_ns;
+        if t_ns < self.prev_t_ns {
+            summary.timestamps_non_monotonic += 1;
+            t_ns = self.prev_t_ns;
+        }
+        self.prev_t_ns = t_ns;
+        let mut displaced = None;
+        let (kind, size, id) = match size_bytes {
+            Some(size) => {
+                summary.mallocs += 1;
+                if size == 0 {
+                    summary.mallocs_size_zero += 1;
+                }
+                if addr == 0 {
+                    if size > 0 {
+                        summary.mallocs_failed += 1;
+                    }
+                    (EventKind::AllocFailed, size, NO_ALLOC_ID)
+                } else {
+                    let id = self.next_alloc_id;
+                    if id == NO_ALLOC_ID {
+                        return Err("at most 4294967294 allocations");
+                    }
+                    self.next_alloc_id += 1;
+                    displaced = self.live.insert(addr, (id, size));
+                    if displaced.is_some() {
+                        summary.mallocs_of_live_ptr += 1;
+                    }
+                    (EventKind::Alloc, size, id)
+                }
+            }
+            None => {
+                summary.frees += 1;
+                if addr == 0 {
+                    summary.frees_null += 1;
+                    (EventKind::FreeNull, 0, NO_ALLOC_ID)
+                } else if let Some((id, size)) = self.live.remove(&addr) {
+                    (EventKind::Free, size, id)
+                } else {
+                    summary.frees_unknown += 1;
+                    (EventKind::FreeUnknown, 0, NO_ALLOC_ID)
+                }
+            }
+        };
+        Ok(Paired {
+            t_ns,
+            kind,
+            size,
+            id,
+            displaced,
+        })
+    }
 }
 
 impl Builder {
@@ -373,12 +463,10 @@ impl Builder {
             size_class: Vec::with_capacity(events),
             call: None,
             stack: None,
-            live: PtrMap::default(),
+            pairing: Pairing::default(),
             tids: PtrMap::default(),
             tid_order: Vec::new(),
             last_tid: None,
-            next_alloc_id: 0,
-            prev_t_ns: i64::MIN,
             summary: LoadSummary::default(),
         }
     }
@@ -404,58 +492,27 @@ impl Builder {
 
     pub(crate) fn push(&mut self, line: &Line<'_>) -> Result<(), &'static str> {
         let thread = self.thread_index(line.tid)?;
-        let mut t_ns = line.t_ns;
-        if t_ns < self.prev_t_ns {
-            self.summary.timestamps_non_monotonic += 1;
-            t_ns = self.prev_t_ns;
+        let Paired {
+            t_ns,
+            kind,
+            size,
+            id,
+            displaced,
+        } = self
+            .pairing
+            .pair(&mut self.summary, line.t_ns, line.size_bytes, line.addr)?;
+        if let Some((old_id, old_size)) = displaced {
+            self.push_row(
+                t_ns,
+                thread,
+                EventKind::Free,
+                old_size,
+                line.addr,
+                old_id,
+                CALL_FREE,
+                crate::sites::NO_STACK,
+            );
         }
-        self.prev_t_ns = t_ns;
-        let (kind, size, id) = match line.size_bytes {
-            Some(size) => {
-                self.summary.mallocs += 1;
-                if size == 0 {
-                    self.summary.mallocs_size_zero += 1;
-                }
-                if line.addr == 0 {
-                    if size > 0 {
-                        self.summary.mallocs_failed += 1;
-                    }
-                    (EventKind::AllocFailed, size, NO_ALLOC_ID)
-                } else {
-                    let id = self.next_alloc_id;
-                    if id == NO_ALLOC_ID {
-                        return Err("at most 4294967294 allocations");
-                    }
-                    self.next_alloc_id += 1;
-                    if let Some((old_id, old_size)) = self.live.insert(line.addr, (id, size)) {
-                        self.summary.mallocs_of_live_ptr += 1;
-                        self.push_row(
-                            t_ns,
-                            thread,
-                            EventKind::Free,
-                            old_size,
-                            line.addr,
-                            old_id,
-                            CALL_FREE,
-                            crate::sites::NO_STACK,
-                        );
-                    }
-                    (EventKind::Alloc, size, id)
-                }
-            }
-            None => {
-                self.summary.frees += 1;
-                if line.addr == 0 {
-                    self.summary.frees_null += 1;
-                    (EventKind::FreeNull, 0, NO_ALLOC_ID)
-                } else if let Some((id, size)) = self.live.remove(&line.addr) {
-                    (EventKind::Free, size, id)
-                } else {
-                    self.summary.frees_unknown += 1;
-                    (EventKind::FreeUnknown, 0, NO_ALLOC_ID)
-                }
-            }
-        };
         let call = match line.call {
             Some(name) => {
                 let code = call_code(name).ok_or("a known call name")?;

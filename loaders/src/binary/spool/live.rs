@@ -63,16 +63,22 @@ impl LiveSpool {
         self.state.meta()
     }
 
-    /// Takes in what the tracer wrote since the last step and emits the events no thread can
-    /// still add to.
+    /// Takes in what the tracer wrote since the last step.
     ///
     /// # Errors
-    /// When the file cannot be read, is not a spool, or a frame is corrupt; `f`'s error.
-    pub fn poll(
+    /// When the file cannot be read, is not a spool, or a frame is corrupt.
+    pub fn read(&mut self) -> Result<(), LoadError> {
+        self.take_in()
+    }
+
+    /// Emits the events no thread can still add to, of those read.
+    ///
+    /// # Errors
+    /// When an event is corrupt; `f`'s error.
+    pub fn emit(
         &mut self,
         f: &mut dyn FnMut(&Record) -> Result<(), &'static str>,
     ) -> Result<LivePoll, LoadError> {
-        self.take_in()?;
         if self.header_read {
             self.state.emit_written(f)?;
         }

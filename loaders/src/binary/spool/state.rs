@@ -198,7 +198,8 @@ impl<'a> SpoolState<'a> {
         let Some(bound) = self.flushed[0] else {
             return Ok(());
         };
-        if self.tsc() || bound <= self.merge.emitted_below || self.merge.late {
+        // A bound met before still runs the merge: it finds a late event among the new ones.
+        if self.tsc() || self.merge.late {
             return Ok(());
         }
         // The live set is kept from the first event: a second thread may start any time.
