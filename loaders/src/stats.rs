@@ -199,7 +199,7 @@ pub fn events_per_thread(
 pub struct RecordingStats {
     pairing: crate::malloc_trace::Pairing,
     summary: LoadSummary,
-    tids: std::collections::HashSet<u64>,
+    tids: crate::malloc_trace::PtrSet,
     last_tid: Option<u64>,
     events: u64,
     live_bytes: u64,

@@ -129,7 +129,7 @@ const OP_STACK: u8 = 0x40;
 /// Events per EVENTS block written.
 const BLOCK_EVENTS: u32 = 1 << 16;
 /// zstd level for blocks: fast to write, and decoding speed barely depends on it.
-const ZSTD_LEVEL: i32 = 3;
+const ZSTD_LEVEL: i32 = 1;
 /// Largest frame a reader accepts (a guard against reading garbage lengths).
 const MAX_FRAME_BYTES: usize = 1 << 30;
 

@@ -47,13 +47,15 @@ impl LiveSpool {
     /// When the file cannot be opened.
     pub fn open(path: &Path, base: TimeBase) -> Result<Self, LoadError> {
         let file = File::open(path).map_err(|e| LoadError::io(path, e))?;
+        let mut state = SpoolState::new(path, base);
+        state.reading_live();
         Ok(Self {
             path: path.to_path_buf(),
             file,
             pending: Vec::new(),
             pending_at: 0,
             header_read: false,
-            state: SpoolState::new(path, base),
+            state,
         })
     }
 

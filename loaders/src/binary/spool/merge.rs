@@ -23,6 +23,12 @@ pub(super) struct Merge {
     pub(super) emitted_below: u64,
     /// An event of such a time came in afterwards: the merge stopped.
     pub(super) late: bool,
+    /// Reading while the tracer writes: the live pointers may be dropped once every stream
+    /// is keyed (the tracer keys every event from then on, so keys order every period and
+    /// causality is not needed); a period that then needs it stops the merge as [`Self::late`]
+    /// does, and the file is read whole instead.
+    pub(super) may_drop_live: bool,
+    pub(super) live_dropped: bool,
 }
 
 /// Where a step of the merge sends its events, and how it reads them.
@@ -56,6 +62,8 @@ impl Merge {
             records: 0,
             emitted_below: 0,
             late: false,
+            may_drop_live: false,
+            live_dropped: false,
         }
     }
 
@@ -154,10 +162,17 @@ impl Merge {
                 group.sort_unstable_by_key(|&i| streams.get(i).map_or(0, |s| s.id));
                 self.emit_group(streams, &group, &mut runs, tick, out)?;
             }
+            if self.late {
+                return Ok(());
+            }
             for &i in &group {
                 if let Some(ev) = streams.get(i).and_then(|s| s.head.as_ref()) {
                     heap.push(std::cmp::Reverse((ev.tick, i)));
                 }
+            }
+            if self.may_drop_live && self.live.is_some() && streams.iter().all(|s| s.keyed) {
+                self.live = None;
+                self.live_dropped = true;
             }
         }
         if let Some(b) = bound {
@@ -258,6 +273,9 @@ impl Merge {
         tids: &[u64],
     ) -> Result<(), LoadError> {
         let Some(live) = &mut self.live else {
+            if self.live_dropped {
+                self.late = true;
+            }
             return Ok(());
         };
         let order = match search(runs, live) {

@@ -71,6 +71,11 @@ impl<'a> SpoolState<'a> {
         }
     }
 
+    /// This state reads a spool the tracer still writes (see [`Merge::may_drop_live`]).
+    pub(super) fn reading_live(&mut self) {
+        self.merge.may_drop_live = true;
+    }
+
     pub(super) fn meta(&self) -> &[(String, String)] {
         &self.info.meta
     }
@@ -234,7 +239,7 @@ impl<'a> SpoolState<'a> {
         mut self,
         f: &mut dyn FnMut(&Record) -> Result<(), &'static str>,
     ) -> Result<BinaryInfo, LoadError> {
-        if self.merge.live.is_none() && self.streams.len() > 1 {
+        if self.merge.live.is_none() && !self.merge.live_dropped && self.streams.len() > 1 {
             // One thread alone needs no ordering by causality, so no live set either.
             self.merge.live = Some(PtrSet::default());
         }

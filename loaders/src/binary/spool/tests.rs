@@ -473,3 +473,38 @@ fn an_event_written_after_its_time_was_emitted_is_reported_not_merged() {
         vec![10, 20, 10]
     );
 }
+
+#[test]
+fn a_period_without_keys_after_every_stream_was_keyed_is_read_from_the_whole_file() {
+    use std::io::Write as _;
+    // Once both streams are keyed the live reading keeps no live pointers; two new streams
+    // that then record without keys (no tracer does) would need them to be ordered.
+    let first = handover_spool();
+    let mut rest = Vec::new();
+    let tick = 1000 + 40 * 1_000_000;
+    for (stream, tid) in [(2u32, 30u64), (3, 40)] {
+        let (mut ev, mut prev) = (Vec::new(), (0, 0));
+        compact_event(&mut ev, &mut prev, 0, tick, 8, 0x7000 + u64::from(stream));
+        let mut head = Vec::new();
+        head.extend(stream.to_le_bytes());
+        head.extend(tid.to_le_bytes());
+        head.extend(tick.to_le_bytes());
+        head.extend((tick as i64).to_le_bytes());
+        write_frame(&mut rest, FRAME_SEGMENT, &[&head, &ev]).unwrap();
+    }
+    let dir = std::env::temp_dir().join(format!("allocview-live-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("unkeyed.spool");
+    let mut file = std::fs::File::create(&path).unwrap();
+    file.write_all(&first).unwrap();
+    let mut live = LiveSpool::open(&path, TimeBase::default()).unwrap();
+    live.read().unwrap();
+    assert_eq!(live.emit(&mut |_| Ok(())).unwrap(), LivePoll::Going);
+    file.write_all(&rest).unwrap();
+    let err = live.finish(&mut |_| Ok(())).unwrap_err();
+    assert!(err.to_string().contains("read the whole file"), "{err}");
+    std::fs::remove_file(&path).ok();
+    // The whole file orders them.
+    let (whole, _) = read(&[first, rest].concat());
+    assert_eq!(whole.len(), 40 * 5 * 4 + 2);
+}
