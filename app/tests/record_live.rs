@@ -1,0 +1,205 @@
+//! `allocview record` converts a spool while the command runs (`LiveSpool`): on a real
+//! multi-threaded program handing blocks between threads, the records read while the tracer
+//! wrote them are exactly those of the finished file, and `record`'s trace is consistent.
+
+// Test helpers outside #[test] functions unwrap too: a failure there is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use allocview_loaders::binary::{self, LivePoll, LiveSpool, TimeBase};
+use allocview_loaders::malloc_trace::Record;
+use allocview_loaders::{LoadOptions, Loaded};
+
+/// Four threads hand blocks over through a mutex-guarded stack under one arena (run with
+/// `MALLOC_ARENA_MAX=1`), for long enough (600,000 blocks each) that the tracer's clock
+/// thread writes many flush marks while they run.
+const HANDOVER_C: &str = r#"
+#include <pthread.h>
+#include <stdlib.h>
+#define THREADS 4
+#define ITERS 600000
+#define QCAP 1024
+static void *queue[QCAP];
+static int qlen;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static void *work(void *arg) {
+    long t = (long)arg;
+    for (int i = 0; i < ITERS; i++) {
+        void *p = malloc(1100 + 4 * (i % 256) + t);
+        void *q = NULL;
+        pthread_mutex_lock(&lock);
+        if (qlen == QCAP || (qlen > 0 && (i & 1))) q = queue[--qlen];
+        if (qlen < QCAP) queue[qlen++] = p; else q = p;
+        pthread_mutex_unlock(&lock);
+        free(q);
+    }
+    return NULL;
+}
+int main(void) {
+    pthread_t th[THREADS];
+    for (long t = 0; t < THREADS; t++) pthread_create(&th[t], NULL, work, (void *)t);
+    for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
+    while (qlen > 0) free(queue[--qlen]);
+    return 0;
+}
+"#;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("record-live-{name}"));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn build_handover(dir: &Path) -> PathBuf {
+    let src = dir.join("handover.c");
+    std::fs::write(&src, HANDOVER_C).unwrap();
+    let exe = dir.join("handover");
+    let out = Command::new("cc")
+        .args(["-O0", "-fno-builtin", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("cc must be installed (build-essential)");
+    assert!(out.status.success(), "{out:?}");
+    exe
+}
+
+/// Runs `exe` under the tracer (stacks on) while a [`LiveSpool`] reads its spool as
+/// `record` does; returns the live records (`None` when an event came in late), how many
+/// were emitted before the program ended, and the spool.
+fn record_live(exe: &Path, dir: &Path, run: u32) -> (Option<Vec<Record>>, usize, PathBuf) {
+    let so = Path::new(env!("OUT_DIR")).join("liballocview_tracer.so");
+    let prefix = dir.join(format!("run{run}"));
+    let mut child = Command::new(exe)
+        .env("LD_PRELOAD", &so)
+        .env("ALLOCVIEW_SPOOL", &prefix)
+        .env("ALLOCVIEW_STACKS", "1")
+        .env("MALLOC_ARENA_MAX", "1")
+        .spawn()
+        .unwrap();
+    let spool = PathBuf::from(format!("{}.{}.spool", prefix.display(), child.id()));
+    let mut live: Option<LiveSpool> = None;
+    let mut out = Vec::new();
+    let mut late = false;
+    loop {
+        let exited = child.try_wait().unwrap();
+        if live.is_none() && spool.exists() {
+            live = Some(LiveSpool::open(&spool, TimeBase::default()).unwrap());
+        }
+        if let Some(l) = live.as_mut()
+            && !late
+        {
+            l.read().unwrap();
+            let poll = l
+                .emit(&mut |r| {
+                    out.push(*r);
+                    Ok(())
+                })
+                .unwrap();
+            late = poll == LivePoll::Late;
+        }
+        if let Some(status) = exited {
+            assert!(status.success());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let before_exit = out.len();
+    let live = live.expect("the tracer wrote a spool");
+    if late {
+        return (None, before_exit, spool);
+    }
+    live.finish(&mut |r| {
+        out.push(*r);
+        Ok(())
+    })
+    .unwrap();
+    (Some(out), before_exit, spool)
+}
+
+#[test]
+fn a_spool_read_while_the_program_runs_gives_the_finished_files_records() {
+    let dir = scratch("spool");
+    let exe = build_handover(&dir);
+    // A thread held up for over a clock period between reading the time and writing its
+    // event makes the live reading give up (record then converts the file): rare, so one of
+    // three runs must read live.
+    let mut compared = 0;
+    for run in 0..3 {
+        let (live, before_exit, spool) = record_live(&exe, &dir, run);
+        let mut whole = Vec::new();
+        let info = binary::read_records(&spool, TimeBase::default(), |r| {
+            whole.push(*r);
+            Ok(())
+        })
+        .unwrap();
+        assert!(info.stacks.is_some());
+        assert!(whole.len() >= 4 * 600_000 * 2, "{}", whole.len());
+        let Some(live) = live else { continue };
+        assert!(
+            before_exit > 0,
+            "run {run}: nothing was emitted while the program ran"
+        );
+        assert_eq!(live.len(), whole.len(), "run {run}");
+        assert!(
+            live == whole,
+            "run {run}: the live records differ from the file's"
+        );
+        compared += 1;
+        break;
+    }
+    assert_eq!(compared, 1, "no run was read live to the end");
+}
+
+#[test]
+fn a_trace_converted_while_the_program_ran_is_consistent() {
+    let dir = scratch("record");
+    let exe = build_handover(&dir);
+    let out_path = dir.join("handover.avt");
+    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(["record", "-o", out_path.to_str().unwrap(), "--"])
+        .arg(&exe)
+        .env("MALLOC_ARENA_MAX", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let Loaded::MallocTrace(t) =
+        allocview_loaders::load(&out_path, &LoadOptions::default()).unwrap()
+    else {
+        panic!("not a malloc trace");
+    };
+    let s = &t.summary;
+    assert_eq!(s.frees_unknown, 0, "a free of a pointer never allocated");
+    assert_eq!(
+        s.mallocs_of_live_ptr, 0,
+        "an allocation of a pointer still live"
+    );
+    assert_eq!(s.timestamps_non_monotonic, 0, "times went backwards");
+    assert!(s.mallocs >= 4 * 600_000, "{}", s.mallocs);
+    // The summary, counted while writing, is the loaded trace's.
+    let events = t.events.height();
+    let shown = format!("{} events", allocview_count(events as u64));
+    assert!(stderr.contains(&shown), "{shown} not in:\n{stderr}");
+    assert!(
+        stderr.contains(&format!("{} threads", t.threads.height())),
+        "{stderr}"
+    );
+}
+
+/// A count as allocview prints it (thousands separated by commas).
+fn allocview_count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
