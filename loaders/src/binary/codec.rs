@@ -65,19 +65,11 @@ impl<'a> Cursor<'a> {
 
 #[inline]
 pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    if v < 0x80 {
-        out.push(v as u8);
-        return;
-    }
-    let mut bytes = [0u8; 10];
-    let mut n = 0;
     while v >= 0x80 {
-        bytes[n] = (v as u8) | 0x80;
+        out.push((v as u8) | 0x80);
         v >>= 7;
-        n += 1;
     }
-    bytes[n] = v as u8;
-    out.extend_from_slice(&bytes[..=n]);
+    out.push(v as u8);
 }
 
 pub(super) fn zigzag(v: i64) -> u64 {

@@ -23,13 +23,20 @@ pub(super) struct Merge {
     pub(super) emitted_below: u64,
     /// An event of such a time came in afterwards: the merge stopped.
     pub(super) late: bool,
-    /// Reading while the tracer writes: the live pointers may be dropped once every stream
-    /// is keyed (the tracer keys every event from then on, so keys order every period and
-    /// causality is not needed); a period that then needs it stops the merge as [`Self::late`]
-    /// does, and the file is read whole instead.
+    /// Reading while the tracer writes: the live pointers may be dropped a little after the
+    /// first keyed event (the tracer keys every event once several threads record, so keys
+    /// order every later period and causality is not needed); a period that then needs it
+    /// stops the merge as [`Self::late`] does, and the file is read whole instead.
     pub(super) may_drop_live: bool,
     pub(super) live_dropped: bool,
+    /// The time of the first group with a keyed stream.
+    first_keyed_tick: Option<u64>,
 }
+
+/// How long after the first keyed event the live pointers are kept (the period in which
+/// keys start: events that read the flag before it was set may still be written), in ticks
+/// (nanoseconds: a spool is read live only with a nanosecond clock).
+const KEYS_STARTING_TICKS: u64 = 10_000_000;
 
 /// Where a step of the merge sends its events, and how it reads them.
 pub(super) struct Out<'p, 'f> {
@@ -64,6 +71,7 @@ impl Merge {
             late: false,
             may_drop_live: false,
             live_dropped: false,
+            first_keyed_tick: None,
         }
     }
 
@@ -170,15 +178,31 @@ impl Merge {
                     heap.push(std::cmp::Reverse((ev.tick, i)));
                 }
             }
-            if self.may_drop_live && self.live.is_some() && streams.iter().all(|s| s.keyed) {
-                self.live = None;
-                self.live_dropped = true;
+            if self.may_drop_live && self.live.is_some() {
+                self.maybe_drop_live(streams, tick);
             }
         }
         if let Some(b) = bound {
             self.emitted_below = self.emitted_below.max(b);
         }
         Ok(())
+    }
+
+    /// Drops the live pointers once the period in which keys start is over (see
+    /// [`Self::may_drop_live`]); `tick` is the time just emitted.
+    fn maybe_drop_live(&mut self, streams: &[Stream<'_>], tick: u64) {
+        let first = match self.first_keyed_tick {
+            Some(t) => t,
+            None if streams.iter().any(|s| s.keyed) => {
+                self.first_keyed_tick = Some(tick);
+                tick
+            }
+            None => return,
+        };
+        if tick >= first.saturating_add(KEYS_STARTING_TICKS) {
+            self.live = None;
+            self.live_dropped = true;
+        }
     }
 
     /// Emits the events of time `tick` of several streams (`group`, in the streams' order).
