@@ -12,16 +12,47 @@ pub(crate) const CLOCK_PERIOD_NS: i64 = 1_000_000;
 /// Clock periods between two flushes of every buffer by the clock thread (100 ms).
 pub(crate) const FLUSH_EVERY_PERIODS: u32 = 100;
 
-/// `CLOCK_MONOTONIC` nanoseconds as of the clock thread's latest tick; what events carry.
-/// Only one thread stores it at a time (initialisation, then the clock thread; in a fork
-/// child the fork handler, then the child's clock thread), always a fresh reading, so it
-/// never goes back.
+/// `CLOCK_MONOTONIC` nanoseconds as of the clock thread's latest tick, in its high bits
+/// (what events carry: [`tick_of`]), and the period's owner in its low [`OWNER_BITS`] (see
+/// [`event_key_at`]). Only one thread stores a new time at a time (initialisation, then the
+/// clock thread; in a fork child the fork handler, then the child's clock thread), always a
+/// fresh reading, so it never goes back; recording threads only change the owner bits, by
+/// compare-and-swap, so the time and the owner an event reads come from one load.
 pub(crate) static NOW_NS: AtomicU64 = AtomicU64::new(0);
+
+/// The low bits of [`NOW_NS`] that name the period's owner (times keep a resolution of 64 µs
+/// above them, finer than the clock period).
+pub(crate) const OWNER_BITS: u64 = 0xffff;
+/// No thread has recorded in the period since several threads record.
+const OWNER_NONE: u64 = 0;
+/// Several threads have recorded in the period: every event of it from then on is keyed.
+const OWNER_SHARED: u64 = OWNER_BITS;
+/// The owner ids of streams (1 to `OWNER_SHARED - 1`; 0 once they run out: such a stream
+/// never owns a period and keys every event).
+static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
+
+/// A new stream's owner id.
+pub(crate) fn next_owner_id() -> u64 {
+    let id = NEXT_OWNER.fetch_add(1, Ordering::Relaxed);
+    if id < OWNER_SHARED { id } else { 0 }
+}
+
+/// The time in a [`NOW_NS`] word.
+#[inline(always)]
+pub(crate) fn tick_of(word: u64) -> u64 {
+    word & !OWNER_BITS
+}
+
+/// The clock word: the time an event carries, and the period's owner.
+#[inline(always)]
+pub(crate) fn now_word() -> u64 {
+    NOW_NS.load(Ordering::Relaxed)
+}
 
 /// The time an event carries.
 #[inline(always)]
 pub(crate) fn now_ns() -> u64 {
-    NOW_NS.load(Ordering::Relaxed)
+    tick_of(now_word())
 }
 
 pub(crate) fn clock_ns(clock: c_int) -> i64 {
@@ -36,8 +67,13 @@ pub(crate) fn clock_ns(clock: c_int) -> i64 {
         .wrapping_add(ts.tv_nsec)
 }
 
+/// Advances [`NOW_NS`] to the current time, which starts a period with no owner; a time
+/// that has not moved past the owner bits leaves the period (and its owner) as it is.
 pub(crate) fn tick_clock() {
-    NOW_NS.store(clock_ns(CLOCK_MONOTONIC) as u64, Ordering::Relaxed);
+    let tick = tick_of(clock_ns(CLOCK_MONOTONIC) as u64);
+    if tick_of(now_word()) != tick {
+        NOW_NS.store(tick, Ordering::Relaxed);
+    }
 }
 
 // ---- order keys (several threads) ----
@@ -136,10 +172,49 @@ pub(crate) fn order_key() -> Option<u64> {
     None
 }
 
-/// The key an event carries: one when several threads record, read where the call is.
+/// The key of an event that read the clock word `word` (where the call is: after an
+/// allocation's real call, before a free's). While one thread records, none. Once several
+/// do, none either while the calling thread owns the period (it was the first to record in
+/// it and no other thread has since): one thread's events of a period are ordered by its
+/// stream. The first event of another thread in the period marks it shared, and from then
+/// on every event of the period carries a key. The loader puts a period's events without a
+/// key first, then the keyed ones by key: no event without a key can depend on a keyed one,
+/// since it read the word before the mark (a later reader, which anything depending on the
+/// marking event is, sees the mark, or a later period).
 #[inline(always)]
-pub(crate) fn event_key() -> Option<u64> {
-    if multi_thread() { order_key() } else { None }
+pub(crate) fn event_key_at(t: &ThreadState, word: u64) -> Option<u64> {
+    if !multi_thread() {
+        return None;
+    }
+    let me = t.owner.get();
+    if me != 0 && word & OWNER_BITS == me {
+        return None;
+    }
+    claim_or_key(me, word)
+}
+
+/// [`event_key_at`]'s slow path: claims a period without an owner, or marks it shared and
+/// reads a key.
+#[inline(never)]
+fn claim_or_key(me: u64, word: u64) -> Option<u64> {
+    let mut w = word;
+    loop {
+        let owner = w & OWNER_BITS;
+        let next = match owner {
+            OWNER_SHARED => return order_key(),
+            _ if me != 0 && owner == me => return None,
+            OWNER_NONE if me != 0 => tick_of(w) | me,
+            _ => tick_of(w) | OWNER_SHARED,
+        };
+        match NOW_NS.compare_exchange(w, next, Ordering::SeqCst, Ordering::Relaxed) {
+            Ok(_) if next & OWNER_BITS == me => return None,
+            Ok(_) => return order_key(),
+            // A new period began: this event's is over, and whoever reads the word after
+            // this one sees the new period, so a key orders this event among the old one's.
+            Err(now) if tick_of(now) != tick_of(w) => return order_key(),
+            Err(now) => w = now,
+        }
+    }
 }
 
 // ---- the clock thread ----

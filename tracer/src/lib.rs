@@ -132,6 +132,8 @@ struct Buf {
     flushed: AtomicUsize,
     stream: AtomicU32,
     tid: AtomicU64,
+    /// The stream's owner id (see [`event_key_at`]).
+    owner: AtomicU64,
     next: AtomicPtr<Buf>,
 }
 
@@ -430,7 +432,7 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     if stacks_on() {
         return record_alloc_stacked(CALL_MALLOC, size, p);
     }
-    record_alloc(CALL_MALLOC, size, p, now_ns())
+    record_alloc(CALL_MALLOC, size, p, now_word())
 }
 
 #[cfg_attr(not(test), unsafe(no_mangle))]
@@ -443,9 +445,9 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     };
     // Recorded before the real call, which then is the wrapper's tail call: nothing lives
     // across it. The time is read before the block can be handed out again, as it must be.
-    let time_ns = now_ns();
-    if multi_thread() || !record_fast(CALL_FREE | OP_FREE, 0, p as u64, time_ns) {
-        return unsafe { free_slow(f, p, time_ns) };
+    let word = now_word();
+    if multi_thread() || !record_fast(CALL_FREE | OP_FREE, 0, p as u64, tick_of(word)) {
+        return unsafe { free_slow(f, p, word) };
     }
     unsafe { f(p) }
 }
@@ -481,7 +483,7 @@ pub unsafe extern "C" fn realloc(old: *mut c_void, size: usize) -> *mut c_void {
     let Some((t, cursor)) = enter() else {
         return unsafe { f(old, size) };
     };
-    let before = Before::now();
+    let before = Before::now(t);
     let new = unsafe { f(old, size) };
     finish_realloc(t, cursor, CALL_REALLOC, old, size, new, before)
 }
@@ -500,7 +502,7 @@ pub unsafe extern "C" fn reallocarray(old: *mut c_void, n: usize, size: usize) -
     let Some((t, cursor)) = enter() else {
         return unsafe { f(old, n, size) };
     };
-    let before = Before::now();
+    let before = Before::now(t);
     let new = unsafe { f(old, n, size) };
     let total = n.saturating_mul(size);
     finish_realloc(t, cursor, CALL_REALLOCARRAY, old, total, new, before)

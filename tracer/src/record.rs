@@ -67,10 +67,26 @@ pub(crate) fn append(
     if time_ns != t.prev_ns.get() {
         cursor = append_time(t, cursor, time_ns);
     }
-    if key.is_none() && !t.keyed.get() {
+    let Some(key) = key else {
+        if t.keyed.get() {
+            cursor = append_unkeyed(t, cursor);
+        }
         return append_at(t, b, cursor, op, size, addr, stack);
-    }
+    };
     append_keyed(t, b, cursor, op, size, addr, key, stack)
+}
+
+/// Switches the stream back to events without keys (a period this thread owns, see
+/// [`event_key_at`]) and returns where the event goes.
+#[cold]
+#[inline(never)]
+pub(crate) fn append_unkeyed(t: &ThreadState, cursor: *mut u8) -> *mut u8 {
+    t.keyed.set(false);
+    // SAFETY: within the room `append` checked (MAX_EVENT_BYTES counts the switch).
+    unsafe {
+        cursor.write(OP_UNKEYED);
+        cursor.add(1)
+    }
 }
 
 /// Encodes one event at `cursor`, publishes it and returns the new cursor.
@@ -126,7 +142,7 @@ pub(crate) fn commit(b: &Buf, end: *mut u8) -> *mut u8 {
 
 /// Encodes an event with its order key (a zigzag prefix varint of the difference from the
 /// stream's previous key, after the address), switching the stream to keyed events first
-/// if it has not yet; publishes it and returns the new cursor.
+/// if it is not; publishes it and returns the new cursor.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn append_keyed(
@@ -136,7 +152,7 @@ pub(crate) fn append_keyed(
     op: u8,
     size: u64,
     addr: u64,
-    key: Option<u64>,
+    key: u64,
     stack: Option<u64>,
 ) -> *mut u8 {
     // SAFETY: within the room `append` checked (MAX_EVENT_BYTES counts the switch and the key).
@@ -146,9 +162,6 @@ pub(crate) fn append_keyed(
             cursor = cursor.add(1);
             t.keyed.set(true);
         }
-        // Every event of a keyed stream has a key; a call that found the process still
-        // single-threaded before its real call and not after it takes one now.
-        let key = key.or_else(order_key).unwrap_or(t.prev_key.get());
         let end = encode_at(t, cursor, op, size, addr, stack);
         let dk = zigzag(key.wrapping_sub(t.prev_key.get()) as i64);
         t.prev_key.set(key);
@@ -198,15 +211,16 @@ pub(crate) fn record_fast(op: u8, size: u64, addr: u64, time_ns: u64) -> bool {
 }
 
 /// Any event: takes a buffer, writes a full one out, notes a time change, and, when several
-/// threads record, reads the order key (here, so after an allocation's real call and before
-/// a free's). The path of every event once several threads record.
+/// threads record, reads the order key (see [`event_key_at`]: `word` is the clock word the
+/// wrapper read after an allocation's real call, before a free's). The path of every event
+/// once several threads record.
 #[inline(never)]
-pub(crate) fn record_slow(op: u8, size: u64, addr: u64, time_ns: u64) {
+pub(crate) fn record_slow(op: u8, size: u64, addr: u64, word: u64) {
     if let Some((t, cursor)) = enter() {
-        // Read after enter: a thread's first call takes its buffer there, and may be the one
-        // that makes the process multi-threaded.
-        let key = event_key();
-        let next = append(t, cursor, op, size, addr, time_ns, key, None);
+        // Decided after enter: a thread's first call takes its buffer there, and may be the
+        // one that makes the process multi-threaded.
+        let key = event_key_at(t, word);
+        let next = append(t, cursor, op, size, addr, tick_of(word), key, None);
         leave(t, next);
     }
 }
@@ -237,20 +251,30 @@ pub(crate) fn stack_of(t: &ThreadState, cursor: *mut u8) -> (*mut u8, Option<u64
 #[inline(never)]
 pub(crate) fn record_alloc_stacked(call: u8, size: usize, p: *mut c_void) -> *mut c_void {
     if let Some((t, cursor)) = enter() {
-        let key = event_key();
+        let word = now_word();
+        let key = event_key_at(t, word);
         let (cursor, stack) = stack_of(t, cursor);
-        let next = append(t, cursor, call, size as u64, p as u64, now_ns(), key, stack);
+        let next = append(
+            t,
+            cursor,
+            call,
+            size as u64,
+            p as u64,
+            tick_of(word),
+            key,
+            stack,
+        );
         leave(t, next);
     }
     p
 }
 
-/// Records an allocation; `time_ns` was read after the real call returned. Returns `p`, for
-/// the wrapper to return.
+/// Records an allocation; the clock `word` was read after the real call returned. Returns
+/// `p`, for the wrapper to return.
 #[inline(always)]
-pub(crate) fn record_alloc(call: u8, size: usize, p: *mut c_void, time_ns: u64) -> *mut c_void {
-    if multi_thread() || !record_fast(call, size as u64, p as u64, time_ns) {
-        record_slow(call, size as u64, p as u64, time_ns);
+pub(crate) fn record_alloc(call: u8, size: usize, p: *mut c_void, word: u64) -> *mut c_void {
+    if multi_thread() || !record_fast(call, size as u64, p as u64, tick_of(word)) {
+        record_slow(call, size as u64, p as u64, word);
     }
     p
 }
@@ -258,8 +282,8 @@ pub(crate) fn record_alloc(call: u8, size: usize, p: *mut c_void, time_ns: u64) 
 /// `free`'s slow path: records the call, then makes it (a tail call from the wrapper, which
 /// then needs no registers saved).
 #[inline(never)]
-pub(crate) unsafe fn free_slow(f: FreeFn, p: *mut c_void, time_ns: u64) {
-    record_slow(CALL_FREE | OP_FREE, 0, p as u64, time_ns);
+pub(crate) unsafe fn free_slow(f: FreeFn, p: *mut c_void, word: u64) {
+    record_slow(CALL_FREE | OP_FREE, 0, p as u64, word);
     unsafe { f(p) }
 }
 
@@ -277,9 +301,19 @@ pub(crate) fn finish_alloc(
     size: usize,
     p: *mut c_void,
 ) -> *mut c_void {
-    let key = event_key();
+    let word = now_word();
+    let key = event_key_at(t, word);
     let (cursor, stack) = stack_of(t, cursor);
-    let next = append(t, cursor, call, size as u64, p as u64, now_ns(), key, stack);
+    let next = append(
+        t,
+        cursor,
+        call,
+        size as u64,
+        p as u64,
+        tick_of(word),
+        key,
+        stack,
+    );
     leave(t, next);
     p
 }
@@ -293,10 +327,11 @@ pub(crate) struct Before {
 
 impl Before {
     #[inline(always)]
-    pub(crate) fn now() -> Self {
+    pub(crate) fn now(t: &ThreadState) -> Self {
+        let word = now_word();
         Self {
-            time_ns: now_ns(),
-            key: event_key(),
+            time_ns: tick_of(word),
+            key: event_key_at(t, word),
         }
     }
 }
@@ -313,8 +348,8 @@ pub(crate) fn finish_realloc(
     new: *mut c_void,
     before: Before,
 ) -> *mut c_void {
-    let after_ns = now_ns();
-    let after_key = event_key();
+    let after = now_word();
+    let (after_ns, after_key) = (tick_of(after), event_key_at(t, after));
     let (size, old, new) = (size as u64, old as u64, new as u64);
     let free_old = |cursor| {
         append(

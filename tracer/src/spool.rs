@@ -38,14 +38,18 @@ pub(crate) const OP_TIME: u8 = 0x0f;
 /// Spool op-byte bits 5-7: the address delta's length code ([`put_short_u64`]).
 pub(crate) const OP_ADDR_SHIFT: u8 = 5;
 /// Spool op byte that switches its stream to keyed events: from it on, every event is
-/// followed by its order key (encoding 3; written once per stream, see [`MULTI_THREAD`]).
+/// followed by its order key (encoding 3; see [`MULTI_THREAD`] and [`event_key_at`]).
 pub(crate) const OP_KEYED: u8 = 0x0e;
-/// The spool's event encoding, named in its META.
-pub(crate) const SPOOL_EVENTS_ENCODING: u64 = 3;
-/// The encoding with stacks: as 3, and every allocation event carries a stack id (a prefix
+/// Spool op byte that switches its stream back to events without keys (encoding 5 and 6:
+/// a period the thread owns, see [`event_key_at`]).
+pub(crate) const OP_UNKEYED: u8 = 0x0c;
+/// The spool's event encoding, named in its META: 5 is 3 (keyed events) with
+/// [`OP_UNKEYED`].
+pub(crate) const SPOOL_EVENTS_ENCODING: u64 = 5;
+/// The encoding with stacks: as 5, and every allocation event carries a stack id (a prefix
 /// varint after the address, before the key; 0 = none), and a stream may hold stack
-/// definitions (op byte `0x0d`, see `stacks.rs`).
-pub(crate) const SPOOL_EVENTS_ENCODING_STACKS: u64 = 4;
+/// definitions (op byte `0x0d`, see `stacks.rs`) (4 was this without [`OP_UNKEYED`]).
+pub(crate) const SPOOL_EVENTS_ENCODING_STACKS: u64 = 6;
 
 /// Set by cargo, or by `app/build.rs` when it compiles this file with a bare `rustc`.
 pub(crate) const TRACER_VERSION: &str = match option_env!("CARGO_PKG_VERSION") {
@@ -112,7 +116,8 @@ pub(crate) unsafe fn write_header(fd: c_int, pid: c_int) -> bool {
     w.put_u32(0);
     let body_at = w.len();
     // Event times are `CLOCK_MONOTONIC` nanoseconds already: the calibration line has slope 1.
-    let ns0 = clock_ns(CLOCK_MONOTONIC);
+    // Masked as event times are (see `NOW_NS`).
+    let ns0 = tick_of(clock_ns(CLOCK_MONOTONIC) as u64) as i64;
     let wall0 = clock_ns(CLOCK_REALTIME);
     w.put(b"pid=");
     w.put_dec(pid as u64);
@@ -288,6 +293,7 @@ pub(crate) fn acquire_buf() -> Option<&'static Buf> {
             flushed: AtomicUsize::new(0),
             stream: AtomicU32::new(0),
             tid: AtomicU64::new(0),
+            owner: AtomicU64::new(0),
             next: AtomicPtr::new(null_mut()),
         });
     }
@@ -316,6 +322,7 @@ pub(crate) fn start_stream(b: &Buf) {
     );
     // SAFETY: plain syscall.
     b.tid.store(unsafe { gettid() } as u64, Ordering::Relaxed);
+    b.owner.store(next_owner_id(), Ordering::Relaxed);
     unlock(&b.lock);
 }
 

@@ -25,8 +25,10 @@ pub(crate) struct ThreadState {
     pub(crate) prev_addr: Cell<u64>,
     /// Order key of the stream's previous keyed event (0 at its start).
     pub(crate) prev_key: Cell<u64>,
-    /// The stream has switched to keyed events ([`OP_KEYED`] is written).
+    /// The stream's events carry keys now ([`OP_KEYED`] written, [`OP_UNKEYED`] not since).
     pub(crate) keyed: Cell<bool>,
+    /// The stream's owner id (see [`event_key_at`]; 0: none).
+    pub(crate) owner: Cell<u64>,
     /// Set while tracer code outside the hot path runs (initialisation, flushes, taking a
     /// buffer), and for good on the clock thread: nested calls go straight to the allocator.
     pub(crate) busy: Cell<bool>,
@@ -42,6 +44,7 @@ impl ThreadState {
         self.prev_addr.set(0);
         self.prev_key.set(0);
         self.keyed.set(false);
+        self.owner.set(b.owner.load(Ordering::Relaxed));
         self.last_start.set(b.last_start());
         self.buf.set(ptr::from_ref(b).cast_mut());
         self.cursor.set(b.data());

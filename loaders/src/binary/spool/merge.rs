@@ -296,6 +296,16 @@ impl Merge {
         runs: &[Vec<SpoolEvent>],
         tids: &[u64],
     ) -> Result<(), LoadError> {
+        if runs.iter().filter(|run| !run.is_empty()).count() <= 1 {
+            // One thread's events alone (the owner of a period, before its keyed ones): its
+            // order is the order.
+            for (run, &tid) in runs.iter().zip(tids) {
+                for ev in run {
+                    self.emit(out, tid, ev)?;
+                }
+            }
+            return Ok(());
+        }
         let Some(live) = &mut self.live else {
             if self.live_dropped {
                 self.late = true;

@@ -43,6 +43,8 @@ const OP_TIME: u8 = 0x0f;
 const OP_ADDR_SHIFT: u8 = 5;
 /// Spool op (encoding 3): the stream's events from here on carry order keys.
 const OP_KEYED: u8 = 0x0e;
+/// Spool op (encodings 5 and 6): the stream's events from here on carry no order keys.
+const OP_UNKEYED: u8 = 0x0c;
 /// Spool op (encoding 4): a stack definition (see `stacks.rs`).
 const OP_STACK_DEF: u8 = 0x0d;
 /// A spool's MODULE frame (encoding 4).
@@ -123,6 +125,11 @@ impl Stream<'_> {
                     if encoding == SpoolEncoding::Stacked && op == OP_STACK_DEF {
                         let def = stacks::read_stack_def(c).ok_or("a cut stack definition")?;
                         self.defs.push(def);
+                        self.pos = c.pos;
+                        continue;
+                    }
+                    if encoding != SpoolEncoding::Compact && op == OP_UNKEYED {
+                        self.keyed = false;
                         self.pos = c.pos;
                         continue;
                     }

@@ -153,8 +153,10 @@ impl<'a> SpoolState<'a> {
         match meta_i64(&self.info.meta, "events") {
             None | Some(1) => Ok(SpoolEncoding::Varints),
             Some(2) => Ok(SpoolEncoding::Compact),
-            Some(3) => Ok(SpoolEncoding::Keyed),
-            Some(4) => Ok(SpoolEncoding::Stacked),
+            // 5 and 6 are 3 and 4 with streams that may switch back to events without keys
+            // (their op is no call code, so the same decoder reads all four).
+            Some(3 | 5) => Ok(SpoolEncoding::Keyed),
+            Some(4 | 6) => Ok(SpoolEncoding::Stacked),
             Some(_) => Err(LoadError::format(
                 &self.path,
                 "a spool event encoding this build does not know (written by a newer tracer)",

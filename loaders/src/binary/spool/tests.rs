@@ -508,3 +508,35 @@ fn a_period_without_keys_after_every_stream_was_keyed_is_read_from_the_whole_fil
     let (whole, _) = read(&[first, rest].concat());
     assert_eq!(whole.len(), 40 * 5 * 4 + 2);
 }
+
+#[test]
+fn a_period_owned_by_one_thread_has_its_events_without_keys_first() {
+    // Encoding 5: thread 10 owns period 1 (no keys) until thread 20 records in it; from then
+    // on both key their events. In period 2 thread 10 owns the period again (OP_UNKEYED).
+    let meta = KEYED_META.replace("events=3", "events=5");
+    let (a, b, c) = (0x1000, 0x2000, 0x3000);
+    let (mut t10, mut t20) = (Vec::new(), Vec::new());
+    let (mut s10, mut s20) = (KeyedStream::default(), KeyedStream::default());
+    keyed_event(&mut t10, &mut s10, 0, 1000, 16, a, None);
+    keyed_event(&mut t10, &mut s10, 3 | OP_FREE, 1000, 0, a, Some(30));
+    keyed_event(&mut t20, &mut s20, 0, 1000, 32, b, Some(20));
+    keyed_event(&mut t20, &mut s20, 0, 1000, 48, a, Some(40));
+    t10.push(OP_UNKEYED);
+    s10.keyed = false;
+    keyed_event(&mut t10, &mut s10, 0, 2_001_000, 64, c, None);
+    let bytes = spool(&[(0, 10, 0, 0, t10), (1, 20, 0, 0, t20)], &meta);
+    let (back, info) = read(&bytes);
+    assert_eq!(info.truncated, None);
+    let got: Vec<(u64, Option<u64>, u64)> =
+        back.iter().map(|r| (r.tid, r.size_bytes, r.addr)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (10, Some(16), a),
+            (20, Some(32), b),
+            (10, None, a),
+            (20, Some(48), a),
+            (10, Some(64), c),
+        ]
+    );
+}
