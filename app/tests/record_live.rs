@@ -13,59 +13,17 @@ use allocview_loaders::binary::{self, LivePoll, LiveSpool, TimeBase};
 use allocview_loaders::malloc_trace::Record;
 use allocview_loaders::{LoadOptions, Loaded};
 
-/// Four threads hand blocks over through a mutex-guarded stack under one arena (run with
-/// `MALLOC_ARENA_MAX=1`), for long enough (600,000 blocks each) that the tracer's clock
-/// thread writes many flush marks while they run.
-const HANDOVER_C: &str = r#"
-#include <pthread.h>
-#include <stdlib.h>
-#define THREADS 4
-#define ITERS 600000
-#define QCAP 1024
-static void *queue[QCAP];
-static int qlen;
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static void *work(void *arg) {
-    long t = (long)arg;
-    for (int i = 0; i < ITERS; i++) {
-        void *p = malloc(1100 + 4 * (i % 256) + t);
-        void *q = NULL;
-        pthread_mutex_lock(&lock);
-        if (qlen == QCAP || (qlen > 0 && (i & 1))) q = queue[--qlen];
-        if (qlen < QCAP) queue[qlen++] = p; else q = p;
-        pthread_mutex_unlock(&lock);
-        free(q);
-    }
-    return NULL;
-}
-int main(void) {
-    pthread_t th[THREADS];
-    for (long t = 0; t < THREADS; t++) pthread_create(&th[t], NULL, work, (void *)t);
-    for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
-    while (qlen > 0) free(queue[--qlen]);
-    return 0;
-}
-"#;
+mod common;
+
+/// Blocks each of the hand-over program's four threads allocates: enough that the tracer's
+/// clock thread writes many flush marks while they run.
+const ITERS: u32 = 600_000;
 
 fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("record-live-{name}"));
     std::fs::remove_dir_all(&dir).ok();
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-fn build_handover(dir: &Path) -> PathBuf {
-    let src = dir.join("handover.c");
-    std::fs::write(&src, HANDOVER_C).unwrap();
-    let exe = dir.join("handover");
-    let out = Command::new("cc")
-        .args(["-O0", "-fno-builtin", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("cc must be installed (build-essential)");
-    assert!(out.status.success(), "{out:?}");
-    exe
 }
 
 /// Runs `exe` under the tracer (stacks on) while a [`LiveSpool`] reads its spool as
@@ -124,7 +82,7 @@ fn record_live(exe: &Path, dir: &Path, run: u32) -> (Option<Vec<Record>>, usize,
 #[test]
 fn a_spool_read_while_the_program_runs_gives_the_finished_files_records() {
     let dir = scratch("spool");
-    let exe = build_handover(&dir);
+    let exe = common::build_c(&dir, "handover", &common::handover_c(ITERS));
     // A thread held up for over a clock period between reading the time and writing its
     // event makes the live reading give up (record then converts the file): rare, so one of
     // three runs must read live.
@@ -138,7 +96,7 @@ fn a_spool_read_while_the_program_runs_gives_the_finished_files_records() {
         })
         .unwrap();
         assert!(info.stacks.is_some());
-        assert!(whole.len() >= 4 * 600_000 * 2, "{}", whole.len());
+        assert!(whole.len() >= 4 * ITERS as usize * 2, "{}", whole.len());
         let Some(live) = live else { continue };
         assert!(
             before_exit > 0,
@@ -158,7 +116,7 @@ fn a_spool_read_while_the_program_runs_gives_the_finished_files_records() {
 #[test]
 fn a_trace_converted_while_the_program_ran_is_consistent() {
     let dir = scratch("record");
-    let exe = build_handover(&dir);
+    let exe = common::build_c(&dir, "handover", &common::handover_c(ITERS));
     let out_path = dir.join("handover.avt");
     let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
         .args(["record", "-o", out_path.to_str().unwrap(), "--"])
@@ -180,7 +138,7 @@ fn a_trace_converted_while_the_program_ran_is_consistent() {
         "an allocation of a pointer still live"
     );
     assert_eq!(s.timestamps_non_monotonic, 0, "times went backwards");
-    assert!(s.mallocs >= 4 * 600_000, "{}", s.mallocs);
+    assert!(s.mallocs >= u64::from(4 * ITERS), "{}", s.mallocs);
     // The summary, counted while writing, is the loaded trace's.
     let events = t.events.height();
     let shown = format!("{} events", allocview_count(events as u64));

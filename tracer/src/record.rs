@@ -250,23 +250,10 @@ pub(crate) fn stack_of(t: &ThreadState, cursor: *mut u8) -> (*mut u8, Option<u64
 /// Records an allocation with its stack (stacks on); `p` is returned.
 #[inline(never)]
 pub(crate) fn record_alloc_stacked(call: u8, size: usize, p: *mut c_void) -> *mut c_void {
-    if let Some((t, cursor)) = enter() {
-        let word = now_word();
-        let key = event_key_at(t, word);
-        let (cursor, stack) = stack_of(t, cursor);
-        let next = append(
-            t,
-            cursor,
-            call,
-            size as u64,
-            p as u64,
-            tick_of(word),
-            key,
-            stack,
-        );
-        leave(t, next);
+    match enter() {
+        Some((t, cursor)) => finish_alloc(t, cursor, call, size, p),
+        None => p,
     }
-    p
 }
 
 /// Records an allocation; the clock `word` was read after the real call returned. Returns

@@ -208,6 +208,19 @@ impl std::fmt::Display for Damage {
 }
 
 impl BinaryInfo {
+    /// What reading a file of `kind` found before its first frame.
+    pub(crate) fn empty(kind: FileKind) -> Self {
+        Self {
+            kind,
+            meta: Vec::new(),
+            records: 0,
+            truncated: None,
+            damaged: Vec::new(),
+            events_lost: None,
+            stacks: None,
+        }
+    }
+
     /// The first value of a META key.
     #[must_use]
     pub fn meta_value(&self, key: &str) -> Option<&str> {
@@ -310,13 +323,8 @@ pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
             // Keep what came before the damage.
             b.summary.truncated = Some(e.to_string());
             BinaryInfo {
-                kind: FileKind::Trace,
-                meta: Vec::new(),
                 records: b.summary.events,
-                truncated: None,
-                damaged: Vec::new(),
-                events_lost: None,
-                stacks: None,
+                ..BinaryInfo::empty(FileKind::Trace)
             }
         }
     };

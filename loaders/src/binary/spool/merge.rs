@@ -268,8 +268,9 @@ impl Merge {
                 .iter()
                 .zip(&next)
                 .enumerate()
-                // An event without a key after keyed ones cannot come from the tracer (once
-                // keyed, a stream stays keyed); it is kept, where its thread has reached.
+                // An event without a key after keyed ones of its time cannot come from the
+                // tracer (a period shared stays shared); it is kept, where its thread has
+                // reached.
                 .filter_map(|(r, (run, &n))| Some((run.get(n)?.key.unwrap_or(0), r)))
                 .min();
             let Some((_, r)) = best else {

@@ -53,15 +53,7 @@ impl<'a> SpoolState<'a> {
         Self {
             path: path.to_path_buf(),
             base,
-            info: BinaryInfo {
-                kind: FileKind::Spool,
-                meta: Vec::new(),
-                records: 0,
-                truncated: None,
-                damaged: Vec::new(),
-                events_lost: None,
-                stacks: None,
-            },
+            info: BinaryInfo::empty(FileKind::Spool),
             modules: Vec::new(),
             streams: Vec::new(),
             by_id: HashMap::new(),

@@ -383,6 +383,16 @@ fn read_live(bytes: &[u8], chunk: usize, name: &str) -> (Vec<Record>, usize, Liv
     (out, before_end, poll)
 }
 
+/// A SEGMENT frame of `stream` (thread `tid`) holding `events`, its calibration point `tick`.
+fn segment_frame(out: &mut Vec<u8>, stream: u32, tid: u64, tick: u64, events: &[u8]) {
+    let mut head = Vec::new();
+    head.extend(stream.to_le_bytes());
+    head.extend(tid.to_le_bytes());
+    head.extend(tick.to_le_bytes());
+    head.extend((tick as i64).to_le_bytes());
+    write_frame(out, FRAME_SEGMENT, &[&head, events]).unwrap();
+}
+
 fn flush_mark(out: &mut Vec<u8>, tick: u64) {
     write_frame(out, FRAME_FLUSHED, &[&tick.to_le_bytes()]).unwrap();
 }
@@ -409,14 +419,8 @@ fn handover_spool() -> Vec<u8> {
             keyed_event(&mut a, &mut s10, 3 | OP_FREE, tick, 0, 0x9000, k(key + 4));
             key += 4;
         }
-        for (stream, tid, events) in [(0u32, 10u64, a), (1, 20, b)] {
-            let mut head = Vec::new();
-            head.extend(stream.to_le_bytes());
-            head.extend(tid.to_le_bytes());
-            head.extend(tick.to_le_bytes());
-            head.extend((tick as i64).to_le_bytes());
-            write_frame(&mut out, FRAME_SEGMENT, &[&head, &events]).unwrap();
-        }
+        segment_frame(&mut out, 0, 10, tick, &a);
+        segment_frame(&mut out, 1, 20, tick, &b);
         if period % 4 == 3 {
             flush_mark(&mut out, tick + 1);
         }
@@ -446,23 +450,15 @@ fn an_event_written_after_its_time_was_emitted_is_reported_not_merged() {
     let mut out = MAGIC.to_vec();
     out.extend([VERSION, KIND_SPOOL]);
     write_frame(&mut out, FRAME_META, &[COMPACT_META.as_bytes()]).unwrap();
-    let segment = |out: &mut Vec<u8>, stream: u32, tid: u64, events: &[u8]| {
-        let mut head = Vec::new();
-        head.extend(stream.to_le_bytes());
-        head.extend(tid.to_le_bytes());
-        head.extend(0u64.to_le_bytes());
-        head.extend(0i64.to_le_bytes());
-        write_frame(out, FRAME_SEGMENT, &[&head, events]).unwrap();
-    };
     let (mut a, mut b) = (Vec::new(), Vec::new());
     let (mut pa, mut pb) = ((0, 0), (0, 0));
     compact_event(&mut a, &mut pa, 0, 1000, 16, 0x1000);
     compact_event(&mut a, &mut pa, 0, 3_001_000, 16, 0x2000);
-    segment(&mut out, 0, 10, &a);
+    segment_frame(&mut out, 0, 10, 0, &a);
     flush_mark(&mut out, 2_000_000);
     flush_mark(&mut out, 4_000_000);
     compact_event(&mut b, &mut pb, 3 | OP_FREE, 1000, 0, 0x1000);
-    segment(&mut out, 1, 20, &b);
+    segment_frame(&mut out, 1, 20, 0, &b);
     let (_, before_end, poll) = read_live(&out, 1, "late");
     assert_eq!(poll, LivePoll::Late);
     assert_eq!(before_end, 1, "only the event before the next-to-last mark");
@@ -485,12 +481,7 @@ fn a_period_without_keys_after_every_stream_was_keyed_is_read_from_the_whole_fil
     for (stream, tid) in [(2u32, 30u64), (3, 40)] {
         let (mut ev, mut prev) = (Vec::new(), (0, 0));
         compact_event(&mut ev, &mut prev, 0, tick, 8, 0x7000 + u64::from(stream));
-        let mut head = Vec::new();
-        head.extend(stream.to_le_bytes());
-        head.extend(tid.to_le_bytes());
-        head.extend(tick.to_le_bytes());
-        head.extend((tick as i64).to_le_bytes());
-        write_frame(&mut rest, FRAME_SEGMENT, &[&head, &ev]).unwrap();
+        segment_frame(&mut rest, stream, tid, tick, &ev);
     }
     let dir = std::env::temp_dir().join(format!("allocview-live-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
