@@ -24,11 +24,15 @@
 //!   free side of a call reads it before the real call and the allocation side after, so a
 //!   free is never later than the allocation that reuses its address in another thread.
 //! - Order: while one application thread records, its buffer's order is the order. When a
-//!   second one takes a buffer, every event from then on (all threads) also carries an order
-//!   key, the TSC read with `rdtscp` (after an allocation's real call, before a free's; see
-//!   [`order_key`]), as a zigzag prefix-varint difference from its thread's previous key; the
-//!   loader orders the events of different threads that share a time by key, and the few
-//!   without one (the period in which keys start) by causality. Not on other architectures,
+//!   second one takes a buffer, an event of a clock period that several threads record in
+//!   also carries an order key, the TSC read with `rdtscp` (after an allocation's real call,
+//!   before a free's; see [`order_key`]), as a zigzag prefix-varint difference from its
+//!   thread's previous key: the first thread to record in a period owns it and records
+//!   without keys until another one marks the period shared (see [`event_key_at`]). The
+//!   loader puts the owner's events without a key first, orders the rest of a time by key,
+//!   and the few of several threads without one (the period in which keys start) by
+//!   causality. After each periodic flush the clock thread writes a flush mark, which lets
+//!   `record` convert the spool while the program runs. Not on other architectures,
 //!   nor where the TSC cannot order events across CPUs ([`KEYS_USABLE`]): there, every period
 //!   is ordered by causality, which can give up under heavy hand-over of blocks between
 //!   threads (see `loaders/src/binary.rs`).
