@@ -110,14 +110,7 @@ const FREE: u8 = 1;
 
 /// The checks every traced run must pass: pairing is consistent and times never go back.
 fn assert_consistent(t: &MallocTrace) {
-    let s = &t.summary;
-    assert_eq!(s.frees_unknown, 0, "a free of a pointer never allocated");
-    assert_eq!(
-        s.mallocs_of_live_ptr, 0,
-        "an allocation of a pointer still live"
-    );
-    assert_eq!(s.timestamps_non_monotonic, 0, "times went backwards");
-    assert!(s.truncated.is_none(), "{:?}", s.truncated);
+    common::assert_pairing_clean(&t.summary);
     let mut freed: HashMap<u32, u32> = HashMap::new();
     for r in rows(t) {
         if r.kind == FREE {

@@ -60,3 +60,15 @@ pub fn build_c(dir: &Path, name: &str, source: &str) -> PathBuf {
     assert!(out.status.success(), "{out:?}");
     exe
 }
+
+/// The loader's pairing found nothing amiss: no free of a pointer never allocated, no
+/// allocation of a live one, no time going back, nothing cut.
+pub fn assert_pairing_clean(s: &allocview_loaders::LoadSummary) {
+    assert_eq!(s.frees_unknown, 0, "a free of a pointer never allocated");
+    assert_eq!(
+        s.mallocs_of_live_ptr, 0,
+        "an allocation of a pointer still live"
+    );
+    assert_eq!(s.timestamps_non_monotonic, 0, "times went backwards");
+    assert!(s.truncated.is_none(), "{:?}", s.truncated);
+}
