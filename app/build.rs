@@ -47,6 +47,9 @@ fn main() {
         "strip=symbols",
         "-C",
         "debuginfo=0",
+        // One unit: the hot path's helpers sit in several modules and must inline across them.
+        "-C",
+        "codegen-units=1",
     ]);
     if let Ok(target) = env::var("TARGET") {
         cmd.args(["--target", &target]);

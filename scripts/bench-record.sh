@@ -7,6 +7,8 @@
 #     sharing the same total work (every event then also reads the TSC for its order key);
 #  2. reading the recording: `allocview stats` on the binary trace against `heaptrack_print`
 #     on heaptrack's recording of the same workload (wall seconds, best of 3), and file sizes;
+#  2b. `record` end to end against the untraced wall time, and heaptrack, on two Python
+#     threads doing JSON and regex work (scripts/json-regex-workload.py: issue 16's workload);
 #  3. the cost of the tracer's clock thread in an idle program: CPU seconds of `sleep 10`,
 #     untraced and under the tracer.
 # `record` runs with --no-stacks here (issue 8's figures); scripts/bench-stacks.sh measures
@@ -55,30 +57,30 @@ echo "tracer:    $TRACER"
 echo "machine:   $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "== 1. slowdown, $NS iterations ($((2 * NS)) events) per mode, single thread"
-printf '%-8s %-28s %9s %9s %8s\n' mode run wall_s cpu_s x_cpu
+printf '%-8s %-28s %9s %9s %8s %8s\n' mode run wall_s cpu_s x_cpu x_wall
 for mode in pairs mixed; do
   read -r bw bc < <(best3 "$W/wl" "$mode" "$NS")
-  printf '%-8s %-28s %9s %9s %8s\n' "$mode" untraced "$bw" "$bc" 1.00
+  printf '%-8s %-28s %9s %9s %8s %8s\n' "$mode" untraced "$bw" "$bc" 1.00 1.00
   read -r w c < <(best3 env LD_PRELOAD="$TRACER" ALLOCVIEW_SPOOL="$W/spool" "$W/wl" "$mode" "$NS")
-  printf '%-8s %-28s %9s %9s %8.2f\n' "$mode" "allocview tracer" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')"
+  printf '%-8s %-28s %9s %9s %8.2f %8.2f\n' "$mode" "allocview tracer" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')" "$(echo "$w $bw" | awk '{print $1/$2}')"
   read -r w c < <(best3 "$ALLOCVIEW" record --no-stacks -o "$W/rec.avt" -- "$W/wl" "$mode" "$NS")
-  printf '%-8s %-28s %9s %9s %8.2f\n' "$mode" "allocview record (all)" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')"
+  printf '%-8s %-28s %9s %9s %8.2f %8.2f\n' "$mode" "allocview record (all)" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')" "$(echo "$w $bw" | awk '{print $1/$2}')"
   read -r w c < <(best3 env LD_PRELOAD="$W/naive.so" NAIVE_TRACE_OUT="$W/naive.txt" "$W/wl" "$mode" "$NS")
-  printf '%-8s %-28s %9s %9s %8.2f\n' "$mode" "mutex+write() interposer" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')"
+  printf '%-8s %-28s %9s %9s %8.2f %8.2f\n' "$mode" "mutex+write() interposer" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')" "$(echo "$w $bw" | awk '{print $1/$2}')"
 done
 
 echo
 echo "== 1b. slowdown, 4 threads x $((NS / 4)) iterations ($((2 * NS)) events in all) per mode"
-printf '%-8s %-28s %9s %9s %8s\n' mode run wall_s cpu_s x_cpu
+printf '%-8s %-28s %9s %9s %8s %8s\n' mode run wall_s cpu_s x_cpu x_wall
 for mode in pairs mixed; do
   read -r bw bc < <(best3 "$W/wl" "$mode" "$((NS / 4))" 4)
-  printf '%-8s %-28s %9s %9s %8s\n' "$mode" untraced "$bw" "$bc" 1.00
+  printf '%-8s %-28s %9s %9s %8s %8s\n' "$mode" untraced "$bw" "$bc" 1.00 1.00
   read -r w c < <(best3 env LD_PRELOAD="$TRACER" ALLOCVIEW_SPOOL="$W/spool" "$W/wl" "$mode" "$((NS / 4))" 4)
-  printf '%-8s %-28s %9s %9s %8.2f\n' "$mode" "allocview tracer" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')"
+  printf '%-8s %-28s %9s %9s %8.2f %8.2f\n' "$mode" "allocview tracer" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')" "$(echo "$w $bw" | awk '{print $1/$2}')"
   read -r w c < <(best3 "$ALLOCVIEW" record --no-stacks -o "$W/rec.avt" -- "$W/wl" "$mode" "$((NS / 4))" 4)
-  printf '%-8s %-28s %9s %9s %8.2f\n' "$mode" "allocview record (all)" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')"
+  printf '%-8s %-28s %9s %9s %8.2f %8.2f\n' "$mode" "allocview record (all)" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')" "$(echo "$w $bw" | awk '{print $1/$2}')"
   read -r w c < <(best3 env LD_PRELOAD="$W/naive.so" NAIVE_TRACE_OUT="$W/naive.txt" "$W/wl" "$mode" "$((NS / 4))" 4)
-  printf '%-8s %-28s %9s %9s %8.2f\n' "$mode" "mutex+write() interposer" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')"
+  printf '%-8s %-28s %9s %9s %8.2f %8.2f\n' "$mode" "mutex+write() interposer" "$w" "$c" "$(echo "$c $bc" | awk '{print $1/$2}')" "$(echo "$w $bw" | awk '{print $1/$2}')"
 done
 
 echo
@@ -102,6 +104,29 @@ printf '%-44s %9s\n' "allocview stats (text gzip)" "$w_txt"
 printf '%-44s %9s\n' "zcat of the text gzip" "$w_zcat"
 printf '%-44s %9s\n' "heaptrack_print (heaptrack's recording)" "$w_ht"
 echo "load_seconds of the binary: $("$ALLOCVIEW" stats --json "$W/mixed.avt" | sed 's/.*"load_seconds":\([0-9.e-]*\).*/\1/')"
+
+echo
+echo "== 2b. record end to end (program start to trace written): two Python threads doing JSON"
+echo "   and regex work (scripts/json-regex-workload.py, PYTHONMALLOC=malloc, about 5.6 million"
+echo "   events); issue 16's target: at most 2x the untraced wall time"
+PY="${PYTHON:-}"
+if [ -z "$PY" ]; then
+  if [ -x /usr/bin/python3 ]; then PY=/usr/bin/python3; else PY="$(command -v python3)"; fi
+fi
+export PYTHONMALLOC=malloc
+printf '%-36s %9s %9s %8s\n' run wall_s cpu_s x_wall
+read -r bw bc < <(best3 "$PY" scripts/json-regex-workload.py)
+printf '%-36s %9s %9s %8s\n' untraced "$bw" "$bc" 1.00
+for row in "allocview record --no-stacks|$ALLOCVIEW record --no-stacks -o $W/rec.avt --" \
+           "allocview record (stacks)|$ALLOCVIEW record -o $W/rec.avt --" \
+           "heaptrack (whole run)|heaptrack -o $W/htj"; do
+  label="${row%%|*}"
+  # shellcheck disable=SC2086
+  read -r w c < <(best3 ${row#*|} "$PY" scripts/json-regex-workload.py)
+  rm -f "$W"/htj.*
+  printf '%-36s %9s %9s %8.2f\n' "$label" "$w" "$c" "$(echo "$w $bw" | awk '{print $1/$2}')"
+done
+unset PYTHONMALLOC
 
 echo
 echo "== 3. idle: sleep 10 (the tracer's clock thread wakes every millisecond)"

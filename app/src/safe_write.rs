@@ -171,6 +171,23 @@ impl PendingFile {
         ))
     }
 
+    /// Makes `path` the file the temporary one becomes (in the same directory: the temporary
+    /// file stays where it is), refusing `inputs` as before.
+    ///
+    /// # Errors
+    /// The refusal; an output that is not a regular file (written in place) cannot move.
+    pub fn retarget(&mut self, path: &Path, inputs: &[&Path]) -> io::Result<()> {
+        refuse_if_any_input(inputs, path)?;
+        if self.direct {
+            return Err(named(
+                path,
+                io::Error::other("the output is written in place and cannot be renamed"),
+            ));
+        }
+        self.target = resolve_links(path);
+        Ok(())
+    }
+
     /// The temporary file's path, for libraries that write a file by path (it exists, empty;
     /// for an output that is not a regular file, the output itself).
     #[must_use]

@@ -15,6 +15,10 @@ use allocview_loaders::malloc_trace::{self, CALL_NAMES, Record};
 use allocview_loaders::{LoadOptions, Loaded, MallocTrace};
 use polars::prelude::*;
 
+mod common;
+
+use common::build_c;
+
 fn allocview(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_allocview"))
         .args(args)
@@ -38,22 +42,6 @@ fn scratch(name: &str) -> PathBuf {
     std::fs::remove_dir_all(&dir).ok();
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// Compiles a C program with `cc -pthread`, without builtins: the compiler may otherwise drop
-/// an allocation whose block is never used.
-fn build_c(dir: &Path, name: &str, source: &str) -> PathBuf {
-    let src = dir.join(format!("{name}.c"));
-    std::fs::write(&src, source).unwrap();
-    let exe = dir.join(name);
-    let out = Command::new("cc")
-        .args(["-O0", "-fno-builtin", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("cc must be installed (build-essential)");
-    ok(&out);
-    exe
 }
 
 fn load(path: &Path) -> MallocTrace {
@@ -122,14 +110,7 @@ const FREE: u8 = 1;
 
 /// The checks every traced run must pass: pairing is consistent and times never go back.
 fn assert_consistent(t: &MallocTrace) {
-    let s = &t.summary;
-    assert_eq!(s.frees_unknown, 0, "a free of a pointer never allocated");
-    assert_eq!(
-        s.mallocs_of_live_ptr, 0,
-        "an allocation of a pointer still live"
-    );
-    assert_eq!(s.timestamps_non_monotonic, 0, "times went backwards");
-    assert!(s.truncated.is_none(), "{:?}", s.truncated);
+    common::assert_pairing_clean(&t.summary);
     let mut freed: HashMap<u32, u32> = HashMap::new();
     for r in rows(t) {
         if r.kind == FREE {
@@ -306,47 +287,10 @@ fn threads_are_separated_and_cross_thread_frees_pair_up() {
     assert_eq!(worker_threads.len(), 4);
 }
 
-/// Producer/consumer hand-over under one shared arena (run with `MALLOC_ARENA_MAX=1`): four
-/// threads each allocate 50,000 blocks of 1100 bytes and more (past the tcache's reach of
-/// small sizes, so freed blocks go back to the arena that all threads share) and pass them
-/// through a mutex-guarded stack; whoever takes a block frees it. Within one millisecond the
-/// threads take turns on the same addresses many times. Thread `t` allocates the sizes equal
-/// to `t` modulo 4.
-const HANDOVER_C: &str = r#"
-#include <pthread.h>
-#include <stdlib.h>
-#define THREADS 4
-#define ITERS 50000
-#define QCAP 1024
-static void *queue[QCAP];
-static int qlen;
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static void *work(void *arg) {
-    long t = (long)arg;
-    for (int i = 0; i < ITERS; i++) {
-        void *p = malloc(1100 + 4 * (i % 256) + t);
-        void *q = NULL;
-        pthread_mutex_lock(&lock);
-        if (qlen == QCAP || (qlen > 0 && (i & 1))) q = queue[--qlen];
-        if (qlen < QCAP) queue[qlen++] = p; else q = p;
-        pthread_mutex_unlock(&lock);
-        free(q);
-    }
-    return NULL;
-}
-int main(void) {
-    pthread_t th[THREADS];
-    for (long t = 0; t < THREADS; t++) pthread_create(&th[t], NULL, work, (void *)t);
-    for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
-    while (qlen > 0) free(queue[--qlen]);
-    return 0;
-}
-"#;
-
 #[test]
 fn blocks_handed_between_threads_in_one_arena_keep_their_exact_order() {
     let dir = scratch("handover");
-    let exe = build_c(&dir, "handover", HANDOVER_C);
+    let exe = build_c(&dir, "handover", &common::handover_c(50_000));
     // The interleaving differs from run to run: several runs, each must be exact.
     for run in 0..3 {
         let out_path = dir.join(format!("handover-{run}.avt"));

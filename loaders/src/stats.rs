@@ -212,3 +212,85 @@ pub fn events_per_thread(
     }
     Ok(counts)
 }
+
+/// The figures `allocview record` reports of a trace it writes, counted from the records on
+/// their way into the file (so the trace need not be read back): the loader's pairing of
+/// frees with allocations, and [`TraceStats`]' live-byte figures, over the same events.
+#[derive(Default)]
+pub struct RecordingStats {
+    pairing: crate::malloc_trace::Pairing,
+    summary: LoadSummary,
+    tids: crate::malloc_trace::PtrSet,
+    last_tid: Option<u64>,
+    events: u64,
+    live_bytes: u64,
+    peak_live_bytes: u64,
+    peak_t_ns: i64,
+    first_t_ns: Option<i64>,
+}
+
+/// What [`RecordingStats`] found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordingSummary {
+    /// Events as loaded (a missed free the loader adds counts).
+    pub events: u64,
+    pub threads: u64,
+    pub peak_live_bytes: u64,
+    /// Seconds from the first event to the one that first reached the peak.
+    pub peak_live_time_s: f64,
+    pub final_live_bytes: u64,
+    /// The loader's counts, for its warnings.
+    pub summary: LoadSummary,
+}
+
+impl RecordingStats {
+    /// Counts one record, as the binary loader would take it.
+    ///
+    /// # Errors
+    /// When the loader would refuse the record (more allocations than it numbers).
+    pub fn push(&mut self, r: &crate::malloc_trace::Record) -> Result<(), &'static str> {
+        if self.last_tid != Some(r.tid) {
+            self.last_tid = Some(r.tid);
+            self.tids.insert(r.tid);
+        }
+        let p = self
+            .pairing
+            .pair(&mut self.summary, r.t_ns.max(0), r.size_bytes, r.addr)?;
+        self.first_t_ns.get_or_insert(p.t_ns);
+        if let Some((_, old_size)) = p.displaced {
+            self.live_bytes -= old_size;
+            self.events += 1;
+        }
+        match p.kind {
+            EventKind::Alloc => {
+                self.live_bytes += p.size;
+                if self.live_bytes > self.peak_live_bytes {
+                    self.peak_live_bytes = self.live_bytes;
+                    self.peak_t_ns = p.t_ns;
+                }
+            }
+            EventKind::Free => self.live_bytes -= p.size,
+            _ => {}
+        }
+        self.events += 1;
+        Ok(())
+    }
+
+    #[must_use]
+    pub fn finish(self) -> RecordingSummary {
+        let mut summary = self.summary;
+        summary.events = self.events;
+        RecordingSummary {
+            events: self.events,
+            threads: self.tids.len() as u64,
+            peak_live_bytes: self.peak_live_bytes,
+            peak_live_time_s: if self.peak_live_bytes == 0 {
+                0.0
+            } else {
+                (self.peak_t_ns - self.first_t_ns.unwrap_or(0)) as f64 / 1e9
+            },
+            final_live_bytes: self.live_bytes,
+            summary,
+        }
+    }
+}

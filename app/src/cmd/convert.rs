@@ -277,6 +277,13 @@ impl RecordWriter {
         }
     }
 
+    /// Makes the finished file `path` instead (in the same directory; `inputs` refused).
+    pub fn retarget(&mut self, path: &Path, inputs: &[&Path]) -> Result<()> {
+        self.pending.retarget(path, inputs)?;
+        self.path = path.to_path_buf();
+        Ok(())
+    }
+
     /// Finishes the file and puts it in place of the output; returns the number of records
     /// written.
     pub fn finish(self) -> Result<u64> {

@@ -63,6 +63,7 @@ impl<'a> Cursor<'a> {
     }
 }
 
+#[inline]
 pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -78,6 +79,7 @@ pub(super) fn zigzag(v: i64) -> u64 {
 impl Cursor<'_> {
     /// A prefix varint: the first byte's trailing zeros, plus one, give the length in bytes
     /// (1 to 8, the value above those bits); a zero byte is followed by 8 bytes of value.
+    #[inline]
     pub(super) fn prefix_varint(&mut self) -> Option<u64> {
         let first = *self.bytes.get(self.pos)?;
         if first == 0 {
@@ -85,6 +87,17 @@ impl Cursor<'_> {
             return self.u64();
         }
         let n = first.trailing_zeros() as usize + 1;
+        // Eight bytes at hand (all but a segment's last few values): one load, one mask.
+        if let Some(raw) = self.bytes.get(self.pos..self.pos + 8) {
+            let word = u64::from_le_bytes(raw.try_into().ok()?);
+            self.pos += n;
+            let value = if n == 8 {
+                word
+            } else {
+                word & ((1u64 << (8 * n)) - 1)
+            };
+            return Some(value >> n);
+        }
         let raw = self.take(n)?;
         let mut word = [0u8; 8];
         word.get_mut(..n)?.copy_from_slice(raw);
@@ -92,7 +105,15 @@ impl Cursor<'_> {
     }
 
     /// `n` little-endian bytes (0 to 8).
+    #[inline]
     pub(super) fn short_u64(&mut self, n: usize) -> Option<u64> {
+        if n < 8
+            && let Some(raw) = self.bytes.get(self.pos..self.pos + 8)
+        {
+            let word = u64::from_le_bytes(raw.try_into().ok()?);
+            self.pos += n;
+            return Some(word & ((1u64 << (8 * n)) - 1));
+        }
         let raw = self.take(n)?;
         let mut word = [0u8; 8];
         word.get_mut(..n)?.copy_from_slice(raw);

@@ -30,27 +30,31 @@ pub(super) enum Next<'a> {
 impl<'a> Frames<'a> {
     pub(super) fn next(&mut self) -> Next<'a> {
         let rest = self.bytes.get(self.pos..).unwrap_or(&[]);
-        if rest.is_empty() {
-            return Next::End;
+        let next = frame_at(rest, self.pos);
+        if let Next::Frame(_, payload, _) = next {
+            self.pos += 5 + payload.len();
         }
-        let mut c = Cursor::new(rest);
-        let (Some(tag), Some(len)) = (c.u8(), c.u32()) else {
-            return Next::Cut(format!("a frame header is cut at byte {}", self.pos));
-        };
-        let len = len as usize;
-        if len > MAX_FRAME_BYTES {
-            return Next::Cut(format!(
-                "a frame length of {len} bytes at byte {}",
-                self.pos
-            ));
-        }
-        let Some(payload) = c.take(len) else {
-            return Next::Cut(format!("the frame at byte {} is cut", self.pos));
-        };
-        let at = self.pos;
-        self.pos += 5 + len;
-        Next::Frame(tag, payload, at)
+        next
     }
+}
+
+/// The frame at the start of `rest`, which is at offset `at` of the frames.
+pub(super) fn frame_at(rest: &[u8], at: usize) -> Next<'_> {
+    if rest.is_empty() {
+        return Next::End;
+    }
+    let mut c = Cursor::new(rest);
+    let (Some(tag), Some(len)) = (c.u8(), c.u32()) else {
+        return Next::Cut(format!("a frame header is cut at byte {at}"));
+    };
+    let len = len as usize;
+    if len > MAX_FRAME_BYTES {
+        return Next::Cut(format!("a frame length of {len} bytes at byte {at}"));
+    }
+    let Some(payload) = c.take(len) else {
+        return Next::Cut(format!("the frame at byte {at} is cut"));
+    };
+    Next::Frame(tag, payload, at)
 }
 
 /// Reads the file's header; returns the kind and the offset of the first frame.

@@ -282,15 +282,7 @@ pub(super) fn read_trace(
     strictness: Strictness,
     f: &mut dyn FnMut(&Record) -> Result<(), &'static str>,
 ) -> Result<BinaryInfo, LoadError> {
-    let mut info = BinaryInfo {
-        kind: FileKind::Trace,
-        meta: Vec::new(),
-        records: 0,
-        truncated: None,
-        damaged: Vec::new(),
-        events_lost: None,
-        stacks: None,
-    };
+    let mut info = BinaryInfo::empty(FileKind::Trace);
     let mut r = Reader {
         bytes,
         threads: Vec::new(),

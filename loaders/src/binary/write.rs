@@ -1,6 +1,5 @@
 //! Writing a trace (kind 0): [`BinaryWriter`].
 
-use std::collections::HashMap;
 use std::io::{self, Write};
 
 use super::codec::{put_varint, zigzag};
@@ -10,12 +9,15 @@ use super::{
     BLOCK_EVENTS, CODEC_STORED, CODEC_ZSTD, FRAME_END, FRAME_EVENTS, FRAME_META, FRAME_THREADS,
     KIND_TRACE, MAGIC, OP_CALL_MASK, OP_FREE, OP_NO_CALL, OP_STACK, OP_THREAD, VERSION, ZSTD_LEVEL,
 };
-use crate::malloc_trace::{MAX_THREADS, Record};
+use crate::malloc_trace::{MAX_THREADS, PtrMap, Record};
 
 /// Writes records as a binary trace (kind 0): blocks of [`BLOCK_EVENTS`] events, zstd each.
 pub struct BinaryWriter<W: Write> {
     out: W,
-    threads: HashMap<u64, u64>,
+    threads: PtrMap<u64>,
+    /// The last record's thread id and index: most records follow one of their own thread.
+    prev_tid: u64,
+    prev_thread_index: u64,
     new_threads: Vec<u64>,
     block: Vec<u8>,
     block_events: u32,
@@ -48,7 +50,9 @@ impl<W: Write> BinaryWriter<W> {
         compressor.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
         Ok(Self {
             out,
-            threads: HashMap::new(),
+            threads: PtrMap::default(),
+            prev_tid: 0,
+            prev_thread_index: 0,
             new_threads: Vec::new(),
             block: Vec::with_capacity(1 << 20),
             block_events: 0,
@@ -67,6 +71,9 @@ impl<W: Write> BinaryWriter<W> {
     /// On write errors, and for a record whose thread would be one more than [`MAX_THREADS`]
     /// (nothing of it is written: the loader could not load it).
     pub fn push(&mut self, r: &Record) -> io::Result<()> {
+        if r.tid == self.prev_tid && self.total > 0 {
+            return self.push_in(r, self.prev_thread_index);
+        }
         let next_index = self.threads.len() as u64;
         if next_index >= MAX_THREADS as u64 && !self.threads.contains_key(&r.tid) {
             // The loader holds thread indices in 16 bits: a file with more threads would be
@@ -86,6 +93,13 @@ impl<W: Write> BinaryWriter<W> {
             self.new_threads.push(r.tid);
             next_index
         });
+        self.prev_tid = r.tid;
+        self.prev_thread_index = thread;
+        self.push_in(r, thread)
+    }
+
+    /// Appends one record of thread index `thread`.
+    fn push_in(&mut self, r: &Record, thread: u64) -> io::Result<()> {
         let mut op = r.call.map_or(OP_NO_CALL, |c| c & OP_CALL_MASK);
         if r.size_bytes.is_none() {
             op |= OP_FREE;

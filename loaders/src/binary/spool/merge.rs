@@ -4,25 +4,47 @@
 use std::collections::BinaryHeap;
 use std::path::Path;
 
-use super::super::codec::Cursor;
 use super::super::trace::call_of;
 use super::super::{OP_FREE, corrupt};
+use super::state::Timing;
 use super::{SpoolEncoding, SpoolEvent, Stream};
 use crate::error::LoadError;
 use crate::malloc_trace::{PtrHasher, PtrMap, PtrSet, Record};
 
 /// Merges the streams of a spool into one sequence: by time, and among events of one time
 /// (the clock thread's period, so there are many) in an order consistent with the pointers'
-/// lives, which the times alone cannot give.
-pub(super) struct Merge<'p, 'f> {
-    pub(super) path: &'p Path,
-    pub(super) encoding: SpoolEncoding,
-    /// The file was cut: a cut last event ends its stream instead of being an error.
-    pub(super) truncated: bool,
-    /// The pointers allocated and not yet freed, when there are several streams.
+/// lives, which the times alone cannot give. It can run in steps, each up to a time bound,
+/// while the tracer still writes the spool.
+pub(super) struct Merge {
+    /// The pointers allocated and not yet freed, when there are (or may be) several streams.
     pub(super) live: Option<PtrSet>,
     pub(super) records: u64,
-    pub(super) to_ns: &'f dyn Fn(u64) -> i64,
+    /// Every event of an earlier time than this has been emitted.
+    pub(super) emitted_below: u64,
+    /// An event of such a time came in afterwards: the merge stopped.
+    pub(super) late: bool,
+    /// Reading while the tracer writes: the live pointers may be dropped a little after the
+    /// first keyed event (the tracer keys every event once several threads record, so keys
+    /// order every later period and causality is not needed); a period that then needs it
+    /// stops the merge as [`Self::late`] does, and the file is read whole instead.
+    pub(super) may_drop_live: bool,
+    pub(super) live_dropped: bool,
+    /// The time of the first group with a keyed stream.
+    first_keyed_tick: Option<u64>,
+}
+
+/// How long after the first keyed event the live pointers are kept (the period in which
+/// keys start: events that read the flag before it was set may still be written), in ticks
+/// (nanoseconds: a spool is read live only with a nanosecond clock).
+const KEYS_STARTING_TICKS: u64 = 10_000_000;
+
+/// Where a step of the merge sends its events, and how it reads them.
+pub(super) struct Out<'p, 'f> {
+    pub(super) path: &'p Path,
+    pub(super) encoding: SpoolEncoding,
+    pub(super) timing: Timing,
+    /// The file was cut: a cut last event ends its stream instead of being an error.
+    pub(super) truncated: bool,
     pub(super) f: &'f mut dyn FnMut(&Record) -> Result<(), &'static str>,
 }
 
@@ -40,60 +62,94 @@ pub(super) enum Fit {
     Blocked,
 }
 
-impl Merge<'_, '_> {
-    fn advance(&self, s: &mut Stream<'_>) -> Result<(), LoadError> {
-        match s.advance(self.encoding) {
+impl Merge {
+    pub(super) fn new() -> Self {
+        Self {
+            live: None,
+            records: 0,
+            emitted_below: 0,
+            late: false,
+            may_drop_live: false,
+            live_dropped: false,
+            first_keyed_tick: None,
+        }
+    }
+
+    fn advance(s: &mut Stream<'_>, out: &Out<'_, '_>) -> Result<(), LoadError> {
+        match s.advance(out.encoding) {
             Ok(()) => Ok(()),
             // A cut last event (the tracer was killed mid-write) ends the stream.
-            Err(_) if self.truncated => {
+            Err(_) if out.truncated => {
                 s.head = None;
                 s.segments.clear();
-                s.cur = Cursor::new(&[]);
+                s.pos = 0;
                 Ok(())
             }
-            Err(e) => Err(corrupt(self.path, 0, e)),
+            Err(e) => Err(corrupt(out.path, 0, e)),
         }
     }
 
     /// Emits an event and updates the live pointers.
-    fn emit(&mut self, tid: u64, ev: &SpoolEvent) -> Result<(), LoadError> {
+    fn emit(&mut self, out: &mut Out<'_, '_>, tid: u64, ev: &SpoolEvent) -> Result<(), LoadError> {
         if let Some(live) = &mut self.live {
             apply(live, ev);
         }
-        self.emit_record(tid, ev)
+        self.emit_record(out, tid, ev)
     }
 
     /// Emits an event whose effect on the live pointers is already applied.
-    fn emit_record(&mut self, tid: u64, ev: &SpoolEvent) -> Result<(), LoadError> {
-        let call = call_of(ev.op).ok_or_else(|| corrupt(self.path, 0, "unknown call code"))?;
+    fn emit_record(
+        &mut self,
+        out: &mut Out<'_, '_>,
+        tid: u64,
+        ev: &SpoolEvent,
+    ) -> Result<(), LoadError> {
+        let call = call_of(ev.op).ok_or_else(|| corrupt(out.path, 0, "unknown call code"))?;
         let is_free = ev.op & OP_FREE != 0;
-        (self.f)(&Record {
-            t_ns: (self.to_ns)(ev.tick),
+        (out.f)(&Record {
+            t_ns: out.timing.to_ns(ev.tick),
             tid,
             size_bytes: (!is_free).then_some(ev.size),
             addr: ev.addr,
             call,
             stack: ev.stack,
         })
-        .map_err(|e| corrupt(self.path, 0, e))?;
+        .map_err(|e| corrupt(out.path, 0, e))?;
         self.records += 1;
         Ok(())
     }
 
-    pub(super) fn run(&mut self, streams: &mut [Stream<'_>]) -> Result<(), LoadError> {
+    /// Emits, in order, the events of every time before `bound` (all of them when `None`),
+    /// from the streams' segments so far. Marks the merge late, and stops, on meeting an
+    /// event of a time before an earlier step's bound.
+    pub(super) fn run(
+        &mut self,
+        streams: &mut [Stream<'_>],
+        bound: Option<u64>,
+        out: &mut Out<'_, '_>,
+    ) -> Result<(), LoadError> {
         let mut heap: BinaryHeap<std::cmp::Reverse<(u64, usize)>> =
             BinaryHeap::with_capacity(streams.len());
         for (i, s) in streams.iter_mut().enumerate() {
-            self.advance(s)?;
+            if s.head.is_none() {
+                Self::advance(s, out)?;
+            }
             if let Some(ev) = &s.head {
                 heap.push(std::cmp::Reverse((ev.tick, i)));
             }
         }
         let mut group: Vec<usize> = Vec::new();
         let mut runs: Vec<Vec<SpoolEvent>> = Vec::new();
-        let mut keyed: Vec<Vec<SpoolEvent>> = Vec::new();
-        while let Some(std::cmp::Reverse((tick, first))) = heap.pop() {
-            // Every stream whose next event has this time.
+        while let Some(&std::cmp::Reverse((tick, first))) = heap.peek() {
+            if bound.is_some_and(|b| tick >= b) {
+                break;
+            }
+            if tick < self.emitted_below {
+                self.late = true;
+                return Ok(());
+            }
+            heap.pop();
+            // Every stream whose next event has this time, in the streams' order.
             group.clear();
             group.push(first);
             while let Some(&std::cmp::Reverse((t, i))) = heap.peek()
@@ -107,53 +163,91 @@ impl Merge<'_, '_> {
                     continue;
                 };
                 while let Some(ev) = s.head.filter(|ev| ev.tick == tick) {
-                    self.emit(s.tid, &ev)?;
-                    self.advance(s)?;
+                    self.emit(out, s.tid, &ev)?;
+                    Self::advance(s, out)?;
                 }
             } else {
-                group.sort_unstable();
-                runs.resize_with(group.len(), Vec::new);
-                for (run, &i) in runs.iter_mut().zip(&group) {
-                    run.clear();
-                    let Some(s) = streams.get_mut(i) else {
-                        continue;
-                    };
-                    while let Some(ev) = s.head.filter(|ev| ev.tick == tick) {
-                        run.push(ev);
-                        self.advance(s)?;
-                    }
-                }
-                let tids: Vec<u64> = group
-                    .iter()
-                    .map(|&i| streams.get(i).map_or(0, |s| s.tid))
-                    .collect();
-                let runs = &mut runs[..group.len()];
-                if runs.iter().flatten().all(|ev| ev.key.is_some()) {
-                    self.merge_by_key(runs, &tids)?;
-                } else if runs.iter().flatten().all(|ev| ev.key.is_none()) {
-                    self.interleave(runs, &tids)?;
-                } else {
-                    // The period in which a second thread started recording: each thread's
-                    // events without a key come first (the tracer read the flag that adds keys
-                    // before the call of each of them, and found it unset, while every keyed
-                    // event read it set, so none of the former can depend on one of the
-                    // latter), ordered by causality; then the keyed ones, by key.
-                    keyed.clear();
-                    for run in runs.iter_mut() {
-                        let first_keyed = run.iter().position(|ev| ev.key.is_some());
-                        keyed.push(run.split_off(first_keyed.unwrap_or(run.len())));
-                    }
-                    self.interleave(runs, &tids)?;
-                    self.merge_by_key(&keyed, &tids)?;
-                }
+                group.sort_unstable_by_key(|&i| streams.get(i).map_or(0, |s| s.id));
+                self.emit_group(streams, &group, &mut runs, tick, out)?;
+            }
+            if self.late {
+                return Ok(());
             }
             for &i in &group {
                 if let Some(ev) = streams.get(i).and_then(|s| s.head.as_ref()) {
                     heap.push(std::cmp::Reverse((ev.tick, i)));
                 }
             }
+            if self.may_drop_live && self.live.is_some() {
+                self.maybe_drop_live(streams, tick);
+            }
+        }
+        if let Some(b) = bound {
+            self.emitted_below = self.emitted_below.max(b);
         }
         Ok(())
+    }
+
+    /// Drops the live pointers once the period in which keys start is over (see
+    /// [`Self::may_drop_live`]); `tick` is the time just emitted.
+    fn maybe_drop_live(&mut self, streams: &[Stream<'_>], tick: u64) {
+        let first = match self.first_keyed_tick {
+            Some(t) => t,
+            None if streams.iter().any(|s| s.keyed) => {
+                self.first_keyed_tick = Some(tick);
+                tick
+            }
+            None => return,
+        };
+        if tick >= first.saturating_add(KEYS_STARTING_TICKS) {
+            self.live = None;
+            self.live_dropped = true;
+        }
+    }
+
+    /// Emits the events of time `tick` of several streams (`group`, in the streams' order).
+    fn emit_group(
+        &mut self,
+        streams: &mut [Stream<'_>],
+        group: &[usize],
+        runs: &mut Vec<Vec<SpoolEvent>>,
+        tick: u64,
+        out: &mut Out<'_, '_>,
+    ) -> Result<(), LoadError> {
+        runs.resize_with(group.len(), Vec::new);
+        for (run, &i) in runs.iter_mut().zip(group) {
+            run.clear();
+            let Some(s) = streams.get_mut(i) else {
+                continue;
+            };
+            while let Some(ev) = s.head.filter(|ev| ev.tick == tick) {
+                run.push(ev);
+                Self::advance(s, out)?;
+            }
+        }
+        let tids: Vec<u64> = group
+            .iter()
+            .map(|&i| streams.get(i).map_or(0, |s| s.tid))
+            .collect();
+        let runs = &mut runs[..group.len()];
+        if runs.iter().flatten().all(|ev| ev.key.is_some()) {
+            self.merge_by_key(out, runs, &tids)
+        } else if runs.iter().flatten().all(|ev| ev.key.is_none()) {
+            self.interleave(out, runs, &tids)
+        } else {
+            // The period in which a second thread started recording: each thread's events
+            // without a key come first (the tracer read the flag that adds keys before the
+            // call of each of them, and found it unset, while every keyed event read it set,
+            // so none of the former can depend on one of the latter), ordered by causality;
+            // then the keyed ones, by key.
+            let mut keyed = Vec::with_capacity(runs.len());
+            for run in runs.iter_mut() {
+                let first_keyed = run.iter().position(|ev| ev.key.is_some());
+                keyed.push(run.split_off(first_keyed.unwrap_or(run.len())));
+            }
+            self.interleave(out, runs, &tids)?;
+            self.merge_by_key(out, &keyed, &tids)
+        }
     }
 
     /// Emits the runs of events of one time from several threads when every event has an
@@ -161,7 +255,12 @@ impl Merge<'_, '_> {
     /// allocation's key after its real call and a free's before, so an allocation that
     /// reuses an address has a larger key than the free that released it, and a free a larger
     /// key than the allocation whose block it was handed).
-    fn merge_by_key(&mut self, runs: &[Vec<SpoolEvent>], tids: &[u64]) -> Result<(), LoadError> {
+    fn merge_by_key(
+        &mut self,
+        out: &mut Out<'_, '_>,
+        runs: &[Vec<SpoolEvent>],
+        tids: &[u64],
+    ) -> Result<(), LoadError> {
         let mut next = vec![0usize; runs.len()];
         loop {
             // Few runs (one per thread active in the period): a scan of the heads is enough.
@@ -169,8 +268,9 @@ impl Merge<'_, '_> {
                 .iter()
                 .zip(&next)
                 .enumerate()
-                // An event without a key after keyed ones cannot come from the tracer (once
-                // keyed, a stream stays keyed); it is kept, where its thread has reached.
+                // An event without a key after keyed ones of its time cannot come from the
+                // tracer (a period shared stays shared); it is kept, where its thread has
+                // reached.
                 .filter_map(|(r, (run, &n))| Some((run.get(n)?.key.unwrap_or(0), r)))
                 .min();
             let Some((_, r)) = best else {
@@ -181,7 +281,7 @@ impl Merge<'_, '_> {
                 return Ok(());
             };
             if let Some(ev) = run.get(*n) {
-                self.emit(tid, ev)?;
+                self.emit(out, tid, ev)?;
             }
             *n += 1;
         }
@@ -191,8 +291,26 @@ impl Merge<'_, '_> {
     /// (the period in which a second thread started recording, spools of earlier tracers,
     /// machines without usable keys): each run in its order, interleaved so that no allocation comes before the free of its address, nor a free
     /// before its allocation (see [`search`]; when its budget runs out, [`greedy`]).
-    fn interleave(&mut self, runs: &[Vec<SpoolEvent>], tids: &[u64]) -> Result<(), LoadError> {
+    fn interleave(
+        &mut self,
+        out: &mut Out<'_, '_>,
+        runs: &[Vec<SpoolEvent>],
+        tids: &[u64],
+    ) -> Result<(), LoadError> {
+        if runs.iter().filter(|run| !run.is_empty()).count() <= 1 {
+            // One thread's events alone (the owner of a period, before its keyed ones): its
+            // order is the order.
+            for (run, &tid) in runs.iter().zip(tids) {
+                for ev in run {
+                    self.emit(out, tid, ev)?;
+                }
+            }
+            return Ok(());
+        }
         let Some(live) = &mut self.live else {
+            if self.live_dropped {
+                self.late = true;
+            }
             return Ok(());
         };
         let order = match search(runs, live) {
@@ -207,7 +325,7 @@ impl Merge<'_, '_> {
                 continue;
             };
             if let Some(ev) = run.get(*n) {
-                self.emit_record(tid, ev)?;
+                self.emit_record(out, tid, ev)?;
             }
             *n += 1;
         }

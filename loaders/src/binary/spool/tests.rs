@@ -1,3 +1,4 @@
+use super::super::FileKind;
 use super::super::codec::{put_varint, zigzag};
 use super::super::frames::write_frame;
 use super::super::tests::read;
@@ -341,6 +342,192 @@ fn spool_streams_merge_by_time_across_segments() {
             (200, 10, Some(32), 0x1000, Some(0)),
             (400, 20, None, 0x1000, Some(3)),
             (600, 10, Some(64), 0x2000, Some(1)),
+        ]
+    );
+}
+
+/// Reads `bytes` as a [`LiveSpool`] does while the tracer writes them: the file grows by
+/// `chunk` bytes (cutting frames anywhere) and each step reads and emits. Returns the
+/// records, how many were emitted before the end, and how the last step went.
+fn read_live(bytes: &[u8], chunk: usize, name: &str) -> (Vec<Record>, usize, LivePoll) {
+    use std::io::Write as _;
+    let dir = std::env::temp_dir().join(format!("allocview-live-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}-{chunk}.spool"));
+    let mut file = std::fs::File::create(&path).unwrap();
+    let mut live = LiveSpool::open(&path, TimeBase::default()).unwrap();
+    let mut out = Vec::new();
+    let mut poll = LivePoll::Going;
+    for part in bytes.chunks(chunk) {
+        file.write_all(part).unwrap();
+        live.read().unwrap();
+        poll = live
+            .emit(&mut |r| {
+                out.push(*r);
+                Ok(())
+            })
+            .unwrap();
+        if poll == LivePoll::Late {
+            break;
+        }
+    }
+    let before_end = out.len();
+    if poll == LivePoll::Going {
+        live.finish(&mut |r| {
+            out.push(*r);
+            Ok(())
+        })
+        .unwrap();
+    }
+    std::fs::remove_file(&path).ok();
+    (out, before_end, poll)
+}
+
+/// A SEGMENT frame of `stream` (thread `tid`) holding `events`, its calibration point `tick`.
+fn segment_frame(out: &mut Vec<u8>, stream: u32, tid: u64, tick: u64, events: &[u8]) {
+    let mut head = Vec::new();
+    head.extend(stream.to_le_bytes());
+    head.extend(tid.to_le_bytes());
+    head.extend(tick.to_le_bytes());
+    head.extend((tick as i64).to_le_bytes());
+    write_frame(out, FRAME_SEGMENT, &[&head, events]).unwrap();
+}
+
+fn flush_mark(out: &mut Vec<u8>, tick: u64) {
+    write_frame(out, FRAME_FLUSHED, &[&tick.to_le_bytes()]).unwrap();
+}
+
+/// Two threads handing blocks over through 40 clock periods, keyed from the tenth, with a
+/// flush of both streams and a mark every 4 periods, as the clock thread writes them.
+fn handover_spool() -> Vec<u8> {
+    let mut out = MAGIC.to_vec();
+    out.extend([VERSION, KIND_SPOOL]);
+    write_frame(&mut out, FRAME_META, &[KEYED_META.as_bytes()]).unwrap();
+    let (mut s10, mut s20) = (KeyedStream::default(), KeyedStream::default());
+    let mut key = 0;
+    for period in 0..40u64 {
+        let tick = 1000 + period * 1_000_000;
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for i in 0..5u64 {
+            let x = 0x10_0000 + (period * 5 + i) * 0x100;
+            let k = |key: u64| (period >= 10).then_some(key);
+            // Thread 10 allocates x, thread 20 frees it; then thread 20 allocates y and
+            // thread 10 frees it, at the same address each round.
+            keyed_event(&mut a, &mut s10, 0, tick, 24 + i, x, k(key + 1));
+            keyed_event(&mut b, &mut s20, 3 | OP_FREE, tick, 0, x, k(key + 2));
+            keyed_event(&mut b, &mut s20, 0, tick, 40, 0x9000, k(key + 3));
+            keyed_event(&mut a, &mut s10, 3 | OP_FREE, tick, 0, 0x9000, k(key + 4));
+            key += 4;
+        }
+        segment_frame(&mut out, 0, 10, tick, &a);
+        segment_frame(&mut out, 1, 20, tick, &b);
+        if period % 4 == 3 {
+            flush_mark(&mut out, tick + 1);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_spool_read_while_written_gives_the_whole_files_records() {
+    let bytes = handover_spool();
+    let (whole, info) = read(&bytes);
+    assert_eq!(info.truncated, None);
+    assert_eq!(whole.len(), 40 * 5 * 4);
+    for chunk in [1, 7, 100, 4096, bytes.len()] {
+        let (live, before_end, poll) = read_live(&bytes, chunk, "handover");
+        assert_eq!(poll, LivePoll::Going, "chunk {chunk}");
+        assert_eq!(live, whole, "chunk {chunk}");
+        // The steps emit up to the next-to-last mark (after period 35); the end, the rest.
+        assert_eq!(before_end, 36 * 5 * 4, "chunk {chunk}");
+    }
+}
+
+#[test]
+fn an_event_written_after_its_time_was_emitted_is_reported_not_merged() {
+    // Thread 20's event of period 0 is written only after two marks: a thread held up
+    // between reading the time and writing its event.
+    let mut out = MAGIC.to_vec();
+    out.extend([VERSION, KIND_SPOOL]);
+    write_frame(&mut out, FRAME_META, &[COMPACT_META.as_bytes()]).unwrap();
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let (mut pa, mut pb) = ((0, 0), (0, 0));
+    compact_event(&mut a, &mut pa, 0, 1000, 16, 0x1000);
+    compact_event(&mut a, &mut pa, 0, 3_001_000, 16, 0x2000);
+    segment_frame(&mut out, 0, 10, 0, &a);
+    flush_mark(&mut out, 2_000_000);
+    flush_mark(&mut out, 4_000_000);
+    compact_event(&mut b, &mut pb, 3 | OP_FREE, 1000, 0, 0x1000);
+    segment_frame(&mut out, 1, 20, 0, &b);
+    let (_, before_end, poll) = read_live(&out, 1, "late");
+    assert_eq!(poll, LivePoll::Late);
+    assert_eq!(before_end, 1, "only the event before the next-to-last mark");
+    // The whole file reads in order.
+    let (whole, _) = read(&out);
+    assert_eq!(
+        whole.iter().map(|r| r.tid).collect::<Vec<_>>(),
+        vec![10, 20, 10]
+    );
+}
+
+#[test]
+fn a_period_without_keys_after_every_stream_was_keyed_is_read_from_the_whole_file() {
+    use std::io::Write as _;
+    // Once both streams are keyed the live reading keeps no live pointers; two new streams
+    // that then record without keys (no tracer does) would need them to be ordered.
+    let first = handover_spool();
+    let mut rest = Vec::new();
+    let tick = 1000 + 40 * 1_000_000;
+    for (stream, tid) in [(2u32, 30u64), (3, 40)] {
+        let (mut ev, mut prev) = (Vec::new(), (0, 0));
+        compact_event(&mut ev, &mut prev, 0, tick, 8, 0x7000 + u64::from(stream));
+        segment_frame(&mut rest, stream, tid, tick, &ev);
+    }
+    let dir = std::env::temp_dir().join(format!("allocview-live-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("unkeyed.spool");
+    let mut file = std::fs::File::create(&path).unwrap();
+    file.write_all(&first).unwrap();
+    let mut live = LiveSpool::open(&path, TimeBase::default()).unwrap();
+    live.read().unwrap();
+    assert_eq!(live.emit(&mut |_| Ok(())).unwrap(), LivePoll::Going);
+    file.write_all(&rest).unwrap();
+    let err = live.finish(&mut |_| Ok(())).unwrap_err();
+    assert!(err.to_string().contains("read the whole file"), "{err}");
+    std::fs::remove_file(&path).ok();
+    // The whole file orders them.
+    let (whole, _) = read(&[first, rest].concat());
+    assert_eq!(whole.len(), 40 * 5 * 4 + 2);
+}
+
+#[test]
+fn a_period_owned_by_one_thread_has_its_events_without_keys_first() {
+    // Encoding 5: thread 10 owns period 1 (no keys) until thread 20 records in it; from then
+    // on both key their events. In period 2 thread 10 owns the period again (OP_UNKEYED).
+    let meta = KEYED_META.replace("events=3", "events=5");
+    let (a, b, c) = (0x1000, 0x2000, 0x3000);
+    let (mut t10, mut t20) = (Vec::new(), Vec::new());
+    let (mut s10, mut s20) = (KeyedStream::default(), KeyedStream::default());
+    keyed_event(&mut t10, &mut s10, 0, 1000, 16, a, None);
+    keyed_event(&mut t10, &mut s10, 3 | OP_FREE, 1000, 0, a, Some(30));
+    keyed_event(&mut t20, &mut s20, 0, 1000, 32, b, Some(20));
+    keyed_event(&mut t20, &mut s20, 0, 1000, 48, a, Some(40));
+    t10.push(OP_UNKEYED);
+    s10.keyed = false;
+    keyed_event(&mut t10, &mut s10, 0, 2_001_000, 64, c, None);
+    let bytes = spool(&[(0, 10, 0, 0, t10), (1, 20, 0, 0, t20)], &meta);
+    let (back, info) = read(&bytes);
+    assert_eq!(info.truncated, None);
+    let got: Vec<(u64, Option<u64>, u64)> =
+        back.iter().map(|r| (r.tid, r.size_bytes, r.addr)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (10, Some(16), a),
+            (20, Some(32), b),
+            (10, None, a),
+            (20, Some(48), a),
+            (10, Some(64), c),
         ]
     );
 }

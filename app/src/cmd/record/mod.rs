@@ -23,14 +23,15 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use allocview_loaders::binary::TimeBase;
-use allocview_loaders::stats::TraceStats;
-use allocview_loaders::{LoadOptions, Loaded};
+use allocview_loaders::binary::{BinaryInfo, TimeBase};
+use allocview_loaders::stats::{RecordingStats, RecordingSummary};
 use anyhow::{Context as _, Result, bail};
 
 use super::convert::{Form, RecordWriter, read_any};
 use crate::format;
 use crate::safe_write;
+
+mod live;
 
 /// The tracer shared object, compiled by `build.rs`.
 static TRACER_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/liballocview_tracer.so"));
@@ -121,16 +122,29 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     if args.text && !args.no_stacks {
         eprintln!("note: --text: the text form has no call stacks, so none are captured");
     }
+    let form = if args.text { Form::Text } else { Form::Binary };
+    let base = TimeBase {
+        realtime_ns: Some(started_wall),
+    };
     let mut command = Command::new(program);
     args.faults.apply(&mut command)?;
     let ignored = ignore_termination_signals()?;
-    let status = command
+    let mut child = command
         .args(args.command.iter().skip(1))
         .env("LD_PRELOAD", &preload)
         .env("ALLOCVIEW_SPOOL", spools.path.join("p"))
         .env("ALLOCVIEW_STACKS", if stacks { "1" } else { "0" })
-        .status()
+        .spawn()
         .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
+    let mut live = live::Converter::new(
+        &spools.path,
+        &program_name,
+        &output,
+        form,
+        base,
+        &protected_refs,
+    );
+    let status = live.run_until_exit(&mut child)?;
     drop(ignored);
 
     let mut found = list_spools(&spools.path)?;
@@ -152,34 +166,38 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         } else {
             per_process_name(&output, spool.pid, spool.generation)
         };
-        let form = if args.text { Form::Text } else { Form::Binary };
-        let meta = spool_meta(&spool.path, &program_name);
-        let converted =
-            RecordWriter::create(&path, form, &meta, &protected_refs).and_then(|mut writer| {
-                let info = read_any(
-                    &spool.path,
-                    false,
-                    TimeBase {
-                        realtime_ns: Some(started_wall),
-                    },
-                    &mut |r| writer.push(r),
-                )?;
-                if let Some(mut stacks) = info.and_then(|i| i.stacks) {
-                    symbolizer.symbolize_stacks(&mut stacks).print_summary();
-                    writer.write_stacks(&stacks)?;
-                }
-                writer.finish()
-            });
-        if let Err(e) = converted {
-            // The private spool directory is removed on the way out: keep the recording.
-            let kept = keep_spool(&spool.path, &path);
-            return Err(e.context(format!(
-                "while converting the trace of process {}; {kept}",
-                spool.pid
-            )));
-        }
+        let mut add_stacks = |writer: &mut RecordWriter, info: BinaryInfo| -> Result<()> {
+            if let Some(mut stacks) = info.stacks {
+                symbolizer.symbolize_stacks(&mut stacks).print_summary();
+                writer.write_stacks(&stacks)?;
+            }
+            Ok(())
+        };
+        let converted = match live.finish(&spool.path, &path, &mut add_stacks) {
+            Some(summary) => Ok(summary),
+            None => convert_file(
+                &spool.path,
+                &path,
+                form,
+                &program_name,
+                base,
+                &protected_refs,
+                &mut add_stacks,
+            ),
+        };
+        let summary = match converted {
+            Ok(summary) => summary,
+            Err(e) => {
+                // The private spool directory is removed on the way out: keep the recording.
+                let kept = keep_spool(&spool.path, &path);
+                return Err(e.context(format!(
+                    "while converting the trace of process {}; {kept}",
+                    spool.pid
+                )));
+            }
+        };
         std::fs::remove_file(&spool.path).ok();
-        written.push((spool.pid, spool.generation, path));
+        written.push((spool.pid, spool.generation, path, summary));
     }
 
     eprintln!(
@@ -192,14 +210,14 @@ pub fn run(args: &RecordArgs) -> Result<()> {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    for (pid, generation, path) in &written {
-        summarise(*pid, *generation, path)?;
+    for (pid, generation, path, summary) in &written {
+        summarise(*pid, *generation, path, summary);
     }
-    if let Some((_, _, first)) = written.first() {
+    if let Some((_, _, first, _)) = written.first() {
         eprintln!("explore: allocview stats {}", shell_quote(first));
     }
     if args.faults.any() {
-        let paths: Vec<PathBuf> = written.iter().map(|(_, _, p)| p.clone()).collect();
+        let paths: Vec<PathBuf> = written.iter().map(|(_, _, p, _)| p.clone()).collect();
         super::record_limit::report(status, &paths)?;
     } else if !status.success() {
         eprintln!("note: the command exited with {status}");
@@ -207,17 +225,35 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     Ok(())
 }
 
-/// Prints events, threads and peak live bytes of one written trace.
-fn summarise(pid: u32, generation: u32, path: &Path) -> Result<()> {
-    let Loaded::MallocTrace(trace) = allocview_loaders::load(path, &LoadOptions::default())
-        .with_context(|| format!("while reading back {}", path.display()))?
-    else {
-        anyhow::bail!("{} is not a malloc trace", path.display());
-    };
-    let view = allocview_loaders::trace_view(&trace.events, path)?;
-    let per_thread =
-        allocview_loaders::stats::events_per_thread(&trace.events, trace.threads.height())?;
-    let stats = TraceStats::compute(&view, per_thread, &trace.summary);
+/// Converts a finished spool into the trace `path`; returns the trace's summary.
+fn convert_file(
+    spool: &Path,
+    path: &Path,
+    form: Form,
+    program: &str,
+    base: TimeBase,
+    protected: &[&Path],
+    add_stacks: &mut dyn FnMut(&mut RecordWriter, BinaryInfo) -> Result<()>,
+) -> Result<RecordingSummary> {
+    let meta = trace_meta(&spool_header(spool), program);
+    let mut writer = RecordWriter::create(path, form, &meta, protected)?;
+    let mut stats = RecordingStats::default();
+    let info = read_any(spool, false, base, &mut |r| {
+        stats
+            .push(r)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        writer.push(r)
+    })?;
+    if let Some(info) = info {
+        add_stacks(&mut writer, info)?;
+    }
+    writer.finish()?;
+    Ok(stats.finish())
+}
+
+/// Prints events, threads and peak live bytes of one written trace, counted as it was
+/// written.
+fn summarise(pid: u32, generation: u32, path: &Path, s: &RecordingSummary) {
     let image = if generation > 0 {
         format!(" (exec #{generation})")
     } else {
@@ -226,29 +262,24 @@ fn summarise(pid: u32, generation: u32, path: &Path) -> Result<()> {
     eprintln!(
         "  pid {pid}{image}: {}  {} events, {} threads, peak live {} (at {}), {} live at exit",
         path.display(),
-        format::count(stats.events),
-        stats.threads,
-        format::bytes(stats.peak_live_bytes),
-        format::seconds(stats.peak_live_time_s),
-        format::bytes(stats.final_live_bytes),
+        format::count(s.events),
+        s.threads,
+        format::bytes(s.peak_live_bytes),
+        format::seconds(s.peak_live_time_s),
+        format::bytes(s.final_live_bytes),
     );
-    for w in trace.summary.warnings() {
+    for w in s.summary.warnings() {
         eprintln!("    note: {w}");
     }
-    Ok(())
 }
 
-/// The META lines of a written trace: the spool's (pid, command line...) plus where it came
-/// from.
-fn spool_meta(spool: &Path, program: &str) -> Vec<(String, String)> {
-    let mut meta = vec![
-        ("source".to_owned(), "allocview record".to_owned()),
-        ("program".to_owned(), program.to_owned()),
-    ];
+/// The META lines of a spool's header (read from the file's first 64 KiB).
+fn spool_header(spool: &Path) -> Vec<(String, String)> {
     // The spool header comes first and is a few hundred bytes; 64 KiB holds it.
     let mut head = Vec::new();
     let read = std::fs::File::open(spool)
         .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 1 << 16), &mut head));
+    let mut lines = Vec::new();
     if read.is_ok()
         && let Some(rest) = head.get(10..)
         && rest.first() == Some(&0x01)
@@ -257,9 +288,27 @@ fn spool_meta(spool: &Path, program: &str) -> Vec<(String, String)> {
         && let Some(text) = rest.get(5..5 + u32::from_le_bytes(len) as usize)
     {
         for line in String::from_utf8_lossy(text).lines() {
-            if let Some((k, v)) = line.split_once('=')
-                && matches!(
-                    k,
+            if let Some((k, v)) = line.split_once('=') {
+                lines.push((k.to_owned(), v.to_owned()));
+            }
+        }
+    }
+    lines
+}
+
+/// The META lines of a written trace: the spool header's (pid, command line...) plus where
+/// it came from.
+fn trace_meta(header: &[(String, String)], program: &str) -> Vec<(String, String)> {
+    let mut meta = vec![
+        ("source".to_owned(), "allocview record".to_owned()),
+        ("program".to_owned(), program.to_owned()),
+    ];
+    meta.extend(
+        header
+            .iter()
+            .filter(|(k, _)| {
+                matches!(
+                    k.as_str(),
                     "pid"
                         | "ppid"
                         | "arg"
@@ -268,11 +317,9 @@ fn spool_meta(spool: &Path, program: &str) -> Vec<(String, String)> {
                         | "clock"
                         | "clock_resolution_ns"
                 )
-            {
-                meta.push((k.to_owned(), v.to_owned()));
-            }
-        }
-    }
+            })
+            .cloned(),
+    );
     meta
 }
 

@@ -1,0 +1,162 @@
+//! Converting spools while the command runs: each spool the tracer writes is read as it
+//! grows ([`LiveSpool`]) and its events, once no thread can add to their time, go straight
+//! into the trace being written, so that little is left to convert when the command ends.
+//! Anything unusual (an event that came in late, a damaged frame, an error writing) drops
+//! that spool's live conversion: it is converted from the finished file instead, as before.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus};
+use std::time::Duration;
+
+use allocview_loaders::binary::{BinaryInfo, LivePoll, LiveSpool, TimeBase};
+use allocview_loaders::stats::{RecordingStats, RecordingSummary};
+use anyhow::{Context as _, Result};
+
+use super::super::convert::{Form, RecordWriter};
+use super::{list_spools, per_process_name, trace_meta};
+
+/// How long the converter waits between looks at the spools.
+const POLL: Duration = Duration::from_millis(10);
+
+/// One spool being converted.
+struct LiveTrace {
+    pid: u32,
+    generation: u32,
+    reader: LiveSpool,
+    /// Created once the spool's header is read (the trace's META comes from it).
+    writer: Option<RecordWriter>,
+    stats: RecordingStats,
+}
+
+/// The spools of a recording, converted while the command runs.
+pub(super) struct Converter<'a> {
+    dir: &'a Path,
+    program: &'a str,
+    output: &'a Path,
+    form: Form,
+    base: TimeBase,
+    protected: &'a [&'a Path],
+    /// By spool path; `None` once its live conversion was given up.
+    traces: HashMap<PathBuf, Option<LiveTrace>>,
+}
+
+impl<'a> Converter<'a> {
+    pub(super) fn new(
+        dir: &'a Path,
+        program: &'a str,
+        output: &'a Path,
+        form: Form,
+        base: TimeBase,
+        protected: &'a [&'a Path],
+    ) -> Self {
+        Self {
+            dir,
+            program,
+            output,
+            form,
+            base,
+            protected,
+            traces: HashMap::new(),
+        }
+    }
+
+    /// Converts what the spools hold until `child` exits; returns its status.
+    pub(super) fn run_until_exit(&mut self, child: &mut Child) -> Result<ExitStatus> {
+        loop {
+            let exited = child.try_wait().context("cannot wait for the command")?;
+            self.step();
+            if let Some(status) = exited {
+                return Ok(status);
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// One look at the spools: new ones are opened, every live one read and emitted.
+    fn step(&mut self) {
+        if let Ok(found) = list_spools(self.dir) {
+            for spool in found {
+                if !self.traces.contains_key(&spool.path) {
+                    let trace =
+                        LiveSpool::open(&spool.path, self.base)
+                            .ok()
+                            .map(|reader| LiveTrace {
+                                pid: spool.pid,
+                                generation: spool.generation,
+                                reader,
+                                writer: None,
+                                stats: RecordingStats::default(),
+                            });
+                    self.traces.insert(spool.path, trace);
+                }
+            }
+        }
+        let (program, output, form, protected) =
+            (self.program, self.output, self.form, self.protected);
+        for slot in self.traces.values_mut() {
+            let Some(trace) = slot else { continue };
+            if trace.step(program, output, form, protected).is_err() {
+                // The spool stays; it is converted from the finished file.
+                *slot = None;
+            }
+        }
+    }
+
+    /// Finishes the live conversion of `spool` into `path`: the trace's stacks (`None` when
+    /// the spool has none) and summary, or `None` when it is to be converted from the file.
+    pub(super) fn finish(
+        &mut self,
+        spool: &Path,
+        path: &Path,
+        stacks: &mut dyn FnMut(&mut RecordWriter, BinaryInfo) -> Result<()>,
+    ) -> Option<RecordingSummary> {
+        let mut trace = self.traces.remove(spool).flatten()?;
+        let mut writer = trace.writer.take()?;
+        writer.retarget(path, self.protected).ok()?;
+        let mut stats = trace.stats;
+        let info = trace
+            .reader
+            .finish(&mut |r| {
+                stats.push(r)?;
+                writer.push(r).map_err(|_| "a writable output")
+            })
+            .ok()?;
+        stacks(&mut writer, info).ok()?;
+        writer.finish().ok()?;
+        Some(stats.finish())
+    }
+}
+
+impl LiveTrace {
+    fn step(
+        &mut self,
+        program: &str,
+        output: &Path,
+        form: Form,
+        protected: &[&Path],
+    ) -> Result<()> {
+        self.reader.read()?;
+        if self.writer.is_none() {
+            let meta = self.reader.meta();
+            if meta.is_empty() {
+                return Ok(());
+            }
+            let meta = trace_meta(meta, program);
+            let path = per_process_name(output, self.pid, self.generation);
+            self.writer = Some(RecordWriter::create(&path, form, &meta, protected)?);
+        }
+        let Some(writer) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        let stats = &mut self.stats;
+        let poll = self.reader.emit(&mut |r| {
+            stats.push(r)?;
+            writer.push(r).map_err(|_| "a writable output")
+        })?;
+        if poll == LivePoll::Late {
+            anyhow::bail!("an event came in late");
+        }
+        Ok(())
+    }
+}

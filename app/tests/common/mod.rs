@@ -1,0 +1,74 @@
+//! Programs the record tests share, and how they are built.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Producer/consumer hand-over under one shared arena (run with `MALLOC_ARENA_MAX=1`): four
+/// threads each allocate `ITERS` blocks of 1100 bytes and more (past the tcache's reach of
+/// small sizes, so freed blocks go back to the arena that all threads share) and pass them
+/// through a mutex-guarded stack; whoever takes a block frees it. Within one millisecond the
+/// threads take turns on the same addresses many times. Thread `t` allocates the sizes equal
+/// to `t` modulo 4.
+const HANDOVER_C: &str = r#"
+#include <pthread.h>
+#include <stdlib.h>
+#define THREADS 4
+#define ITERS @ITERS@
+#define QCAP 1024
+static void *queue[QCAP];
+static int qlen;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static void *work(void *arg) {
+    long t = (long)arg;
+    for (int i = 0; i < ITERS; i++) {
+        void *p = malloc(1100 + 4 * (i % 256) + t);
+        void *q = NULL;
+        pthread_mutex_lock(&lock);
+        if (qlen == QCAP || (qlen > 0 && (i & 1))) q = queue[--qlen];
+        if (qlen < QCAP) queue[qlen++] = p; else q = p;
+        pthread_mutex_unlock(&lock);
+        free(q);
+    }
+    return NULL;
+}
+int main(void) {
+    pthread_t th[THREADS];
+    for (long t = 0; t < THREADS; t++) pthread_create(&th[t], NULL, work, (void *)t);
+    for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
+    while (qlen > 0) free(queue[--qlen]);
+    return 0;
+}
+"#;
+
+/// [`HANDOVER_C`] with `iters` blocks a thread.
+pub fn handover_c(iters: u32) -> String {
+    HANDOVER_C.replace("@ITERS@", &iters.to_string())
+}
+
+/// Compiles a C program with `cc -pthread`, without builtins: the compiler may otherwise drop
+/// an allocation whose block is never used.
+pub fn build_c(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let exe = dir.join(name);
+    let out = Command::new("cc")
+        .args(["-O0", "-fno-builtin", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("cc must be installed (build-essential)");
+    assert!(out.status.success(), "{out:?}");
+    exe
+}
+
+/// The loader's pairing found nothing amiss: no free of a pointer never allocated, no
+/// allocation of a live one, no time going back, nothing cut.
+pub fn assert_pairing_clean(s: &allocview_loaders::LoadSummary) {
+    assert_eq!(s.frees_unknown, 0, "a free of a pointer never allocated");
+    assert_eq!(
+        s.mallocs_of_live_ptr, 0,
+        "an allocation of a pointer still live"
+    );
+    assert_eq!(s.timestamps_non_monotonic, 0, "times went backwards");
+    assert!(s.truncated.is_none(), "{:?}", s.truncated);
+}

@@ -1,0 +1,259 @@
+//! A spool being read: the frames met so far, their segments gathered into one stream per
+//! thread buffer, and the merge of the streams' events, emitted up to a time bound (while
+//! the tracer still writes the file) or to the end.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::super::codec::Cursor;
+use super::super::frames::parse_meta;
+use super::super::stacks::{self, NativeModule};
+use super::super::{BinaryInfo, FRAME_META, FRAME_SEGMENT, FileKind, TimeBase, corrupt};
+use super::merge::{Merge, Out};
+use super::{FRAME_FLUSHED, FRAME_MODULE, SpoolEncoding, Stream, meta_i64};
+use crate::error::LoadError;
+use crate::malloc_trace::{PtrSet, Record};
+
+/// How the spool's ticks become trace nanoseconds.
+#[derive(Clone, Copy)]
+pub(super) struct Timing {
+    tick0: u64,
+    ns_per_tick: f64,
+    offset_ns: i64,
+}
+
+impl Timing {
+    pub(super) fn to_ns(self, tick: u64) -> i64 {
+        let dt = tick.wrapping_sub(self.tick0) as i64;
+        if self.ns_per_tick == 1.0 {
+            dt.wrapping_add(self.offset_ns)
+        } else {
+            (dt as f64 * self.ns_per_tick).round() as i64 + self.offset_ns
+        }
+    }
+}
+
+pub(super) struct SpoolState<'a> {
+    path: PathBuf,
+    base: TimeBase,
+    info: BinaryInfo,
+    modules: Vec<NativeModule>,
+    streams: Vec<Stream<'a>>,
+    by_id: HashMap<u32, usize>,
+    /// The latest calibration point (tick, `CLOCK_MONOTONIC` ns) of the segment headers.
+    calib_last: Option<(u64, i64)>,
+    /// The times of the last two flush marks ([`FRAME_FLUSHED`]), the latest second.
+    flushed: [Option<u64>; 2],
+    merge: Merge,
+}
+
+impl<'a> SpoolState<'a> {
+    pub(super) fn new(path: &Path, base: TimeBase) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            base,
+            info: BinaryInfo::empty(FileKind::Spool),
+            modules: Vec::new(),
+            streams: Vec::new(),
+            by_id: HashMap::new(),
+            calib_last: None,
+            flushed: [None, None],
+            merge: Merge::new(),
+        }
+    }
+
+    /// This state reads a spool the tracer still writes (see [`Merge::may_drop_live`]).
+    pub(super) fn reading_live(&mut self) {
+        self.merge.may_drop_live = true;
+    }
+
+    pub(super) fn meta(&self) -> &[(String, String)] {
+        &self.info.meta
+    }
+
+    /// Takes in one frame (`at`: its file offset, for errors).
+    pub(super) fn frame(
+        &mut self,
+        tag: u8,
+        payload: Cow<'a, [u8]>,
+        at: u64,
+    ) -> Result<(), LoadError> {
+        match tag {
+            FRAME_META => self.info.meta.extend(parse_meta(&payload)),
+            FRAME_MODULE => {
+                let m = stacks::read_module_frame(&payload)
+                    .ok_or_else(|| corrupt(&self.path, at, "a module frame"))?;
+                self.modules.push(m);
+            }
+            FRAME_FLUSHED => {
+                let tick = Cursor::new(&payload)
+                    .u64()
+                    .ok_or_else(|| corrupt(&self.path, at, "a flush mark"))?;
+                self.flushed = [self.flushed[1], Some(tick)];
+            }
+            FRAME_SEGMENT => self.segment(payload, at)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn segment(&mut self, payload: Cow<'a, [u8]>, at: u64) -> Result<(), LoadError> {
+        let mut c = Cursor::new(&payload);
+        let (Some(stream), Some(tid), Some(tick), Some(ns)) = (c.u32(), c.u64(), c.u64(), c.u64())
+        else {
+            return Err(corrupt(&self.path, at, "segment header"));
+        };
+        let header = c.pos;
+        if self.calib_last.is_none_or(|(t, _)| tick > t) {
+            self.calib_last = Some((tick, ns as i64));
+        }
+        let events = match payload {
+            Cow::Borrowed(b) => Cow::Borrowed(b.get(header..).unwrap_or(&[])),
+            Cow::Owned(mut v) => {
+                v.drain(..header.min(v.len()));
+                Cow::Owned(v)
+            }
+        };
+        let idx = *self.by_id.entry(stream).or_insert_with(|| {
+            self.streams.push(Stream {
+                id: stream,
+                tid,
+                segments: Default::default(),
+                pos: 0,
+                tick: 0,
+                addr: 0,
+                keyed: false,
+                key: 0,
+                head: None,
+                defs: Vec::new(),
+            });
+            self.streams.len() - 1
+        });
+        if let Some(s) = self.streams.get_mut(idx) {
+            s.segments.push_back(events);
+        }
+        Ok(())
+    }
+
+    /// The file ends with a cut frame: what was there is read.
+    pub(super) fn cut(&mut self, why: String) {
+        self.info.truncated = Some(why);
+    }
+
+    fn encoding(&self) -> Result<SpoolEncoding, LoadError> {
+        match meta_i64(&self.info.meta, "events") {
+            None | Some(1) => Ok(SpoolEncoding::Varints),
+            Some(2) => Ok(SpoolEncoding::Compact),
+            // 5 and 6 are 3 and 4 with streams that may switch back to events without keys
+            // (their op is no call code, so the same decoder reads all four).
+            Some(3 | 5) => Ok(SpoolEncoding::Keyed),
+            Some(4 | 6) => Ok(SpoolEncoding::Stacked),
+            Some(_) => Err(LoadError::format(
+                &self.path,
+                "a spool event encoding this build does not know (written by a newer tracer)",
+            )),
+        }
+    }
+
+    fn tsc(&self) -> bool {
+        self.info
+            .meta
+            .iter()
+            .any(|(k, v)| k == "clock" && v == "tsc")
+    }
+
+    fn timing(&self) -> Result<Timing, LoadError> {
+        let meta = &self.info.meta;
+        let path = &self.path;
+        let tick0 = meta_i64(meta, "tick0")
+            .ok_or_else(|| corrupt(path, 10, "no tick0 in the spool header"))?;
+        let mono0 = meta_i64(meta, "mono_ns0").ok_or_else(|| corrupt(path, 10, "no mono_ns0"))?;
+        let wall0 =
+            meta_i64(meta, "realtime_ns0").ok_or_else(|| corrupt(path, 10, "no realtime_ns0"))?;
+        let tick0 = tick0 as u64;
+        // Nanoseconds per tick: exactly 1 for a nanosecond clock; for the TSC, the slope from
+        // the start to the latest calibration point (short runs fall back to 1 GHz until a
+        // point exists).
+        let ns_per_tick = match self.calib_last {
+            Some((t, ns)) if self.tsc() && t > tick0 => (ns - mono0) as f64 / (t - tick0) as f64,
+            _ => 1.0,
+        };
+        Ok(Timing {
+            tick0,
+            ns_per_tick,
+            offset_ns: wall0 - self.base.realtime_ns.unwrap_or(wall0),
+        })
+    }
+
+    /// While the tracer still writes: emits the events every thread has written out for
+    /// certain, those before the next-to-last flush mark (the last one leaves a period for
+    /// calls that read the time before the mark and wrote their event after it). Nothing
+    /// with a TSC clock, whose tick length is known only at the end.
+    pub(super) fn emit_written(
+        &mut self,
+        f: &mut dyn FnMut(&Record) -> Result<(), &'static str>,
+    ) -> Result<(), LoadError> {
+        let Some(bound) = self.flushed[0] else {
+            return Ok(());
+        };
+        // A bound met before still runs the merge: it finds a late event among the new ones.
+        if self.tsc() || self.merge.late {
+            return Ok(());
+        }
+        // The live set is kept from the first event: a second thread may start any time.
+        self.merge.live.get_or_insert_with(PtrSet::default);
+        self.emit(Some(bound), f)
+    }
+
+    fn emit(
+        &mut self,
+        bound: Option<u64>,
+        f: &mut dyn FnMut(&Record) -> Result<(), &'static str>,
+    ) -> Result<(), LoadError> {
+        let mut out = Out {
+            path: &self.path,
+            encoding: self.encoding()?,
+            timing: self.timing()?,
+            truncated: self.info.truncated.is_some(),
+            f,
+        };
+        self.merge.run(&mut self.streams, bound, &mut out)
+    }
+
+    /// An event came in, after the events of its time were emitted, that belongs before
+    /// them (a call that read the time long before it wrote its event): this reading is no
+    /// good, the file's is.
+    pub(super) fn is_late(&self) -> bool {
+        self.merge.late
+    }
+
+    /// Emits every event left and returns what was read.
+    pub(super) fn finish(
+        mut self,
+        f: &mut dyn FnMut(&Record) -> Result<(), &'static str>,
+    ) -> Result<BinaryInfo, LoadError> {
+        if self.merge.live.is_none() && !self.merge.live_dropped && self.streams.len() > 1 {
+            // One thread alone needs no ordering by causality, so no live set either.
+            self.merge.live = Some(PtrSet::default());
+        }
+        self.emit(None, f)?;
+        if self.merge.late {
+            return Err(LoadError::format(
+                &self.path,
+                "an event came after the events of its time were emitted (read the whole file \
+                 instead)",
+            ));
+        }
+        self.info.records = self.merge.records;
+        if self.encoding()? == SpoolEncoding::Stacked {
+            let defs = self
+                .streams
+                .iter_mut()
+                .flat_map(|s| s.defs.drain(..))
+                .collect();
+            self.info.stacks = Some(stacks::from_spool(self.modules, defs));
+        }
+        Ok(self.info)
+    }
+}

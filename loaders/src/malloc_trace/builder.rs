@@ -1,0 +1,333 @@
+//! The loader's pairing of frees with allocations ([`Pairing`]) and the event columns built
+//! from it ([`Builder`]).
+
+use super::*;
+
+/// The thread column starts as `u8` and widens to `u16` only for traces with more than 256
+/// threads: a byte per event matters at tens of millions of events.
+pub(super) enum ThreadColumn {
+    Narrow(Vec<u8>),
+    Wide(Vec<u16>),
+}
+
+impl ThreadColumn {
+    fn push(&mut self, index: u16) {
+        match self {
+            Self::Narrow(v) => {
+                if let Ok(b) = u8::try_from(index) {
+                    v.push(b);
+                } else {
+                    let mut wide: Vec<u16> = Vec::with_capacity(v.capacity());
+                    wide.extend(v.iter().map(|&b| u16::from(b)));
+                    wide.push(index);
+                    *self = Self::Wide(wide);
+                }
+            }
+            Self::Wide(v) => v.push(index),
+        }
+    }
+
+    fn into_column(self) -> Column {
+        match self {
+            Self::Narrow(v) => UInt8Chunked::from_vec("thread".into(), v).into_column(),
+            Self::Wide(v) => UInt16Chunked::from_vec("thread".into(), v).into_column(),
+        }
+    }
+}
+
+/// The columns being built, plus the state needed to pair frees with allocations.
+pub(crate) struct Builder {
+    t_ns: Vec<i64>,
+    thread: ThreadColumn,
+    kind: Vec<u8>,
+    size_bytes: Vec<u64>,
+    address: Vec<u64>,
+    alloc_id: Vec<u32>,
+    size_class: Vec<u8>,
+    /// Created on the first line with a call column, back-filled with defaults.
+    call: Option<Vec<u8>>,
+    /// The file's stack ids, created on the first line with one, back-filled with
+    /// [`NO_STACK`](crate::sites::NO_STACK).
+    stack: Option<Vec<u32>>,
+    pairing: Pairing,
+    tids: PtrMap<u16>,
+    tid_order: Vec<u64>,
+    last_tid: Option<(u64, u16)>,
+    pub(crate) summary: LoadSummary,
+}
+
+/// Pairs frees with allocations, as the loader does for every record: the state both the
+/// [`Builder`] and a recording's summary (`crate::stats::RecordingStats`) keep.
+pub(crate) struct Pairing {
+    live: PtrMap<(u32, u64)>,
+    next_alloc_id: u32,
+    prev_t_ns: i64,
+}
+
+/// What a record becomes: its event, after the clamped time, and the free of a block the
+/// allocation found live (a missed free), which comes first.
+pub(crate) struct Paired {
+    pub(crate) t_ns: i64,
+    pub(crate) kind: EventKind,
+    pub(crate) size: u64,
+    pub(crate) id: u32,
+    /// The alloc id and size of the displaced block.
+    pub(crate) displaced: Option<(u32, u64)>,
+}
+
+impl Default for Pairing {
+    fn default() -> Self {
+        Self {
+            live: PtrMap::default(),
+            next_alloc_id: 0,
+            prev_t_ns: i64::MIN,
+        }
+    }
+}
+
+impl Pairing {
+    /// Pairs one record (`size_bytes` `None` for a free), counting in `summary`.
+    pub(crate) fn pair(
+        &mut self,
+        summary: &mut LoadSummary,
+        t_ns: i64,
+        size_bytes: Option<u64>,
+        addr: u64,
+    ) -> Result<Paired, &'static str> {
+        let mut t_ns = t_ns;
+        if t_ns < self.prev_t_ns {
+            summary.timestamps_non_monotonic += 1;
+            t_ns = self.prev_t_ns;
+        }
+        self.prev_t_ns = t_ns;
+        let mut displaced = None;
+        let (kind, size, id) = match size_bytes {
+            Some(size) => {
+                summary.mallocs += 1;
+                if size == 0 {
+                    summary.mallocs_size_zero += 1;
+                }
+                if addr == 0 {
+                    if size > 0 {
+                        summary.mallocs_failed += 1;
+                    }
+                    (EventKind::AllocFailed, size, NO_ALLOC_ID)
+                } else {
+                    let id = self.next_alloc_id;
+                    if id == NO_ALLOC_ID {
+                        return Err("at most 4294967294 allocations");
+                    }
+                    self.next_alloc_id += 1;
+                    displaced = self.live.insert(addr, (id, size));
+                    if displaced.is_some() {
+                        summary.mallocs_of_live_ptr += 1;
+                    }
+                    (EventKind::Alloc, size, id)
+                }
+            }
+            None => {
+                summary.frees += 1;
+                if addr == 0 {
+                    summary.frees_null += 1;
+                    (EventKind::FreeNull, 0, NO_ALLOC_ID)
+                } else if let Some((id, size)) = self.live.remove(&addr) {
+                    (EventKind::Free, size, id)
+                } else {
+                    summary.frees_unknown += 1;
+                    (EventKind::FreeUnknown, 0, NO_ALLOC_ID)
+                }
+            }
+        };
+        Ok(Paired {
+            t_ns,
+            kind,
+            size,
+            id,
+            displaced,
+        })
+    }
+}
+
+impl Builder {
+    pub(crate) fn with_capacity(events: usize) -> Self {
+        Self {
+            t_ns: Vec::with_capacity(events),
+            thread: ThreadColumn::Narrow(Vec::with_capacity(events)),
+            kind: Vec::with_capacity(events),
+            size_bytes: Vec::with_capacity(events),
+            address: Vec::with_capacity(events),
+            alloc_id: Vec::with_capacity(events),
+            size_class: Vec::with_capacity(events),
+            call: None,
+            stack: None,
+            pairing: Pairing::default(),
+            tids: PtrMap::default(),
+            tid_order: Vec::new(),
+            last_tid: None,
+            summary: LoadSummary::default(),
+        }
+    }
+
+    fn thread_index(&mut self, tid: u64) -> Result<u16, &'static str> {
+        if let Some((last, idx)) = self.last_tid
+            && last == tid
+        {
+            return Ok(idx);
+        }
+        let idx = if let Some(&idx) = self.tids.get(&tid) {
+            idx
+        } else {
+            let idx = u16::try_from(self.tid_order.len())
+                .map_err(|_| "more threads than allocview loads (65,536)")?;
+            self.tids.insert(tid, idx);
+            self.tid_order.push(tid);
+            idx
+        };
+        self.last_tid = Some((tid, idx));
+        Ok(idx)
+    }
+
+    pub(crate) fn push(&mut self, line: &Line<'_>) -> Result<(), &'static str> {
+        let thread = self.thread_index(line.tid)?;
+        let Paired {
+            t_ns,
+            kind,
+            size,
+            id,
+            displaced,
+        } = self
+            .pairing
+            .pair(&mut self.summary, line.t_ns, line.size_bytes, line.addr)?;
+        if let Some((old_id, old_size)) = displaced {
+            self.push_row(
+                t_ns,
+                thread,
+                EventKind::Free,
+                old_size,
+                line.addr,
+                old_id,
+                CALL_FREE,
+                crate::sites::NO_STACK,
+            );
+        }
+        let call = match line.call {
+            Some(name) => {
+                let code = call_code(name).ok_or("a known call name")?;
+                if self.call.is_none() {
+                    self.summary.has_call_column = true;
+                    self.call = Some(default_calls(&self.kind));
+                }
+                code
+            }
+            None if kind.is_free() => CALL_FREE,
+            None => CALL_MALLOC,
+        };
+        let stack = line.stack.unwrap_or(crate::sites::NO_STACK);
+        self.push_row(t_ns, thread, kind, size, line.addr, id, call, stack);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn push_row(
+        &mut self,
+        t_ns: i64,
+        thread: u16,
+        kind: EventKind,
+        size: u64,
+        addr: u64,
+        id: u32,
+        call: u8,
+        stack: u32,
+    ) {
+        if let Some(calls) = self.call.as_mut() {
+            calls.push(call);
+        }
+        if stack != crate::sites::NO_STACK && self.stack.is_none() {
+            self.stack = Some(vec![crate::sites::NO_STACK; self.kind.len()]);
+        }
+        if let Some(stacks) = self.stack.as_mut() {
+            stacks.push(stack);
+        }
+        self.t_ns.push(t_ns);
+        self.thread.push(thread);
+        self.kind.push(kind.code());
+        self.size_bytes.push(size);
+        self.address.push(addr);
+        self.alloc_id.push(id);
+        self.size_class.push(size_class(size));
+        self.summary.events += 1;
+    }
+
+    /// The file's stack id of every row so far ([`NO_STACK`](crate::sites::NO_STACK) where
+    /// none), `None` when no row had one; taken before [`Self::finish`].
+    pub(crate) fn take_stacks(&mut self) -> Option<Vec<u32>> {
+        self.stack.take()
+    }
+
+    pub(crate) fn finish(self) -> Result<(DataFrame, DataFrame, LoadSummary), LoadError> {
+        let Self {
+            t_ns,
+            thread,
+            kind,
+            size_bytes,
+            address,
+            alloc_id,
+            size_class,
+            call,
+            tid_order,
+            summary,
+            ..
+        } = self;
+        let height = kind.len();
+        let has_null_ids = alloc_id.contains(&NO_ALLOC_ID);
+        let alloc_id_col = if has_null_ids {
+            let mut validity = MutableBitmap::with_capacity(height);
+            for &id in &alloc_id {
+                validity.push(id != NO_ALLOC_ID);
+            }
+            UInt32Chunked::from_vec_validity("alloc_id".into(), alloc_id, Some(validity.into()))
+        } else {
+            UInt32Chunked::from_vec("alloc_id".into(), alloc_id)
+        };
+        let mut columns = vec![
+            Int64Chunked::from_vec("t_ns".into(), t_ns).into_column(),
+            thread.into_column(),
+            UInt8Chunked::from_vec("kind".into(), kind).into_column(),
+            UInt64Chunked::from_vec("size_bytes".into(), size_bytes).into_column(),
+            UInt64Chunked::from_vec("address".into(), address).into_column(),
+            alloc_id_col.into_column(),
+            UInt8Chunked::from_vec("size_class".into(), size_class).into_column(),
+        ];
+        if let Some(call) = call {
+            columns.push(UInt8Chunked::from_vec("call".into(), call).into_column());
+        }
+        let events = DataFrame::new(height, columns)?;
+        let n_threads = tid_order.len();
+        let threads = DataFrame::new(
+            n_threads,
+            vec![
+                UInt16Chunked::from_vec(
+                    "thread".into(),
+                    (0..n_threads)
+                        .map(|i| u16::try_from(i).unwrap_or(u16::MAX))
+                        .collect(),
+                )
+                .into_column(),
+                UInt64Chunked::from_vec("tid".into(), tid_order).into_column(),
+            ],
+        )?;
+        Ok((events, threads, summary))
+    }
+}
+
+pub(super) fn default_calls(kinds: &Vec<u8>) -> Vec<u8> {
+    let mut calls = Vec::with_capacity(kinds.capacity());
+    calls.extend(kinds.iter().map(|&k| {
+        if EventKind::from_code(k).is_some_and(EventKind::is_free) {
+            CALL_FREE
+        } else {
+            CALL_MALLOC
+        }
+    }));
+    calls
+}
