@@ -112,7 +112,7 @@ fn explorer(args: &BenchArgs) -> Result<()> {
     // Seeks to events spread over the whole trace (a fixed pseudo-random sequence).
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut seeks = Vec::new();
-    let cpu_before = thread_cpu_ns();
+    let cpu_before = process_cpu_ticks();
     for _ in 0..args.seeks {
         x ^= x << 13;
         x ^= x >> 7;
@@ -124,8 +124,8 @@ fn explorer(args: &BenchArgs) -> Result<()> {
         tui::render(&mut terminal, &mut state)?;
         seeks.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    let cpu_per_seek_ms = thread_cpu_ns().zip(cpu_before).map(|(after, before)| {
-        after.saturating_sub(before) as f64 / 1e6 / args.seeks.max(1) as f64
+    let cpu_per_seek_ms = process_cpu_ticks().zip(cpu_before).map(|(after, before)| {
+        after.saturating_sub(before) as f64 * 1e3 / CLOCK_TICKS_PER_S / args.seeks.max(1) as f64
     });
     idle.sort_by(f64::total_cmp);
     seeks.sort_by(f64::total_cmp);
@@ -161,7 +161,7 @@ fn explorer(args: &BenchArgs) -> Result<()> {
     );
     if let Some(cpu) = cpu_per_seek_ms {
         // On a busy machine wall times include waiting for a core; this is the work itself.
-        outln!("  seek + redraw on-CPU time: mean {cpu:.2} ms");
+        outln!("  seek + redraw CPU time (all threads): mean {cpu:.2} ms");
     }
     if let Some(rss) = vm_rss {
         outln!(
@@ -173,10 +173,19 @@ fn explorer(args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// Nanoseconds this thread has run on a CPU, from /proc (Linux).
-fn thread_cpu_ns() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    stat.split_whitespace().next()?.parse().ok()
+/// Clock ticks of `/proc/self/stat` (`USER_HZ`, 100 on Linux).
+const CLOCK_TICKS_PER_S: f64 = 100.0;
+
+/// User plus system CPU time of the whole process in clock ticks, from /proc (Linux): the
+/// replays are done by then, so during the seeks it is the seeks' own work, on every thread.
+fn process_cpu_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')')?.1;
+    let mut fields = rest.split_whitespace();
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
 }
 
 /// Current resident set size, from /proc (Linux).

@@ -99,68 +99,25 @@ pub fn rasterise_held(
     let n = n_cells.max(1) as u64;
     let bytes_per_cell = len.div_ceil(n).max(1);
     let window_end = start.saturating_add(len);
-    // Per cell, bytes of each kind; a cell ends up as the kind with the most bytes.
-    // Kinds tracked: free, dead, waste, and used per class (the largest class share wins).
-    let mut free = vec![0u64; n_cells.max(1)];
-    let mut dead = vec![0u64; n_cells.max(1)];
-    let mut waste = vec![0u64; n_cells.max(1)];
-    let mut used = vec![0u64; n_cells.max(1)];
-    let mut used_class = vec![(0u8, 0u64); n_cells.max(1)];
-    let mut grid = Grid::new(start, window_end, bytes_per_cell);
-    let mut pos: u64 = 0;
-    for b in blocks {
-        if pos >= window_end {
-            break;
-        }
-        if pos + b.len_bytes <= start {
-            pos += b.len_bytes;
-            continue;
-        }
-        match b.state {
-            BlockState::Free => grid.spread(pos, b.len_bytes, |c, n| add_to(&mut free, c, n)),
-            BlockState::Dead => grid.spread(pos, b.len_bytes, |c, n| add_to(&mut dead, c, n)),
-            BlockState::Used {
-                requested_bytes, ..
-            } => {
-                let req = requested_bytes.min(b.len_bytes);
-                let class = size_class(requested_bytes);
-                grid.spread(pos, req, |c, n| {
-                    add_to(&mut used, c, n);
-                    if let Some(slot) = used_class.get_mut(c)
-                        && n > slot.1
-                    {
-                        *slot = (class, n);
-                    }
-                });
-                grid.spread(pos + req, b.len_bytes - req, |c, n| {
-                    add_to(&mut waste, c, n);
-                });
+    let grid = Grid::new(start, window_end, bytes_per_cell);
+    // A heap of a million blocks is split in two halves rasterised side by side (the cell
+    // sums merge exactly); smaller ones are not worth a thread.
+    let acc = if blocks.len() >= PARALLEL_BLOCKS {
+        let (a, b) = blocks.split_at(blocks.len() / 2);
+        let b_from: u64 = a.iter().map(|x| x.len_bytes).sum();
+        std::thread::scope(|scope| {
+            let second = scope.spawn(|| Sums::of(b, b_from, grid, n_cells));
+            let mut first = Sums::of(a, 0, grid, n_cells);
+            match second.join() {
+                Ok(s) => first.merge(&s),
+                Err(_) => first.merge(&Sums::of(b, b_from, grid, n_cells)),
             }
-        }
-        pos += b.len_bytes;
-    }
-    let cells = (0..n_cells.max(1))
-        .map(|c| {
-            let f = free.get(c).copied().unwrap_or(0);
-            let d = dead.get(c).copied().unwrap_or(0);
-            let w = waste.get(c).copied().unwrap_or(0);
-            let u = used.get(c).copied().unwrap_or(0);
-            let best = f.max(d).max(w).max(u);
-            if best == 0 {
-                CellKind::Empty
-            } else if u == best {
-                CellKind::Used {
-                    class: used_class.get(c).map_or(0, |s| s.0),
-                }
-            } else if w == best {
-                CellKind::Waste
-            } else if f == best {
-                CellKind::Free
-            } else {
-                CellKind::Dead
-            }
+            first
         })
-        .collect();
+    } else {
+        Sums::of(blocks, 0, grid, n_cells)
+    };
+    let cells = acc.cells();
     HeapMap {
         cells,
         bytes_per_cell,
@@ -168,9 +125,112 @@ pub fn rasterise_held(
     }
 }
 
+/// Heaps with at least this many blocks are rasterised on two threads.
+const PARALLEL_BLOCKS: usize = 200_000;
+
+/// Per cell, bytes of each kind; a cell ends up as the kind with the most bytes. Used bytes
+/// also keep the class with the largest single share.
+struct Sums {
+    free: Vec<u64>,
+    dead: Vec<u64>,
+    waste: Vec<u64>,
+    used: Vec<u64>,
+    used_class: Vec<(u8, u64)>,
+}
+
+impl Sums {
+    /// Sums `blocks`, laid end to end from offset `from` of the held space.
+    fn of(blocks: &[Block], from: u64, mut grid: Grid, n_cells: usize) -> Self {
+        let cells = n_cells.max(1);
+        let mut s = Self {
+            free: vec![0; cells],
+            dead: vec![0; cells],
+            waste: vec![0; cells],
+            used: vec![0; cells],
+            used_class: vec![(0, 0); cells],
+        };
+        let (start, window_end) = (grid.start, grid.end);
+        let mut pos = from;
+        for b in blocks {
+            if pos >= window_end {
+                break;
+            }
+            if pos + b.len_bytes <= start {
+                pos += b.len_bytes;
+                continue;
+            }
+            match b.state {
+                BlockState::Free => grid.spread(pos, b.len_bytes, |c, n| add_to(&mut s.free, c, n)),
+                BlockState::Dead => grid.spread(pos, b.len_bytes, |c, n| add_to(&mut s.dead, c, n)),
+                BlockState::Used {
+                    requested_bytes, ..
+                } => {
+                    let req = requested_bytes.min(b.len_bytes);
+                    let class = size_class(requested_bytes);
+                    grid.spread(pos, req, |c, n| {
+                        add_to(&mut s.used, c, n);
+                        if let Some(slot) = s.used_class.get_mut(c)
+                            && n > slot.1
+                        {
+                            *slot = (class, n);
+                        }
+                    });
+                    grid.spread(pos + req, b.len_bytes - req, |c, n| {
+                        add_to(&mut s.waste, c, n);
+                    });
+                }
+            }
+            pos += b.len_bytes;
+        }
+        s
+    }
+
+    /// Each cell's kind: the one with the most bytes.
+    fn cells(&self) -> Vec<CellKind> {
+        (0..self.free.len())
+            .map(|c| {
+                let f = self.free.get(c).copied().unwrap_or(0);
+                let d = self.dead.get(c).copied().unwrap_or(0);
+                let w = self.waste.get(c).copied().unwrap_or(0);
+                let u = self.used.get(c).copied().unwrap_or(0);
+                let best = f.max(d).max(w).max(u);
+                if best == 0 {
+                    CellKind::Empty
+                } else if u == best {
+                    CellKind::Used {
+                        class: self.used_class.get(c).map_or(0, |s| s.0),
+                    }
+                } else if w == best {
+                    CellKind::Waste
+                } else if f == best {
+                    CellKind::Free
+                } else {
+                    CellKind::Dead
+                }
+            })
+            .collect()
+    }
+
+    /// Adds the sums of the blocks after these; a class share wins only when strictly larger,
+    /// as in one pass.
+    fn merge(&mut self, later: &Self) {
+        let add = |a: &mut [u64], b: &[u64]| a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+        add(&mut self.free, &later.free);
+        add(&mut self.dead, &later.dead);
+        add(&mut self.waste, &later.waste);
+        add(&mut self.used, &later.used);
+        for (slot, &other) in self.used_class.iter_mut().zip(&later.used_class) {
+            if other.1 > slot.1 {
+                *slot = other;
+            }
+        }
+    }
+}
+
 /// Cells of `bytes_per_cell` bytes over the window `[start, end)` of the held space, walked
 /// in increasing offsets: the cell under the walk is carried along, so a block inside one cell
 /// costs no division (a heap map can take millions of blocks).
+#[derive(Clone, Copy)]
 struct Grid {
     start: u64,
     end: u64,
@@ -380,6 +440,32 @@ mod tests {
                 };
                 assert_eq!(got, want, "window ({start}, {len}, {n}), cell {c}");
             }
+        }
+    }
+
+    /// A heap big enough for two threads gives the cells of one pass, class shares included
+    /// (ties across the split keep the earlier block, as one pass does).
+    #[test]
+    fn two_threads_give_the_cells_of_one_pass() {
+        let mut x = 11u64;
+        let mut blocks = Vec::new();
+        let mut addr = 0;
+        for _ in 0..PARALLEL_BLOCKS + 1001 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let len = 1 + (x >> 33) % 300;
+            blocks.push(if x.is_multiple_of(3) {
+                free(addr, len)
+            } else {
+                used(addr, len, 1 + (x >> 20) % len)
+            });
+            addr += len;
+        }
+        for (start, len, n) in [(0, addr, 997), (0, addr, 20_000), (addr / 3, addr / 2, 500)] {
+            let grid = Grid::new(start, start + len, len.div_ceil(n as u64).max(1));
+            let one_pass = Sums::of(&blocks, 0, grid, n);
+            let map = rasterise_held(&blocks, addr, start, len, n);
+            assert_eq!(map.cells, one_pass.cells(), "window ({start}, {len}, {n})");
+            assert_eq!(map.cells.len(), n);
         }
     }
 }

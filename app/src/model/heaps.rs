@@ -31,19 +31,22 @@ impl Clone for HeapAt {
             self.blocks.clone(),
             self.counters,
             self.bins.clone(),
+            Some(self.held_bytes),
         )
     }
 }
 
 impl HeapAt {
+    /// `held_bytes`: the sum of the block lengths, when the caller knows it.
     #[must_use]
     pub fn new(
         event: usize,
         blocks: Vec<Block>,
         counters: Counters,
         bins: Option<Vec<allocview_sim::policy::bfc::BinInfo>>,
+        held_bytes: Option<u64>,
     ) -> Self {
-        let held_bytes = blocks.iter().map(|b| b.len_bytes).sum();
+        let held_bytes = held_bytes.unwrap_or_else(|| blocks.iter().map(|b| b.len_bytes).sum());
         Self {
             event,
             blocks,
@@ -105,7 +108,9 @@ impl AppState {
                 .unwrap_or_default();
             if let Some(counters) = replay.blocks_at(self.cursor, &mut blocks) {
                 if let Some(h) = self.heaps.get_mut(i) {
-                    *h = Some(HeapAt::new(self.cursor, blocks, counters, None));
+                    // The blocks tile the held ranges, whose sum is the footprint.
+                    let held = Some(counters.footprint_bytes);
+                    *h = Some(HeapAt::new(self.cursor, blocks, counters, None, held));
                 }
                 continue;
             }
@@ -117,7 +122,7 @@ impl AppState {
                         .as_any()
                         .downcast_ref::<allocview_sim::policy::bfc::Bfc>()
                         .map(allocview_sim::policy::bfc::Bfc::bins);
-                    Some(HeapAt::new(self.cursor, blocks, counters, bins))
+                    Some(HeapAt::new(self.cursor, blocks, counters, bins, None))
                 }
                 Err(e) => {
                     self.message = Some(format!("{}: {e}", slot.name));
