@@ -487,3 +487,23 @@ fn oom_entries_and_streams_survive_the_compact_entries() {
         .collect();
     assert_eq!(streams, vec![0x55D2_C3A4_B5C0, 0]);
 }
+
+/// Entries that cannot be read are skipped, and every one is counted, not only those described.
+#[test]
+fn every_skipped_entry_is_counted() {
+    let s = load(&fixture("many_bad.pickle"));
+    assert_eq!(kinds(&s).len(), 4, "the good entries load");
+    let described = s
+        .warnings
+        .iter()
+        .filter(|w| w.contains("no `addr`"))
+        .count();
+    assert_eq!(described, 20, "{:?}", s.warnings);
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w == "25 skipped items in all; the first 20 are listed"),
+        "{:?}",
+        s.warnings
+    );
+}

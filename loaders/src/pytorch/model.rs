@@ -284,6 +284,12 @@ pub fn read_snapshot(pickle: &Pickle) -> Result<RawSnapshot, String> {
     snap.missing = r.missing;
     snap.unknown_actions = r.unknown_actions;
     snap.skipped = r.skipped;
+    if r.skipped_count > MAX_SKIP_NOTES as u64 {
+        snap.skipped.push(format!(
+            "{} skipped items in all; the first {MAX_SKIP_NOTES} are listed",
+            r.skipped_count
+        ));
+    }
     Ok(snap)
 }
 
@@ -340,6 +346,8 @@ struct Reader {
     missing: Vec<String>,
     unknown_actions: HashMap<String, u64>,
     skipped: Vec<String>,
+    /// Every skipped item, described or not.
+    skipped_count: u64,
     streams: Vec<u64>,
     stream_ids: HashMap<u64, u16>,
     /// Keys already reported missing, so each is said once.
@@ -361,11 +369,9 @@ impl Reader {
     }
 
     fn skip(&mut self, why: String) {
+        self.skipped_count += 1;
         if self.skipped.len() < MAX_SKIP_NOTES {
             self.skipped.push(why);
-        } else if self.skipped.len() == MAX_SKIP_NOTES {
-            self.skipped
-                .push("(further skipped items not listed)".to_owned());
         }
     }
 

@@ -132,6 +132,13 @@ def oom_streams():
     }
 
 
+def many_bad():
+    """25 trace entries without `addr`: every one is skipped and counted, 20 are described."""
+    snap = oom_streams()
+    snap["device_traces"][0] += [{"action": "alloc", "size": 16 * (i + 1), "stream": 0} for i in range(25)]
+    return snap
+
+
 if __name__ == "__main__":
     for name, obj, proto in [
         ("ring_buffer.pickle", ring_buffer(), 5),
@@ -140,6 +147,7 @@ if __name__ == "__main__":
         ("legacy_1_13.pickle", legacy_1_13(), 2),
         ("v2_0.pickle", v2_0(), 3),
         ("oom_streams.pickle", oom_streams(), 4),
+        ("many_bad.pickle", many_bad(), 4),
     ]:
         with open(name, "wb") as f:
             pickle.dump(obj, f, protocol=proto)
