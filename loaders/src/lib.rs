@@ -63,12 +63,15 @@ pub enum InputKind {
     PytorchSnapshot,
 }
 
+/// Most bytes [`detect`] reads to recognise a libtracemalloc trace.
+const DETECT_TEXT_BYTES: u64 = 1 << 20;
+
 /// Tells what kind of input a file holds, from its first bytes (decompressed).
 ///
 /// # Errors
 /// When the file cannot be read or is of no known kind.
 pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
-    use std::io::BufRead as _;
+    use std::io::{BufRead as _, Read as _};
     let (_, head) = input::sniff(path)?;
     if binary::is_binary(&head) {
         return Ok(InputKind::BinaryTrace);
@@ -79,7 +82,8 @@ pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
     if let Some(format) = plan::detect_plan(path)? {
         return Ok(InputKind::Plan(format));
     }
-    let mut reader = input::open_text(path)?;
+    // The first 20 lines decide; a file whose first line is gigabytes long is not read whole.
+    let mut reader = input::open_text(path)?.take(DETECT_TEXT_BYTES);
     let mut first = String::new();
     // A file that fails to decompress here is reported by the full load with its details.
     let mut lines = 0;

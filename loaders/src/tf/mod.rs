@@ -35,8 +35,9 @@ pub const DETECT_LIMIT_BYTES: u64 = 256 << 20;
 /// # Errors
 /// When the file cannot be opened.
 pub fn detect_kind(path: &std::path::Path) -> Result<Option<TfKind>, crate::LoadError> {
-    use std::io::BufRead as _;
-    let mut reader = crate::input::open_text(path)?;
+    use std::io::{BufRead as _, Read as _};
+    // Bounded as a whole: one line of a hostile file could otherwise be gigabytes.
+    let mut reader = crate::input::open_text(path)?.take(DETECT_LIMIT_BYTES);
     let mut buf: Vec<u8> = Vec::new();
     let mut read: u64 = 0;
     while read < DETECT_LIMIT_BYTES {
