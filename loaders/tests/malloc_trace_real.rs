@@ -117,6 +117,10 @@ fn large_shared_traces_match_reference() {
             shared(&format!("{name}.trace.gz")),
             shared(&format!("{name}.stats.json")),
         ) else {
+            assert!(
+                std::env::var_os("ALLOCVIEW_REQUIRE_TEST_INPUTS").is_none(),
+                "a required test input is missing: ../shared/data/traces/{name}"
+            );
             eprintln!("skipping {name}: ../shared/data/traces is not present");
             continue;
         };

@@ -82,7 +82,7 @@ fn xz_within_5_percent() {
 #[test]
 fn git_log_within_5_percent() {
     let Some(path) = support::shared_trace("git_log_p_gitui.trace.gz") else {
-        println!("skipped: ../shared/data/traces/git_log_p_gitui.trace.gz not present");
+        support::skip("../shared/data/traces/git_log_p_gitui.trace.gz not present");
         return;
     };
     let trace = support::read_trace(&path);
@@ -96,7 +96,7 @@ fn git_log_within_5_percent() {
 #[test]
 fn python_within_5_percent() {
     let Some(path) = support::shared_trace("python311_json_re_sqlite.trace.gz") else {
-        println!("skipped: ../shared/data/traces/python311_json_re_sqlite.trace.gz not present");
+        support::skip("../shared/data/traces/python311_json_re_sqlite.trace.gz not present");
         return;
     };
     let trace = support::read_trace(&path);

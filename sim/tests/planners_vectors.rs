@@ -410,7 +410,7 @@ fn oracle_plans_the_shared_traces() {
         "python311_json_re_sqlite.trace.gz",
     ] {
         let Some(path) = support::shared_trace(name) else {
-            println!("{name}: not present, skipped");
+            support::skip(&format!("../shared/data/traces/{name} not present"));
             continue;
         };
         let trace = support::read_trace(&path);

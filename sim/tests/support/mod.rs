@@ -8,6 +8,17 @@ use std::path::{Path, PathBuf};
 
 use allocview_sim::trace::{EventKind, NO_ALLOC_ID, OwnedTrace};
 
+/// A test whose input or tool is missing is skipped with a message; where CI asks for every
+/// input (`ALLOCVIEW_REQUIRE_TEST_INPUTS` set, as `.ci/run` does) it fails instead, so a missing
+/// `../shared` or tool cannot turn tests green.
+pub fn skip(why: &str) {
+    assert!(
+        std::env::var_os("ALLOCVIEW_REQUIRE_TEST_INPUTS").is_none(),
+        "a required test input is missing: {why}"
+    );
+    println!("skipped: {why}");
+}
+
 /// `<workspace>/sample-traces/<name>`.
 pub fn sample_trace(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
