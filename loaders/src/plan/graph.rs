@@ -26,7 +26,7 @@
 //! input must not be a graph output, at most one output may overwrite a given tensor, and the
 //! output must fit inside it. `alignment_bytes` (top level: every tensor; per output: that
 //! tensor) defaults to 1. `name` and `type` of an operator, and `shape` and `dtype` of an
-//! output, are for people and ignored. Unknown keys are errors, so a typo does not silently
+//! output, are for people and ignored. Unknown keys and keys given twice are errors, so a typo does not silently
 //! drop a constraint.
 
 use std::collections::HashMap;
@@ -51,6 +51,74 @@ struct Tensor {
     overwrite: Option<(String, u64)>,
     overwritten: bool,
     graph_output: bool,
+}
+
+/// A JSON value read with duplicate object keys refused: serde_json's `Value` keeps the last
+/// of them silently, and a plan whose key is given twice is ambiguous.
+struct NoDuplicateKeys(Value);
+
+impl<'de> serde::Deserialize<'de> for NoDuplicateKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NoDuplicateKeysVisitor)
+            .map(NoDuplicateKeys)
+    }
+}
+
+struct NoDuplicateKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for NoDuplicateKeysVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        serde::Deserialize::deserialize(d).map(|v: NoDuplicateKeys| v.0)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(NoDuplicateKeys(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut obj = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if obj.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!(
+                    "the key {key:?} is given twice"
+                )));
+            }
+            let NoDuplicateKeys(v) = map.next_value()?;
+            obj.insert(key, v);
+        }
+        Ok(Value::Object(obj))
+    }
 }
 
 fn check_keys(obj: &Map<String, Value>, allowed: &[&str], at: &str) -> Result<(), String> {
@@ -91,13 +159,15 @@ fn align(v: Option<&Value>, default: u64, at: &str) -> Result<u64, String> {
 /// # Errors
 /// A message naming the JSON line and column (syntax) or the operator and tensor (meaning).
 pub fn parse_graph_json(text: &str) -> Result<(Vec<PlanRow>, usize), String> {
-    let root: Value = serde_json::from_str(text).map_err(|e| {
-        format!(
-            "line {}, column {}: invalid JSON: {e}",
-            e.line(),
-            e.column()
-        )
-    })?;
+    let root: Value = serde_json::from_str::<NoDuplicateKeys>(text)
+        .map(|v| v.0)
+        .map_err(|e| {
+            format!(
+                "line {}, column {}: invalid JSON: {e}",
+                e.line(),
+                e.column()
+            )
+        })?;
     let root = root
         .as_object()
         .ok_or("expected a JSON object with an \"operators\" array at the top")?;
@@ -377,5 +447,24 @@ mod tests {
             spans,
             [("a", 0, 3), ("b", 1, 3), ("c", 2, 4), ("unused", 3, 4)]
         );
+    }
+
+    /// A key given twice is an error naming the key and where, at any depth; the same key in
+    /// two different objects is fine.
+    #[test]
+    fn duplicate_keys_are_refused() {
+        let twice_in_output = "{\"operators\": [\n  {\"outputs\": [{\"tensor\": \"a\", \"size_bytes\": 10, \"size_bytes\": 20}]}\n]}";
+        let e = parse_graph_json(twice_in_output).unwrap_err();
+        assert!(e.contains("\"size_bytes\" is given twice"), "{e}");
+        assert!(e.starts_with("line 2, column "), "{e}");
+        let twice_at_top = r#"{"alignment_bytes": 64, "operators": [], "alignment_bytes": 1}"#;
+        let e = parse_graph_json(twice_at_top).unwrap_err();
+        assert!(e.contains("\"alignment_bytes\" is given twice"), "{e}");
+        let (rows, _) = parse_graph_json(
+            r#"{"operators": [{"outputs": [{"tensor": "a", "size_bytes": 1}]},
+                              {"outputs": [{"tensor": "b", "size_bytes": 2}]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(rows.len(), 2);
     }
 }
