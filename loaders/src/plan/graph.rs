@@ -26,8 +26,8 @@
 //! input must not be a graph output, at most one output may overwrite a given tensor, and the
 //! output must fit inside it. `alignment_bytes` (top level: every tensor; per output: that
 //! tensor) defaults to 1. `name` and `type` of an operator, and `shape` and `dtype` of an
-//! output, are for people and ignored. Unknown keys and keys given twice are errors, so a typo does not silently
-//! drop a constraint.
+//! output, are for people and ignored. Unknown keys and keys given twice are errors, so a typo
+//! does not silently drop a constraint.
 
 use std::collections::HashMap;
 use std::path::Path;
