@@ -26,6 +26,8 @@ use crate::policy::{Addr, Block, BlockState, Counters, Policy};
 
 /// Allocations per skip run.
 const CHUNK: usize = 256;
+/// Held ranges plus long-lived allocations past which a lookup runs on two threads.
+const PARALLEL_WORK: usize = 200_000;
 /// Most events an allocation may live to be kept in birth order (see [`LayoutIndex`]): a
 /// lookup sorts at most this many. Short traces use a 64th of their length, so both tiers
 /// carry allocations in small tests too.
@@ -342,6 +344,17 @@ impl LayoutIndex {
     /// produces; callers then fall back to a checkpoint replay.
     #[must_use]
     pub fn blocks_at(&self, event: usize, out: &mut Vec<Block>) -> Option<Counters> {
+        self.blocks_at_split_above(event, out, PARALLEL_WORK)
+    }
+
+    /// [`Self::blocks_at`], on two threads when the held ranges plus the long-lived allocations
+    /// number at least `work` (`blocks_at` uses 200,000; tests use 0 to check the split).
+    pub fn blocks_at_split_above(
+        &self,
+        event: usize,
+        out: &mut Vec<Block>,
+        work: usize,
+    ) -> Option<Counters> {
         out.clear();
         let pos = position(event)?;
         let ranges = self.ranges_at(pos);
@@ -355,15 +368,63 @@ impl LayoutIndex {
             .map(|i| (s.addr[i], i))
             .collect();
         short.sort_unstable();
-        let mut short = short.into_iter().peekable();
-        let mut emit = Emitter::new(&ranges, out);
-        let l = &self.long;
-        for (c, (&cb, &cd)) in self.chunk_birth.iter().zip(&self.chunk_death).enumerate() {
+        let n_long = self.long.addr.len();
+        let mut counters = if ranges.len() < 2 || ranges.len() + n_long < work {
+            self.fill(pos, &ranges, &short, 0..n_long, out)?
+        } else {
+            // Two halves of the address space side by side: the ranges before the middle one
+            // end at or before its start, so every block falls in one half.
+            let mid = ranges.len() / 2;
+            let split_addr = ranges.get(mid)?.0;
+            let long_split = self.long.addr.partition_point(|&a| a < split_addr);
+            let short_split = short.partition_point(|&(a, _)| a < split_addr);
+            let mut second = Vec::new();
+            let (first, later) = std::thread::scope(|scope| {
+                let later = scope.spawn(|| {
+                    let long = long_split..n_long;
+                    let short = short.get(short_split..).unwrap_or(&[]);
+                    self.fill(pos, ranges.get(mid..)?, short, long, &mut second)
+                });
+                let short = short.get(..short_split).unwrap_or(&[]);
+                let first = self.fill(pos, ranges.get(..mid)?, short, 0..long_split, out);
+                Some((first, later.join().ok().flatten()))
+            })?;
+            out.extend_from_slice(&second);
+            let (mut c, later) = (first?, later?);
+            c.live_allocs += later.live_allocs;
+            c.live_bytes += later.live_bytes;
+            c.allocated_bytes += later.allocated_bytes;
+            c.free_bytes += later.free_bytes;
+            c.free_blocks += later.free_blocks;
+            c.largest_free_bytes = c.largest_free_bytes.max(later.largest_free_bytes);
+            c
+        };
+        counters.footprint_bytes = ranges.iter().map(|&(_, l)| l).sum();
+        Some(counters)
+    }
+
+    /// Lays into `ranges` the live allocations among the long-lived ones `long` and the
+    /// short-lived ones `short` (sorted by address); the counters but the footprint.
+    fn fill(
+        &self,
+        pos: u32,
+        ranges: &[(Addr, u64)],
+        short: &[(Addr, usize)],
+        long: std::ops::Range<usize>,
+        out: &mut Vec<Block>,
+    ) -> Option<Counters> {
+        let (s, l) = (&self.short, &self.long);
+        let mut short = short.iter().copied().peekable();
+        let mut emit = Emitter::new(ranges, out);
+        let first_chunk = long.start / CHUNK;
+        let last_chunk = long.end.div_ceil(CHUNK);
+        for c in first_chunk..last_chunk {
+            let (&cb, &cd) = (self.chunk_birth.get(c)?, self.chunk_death.get(c)?);
             if cb > pos || cd <= pos {
                 continue;
             }
-            let from = c * CHUNK;
-            let to = (from + CHUNK).min(l.addr.len());
+            let from = (c * CHUNK).max(long.start);
+            let to = ((c + 1) * CHUNK).min(long.end);
             let births = l.birth.get(from..to)?;
             let deaths = l.death.get(from..to)?;
             // Which of the run are live, as bits: a branch per allocation would be mispredicted
@@ -386,9 +447,7 @@ impl LayoutIndex {
         for (_, j) in short {
             emit.used(s.block(j))?;
         }
-        let mut counters = emit.finish();
-        counters.footprint_bytes = ranges.iter().map(|&(_, l)| l).sum();
-        Some(counters)
+        Some(emit.finish())
     }
 }
 

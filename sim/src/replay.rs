@@ -425,6 +425,12 @@ impl Replay {
         self.layout.as_ref()?.blocks_at(event, out)
     }
 
+    /// The layout index, when the replay keeps one.
+    #[must_use]
+    pub fn layout_index(&self) -> Option<&LayoutIndex> {
+        self.layout.as_ref()
+    }
+
     /// Whether [`Self::blocks_at`] can answer.
     #[must_use]
     pub fn has_layout_index(&self) -> bool {

@@ -287,6 +287,15 @@ fn layout_index_agrees_with_the_policy(name: &str) {
             policy.blocks(&mut blocks);
             let mut indexed = Vec::new();
             let indexed_counters = r.blocks_at(event, &mut indexed).unwrap();
+            // The same on two threads, however small the heap.
+            let mut split = Vec::new();
+            let index = r.layout_index().unwrap();
+            let split_counters = index.blocks_at_split_above(event, &mut split, 0).unwrap();
+            assert_eq!(split, indexed, "two threads, after event {event}");
+            assert_eq!(
+                split_counters, indexed_counters,
+                "two threads, after event {event}"
+            );
             assert_eq!(indexed, blocks, "{name}: blocks after event {event}");
             assert_eq!(
                 indexed_counters, counters,
