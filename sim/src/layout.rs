@@ -11,11 +11,15 @@
 //! - every change of the held ranges (a segment allocated, freed, mapped or unmapped), which
 //!   are rare.
 //!
-//! [`LayoutIndex::blocks_at`] walks the allocations in address order, keeps those live at the
-//! event, and fills the gaps inside the held ranges with free blocks. The allocations are
-//! grouped in runs of [`CHUNK`] with each run's earliest birth and latest death, so runs that
-//! are all unborn or all dead are skipped. A seek costs a pass over the allocations' birth and
-//! death (8 bytes each) instead of a policy replay. The result is checked against the policy's
+//! [`LayoutIndex::blocks_at`] finds the allocations live at the event and lays them, in address
+//! order, into the held ranges, the gaps becoming free blocks. Allocations that live a short
+//! while (a 64th of the trace, kept between 64 and 32,768 events) are kept in birth order: those
+//! live at an event were born within that span, found by a binary search and sorted by address.
+//! The others are kept in address order in runs of 256 with each run's earliest birth and
+//! latest death, so runs all unborn or all dead are skipped, and the live ones of a run are
+//! picked by a bit mask. Big heaps are laid out in two halves of the address space on two
+//! threads. A seek thus costs a pass over the long-lived allocations' birth and death (8 bytes
+//! each) and the output, instead of a policy replay. The result is checked against the policy's
 //! own [`Policy::blocks`] by the conformance suite; where it cannot be built (a policy without
 //! held ranges, an initial state holding allocations, more than `u32::MAX` events) the replay
 //! keeps only its checkpoints.
