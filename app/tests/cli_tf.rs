@@ -160,3 +160,30 @@ fn a_dump_is_not_an_event_trace_and_the_error_says_what_reads_it() {
     assert_eq!(v["dump_format"], "old");
     assert_eq!(v["in_use_bytes"], 208_404_480u64);
 }
+
+/// `stats` on a memory log shows every get_memory_info reading with where it was taken (the
+/// first, after the model was built, is far below the run's peak), and `--json` lists them.
+#[test]
+fn stats_says_where_each_get_memory_info_reading_was_taken() {
+    let p = tf("mobilenetv2_train_memlog.txt.gz");
+    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(["stats", p.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("own peak"), "{text}");
+    let readings: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("get_memory_info"))
+        .collect();
+    assert_eq!(readings.len(), 4, "{text}");
+    assert!(readings[0].contains("after_build at line 1,101, after 1,054 of 66,608 events"));
+    assert!(readings[3].contains("after_train_step_2"));
+    let v = json(&["stats", "--json", p.to_str().unwrap()]);
+    let m = v["tf"]["meminfo"].as_array().unwrap();
+    assert_eq!(m.len(), 4);
+    assert_eq!(m[0]["tag"], "after_build");
+    assert_eq!(m[0]["events_before"], 1054);
+    assert_eq!(v["tf"]["meminfo_peak_bytes"], m[3]["peak_bytes"]);
+}

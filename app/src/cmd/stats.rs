@@ -115,7 +115,14 @@ fn memlog_json(log: &TfMemoryLog) -> Value {
         "steps": log.summary.steps,
         "regions": log.regions.len(),
         "region_bytes": log.regions.iter().map(|r| r.size_bytes).sum::<u64>(),
-        "meminfo_peak_bytes": peak,
+    "meminfo_peak_bytes": peak,
+        "meminfo": log.meminfo.iter().map(|m| json!({
+            "line": m.line,
+            "tag": m.tag,
+            "current_bytes": m.current_bytes,
+            "peak_bytes": m.peak_bytes,
+            "events_before": m.events_before,
+        })).collect::<Vec<_>>(),
         "dump": log.dumps.first().map(|d| Value::Object(dump_json(d))),
     })
 }
@@ -144,10 +151,17 @@ fn print_memlog(log: &TfMemoryLog) -> Result<()> {
             format::bytes(log.regions.iter().map(|r| r.size_bytes).sum())
         );
     }
-    if let Some(p) = log.meminfo.iter().map(|m| m.peak_bytes).max() {
+    // Each reading is TensorFlow's figure at that moment, not the run's peak: say when.
+    let events = log.events.height();
+    for m in &log.meminfo {
         outln!(
-            "  TensorFlow's own peak (get_memory_info): {}",
-            format::bytes(p)
+            "  get_memory_info {} at line {}, after {} of {} events: current {}, peak so far {}",
+            m.tag,
+            format::count(m.line),
+            format::count(m.events_before as u64),
+            format::count(events as u64),
+            format::bytes(m.current_bytes),
+            format::bytes(m.peak_bytes)
         );
     }
     if let Some(d) = log.dumps.first() {
