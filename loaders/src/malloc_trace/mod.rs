@@ -612,13 +612,20 @@ fn handle_line<S: LineSink>(
 /// Typical bytes per line in real traces (`0.000123\t140642980739072\t472\t0x5605134312a0`).
 const TYPICAL_LINE_BYTES: u64 = 40;
 
+/// Largest compression ratio of a gzip trace that the estimate believes.
+const MAX_GZIP_RATIO: u64 = 32;
+
 fn estimate_events(path: &Path, compression: Compression, file_bytes: u64) -> usize {
     let text_bytes = match compression {
         Compression::Plain => file_bytes,
         // The gzip trailer holds the uncompressed size modulo 2^32: use it unless the ratio
-        // says it wrapped, in which case assume a typical 5x ratio.
+        // says it wrapped or is beyond what real traces reach (8-19x; a forged trailer must
+        // not size a reservation of gigabytes), in which case assume a typical 5x ratio. The
+        // vectors grow past the estimate if they must.
         Compression::Gzip => gzip_isize(path)
-            .filter(|&isize| isize >= file_bytes)
+            .filter(|&isize| {
+                isize >= file_bytes && isize <= file_bytes.saturating_mul(MAX_GZIP_RATIO)
+            })
             .unwrap_or(file_bytes.saturating_mul(5)),
     };
     usize::try_from(text_bytes / TYPICAL_LINE_BYTES + 1024).unwrap_or(1 << 20)
@@ -636,6 +643,33 @@ fn gzip_isize(path: &Path) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A trailer claiming 4 GiB for a small file does not size the reservation; a plausible
+    /// one does.
+    #[test]
+    fn a_forged_gzip_size_does_not_size_the_reservation() {
+        use std::io::Write as _;
+        let dir = std::env::temp_dir().join(format!("allocview-isize-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, isize: u32| {
+            let path = dir.join(name);
+            let mut bytes = vec![0x1f, 0x8b];
+            bytes.resize(10_000, 0);
+            bytes.extend_from_slice(&isize.to_le_bytes());
+            std::fs::File::create(&path)
+                .unwrap()
+                .write_all(&bytes)
+                .unwrap();
+            path
+        };
+        let forged = write("forged.gz", u32::MAX);
+        let plain = write("plain.gz", 100_000);
+        let n = estimate_events(&forged, Compression::Gzip, 10_004);
+        assert_eq!(n, (10_004 * 5 / TYPICAL_LINE_BYTES + 1024) as usize);
+        let n = estimate_events(&plain, Compression::Gzip, 10_004);
+        assert_eq!(n, (100_000 / TYPICAL_LINE_BYTES + 1024) as usize);
+        std::fs::remove_dir_all(&dir).ok();
+    }
 
     #[test]
     fn parses_fields() {
