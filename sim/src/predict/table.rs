@@ -205,12 +205,10 @@ impl Table {
         (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
     }
 
-    /// Reads the home entry of `key`, so that the cache misses of several tables overlap
-    /// before the lookups whose probing branches would serialise them.
-    pub fn warm(&self, key: u64) {
-        if let Some(e) = self.entries.get(self.home(key)) {
-            std::hint::black_box(e.key);
-        }
+    /// Starts fetching the home entry of `key` into the cache, so that the misses of several
+    /// tables, and of calls still to come, overlap with other work.
+    pub fn prefetch(&self, key: u64) {
+        prefetch_index::prefetch_index(&self.entries, self.home(key));
     }
 
     /// The entry index of `key` (non-zero), if stored.
