@@ -16,10 +16,12 @@
 //!
 //! **Tables** ([`super::table`]). Orders 0 to 2 are indexed directly (64 `u8` counts a
 //! context); orders 3 and up are hashed by their exact key (k tokens of 6 bits and the order,
-//! no collisions) into one-cache-line entries of up to 24 (token, count) pairs, the rarest
-//! dropped for a 25th successor, one table per order. Counts are halved at 255. A lookup first
-//! reads the home entries of all its hashed orders, so their cache misses overlap; nothing is
-//! allocated per event.
+//! no collisions), one table per order, keeping up to 24 (token, count) pairs a context (16-byte
+//! slots for up to 3 successors, a cache line of its own beyond), the rarest dropped for a 25th
+//! successor. Counts are halved at 255. The evaluations announce each call some calls ahead
+//! ([`Model::lookahead`]): the model follows each thread's history that far ahead and
+//! prefetches the lines of those contexts, so their cache misses overlap with the work on the
+//! calls before; nothing is allocated per event but a context's line when it first needs one.
 //!
 //! **Decisions.** Top-1, top-3 and the collapsed label are those of the blend's full
 //! distribution (ties to the lower token), but the blend is summed from the highest order down
@@ -148,7 +150,7 @@ impl ContextModel {
         }
         let table = self.tables.get(k - DENSE_ORDERS - 1)?;
         let i = table.find(h.key(k))?;
-        Some((i as u32, Ctx::Sparse(table.get(i)?)))
+        Some((i as u32, table.ctx(i)?))
     }
 
     /// Starts fetching the entries of `h`'s contexts up to order `kmax` (the dense ones of
@@ -335,9 +337,7 @@ impl Model for ContextModel {
                 } else {
                     table.find_or_insert(h.key(k))
                 };
-                if let Some(e) = table.get_mut(i) {
-                    e.add(token);
-                }
+                table.add(i, token);
             }
         }
         self.cached_for = None;
