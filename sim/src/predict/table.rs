@@ -192,7 +192,18 @@ pub enum Ctx<'a> {
     Small(&'a Slot),
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    /// A hashed context's kept tokens and their counts (`None` for a dense one).
+    fn pairs(self) -> Option<(&'a [u8], &'a [u8])> {
+        let (tokens, counts, distinct): (&[u8], &[u8], u8) = match self {
+            Self::Dense(_) => return None,
+            Self::Sparse(s) => (&s.tokens, &s.counts, s.distinct),
+            Self::Small(s) => (&s.tokens, &s.counts, s.distinct),
+        };
+        let n = usize::from(distinct).min(tokens.len());
+        Some((tokens.get(..n)?, counts.get(..n)?))
+    }
+
     /// Times the context was followed by a token (`n`).
     #[must_use]
     pub fn total(self) -> u32 {
@@ -217,23 +228,17 @@ impl Ctx<'_> {
     /// Times `token` followed it.
     #[must_use]
     pub fn count(self, token: u8) -> u8 {
-        match self {
-            Self::Dense(d) => d.counts.0[usize::from(token) & (NUM_TOKENS - 1)],
-            Self::Sparse(s) => {
-                let n = usize::from(s.distinct).min(SPARSE_SLOTS);
-                s.tokens[..n]
-                    .iter()
-                    .position(|&t| t == token)
-                    .map_or(0, |i| s.counts[i])
-            }
-            Self::Small(s) => {
-                let n = usize::from(s.distinct).min(SMALL_SLOTS);
-                s.tokens[..n]
-                    .iter()
-                    .position(|&t| t == token)
-                    .map_or(0, |i| s.counts[i])
-            }
+        if let Self::Dense(d) = self {
+            return d.counts.0[usize::from(token) & (NUM_TOKENS - 1)];
         }
+        let Some((tokens, counts)) = self.pairs() else {
+            return 0;
+        };
+        tokens
+            .iter()
+            .position(|&t| t == token)
+            .and_then(|i| counts.get(i).copied())
+            .unwrap_or(0)
     }
 
     /// Calls `f(token, count)` for every token that followed it.
@@ -247,15 +252,9 @@ impl Ctx<'_> {
                     f(x, d.counts.0[x]);
                 }
             }
-            Self::Sparse(s) => {
-                let n = usize::from(s.distinct).min(SPARSE_SLOTS);
-                for (&t, &c) in s.tokens[..n].iter().zip(&s.counts[..n]) {
-                    f(usize::from(t) & (NUM_TOKENS - 1), c);
-                }
-            }
-            Self::Small(s) => {
-                let n = usize::from(s.distinct).min(SMALL_SLOTS);
-                for (&t, &c) in s.tokens[..n].iter().zip(&s.counts[..n]) {
+            Self::Sparse(_) | Self::Small(_) => {
+                let (tokens, counts) = self.pairs().unwrap_or_default();
+                for (&t, &c) in tokens.iter().zip(counts) {
                     f(usize::from(t) & (NUM_TOKENS - 1), c);
                 }
             }
