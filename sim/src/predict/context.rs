@@ -16,10 +16,12 @@
 //!
 //! **Tables** ([`super::table`]). Orders 0 to 2 are indexed directly (64 `u8` counts a
 //! context); orders 3 and up are hashed by their exact key (k tokens of 6 bits and the order,
-//! no collisions) into one-cache-line entries of up to 24 (token, count) pairs, the rarest
-//! dropped for a 25th successor, one table per order. Counts are halved at 255. A lookup first
-//! reads the home entries of all its hashed orders, so their cache misses overlap; nothing is
-//! allocated per event.
+//! no collisions), one table per order, keeping up to 24 (token, count) pairs a context (16-byte
+//! slots for up to 3 successors, a cache line of its own beyond), the rarest dropped for a 25th
+//! successor. Counts are halved at 255. The evaluations announce each call some calls ahead
+//! ([`Model::lookahead`]): the model follows each thread's history that far ahead and
+//! prefetches the lines of those contexts, so their cache misses overlap with the work on the
+//! calls before; nothing is allocated per event but a context's line when it first needs one.
 //!
 //! **Decisions.** Top-1, top-3 and the collapsed label are those of the blend's full
 //! distribution (ties to the lower token), but the blend is summed from the highest order down
@@ -87,6 +89,11 @@ pub struct ContextModel {
     /// that follows it in online use does not probe again.
     cached: [u32; MAX_ORDER + 1],
     cached_for: Option<(u16, u64, u8)>,
+    /// Each thread's history as it will be when the calls announced by
+    /// [`Model::lookahead`] so far come (the lines of those contexts are being fetched).
+    ahead: Vec<History>,
+    /// Whether calls are announced ahead, so `predict` and `observe` need not fetch.
+    looking_ahead: bool,
 }
 
 impl ContextModel {
@@ -100,6 +107,8 @@ impl ContextModel {
             threads: Vec::new(),
             cached: [NONE; MAX_ORDER + 1],
             cached_for: None,
+            ahead: Vec::new(),
+            looking_ahead: false,
         }
     }
 
@@ -141,14 +150,18 @@ impl ContextModel {
         }
         let table = self.tables.get(k - DENSE_ORDERS - 1)?;
         let i = table.find(h.key(k))?;
-        Some((i as u32, Ctx::Sparse(table.get(i)?)))
+        Some((i as u32, table.ctx(i)?))
     }
 
-    /// Warms the hashed entries of `h`'s contexts up to order `kmax`.
-    fn warm(&self, h: History, kmax: usize) {
+    /// Starts fetching the entries of `h`'s contexts up to order `kmax` (the dense ones of
+    /// order 2 too: 512 KiB of them do not all stay in cache).
+    fn prefetch(&self, h: History, kmax: usize) {
+        if kmax >= DENSE_ORDERS {
+            prefetch_index::prefetch_index(&self.dense, h.dense_index(DENSE_ORDERS));
+        }
         let orders = DENSE_ORDERS + 1..=kmax;
         for (k, table) in orders.zip(&self.tables) {
-            table.warm(h.key(k));
+            table.prefetch(h.key(k));
         }
     }
 }
@@ -269,7 +282,9 @@ impl Model for ContextModel {
         let mut settled = None;
         let actual = usize::from(actual) & (NUM_TOKENS - 1);
         let mut cached = [NONE; MAX_ORDER + 1];
-        self.warm(h, kmax);
+        if !self.looking_ahead {
+            self.prefetch(h, kmax);
+        }
         for k in (0..=kmax).rev() {
             let Some((i, ctx)) = self.ctx(h, k) else {
                 continue;
@@ -307,8 +322,8 @@ impl Model for ContextModel {
             let kmax = self.order.min(usize::from(h.len));
             // A table that grows only invalidates its own cached index, which is not used.
             let cache_valid = self.cached_for == Some((thread, h.bits, h.len));
-            if !cache_valid {
-                self.warm(h, kmax);
+            if !cache_valid && !self.looking_ahead {
+                self.prefetch(h, kmax);
             }
             for k in 0..=kmax.min(DENSE_ORDERS) {
                 if let Some(d) = self.dense.get_mut(h.dense_index(k)) {
@@ -322,18 +337,32 @@ impl Model for ContextModel {
                 } else {
                     table.find_or_insert(h.key(k))
                 };
-                if let Some(e) = table.get_mut(i) {
-                    e.add(token);
-                }
+                table.add(i, token);
             }
         }
         self.cached_for = None;
         self.history_mut(thread).push(token);
     }
 
+    fn lookahead(&mut self, thread: u16, token: u8) {
+        let t = usize::from(thread);
+        if t >= self.ahead.len() {
+            self.ahead.resize(t + 1, History::default());
+        }
+        let Some(h) = self.ahead.get_mut(t) else {
+            return;
+        };
+        let before = *h;
+        h.push(token);
+        self.prefetch(before, self.order.min(usize::from(before.len)));
+        self.looking_ahead = true;
+    }
+
     fn reset_history(&mut self) {
         self.threads.clear();
         self.cached_for = None;
+        self.ahead.clear();
+        self.looking_ahead = false;
     }
 }
 

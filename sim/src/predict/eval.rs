@@ -146,6 +146,24 @@ pub struct ModelReport {
 /// per core even on a busy machine (or wall time where that is not available).
 pub type Clock<'a> = &'a dyn Fn() -> f64;
 
+/// Calls announced to the model ([`Model::lookahead`]) before they are predicted or learnt:
+/// enough for the context tables' cache misses to arrive in time.
+const LOOKAHEAD: usize = 8;
+
+/// Announces call `i` of `s` (if any) to `model`.
+fn announce(model: &mut dyn Model, s: &TokenStream, i: Option<usize>) {
+    if let Some((&tok, &th)) = i.and_then(|i| Some((s.token.get(i)?, s.thread.get(i)?))) {
+        model.lookahead(th, tok);
+    }
+}
+
+/// Announces the first calls of a pass over `calls` (indices into `s`).
+fn announce_first(model: &mut dyn Model, s: &TokenStream, calls: &[usize]) {
+    for &i in calls.iter().take(LOOKAHEAD) {
+        announce(model, s, Some(i));
+    }
+}
+
 fn rate(events: u64, clock: Clock<'_>, started: f64) -> Option<f64> {
     let secs = clock() - started;
     (events > 0 && secs > 0.0).then(|| events as f64 / secs)
@@ -158,20 +176,25 @@ fn split(
     train: &[bool],
     clock: Clock<'_>,
 ) -> (Tally, Option<f64>, Option<f64>) {
+    let (learnt, tested): (Vec<usize>, Vec<usize>) =
+        (0..s.token.len()).partition(|&i| train.get(i).copied().unwrap_or(false));
     let started = clock();
-    let mut learnt = 0u64;
-    for ((&tok, &th), &is_train) in s.token.iter().zip(&s.thread).zip(train) {
-        if is_train {
+    announce_first(model, s, &learnt);
+    for (j, &i) in learnt.iter().enumerate() {
+        announce(model, s, learnt.get(j + LOOKAHEAD).copied());
+        if let (Some(&tok), Some(&th)) = (s.token.get(i), s.thread.get(i)) {
             model.observe(th, tok, true);
-            learnt += 1;
         }
     }
-    let train_rate = rate(learnt, clock, started);
+    let train_rate = rate(learnt.len() as u64, clock, started);
     let started = clock();
     let mut tally = Tally::default();
-    let calls = s.token.iter().zip(&s.thread).zip(&s.size_bytes);
-    for (((&tok, &th), &size), &is_train) in calls.zip(train) {
-        if !is_train {
+    announce_first(model, s, &tested);
+    for (j, &i) in tested.iter().enumerate() {
+        announce(model, s, tested.get(j + LOOKAHEAD).copied());
+        if let (Some(&tok), Some(&th), Some(&size)) =
+            (s.token.get(i), s.thread.get(i), s.size_bytes.get(i))
+        {
             let p = model.predict(th, tok);
             tally.add(&p, tok, size);
             model.observe(th, tok, false);
@@ -190,7 +213,12 @@ fn online(
     let started = clock();
     let mut tally = Tally::default();
     let mut per_thread = vec![Tally::default(); s.threads];
-    for ((&tok, &th), &size) in s.token.iter().zip(&s.thread).zip(&s.size_bytes) {
+    for i in 0..LOOKAHEAD {
+        announce(model, s, Some(i));
+    }
+    let calls = s.token.iter().zip(&s.thread).zip(&s.size_bytes);
+    for (i, ((&tok, &th), &size)) in calls.enumerate() {
+        announce(model, s, Some(i + LOOKAHEAD));
         let p = model.predict(th, tok);
         tally.add(&p, tok, size);
         if let Some(t) = per_thread.get_mut(usize::from(th)) {
@@ -204,12 +232,21 @@ fn online(
 
 /// Learns all of `other`, then predicts all of `s` frozen.
 fn cross_run(model: &mut dyn Model, s: &TokenStream, other: &TokenStream) -> Tally {
-    for (&tok, &th) in other.token.iter().zip(&other.thread) {
+    for i in 0..LOOKAHEAD {
+        announce(model, other, Some(i));
+    }
+    for (i, (&tok, &th)) in other.token.iter().zip(&other.thread).enumerate() {
+        announce(model, other, Some(i + LOOKAHEAD));
         model.observe(th, tok, true);
     }
     model.reset_history();
+    for i in 0..LOOKAHEAD {
+        announce(model, s, Some(i));
+    }
     let mut tally = Tally::default();
-    for ((&tok, &th), &size) in s.token.iter().zip(&s.thread).zip(&s.size_bytes) {
+    let calls = s.token.iter().zip(&s.thread).zip(&s.size_bytes);
+    for (i, ((&tok, &th), &size)) in calls.enumerate() {
+        announce(model, s, Some(i + LOOKAHEAD));
         let p = model.predict(th, tok);
         tally.add(&p, tok, size);
         model.observe(th, tok, false);

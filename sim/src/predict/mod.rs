@@ -99,6 +99,13 @@ pub trait Model {
     fn predict(&mut self, thread: u16, actual: u8) -> Prediction;
     /// Appends `token` to `thread`'s history, learning from it when `learn`.
     fn observe(&mut self, thread: u16, token: u8, learn: bool);
-    /// Forgets every thread's history but keeps what was learnt (a new run of the program).
+    /// Announces a call still to come (`thread` will see `token`), in the order the calls will
+    /// be predicted or observed, so the model can start fetching the statistics it will read
+    /// then. Changes no result; the default ignores it.
+    fn lookahead(&mut self, thread: u16, token: u8) {
+        let _ = (thread, token);
+    }
+    /// Forgets every thread's history but keeps what was learnt (a new run of the program),
+    /// and any calls announced ahead.
     fn reset_history(&mut self);
 }
