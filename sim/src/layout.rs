@@ -24,7 +24,9 @@
 //! held ranges, an initial state holding allocations, more than `u32::MAX` events) the replay
 //! keeps only its checkpoints.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use crate::policy::{Addr, Block, BlockState, Counters, Policy};
 
@@ -198,6 +200,7 @@ impl LayoutRecorder {
             deltas: self.deltas,
             snapshots,
             snapshot_every: every,
+            scratch: Mutex::new(Vec::new()),
         }
     }
 
@@ -298,7 +301,7 @@ fn diff_sorted(old: &[(Addr, u64)], new: &[(Addr, u64)], mut f: impl FnMut(Addr,
 /// position were born within the last `short_life`, found by a binary search and sorted by
 /// address. The others are kept in address order, scanned with unborn and dead runs skipped. A
 /// lookup merges the two.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct LayoutIndex {
     long: Tier,
     chunk_birth: Vec<u32>,
@@ -309,16 +312,39 @@ pub struct LayoutIndex {
     /// The range set before delta `k · snapshot_every`, sorted.
     snapshots: Vec<Vec<(Addr, u64)>>,
     snapshot_every: usize,
+    /// The second half's blocks of a two-thread lookup, kept between lookups: a fresh vector of
+    /// tens of MB costs its page faults and regrowth every seek.
+    scratch: Mutex<Vec<Block>>,
+}
+
+impl Clone for LayoutIndex {
+    fn clone(&self) -> Self {
+        Self {
+            long: self.long.clone(),
+            chunk_birth: self.chunk_birth.clone(),
+            chunk_death: self.chunk_death.clone(),
+            short: self.short.clone(),
+            short_life: self.short_life,
+            deltas: self.deltas.clone(),
+            snapshots: self.snapshots.clone(),
+            snapshot_every: self.snapshot_every,
+            scratch: Mutex::new(Vec::new()),
+        }
+    }
 }
 
 impl LayoutIndex {
     /// The held ranges at position `pos`, sorted: the nearest copy, merged with the changes
     /// since (the last change of an address wins).
-    fn ranges_at(&self, pos: u32) -> Vec<(Addr, u64)> {
+    fn ranges_at(&self, pos: u32) -> Cow<'_, [(Addr, u64)]> {
         let upto = self.deltas.partition_point(|d| d.pos <= pos);
         // The copy before delta `upto` exists only when a delta follows it.
         let k = (upto / self.snapshot_every).min(self.snapshots.len().saturating_sub(1));
         let base = self.snapshots.get(k).map_or(&[][..], Vec::as_slice);
+        if upto == k * self.snapshot_every {
+            // No change since the copy (a snapshot whose segments never change: every seek).
+            return Cow::Borrowed(base);
+        }
         let mut changes: BTreeMap<Addr, Option<u64>> = BTreeMap::new();
         for d in self
             .deltas
@@ -339,7 +365,7 @@ impl LayoutIndex {
             }
         }
         out.extend(changes.filter_map(|(a, l)| l.map(|l| (a, l))));
-        out
+        Cow::Owned(out)
     }
 
     /// Fills `out` with the policy's blocks just after `event`, in address order, as
@@ -382,18 +408,23 @@ impl LayoutIndex {
             let split_addr = ranges.get(mid)?.0;
             let long_split = self.long.addr.partition_point(|&a| a < split_addr);
             let short_split = short.partition_point(|&(a, _)| a < split_addr);
-            let mut second = Vec::new();
+            let mut scratch = match self.scratch.lock() {
+                Ok(g) => g,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            let second: &mut Vec<Block> = &mut scratch;
+            second.clear();
             let (first, later) = std::thread::scope(|scope| {
                 let later = scope.spawn(|| {
                     let long = long_split..n_long;
                     let short = short.get(short_split..).unwrap_or(&[]);
-                    self.fill(pos, ranges.get(mid..)?, short, long, &mut second)
+                    self.fill(pos, ranges.get(mid..)?, short, long, second)
                 });
                 let short = short.get(..short_split).unwrap_or(&[]);
                 let first = self.fill(pos, ranges.get(..mid)?, short, 0..long_split, out);
                 Some((first, later.join().ok().flatten()))
             })?;
-            out.extend_from_slice(&second);
+            out.extend_from_slice(second);
             let (mut c, later) = (first?, later?);
             c.live_allocs += later.live_allocs;
             c.live_bytes += later.live_bytes;
@@ -591,6 +622,7 @@ mod tests {
                 snapshots: range_snapshots(initial.clone(), &deltas, every),
                 deltas: deltas.clone(),
                 snapshot_every: every,
+                scratch: Mutex::new(Vec::new()),
             };
             let mut plain: BTreeMap<Addr, u64> = initial.iter().copied().collect();
             let mut next = 0;
