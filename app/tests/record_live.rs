@@ -82,7 +82,15 @@ fn record_live(exe: &Path, dir: &Path, run: u32) -> (Option<Vec<Record>>, usize,
 #[test]
 fn a_spool_read_while_the_program_runs_gives_the_finished_files_records() {
     let dir = scratch("spool");
-    let exe = common::build_c(&dir, "handover", &common::handover_c(ITERS));
+    // The program idles 400 ms before it exits, so the tracer's clock thread writes flush
+    // marks after its last event while it still runs: however fast the machine, the live reader
+    // has something to emit before the exit.
+    let source = common::handover_c(ITERS);
+    let paused = source
+        .replace("    return 0;\n}", "    usleep(400000);\n    return 0;\n}")
+        .replace("#include <stdlib.h>", "#include <stdlib.h>\n#include <unistd.h>");
+    assert!(paused.contains("usleep(400000)") && paused.contains("unistd.h"));
+    let exe = common::build_c(&dir, "handover", &paused);
     // A thread held up for over a clock period between reading the time and writing its
     // event makes the live reading give up (record then converts the file): rare, so one of
     // three runs must read live.
