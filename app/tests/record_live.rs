@@ -88,7 +88,10 @@ fn a_spool_read_while_the_program_runs_gives_the_finished_files_records() {
     let source = common::handover_c(ITERS);
     let paused = source
         .replace("    return 0;\n}", "    usleep(400000);\n    return 0;\n}")
-        .replace("#include <stdlib.h>", "#include <stdlib.h>\n#include <unistd.h>");
+        .replace(
+            "#include <stdlib.h>",
+            "#include <stdlib.h>\n#include <unistd.h>",
+        );
     assert!(paused.contains("usleep(400000)") && paused.contains("unistd.h"));
     let exe = common::build_c(&dir, "handover", &paused);
     // A thread held up for over a clock period between reading the time and writing its
