@@ -98,8 +98,8 @@ impl AppState {
                 continue;
             }
             // The layout index answers without replaying (a PyTorch snapshot's million live
-            // blocks would take seconds from a checkpoint).
-            // The old list's buffer is reused: it can hold millions of blocks.
+            // blocks would take seconds from a checkpoint). The old list's buffer is reused:
+            // it can hold millions of blocks.
             let mut blocks = self
                 .heaps
                 .get_mut(i)
@@ -116,7 +116,7 @@ impl AppState {
             }
             let heap = match replay.state_at(&view, self.cursor) {
                 Ok((policy, counters)) => {
-                    let mut blocks = Vec::new();
+                    blocks.clear();
                     policy.blocks(&mut blocks);
                     let bins = policy
                         .as_any()
