@@ -11,6 +11,7 @@ use allocview_loaders::{InputKind, LoadOptions, detect, trace_view};
 use allocview_sim::policy::pytorch::{Fidelity, Pytorch};
 use allocview_sim::policy::registry::{PolicyConfig, build};
 use allocview_sim::replay::{ReplayOptions, replay};
+use allocview_sim::testing::check_layout_at;
 use allocview_sim::trace::EventKind;
 
 fn sample(name: &str) -> PathBuf {
@@ -432,22 +433,7 @@ fn layout_index_gives_the_replayed_blocks() {
         let n = view.len();
         let step = (n / 97).max(1);
         for event in (0..n).step_by(step).chain([n - 1]) {
-            let (policy, counters) = r.state_at(&view, event).unwrap();
-            let mut blocks = Vec::new();
-            policy.blocks(&mut blocks);
-            let mut indexed = Vec::new();
-            let indexed_counters = r.blocks_at(event, &mut indexed).unwrap();
-            // The same on two threads, however small the heap.
-            let mut split = Vec::new();
-            let index = r.layout_index().unwrap();
-            let split_counters = index.blocks_at_split_above(event, &mut split, 0).unwrap();
-            assert_eq!(split, indexed, "two threads, after event {event}");
-            assert_eq!(
-                split_counters, indexed_counters,
-                "two threads, after event {event}"
-            );
-            assert_eq!(indexed, blocks, "{path:?}: blocks after event {event}");
-            assert_eq!(indexed_counters, counters, "{path:?}: after event {event}");
+            check_layout_at(&r, &view, event).unwrap_or_else(|e| panic!("{path:?}: {e}"));
         }
     }
 }

@@ -10,7 +10,7 @@ use allocview_sim::policy::registry::{POLICY_NAMES, PolicyConfig, build};
 use allocview_sim::policy::{AllocError, Block, BlockState, FreeError, Placement, Policy, Request};
 use allocview_sim::replay::{ReplayOptions, replay};
 use allocview_sim::testing::{
-    DriveOptions, Driven, Op, build_available, drive_checked, ops_to_trace,
+    DriveOptions, Driven, Op, build_available, check_layout_at, drive_checked, ops_to_trace,
 };
 use allocview_sim::trace::OwnedTrace;
 
@@ -282,25 +282,7 @@ fn layout_index_agrees_with_the_policy(name: &str) {
             return;
         }
         for event in 0..view.len() {
-            let (policy, counters) = r.state_at(&view, event).unwrap();
-            let mut blocks = Vec::new();
-            policy.blocks(&mut blocks);
-            let mut indexed = Vec::new();
-            let indexed_counters = r.blocks_at(event, &mut indexed).unwrap();
-            // The same on two threads, however small the heap.
-            let mut split = Vec::new();
-            let index = r.layout_index().unwrap();
-            let split_counters = index.blocks_at_split_above(event, &mut split, 0).unwrap();
-            assert_eq!(split, indexed, "two threads, after event {event}");
-            assert_eq!(
-                split_counters, indexed_counters,
-                "two threads, after event {event}"
-            );
-            assert_eq!(indexed, blocks, "{name}: blocks after event {event}");
-            assert_eq!(
-                indexed_counters, counters,
-                "{name}: counters after event {event}"
-            );
+            check_layout_at(&r, &view, event).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
     }
 }

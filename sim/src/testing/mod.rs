@@ -11,6 +11,7 @@ pub use shadow::{LiveRange, Promises, Shadow, check_block_list, promises_for};
 
 use crate::policy::registry::{PolicyConfig, build};
 use crate::policy::{AllocError, Block, Placement, Policy, Request};
+use crate::replay::Replay;
 use crate::trace::{EventKind, OwnedTrace, TraceView};
 
 /// One step of a generated workload.
@@ -188,6 +189,52 @@ pub fn drive_checked(
         policy,
         shadow,
     })
+}
+
+/// Checks that the layout index of `replay` (of `trace`) gives, just after `event`, the block
+/// list and counters of the policy itself (from a checkpoint replay), on one thread and split
+/// over two however small the heap.
+///
+/// # Errors
+/// What differs, or that the replay has no index or could not seek.
+pub fn check_layout_at(replay: &Replay, trace: &TraceView<'_>, event: usize) -> Result<(), String> {
+    let (policy, counters) = replay
+        .state_at(trace, event)
+        .map_err(|e| format!("seek to event {event}: {e}"))?;
+    let mut blocks = Vec::new();
+    policy.blocks(&mut blocks);
+    let index = replay
+        .layout_index()
+        .ok_or("the replay keeps no layout index")?;
+    let mut indexed = Vec::new();
+    let indexed_counters = replay
+        .blocks_at(event, &mut indexed)
+        .ok_or_else(|| format!("no block list from the index after event {event}"))?;
+    let mut split = Vec::new();
+    let split_counters = index
+        .blocks_at_split_above(event, &mut split, 0)
+        .ok_or_else(|| format!("no two-thread block list after event {event}"))?;
+    if indexed != blocks {
+        let at = indexed.iter().zip(&blocks).position(|(a, b)| a != b);
+        return Err(format!(
+            "after event {event}: the index gives {} blocks, the policy {}; first difference \
+             at block {at:?}",
+            indexed.len(),
+            blocks.len()
+        ));
+    }
+    if indexed_counters != counters {
+        return Err(format!(
+            "after event {event}: counters {indexed_counters:?} from the index, {counters:?} \
+             from the policy"
+        ));
+    }
+    if split != indexed || split_counters != indexed_counters {
+        return Err(format!(
+            "after event {event}: the two-thread lookup differs"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
