@@ -11,10 +11,10 @@
 //! [`Replay::state_at`] replays at most that many events from the nearest one. Addresses never
 //! move, so the id → address table of the full run (8 bytes per allocation) resolves every free
 //! of the replayed stretch. Checkpoint memory is bounded by
-//! [`ReplayOptions::checkpoint_budget_bytes`]: each checkpoint is charged an estimate of its size
-//! (64 bytes per live allocation and per free block, plus 256), and when the total exceeds the
-//! budget the interval doubles and every other checkpoint is dropped, so a seek then replays up
-//! to twice as many events.
+//! [`ReplayOptions::checkpoint_budget_bytes`]: each checkpoint is charged the policy's estimate
+//! of its size ([`Policy::state_bytes`]), and when the total exceeds the budget the interval
+//! doubles and every other checkpoint is dropped, so a seek then replays up to twice as many
+//! events. A copy that alone would exceed the budget is not made.
 //!
 //! Where the policy allows it and [`ReplayOptions::layout_index`] asks for it, the replay also
 //! keeps a [`LayoutIndex`], from which [`Replay::blocks_at`] gives the block list at any event
@@ -159,10 +159,6 @@ pub struct Replay {
     layout: Option<LayoutIndex>,
 }
 
-fn approx_bytes(c: &Counters) -> u64 {
-    (c.live_allocs + c.free_blocks) * 64 + 256
-}
-
 /// Applies event `i` to `policy`, with the addresses from `addrs`. Returns the failure of an
 /// allocation, if any; `Ok(Some(placement))` for a served allocation.
 #[inline]
@@ -266,17 +262,21 @@ pub fn replay_observed(
             p.store(i, std::sync::atomic::Ordering::Relaxed);
         }
         if i == next_checkpoint {
-            let approx = approx_bytes(&counters);
-            checkpoints.push(Checkpoint {
-                next_event: i,
-                policy: policy.clone_box(),
-                approx_bytes: approx,
-            });
-            checkpoint_bytes += approx;
-            while checkpoint_bytes > checkpoint_budget_bytes && checkpoints.len() > 1 {
-                interval = interval.saturating_mul(2);
-                checkpoints.retain(|c| c.next_event % interval == 0);
-                checkpoint_bytes = checkpoints.iter().map(|c| c.approx_bytes).sum();
+            let approx = policy.state_bytes();
+            // A copy that alone would overrun the budget is not made (the initial state's
+            // always is): a buddy heap of terabytes holds gigabytes of bitmaps.
+            if checkpoints.is_empty() || approx <= checkpoint_budget_bytes {
+                checkpoints.push(Checkpoint {
+                    next_event: i,
+                    policy: policy.clone_box(),
+                    approx_bytes: approx,
+                });
+                checkpoint_bytes += approx;
+                while checkpoint_bytes > checkpoint_budget_bytes && checkpoints.len() > 1 {
+                    interval = interval.saturating_mul(2);
+                    checkpoints.retain(|c| c.next_event % interval == 0);
+                    checkpoint_bytes = checkpoints.iter().map(|c| c.approx_bytes).sum();
+                }
             }
             next_checkpoint = (i / interval).saturating_add(1).saturating_mul(interval);
         }
@@ -353,7 +353,7 @@ pub fn replay_observed(
         checkpoints.push(Checkpoint {
             next_event: 0,
             policy: policy.clone_box(),
-            approx_bytes: approx_bytes(&counters),
+            approx_bytes: policy.state_bytes(),
         });
     }
 
@@ -538,6 +538,43 @@ mod tests {
         assert_eq!(r.summary.peak_footprint_bytes, 320);
         assert_eq!(r.summary.peak_footprint_event, Some(1));
         assert!((r.summary.fragmentation_at_peak - (1.0 - 312.0 / 320.0)).abs() < 1e-12);
+    }
+
+    /// A policy whose copy alone would overrun the checkpoint budget is not copied past the
+    /// initial state, and seeks still work (from the start).
+    #[test]
+    fn a_copy_bigger_than_the_budget_is_not_made() {
+        let mut t = OwnedTrace::new();
+        // 200 top-level buddy blocks of 64 MiB, each filled with one block of every order from
+        // 32 MiB down and two of 256 B: every order's bitmap reaches 12.5 GiB of addresses.
+        let mut at = 0i64;
+        for _ in 0..200 {
+            for order in (0..18).rev() {
+                t.alloc(at, 256u64 << order);
+                at += 1;
+            }
+            t.alloc(at, 256);
+            at += 1;
+        }
+        let view = t.view().unwrap();
+        let policy = build("buddy", &PolicyConfig::default(), &view).unwrap();
+        let opts = ReplayOptions {
+            checkpoint_every: 1,
+            checkpoint_budget_bytes: 1 << 20,
+            ..ReplayOptions::default()
+        };
+        let r = replay(&view, policy, &opts);
+        assert!(
+            r.final_state.state_bytes() > 1 << 20,
+            "the bitmaps outgrow the budget"
+        );
+        // 64 bytes per live allocation would charge the last state under 300 KB.
+        assert!(r.final_state.counters().live_allocs * 64 < 300 << 10);
+        let real: u64 = r.checkpoints.iter().map(|c| c.policy.state_bytes()).sum();
+        assert!(real <= 1 << 20, "checkpoints hold {real} bytes");
+        let (_, c) = r.state_at(&view, 150).unwrap();
+        assert_eq!(c.live_allocs, 151);
+        assert_eq!(r.summary.final_footprint_bytes, 200 * (64 << 20));
     }
 
     #[test]

@@ -478,6 +478,16 @@ impl Policy for Buddy {
         }
     }
 
+    fn state_bytes(&self) -> u64 {
+        let bitmaps: usize = self
+            .free
+            .iter()
+            .map(|set| set.bits.capacity() + set.words.capacity() + set.groups.capacity())
+            .sum();
+        // The used map's slots are at most half full.
+        (bitmaps as u64) * 8 + self.counters.live_allocs * 2 * 48 + 256
+    }
+
     fn clone_box(&self) -> Box<dyn Policy> {
         // A hash map's clone copies its whole table, which never shrinks after the busiest
         // moment: checkpoints keep only what the live entries need.

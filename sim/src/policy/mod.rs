@@ -182,6 +182,13 @@ pub trait Policy: Send + Sync {
     fn held_ranges_epoch(&self) -> u64 {
         0
     }
+    /// About how many bytes a copy of the policy takes, for the replay's checkpoint budget. The
+    /// default charges 64 bytes per live allocation and per free block, plus 256; a policy
+    /// whose state grows otherwise (buddy's bitmaps grow with the footprint) says so.
+    fn state_bytes(&self) -> u64 {
+        let c = self.counters();
+        (c.live_allocs + c.free_blocks) * 64 + 256
+    }
     /// A deep copy, for replay checkpoints.
     fn clone_box(&self) -> Box<dyn Policy>;
     /// Full self-check of the internal structures; slow, for tests.
