@@ -386,56 +386,129 @@ impl LayoutIndex {
         work: usize,
     ) -> Option<Counters> {
         out.clear();
+        let mut scratch = match self.scratch.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let scratch: &mut Vec<Block> = &mut scratch;
+        scratch.clear();
+        let (second, counters) =
+            self.fold_blocks_at_split_above(event, out, move |_| scratch, work)?;
+        if let Some(second) = second {
+            out.extend_from_slice(second);
+        }
+        Some(counters)
+    }
+
+    /// Passes the blocks just after `event`, in address order, to `first`, or, for a big heap,
+    /// the first half to `first` and the second half to the sink `second(held_offset)` makes
+    /// (`held_offset`: where the second half starts in the held space, the ranges laid end to
+    /// end), filled side by side on two threads. A view that only summarises the blocks (a
+    /// heap map) thus never holds the list. Returns the second sink, if made, and the
+    /// counters; `None` as for [`Self::blocks_at`].
+    pub fn fold_blocks_at<A, B>(
+        &self,
+        event: usize,
+        first: &mut A,
+        second: impl FnOnce(u64) -> B + Send,
+    ) -> Option<(Option<B>, Counters)>
+    where
+        A: BlockSink + Send,
+        B: BlockSink + Send,
+    {
+        self.fold_blocks_at_split_above(event, first, second, PARALLEL_WORK)
+    }
+
+    /// [`Self::fold_blocks_at`], split over two threads when the held ranges plus the
+    /// long-lived allocations number at least `work` (tests use 0 to check the split).
+    pub fn fold_blocks_at_split_above<A, B>(
+        &self,
+        event: usize,
+        first: &mut A,
+        second: impl FnOnce(u64) -> B + Send,
+        work: usize,
+    ) -> Option<(Option<B>, Counters)>
+    where
+        A: BlockSink + Send,
+        B: BlockSink + Send,
+    {
         let pos = position(event)?;
         let ranges = self.ranges_at(pos);
-        let s = &self.short;
-        let first = s
-            .birth
-            .partition_point(|&b| b <= pos.saturating_sub(self.short_life));
-        let last = s.birth.partition_point(|&b| b <= pos);
-        let mut short: Vec<(Addr, usize)> = (first..last)
-            .filter(|&i| pos < s.death[i])
-            .map(|i| (s.addr[i], i))
-            .collect();
-        short.sort_unstable();
+        let short = self.live_short(pos, ..);
         let n_long = self.long.addr.len();
-        let mut counters = if ranges.len() < 2 || ranges.len() + n_long < work {
-            self.fill(pos, &ranges, &short, 0..n_long, out)?
+        let (second, mut counters) = if ranges.len() < 2 || ranges.len() + n_long < work {
+            (None, self.fill(pos, &ranges, &short, 0..n_long, first)?)
         } else {
             // Two halves of the address space side by side: the ranges before the middle one
             // end at or before its start, so every block falls in one half.
             let mid = ranges.len() / 2;
             let split_addr = ranges.get(mid)?.0;
+            let held_before: u64 = ranges.get(..mid)?.iter().map(|&(_, l)| l).sum();
             let long_split = self.long.addr.partition_point(|&a| a < split_addr);
             let short_split = short.partition_point(|&(a, _)| a < split_addr);
-            let mut scratch = match self.scratch.lock() {
-                Ok(g) => g,
-                Err(poisoned) => poisoned.into_inner(),
-            };
-            let second: &mut Vec<Block> = &mut scratch;
-            second.clear();
             let (first, later) = std::thread::scope(|scope| {
                 let later = scope.spawn(|| {
+                    let mut sink = second(held_before);
                     let long = long_split..n_long;
                     let short = short.get(short_split..).unwrap_or(&[]);
-                    self.fill(pos, ranges.get(mid..)?, short, long, second)
+                    let c = self.fill(pos, ranges.get(mid..)?, short, long, &mut sink)?;
+                    Some((sink, c))
                 });
                 let short = short.get(..short_split).unwrap_or(&[]);
-                let first = self.fill(pos, ranges.get(..mid)?, short, 0..long_split, out);
+                let first = self.fill(pos, ranges.get(..mid)?, short, 0..long_split, first);
                 Some((first, later.join().ok().flatten()))
             })?;
-            out.extend_from_slice(second);
-            let (mut c, later) = (first?, later?);
+            let (mut c, (sink, later)) = (first?, later?);
             c.live_allocs += later.live_allocs;
             c.live_bytes += later.live_bytes;
             c.allocated_bytes += later.allocated_bytes;
             c.free_bytes += later.free_bytes;
             c.free_blocks += later.free_blocks;
             c.largest_free_bytes = c.largest_free_bytes.max(later.largest_free_bytes);
-            c
+            (Some(sink), c)
         };
         counters.footprint_bytes = ranges.iter().map(|&(_, l)| l).sum();
-        Some(counters)
+        Some((second, counters))
+    }
+
+    /// The short-lived allocations live at `pos` whose address is in `addrs`, as (address,
+    /// index in the short tier), sorted by address.
+    fn live_short(&self, pos: u32, addrs: impl std::ops::RangeBounds<Addr>) -> Vec<(Addr, usize)> {
+        let s = &self.short;
+        let first = s
+            .birth
+            .partition_point(|&b| b <= pos.saturating_sub(self.short_life));
+        let last = s.birth.partition_point(|&b| b <= pos);
+        let mut short: Vec<(Addr, usize)> = (first..last)
+            .filter(|&i| pos < s.death[i] && addrs.contains(&s.addr[i]))
+            .map(|i| (s.addr[i], i))
+            .collect();
+        short.sort_unstable();
+        short
+    }
+
+    /// The block holding byte `offset` of the held space (the ranges laid end to end) just
+    /// after `event`: one range's blocks are laid out, not the heap's. `None` past the end.
+    #[must_use]
+    pub fn block_at_offset(&self, event: usize, offset: u64) -> Option<Block> {
+        let pos = position(event)?;
+        let ranges = self.ranges_at(pos);
+        let mut from = 0u64;
+        let r = ranges.iter().position(|&(_, l)| {
+            from += l;
+            offset < from
+        })?;
+        let &(ra, rl) = ranges.get(r)?;
+        let addr = ra + (offset - (from - rl));
+        let end = ra + rl;
+        let short = self.live_short(pos, ra..end);
+        let long = self.long.addr.partition_point(|&a| a < ra)
+            ..self.long.addr.partition_point(|&a| a < end);
+        let mut blocks = Vec::new();
+        self.fill(pos, ranges.get(r..=r)?, &short, long, &mut blocks)?;
+        blocks
+            .into_iter()
+            .find(|b| addr >= b.addr && addr - b.addr < b.len_bytes)
     }
 
     /// Lays into `ranges` the live allocations among the long-lived ones `long` and the
@@ -446,7 +519,7 @@ impl LayoutIndex {
         ranges: &[(Addr, u64)],
         short: &[(Addr, usize)],
         long: std::ops::Range<usize>,
-        out: &mut Vec<Block>,
+        out: &mut impl BlockSink,
     ) -> Option<Counters> {
         let (s, l) = (&self.short, &self.long);
         let mut short = short.iter().copied().peekable();
@@ -486,10 +559,35 @@ impl LayoutIndex {
     }
 }
 
+/// Receives a heap's blocks in address order (see [`LayoutIndex::fold_blocks_at`]).
+pub trait BlockSink {
+    fn block(&mut self, b: Block);
+}
+
+impl BlockSink for Vec<Block> {
+    #[inline]
+    fn block(&mut self, b: Block) {
+        self.push(b);
+    }
+}
+
+impl<T: BlockSink + ?Sized> BlockSink for &mut T {
+    #[inline]
+    fn block(&mut self, b: Block) {
+        (**self).block(b);
+    }
+}
+
+/// A sink that drops the blocks: their counters only.
+impl BlockSink for () {
+    #[inline]
+    fn block(&mut self, _: Block) {}
+}
+
 /// Lays live blocks, in address order, into the held ranges, with the gaps as free blocks.
-struct Emitter<'a> {
+struct Emitter<'a, S: BlockSink + ?Sized> {
     ranges: &'a [(Addr, u64)],
-    out: &'a mut Vec<Block>,
+    out: &'a mut S,
     /// The range being filled.
     r: usize,
     /// Start of the space not yet emitted in range `r`.
@@ -498,8 +596,8 @@ struct Emitter<'a> {
     counters: Counters,
 }
 
-impl<'a> Emitter<'a> {
-    fn new(ranges: &'a [(Addr, u64)], out: &'a mut Vec<Block>) -> Self {
+impl<'a, S: BlockSink + ?Sized> Emitter<'a, S> {
+    fn new(ranges: &'a [(Addr, u64)], out: &'a mut S) -> Self {
         let cursor = ranges.first().map_or(0, |&(a, _)| a);
         Self {
             ranges,
@@ -534,7 +632,7 @@ impl<'a> Emitter<'a> {
             self.counters.live_bytes += requested_bytes;
             self.counters.allocated_bytes += b.len_bytes;
         }
-        self.out.push(b);
+        self.out.block(b);
         Some(())
     }
 
@@ -545,7 +643,7 @@ impl<'a> Emitter<'a> {
             self.counters.free_bytes += len_bytes;
             self.counters.free_blocks += 1;
             self.counters.largest_free_bytes = self.counters.largest_free_bytes.max(len_bytes);
-            self.out.push(Block {
+            self.out.block(Block {
                 addr: self.cursor,
                 len_bytes,
                 state: BlockState::Free,

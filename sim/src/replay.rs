@@ -425,6 +425,33 @@ impl Replay {
         self.layout.as_ref()?.blocks_at(event, out)
     }
 
+    /// [`LayoutIndex::fold_blocks_at`]: the blocks just after `event` passed to sinks instead
+    /// of listed; `None` as for [`Self::blocks_at`].
+    pub fn fold_blocks_at<A, B>(
+        &self,
+        event: usize,
+        first: &mut A,
+        second: impl FnOnce(u64) -> B + Send,
+    ) -> Option<(Option<B>, Counters)>
+    where
+        A: crate::layout::BlockSink + Send,
+        B: crate::layout::BlockSink + Send,
+    {
+        if event >= self.summary.events {
+            return None;
+        }
+        self.layout.as_ref()?.fold_blocks_at(event, first, second)
+    }
+
+    /// [`LayoutIndex::block_at_offset`]; `None` without an index or past the end.
+    #[must_use]
+    pub fn block_at_offset(&self, event: usize, offset: u64) -> Option<Block> {
+        if event >= self.summary.events {
+            return None;
+        }
+        self.layout.as_ref()?.block_at_offset(event, offset)
+    }
+
     /// The layout index, when the replay keeps one.
     #[must_use]
     pub fn layout_index(&self) -> Option<&LayoutIndex> {

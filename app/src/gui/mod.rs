@@ -16,7 +16,7 @@ use egui_plot::{Bar, BarChart, Legend, Line, Plot, PlotPoints, VLine};
 
 use crate::format;
 use crate::model::export;
-use crate::model::heapmap::{self, CellKind, HeapMap};
+use crate::model::heapmap::{CellKind, HeapMap};
 use crate::model::state::{AppState, Mode, Msg, RunStatus, start_workers, update};
 use crate::model::view::{ViewModel, Viewport, view_model};
 use crate::theme::{self, Rgb};
@@ -414,7 +414,7 @@ impl GuiApp {
                 let start = (self.heap_window.0 * held as f64) as u64;
                 let len = (((self.heap_window.1 - self.heap_window.0) * held as f64) as u64).max(1);
                 let mut map = h.raster(start, len, cols * rows);
-                heapmap::mark_selected(&mut map, &h.blocks, start, &highlighted);
+                h.mark_selected(&mut map, start, &highlighted);
                 maps.push((i, map, start));
             }
         }
@@ -452,9 +452,8 @@ impl GuiApp {
                         let cy = (rel.y / cell_px) as usize;
                         let cell = cy * cols + cx;
                         let offset = start + cell as u64 * map.bytes_per_cell;
-                        if let Some(bi) = heapmap::block_at_offset(&h.blocks, offset)
-                            && let Some(b) = h.blocks.get(bi) {
-                                let text = describe_block(state, b);
+                        if let Some(b) = h.block_at_offset(offset) {
+                                let text = describe_block(state, &b);
                                 resp.clone().on_hover_text(text);
                                 if let BlockState::Used { id, .. } = b.state
                                     && let Some(data) = &state.data

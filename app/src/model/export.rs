@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result};
 
-use super::heapmap::{self, CellKind};
+use super::heapmap::CellKind;
 use super::state::{AppState, Mode};
 
 /// Characters of the text heap map (also its legend).
@@ -113,7 +113,7 @@ pub fn heap_text(state: &AppState) -> String {
         let Some(h) = state.heaps.get(i).and_then(Option::as_ref) else {
             continue;
         };
-        let map = heapmap::rasterise(&h.blocks, 64 * 32);
+        let map = h.raster(0, h.held_bytes, 64 * 32);
         writeln!(
             txt,
             "{}: footprint {}, one cell = {} B",

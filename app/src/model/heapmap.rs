@@ -4,7 +4,11 @@
 //! does not hold, e.g. between glibc's heap and its mmapped chunks) are skipped, so the map's
 //! length is what the policy holds. Each cell shows what covers most of its bytes.
 
-use allocview_sim::policy::{Block, BlockState};
+use std::collections::HashSet;
+
+use allocview_sim::layout::BlockSink;
+use allocview_sim::policy::{Block, BlockState, Counters};
+use allocview_sim::replay::Replay;
 use allocview_sim::trace::size_class;
 
 /// What a cell of the heap map shows.
@@ -43,24 +47,57 @@ pub fn rasterise(blocks: &[Block], n_cells: usize) -> HeapMap {
 
 /// Marks the cells of `map` (rasterised from `blocks`, window starting at `start`) that hold
 /// a block of one of the allocations `ids` as [`CellKind::Selected`].
-pub fn mark_selected(
-    map: &mut HeapMap,
-    blocks: &[Block],
-    start: u64,
-    ids: &std::collections::HashSet<u32>,
-) {
+pub fn mark_selected(map: &mut HeapMap, blocks: &[Block], start: u64, ids: &HashSet<u32>) {
     if ids.is_empty() {
         return;
     }
-    let per = map.bytes_per_cell.max(1);
-    let mut pos = 0u64;
+    let mut sel = SelectedCells::new(0, start, map.bytes_per_cell, ids);
     for b in blocks {
+        sel.add(b);
+    }
+    sel.mark(map);
+}
+
+/// The cell spans of the blocks of a set of allocations, blocks laid end to end from held
+/// offset `pos`: a [`BlockSink`], so a heap that is never listed can be marked too.
+pub struct SelectedCells<'a> {
+    pos: u64,
+    start: u64,
+    bytes_per_cell: u64,
+    ids: &'a HashSet<u32>,
+    /// First and last cell of each selected block.
+    spans: Vec<(u64, u64)>,
+}
+
+impl<'a> SelectedCells<'a> {
+    #[must_use]
+    pub fn new(pos: u64, start: u64, bytes_per_cell: u64, ids: &'a HashSet<u32>) -> Self {
+        Self {
+            pos,
+            start,
+            bytes_per_cell: bytes_per_cell.max(1),
+            ids,
+            spans: Vec::new(),
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, b: &Block) {
         if let BlockState::Used { id, .. } = b.state
-            && ids.contains(&id)
-            && pos + b.len_bytes > start
+            && self.pos + b.len_bytes > self.start
+            && self.ids.contains(&id)
         {
-            let first = pos.saturating_sub(start) / per;
-            let last = (pos + b.len_bytes - 1).saturating_sub(start) / per;
+            let first = self.pos.saturating_sub(self.start) / self.bytes_per_cell;
+            let last =
+                (self.pos + b.len_bytes - 1).saturating_sub(self.start) / self.bytes_per_cell;
+            self.spans.push((first, last));
+        }
+        self.pos += b.len_bytes;
+    }
+
+    /// Marks the spans' cells in `map`.
+    pub fn mark(&self, map: &mut HeapMap) {
+        for &(first, last) in &self.spans {
             for c in first..=last {
                 match usize::try_from(c).ok().and_then(|c| map.cells.get_mut(c)) {
                     Some(cell) => *cell = CellKind::Selected,
@@ -68,7 +105,13 @@ pub fn mark_selected(
                 }
             }
         }
-        pos += b.len_bytes;
+    }
+}
+
+impl BlockSink for SelectedCells<'_> {
+    #[inline]
+    fn block(&mut self, b: Block) {
+        self.add(&b);
     }
 }
 
@@ -96,10 +139,8 @@ pub fn rasterise_held(
     len: u64,
     n_cells: usize,
 ) -> HeapMap {
-    let n = n_cells.max(1) as u64;
-    let bytes_per_cell = len.div_ceil(n).max(1);
-    let window_end = start.saturating_add(len);
-    let grid = Grid::new(start, window_end, bytes_per_cell);
+    let bytes_per_cell = cell_bytes(len, n_cells);
+    let grid = Grid::new(start, start.saturating_add(len), bytes_per_cell);
     // A heap of a million blocks is split in two halves rasterised side by side (the cell
     // sums merge exactly); smaller ones are not worth a thread.
     let acc = if blocks.len() >= PARALLEL_BLOCKS {
@@ -117,12 +158,43 @@ pub fn rasterise_held(
     } else {
         Sums::of(blocks, 0, grid, n_cells)
     };
-    let cells = acc.cells();
     HeapMap {
-        cells,
+        cells: acc.cells(),
         bytes_per_cell,
         held_bytes: held,
     }
+}
+
+/// [`rasterise_held`] of the heap of `replay` just after `event`, from its layout index: the
+/// blocks are summed as the index lays them out, never listed. Also the heap's counters;
+/// `None` when the replay has no index.
+#[must_use]
+pub fn rasterise_indexed(
+    replay: &Replay,
+    event: usize,
+    start: u64,
+    len: u64,
+    n_cells: usize,
+) -> Option<(HeapMap, Counters)> {
+    let bytes_per_cell = cell_bytes(len, n_cells);
+    let grid = Grid::new(start, start.saturating_add(len), bytes_per_cell);
+    let mut first = CellSums::new(0, grid, n_cells);
+    let (second, counters) =
+        replay.fold_blocks_at(event, &mut first, |from| CellSums::new(from, grid, n_cells))?;
+    if let Some(second) = second {
+        first.sums.merge(&second.sums);
+    }
+    let map = HeapMap {
+        cells: first.sums.cells(),
+        bytes_per_cell,
+        held_bytes: counters.footprint_bytes,
+    };
+    Some((map, counters))
+}
+
+/// Bytes a cell stands for when `len` bytes are shown in `n_cells` cells.
+fn cell_bytes(len: u64, n_cells: usize) -> u64 {
+    len.div_ceil(n_cells.max(1) as u64).max(1)
 }
 
 /// Heaps with at least this many blocks are rasterised on two threads.
@@ -131,99 +203,172 @@ const PARALLEL_BLOCKS: usize = 200_000;
 /// Per cell, bytes of each kind; a cell ends up as the kind with the most bytes. Used bytes
 /// also keep the class with the largest single share.
 struct Sums {
-    free: Vec<u64>,
-    dead: Vec<u64>,
-    waste: Vec<u64>,
-    used: Vec<u64>,
-    used_class: Vec<(u8, u64)>,
+    cells: Vec<CellSum>,
+}
+
+/// One cell's sums, together: a block touches one cache line, not five.
+#[derive(Clone, Copy, Default)]
+struct CellSum {
+    free: u64,
+    dead: u64,
+    waste: u64,
+    used: u64,
+    /// The largest single share of used bytes, and its class.
+    class_bytes: u64,
+    class: u8,
+}
+
+impl CellSum {
+    #[inline]
+    fn offer_class(&mut self, class: u8, bytes: u64) {
+        if bytes > self.class_bytes {
+            self.class = class;
+            self.class_bytes = bytes;
+        }
+    }
+
+    fn kind(&self) -> CellKind {
+        let (f, d, w, u) = (self.free, self.dead, self.waste, self.used);
+        let best = f.max(d).max(w).max(u);
+        if best == 0 {
+            CellKind::Empty
+        } else if u == best {
+            CellKind::Used { class: self.class }
+        } else if w == best {
+            CellKind::Waste
+        } else if f == best {
+            CellKind::Free
+        } else {
+            CellKind::Dead
+        }
+    }
 }
 
 impl Sums {
+    fn new(n_cells: usize) -> Self {
+        Self {
+            cells: vec![CellSum::default(); n_cells.max(1)],
+        }
+    }
+
     /// Sums `blocks`, laid end to end from offset `from` of the held space.
-    fn of(blocks: &[Block], from: u64, mut grid: Grid, n_cells: usize) -> Self {
-        let cells = n_cells.max(1);
-        let mut s = Self {
-            free: vec![0; cells],
-            dead: vec![0; cells],
-            waste: vec![0; cells],
-            used: vec![0; cells],
-            used_class: vec![(0, 0); cells],
-        };
-        let (start, window_end) = (grid.start, grid.end);
-        let mut pos = from;
+    fn of(blocks: &[Block], from: u64, grid: Grid, n_cells: usize) -> Self {
+        let mut acc = CellSums::new(from, grid, n_cells);
         for b in blocks {
-            if pos >= window_end {
+            if acc.pos >= grid.end {
                 break;
             }
-            if pos + b.len_bytes <= start {
-                pos += b.len_bytes;
-                continue;
-            }
-            match b.state {
-                BlockState::Free => grid.spread(pos, b.len_bytes, |c, n| add_to(&mut s.free, c, n)),
-                BlockState::Dead => grid.spread(pos, b.len_bytes, |c, n| add_to(&mut s.dead, c, n)),
-                BlockState::Used {
-                    requested_bytes, ..
-                } => {
-                    let req = requested_bytes.min(b.len_bytes);
-                    let class = size_class(requested_bytes);
-                    grid.spread(pos, req, |c, n| {
-                        add_to(&mut s.used, c, n);
-                        if let Some(slot) = s.used_class.get_mut(c)
-                            && n > slot.1
-                        {
-                            *slot = (class, n);
-                        }
-                    });
-                    grid.spread(pos + req, b.len_bytes - req, |c, n| {
-                        add_to(&mut s.waste, c, n);
-                    });
-                }
-            }
-            pos += b.len_bytes;
+            acc.add(b);
         }
-        s
+        acc.sums
     }
 
     /// Each cell's kind: the one with the most bytes.
     fn cells(&self) -> Vec<CellKind> {
-        (0..self.free.len())
-            .map(|c| {
-                let f = self.free.get(c).copied().unwrap_or(0);
-                let d = self.dead.get(c).copied().unwrap_or(0);
-                let w = self.waste.get(c).copied().unwrap_or(0);
-                let u = self.used.get(c).copied().unwrap_or(0);
-                let best = f.max(d).max(w).max(u);
-                if best == 0 {
-                    CellKind::Empty
-                } else if u == best {
-                    CellKind::Used {
-                        class: self.used_class.get(c).map_or(0, |s| s.0),
-                    }
-                } else if w == best {
-                    CellKind::Waste
-                } else if f == best {
-                    CellKind::Free
-                } else {
-                    CellKind::Dead
-                }
-            })
-            .collect()
+        self.cells.iter().map(CellSum::kind).collect()
     }
 
     /// Adds the sums of the blocks after these; a class share wins only when strictly larger,
     /// as in one pass.
     fn merge(&mut self, later: &Self) {
-        let add = |a: &mut [u64], b: &[u64]| a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
-        add(&mut self.free, &later.free);
-        add(&mut self.dead, &later.dead);
-        add(&mut self.waste, &later.waste);
-        add(&mut self.used, &later.used);
-        for (slot, &other) in self.used_class.iter_mut().zip(&later.used_class) {
-            if other.1 > slot.1 {
-                *slot = other;
+        for (a, b) in self.cells.iter_mut().zip(&later.cells) {
+            a.free += b.free;
+            a.dead += b.dead;
+            a.waste += b.waste;
+            a.used += b.used;
+            a.offer_class(b.class, b.class_bytes);
+        }
+    }
+
+    #[inline]
+    fn at(&mut self, cell: usize) -> Option<&mut CellSum> {
+        self.cells.get_mut(cell)
+    }
+}
+
+/// [`Sums`] of blocks passed one by one, laid end to end from a held offset.
+pub struct CellSums {
+    sums: Sums,
+    grid: Grid,
+    /// Held offset of the next block.
+    pos: u64,
+}
+
+impl CellSums {
+    fn new(from: u64, grid: Grid, n_cells: usize) -> Self {
+        Self {
+            sums: Sums::new(n_cells),
+            grid,
+            pos: from,
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, b: &Block) {
+        let pos = self.pos;
+        self.pos += b.len_bytes;
+        let g = &self.grid;
+        // Most blocks of a big heap fall inside the cell of the block before.
+        if pos >= g.start
+            && self.pos <= g.cell_end
+            && self.pos <= g.end
+            && pos + g.bytes_per_cell >= g.cell_end
+            && let Some(c) = usize::try_from(g.cell).ok().and_then(|c| self.sums.at(c))
+        {
+            match b.state {
+                BlockState::Free => c.free += b.len_bytes,
+                BlockState::Dead => c.dead += b.len_bytes,
+                BlockState::Used {
+                    requested_bytes, ..
+                } => {
+                    let req = requested_bytes.min(b.len_bytes);
+                    c.used += req;
+                    c.waste += b.len_bytes - req;
+                    c.offer_class(size_class(requested_bytes), req);
+                }
+            }
+            return;
+        }
+        if pos >= self.grid.end || self.pos <= self.grid.start {
+            return;
+        }
+        let s = &mut self.sums;
+        match b.state {
+            BlockState::Free => self.grid.spread(pos, b.len_bytes, |c, n| {
+                if let Some(c) = s.at(c) {
+                    c.free += n;
+                }
+            }),
+            BlockState::Dead => self.grid.spread(pos, b.len_bytes, |c, n| {
+                if let Some(c) = s.at(c) {
+                    c.dead += n;
+                }
+            }),
+            BlockState::Used {
+                requested_bytes, ..
+            } => {
+                let req = requested_bytes.min(b.len_bytes);
+                let class = size_class(requested_bytes);
+                self.grid.spread(pos, req, |c, n| {
+                    if let Some(c) = s.at(c) {
+                        c.used += n;
+                        c.offer_class(class, n);
+                    }
+                });
+                self.grid.spread(pos + req, b.len_bytes - req, |c, n| {
+                    if let Some(c) = s.at(c) {
+                        c.waste += n;
+                    }
+                });
             }
         }
+    }
+}
+
+impl BlockSink for CellSums {
+    #[inline]
+    fn block(&mut self, b: Block) {
+        self.add(&b);
     }
 }
 
@@ -251,15 +396,9 @@ impl Grid {
         }
     }
 
-    /// Calls `f(cell, bytes)` for each cell that `[from, from + len)` covers, clipped to the
-    /// window. `from` never decreases between calls.
+    /// The cell holding window offset `s` (not below the last one located) and where it ends.
     #[inline]
-    fn spread(&mut self, from: u64, len: u64, mut f: impl FnMut(usize, u64)) {
-        let mut s = from.max(self.start);
-        let end = from.saturating_add(len).min(self.end);
-        if s >= end {
-            return;
-        }
+    fn locate(&mut self, s: u64) -> (u64, u64) {
         if s >= self.cell_end {
             if s - self.cell_end < self.bytes_per_cell {
                 self.cell += 1;
@@ -269,6 +408,19 @@ impl Grid {
                 self.cell_end = self.start + (self.cell + 1) * self.bytes_per_cell;
             }
         }
+        (self.cell, self.cell_end)
+    }
+
+    /// Calls `f(cell, bytes)` for each cell that `[from, from + len)` covers, clipped to the
+    /// window. `from` never decreases between calls.
+    #[inline]
+    fn spread(&mut self, from: u64, len: u64, mut f: impl FnMut(usize, u64)) {
+        let mut s = from.max(self.start);
+        let end = from.saturating_add(len).min(self.end);
+        if s >= end {
+            return;
+        }
+        self.locate(s);
         loop {
             let take = end.min(self.cell_end) - s;
             if let Ok(c) = usize::try_from(self.cell) {
@@ -282,13 +434,6 @@ impl Grid {
                 break;
             }
         }
-    }
-}
-
-#[inline]
-fn add_to(v: &mut [u64], cell: usize, bytes: u64) {
-    if let Some(x) = v.get_mut(cell) {
-        *x += bytes;
     }
 }
 

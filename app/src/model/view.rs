@@ -315,7 +315,7 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
         let (map, caption, note) = match (&slot.status, heap) {
             (RunStatus::Done(_), Some(h)) => {
                 let mut map = h.raster(0, h.held_bytes, vp.heap_cells);
-                heapmap::mark_selected(&mut map, &h.blocks, 0, &highlighted);
+                h.mark_selected(&mut map, 0, &highlighted);
                 (Some(map), counters_caption(&h.counters), None)
             }
             (RunStatus::Done(_), None) => (None, String::new(), Some("seeking...".to_owned())),

@@ -234,6 +234,77 @@ pub fn check_layout_at(replay: &Replay, trace: &TraceView<'_>, event: usize) -> 
             "after event {event}: the two-thread lookup differs"
         ));
     }
+    check_fold_and_offsets(index, event, &blocks, &counters)
+}
+
+/// A sink that remembers the held offset it was made for.
+struct OffsetSink {
+    from: u64,
+    blocks: Vec<Block>,
+}
+
+impl crate::layout::BlockSink for OffsetSink {
+    fn block(&mut self, b: Block) {
+        self.blocks.push(b);
+    }
+}
+
+/// The folded halves concatenate to the policy's list, the second starting at the held offset
+/// it was told; the block at a few held offsets is the one a walk of the list finds.
+fn check_fold_and_offsets(
+    index: &crate::layout::LayoutIndex,
+    event: usize,
+    blocks: &[Block],
+    counters: &crate::policy::Counters,
+) -> Result<(), String> {
+    let mut first = Vec::new();
+    let (second, folded) = index
+        .fold_blocks_at_split_above(
+            event,
+            &mut first,
+            |from| OffsetSink {
+                from,
+                blocks: Vec::new(),
+            },
+            0,
+        )
+        .ok_or_else(|| format!("no folded blocks after event {event}"))?;
+    let first_len: u64 = first.iter().map(|b| b.len_bytes).sum();
+    if let Some(second) = second {
+        if second.from != first_len {
+            return Err(format!(
+                "after event {event}: second half told offset {}, first half holds {first_len}",
+                second.from
+            ));
+        }
+        first.extend(second.blocks);
+    }
+    if first != blocks || folded != *counters {
+        return Err(format!("after event {event}: the folded blocks differ"));
+    }
+    // A sink that drops the blocks: the counters alone.
+    let summed = index
+        .fold_blocks_at_split_above(event, &mut (), |_| (), 0)
+        .map(|(_, c)| c);
+    if summed != Some(*counters) {
+        return Err(format!(
+            "after event {event}: counters {summed:?} without blocks, {counters:?} from the policy"
+        ));
+    }
+    let held: u64 = blocks.iter().map(|b| b.len_bytes).sum();
+    for offset in [0, held / 3, held / 2 + 1, held.saturating_sub(1), held] {
+        let mut pos = 0u64;
+        let want = blocks.iter().copied().find(|b| {
+            pos += b.len_bytes;
+            offset < pos
+        });
+        let got = index.block_at_offset(event, offset);
+        if got != want {
+            return Err(format!(
+                "after event {event}: block at held offset {offset} is {got:?}, want {want:?}"
+            ));
+        }
+    }
     Ok(())
 }
 
