@@ -333,7 +333,7 @@ fn older_formats_load_and_say_what_they_lack() {
     let path = fixture("legacy_1_13.pickle");
     let s = load(&path);
     assert_eq!(s.raw_segments.len(), 1);
-    let b = &s.raw_segments[0].blocks;
+    let b = &s.raw_blocks[s.raw_segments[0].blocks.clone()];
     assert_eq!(b[0].address, 0x70_0000_0000);
     assert_eq!(b[0].requested_bytes, 1000, "from history");
     assert_eq!(b[1].address, 0x70_0000_0400, "running sum of block sizes");

@@ -73,8 +73,9 @@ pub struct PytorchSnapshot {
     pub stacks_table: DataFrame,
     /// The interned stacks, for frontends that show frames.
     pub stacks: StackTable,
-    /// The device's final segments, typed.
+    /// The device's final segments, typed; their blocks are in `raw_blocks`.
     pub raw_segments: Vec<RawSegment>,
+    pub raw_blocks: Vec<model::RawBlock>,
     pub raw_annotations: Vec<Annotation>,
     pub settings: Settings,
     /// What the `pytorch` policy replays from.
@@ -136,6 +137,7 @@ pub fn load_snapshot(path: &Path, opts: &LoadOptions) -> Result<PytorchSnapshot,
 pub fn from_raw(raw: model::RawSnapshot, protocol: u8) -> Result<PytorchSnapshot, LoadError> {
     let model::RawSnapshot {
         segments,
+        blocks,
         device_traces,
         streams,
         annotations,
@@ -160,7 +162,7 @@ pub fn from_raw(raw: model::RawSnapshot, protocol: u8) -> Result<PytorchSnapshot
         .into_iter()
         .filter(|s| s.device == device)
         .collect();
-    let mut rebuilt = rebuild::rebuild(&dev_segments, trace, &streams, &settings.policy);
+    let mut rebuilt = rebuild::rebuild(&dev_segments, &blocks, trace, &streams, &settings.policy);
     let mut entries_by_action: Vec<(Action, u64)> = Action::ALL.iter().map(|&a| (a, 0)).collect();
     for e in trace {
         if let Some(slot) = entries_by_action.iter_mut().find(|(a, _)| *a == e.action) {
@@ -214,13 +216,14 @@ pub fn from_raw(raw: model::RawSnapshot, protocol: u8) -> Result<PytorchSnapshot
             UInt64Chunked::from_vec("tid".into(), rebuilt.streams.clone()).into_column(),
         ])?,
         segments: segments_frame(&dev_segments)?,
-        blocks: blocks_frame(&dev_segments)?,
+        blocks: blocks_frame(&dev_segments, &blocks)?,
         segment_events: segment_events_frame(&rebuilt)?,
         annotations: annotations_frame(&annotations, device, t0)?,
         frames: stacks.frames_frame()?,
         stacks_table: stacks.stacks_frame()?,
         stacks,
         raw_segments: dev_segments,
+        raw_blocks: blocks,
         raw_annotations: annotations
             .into_iter()
             .filter(|a| a.device == device)
@@ -343,7 +346,7 @@ fn segments_frame(segments: &[RawSegment]) -> PolarsResult<DataFrame> {
     ])
 }
 
-fn blocks_frame(segments: &[RawSegment]) -> PolarsResult<DataFrame> {
+fn blocks_frame(segments: &[RawSegment], blocks: &[model::RawBlock]) -> PolarsResult<DataFrame> {
     let mut seg = Vec::new();
     let mut address = Vec::new();
     let mut size = Vec::new();
@@ -351,7 +354,7 @@ fn blocks_frame(segments: &[RawSegment]) -> PolarsResult<DataFrame> {
     let mut state = Vec::new();
     let mut stack = Vec::new();
     for (i, s) in (0u32..).zip(segments) {
-        for b in &s.blocks {
+        for b in blocks.get(s.blocks.clone()).unwrap_or_default() {
             seg.push(i);
             address.push(b.address);
             size.push(b.size_bytes);

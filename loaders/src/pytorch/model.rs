@@ -64,7 +64,9 @@ pub struct RawSegment {
     pub pool_id: (i64, i64),
     pub expandable: bool,
     pub stack_id: u32,
-    pub blocks: Vec<RawBlock>,
+    /// Its blocks in [`RawSnapshot::blocks`] (one table for all segments: a million
+    /// segments' own vectors took about 50 bytes each in headers and allocator overhead).
+    pub blocks: std::ops::Range<usize>,
 }
 
 /// What a trace entry records.
@@ -204,6 +206,8 @@ pub struct Settings {
 #[derive(Clone, Debug, Default)]
 pub struct RawSnapshot {
     pub segments: Vec<RawSegment>,
+    /// Every segment's blocks, in segment order (see [`RawSegment::blocks`]).
+    pub blocks: Vec<RawBlock>,
     /// One trace per device, in device order.
     pub device_traces: Vec<Vec<RawEntry>>,
     /// Stream values, indexed by [`RawEntry::stream_index`].
@@ -240,7 +244,7 @@ pub fn read_snapshot(pickle: &Pickle) -> Result<RawSnapshot, String> {
         ));
     };
     for (i, seg) in r.items(segments, "segments").enumerate() {
-        if let Some(s) = r.segment(seg, i) {
+        if let Some(s) = r.segment(seg, i, &mut snap.blocks) {
             snap.segments.push(s);
         }
     }
@@ -440,7 +444,13 @@ impl Reader {
         id
     }
 
-    fn segment(&mut self, seg: Val<'_>, index: usize) -> Option<RawSegment> {
+    /// The segment `seg`, its blocks appended to `all_blocks`.
+    fn segment(
+        &mut self,
+        seg: Val<'_>,
+        index: usize,
+        all_blocks: &mut Vec<RawBlock>,
+    ) -> Option<RawSegment> {
         let u = |k: &str| seg.get(k).and_then(|v| v.as_u64());
         let Some(address) = u("address") else {
             self.skip(format!("segment {index}: no `address`"));
@@ -461,7 +471,7 @@ impl Reader {
             })
             .unwrap_or((0, 0));
         let stack_id = self.stack(seg.get("frames"));
-        let mut blocks = Vec::new();
+        let first_block = all_blocks.len();
         let mut cursor = address;
         let items = match seg.get("blocks") {
             Some(b) => self.items(b, "blocks"),
@@ -472,8 +482,9 @@ impl Reader {
                 continue;
             };
             cursor = block.address.saturating_add(block.size_bytes);
-            blocks.push(block);
+            all_blocks.push(block);
         }
+        let blocks = all_blocks.get(first_block..).unwrap_or_default();
         let total_bytes =
             u("total_size").unwrap_or_else(|| blocks.iter().map(|b| b.size_bytes).sum());
         let sum_where = |f: &dyn Fn(&RawBlock) -> bool, size: &dyn Fn(&RawBlock) -> u64| {
@@ -503,7 +514,7 @@ impl Reader {
                 .and_then(|v| v.as_bool())
                 .unwrap_or(false),
             stack_id,
-            blocks,
+            blocks: first_block..all_blocks.len(),
         })
     }
 

@@ -25,7 +25,7 @@ use allocview_sim::policy::pytorch::{
 };
 use allocview_sim::trace::{EventKind, NO_ALLOC_ID};
 
-use super::model::{Action, RawEntry, RawSegment};
+use super::model::{Action, RawBlock, RawEntry, RawSegment};
 use crate::sites::NO_STACK;
 
 /// One row of the event table, typed.
@@ -63,6 +63,22 @@ pub struct EventColumns {
 }
 
 impl EventColumns {
+    /// Columns with room for exactly `rows`: grown by doubling, the columns of a 1 GB
+    /// snapshot held up to twice their size at the load's peak.
+    fn with_capacity(rows: usize) -> Self {
+        Self {
+            t_ns: Vec::with_capacity(rows),
+            stream_index: Vec::with_capacity(rows),
+            kind: Vec::with_capacity(rows),
+            size_bytes: Vec::with_capacity(rows),
+            rounded_bytes: Vec::with_capacity(rows),
+            address: Vec::with_capacity(rows),
+            alloc_id: Vec::with_capacity(rows),
+            stack_id: Vec::with_capacity(rows),
+            entry: Vec::with_capacity(rows),
+        }
+    }
+
     fn push(&mut self, e: Event) {
         self.t_ns.push(e.t_ns);
         self.stream_index.push(e.stream_index);
@@ -73,6 +89,15 @@ impl EventColumns {
         self.alloc_id.push(e.alloc_id);
         self.stack_id.push(e.stack_id);
         self.entry.push(e.entry);
+    }
+
+    /// Requested and rounded bytes of row `row`.
+    fn sizes_at(&self, row: u32) -> (u64, u64) {
+        let row = row as usize;
+        (
+            self.size_bytes.get(row).copied().unwrap_or(0),
+            self.rounded_bytes.get(row).copied().unwrap_or(0),
+        )
     }
 
     /// Number of rows.
@@ -131,6 +156,7 @@ pub struct Rebuilt {
 #[must_use]
 pub fn rebuild(
     segments: &[RawSegment],
+    blocks: &[RawBlock],
     trace: &[RawEntry],
     entry_streams: &[u64],
     settings: &PytorchSettings,
@@ -139,7 +165,7 @@ pub fn rebuild(
         time_origin_us: trace.iter().find_map(RawEntry::time).unwrap_or(0),
         ..Rebuilt::default()
     };
-    let carried = carried_in(segments, trace, entry_streams, settings);
+    let carried = carried_in(segments, blocks, trace, entry_streams, settings);
     let start = start_segments(segments, trace, entry_streams);
     out.start_reserved_bytes = start.iter().map(|s| s.size_bytes).sum();
     out.start_segments = start.len();
@@ -160,15 +186,24 @@ pub fn rebuild(
             break;
         }
     }
+    let allocs = carried.len() + trace.iter().filter(|e| e.action == Action::Alloc).count();
+    let frees = trace
+        .iter()
+        .filter(|e| matches!(e.action, Action::FreeRequested | Action::FreeCompleted))
+        .count();
+    out.events = EventColumns::with_capacity(allocs + frees);
+    out.script.recorded_addr.reserve_exact(allocs);
     let mut streams = StreamIndex::default();
-    let mut live: PtrMap<(u32, u64, u64)> = PtrMap::default();
-    let mut alloc_stream: Vec<u64> = Vec::new();
+    // The event row of each live allocation's `alloc`, where its id and sizes are: a 1 GB
+    // snapshot has millions live at the end, and a map of them all is the load's peak.
+    let mut live: PtrMap<u32> = PtrMap::default();
+    let mut alloc_stream: Vec<u64> = Vec::with_capacity(allocs);
     // Carried-in allocations first, in address order, at the trace's first moment.
     for (&addr, c) in &carried {
         let id = out.script.recorded_addr.len() as u32;
         out.script.recorded_addr.push(addr);
         alloc_stream.push(c.stream);
-        live.insert(addr, (id, c.requested, c.rounded));
+        live.insert(addr, out.events.len() as u32);
         out.events.push(Event {
             t_ns: 0,
             stream_index: streams.index(c.stream),
@@ -205,7 +240,7 @@ pub fn rebuild(
                 out.script.recorded_addr.push(e.addr);
                 alloc_stream.push(e.stream(entry_streams));
                 let rounded = round_size(e.size_bytes, settings);
-                live.insert(e.addr, (id, e.size_bytes, rounded));
+                live.insert(e.addr, out.events.len() as u32);
                 for op in pending_ops.drain(..) {
                     out.script.segment_ops.push((id, op));
                 }
@@ -222,11 +257,10 @@ pub fn rebuild(
                 });
             }
             Action::FreeRequested => {
-                let (size, rounded) = live
-                    .get(&e.addr)
-                    .map_or((e.size_bytes, round_size(e.size_bytes, settings)), |l| {
-                        (l.1, l.2)
-                    });
+                let (size, rounded) = match live.get(&e.addr) {
+                    Some(&row) => out.events.sizes_at(row),
+                    None => (e.size_bytes, round_size(e.size_bytes, settings)),
+                };
                 out.events.push(Event {
                     t_ns,
                     stream_index,
@@ -241,7 +275,11 @@ pub fn rebuild(
             }
             Action::FreeCompleted => {
                 let (kind, id, size, rounded) = match live.remove(&e.addr) {
-                    Some((id, size, rounded)) => (EventKind::Free, id, size, rounded),
+                    Some(row) => {
+                        let (size, rounded) = out.events.sizes_at(row);
+                        let id = out.events.alloc_id.get(row as usize).copied();
+                        (EventKind::Free, id.unwrap_or(NO_ALLOC_ID), size, rounded)
+                    }
                     None => {
                         out.unknown_frees += 1;
                         (
@@ -315,6 +353,7 @@ struct Carried {
 /// Allocations live at the start, by address.
 fn carried_in(
     segments: &[RawSegment],
+    blocks: &[RawBlock],
     trace: &[RawEntry],
     entry_streams: &[u64],
     settings: &PytorchSettings,
@@ -350,7 +389,8 @@ fn carried_in(
         }
     }
     for s in segments {
-        for b in s.blocks.iter().filter(|b| b.state.is_active()) {
+        let seg_blocks = blocks.get(s.blocks.clone()).unwrap_or_default();
+        for b in seg_blocks.iter().filter(|b| b.state.is_active()) {
             if !live.contains(&b.address) && !allocated_in_trace.contains(&b.address) {
                 carried.entry(b.address).or_insert(Carried {
                     requested: b.requested_bytes,

@@ -34,6 +34,7 @@ impl Builder {
                 containers: Vec::new(),
                 items: Vec::new(),
                 narrow: Vec::new(),
+                escaped: Vec::new(),
                 spilled: Vec::new(),
                 // Shape 0 is the empty dict's.
                 shape_starts: vec![0, 0],
@@ -142,7 +143,27 @@ impl Builder {
     /// where it starts, and the meta bit saying which table it is in. With `share`, a narrow
     /// run equal to an earlier one is not stored again.
     pub(super) fn push_run(&mut self, values: &[Raw], share: bool, at: u64) -> Result<(u32, u32)> {
-        let (start, narrow) = if values.iter().all(|r| r.narrow().is_some()) {
+        let wide = values.iter().filter(|r| r.narrow().is_none()).count();
+        let (start, narrow) = if wide > 0
+            && wide * 2 < values.len()
+            && Raw::escape(self.p.escaped.len() + wide).is_some()
+        {
+            // Narrow with escapes: 4 bytes a value and 8 more for each escaped one.
+            let start = self.p.narrow.len();
+            for &r in values {
+                let n = match r.narrow() {
+                    Some(n) => n,
+                    None => {
+                        let n = Raw::escape(self.p.escaped.len())
+                            .ok_or_else(|| Self::too_large("container items", at))?;
+                        self.p.escaped.push(r);
+                        n
+                    }
+                };
+                self.p.narrow.push(n);
+            }
+            (start, META_NARROW)
+        } else if wide == 0 {
             if share
                 && values.len() >= MIN_SHARED_RUN
                 && let Some(start) = self.runs.find_or_add(&self.p.narrow, values)
@@ -425,6 +446,7 @@ impl Builder {
         p.containers.shrink_to_fit();
         p.items.shrink_to_fit();
         p.narrow.shrink_to_fit();
+        p.escaped.shrink_to_fit();
         p.spilled.shrink_to_fit();
         for v in &mut p.spilled {
             v.shrink_to_fit();

@@ -26,6 +26,9 @@ impl Raw {
     pub(super) const TRUE: Raw = Raw((2 << TAG_BITS) | TAG_CONST);
     /// An empty memo slot; never a value.
     pub(super) const HOLE: Raw = Raw((0xff << TAG_BITS) | TAG_CONST);
+    /// Constants from this id on are not values but, in a narrow run, escapes: value
+    /// `id - ESCAPE_BASE` of [`Pickle::escaped`] (see [`Items::Narrow`]).
+    pub(super) const ESCAPE_BASE: u32 = 0x100;
 
     #[inline]
     pub(super) fn tag(self) -> u64 {
@@ -62,6 +65,23 @@ impl Raw {
             Raw(i64::from(n as i32) as u64)
         } else {
             Raw(u64::from(n))
+        }
+    }
+    /// The narrow escape to value `index` of [`Pickle::escaped`], if the index fits.
+    #[inline]
+    pub(super) fn escape(index: usize) -> Option<u32> {
+        let id = u32::try_from(index).ok()?.checked_add(Raw::ESCAPE_BASE)?;
+        (id < 1 << (32 - TAG_BITS)).then_some((id << TAG_BITS) | TAG_CONST as u32)
+    }
+    /// A narrow run's entry `n`, its escape resolved in `escaped`.
+    #[inline]
+    pub(super) fn unescape(n: u32, escaped: &[Raw]) -> Raw {
+        let raw = Raw::widen(n);
+        if raw.tag() == TAG_CONST && raw.id() >= Raw::ESCAPE_BASE {
+            let i = (raw.id() - Raw::ESCAPE_BASE) as usize;
+            escaped.get(i).copied().unwrap_or(Raw::NONE)
+        } else {
+            raw
         }
     }
 }
@@ -161,11 +181,13 @@ impl Container {
     }
 }
 
-/// A run of values, 8 or 4 bytes each.
+/// A run of values, 8 or 4 bytes each. A narrow run may hold a few values without a 4-byte
+/// form as escapes into a table of 8-byte ones (the second slice): a trace entry's address and
+/// time need 8 bytes, its four other values 4, and a 1 GB snapshot holds millions of entries.
 #[derive(Clone, Copy)]
 pub(super) enum Items<'a> {
     Wide(&'a [Raw]),
-    Narrow(&'a [u32]),
+    Narrow(&'a [u32], &'a [Raw]),
 }
 
 impl<'a> Items<'a> {
@@ -173,30 +195,30 @@ impl<'a> Items<'a> {
     pub(super) fn len(self) -> usize {
         match self {
             Items::Wide(v) => v.len(),
-            Items::Narrow(v) => v.len(),
+            Items::Narrow(v, _) => v.len(),
         }
     }
     #[inline]
     pub(super) fn get(self, i: usize) -> Option<Raw> {
         match self {
             Items::Wide(v) => v.get(i).copied(),
-            Items::Narrow(v) => v.get(i).map(|&n| Raw::widen(n)),
+            Items::Narrow(v, esc) => v.get(i).map(|&n| Raw::unescape(n, esc)),
         }
     }
     pub(super) fn skip(self, n: usize) -> Items<'a> {
         match self {
             Items::Wide(v) => Items::Wide(v.get(n..).unwrap_or_default()),
-            Items::Narrow(v) => Items::Narrow(v.get(n..).unwrap_or_default()),
+            Items::Narrow(v, esc) => Items::Narrow(v.get(n..).unwrap_or_default(), esc),
         }
     }
     pub(super) fn iter(self) -> impl Iterator<Item = Raw> + 'a {
-        let (wide, narrow) = match self {
-            Items::Wide(v) => (v, &[][..]),
-            Items::Narrow(v) => (&[][..], v),
+        let (wide, narrow, esc) = match self {
+            Items::Wide(v) => (v, &[][..], &[][..]),
+            Items::Narrow(v, esc) => (&[][..], v, esc),
         };
         wide.iter()
             .copied()
-            .chain(narrow.iter().map(|&n| Raw::widen(n)))
+            .chain(narrow.iter().map(|&n| Raw::unescape(n, esc)))
     }
 }
 
@@ -208,8 +230,10 @@ pub struct Pickle {
     pub(super) containers: Vec<Container>,
     /// Runs of container items (for dicts with a shape, only the values).
     pub(super) items: Vec<Raw>,
-    /// Runs whose values all have a 4-byte form (frames lists: references to frame dicts).
+    /// Runs whose values all have a 4-byte form (frames lists: references to frame dicts), or
+    /// all but a few, escaped into `escaped`.
     pub(super) narrow: Vec<u32>,
+    pub(super) escaped: Vec<Raw>,
     /// Items of containers that grew after their first run (dicts: key, value, key, value...).
     pub(super) spilled: Vec<Vec<Raw>>,
     /// Shape `i`'s keys are `shape_keys[shape_starts[i]..shape_starts[i + 1]]`.
@@ -274,6 +298,7 @@ impl Pickle {
         self.containers.capacity() * size_of::<Container>()
             + self.items.capacity() * 8
             + self.narrow.capacity() * 4
+            + self.escaped.capacity() * 8
             + self.spilled.capacity() * size_of::<Vec<Raw>>()
             + self.spilled.iter().map(|v| v.capacity() * 8).sum::<usize>()
             + self.shape_starts.capacity() * 4
@@ -313,7 +338,7 @@ impl Pickle {
         }
         let range = start..start + c.len as usize;
         let items = if c.narrow() {
-            Items::Narrow(self.narrow.get(range).unwrap_or_default())
+            Items::Narrow(self.narrow.get(range).unwrap_or_default(), &self.escaped)
         } else {
             Items::Wide(self.items.get(range).unwrap_or_default())
         };

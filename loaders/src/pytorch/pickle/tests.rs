@@ -295,6 +295,29 @@ fn tuples_and_lists_and_sets() {
     assert_eq!(e, "SETITEMS at byte offset 8 expects a dict, found list");
 }
 
+/// Runs with a few values that need 8 bytes are stored narrow, those values escaped; a run
+/// mostly of such values stays wide. Either way every value reads back.
+#[test]
+fn mostly_narrow_runs_escape_their_wide_values() {
+    // [[1, 2**40, 3, 4, 5], {'a': 2**40, 'b': 1, 'c': 2, 'd': -9}, [2**40, -2**50, 7]]
+    let p = ok(b"\x80\x02]q\x00(]q\x01(K\x01\x8a\x06\x00\x00\x00\x00\x00\x01K\x03K\x04K\x05e}q\x02(X\x01\x00\x00\x00aq\x03\x8a\x06\x00\x00\x00\x00\x00\x01X\x01\x00\x00\x00bq\x04K\x01X\x01\x00\x00\x00cq\x05K\x02X\x01\x00\x00\x00dq\x06J\xf7\xff\xff\xffu]q\x07(\x8a\x06\x00\x00\x00\x00\x00\x01\x8a\x07\x00\x00\x00\x00\x00\x00\xfcK\x07ee.");
+    let top = list(p.root());
+    let first: Vec<i64> = list(top[0]).iter().map(|v| v.as_i64().unwrap()).collect();
+    assert_eq!(first, [1, 1 << 40, 3, 4, 5]);
+    let d: Vec<(&str, i64)> = top[1]
+        .dict_items()
+        .unwrap()
+        .map(|(k, v)| (k.as_str().unwrap(), v.as_i64().unwrap()))
+        .collect();
+    assert_eq!(d, [("a", 1 << 40), ("b", 1), ("c", 2), ("d", -9)]);
+    let last: Vec<i64> = list(top[2]).iter().map(|v| v.as_i64().unwrap()).collect();
+    assert_eq!(last, [1 << 40, -(1 << 50), 7]);
+    // The first list and the dict's values escaped one value each; the last list is wide.
+    assert_eq!(p.escaped.len(), 2);
+    assert_eq!(p.items.len(), 3);
+    assert_eq!(format!("{:?}", top[0]), "[1, 1099511627776, 3, 4, 5]");
+}
+
 #[test]
 fn nested_dicts() {
     // {'x': {'y': {'z': [1, {'w': None}]}}, 'k': 1}, protocol 4, by pickle.dumps.
