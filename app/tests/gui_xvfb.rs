@@ -104,21 +104,55 @@ fn gui_renders_a_pytorch_snapshot_under_xvfb() {
         return;
     };
     assert_not_blank(&img);
-    // The heap map (left of the middle band) is drawn, not empty: many colours there.
+    // The heap map (left of the middle band) is drawn, not empty: nearly every pixel there is
+    // a cell, in the colours of free space and of several size classes.
+    let background = *img.get_pixel(img.width() - 5, img.height() / 2);
     let mut heap_colours = HashSet::new();
-    for y in 290..480 {
+    let (mut drawn, mut total) = (0u64, 0u64);
+    for y in 300..580 {
         for x in 20..900 {
-            heap_colours.insert(img.get_pixel(x, y).0);
+            let p = img.get_pixel(x, y);
+            heap_colours.insert(p.0);
+            total += 1;
+            drawn += u64::from(*p != background);
         }
     }
     assert!(
-        heap_colours.len() > 5,
+        heap_colours.len() >= 4,
         "heap area has {} colours",
         heap_colours.len()
+    );
+    assert!(
+        drawn * 10 > total * 9,
+        "{drawn} of {total} heap-area pixels drawn"
     );
     // The optimizer phases' boundaries (theme::PHASE, #40b0a0) are on the timeline.
     let phase = pixels_like(&img, [0x40, 0xb0, 0xa0]);
     assert!(phase > 50, "phase colour on {phase} pixels");
+}
+
+/// A BFC dump fills the window with its own chunks beside its bins (it had shown an empty
+/// "heap: first-fit" box above an empty event list).
+#[test]
+fn gui_renders_a_bfc_dump_under_xvfb() {
+    let dump = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../loaders/tests/data/tf/mobilenetv2_oom_dump.txt.gz");
+    let Some(img) = screenshot(&dump, &[]) else {
+        return;
+    };
+    assert_not_blank(&img);
+    let background = *img.get_pixel(img.width() - 5, img.height() / 2);
+    let (mut drawn, mut total) = (0u64, 0u64);
+    for y in 250..750 {
+        for x in 20..900 {
+            total += 1;
+            drawn += u64::from(*img.get_pixel(x, y) != background);
+        }
+    }
+    assert!(
+        drawn * 10 > total * 9,
+        "{drawn} of {total} heap-area pixels drawn"
+    );
 }
 
 #[test]

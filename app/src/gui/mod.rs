@@ -14,6 +14,8 @@ use anyhow::{Result, anyhow};
 use eframe::egui::{self, Color32, ColorImage, TextureHandle, TextureOptions};
 use egui_plot::{Bar, BarChart, Legend, Line, Plot, PlotPoints, VLine};
 
+mod dump;
+
 use crate::format;
 use crate::model::export;
 use crate::model::heapmap::{CellKind, HeapMap};
@@ -132,6 +134,7 @@ struct GuiApp {
     heap_window: (f64, f64),
     textures: Vec<TextureHandle>,
     heat_texture: Option<TextureHandle>,
+    dump_texture: Option<TextureHandle>,
     /// The timeline's visible x range in seconds (for the CSV export of the visible series).
     visible_s: (f64, f64),
     shot: Shot,
@@ -398,6 +401,7 @@ impl GuiApp {
             Mode::Single => vec![state.selected],
             Mode::Compare => (0..state.policies.len()).collect(),
         };
+        dump::legend(ui);
         let avail = ui.available_size();
         let panel_w = (avail.x / shown.len().max(1) as f32 - 8.0).max(60.0);
         let map_h = (avail.y - 60.0).max(40.0);
@@ -530,6 +534,11 @@ impl GuiApp {
             }
             return;
         }
+        if vm.classes.is_empty() {
+            // A dump has no allocation sizes to class, only its bins.
+            self.bins_ui(ui, vm);
+            return;
+        }
         ui.strong("live by size class at the cursor");
         let bars: Vec<Bar> = vm
             .classes
@@ -560,6 +569,10 @@ impl GuiApp {
             .show(ui, |p| {
                 p.bar_chart(BarChart::new("live bytes by class", bars))
             });
+        self.bins_ui(ui, vm);
+    }
+
+    fn bins_ui(&mut self, ui: &mut egui::Ui, vm: &ViewModel) {
         if let Some(bins) = &vm.bins {
             ui.separator();
             ui.strong("BFC bins");
@@ -642,7 +655,7 @@ impl GuiApp {
                 return;
             }
             if let Some(c) = cols.get_mut(1) {
-                c.strong("size classes over time (live bytes, log scale)");
+                c.strong("live bytes by request size over time (brighter = more, log scale)");
                 if let Some(h) = &vm.heatmap {
                     let w = h.cells.first().map_or(0, Vec::len).max(1);
                     let rows = h.classes.len().max(1);
@@ -668,13 +681,17 @@ impl GuiApp {
                         TextureOptions::NEAREST,
                     );
                     let size = c.available_size();
+                    // Room for the time axis below and the class labels beside.
+                    let (label_w, axis_h) = (52.0, 18.0);
+                    let img_h = (size.y - 8.0 - axis_h).max(8.0);
                     c.horizontal(|ui| {
                         ui.vertical(|ui| {
-                            for class in &h.classes {
+                            ui.spacing_mut().item_spacing.y = 0.0;
+                            for &class in &h.classes {
                                 ui.add_sized(
-                                    [28.0, (size.y - 8.0) / rows as f32],
+                                    [label_w, img_h / rows as f32],
                                     egui::Label::new(
-                                        egui::RichText::new(class.to_string()).small(),
+                                        egui::RichText::new(class_label(class)).small(),
                                     ),
                                 );
                             }
@@ -682,8 +699,16 @@ impl GuiApp {
                         ui.add(
                             egui::Image::new(&tex)
                                 .maintain_aspect_ratio(false)
-                                .fit_to_exact_size(egui::vec2(size.x - 40.0, size.y - 8.0)),
+                                .fit_to_exact_size(egui::vec2(size.x - label_w - 12.0, img_h)),
                         );
+                    });
+                    c.horizontal(|ui| {
+                        ui.add_space(label_w + 8.0);
+                        ui.small(&h.time_from);
+                        ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
+                            ui.small(&h.time_to);
+                            ui.small("time since the start");
+                        });
                     });
                     self.heat_texture = Some(tex);
                 }
@@ -734,6 +759,14 @@ fn plan_ui(ui: &mut egui::Ui, p: &crate::model::view::PlanVm) {
         g.time_start,
         g.time_end
     ));
+}
+
+/// A size class as the smallest request it holds (class `c`: `2^(c-1)` to `2^c - 1` bytes).
+fn class_label(class: u8) -> String {
+    match class {
+        0 => "0 B".to_owned(),
+        c => format!("≥{}", format::bytes_compact(1u64 << (c - 1).min(63))),
+    }
 }
 
 fn describe_block(state: &AppState, b: &allocview_sim::policy::Block) -> String {
@@ -820,7 +853,7 @@ impl eframe::App for GuiApp {
         let vp = Viewport {
             timeline_points: 2048,
             heap_cells: 64 * 64,
-            event_rows: 12,
+            event_rows: 8,
             heat_columns: 512,
             plan_size: (640, 320),
         };
@@ -876,7 +909,7 @@ impl eframe::App for GuiApp {
             if vm.timeline.is_some() {
                 egui::Panel::top("timeline")
                     .resizable(true)
-                    .default_size(230.0)
+                    .default_size(210.0)
                     .show(ui, |ui| self.timeline_ui(ui, &vms));
             } else {
                 egui::Panel::top("dump").show(ui, |ui| {
@@ -890,9 +923,29 @@ impl eframe::App for GuiApp {
                     }
                 });
             }
+            // A dump is one moment: its chunks fill the window beside its bins, with no empty
+            // event list or class history below.
+            let dump = self
+                .runs
+                .first()
+                .and_then(|r| r.state.data.clone())
+                .filter(|d| d.is_empty() && d.dump.is_some());
+            if let Some(data) = dump
+                && let Some(d) = &data.dump
+            {
+                egui::Panel::right("side")
+                    .resizable(true)
+                    .default_size(420.0)
+                    .show(ui, |ui| self.side_ui(ui, &vm));
+                egui::CentralPanel::default().show(ui, |ui| {
+                    dump::dump_heap_ui(ui, &vm, d, &mut self.dump_texture);
+                });
+                return self.finish_frame(&ctx);
+            }
+            // The heap map, the view the tool is about, keeps the most room.
             egui::Panel::bottom("bottom")
                 .resizable(true)
-                .default_size(250.0)
+                .default_size(215.0)
                 .show(ui, |ui| self.bottom_ui(ui, &vm));
             if vm.compare {
                 egui::CentralPanel::default().show(ui, |ui| self.heap_ui(ui, &vm));
@@ -905,11 +958,18 @@ impl eframe::App for GuiApp {
             }
         }
 
+        self.finish_frame(&ctx);
+    }
+}
+
+impl GuiApp {
+    /// Repaints while workers run, and takes the screenshot when asked and everything is done.
+    fn finish_frame(&mut self, ctx: &egui::Context) {
         let busy = self.runs.iter().any(Run::busy);
         if busy {
             ctx.request_repaint_after(std::time::Duration::from_millis(100));
         }
-        self.screenshot_step(&ctx, busy);
+        self.screenshot_step(ctx, busy);
     }
 }
 
@@ -1046,6 +1106,7 @@ pub fn run(args: &GuiArgs) -> Result<()> {
                 heap_window: (0.0, 1.0),
                 textures: Vec::new(),
                 heat_texture: None,
+                dump_texture: None,
                 visible_s: (0.0, 0.0),
                 shot: shot.map_or(Shot::None, |path| Shot::Pending {
                     path,

@@ -94,6 +94,9 @@ pub struct HeatmapVm {
     pub classes: Vec<u8>,
     pub cells: Vec<Vec<f64>>,
     pub cursor_col: Option<usize>,
+    /// Times of the first and last column's start, from the trace's start.
+    pub time_from: String,
+    pub time_to: String,
 }
 
 /// One row of the event list.
@@ -876,9 +879,16 @@ fn heatmap(
     let cursor_col = cursor_bucket
         .filter(|&b| b >= lo && b < hi)
         .map(|b| (b - lo) / per);
+    let at = |b: usize| {
+        state.bucketing().map_or_else(String::new, |k| {
+            format::seconds_fixed((k.start_ns(b) - k.t0_ns) as f64 / 1e9)
+        })
+    };
     HeatmapVm {
         classes: class_list,
         cells,
         cursor_col,
+        time_from: at(lo),
+        time_to: at(hi),
     }
 }
