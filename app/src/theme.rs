@@ -91,3 +91,23 @@ pub fn shade(c: Rgb) -> Rgb {
     let d = |v: u8| (f64::from(v) * 0.72).round() as u8;
     Rgb(d(c.0), d(c.1), d(c.2))
 }
+
+/// A colour per item of a picture where neighbours must differ (a plan's buffers): hues a
+/// golden ratio apart, so consecutive items are far apart on the colour wheel.
+#[must_use]
+pub fn distinct(item: usize) -> Rgb {
+    let hue = (item as f64 * 0.618_033_988_75).fract() * 6.0;
+    let (s, v) = (0.55, 0.85);
+    let f = hue.fract();
+    let (p, q, t) = (v * (1.0 - s), v * (1.0 - s * f), v * (1.0 - s * (1.0 - f)));
+    let (r, g, b) = match hue as u8 {
+        0 => (v, t, p),
+        1 => (q, v, p),
+        2 => (p, v, t),
+        3 => (p, q, v),
+        4 => (t, p, v),
+        _ => (v, p, q),
+    };
+    let byte = |x: f64| (x * 255.0).round().clamp(0.0, 255.0) as u8;
+    Rgb(byte(r), byte(g), byte(b))
+}

@@ -155,6 +155,31 @@ fn gui_renders_a_bfc_dump_under_xvfb() {
     );
 }
 
+/// A memory plan's picture shows its buffers in many colours (one per buffer, neighbours apart)
+/// and the lower bound's line.
+#[test]
+fn gui_renders_a_plan_under_xvfb() {
+    let plan =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/plans/mobilenet_v2.csv");
+    let Some(img) = screenshot(&plan, &[]) else {
+        return;
+    };
+    assert_not_blank(&img);
+    let mut colours = HashSet::new();
+    for y in 500..800 {
+        for x in 100..1300 {
+            colours.insert(img.get_pixel(x, y).0);
+        }
+    }
+    assert!(
+        colours.len() > 30,
+        "plan area has {} colours",
+        colours.len()
+    );
+    let bound = pixels_like(&img, [0xff, 0xd7, 0x00]);
+    assert!(bound > 1000, "the bound's line on {bound} pixels");
+}
+
 #[test]
 fn gui_sites_panel_marks_a_sites_blocks_under_xvfb() {
     let snap = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -15,6 +15,7 @@ use eframe::egui::{self, Color32, ColorImage, TextureHandle, TextureOptions};
 use egui_plot::{Bar, BarChart, Legend, Line, Plot, PlotPoints, VLine};
 
 mod dump;
+mod plan;
 
 use crate::format;
 use crate::model::export;
@@ -717,50 +718,6 @@ impl GuiApp {
     }
 }
 
-/// The plan picture as a texture, the lower bound as a line across it.
-fn plan_ui(ui: &mut egui::Ui, p: &crate::model::view::PlanVm) {
-    use crate::model::plan_view::PlanCell;
-    let g = &p.grid;
-    ui.strong(&p.title);
-    let px: Vec<Color32> = g
-        .cells
-        .iter()
-        .map(|c| match c {
-            // Alternate shades tell neighbouring buffers of one size class apart.
-            PlanCell::Buffer { class, index } if index % 2 == 1 => {
-                col(theme::class(*class)).gamma_multiply(0.72)
-            }
-            PlanCell::Buffer { class, .. } => col(theme::class(*class)),
-            PlanCell::Empty => col(theme::FREE),
-        })
-        .collect();
-    let tex = ui.ctx().load_texture(
-        "plan",
-        ColorImage::new([g.width, g.height], px),
-        TextureOptions::NEAREST,
-    );
-    let size = ui.available_size() - egui::vec2(0.0, 24.0);
-    let resp = ui.add(
-        egui::Image::new(&tex)
-            .maintain_aspect_ratio(false)
-            .fit_to_exact_size(size),
-    );
-    let y = resp.rect.top()
-        + resp.rect.height() * (g.lower_bound_row as f32 + 0.5) / g.height.max(1) as f32;
-    ui.painter().hline(
-        resp.rect.x_range(),
-        y,
-        egui::Stroke::new(2.0, col(theme::CURSOR)),
-    );
-    ui.small(format!(
-        "yellow line: the lower bound (max live) {}; top {}; time {}..{}",
-        format::bytes(g.lower_bound_bytes),
-        format::bytes(g.top_bytes),
-        g.time_start,
-        g.time_end
-    ));
-}
-
 /// A size class as the smallest request it holds (class `c`: `2^(c-1)` to `2^c - 1` bytes).
 fn class_label(class: u8) -> String {
     match class {
@@ -904,7 +861,8 @@ impl eframe::App for GuiApp {
                     ui.monospace(l);
                 }
             });
-            egui::CentralPanel::default().show(ui, |ui| plan_ui(ui, p));
+            let state = self.runs.first().map(|r| &r.state);
+            egui::CentralPanel::default().show(ui, |ui| plan::plan_ui(ui, p, state));
         } else {
             if vm.timeline.is_some() {
                 egui::Panel::top("timeline")

@@ -110,8 +110,6 @@ pub fn rects(buffers: &[Buffer], plan: &Plan) -> Vec<PlanRect> {
 
 /// The buffer at `(time, address)` in plan coordinates (the innermost one when overwrite
 /// children nest), for hover details. O(n).
-// For the explorers' hover, which do not draw plans yet.
-#[allow(dead_code)]
 #[must_use]
 pub fn buffer_at(buffers: &[Buffer], plan: &Plan, time: u64, address: u64) -> Option<usize> {
     rects(buffers, plan)
@@ -374,6 +372,38 @@ fn live_profile(buffers: &[Buffer], time_start: u64, col_span: f64, width: usize
     out
 }
 
+/// What the hover over cell `(col, row)` of `grid` (a picture of `plan`) says: the buffer
+/// there, its size, lifetime and offset; `None` over empty space.
+#[must_use]
+pub fn describe_cell(
+    buffers: &[Buffer],
+    plan: &Plan,
+    grid: &PlanGrid,
+    col: usize,
+    row: usize,
+    time_unit: &str,
+) -> Option<String> {
+    let (t0, t1) = grid.column_time(col);
+    let (a0, a1) = grid.row_bytes(row);
+    let time = ((t0 + t1) / 2.0).floor().max(0.0) as u64;
+    let address = ((a0 + a1) / 2.0).max(0.0) as u64;
+    let i = buffer_at(buffers, plan, time, address)?;
+    let b = buffers.get(i)?;
+    let offset = plan.offsets.get(i).copied()?;
+    Some(format!(
+        "buffer {i}: {} ({} B)\nlive over {time_unit}s {}..{} ({} {time_unit}s)\noffset {}..{} ({} to {})",
+        crate::format::bytes(b.size_bytes),
+        b.size_bytes,
+        b.lower,
+        b.upper,
+        b.upper.saturating_sub(b.lower),
+        offset,
+        offset.saturating_add(b.size_bytes),
+        crate::format::bytes(offset),
+        crate::format::bytes(offset.saturating_add(b.size_bytes)),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,5 +515,23 @@ mod tests {
         // Top band [50, 100) at time 2: the child; at time 0: the parent.
         assert_eq!(g.cell(2, 0), Some(PlanCell::Buffer { index: 1, class: 6 }));
         assert_eq!(g.cell(0, 0), Some(PlanCell::Buffer { index: 0, class: 7 }));
+    }
+
+    /// The hover names the buffer under a cell, with its size, lifetime and offset, and says
+    /// nothing over empty space.
+    #[test]
+    fn hover_describes_the_buffer_under_a_cell() {
+        let (buffers, plan) = example();
+        // 21 columns of one time unit, 12 rows of 1 byte (row 0 holds addresses 11..12).
+        let g = rasterise(&buffers, &plan, 12, None, 21, 12);
+        let at = |c, r| describe_cell(&buffers, &plan, &g, c, r, "step");
+        // Buffer 3 (index 3): offset 4..8, live 9..21: column 10, address 5 is row 6.
+        let text = at(10, 6).unwrap();
+        assert!(text.starts_with("buffer 3: 4 B (4 B)"), "{text}");
+        assert!(text.contains("live over steps 9..21 (12 steps)"), "{text}");
+        assert!(text.contains("offset 4..8"), "{text}");
+        // Buffer 0 at time 1, address 9 (row 2); nothing at time 10, address 9 (row 2).
+        assert!(at(1, 2).unwrap().starts_with("buffer 0:"));
+        assert_eq!(at(10, 2), None);
     }
 }

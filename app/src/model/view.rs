@@ -180,6 +180,8 @@ pub struct SitesVm {
 pub struct PlanVm {
     pub grid: super::plan_view::PlanGrid,
     pub title: String,
+    /// What one unit of time is ("operator", "event").
+    pub time_unit: &'static str,
     /// Totals, bound and ratios, one line each.
     pub lines: Vec<String>,
 }
@@ -537,6 +539,7 @@ fn plan_screen(vm: &mut ViewModel, p: &super::state::PlanData, state: &AppState,
     lines.push("p: next plan   allocview plan FILE runs every planner".to_owned());
     vm.plan = Some(PlanVm {
         grid,
+        time_unit: p.time_unit,
         title: format!(
             "plan: {name}, {} of pool (time across in {}s, address up)",
             format::bytes(plan.total_bytes),
@@ -891,4 +894,15 @@ fn heatmap(
         time_from: at(lo),
         time_to: at(hi),
     }
+}
+
+/// The hover text over cell `(col, row)` of the plan picture `vm` shows: the buffer there.
+#[must_use]
+pub fn plan_hover(state: &AppState, vm: &PlanVm, col: usize, row: usize) -> Option<String> {
+    let data = state.data.as_ref()?;
+    let p = data.plan.as_ref()?;
+    let (_, plan) = p
+        .plans
+        .get(state.plan_index.min(p.plans.len().saturating_sub(1)))?;
+    super::plan_view::describe_cell(&p.buffers, plan, &vm.grid, col, row, vm.time_unit)
 }
