@@ -31,25 +31,48 @@ pub struct Areas {
     pub status: Rect,
 }
 
+/// Width of the BFC bins table with its border.
+const BINS_WIDTH: u16 = 42;
+
 /// Width of the timeline's y-axis labels (the plot starts after it).
 const Y_LABEL_WIDTH: u16 = 10;
 
 /// Splits the screen. Degrades on small terminals: below a minimum the parts shrink to nothing
-/// rather than overlap.
+/// rather than overlap. `dump_lines`: the screen is a BFC dump with this many lines of text,
+/// which has no history: its text box fits the text, and its heap and bins take the rest (no
+/// empty event list or class history).
 #[must_use]
-pub fn layout(area: Rect, compare: bool) -> Areas {
+pub fn layout(area: Rect, compare: bool, dump_lines: Option<usize>) -> Areas {
     let [main, status] = Layout::vertical([Constraint::Min(0), Constraint::Length(1)]).areas(area);
-    let [timeline, middle, bottom] = Layout::vertical([
-        Constraint::Percentage(34),
-        Constraint::Percentage(36),
-        Constraint::Min(0),
-    ])
-    .areas(main);
+    let [timeline, middle, bottom] = match dump_lines {
+        Some(n) => {
+            // Borders and a line for wrapping, at most a third of the screen.
+            let text = u16::try_from(n + 3)
+                .unwrap_or(u16::MAX)
+                .min(main.height / 3);
+            Layout::vertical([
+                Constraint::Length(text),
+                Constraint::Min(0),
+                Constraint::Length(0),
+            ])
+            .areas(main)
+        }
+        None => Layout::vertical([
+            Constraint::Percentage(34),
+            Constraint::Percentage(36),
+            Constraint::Min(0),
+        ])
+        .areas(main),
+    };
     let (heap, side) = if compare {
         (middle, Rect::default())
     } else {
-        let [h, s] =
-            Layout::horizontal([Constraint::Percentage(55), Constraint::Min(0)]).areas(middle);
+        // A dump's side holds only its bins table.
+        let side = match dump_lines {
+            Some(_) => Constraint::Length(BINS_WIDTH),
+            None => Constraint::Percentage(45),
+        };
+        let [h, s] = Layout::horizontal([Constraint::Min(0), side]).areas(middle);
         (h, s)
     };
     let [events, heat] =
@@ -174,20 +197,26 @@ pub fn draw(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
     if let Some(sites) = &vm.sites {
         draw_sites(f, sites, a.side);
     } else if !vm.compare {
-        if vm.bins.is_some() {
+        if vm.bins.is_some() && vm.classes.is_empty() {
+            // A dump: no allocation sizes to class, the bins take the side.
+            draw_bins(f, vm, a.side);
+        } else if vm.bins.is_some() {
             let [bins, hist] =
-                Layout::horizontal([Constraint::Length(40), Constraint::Min(0)]).areas(a.side);
+                Layout::horizontal([Constraint::Length(BINS_WIDTH - 2), Constraint::Min(0)])
+                    .areas(a.side);
             draw_bins(f, vm, bins);
             draw_histogram(f, vm, hist);
         } else {
             draw_histogram(f, vm, a.side);
         }
     }
-    draw_events(f, vm, a.events);
-    if vm.frames_title.is_empty() {
-        draw_heatmap(f, vm, a.heat);
-    } else {
-        draw_frames(f, vm, a.heat);
+    if a.events.height > 0 {
+        draw_events(f, vm, a.events);
+        if vm.frames_title.is_empty() {
+            draw_heatmap(f, vm, a.heat);
+        } else {
+            draw_frames(f, vm, a.heat);
+        }
     }
     draw_status(f, vm, a.status);
     if let Some(help) = &vm.help {

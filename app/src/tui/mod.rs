@@ -33,7 +33,13 @@ where
     let size = terminal.size().context("reading the terminal size")?;
     let area = ratatui::layout::Rect::new(0, 0, size.width, size.height);
     let compare = state.mode == crate::model::state::Mode::Compare;
-    let areas = draw::layout(area, compare);
+    let dump_lines = state
+        .data
+        .as_ref()
+        .filter(|d| d.is_empty())
+        .and_then(|d| d.dump.as_ref())
+        .map(|d| d.lines.len());
+    let areas = draw::layout(area, compare, dump_lines);
     let panels = if compare { state.policies.len() } else { 1 };
     let vp = draw::viewport(&areas, compare, panels);
     if state.page_rows != vp.event_rows.max(1) {

@@ -426,6 +426,18 @@ fn a_bfc_dump_shows_its_heap_bins_and_diagnosis() {
     ] {
         assert!(text.contains(want), "{want:?} missing:\n{text}");
     }
+    // One moment of a heap: no empty event list or class history, and the heap's box takes
+    // most of the screen (its top border is within the first third).
+    assert!(!text.contains("no events"), "{text}");
+    assert!(!text.contains("size classes over time"), "{text}");
+    let heap_top = text
+        .lines()
+        .position(|l| l.contains("heap: TensorFlow dump"))
+        .unwrap();
+    assert!(
+        heap_top < 44 / 3,
+        "heap box starts on row {heap_top}:\n{text}"
+    );
     // Keys do not panic on a history-less input.
     for c in ['l', 'h', ']', 'n', 'p', 'c', '+', 'e'] {
         send(&mut s, &key(c));
