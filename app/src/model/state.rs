@@ -486,6 +486,8 @@ pub struct PolicySlot {
     pub status: RunStatus,
     /// Events replayed so far (updated by the worker while the replay runs).
     pub progress: Arc<std::sync::atomic::AtomicUsize>,
+    /// How far the policy's preparation has got before the replay (the oracle's plan).
+    pub preparing: Arc<allocview_sim::plan::greedy_by_size::Progress>,
 }
 
 impl PolicySlot {
@@ -713,6 +715,7 @@ impl AppState {
                     spec: spec.clone(),
                     status: RunStatus::Pending,
                     progress: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+                    preparing: Arc::default(),
                 })
                 .collect(),
             selected: 0,
@@ -882,6 +885,11 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
         .iter()
         .map(|p| Arc::clone(&p.progress))
         .collect();
+    let preparing_of: Vec<_> = state
+        .policies
+        .iter()
+        .map(|p| Arc::clone(&p.preparing))
+        .collect();
     let config = state.config.clone();
     let tx = tx.clone();
     std::thread::spawn(move || {
@@ -918,6 +926,7 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
                 let data = Arc::clone(&data);
                 let specs = specs.clone();
                 let progress_of = progress_of.clone();
+                let preparing_of = preparing_of.clone();
                 let config = config.clone();
                 let next = Arc::clone(&next);
                 let tx = tx.clone();
@@ -927,6 +936,7 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
                         let Some(spec) = specs.get(i) else { break };
                         let view = data.view();
                         let progress = progress_of.get(i).map(AsRef::as_ref);
+                        let preparing = preparing_of.get(i).map(AsRef::as_ref);
                         let result = spec
                             .apply(&config)
                             .and_then(|cfg| {
@@ -936,7 +946,7 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
                                     layout_index: true,
                                     ..ReplayOptions::default()
                                 };
-                                registry::build(spec.name, &cfg, &view)
+                                registry::build_observed(spec.name, &cfg, &view, preparing)
                                     .map(|p| Arc::new(replay_observed(&view, p, &opts, progress)))
                             })
                             .map_err(|e| e.to_string());

@@ -325,8 +325,22 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
             }
             (RunStatus::Done(_), None) => (None, String::new(), Some("seeking...".to_owned())),
             (RunStatus::Pending, _) => {
-                let done = slot.progress.load(std::sync::atomic::Ordering::Relaxed);
-                let note = if done == 0 {
+                use std::sync::atomic::Ordering::Relaxed;
+                let done = slot.progress.load(Relaxed);
+                let (placed, to_place) = (
+                    slot.preparing.done.load(Relaxed),
+                    slot.preparing.total.load(Relaxed),
+                );
+                let note = if done == 0 && to_place > 0 && placed < to_place {
+                    format!(
+                        "planning every allocation before the replay: {} of {} placed ({:.0}%)",
+                        format::count(placed as u64),
+                        format::count(to_place as u64),
+                        100.0 * placed as f64 / to_place as f64
+                    )
+                } else if done == 0 && to_place > 0 {
+                    "planned; starting the replay...".to_owned()
+                } else if done == 0 {
                     "waiting to replay...".to_owned()
                 } else {
                     format!(

@@ -569,3 +569,21 @@ fn the_sites_panel_attributes_memory_and_highlights_a_sites_blocks() {
     assert!(text.contains("live by size class"), "{text}");
     assert!(s.sites.highlighted().is_empty());
 }
+
+/// A policy that plans before its replay (the oracle) says how far the plan has got instead of
+/// "waiting to replay".
+#[test]
+fn a_planning_policy_shows_its_progress() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut s = loaded("find_usr_include.trace.gz", &["oracle"]);
+    let slot = &mut s.policies[0];
+    slot.status = crate::model::state::RunStatus::Pending;
+    slot.progress.store(0, Relaxed);
+    slot.preparing.total.store(4096, Relaxed);
+    slot.preparing.done.store(1024, Relaxed);
+    let text = screen(&mut s, 170, 50);
+    assert!(
+        text.contains("planning every allocation before the replay: 1,024 of 4,096 placed (25%)"),
+        "{text}"
+    );
+}

@@ -25,13 +25,44 @@ use super::{Buffer, Plan, PlanError, align_up};
 /// # Errors
 /// An input error of the buffers ([`super::validate()`]'s rules), or a bad alignment option.
 pub fn plan(buffers: &[Buffer], align_bytes: u64) -> Result<Plan, PlanError> {
+    plan_observed(buffers, align_bytes, None)
+}
+
+/// [`plan`], telling `progress` how many of how many planning units are placed as it goes (a
+/// plan of millions of buffers takes seconds).
+///
+/// # Errors
+/// As [`plan`].
+pub fn plan_observed(
+    buffers: &[Buffer],
+    align_bytes: u64,
+    progress: Option<&Progress>,
+) -> Result<Plan, PlanError> {
     let units = prepare(buffers, align_bytes)?;
-    let offsets = unit_offsets(&units.units)?;
+    let offsets = unit_offsets_observed(&units.units, progress)?;
     units.expand(&offsets, 0)
+}
+
+/// How far a long computation has got: `done` of `total` steps, read from another thread.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub done: std::sync::atomic::AtomicUsize,
+    pub total: std::sync::atomic::AtomicUsize,
 }
 
 /// Greedy-by-size offsets of planning units (shared with `search`, which starts from them).
 pub(crate) fn unit_offsets(units: &[Unit]) -> Result<Vec<u64>, PlanError> {
+    unit_offsets_observed(units, None)
+}
+
+fn unit_offsets_observed(
+    units: &[Unit],
+    progress: Option<&Progress>,
+) -> Result<Vec<u64>, PlanError> {
+    use std::sync::atomic::Ordering::Relaxed;
+    if let Some(p) = progress {
+        p.total.store(units.len(), Relaxed);
+    }
     let mut order: Vec<usize> = (0..units.len()).collect();
     order.sort_by(|&a, &b| {
         let size = |i: usize| units.get(i).map_or(0, |u| u.size_bytes);
@@ -46,7 +77,12 @@ pub(crate) fn unit_offsets(units: &[Unit]) -> Result<Vec<u64>, PlanError> {
     let mut offsets = vec![0u64; units.len()];
     let mut sources = Vec::new();
     let mut taken: Vec<(u64, u64)> = Vec::new();
-    for i in order {
+    for (placed, i) in order.into_iter().enumerate() {
+        if placed % 4096 == 0
+            && let Some(p) = progress
+        {
+            p.done.store(placed, Relaxed);
+        }
         let Some(u) = units.get(i) else { continue };
         taken.clear();
         occupancy.taken(i, &mut sources, &mut taken);
@@ -67,6 +103,9 @@ pub(crate) fn unit_offsets(units: &[Unit]) -> Result<Vec<u64>, PlanError> {
         }
         let end = align_up(offset + u.size_bytes, grain).ok_or(PlanError::Overflow)?;
         occupancy.place(i, offset, end);
+    }
+    if let Some(p) = progress {
+        p.done.store(units.len(), Relaxed);
     }
     Ok(offsets)
 }
@@ -139,6 +178,23 @@ fn best_fit_offset(placed: &[(u64, u64)], size: u64, align: u64) -> Result<u64, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The observed plan is the plan, and its progress ends with every unit placed.
+    #[test]
+    fn progress_counts_every_unit_and_changes_nothing() {
+        let buffers: Vec<Buffer> = (0..10_000u64)
+            .map(|i| Buffer::new(16 + (i * 7919) % 4096, i, i + 1 + (i * 31) % 50))
+            .collect();
+        let progress = Progress::default();
+        let observed = plan_observed(&buffers, 16, Some(&progress));
+        assert_eq!(observed, plan(&buffers, 16));
+        let total = progress.total.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(total > 4096, "{total} units");
+        assert_eq!(
+            progress.done.load(std::sync::atomic::Ordering::Relaxed),
+            total
+        );
+    }
 
     #[test]
     fn smallest_fitting_hole_wins_lowest_on_a_tie() {

@@ -67,9 +67,22 @@ impl Oracle {
     /// [`PlanError::BadAlignOption`] when the alignment is not a power of two, or
     /// [`PlanError::Overflow`] when the sizes do not fit in 64 bits.
     pub fn new(trace: &TraceView<'_>, config: &PolicyConfig) -> Result<Self, PlanError> {
+        Self::new_observed(trace, config, None)
+    }
+
+    /// [`Self::new`], telling `progress` how far the plan has got (it places every allocation
+    /// of the trace before the first event is replayed).
+    ///
+    /// # Errors
+    /// As [`Self::new`].
+    pub fn new_observed(
+        trace: &TraceView<'_>,
+        config: &PolicyConfig,
+        progress: Option<&greedy_by_size::Progress>,
+    ) -> Result<Self, PlanError> {
         let buffers = crate::plan::trace_buffers(trace);
         let (max_live, _) = trace.peak_live();
-        let plan = greedy_by_size::plan(&buffers, config.align_bytes)?;
+        let plan = greedy_by_size::plan_observed(&buffers, config.align_bytes, progress)?;
         let sizes = buffers.iter().map(|b| b.size_bytes).collect();
         let footprint_bytes = config
             .limit_bytes

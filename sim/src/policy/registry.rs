@@ -126,6 +126,20 @@ pub fn build(
     config: &PolicyConfig,
     trace: &TraceView<'_>,
 ) -> Result<Box<dyn Policy>, RegistryError> {
+    build_observed(name, config, trace, None)
+}
+
+/// [`build`], telling `progress` how far a policy that prepares before the replay has got (the
+/// oracle plans the whole trace first); the others leave it untouched.
+///
+/// # Errors
+/// As [`build`].
+pub fn build_observed(
+    name: &str,
+    config: &PolicyConfig,
+    trace: &TraceView<'_>,
+    progress: Option<&crate::plan::greedy_by_size::Progress>,
+) -> Result<Box<dyn Policy>, RegistryError> {
     match name {
         "first-fit" => Ok(Box::new(
             first_fit::FirstFit::new(config).map_err(invalid(name))?,
@@ -138,7 +152,7 @@ pub fn build(
         "pool" => Ok(Box::new(pool::Pool::new(config).map_err(invalid(name))?)),
         "glibc" => Ok(Box::new(crate::policy::glibc::Glibc::from_config(config)?)),
         "oracle" => Ok(Box::new(
-            crate::policy::oracle::Oracle::new(trace, config)
+            crate::policy::oracle::Oracle::new_observed(trace, config, progress)
                 .map_err(|e| invalid(name)(e.to_string()))?,
         )),
         "pytorch" => Ok(Box::new(
