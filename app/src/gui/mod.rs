@@ -601,41 +601,46 @@ impl GuiApp {
         ui.columns(2, |cols| {
             if let Some(c) = cols.get_mut(0) {
                 c.strong(&vm.events_title);
-                egui::Grid::new("events").striped(true).show(c, |ui| {
-                    for h in [
-                        "event", "time", "thread", "kind", "size", "address", "alloc id",
-                    ] {
-                        ui.strong(h);
-                    }
-                    if vm.has_ops {
-                        ui.strong("op");
-                    }
-                    ui.end_row();
-                    for e in &vm.events {
-                        let color = if e.is_cursor {
-                            col(theme::CURSOR)
-                        } else if e.is_oom {
-                            col(theme::OOM)
-                        } else {
-                            ui.visuals().text_color()
-                        };
-                        for text in [
-                            format::count(e.index as u64),
-                            e.time.clone(),
-                            e.thread.to_string(),
-                            e.kind.to_owned(),
-                            e.size.clone(),
-                            e.address.clone(),
-                            e.alloc_id.clone(),
-                        ] {
-                            ui.colored_label(color, text);
-                        }
-                        if vm.has_ops {
-                            ui.colored_label(color, e.op.clone().unwrap_or_default());
-                        }
-                        ui.end_row();
-                    }
-                });
+                // A wide row (a TensorFlow op name) scrolls instead of running into the heatmap.
+                egui::ScrollArea::horizontal()
+                    .id_salt("events")
+                    .show(c, |c| {
+                        egui::Grid::new("events").striped(true).show(c, |ui| {
+                            for h in [
+                                "event", "time", "thread", "kind", "size", "address", "alloc id",
+                            ] {
+                                ui.strong(h);
+                            }
+                            if vm.has_ops {
+                                ui.strong("op");
+                            }
+                            ui.end_row();
+                            for e in &vm.events {
+                                let color = if e.is_cursor {
+                                    col(theme::CURSOR)
+                                } else if e.is_oom {
+                                    col(theme::OOM)
+                                } else {
+                                    ui.visuals().text_color()
+                                };
+                                for text in [
+                                    format::count(e.index as u64),
+                                    e.time.clone(),
+                                    e.thread.to_string(),
+                                    e.kind.to_owned(),
+                                    e.size.clone(),
+                                    e.address.clone(),
+                                    e.alloc_id.clone(),
+                                ] {
+                                    ui.colored_label(color, text);
+                                }
+                                if vm.has_ops {
+                                    ui.colored_label(color, e.op.clone().unwrap_or_default());
+                                }
+                                ui.end_row();
+                            }
+                        });
+                    });
             }
             // A snapshot: its state and the frames of the cursor's allocation take the place
             // of the class heatmap (the histogram beside the heap map keeps the classes).
@@ -685,24 +690,27 @@ impl GuiApp {
                     // Room for the time axis below and the class labels beside.
                     let (label_w, axis_h) = (52.0, 18.0);
                     let img_h = (size.y - 8.0 - axis_h).max(8.0);
-                    c.horizontal(|ui| {
-                        ui.vertical(|ui| {
-                            ui.spacing_mut().item_spacing.y = 0.0;
-                            for &class in &h.classes {
-                                ui.add_sized(
-                                    [label_w, img_h / rows as f32],
-                                    egui::Label::new(
-                                        egui::RichText::new(class_label(class)).small(),
-                                    ),
-                                );
-                            }
-                        });
-                        ui.add(
-                            egui::Image::new(&tex)
-                                .maintain_aspect_ratio(false)
-                                .fit_to_exact_size(egui::vec2(size.x - label_w - 12.0, img_h)),
+                    let (_, area) = c.allocate_space(egui::vec2(size.x, img_h));
+                    let img = egui::Rect::from_min_size(
+                        area.min + egui::vec2(label_w, 0.0),
+                        egui::vec2((size.x - label_w - 12.0).max(8.0), img_h),
+                    );
+                    let uv = egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0));
+                    c.painter().image(tex.id(), img, uv, Color32::WHITE);
+                    // Labels painted, not laid out (they must not grow the panel), every
+                    // k-th row when the rows are too thin for all of them.
+                    let row_h = img_h / rows as f32;
+                    let every = (12.0 / row_h).ceil().max(1.0) as usize;
+                    let text = c.visuals().text_color();
+                    for (r, &class) in h.classes.iter().enumerate().step_by(every) {
+                        c.painter().text(
+                            egui::pos2(img.left() - 4.0, img.top() + row_h * (r as f32 + 0.5)),
+                            egui::Align2::RIGHT_CENTER,
+                            class_label(class),
+                            egui::FontId::proportional(10.0),
+                            text,
                         );
-                    });
+                    }
                     c.horizontal(|ui| {
                         ui.add_space(label_w + 8.0);
                         ui.small(&h.time_from);
@@ -864,10 +872,13 @@ impl eframe::App for GuiApp {
             let state = self.runs.first().map(|r| &r.state);
             egui::CentralPanel::default().show(ui, |ui| plan::plan_ui(ui, p, state));
         } else {
+            // Panels start in proportion to the window, so a small window keeps room for
+            // the heap map.
+            let screen = ctx.content_rect().size();
             if vm.timeline.is_some() {
                 egui::Panel::top("timeline")
                     .resizable(true)
-                    .default_size(210.0)
+                    .default_size((screen.y * 0.24).clamp(120.0, 260.0))
                     .show(ui, |ui| self.timeline_ui(ui, &vms));
             } else {
                 egui::Panel::top("dump").show(ui, |ui| {
@@ -903,14 +914,14 @@ impl eframe::App for GuiApp {
             // The heap map, the view the tool is about, keeps the most room.
             egui::Panel::bottom("bottom")
                 .resizable(true)
-                .default_size(215.0)
+                .default_size((screen.y * 0.25).clamp(130.0, 280.0))
                 .show(ui, |ui| self.bottom_ui(ui, &vm));
             if vm.compare {
                 egui::CentralPanel::default().show(ui, |ui| self.heap_ui(ui, &vm));
             } else {
                 egui::Panel::right("side")
                     .resizable(true)
-                    .default_size(380.0)
+                    .default_size((screen.x * 0.27).clamp(260.0, 420.0))
                     .show(ui, |ui| self.side_ui(ui, &vm));
                 egui::CentralPanel::default().show(ui, |ui| self.heap_ui(ui, &vm));
             }
