@@ -691,27 +691,44 @@ fn draw_events(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
     f.render_widget(table, area);
 }
 
+/// `text`, or its last `room - 1` characters after an ellipsis when it is longer than `room`.
+fn keep_end(text: &str, room: usize) -> String {
+    let n = text.chars().count();
+    if n <= room {
+        return text.to_owned();
+    }
+    let skip = n + 1 - room.max(1);
+    std::iter::once('…')
+        .chain(text.chars().skip(skip))
+        .collect()
+}
+
 fn draw_status(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
     let text = if let Some(p) = &vm.prompt {
         Line::from(vec![
             Span::styled(format!(" {p}"), Style::new().fg(c(theme::CURSOR))),
             Span::styled("█", Style::new().fg(c(theme::CURSOR))),
         ])
-    } else if let Some(m) = &vm.status.message {
-        Line::from(vec![
-            Span::styled(
-                format!(" {m} "),
-                Style::new().fg(Color::Black).bg(c(theme::CURSOR)),
-            ),
-            Span::raw(format!("  {}", vm.status.right)),
-        ])
     } else {
+        // The cursor's figures on the right matter most: on a narrow screen the left part
+        // (file, events, policy; or a message) gives way, losing its start.
+        let (left, bg, right) = match &vm.status.message {
+            Some(m) => (m, theme::CURSOR, format!("  {}", vm.status.right)),
+            None => (
+                &vm.status.left,
+                theme::series(1),
+                format!("  {}   ? help", vm.status.right),
+            ),
+        };
+        let room = usize::from(area.width)
+            .saturating_sub(right.chars().count() + 2)
+            .max(12);
         Line::from(vec![
             Span::styled(
-                format!(" {} ", vm.status.left),
-                Style::new().fg(Color::Black).bg(c(theme::series(1))),
+                format!(" {} ", keep_end(left, room)),
+                Style::new().fg(Color::Black).bg(c(bg)),
             ),
-            Span::raw(format!("  {}   ? help", vm.status.right)),
+            Span::raw(right),
         ])
     };
     f.render_widget(Paragraph::new(text), area);

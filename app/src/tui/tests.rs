@@ -587,3 +587,18 @@ fn a_planning_policy_shows_its_progress() {
         "{text}"
     );
 }
+
+/// On a narrow terminal the status line keeps the cursor's figures and gives up the start of
+/// the file name instead.
+#[test]
+fn a_narrow_status_line_keeps_the_cursors_figures() {
+    let mut s = loaded("find_usr_include.trace.gz", &["first-fit"]);
+    let text = screen(&mut s, 100, 24);
+    let status = text.lines().last().unwrap();
+    assert!(status.contains("live 472 B  footprint 480 B"), "{status}");
+    assert!(status.contains('…'), "{status}");
+    let text = screen(&mut s, 250, 24);
+    let status = text.lines().last().unwrap();
+    assert!(status.contains("find_usr_include.trace.gz"), "{status}");
+    assert!(!status.contains('…'), "{status}");
+}
