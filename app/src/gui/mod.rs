@@ -319,6 +319,8 @@ impl GuiApp {
 
     fn timeline_ui(&mut self, ui: &mut egui::Ui, vms: &[ViewModel]) {
         let mut lines = Vec::new();
+        // Each series' points, for the hover: the value of every series at the pointer's time.
+        let mut hover_series: Vec<(String, Vec<[f64; 2]>)> = Vec::new();
         let mut cursor_s = None;
         let mut phases_s: Vec<f64> = Vec::new();
         for (k, (run, vm)) in self.runs.iter().zip(vms).enumerate() {
@@ -343,6 +345,7 @@ impl GuiApp {
                 if k > 0 {
                     c = c.gamma_multiply(0.55);
                 }
+                hover_series.push((label.clone(), pts.clone()));
                 lines.push(
                     Line::new(label, PlotPoints::from(pts))
                         .color(c)
@@ -368,6 +371,11 @@ impl GuiApp {
             .include_y(0.0)
             .x_axis_formatter(|m, _| format!("{:.3} s", m.value))
             .y_axis_formatter(|m, _| format::bytes(m.value.max(0.0) as u64))
+            .label_formatter(|pos| {
+                let (egui_plot::HoverPosition::NearDataPoint { position, .. }
+                | egui_plot::HoverPosition::Elsewhere { position }) = pos;
+                Some(timeline_hover(position.x, &hover_series))
+            })
             .show(ui, |p| {
                 for l in lines {
                     p.line(l);
@@ -584,7 +592,17 @@ impl GuiApp {
                     }
                     ui.end_row();
                     for b in bins {
-                        ui.label(b.bin.to_string());
+                        ui.label(b.bin.to_string()).on_hover_text(format!(
+                            "bin {}: free chunks of at least {} (the next bin starts at twice \
+                             that); {} free, {} in all, the largest {}; {} chunks of this size \
+                             class in use",
+                            b.bin,
+                            b.size_label,
+                            b.free_chunks,
+                            b.free_bytes_label,
+                            b.largest_label,
+                            b.in_use_chunks
+                        ));
                         ui.label(&b.size_label);
                         ui.label(b.free_chunks.to_string());
                         ui.label(&b.free_bytes_label);
@@ -724,6 +742,22 @@ impl GuiApp {
             }
         });
     }
+}
+
+/// The hover over the timeline at `t_s` seconds: the time, and each series' value there (its
+/// last point at or before `t_s`; series are bucket maxima, so that is the bucket's value).
+fn timeline_hover(t_s: f64, series: &[(String, Vec<[f64; 2]>)]) -> String {
+    let mut text = format!("t = {}", format::seconds_fixed(t_s.max(0.0)));
+    for (name, pts) in series {
+        let i = pts.partition_point(|p| p[0] <= t_s);
+        if let Some(p) = i.checked_sub(1).and_then(|i| pts.get(i)) {
+            text.push_str(&format!(
+                "\n{name}: {}",
+                format::bytes(p[1].max(0.0) as u64)
+            ));
+        }
+    }
+    text
 }
 
 /// A size class as the smallest request it holds (class `c`: `2^(c-1)` to `2^c - 1` bytes).
@@ -1102,4 +1136,36 @@ pub fn run(args: &GuiArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeline_hover_gives_every_series_value_at_the_time() {
+        let series = vec![
+            (
+                "live".to_owned(),
+                vec![[0.1, 100.0], [0.3, 2048.0], [0.5, 10.0]],
+            ),
+            (
+                "bfc footprint".to_owned(),
+                vec![[0.1, 4096.0], [0.3, 8192.0]],
+            ),
+        ];
+        let text = timeline_hover(0.35, &series);
+        assert_eq!(
+            text,
+            format!(
+                "t = {}\nlive: 2.00 KiB\nbfc footprint: 8.00 KiB",
+                format::seconds_fixed(0.35)
+            )
+        );
+        // Before a series' first point it says nothing of it.
+        assert_eq!(
+            timeline_hover(0.05, &series),
+            format!("t = {}", format::seconds_fixed(0.05))
+        );
+    }
 }
