@@ -13,6 +13,7 @@ mod format;
 #[cfg(feature = "gui")]
 mod gui;
 mod model;
+mod parquet_out;
 mod progress;
 mod safe_write;
 mod symbolize;
@@ -163,5 +164,5 @@ fn explore(
     let jobs = policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    tui::run(file, &names, config, input.lenient, jobs, goto)
+    tui::run(file, &names, config, input, jobs, goto)
 }
