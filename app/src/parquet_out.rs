@@ -128,6 +128,23 @@ pub fn write_frame(path: &Path, df: &DataFrame, inputs: &[&Path]) -> Result<u64>
     out.finish()
 }
 
+/// Writes `df` into `tmp`, a temporary file that a caller's [`PendingFile`] puts in place
+/// (for a command that replaces several outputs together).
+///
+/// # Errors
+/// When the file cannot be written.
+pub fn write_to_temporary(tmp: &Path, df: &DataFrame) -> Result<()> {
+    let context = || format!("cannot write {}", tmp.display());
+    let file = File::create(tmp).with_context(context)?;
+    let mut out = BufWriter::with_capacity(1 << 20, file);
+    ParquetWriter::new(&mut out)
+        .with_row_group_size(Some(ROW_GROUP_ROWS))
+        .finish(&mut df.clone())
+        .with_context(context)?;
+    out.flush().with_context(context)?;
+    Ok(())
+}
+
 /// `OUT.parquet`'s companion table `name`: `OUT.name.parquet` (`OUT.name.parquet` too when
 /// `OUT` does not end in `.parquet`).
 #[must_use]

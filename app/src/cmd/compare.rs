@@ -124,6 +124,10 @@ pub struct CompareArgs {
     /// it beside the peak live bytes (`min_limit_bytes` in the JSON).
     #[arg(long, conflicts_with = "limit")]
     pub min_limit: bool,
+    /// Also write every policy's series (the `timeline.csv` of `report`: one row per policy
+    /// and time bucket, with a `policy` column) to this Parquet file.
+    #[arg(long, value_name = "OUT")]
+    pub parquet: Option<PathBuf>,
     #[command(flatten)]
     pub input: InputArgs,
 }
@@ -235,6 +239,19 @@ pub fn run(args: &CompareArgs) -> Result<()> {
             Err(e) if explicit => bail!("policy {label}: {e}"),
             Err(e) => eprintln!("note: skipping {label}: {e}"),
         }
+    }
+    if let Some(path) = &args.parquet {
+        let done: Vec<(&str, &Replay)> = runs
+            .iter()
+            .filter_map(|r| r.result.as_ref().ok().map(|rep| (r.name.as_str(), rep)))
+            .collect();
+        let series = super::report::timeline_frame(&done)?;
+        crate::parquet_out::write_frame(path, &series, &[&args.file])?;
+        eprintln!(
+            "wrote the series of {} policies to {}",
+            done.len(),
+            path.display()
+        );
     }
     let minima = if args.min_limit {
         min_limits(args, &view, &sim_specs, &config, jobs, memlog, &mut rows)
