@@ -49,21 +49,29 @@ pub struct ParquetFile {
     pending: PendingFile,
     path: PathBuf,
     rows: u64,
+    row_group_rows: usize,
 }
 
 impl ParquetFile {
-    /// Starts `path` for tables of `schema`; `inputs` are refused as the output.
+    /// Starts `path` for tables of `schema`, in row groups of at most `row_group_rows`;
+    /// `inputs` are refused as the output.
     ///
     /// # Errors
     /// The refusal, or when the temporary file cannot be created.
-    pub fn create(path: &Path, schema: &Schema, inputs: &[&Path]) -> Result<Self> {
+    pub fn create(
+        path: &Path,
+        schema: &Schema,
+        inputs: &[&Path],
+        row_group_rows: usize,
+    ) -> Result<Self> {
+        let row_group_rows = row_group_rows.max(1);
         let (pending, file) = PendingFile::create(path, inputs)?;
         let file = SharedFile(Arc::new(Mutex::new(BufWriter::with_capacity(
             1 << 20,
             file,
         ))));
         let writer = ParquetWriter::new(file.clone())
-            .with_row_group_size(Some(ROW_GROUP_ROWS))
+            .with_row_group_size(Some(row_group_rows))
             .batched(schema)
             .with_context(|| format!("cannot write {}", path.display()))?;
         Ok(Self {
@@ -72,18 +80,19 @@ impl ParquetFile {
             pending,
             path: path.to_path_buf(),
             rows: 0,
+            row_group_rows,
         })
     }
 
-    /// Appends `df`'s rows (of the schema given at creation), in row groups of at most
-    /// [`ROW_GROUP_ROWS`].
+    /// Appends `df`'s rows (of the schema given at creation), in row groups of at most the
+    /// size given at creation.
     ///
     /// # Errors
     /// When the schema differs or the file cannot be written.
     pub fn write(&mut self, df: &DataFrame) -> Result<()> {
         let mut offset = 0;
         while offset < df.height() {
-            let len = ROW_GROUP_ROWS.min(df.height() - offset);
+            let len = self.row_group_rows.min(df.height() - offset);
             let mut group = df.slice(i64::try_from(offset)?, len);
             // A slice of single-chunk columns is single-chunk already: nothing is copied then.
             group.align_chunks();
@@ -123,7 +132,7 @@ impl ParquetFile {
 /// # Errors
 /// As [`ParquetFile`].
 pub fn write_frame(path: &Path, df: &DataFrame, inputs: &[&Path]) -> Result<u64> {
-    let mut out = ParquetFile::create(path, df.schema(), inputs)?;
+    let mut out = ParquetFile::create(path, df.schema(), inputs, ROW_GROUP_ROWS)?;
     out.write(df)?;
     out.finish()
 }

@@ -63,6 +63,10 @@ pub struct ConvertArgs {
     /// Convert only these events (Parquet output): `A..B`, `A..` or `..B`.
     #[arg(long, value_name = "A..B")]
     pub events: Option<String>,
+    /// Parquet output: most events in one row group, and in memory at once while a malloc
+    /// trace is streamed.
+    #[arg(long, value_name = "N", default_value_t = crate::parquet_out::ROW_GROUP_ROWS)]
+    pub row_group_rows: usize,
     /// Skip malformed lines instead of stopping at the first one (they are counted and the
     /// first few are reported).
     #[arg(long)]

@@ -16,7 +16,7 @@ use anyhow::{Context as _, Result, bail};
 use polars::prelude::*;
 
 use super::convert::ConvertArgs;
-use crate::parquet_out::{self, ParquetFile, ROW_GROUP_ROWS, companion};
+use crate::parquet_out::{self, ParquetFile, companion};
 
 /// Runs `convert` with Parquet output.
 pub fn run(args: &ConvertArgs) -> Result<()> {
@@ -34,14 +34,14 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
         "events"
     };
     let (rows, tables) = if streamable && !window.is_set() {
-        stream(&args.input, &args.output, args.lenient)?
+        stream(&args.input, &args.output, args.lenient, args.row_group_rows)?
     } else {
         let input = super::load::InputArgs {
             lenient: args.lenient,
             window,
         };
         let loaded = super::load::load_input(&args.input, &input)?;
-        write_loaded(&loaded, &args.input, &args.output)?
+        write_loaded(&loaded, &args.input, &args.output, args.row_group_rows)?
     };
     eprintln!(
         "wrote {} {noun} to {}{}",
@@ -58,16 +58,21 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
 
 /// Streams a malloc trace's records into `output`; returns the events written and the
 /// companion tables' names.
-fn stream(input: &Path, output: &Path, lenient: bool) -> Result<(u64, Vec<String>)> {
+fn stream(
+    input: &Path,
+    output: &Path,
+    lenient: bool,
+    row_group_rows: usize,
+) -> Result<(u64, Vec<String>)> {
     let mut batcher = EventBatcher::default();
     // The schema of an empty batch is every batch's.
     let schema = batcher.take_batch()?.schema().clone();
-    let mut out = ParquetFile::create(output, &schema, &[input])?;
+    let mut out = ParquetFile::create(output, &schema, &[input], row_group_rows)?;
     let info = super::convert::read_any(input, lenient, TimeBase::default(), &mut |r| {
         batcher.push(r).map_err(|why| {
             std::io::Error::other(format!("allocview does not load this record: {why}"))
         })?;
-        if batcher.pending_rows() >= ROW_GROUP_ROWS {
+        if batcher.pending_rows() >= row_group_rows {
             let batch = batcher.take_batch().map_err(std::io::Error::other)?;
             out.write(&batch)
                 .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
@@ -107,7 +112,12 @@ fn stream(input: &Path, output: &Path, lenient: bool) -> Result<(u64, Vec<String
 
 /// Writes a loaded input's tables; returns the rows of the main table and the companions'
 /// names.
-fn write_loaded(loaded: &Loaded, input: &Path, output: &Path) -> Result<(u64, Vec<String>)> {
+fn write_loaded(
+    loaded: &Loaded,
+    input: &Path,
+    output: &Path,
+    row_group_rows: usize,
+) -> Result<(u64, Vec<String>)> {
     let (main, others): (DataFrame, Vec<(&str, DataFrame)>) = match loaded {
         Loaded::MallocTrace(t) => {
             let mut others = vec![("threads", t.threads.clone())];
@@ -147,6 +157,8 @@ fn write_loaded(loaded: &Loaded, input: &Path, output: &Path) -> Result<(u64, Ve
             .with_context(|| format!("the {name} table"))?;
         names.push((*name).to_owned());
     }
-    let rows = parquet_out::write_frame(output, &main, &[input])?;
+    let mut out = ParquetFile::create(output, main.schema(), &[input], row_group_rows)?;
+    out.write(&main)?;
+    let rows = out.finish()?;
     Ok((rows, names))
 }
