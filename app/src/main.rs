@@ -68,7 +68,8 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// Run a command under the malloc tracer and write its trace (one file per process).
     Record(cmd::record::RecordArgs),
-    /// Convert a trace between the text form and allocview's binary form, losslessly.
+    /// Convert a trace between the text form and allocview's binary form, losslessly, or write
+    /// an input's tables as Parquet (`OUT.parquet`).
     Convert(cmd::convert::ConvertArgs),
     /// Plan buffers with known lifetimes (a minimalloc CSV, a JSON graph plan, a trace or a TF
     /// memory log) with static planners, against the lower bound.

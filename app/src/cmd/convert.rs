@@ -1,4 +1,5 @@
-//! `allocview convert IN OUT`: between the libtracemalloc text form and allocview's binary form.
+//! `allocview convert IN OUT`: between the libtracemalloc text form and allocview's binary form
+//! (Parquet output: [`super::convert_parquet`]).
 //!
 //! The conversion is lossless at the record level: every record's time (nanoseconds), thread
 //! id, size (or free), pointer and call name (or its absence) survives a round trip in either
