@@ -91,8 +91,8 @@ pub fn window(
     };
     let mut new_ids: Vec<u32> = (0..k).collect();
     new_ids.reserve(end - start);
-    for i in start..end {
-        new_ids.push(renumber(i, ids[i])?);
+    for (i, &id) in ids.iter().enumerate().take(end).skip(start) {
+        new_ids.push(renumber(i, id)?);
     }
     let rows: Vec<IdxSize> = carried
         .iter()

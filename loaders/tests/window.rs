@@ -76,7 +76,11 @@ fn windows(n: usize) -> Vec<(usize, usize)> {
 
 #[test]
 fn a_windows_live_bytes_are_the_whole_traces_at_every_event() {
-    for name in ["find_usr_include.trace.gz", "perl_hash.avt", "python_json.avt"] {
+    for name in [
+        "find_usr_include.trace.gz",
+        "perl_hash.avt",
+        "python_json.avt",
+    ] {
         let events = events_of(name);
         let full = trace_view(&events, Path::new(name)).unwrap();
         let full_live = live_after_each(&full);
@@ -154,6 +158,9 @@ fn empty_and_out_of_range_windows_are_refused() {
             matches!(err, WindowError::OutOfRange { .. }),
             "{start}..{end}: {err}"
         );
-        assert!(err.to_string().contains(&format!("{start}..{end}")), "{err}");
+        assert!(
+            err.to_string().contains(&format!("{start}..{end}")),
+            "{err}"
+        );
     }
 }
