@@ -1,5 +1,6 @@
 //! Windows of real traces: the allocations live at the window's start are carried in, so live
 //! bytes at every event of the window are the whole trace's, under every policy replayed.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
