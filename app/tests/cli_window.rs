@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use allocview_sim::trace::EventKind;
 use serde_json::Value;
 
 fn sample(name: &str) -> PathBuf {
@@ -40,20 +39,7 @@ fn full_trace(name: &str) -> (Vec<i64>, Vec<u64>) {
         panic!("{name} is a malloc trace")
     };
     let view = allocview_loaders::trace_view(&t.events, &sample(name)).unwrap();
-    let mut live = 0u64;
-    let lives = view
-        .kind
-        .iter()
-        .zip(view.size_bytes)
-        .map(|(&k, &size)| {
-            if k == EventKind::Alloc as u8 {
-                live += size;
-            } else if k == EventKind::Free as u8 {
-                live -= size;
-            }
-            live
-        })
-        .collect();
+    let lives = allocview_sim::testing::live_bytes_after_each(&view);
     (view.t_ns.to_vec(), lives)
 }
 

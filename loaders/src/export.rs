@@ -196,19 +196,7 @@ pub fn keyed_stacks_frame(
     table: &StackTable,
     map: &std::collections::HashMap<u32, u32>,
 ) -> PolarsResult<DataFrame> {
-    let mut keys: Vec<(&u32, &u32)> = map.iter().collect();
+    let mut keys: Vec<(u32, u32)> = map.iter().map(|(&k, &id)| (k, id)).collect();
     keys.sort_unstable();
-    let (mut stack_id, mut depth, mut frame_id) = (Vec::new(), Vec::new(), Vec::new());
-    for (&file_id, &id) in keys {
-        for (d, &f) in (0u32..).zip(table.stack(id)) {
-            stack_id.push(file_id);
-            depth.push(d);
-            frame_id.push(f);
-        }
-    }
-    DataFrame::new_infer_height(vec![
-        UInt32Chunked::from_vec("stack_id".into(), stack_id).into_column(),
-        UInt32Chunked::from_vec("depth".into(), depth).into_column(),
-        UInt32Chunked::from_vec("frame_id".into(), frame_id).into_column(),
-    ])
+    table.stacks_frame_keyed(keys.into_iter())
 }

@@ -10,7 +10,8 @@ use allocview_loaders::{LoadOptions, Loaded, load, trace_view};
 use allocview_sim::metrics::live_bytes;
 use allocview_sim::policy::registry::{self, PolicyConfig};
 use allocview_sim::replay::{ReplayOptions, replay};
-use allocview_sim::trace::{EventKind, TraceView};
+use allocview_sim::testing::live_bytes_after_each;
+use allocview_sim::trace::EventKind;
 use polars::prelude::*;
 
 fn sample(name: &str) -> PathBuf {
@@ -24,23 +25,6 @@ fn events_of(name: &str) -> DataFrame {
         Loaded::MallocTrace(t) => t.events,
         other => panic!("{name}: not a malloc trace: {other:?}"),
     }
-}
-
-/// Live bytes after each event, from the events alone.
-fn live_after_each(v: &TraceView<'_>) -> Vec<u64> {
-    let mut live = 0u64;
-    v.kind
-        .iter()
-        .zip(v.size_bytes)
-        .map(|(&k, &size)| {
-            if k == EventKind::Alloc as u8 {
-                live += size;
-            } else if k == EventKind::Free as u8 {
-                live -= size;
-            }
-            live
-        })
-        .collect()
 }
 
 /// (address, size) of every allocation live just before event `at`.
@@ -84,7 +68,7 @@ fn a_windows_live_bytes_are_the_whole_traces_at_every_event() {
     ] {
         let events = events_of(name);
         let full = trace_view(&events, Path::new(name)).unwrap();
-        let full_live = live_after_each(&full);
+        let full_live = live_bytes_after_each(&full);
         let n = full.len();
         for (start, end) in windows(n) {
             let (cut, info) = window(&events, start, end).unwrap();
@@ -92,7 +76,7 @@ fn a_windows_live_bytes_are_the_whole_traces_at_every_event() {
             let view = trace_view(&cut, Path::new(name)).unwrap();
             let k = info.carried_in as usize;
             assert_eq!(view.len(), k + end - start, "{name} {start}..{end}");
-            let live = live_after_each(&view);
+            let live = live_bytes_after_each(&view);
             let before = if start == 0 { 0 } else { full_live[start - 1] };
             assert_eq!(
                 live.get(k.wrapping_sub(1)).copied().unwrap_or(0),
@@ -119,7 +103,7 @@ fn a_windows_live_bytes_are_the_whole_traces_at_every_event() {
 fn policies_replaying_a_window_see_the_whole_traces_live_bytes() {
     let events = events_of("find_usr_include.trace.gz");
     let full = trace_view(&events, Path::new("full")).unwrap();
-    let full_live = live_after_each(&full);
+    let full_live = live_bytes_after_each(&full);
     let n = full.len();
     let (start, end) = (n / 3, n / 3 + 6_000);
     let (cut, info) = window(&events, start, end).unwrap();
