@@ -209,8 +209,10 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     let explicit = !args.policies.policy.is_empty();
     // A TensorFlow memory log: plain `bfc` is replayed against TensorFlow's own addresses,
     // from a checkpoint rebuilt from the log (or from process start with --from-start).
+    // A window of the log has no rebuilt checkpoint at its start: `bfc` is then simulated like
+    // every other policy, over the window.
     let memlog = match &loaded {
-        Loaded::TfMemoryLog(log) => Some(log.as_ref()),
+        Loaded::TfMemoryLog(log) if !args.input.window.is_set() => Some(log.as_ref()),
         _ => None,
     };
     let is_tf_bfc = |s: &PolicySpec| memlog.is_some() && s.name == "bfc" && s.is_plain();
