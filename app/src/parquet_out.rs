@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::{Context as _, Result};
-use polars::io::parquet::write::BatchedWriter;
+use polars::io::parquet::write::{BatchedWriter, KeyValueMetadata};
 use polars::prelude::{DataFrame, ParquetWriter, Schema};
 
 use crate::safe_write::PendingFile;
@@ -53,8 +53,8 @@ pub struct ParquetFile {
 }
 
 impl ParquetFile {
-    /// Starts `path` for tables of `schema`, in row groups of at most `row_group_rows`;
-    /// `inputs` are refused as the output.
+    /// Starts `path` for tables of `schema`, in row groups of at most `row_group_rows`, with
+    /// file-level `meta`data (see [`metadata`]); `inputs` are refused as the output.
     ///
     /// # Errors
     /// The refusal, or when the temporary file cannot be created.
@@ -63,6 +63,7 @@ impl ParquetFile {
         schema: &Schema,
         inputs: &[&Path],
         row_group_rows: usize,
+        meta: Vec<(String, String)>,
     ) -> Result<Self> {
         let row_group_rows = row_group_rows.max(1);
         let (pending, file) = PendingFile::create(path, inputs)?;
@@ -72,6 +73,7 @@ impl ParquetFile {
         ))));
         let writer = ParquetWriter::new(file.clone())
             .with_row_group_size(Some(row_group_rows))
+            .with_key_value_metadata(Some(KeyValueMetadata::from_static(meta)))
             .batched(schema)
             .with_context(|| format!("cannot write {}", path.display()))?;
         Ok(Self {
@@ -127,12 +129,34 @@ impl ParquetFile {
     }
 }
 
-/// Writes `df` to `path` as Parquet (row groups of at most [`ROW_GROUP_ROWS`]).
+/// File-level metadata every file carries: `allocview.table` (which table it is),
+/// `allocview.source` (the input, when there is one) and `allocview.version`.
+#[must_use]
+pub fn metadata(table: &str, source: Option<&Path>) -> Vec<(String, String)> {
+    let mut meta = vec![
+        ("allocview.table".to_owned(), table.to_owned()),
+        (
+            "allocview.version".to_owned(),
+            env!("CARGO_PKG_VERSION").to_owned(),
+        ),
+    ];
+    if let Some(source) = source {
+        meta.push(("allocview.source".to_owned(), source.display().to_string()));
+    }
+    meta
+}
+
+/// Writes `df` to `path` as Parquet (row groups of at most [`ROW_GROUP_ROWS`]), with `meta`.
 ///
 /// # Errors
 /// As [`ParquetFile`].
-pub fn write_frame(path: &Path, df: &DataFrame, inputs: &[&Path]) -> Result<u64> {
-    let mut out = ParquetFile::create(path, df.schema(), inputs, ROW_GROUP_ROWS)?;
+pub fn write_frame(
+    path: &Path,
+    df: &DataFrame,
+    inputs: &[&Path],
+    meta: Vec<(String, String)>,
+) -> Result<u64> {
+    let mut out = ParquetFile::create(path, df.schema(), inputs, ROW_GROUP_ROWS, meta)?;
     out.write(df)?;
     out.finish()
 }
@@ -142,12 +166,13 @@ pub fn write_frame(path: &Path, df: &DataFrame, inputs: &[&Path]) -> Result<u64>
 ///
 /// # Errors
 /// When the file cannot be written.
-pub fn write_to_temporary(tmp: &Path, df: &DataFrame) -> Result<()> {
+pub fn write_to_temporary(tmp: &Path, df: &DataFrame, meta: Vec<(String, String)>) -> Result<()> {
     let context = || format!("cannot write {}", tmp.display());
     let file = File::create(tmp).with_context(context)?;
     let mut out = BufWriter::with_capacity(1 << 20, file);
     ParquetWriter::new(&mut out)
         .with_row_group_size(Some(ROW_GROUP_ROWS))
+        .with_key_value_metadata(Some(KeyValueMetadata::from_static(meta)))
         .finish(&mut df.clone())
         .with_context(context)?;
     out.flush().with_context(context)?;

@@ -128,6 +128,15 @@ fn duckdb_and_pyarrow_read_converted_traces_as_allocview_counts_them() {
             );
         }
         assert_eq!(read["threads_rows"], stats["threads"], "{name}: threads");
+        let meta = &read["metadata"];
+        assert_eq!(meta["allocview.table"], "events", "{name}: {meta}");
+        assert_eq!(meta["allocview.source"], trace, "{name}");
+        assert!(
+            meta["allocview.kind_codes"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("0=alloc,1=free,")),
+            "{name}: {meta}"
+        );
         for key in ["peak_live_bytes", "final_live_bytes", "mallocs"] {
             assert_eq!(read[key], stats[key], "{name}: {key} from DuckDB");
         }

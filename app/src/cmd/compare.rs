@@ -248,7 +248,8 @@ pub fn run(args: &CompareArgs) -> Result<()> {
             .filter_map(|r| r.result.as_ref().ok().map(|rep| (r.name.as_str(), rep)))
             .collect();
         let series = super::report::timeline_frame(&done)?;
-        crate::parquet_out::write_frame(path, &series, &[&args.file])?;
+        let meta = crate::parquet_out::metadata("series", Some(&args.file));
+        crate::parquet_out::write_frame(path, &series, &[&args.file], meta)?;
         eprintln!(
             "wrote the series of {} policies to {}",
             done.len(),

@@ -67,7 +67,13 @@ fn stream(
     let mut batcher = EventBatcher::default();
     // The schema of an empty batch is every batch's.
     let schema = batcher.take_batch()?.schema().clone();
-    let mut out = ParquetFile::create(output, &schema, &[input], row_group_rows)?;
+    let mut out = ParquetFile::create(
+        output,
+        &schema,
+        &[input],
+        row_group_rows,
+        events_metadata(input),
+    )?;
     let info = super::convert::read_any(input, lenient, TimeBase::default(), &mut |r| {
         batcher.push(r).map_err(|why| {
             std::io::Error::other(format!("allocview does not load this record: {why}"))
@@ -82,7 +88,12 @@ fn stream(
     out.write(&batcher.take_batch()?)?;
     let mut tables = vec![];
     let threads = companion(output, "threads");
-    parquet_out::write_frame(&threads, &batcher.threads()?, &[input])?;
+    parquet_out::write_frame(
+        &threads,
+        &batcher.threads()?,
+        &[input],
+        parquet_out::metadata("threads", Some(input)),
+    )?;
     tables.push("threads".to_owned());
     if let Some(info) = info
         && let Some(mut stacks) = info.stacks
@@ -97,11 +108,13 @@ fn stream(
             &companion(output, "stacks"),
             &keyed_stacks_frame(&table, &map)?,
             &[input],
+            parquet_out::metadata("stacks", Some(input)),
         )?;
         parquet_out::write_frame(
             &companion(output, "frames"),
             &table.frames_frame()?,
             &[input],
+            parquet_out::metadata("frames", Some(input)),
         )?;
         tables.extend(["stacks".to_owned(), "frames".to_owned()]);
     }
@@ -153,12 +166,31 @@ fn write_loaded(
     };
     let mut names = Vec::new();
     for (name, table) in &others {
-        parquet_out::write_frame(&companion(output, name), table, &[input])
+        let meta = parquet_out::metadata(name, Some(input));
+        parquet_out::write_frame(&companion(output, name), table, &[input], meta)
             .with_context(|| format!("the {name} table"))?;
         names.push((*name).to_owned());
     }
-    let mut out = ParquetFile::create(output, main.schema(), &[input], row_group_rows)?;
+    let meta = match loaded {
+        Loaded::Plan(_) => parquet_out::metadata("buffers", Some(input)),
+        _ => events_metadata(input),
+    };
+    let mut out = ParquetFile::create(output, main.schema(), &[input], row_group_rows, meta)?;
     out.write(&main)?;
     let rows = out.finish()?;
     Ok((rows, names))
+}
+
+/// The events file's metadata: what its codes mean, so a reader needs no other document.
+fn events_metadata(input: &Path) -> Vec<(String, String)> {
+    let mut meta = parquet_out::metadata("events", Some(input));
+    meta.push((
+        "allocview.kind_codes".to_owned(),
+        "0=alloc,1=free,2=free_null,3=free_unknown,4=alloc_failed".to_owned(),
+    ));
+    meta.push((
+        "allocview.call_names".to_owned(),
+        allocview_loaders::malloc_trace::CALL_NAMES.join(","),
+    ));
+    meta
 }

@@ -96,7 +96,8 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         write_csv(&mut df, &out.start(&args.out.join(format!("{name}.csv")))?)?;
         if args.parquet {
             let path = out.start(&args.out.join(format!("{name}.parquet")))?;
-            crate::parquet_out::write_to_temporary(&path, &df)?;
+            let meta = crate::parquet_out::metadata(name, Some(&args.file));
+            crate::parquet_out::write_to_temporary(&path, &df, meta)?;
         }
     }
 

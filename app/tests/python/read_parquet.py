@@ -21,6 +21,12 @@ def main() -> None:
         "row_groups": meta.metadata.num_row_groups,
         "threads_rows": pq.read_table(threads).num_rows,
         "series_schema": [f.name for f in pq.ParquetFile(series).schema_arrow],
+        # allocview's file-level key-value metadata.
+        "metadata": {
+            k.decode(): v.decode()
+            for k, v in (meta.metadata.metadata or {}).items()
+            if k.startswith(b"allocview.")
+        },
     }
     con = duckdb.connect()
     # Live bytes after each event in file order (DuckDB's file_row_number), then its peak.
