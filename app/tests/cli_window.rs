@@ -166,6 +166,19 @@ fn empty_and_inverted_windows_are_refused_with_the_reason() {
         assert!(!out.status.success(), "{flags:?}");
         assert!(err.contains(why), "{flags:?}: {err}");
     }
+    // `convert`'s --to is its output form or the window's end, and says so when it is neither.
+    let out = run(&["convert", trace, "/nonexistent/x.parquet", "--to", "bogus"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("output form"),
+        "{err}"
+    );
+    let out = run(&["convert", trace, "/nonexistent/x.trace", "--to", "5ms"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("Parquet output only"),
+        "{err}"
+    );
     let snapshot = sample("pytorch/lm_forward_a.pickle");
     let out = run(&["stats", snapshot.to_str().unwrap(), "--events", "0..10"]);
     let err = String::from_utf8_lossy(&out.stderr);

@@ -95,6 +95,15 @@ impl ConvertArgs {
 /// Runs `allocview convert`.
 pub fn run(args: &ConvertArgs) -> Result<()> {
     check_distinct(&args.input, &args.output)?;
+    if let Some(to) = &args.to
+        && args.target().is_none()
+        && super::window::parse_time_ns(to).is_err()
+    {
+        anyhow::bail!(
+            "--to {to}: expected an output form (text, binary or parquet) or the end of a window \
+             (a time such as 1.5s or 200ms)"
+        );
+    }
     let parquet_name = args.output.extension().is_some_and(|e| e == "parquet");
     let to = match args.target() {
         Some(Target::Parquet) => None,

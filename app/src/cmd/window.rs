@@ -88,7 +88,7 @@ impl WindowArgs {
 }
 
 /// A time on the trace's clock, in nanoseconds (see [`WindowArgs::from`]).
-fn parse_time_ns(text: &str) -> Result<i64> {
+pub fn parse_time_ns(text: &str) -> Result<i64> {
     let t = text.trim();
     let ns = if let Ok(secs) = t.parse::<f64>() {
         secs * 1e9
