@@ -21,14 +21,9 @@ use crate::parquet_out::{self, ParquetFile, companion};
 /// Runs `convert` with Parquet output.
 pub fn run(args: &ConvertArgs) -> Result<()> {
     let window = args.window();
-    let streamable = matches!(
-        allocview_loaders::detect(&args.input),
-        Ok(InputKind::MallocTrace | InputKind::BinaryTrace)
-    );
-    let noun = if matches!(
-        allocview_loaders::detect(&args.input),
-        Ok(InputKind::Plan(_))
-    ) {
+    let kind = allocview_loaders::detect(&args.input).ok();
+    let streamable = matches!(kind, Some(InputKind::MallocTrace | InputKind::BinaryTrace));
+    let noun = if matches!(kind, Some(InputKind::Plan(_))) {
         "buffers"
     } else {
         "events"
