@@ -13,6 +13,7 @@ mod format;
 #[cfg(feature = "gui")]
 mod gui;
 mod model;
+mod parquet_out;
 mod progress;
 mod safe_write;
 mod symbolize;
@@ -67,7 +68,8 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// Run a command under the malloc tracer and write its trace (one file per process).
     Record(cmd::record::RecordArgs),
-    /// Convert a trace between the text form and allocview's binary form, losslessly.
+    /// Convert a trace between the text form and allocview's binary form, losslessly, or write
+    /// an input's tables as Parquet (`OUT.parquet`).
     Convert(cmd::convert::ConvertArgs),
     /// Plan buffers with known lifetimes (a minimalloc CSV, a JSON graph plan, a trace or a TF
     /// memory log) with static planners, against the lower bound.
@@ -163,5 +165,5 @@ fn explore(
     let jobs = policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    tui::run(file, &names, config, input.lenient, jobs, goto)
+    tui::run(file, &names, config, input, jobs, goto)
 }

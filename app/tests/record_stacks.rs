@@ -315,6 +315,55 @@ fn converting_keeps_stacks_in_binary_and_says_what_text_drops() {
     for id in 0..ta.num_stacks() as u32 {
         assert_eq!(names(&ta, id), names(&tb, id));
     }
+    parquet_keeps_the_stacks(&out, &a.events, &ta);
+}
+
+/// `convert` to Parquet (streamed) gives every allocation the stack the loader gives it,
+/// through the file's stacks and frames tables.
+fn parquet_keeps_the_stacks(trace: &Path, loaded: &polars::prelude::DataFrame, table: &StackTable) {
+    use polars::prelude::*;
+    let events = trace.with_extension("parquet");
+    ok(&allocview(&[
+        "convert",
+        trace.to_str().unwrap(),
+        events.to_str().unwrap(),
+    ]));
+    let read = |name: &str| {
+        let path = trace.with_file_name(name);
+        ParquetReader::new(std::fs::File::open(path).unwrap())
+            .finish()
+            .unwrap()
+    };
+    let stem = trace.file_stem().unwrap().to_str().unwrap();
+    let (got, stacks, frames) = (
+        read(&format!("{stem}.parquet")),
+        read(&format!("{stem}.stacks.parquet")),
+        read(&format!("{stem}.frames.parquet")),
+    );
+    let function = frames.column("function").unwrap().str().unwrap();
+    let mut by_stack: std::collections::HashMap<u32, Vec<(u32, String)>> = Default::default();
+    let cols = ["stack_id", "depth", "frame_id"].map(|c| stacks.column(c).unwrap().u32().unwrap());
+    for row in 0..stacks.height() {
+        let [s, d, f] = cols.each_ref().map(|c| c.get(row).unwrap());
+        let name = function.get(f as usize).unwrap().to_owned();
+        by_stack.entry(s).or_default().push((d, name));
+    }
+    let ours = got.column("stack_id").unwrap().u32().unwrap();
+    let theirs = loaded.column("stack_id").unwrap().u32().unwrap();
+    assert_eq!(ours.len(), theirs.len());
+    let mut with_stack = 0;
+    for (file_id, id) in ours.iter().zip(theirs.iter()) {
+        let (Some(file_id), Some(id)) = (file_id, id) else {
+            assert_eq!(file_id.is_some(), id.is_some());
+            continue;
+        };
+        let mut frames = by_stack.get(&file_id).cloned().unwrap_or_default();
+        frames.sort();
+        let frames: Vec<String> = frames.into_iter().map(|(_, n)| n).collect();
+        assert_eq!(frames, names(table, id));
+        with_stack += 1;
+    }
+    assert!(with_stack > 50, "{with_stack} allocations with a stack");
 }
 
 #[test]

@@ -29,6 +29,7 @@
 
 pub mod binary;
 pub mod error;
+pub mod export;
 pub mod input;
 pub mod malloc_trace;
 pub mod plan;
@@ -37,6 +38,7 @@ pub mod site_stats;
 pub mod sites;
 pub mod stats;
 pub mod tf;
+pub mod window;
 
 use std::path::Path;
 

@@ -206,13 +206,23 @@ impl StackTable {
     /// # Errors
     /// Only when polars fails to assemble the columns.
     pub fn stacks_frame(&self) -> PolarsResult<DataFrame> {
-        let rows: usize = self.stacks.iter().map(Vec::len).sum();
-        let mut stack_id = Vec::with_capacity(rows);
-        let mut depth = Vec::with_capacity(rows);
-        let mut frame_id = Vec::with_capacity(rows);
-        for (s, frames) in (0u32..).zip(&self.stacks) {
-            for (d, &f) in (0u32..).zip(frames) {
-                stack_id.push(s);
+        let ids = (0..self.stacks.len()).map(|id| (id as u32, id as u32));
+        self.stacks_frame_keyed(ids)
+    }
+
+    /// The stacks table with other keys: for each `(key, id)`, stack `id`'s rows under
+    /// `stack_id` `key` (a file's own stack ids, say), in the order given.
+    ///
+    /// # Errors
+    /// Only when polars fails to assemble the columns.
+    pub fn stacks_frame_keyed(
+        &self,
+        keys: impl Iterator<Item = (u32, u32)>,
+    ) -> PolarsResult<DataFrame> {
+        let (mut stack_id, mut depth, mut frame_id) = (Vec::new(), Vec::new(), Vec::new());
+        for (key, id) in keys {
+            for (d, &f) in (0u32..).zip(self.stack(id)) {
+                stack_id.push(key);
                 depth.push(d);
                 frame_id.push(f);
             }

@@ -124,6 +124,10 @@ pub struct CompareArgs {
     /// it beside the peak live bytes (`min_limit_bytes` in the JSON).
     #[arg(long, conflicts_with = "limit")]
     pub min_limit: bool,
+    /// Also write every policy's series (the `timeline.csv` of `report`: one row per policy
+    /// and time bucket, with a `policy` column) to this Parquet file.
+    #[arg(long, value_name = "OUT")]
+    pub parquet: Option<PathBuf>,
     #[command(flatten)]
     pub input: InputArgs,
 }
@@ -205,8 +209,10 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     let explicit = !args.policies.policy.is_empty();
     // A TensorFlow memory log: plain `bfc` is replayed against TensorFlow's own addresses,
     // from a checkpoint rebuilt from the log (or from process start with --from-start).
+    // A window of the log has no rebuilt checkpoint at its start: `bfc` is then simulated like
+    // every other policy, over the window.
     let memlog = match &loaded {
-        Loaded::TfMemoryLog(log) => Some(log.as_ref()),
+        Loaded::TfMemoryLog(log) if !args.input.window.is_set() => Some(log.as_ref()),
         _ => None,
     };
     let is_tf_bfc = |s: &PolicySpec| memlog.is_some() && s.name == "bfc" && s.is_plain();
@@ -235,6 +241,20 @@ pub fn run(args: &CompareArgs) -> Result<()> {
             Err(e) if explicit => bail!("policy {label}: {e}"),
             Err(e) => eprintln!("note: skipping {label}: {e}"),
         }
+    }
+    if let Some(path) = &args.parquet {
+        let done: Vec<(&str, &Replay)> = runs
+            .iter()
+            .filter_map(|r| r.result.as_ref().ok().map(|rep| (r.name.as_str(), rep)))
+            .collect();
+        let series = super::report::timeline_frame(&done)?;
+        let meta = crate::parquet_out::metadata("series", Some(&args.file));
+        crate::parquet_out::write_frame(path, &series, &[&args.file], meta)?;
+        eprintln!(
+            "wrote the series of {} policies to {}",
+            done.len(),
+            path.display()
+        );
     }
     let minima = if args.min_limit {
         min_limits(args, &view, &sim_specs, &config, jobs, memlog, &mut rows)

@@ -1,4 +1,5 @@
-//! `allocview convert IN OUT`: between the libtracemalloc text form and allocview's binary form.
+//! `allocview convert IN OUT`: between the libtracemalloc text form and allocview's binary form
+//! (Parquet output: [`super::convert_parquet`]).
 //!
 //! The conversion is lossless at the record level: every record's time (nanoseconds), thread
 //! id, size (or free), pointer and call name (or its absence) survives a round trip in either
@@ -20,7 +21,6 @@ use allocview_loaders::malloc_trace::{self, CALL_NAMES, MAX_THREADS, Record};
 use allocview_loaders::{LoadOptions, LoadSummary, Strictness};
 use anyhow::{Context as _, Result};
 
-use super::load::InputArgs;
 use crate::safe_write::{self, PendingFile};
 
 /// The two forms a trace can be written in.
@@ -32,6 +32,18 @@ pub enum Form {
     Binary,
 }
 
+/// What `convert --to` names: a trace form, or Parquet tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Target {
+    /// libtracemalloc text (gzip when the file name ends in `.gz`).
+    Text,
+    /// allocview's binary form (zstd blocks).
+    Binary,
+    /// Parquet tables: the events in OUT, the threads, stacks and frames (and a PyTorch
+    /// snapshot's segments and blocks) in OUT.<table>.parquet beside it.
+    Parquet,
+}
+
 /// Arguments of `allocview convert`.
 #[derive(Debug, clap::Args)]
 pub struct ConvertArgs {
@@ -40,24 +52,81 @@ pub struct ConvertArgs {
     pub input: PathBuf,
     /// Where to write.
     pub output: PathBuf,
-    /// The form to write; by default the other form than the input's.
-    #[arg(long, value_enum)]
-    pub to: Option<Form>,
-    #[command(flatten)]
-    pub input_args: InputArgs,
+    /// What to write (`text`, `binary` or `parquet`; by default Parquet when OUTPUT ends in
+    /// `.parquet`, else the other trace form than the input's), or, as in every command, the
+    /// end of the window to convert (a time: see `--from`).
+    #[arg(long, value_name = "FORM|TIME")]
+    pub to: Option<String>,
+    /// Convert only the events from this time on (Parquet output): see `allocview stats
+    /// --help` for times, and `--to`.
+    #[arg(long, value_name = "TIME")]
+    pub from: Option<String>,
+    /// Convert only these events (Parquet output): `A..B`, `A..` or `..B`.
+    #[arg(long, value_name = "A..B")]
+    pub events: Option<String>,
+    /// Parquet output: most events in one row group, and in memory at once while a malloc
+    /// trace is streamed.
+    #[arg(long, value_name = "N", default_value_t = crate::parquet_out::ROW_GROUP_ROWS)]
+    pub row_group_rows: usize,
+    /// Skip malformed lines instead of stopping at the first one (they are counted and the
+    /// first few are reported).
+    #[arg(long)]
+    pub lenient: bool,
+}
+
+impl ConvertArgs {
+    /// The `--to` value when it names an output form.
+    fn target(&self) -> Option<Target> {
+        use clap::ValueEnum as _;
+        let to = self.to.as_deref()?;
+        Target::from_str(to, true).ok()
+    }
+
+    /// The window flags, `--to` among them when it is a time.
+    pub fn window(&self) -> super::window::WindowArgs {
+        super::window::WindowArgs {
+            from: self.from.clone(),
+            to: self.to.clone().filter(|_| self.target().is_none()),
+            events: self.events.clone(),
+        }
+    }
 }
 
 /// Runs `allocview convert`.
 pub fn run(args: &ConvertArgs) -> Result<()> {
     check_distinct(&args.input, &args.output)?;
+    if let Some(to) = &args.to
+        && args.target().is_none()
+        && super::window::parse_time_ns(to).is_err()
+    {
+        anyhow::bail!(
+            "--to {to}: expected an output form (text, binary or parquet) or the end of a window \
+             (a time such as 1.5s or 200ms)"
+        );
+    }
+    let parquet_name = args.output.extension().is_some_and(|e| e == "parquet");
+    let to = match args.target() {
+        Some(Target::Parquet) => None,
+        Some(Target::Text) => Some(Form::Text),
+        Some(Target::Binary) => Some(Form::Binary),
+        None if parquet_name => None,
+        None => Some(if binary::is_binary(&binary::file_head(&args.input)?) {
+            Form::Text
+        } else {
+            Form::Binary
+        }),
+    };
+    let Some(to) = to else {
+        return super::convert_parquet::run(args);
+    };
+    if args.window().is_set() {
+        anyhow::bail!(
+            "a window (`--from`, `--to TIME`, `--events`) applies to Parquet output only in `convert`: the \
+             text and binary forms are copied record for record"
+        );
+    }
     refuse_other_inputs(&args.input)?;
-    let input_binary = binary::is_binary(&binary::file_head(&args.input)?);
-    let to = args.to.unwrap_or(if input_binary {
-        Form::Text
-    } else {
-        Form::Binary
-    });
-    let count = convert(&args.input, &args.output, to, args.input_args.lenient)?;
+    let count = convert(&args.input, &args.output, to, args.lenient)?;
     eprintln!(
         "wrote {} records to {} ({} form)",
         crate::format::count(count),

@@ -17,16 +17,34 @@ pub struct InputArgs {
     /// first few are reported).
     #[arg(long)]
     pub lenient: bool,
+    #[command(flatten)]
+    pub window: super::window::WindowArgs,
 }
 
-/// Loads `path`, showing a progress bar on a terminal and printing load warnings to stderr.
+/// Loads `path`, showing a progress bar on a terminal and printing load warnings to stderr,
+/// and cuts it to the window `args` ask for.
 pub fn load_input(path: &Path, args: &InputArgs) -> Result<Loaded> {
+    let mut loaded = load_whole(path, args.lenient)?;
+    if let Some(w) = super::window::apply(&mut loaded, &args.window, path)? {
+        eprintln!(
+            "window: events {}..{} of {} ({} allocations live at its start carried in)",
+            crate::format::count(w.start as u64),
+            crate::format::count(w.end as u64),
+            path.display(),
+            crate::format::count(u64::from(w.carried_in)),
+        );
+    }
+    Ok(loaded)
+}
+
+/// Loads `path` whole (see [`load_input`]).
+pub fn load_whole(path: &Path, lenient: bool) -> Result<Loaded> {
     let counter = Arc::new(AtomicU64::new(0));
     let file_bytes = std::fs::metadata(path)
         .with_context(|| format!("cannot open {}", path.display()))?
         .len();
     let opts = LoadOptions {
-        strictness: if args.lenient {
+        strictness: if lenient {
             Strictness::Lenient
         } else {
             Strictness::Strict
@@ -136,7 +154,7 @@ pub fn require_events<'a>(loaded: &'a Loaded, path: &Path, command: &str) -> Res
 }
 
 /// Counts like the malloc-trace loader's, from an event table's `kind` column.
-fn summary_from_kinds(events: &DataFrame) -> LoadSummary {
+pub fn summary_from_kinds(events: &DataFrame) -> LoadSummary {
     use allocview_sim::trace::EventKind;
     let mut s = LoadSummary::default();
     let kinds = events

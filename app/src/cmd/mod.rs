@@ -12,6 +12,7 @@ macro_rules! outln {
 pub mod bench;
 pub mod compare;
 pub mod convert;
+pub mod convert_parquet;
 pub mod diff;
 pub mod flamegraph_svg;
 pub mod load;
@@ -27,3 +28,4 @@ pub mod spill_plot;
 pub mod spill_units;
 pub mod stats;
 pub mod stats_pytorch;
+pub mod window;

@@ -27,6 +27,10 @@ pub struct ReportArgs {
     /// Directory to write into (created if missing).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
+    /// Also write each CSV's table as Parquet beside it (`summary.parquet`, `timeline.parquet`,
+    /// `classes.parquet`).
+    #[arg(long)]
+    pub parquet: bool,
     /// Chart size in pixels, width x height.
     #[arg(long, default_value = "1200x700")]
     pub size: String,
@@ -83,12 +87,19 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     // Every file goes to a temporary file first; all replace their outputs together at the
     // end, so a failure part way leaves the folder as it was.
     let mut out = Outputs::new(&args.file);
-    let mut summary = summary_frame(&done, max_live)?;
-    write_csv(&mut summary, &out.start(&args.out.join("summary.csv"))?)?;
-    let mut timeline = timeline_frame(&done)?;
-    write_csv(&mut timeline, &out.start(&args.out.join("timeline.csv"))?)?;
-    let mut class_df = classes_frame(&classes)?;
-    write_csv(&mut class_df, &out.start(&args.out.join("classes.csv"))?)?;
+    let tables = [
+        ("summary", summary_frame(&done, max_live)?),
+        ("timeline", timeline_frame(&done)?),
+        ("classes", classes_frame(&classes)?),
+    ];
+    for (name, mut df) in tables {
+        write_csv(&mut df, &out.start(&args.out.join(format!("{name}.csv")))?)?;
+        if args.parquet {
+            let path = out.start(&args.out.join(format!("{name}.parquet")))?;
+            let meta = crate::parquet_out::metadata(name, Some(&args.file));
+            crate::parquet_out::write_to_temporary(&path, &df, meta)?;
+        }
+    }
 
     register_fonts()?;
     chart_timeline(
@@ -238,7 +249,9 @@ fn summary_frame(done: &[(&str, &Replay)], max_live: u64) -> Result<DataFrame> {
 
 /// Every bucket of every replay's series: bytes as the bucket's maximum (peaks survive),
 /// fractions as the value after the bucket's last event. The charts draw the same values.
-fn timeline_frame(done: &[(&str, &Replay)]) -> Result<DataFrame> {
+/// Every policy's series, one row per policy and time bucket (what `compare --parquet` writes
+/// too).
+pub(crate) fn timeline_frame(done: &[(&str, &Replay)]) -> Result<DataFrame> {
     let mut policy = Vec::new();
     let mut t_s = Vec::new();
     let mut live = Vec::new();

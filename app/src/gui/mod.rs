@@ -74,12 +74,14 @@ impl Run {
         path: &Path,
         names: &[PolicySpec],
         config: &PolicyConfig,
-        lenient: bool,
+        input: &crate::cmd::load::InputArgs,
         jobs: usize,
         goto: Option<String>,
     ) -> Self {
+        let lenient = input.lenient;
         let mut state = AppState::new(path, names, config.clone());
         state.initial_goto = goto;
+        state.window = input.window.clone();
         let (tx, rx) = channel();
         start_workers(&state, lenient, jobs, &tx);
         Self { state, rx }
@@ -129,7 +131,7 @@ struct GuiApp {
     runs: Vec<Run>,
     names: Vec<PolicySpec>,
     config: PolicyConfig,
-    lenient: bool,
+    input: crate::cmd::load::InputArgs,
     jobs: usize,
     /// Heap map zoom: the shown window of the held space, as fractions.
     heap_window: (f64, f64),
@@ -161,7 +163,7 @@ impl GuiApp {
             path,
             &self.names,
             &self.config,
-            self.lenient,
+            &self.input,
             self.jobs,
             self.goto.take(),
         );
@@ -1081,7 +1083,7 @@ pub fn run(args: &GuiArgs) -> Result<()> {
     let exit = Arc::new(Mutex::new(None));
     let app_exit = Arc::clone(&exit);
     let files = args.files.clone();
-    let lenient = args.input.lenient;
+    let input = args.input.clone();
     let shot = args.screenshot.clone();
     let goto = args.goto.clone();
     let sites = args.sites;
@@ -1104,7 +1106,7 @@ pub fn run(args: &GuiArgs) -> Result<()> {
                 runs: Vec::new(),
                 names,
                 config,
-                lenient,
+                input,
                 jobs,
                 heap_window: (0.0, 1.0),
                 textures: Vec::new(),

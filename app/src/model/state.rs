@@ -226,7 +226,12 @@ impl TraceData {
     ///
     /// # Errors
     /// A readable message naming the file.
-    pub fn load(path: &Path, lenient: bool, progress: Arc<AtomicU64>) -> Result<Self, String> {
+    pub fn load(
+        path: &Path,
+        lenient: bool,
+        window: &crate::cmd::window::WindowArgs,
+        progress: Arc<AtomicU64>,
+    ) -> Result<Self, String> {
         let opts = LoadOptions {
             strictness: if lenient {
                 Strictness::Lenient
@@ -235,7 +240,8 @@ impl TraceData {
             },
             progress: Some(progress),
         };
-        let loaded = allocview_loaders::load(path, &opts).map_err(|e| e.to_string())?;
+        let mut loaded = allocview_loaders::load(path, &opts).map_err(|e| e.to_string())?;
+        crate::cmd::window::apply(&mut loaded, window, path).map_err(|e| format!("{e:#}"))?;
         let warnings = crate::cmd::load::warnings(&loaded);
         let site_stacks = match &loaded {
             Loaded::MallocTrace(t) => t.stacks.clone(),
@@ -644,6 +650,8 @@ pub struct AppState {
     pub export_dir: PathBuf,
     /// Where to put the cursor once loaded (`--goto`: an event, a time or `peak`).
     pub initial_goto: Option<String>,
+    /// `--from`/`--to`/`--events`: the window of the trace to load.
+    pub window: crate::cmd::window::WindowArgs,
     /// For a plan file: which of its plans is shown (`p` cycles).
     pub plan_index: usize,
     /// The sites panel: memory by allocation site at the cursor.
@@ -732,6 +740,7 @@ impl AppState {
             config,
             export_dir: PathBuf::from("."),
             initial_goto: None,
+            window: crate::cmd::window::WindowArgs::default(),
             plan_index: 0,
             sites: super::sites::SitesState::default(),
         }
@@ -891,9 +900,10 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
         .map(|p| Arc::clone(&p.preparing))
         .collect();
     let config = state.config.clone();
+    let window = state.window.clone();
     let tx = tx.clone();
     std::thread::spawn(move || {
-        let data = match TraceData::load(&path, lenient, progress) {
+        let data = match TraceData::load(&path, lenient, &window, progress) {
             Ok(d) => Arc::new(d),
             Err(e) => {
                 tx.send(Msg::Loaded(Err(e))).ok();

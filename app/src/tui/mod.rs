@@ -60,12 +60,14 @@ pub fn run(
     path: &Path,
     policies: &[PolicySpec],
     config: PolicyConfig,
-    lenient: bool,
+    input: &crate::cmd::load::InputArgs,
     jobs: usize,
     goto: Option<String>,
 ) -> Result<()> {
+    let lenient = input.lenient;
     let mut state = AppState::new(path, policies, config);
     state.initial_goto = goto;
+    state.window = input.window.clone();
     let (tx, rx) = mpsc::channel();
     start_workers(&state, lenient, jobs, &tx);
     let mut terminal = ratatui::init();

@@ -184,6 +184,37 @@ fn stepping_keys_move_the_cursor() {
 }
 
 #[test]
+fn the_explorer_loads_only_the_window_with_its_live_blocks_carried_in() {
+    let path = sample("find_usr_include.trace.gz");
+    let mut whole = AppState::new(&path, &specs(&["first-fit"]), PolicyConfig::default());
+    load_blocking(&mut whole, false, 1).unwrap();
+    let mut s = AppState::new(&path, &specs(&["first-fit"]), PolicyConfig::default());
+    s.window = crate::cmd::window::WindowArgs {
+        events: Some("20000..25000".to_owned()),
+        ..Default::default()
+    };
+    load_blocking(&mut s, false, 1).unwrap();
+    let live_at = |st: &AppState, event: usize| {
+        let (_, c) = st
+            .selected_replay()
+            .unwrap()
+            .state_at(&st.data.as_ref().unwrap().view(), event)
+            .unwrap();
+        allocview_sim::metrics::live_bytes(&c)
+    };
+    // The window's rows: the allocations live before event 20000, then its 5000 events.
+    let carried = s.events() - 5_000;
+    assert!(carried > 0);
+    for j in [0, 1, 2_500, 4_999] {
+        assert_eq!(
+            live_at(&s, carried + j),
+            live_at(&whole, 20_000 + j),
+            "event {j}"
+        );
+    }
+}
+
+#[test]
 fn goto_accepts_events_and_times() {
     let mut s = loaded("find_usr_include.trace.gz", &["first-fit"]);
     send(&mut s, &key('g'));

@@ -264,6 +264,48 @@ impl Builder {
         self.stack.take()
     }
 
+    /// Rows pushed since the last [`Self::take_batch`].
+    pub(crate) fn pending_rows(&self) -> usize {
+        self.kind.len()
+    }
+
+    /// Drains the rows pushed so far into a DataFrame of the export schema
+    /// ([`crate::export`]), keeping the pairing and thread state: a trace is then written in
+    /// batches of bounded size, each batch's columns being dropped once written.
+    pub(crate) fn take_batch(&mut self) -> PolarsResult<DataFrame> {
+        let kind = std::mem::take(&mut self.kind);
+        // A trace without the call column gets the codes the loader's own default gives.
+        let call = match self.call.as_mut() {
+            Some(calls) => std::mem::take(calls),
+            None => default_calls(&kind),
+        };
+        let stack = match self.stack.as_mut() {
+            Some(stacks) => std::mem::take(stacks),
+            None => vec![crate::sites::NO_STACK; kind.len()],
+        };
+        let thread: Vec<u16> = match &mut self.thread {
+            ThreadColumn::Narrow(v) => std::mem::take(v).into_iter().map(u16::from).collect(),
+            ThreadColumn::Wide(v) => std::mem::take(v),
+        };
+        crate::export::EventColumns {
+            t_ns: std::mem::take(&mut self.t_ns),
+            thread,
+            kind,
+            size_bytes: std::mem::take(&mut self.size_bytes),
+            address: std::mem::take(&mut self.address),
+            alloc_id: std::mem::take(&mut self.alloc_id),
+            size_class: std::mem::take(&mut self.size_class),
+            call,
+            stack_id: stack,
+        }
+        .into_frame()
+    }
+
+    /// The threads table of the threads seen so far.
+    pub(crate) fn threads_frame(&self) -> PolarsResult<DataFrame> {
+        threads_frame(self.tid_order.clone())
+    }
+
     pub(crate) fn finish(self) -> Result<(DataFrame, DataFrame, LoadSummary), LoadError> {
         let Self {
             t_ns,
@@ -302,22 +344,27 @@ impl Builder {
             columns.push(UInt8Chunked::from_vec("call".into(), call).into_column());
         }
         let events = DataFrame::new(height, columns)?;
-        let n_threads = tid_order.len();
-        let threads = DataFrame::new(
-            n_threads,
-            vec![
-                UInt16Chunked::from_vec(
-                    "thread".into(),
-                    (0..n_threads)
-                        .map(|i| u16::try_from(i).unwrap_or(u16::MAX))
-                        .collect(),
-                )
-                .into_column(),
-                UInt64Chunked::from_vec("tid".into(), tid_order).into_column(),
-            ],
-        )?;
+        let threads = threads_frame(tid_order)?;
         Ok((events, threads, summary))
     }
+}
+
+/// The threads table: `thread` (the index used in the events) and `tid` (the id in the file).
+fn threads_frame(tid_order: Vec<u64>) -> PolarsResult<DataFrame> {
+    let n_threads = tid_order.len();
+    DataFrame::new(
+        n_threads,
+        vec![
+            UInt16Chunked::from_vec(
+                "thread".into(),
+                (0..n_threads)
+                    .map(|i| u16::try_from(i).unwrap_or(u16::MAX))
+                    .collect(),
+            )
+            .into_column(),
+            UInt64Chunked::from_vec("tid".into(), tid_order).into_column(),
+        ],
+    )
 }
 
 pub(super) fn default_calls(kinds: &Vec<u8>) -> Vec<u8> {

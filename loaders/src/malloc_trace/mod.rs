@@ -55,8 +55,8 @@ pub const CALL_NAMES: [&str; 11] = [
     "other",
 ];
 
-const CALL_MALLOC: u8 = 0;
-const CALL_FREE: u8 = 3;
+pub(crate) const CALL_MALLOC: u8 = 0;
+pub(crate) const CALL_FREE: u8 = 3;
 
 /// The code of a call name in the `call` column.
 #[must_use]

@@ -308,6 +308,26 @@ fn check_fold_and_offsets(
     Ok(())
 }
 
+/// Live bytes (requested sizes of live allocations) just after each event of `trace`, from the
+/// events alone: the reference a replay or a cut of the trace is compared with.
+#[must_use]
+pub fn live_bytes_after_each(trace: &TraceView<'_>) -> Vec<u64> {
+    let mut live = 0u64;
+    trace
+        .kind
+        .iter()
+        .zip(trace.size_bytes)
+        .map(|(&k, &size)| {
+            if k == EventKind::Alloc as u8 {
+                live = live.saturating_add(size);
+            } else if k == EventKind::Free as u8 {
+                live = live.saturating_sub(size);
+            }
+            live
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
