@@ -914,6 +914,7 @@ impl eframe::App for GuiApp {
             if vm.timeline.is_some() {
                 egui::Panel::top("timeline")
                     .resizable(true)
+                    .min_size(100.0)
                     .default_size((screen.y * 0.24).clamp(120.0, 260.0))
                     .show(ui, |ui| self.timeline_ui(ui, &vms));
             } else {
@@ -940,6 +941,7 @@ impl eframe::App for GuiApp {
             {
                 egui::Panel::right("side")
                     .resizable(true)
+                    .min_size(300.0)
                     .default_size(420.0)
                     .show(ui, |ui| self.side_ui(ui, &vm));
                 egui::CentralPanel::default().show(ui, |ui| {
@@ -950,6 +952,7 @@ impl eframe::App for GuiApp {
             // The heap map, the view the tool is about, keeps the most room.
             egui::Panel::bottom("bottom")
                 .resizable(true)
+                .min_size(110.0)
                 .default_size((screen.y * 0.25).clamp(130.0, 280.0))
                 .show(ui, |ui| self.bottom_ui(ui, &vm));
             if vm.compare {
@@ -957,6 +960,7 @@ impl eframe::App for GuiApp {
             } else {
                 egui::Panel::right("side")
                     .resizable(true)
+                    .min_size(220.0)
                     .default_size((screen.x * 0.27).clamp(260.0, 420.0))
                     .show(ui, |ui| self.side_ui(ui, &vm));
                 egui::CentralPanel::default().show(ui, |ui| self.heap_ui(ui, &vm));
