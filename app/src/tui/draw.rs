@@ -38,7 +38,7 @@ const BINS_WIDTH: u16 = 42;
 const Y_LABEL_WIDTH: u16 = 10;
 
 /// Splits the screen. Degrades on small terminals: below a minimum the parts shrink to nothing
-/// rather than overlap. `dump_lines`: the screen is a BFC dump with this many lines of text,
+/// rather than overlap. `dump_lines`: the screen is a BFC dump with this many rows of text,
 /// which has no history: its text box fits the text, and its heap and bins take the rest (no
 /// empty event list or class history).
 #[must_use]
@@ -648,7 +648,33 @@ fn draw_heatmap(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
     f.render_widget(Paragraph::new(lines).block(block), area);
 }
 
+/// The event list's columns, most important first: a narrow list drops from the end of this
+/// order (address, then thread, then time) rather than squeezing every column to a stub.
+const EVENT_COLUMNS: [(&str, u16); 7] = [
+    ("event", 11),
+    ("kind", 12),
+    ("size", 12),
+    ("alloc id", 9),
+    ("time", 13),
+    ("thr", 3),
+    ("address", 16),
+];
+
 fn draw_events(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
+    // Columns that fit (a space between two, two border cells), most important first.
+    let mut room = area.width.saturating_sub(2);
+    let mut shown = [false; EVENT_COLUMNS.len()];
+    for (i, &(_, w)) in EVENT_COLUMNS.iter().enumerate() {
+        let cost = if i == 0 { w } else { w + 1 };
+        if i >= 2 && room < cost {
+            break;
+        }
+        shown[i] = true;
+        room = room.saturating_sub(cost);
+    }
+    // Screen order: event, time, thr, kind, size, address, alloc id.
+    let order = [0usize, 4, 5, 1, 2, 6, 3];
+    let cols: Vec<usize> = order.into_iter().filter(|&i| shown[i]).collect();
     let rows = vm.events.iter().map(|e| {
         let mut style = Style::new();
         if e.is_oom {
@@ -657,30 +683,26 @@ fn draw_events(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
         if e.is_cursor {
             style = style.fg(Color::Black).bg(c(theme::CURSOR));
         }
-        Row::new(vec![
-            Cell::from(crate::format::count(e.index as u64)),
-            Cell::from(e.time.clone()),
-            Cell::from(e.thread.to_string()),
-            Cell::from(e.kind),
-            Cell::from(e.size.clone()),
-            Cell::from(e.address.clone()),
-            Cell::from(e.alloc_id.clone()),
-            Cell::from(e.op.clone().unwrap_or_default()),
-        ])
-        .style(style)
+        let cell = |i: usize| -> Cell<'_> {
+            match i {
+                0 => Cell::from(crate::format::count(e.index as u64)),
+                1 => Cell::from(e.kind),
+                2 => Cell::from(e.size.clone()),
+                3 => Cell::from(e.alloc_id.clone()),
+                4 => Cell::from(e.time.clone()),
+                5 => Cell::from(e.thread.to_string()),
+                _ => Cell::from(e.address.clone()),
+            }
+        };
+        let mut cells: Vec<Cell<'_>> = cols.iter().map(|&i| cell(i)).collect();
+        cells.push(Cell::from(e.op.clone().unwrap_or_default()));
+        Row::new(cells).style(style)
     });
-    let mut widths = vec![
-        Constraint::Length(11),
-        Constraint::Length(13),
-        Constraint::Length(3),
-        Constraint::Length(12),
-        Constraint::Length(12),
-        Constraint::Length(16),
-        Constraint::Length(9),
-    ];
-    let mut header = vec![
-        "event", "time", "thr", "kind", "size", "address", "alloc id",
-    ];
+    let mut widths: Vec<Constraint> = cols
+        .iter()
+        .map(|&i| Constraint::Length(EVENT_COLUMNS[i].1))
+        .collect();
+    let mut header: Vec<&str> = cols.iter().map(|&i| EVENT_COLUMNS[i].0).collect();
     if vm.has_ops {
         widths.push(Constraint::Min(10));
         header.push("op");

@@ -33,12 +33,19 @@ where
     let size = terminal.size().context("reading the terminal size")?;
     let area = ratatui::layout::Rect::new(0, 0, size.width, size.height);
     let compare = state.mode == crate::model::state::Mode::Compare;
+    // Rows the dump's text takes once wrapped to the box's width.
+    let text_width = usize::from(size.width.saturating_sub(2)).max(1);
     let dump_lines = state
         .data
         .as_ref()
         .filter(|d| d.is_empty())
         .and_then(|d| d.dump.as_ref())
-        .map(|d| d.lines.len());
+        .map(|d| {
+            d.lines
+                .iter()
+                .map(|l| l.chars().count().div_ceil(text_width).max(1))
+                .sum()
+        });
     let areas = draw::layout(area, compare, dump_lines);
     let panels = if compare { state.policies.len() } else { 1 };
     let vp = draw::viewport(&areas, compare, panels);

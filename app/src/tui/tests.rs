@@ -620,7 +620,7 @@ fn a_planning_policy_shows_its_progress() {
 }
 
 /// On a narrow terminal the status line keeps the cursor's figures and gives up the start of
-/// the file name instead.
+/// the file name instead, and the event list keeps whole columns.
 #[test]
 fn a_narrow_status_line_keeps_the_cursors_figures() {
     let mut s = loaded("find_usr_include.trace.gz", &["first-fit"]);
@@ -628,6 +628,13 @@ fn a_narrow_status_line_keeps_the_cursors_figures() {
     let status = text.lines().last().unwrap();
     assert!(status.contains("live 472 B  footprint 480 B"), "{status}");
     assert!(status.contains('…'), "{status}");
+    // The event list drops its least important columns whole (address first) instead of
+    // cutting every header to a stub.
+    assert!(
+        text.contains("event       kind         size         alloc id"),
+        "{text}"
+    );
+    assert!(!text.contains("address"), "{text}");
     let text = screen(&mut s, 250, 24);
     let status = text.lines().last().unwrap();
     assert!(status.contains("find_usr_include.trace.gz"), "{status}");
