@@ -355,6 +355,12 @@ impl GuiApp {
                 );
             }
             if k == 0 {
+                if t.phases.is_empty() && t.phases_in_view > 0 {
+                    ui.small(format!(
+                        "{} annotated phases in view, too many to mark: zoom in (Ctrl+wheel)",
+                        t.phases_in_view
+                    ));
+                }
                 cursor_s = t.cursor_x.map(|x| x * span_s);
                 phases_s = t
                     .phases

@@ -49,8 +49,11 @@ pub struct TimelineVm {
     /// OOM events of the selected policy in the window (x in 0..1).
     pub oom_x: Vec<f64>,
     /// Annotated phases (a PyTorch snapshot's `external_annotations`) overlapping the window:
-    /// `(x start, x end, name)` in 0..1 of the window, clipped.
+    /// `(x start, x end, name)` in 0..1 of the window, clipped. Empty when more are in view
+    /// than can be marked apart (see `phases_in_view`).
     pub phases: Vec<(f64, f64, String)>,
+    /// Phases overlapping the window, marked or not.
+    pub phases_in_view: usize,
     pub title: String,
 }
 
@@ -717,6 +720,13 @@ fn timeline(state: &AppState, vp: &Viewport) -> TimelineVm {
         },
         1.0 / (zhi - zlo)
     );
+    let mut phases = phases(state, span, (zlo, zhi));
+    let phases_in_view = phases.len();
+    // More boundaries than one per eight points would cover the lines they annotate (a big
+    // snapshot repeats its phases thousands of times): say how many, and mark them once zoomed.
+    if phases_in_view * 16 > points {
+        phases.clear();
+    }
     TimelineVm {
         byte_lines,
         fragmentation,
@@ -726,7 +736,8 @@ fn timeline(state: &AppState, vp: &Viewport) -> TimelineVm {
         t_end_label: format::seconds_fixed(zhi * span / 1e9),
         cursor_x,
         oom_x,
-        phases: phases(state, span, (zlo, zhi)),
+        phases,
+        phases_in_view,
         title,
     }
 }

@@ -314,6 +314,12 @@ fn draw_timeline(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
             name,
             t.phases.len()
         )));
+    } else if t.phases_in_view > 0 {
+        title.push(Span::styled("┆ ", Style::new().fg(c(theme::PHASE))));
+        title.push(Span::raw(format!(
+            "{} phases in view, too many to mark: zoom in ",
+            t.phases_in_view
+        )));
     }
     let chart = Chart::new(datasets)
         .block(

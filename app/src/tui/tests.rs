@@ -640,3 +640,30 @@ fn a_narrow_status_line_keeps_the_cursors_figures() {
     assert!(status.contains("find_usr_include.trace.gz"), "{status}");
     assert!(!status.contains('…'), "{status}");
 }
+
+/// Phase boundaries too dense to tell apart are not drawn over the lines; the timeline says how
+/// many are in view instead.
+#[test]
+fn dense_phases_are_counted_not_drawn() {
+    let mut s = AppState::new(
+        &sample("pytorch/lm_train_step_b.pickle"),
+        &specs(&["pytorch"]),
+        PolicyConfig::default(),
+    );
+    load_blocking(&mut s, false, 1).unwrap();
+    let vp = |points| crate::model::view::Viewport {
+        timeline_points: points,
+        heap_cells: 100,
+        event_rows: 5,
+        heat_columns: 10,
+        plan_size: (10, 10),
+    };
+    let wide = crate::model::view::view_model(&s, &vp(2000));
+    let t = wide.timeline.unwrap();
+    assert!(!t.phases.is_empty());
+    assert_eq!(t.phases.len(), t.phases_in_view);
+    let narrow = crate::model::view::view_model(&s, &vp(t.phases_in_view * 16 - 1));
+    let t2 = narrow.timeline.unwrap();
+    assert!(t2.phases.is_empty());
+    assert_eq!(t2.phases_in_view, t.phases_in_view);
+}
