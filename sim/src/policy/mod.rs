@@ -32,6 +32,13 @@ pub struct Request {
     pub align_bytes: u64,
 }
 
+/// The largest request any policy serves: 2^48 bytes, an x86-64 address space (buddy's arena
+/// is capped there too). Real allocators fail larger requests (glibc refuses anything past
+/// `PTRDIFF_MAX`, and no kernel maps more), and a policy's rounding and headers on a request
+/// near 2^64 would wrap: the replay fails such a request as out of memory without asking the
+/// policy, and the policies that add to a request's size check it themselves.
+pub const MAX_REQUEST_BYTES: u64 = 1 << 48;
+
 /// Where a request was placed. `reserved_bytes >= size_bytes`: rounding, headers and padding
 /// that the policy charges to this allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
