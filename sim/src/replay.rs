@@ -171,21 +171,12 @@ pub(crate) fn apply(
     addrs: &[Addr],
 ) -> Result<Option<Placement>, Result<AllocError, FreeError>> {
     if code == EventKind::Alloc as u8 {
-        if size_bytes > crate::policy::MAX_REQUEST_BYTES {
-            let c = policy.counters();
-            return Err(Ok(AllocError::OutOfMemory {
-                requested_bytes: size_bytes,
-                largest_free_bytes: c.largest_free_bytes,
-                footprint_bytes: c.footprint_bytes,
-                limit_bytes: None,
-            }));
-        }
         let req = Request {
             id,
             size_bytes,
             align_bytes,
         };
-        return match policy.alloc(req) {
+        return match crate::policy::alloc_capped(policy, req) {
             Ok(p) => Ok(Some(p)),
             Err(e) => Err(Ok(e)),
         };
