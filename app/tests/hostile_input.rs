@@ -250,19 +250,19 @@ fn binary_header_errors_say_what_is_there_in_words() {
     let dir = scratch("header");
     let cut = dir.join("cut.avt");
     std::fs::write(&cut, b"\x89AVT\r\n\x1a\n\x01").unwrap();
-    let e = fails(&["stats", s(&cut)]);
+    let cut_error = fails(&["stats", s(&cut)]);
     assert!(
-        e.contains("byte 9: unknown allocview file kind none (the file ends)"),
-        "{e}"
+        cut_error.contains("byte 9: unknown allocview file kind none (the file ends)"),
+        "{cut_error}"
     );
     let v9 = dir.join("v9.avt");
     std::fs::write(&v9, b"\x89AVT\r\n\x1a\n\x09\x00").unwrap();
-    let e = fails(&["stats", s(&v9)]);
+    let v9_error = fails(&["stats", s(&v9)]);
     assert!(
-        e.contains("byte 8: unsupported allocview binary version 9"),
-        "{e}"
+        v9_error.contains("byte 8: unsupported allocview binary version 9"),
+        "{v9_error}"
     );
-    for e in [&e] {
+    for e in [&cut_error, &v9_error] {
         assert!(!e.contains("Some(") && !e.contains("None"), "{e}");
     }
     std::fs::remove_dir_all(&dir).ok();
