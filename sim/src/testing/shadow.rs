@@ -304,6 +304,7 @@ mod tests {
         let strict = Promises {
             coalesces_free_neighbours: true,
             tiles_from_zero: true,
+            oom_only_without_room: true,
         };
         let good = [used(0, 16), free(16, 32), used(48, 16)];
         let c = Counters::from_blocks(&good, 64);
