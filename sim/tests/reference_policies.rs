@@ -1,8 +1,10 @@
-//! `first-fit` and `best-fit` against naive reference implementations (issue 20, item 18):
-//! slow and obviously correct, they keep only the live blocks in address order; the free space
-//! is the gaps between them below the heap top (the end of the highest live block), which is
-//! what immediate coalescing and top trimming leave. Random sequences, with and without a
-//! limit, must get the same placement or the same out of memory from both, at every step.
+//! `first-fit`, `best-fit` and `pool` against naive reference implementations (issue 20, item
+//! 18), slow and obviously correct. The fit references keep only the live blocks in address
+//! order; the free space is the gaps between them below the heap top (the end of the highest
+//! live block), which is what immediate coalescing and top trimming leave. The pool reference
+//! is a cursor in the current block and the arena's end. Random sequences, with and without a
+//! limit, must get the same placement or the same out of memory from both, and the same
+//! footprint, at every step.
 // Helpers outside #[test] functions unwrap too: a failed unwrap is a failed test here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -18,6 +20,8 @@ use proptest::prelude::*;
 enum Rule {
     First,
     Best,
+    /// A bump pool with blocks of this many bytes.
+    Pool(u64),
 }
 
 /// The reference heap: live blocks by address (reserved lengths).
@@ -26,11 +30,37 @@ struct Reference {
     align: u64,
     limit: Option<u64>,
     live: BTreeMap<u64, u64>,
+    /// Pool: the arena's end, and the current block's cursor and end.
+    arena_end: u64,
+    cursor: u64,
+    block_end: u64,
 }
 
 impl Reference {
-    fn top(&self) -> u64 {
-        self.live.iter().next_back().map_or(0, |(&a, &l)| a + l)
+    fn footprint(&self) -> u64 {
+        match self.rule {
+            Rule::Pool(_) => self.arena_end,
+            Rule::First | Rule::Best => self.live.iter().next_back().map_or(0, |(&a, &l)| a + l),
+        }
+    }
+
+    /// The pool: the current block's cursor, else a new block (or a block of its own for a
+    /// request larger than a block) at the arena's end.
+    fn pool_alloc(&mut self, block: u64, reserved: u64) -> Option<u64> {
+        if self.cursor + reserved <= self.block_end {
+            self.cursor += reserved;
+            return Some(self.cursor - reserved);
+        }
+        let len = reserved.max(block);
+        if self.limit.is_some_and(|l| self.arena_end + len > l) {
+            return None;
+        }
+        let addr = self.arena_end;
+        self.arena_end += len;
+        if reserved <= block {
+            (self.cursor, self.block_end) = (addr + reserved, addr + block);
+        }
+        Some(addr)
     }
 
     /// The gaps between live blocks below the top, as (addr, len).
@@ -49,15 +79,21 @@ impl Reference {
     /// The address, or `None` for out of memory.
     fn alloc(&mut self, size_bytes: u64) -> Option<u64> {
         let reserved = size_bytes.max(1).div_ceil(self.align) * self.align;
+        if let Rule::Pool(block) = self.rule {
+            let addr = self.pool_alloc(block, reserved)?;
+            self.live.insert(addr, reserved);
+            return Some(addr);
+        }
         let fitting = self.holes().into_iter().filter(|&(_, l)| l >= reserved);
         let hole = match self.rule {
             Rule::First => fitting.min_by_key(|&(a, _)| a),
             Rule::Best => fitting.min_by_key(|&(a, l)| (l, a)),
+            Rule::Pool(_) => None,
         };
         let addr = match hole {
             Some((a, _)) => a,
             None => {
-                let top = self.top();
+                let top = self.footprint();
                 if self.limit.is_some_and(|l| top + reserved > l) {
                     return None;
                 }
@@ -78,6 +114,10 @@ fn compare(name: &str, rule: Rule, ops: &[Op], limit: Option<u64>) -> Result<(),
     let view = trace.view().unwrap();
     let config = PolicyConfig {
         limit_bytes: limit,
+        pool_block_bytes: match rule {
+            Rule::Pool(block) => block,
+            Rule::First | Rule::Best => PolicyConfig::default().pool_block_bytes,
+        },
         ..PolicyConfig::default()
     };
     let mut policy: Box<dyn Policy> = build(name, &config, &view).unwrap();
@@ -86,6 +126,9 @@ fn compare(name: &str, rule: Rule, ops: &[Op], limit: Option<u64>) -> Result<(),
         align: config.align_bytes,
         limit,
         live: BTreeMap::new(),
+        arena_end: 0,
+        cursor: 0,
+        block_end: 0,
     };
     let mut addr_of = vec![None; view.num_allocs as usize];
     for i in 0..view.len() {
@@ -120,7 +163,7 @@ fn compare(name: &str, rule: Rule, ops: &[Op], limit: Option<u64>) -> Result<(),
         }
         prop_assert_eq!(
             policy.counters().footprint_bytes,
-            reference.top(),
+            reference.footprint(),
             "{} event {}",
             name,
             i
@@ -158,5 +201,14 @@ proptest! {
     #[test]
     fn best_fit_matches_its_reference(ops in ops_strategy(), limit_kib in prop::option::of(1u64..=4096)) {
         compare("best-fit", Rule::Best, &ops, limit_kib.map(|k| k << 10))?;
+    }
+
+    #[test]
+    fn pool_matches_its_reference(
+        ops in ops_strategy(),
+        limit_kib in prop::option::of(1u64..=4096),
+        block_kib in 1u64..=256,
+    ) {
+        compare("pool", Rule::Pool(block_kib << 10), &ops, limit_kib.map(|k| k << 10))?;
     }
 }
