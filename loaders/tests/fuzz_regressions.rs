@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use allocview_loaders::fuzzing::{Outcome, Target, exercise, file_bytes};
 
 fn fuzz_dir(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz")
+        .join(rel)
 }
 
 /// (target, input file) for every file under `fuzz/<dir>/<target>/`.
