@@ -324,3 +324,55 @@ fn bad_inputs_fail_with_where_and_why() {
             .contains("unknown planner")
     );
 }
+
+/// Issue 20, item 10: on more buffers than SHARED_OBJECTS_DEFAULT_MAX_BUFFERS, the default set
+/// leaves the quadratic shared-objects out and says so; named, it runs.
+#[test]
+fn the_default_set_leaves_shared_objects_out_on_large_inputs() {
+    let csv = scratch("many_buffers.csv");
+    let mut text = String::from("id,lower,upper,size\n");
+    for i in 0..6000u64 {
+        text.push_str(&format!(
+            "{i},{},{},{}\n",
+            i % 3000,
+            i % 3000 + 1 + i % 17,
+            16 + i % 100
+        ));
+    }
+    std::fs::write(&csv, text).unwrap();
+    let out = ok(&[
+        "plan",
+        "--json",
+        "--planner",
+        "all",
+        "--time-budget",
+        "0.5",
+        csv.to_str().unwrap(),
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    // "all" names every planner: nothing is skipped.
+    assert!(v.get("skipped_planners").is_none(), "{v}");
+    let defaults = allocview(&[
+        "plan",
+        "--json",
+        "--time-budget",
+        "0.5",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(defaults.status.success());
+    let v: Value = serde_json::from_slice(&defaults.stdout).unwrap();
+    let names: Vec<&str> = v["planners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(!names.contains(&"shared-objects"), "{names:?}");
+    assert!(names.contains(&"search"), "{names:?}");
+    assert_eq!(v["skipped_planners"][0]["name"], "shared-objects", "{v}");
+    let stderr = String::from_utf8_lossy(&defaults.stderr);
+    assert!(
+        stderr.contains("--planner shared-objects runs it"),
+        "{stderr}"
+    );
+}

@@ -34,12 +34,10 @@ impl std::fmt::Display for LineError {
 /// Why a file could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("cannot read {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    /// The OS error is in the message and not a `source`, so an error chain printed with its
+    /// causes (`{:#}`) says it once.
+    #[error("cannot read {}: {error}", path.display())]
+    Io { path: PathBuf, error: io::Error },
     #[error("{detail} (use --lenient to skip bad lines) in {}", path.display())]
     Parse { path: PathBuf, detail: LineError },
     #[error("{message} in {}", path.display())]
@@ -58,7 +56,7 @@ impl LoadError {
     pub(crate) fn io(path: &Path, source: io::Error) -> Self {
         Self::Io {
             path: path.to_path_buf(),
-            source,
+            error: source,
         }
     }
 

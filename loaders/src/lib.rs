@@ -30,6 +30,8 @@
 pub mod binary;
 pub mod error;
 pub mod export;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod input;
 pub mod malloc_trace;
 pub mod plan;
@@ -115,14 +117,25 @@ pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
         Some(tf::TfKind::BfcDump) => return Ok(InputKind::TfBfcDump),
         None => {}
     }
-    Err(LoadError::format(
-        path,
-        "unrecognised input: expected a libtracemalloc trace (lines of \
+    // A CSV header with a misspelled column says so rather than "unrecognised".
+    let mut text = String::new();
+    let mut head = input::open_text(path)?.take(plan::DETECT_HEAD_BYTES);
+    if head.read_line(&mut text).is_ok()
+        && let Some(problem) = plan::minimalloc::header_problem(text.trim())
+    {
+        return Err(LoadError::format(
+            path,
+            format!("{problem} ({UNRECOGNISED})"),
+        ));
+    }
+    Err(LoadError::format(path, UNRECOGNISED))
+}
+
+/// What [`detect`] says of a file of no known kind.
+const UNRECOGNISED: &str = "unrecognised input: expected a libtracemalloc trace (lines of \
          `<sec>.<usec>\\t<thread>\\t<size>\\t<pointer>`, plain or gzip), an allocview binary \
          trace, a TensorFlow memory log or BFC dump, a PyTorch memory snapshot (a pickle \
-         holding `segments`), a minimalloc CSV or a JSON graph plan",
-    ))
-}
+         holding `segments`), a minimalloc CSV or a JSON graph plan";
 
 /// Borrows the simulator's view of an event DataFrame (no copy) and validates it.
 ///

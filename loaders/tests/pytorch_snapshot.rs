@@ -502,3 +502,16 @@ fn every_skipped_entry_is_counted() {
         s.warnings
     );
 }
+
+/// Found by the pickle fuzz target (issue 20): a settings value that holds itself through the
+/// memo (`l = []; l.append(l)`) overflowed the stack when the settings were rendered for the
+/// report. It renders to a bounded depth now.
+#[test]
+fn a_self_referential_settings_value_renders_to_a_bounded_depth() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/regressions/pickle/self_referential_settings.pickle");
+    let snap = load_snapshot(&path, &LoadOptions::default()).unwrap();
+    let (key, text) = snap.settings.raw.first().unwrap();
+    assert_eq!(key, "x");
+    assert_eq!(text, "[[[[[...]]]]]");
+}

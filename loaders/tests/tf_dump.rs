@@ -365,3 +365,85 @@ fn the_dumps_state_refuses_its_own_request() {
             .is_ok_and(|b| b.chunks().is_empty())
     );
 }
+
+const P: &str = "I0000 00:00:1.0 1 bfc_allocator.cc:1085]";
+
+/// Issue 20, item 11: sums past 2^64 are an error naming the line, never a wrapped figure.
+#[test]
+fn sums_past_64_bits_are_an_error_naming_the_line() {
+    // A chunk of u64::MAX bytes beside a real one: the in-use total does not fit.
+    let text = format!(
+        "{P} BFCAllocator dump for A\n\
+         {P} Next region of size 2048\n\
+         {P} InUse at 1000 of size 1024 next 1\n\
+         {P} InUse at 1400 of size 18446744073709551615 next 18446744073709551615\n"
+    );
+    let err = parse_bfc_dumps(&text).err().unwrap().to_string();
+    assert!(err.starts_with("line "), "{err}");
+    assert!(err.contains("past 2^64 - 1"), "{err}");
+    // `size x count` of a summary row past 2^64.
+    let text = format!(
+        "{P} BFCAllocator dump for A\n\
+         {P} 4294967296 Chunks of size 8589934592 totalling 1.0KiB\n"
+    );
+    let err = parse_bfc_dumps(&text).err().unwrap().to_string();
+    assert!(err.starts_with("line 2:"), "{err}");
+    assert!(
+        err.contains("4294967296 chunks of 8589934592 bytes"),
+        "{err}"
+    );
+    // Through the file loader, the error names the file too.
+    let dir = std::env::temp_dir().join(format!("allocview-dumpwrap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("wrap.log");
+    std::fs::write(&path, &text).unwrap();
+    let err = load_bfc_dumps(&path).err().unwrap().to_string();
+    assert!(err.contains("line 2:") && err.contains("wrap.log"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Issue 20, item 12: unreadable chunk lines and overlapping or repeated chunk addresses are
+/// counted and warned about; an unreadable Stats value does not end the Stats block.
+#[test]
+fn unreadable_lines_and_overlaps_are_counted_and_the_stats_block_survives() {
+    let text = format!(
+        "{P} BFCAllocator dump for A\n\
+         {P} Next region of size 2048\n\
+         {P} InUse at 1000 of size 1024 next 1\n\
+         {P} InUse at zzzz of size 512 next 2\n\
+         {P} InUse at 1000 of size 512 next 3\n\
+         {P} Free  at 1200 of size 512 next 18446744073709551615\n\
+         {P} Next region of size 99999999999999999999999\n\
+         {P} Stats: \n\
+         Limit:        18446744073709551616\n\
+         InUse:        1536\n\
+         MaxInUse:     2048\n"
+    );
+    let d = parse_bfc_dumps(&text).unwrap().remove(0);
+    let msgs: Vec<String> = d.warnings.iter().map(ToString::to_string).collect();
+    // The bad chunk line, the region line past 2^64 and the Limit past 2^64.
+    assert_eq!(d.unreadable_lines, 3, "{msgs:?}");
+    for line in [4, 7, 9] {
+        assert!(
+            msgs.iter()
+                .any(|m| m.starts_with(&format!("line {line}: unreadable line"))),
+            "line {line}: {msgs:?}"
+        );
+    }
+    // Line 5 repeats line 3's address; line 6 starts inside line 3's chunk.
+    assert_eq!(d.overlapping_chunks, 2, "{msgs:?}");
+    assert!(
+        msgs.iter()
+            .any(|m| m.starts_with("line 5: chunk at 0x1000 repeats the address of line 3")),
+        "{msgs:?}"
+    );
+    assert!(
+        msgs.iter()
+            .any(|m| m.starts_with("line 6: chunk at 0x1200 starts inside the chunk of line 3")),
+        "{msgs:?}"
+    );
+    // The Stats lines after the unreadable Limit are kept.
+    assert_eq!(d.stat("InUse").unwrap().value.bytes, 1536);
+    assert_eq!(d.stat("MaxInUse").unwrap().value.bytes, 2048);
+    assert!(d.stat("Limit").is_none());
+}

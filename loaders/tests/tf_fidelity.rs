@@ -263,3 +263,43 @@ fn the_description_names_the_checkpoint_and_the_matches() {
         "chunk map identical to the dump's (2709 chunks)"
     );
 }
+
+/// Issue 20, item 16: the guided replay says how many decisions consulted TensorFlow's
+/// addresses, and of what kind; without guidance none does, and the match rate is its own.
+#[test]
+fn guided_decisions_are_counted_and_no_guidance_reports_its_own_match_rate() {
+    let log = load_memory_log(&data("mobilenetv2_train_memlog.txt.gz")).unwrap();
+    let guided = replay(&log, None);
+    assert!(guided.guided);
+    let g = guided.guided_decisions;
+    // Two threads race on frees (7 allocations retried, all kept) and two raw chunks are
+    // live at the checkpoint.
+    assert_eq!(g.placements_retried, 7);
+    assert_eq!(g.held_back_frees, guided.held_back);
+    assert_eq!(g.raw_chunk_sizes_chosen, 2);
+    assert_eq!(g.total(), 9);
+    assert_exact(&guided);
+    let plain = replay_checkpointed(
+        &log,
+        &FidelityOptions {
+            no_guidance: true,
+            ..FidelityOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(!plain.guided);
+    assert_eq!(plain.guided_decisions.total(), 0);
+    assert_eq!(plain.held_back, 0);
+    assert_eq!(plain.checked, guided.checked);
+    // Every address is checked, and without the log's help some land elsewhere.
+    assert_eq!(plain.address_matches, 18_392);
+    assert!(plain.first_divergence.is_some());
+    assert!(
+        plain
+            .describe()
+            .iter()
+            .any(|l| l.starts_with("no guidance")),
+        "{:?}",
+        plain.describe()
+    );
+}

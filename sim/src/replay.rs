@@ -176,7 +176,7 @@ pub(crate) fn apply(
             size_bytes,
             align_bytes,
         };
-        return match policy.alloc(req) {
+        return match crate::policy::alloc_capped(policy, req) {
             Ok(p) => Ok(Some(p)),
             Err(e) => Err(Ok(e)),
         };

@@ -287,10 +287,53 @@ fn layout_index_agrees_with_the_policy(name: &str) {
     }
 }
 
+/// Issue 20, item 11: a request near 2^64 fails as out of memory (no policy serves more than
+/// `MAX_REQUEST_BYTES`) and wraps nothing: the footprint stays that of the small blocks.
+fn requests_past_any_address_space_fail_without_wrapping(name: &str) {
+    use allocview_sim::policy::MAX_REQUEST_BYTES;
+    let mut trace = OwnedTrace::new();
+    let small = trace.alloc(0, 100);
+    trace.alloc(1, u64::MAX - 15);
+    trace.alloc(2, MAX_REQUEST_BYTES + 1);
+    trace.free(3, small);
+    let view = trace.view().unwrap();
+    let config = PolicyConfig::default();
+    let policy = match build_available(name, &config, &view) {
+        Ok(Some(p)) => p,
+        Ok(None) => return,
+        // A planner over the whole trace (oracle) may refuse it up front, clearly.
+        Err(e) => {
+            assert!(e.to_string().contains("overflow 64 bits"), "{name}: {e}");
+            return;
+        }
+    };
+    let r = replay(&view, policy, &ReplayOptions::default());
+    let requested: Vec<u64> = r.ooms.iter().map(|o| o.request.size_bytes).collect();
+    assert_eq!(requested, [u64::MAX - 15, MAX_REQUEST_BYTES + 1], "{name}");
+    assert_eq!(r.summary.peak_live_bytes, 100, "{name}");
+    // The same footprint as the small block alone.
+    let mut alone = OwnedTrace::new();
+    let id = alone.alloc(0, 100);
+    alone.free(3, id);
+    let alone_view = alone.view().unwrap();
+    let policy = build_available(name, &config, &alone_view)
+        .unwrap()
+        .unwrap();
+    let expected = replay(&alone_view, policy, &ReplayOptions::default());
+    assert_eq!(
+        r.summary.peak_footprint_bytes, expected.summary.peak_footprint_bytes,
+        "{name}"
+    );
+}
+
 macro_rules! conformance {
     ($($module:ident => $name:literal),* $(,)?) => {
         $(
             mod $module {
+                #[test]
+                fn requests_past_any_address_space_fail_without_wrapping() {
+                    super::requests_past_any_address_space_fail_without_wrapping($name);
+                }
                 #[test]
                 fn mixed_sizes_are_shadow_checked() {
                     super::mixed_sizes_are_shadow_checked($name);

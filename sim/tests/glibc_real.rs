@@ -44,6 +44,23 @@ fn peak_footprint(trace: &OwnedTrace, check_every: Option<usize>) -> u64 {
     peak
 }
 
+/// The peak live bytes: what "footprint = live bytes" would claim.
+fn peak_live(trace: &OwnedTrace) -> u64 {
+    trace.view().unwrap().peak_live().0
+}
+
+/// The trace tells the model from "footprint = live bytes": live bytes alone are outside the
+/// 5% band that the model is held to.
+fn assert_live_is_not_enough(name: &str, live: u64, real: u64) {
+    let ratio = live as f64 / real as f64;
+    println!("{name}: peak live {live} B, ratio to real glibc {ratio:.4}");
+    assert!(
+        (ratio - 1.0).abs() > 0.05,
+        "{name}: peak live bytes are within 5% of real glibc, so this trace cannot tell the \
+         model from footprint = live (ratio {ratio:.4})"
+    );
+}
+
 fn assert_close(name: &str, model: u64, real: u64) {
     let ratio = model as f64 / real as f64;
     println!("{name}: model peak {model} B, real glibc {real} B, ratio {ratio:.4}");
@@ -61,6 +78,24 @@ fn find_usr_include_within_5_percent() {
         peak_footprint(&trace, Some(101)),
         397_312,
     );
+    assert_live_is_not_enough("find_usr_include", peak_live(&trace), 397_312);
+}
+
+/// A trace where fragmentation, not live bytes, sets the footprint (issue 20, item 18): CPython
+/// allocating six rounds of 20,000 objects of mixed sizes and keeping every seventh, then
+/// thirty 100 KB blocks, half freed (`sample-traces/README.md`). Real glibc peaks at
+/// 23,203,840 B (heap 22,593,536 + mmapped 610,304; `sim/benches/glibc_peak.c`, glibc
+/// 2.36-9+deb12u14), while live bytes peak at 19,701,589 (0.85 of it).
+#[test]
+fn python_fragments_within_5_percent_where_live_bytes_are_not() {
+    let trace = support::read_trace(&support::sample_trace("python_fragments.trace.gz"));
+    let real = 23_203_840;
+    assert_close(
+        "python_fragments",
+        peak_footprint(&trace, Some(1_009)),
+        real,
+    );
+    assert_live_is_not_enough("python_fragments", peak_live(&trace), real);
 }
 
 /// Real figure measured here with `sim/benches/glibc_peak.c` (glibc 2.36-9+deb12u14, Debian 12):

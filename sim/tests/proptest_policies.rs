@@ -39,6 +39,7 @@ fn check(name: &str, config: &PolicyConfig, ops: &[Op]) -> Result<(), TestCaseEr
     let run = |swap_for_clone_every| -> Result<Option<_>, TestCaseError> {
         let opts = DriveOptions {
             swap_for_clone_every,
+            limit_bytes: config.limit_bytes,
             ..DriveOptions::strict(name, config.align_bytes)
         };
         let Some(policy) = build_available(name, config, &view).map_err(TestCaseError::fail)?

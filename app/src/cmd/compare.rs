@@ -120,6 +120,11 @@ pub struct CompareArgs {
     /// the log does not show every allocation).
     #[arg(long)]
     pub from_start: bool,
+    /// For a TensorFlow memory log: replay `bfc` without consulting TensorFlow's logged
+    /// addresses for any choice the log leaves open (which other thread's free came first,
+    /// where a variable goes, a raw chunk's size); its match rate is then its own.
+    #[arg(long)]
+    pub no_guidance: bool,
     /// Find, for each policy, the smallest `--limit` at which the replay has no OOM, and print
     /// it beside the peak live bytes (`min_limit_bytes` in the JSON).
     #[arg(long, conflicts_with = "limit")]
@@ -224,7 +229,7 @@ pub fn run(args: &CompareArgs) -> Result<()> {
         if is_tf_bfc(spec)
             && let Some(log) = memlog
         {
-            rows.push(tf_bfc_row(log, &config, args.from_start)?);
+            rows.push(tf_bfc_row(log, &config, args.from_start, args.no_guidance)?);
             continue;
         }
         let label = spec.label();
@@ -537,10 +542,16 @@ impl Row {
 }
 
 /// `bfc` on a TensorFlow memory log: the replay at TensorFlow's own addresses.
-fn tf_bfc_row(log: &TfMemoryLog, config: &PolicyConfig, from_start: bool) -> Result<Row> {
+fn tf_bfc_row(
+    log: &TfMemoryLog,
+    config: &PolicyConfig,
+    from_start: bool,
+    no_guidance: bool,
+) -> Result<Row> {
     let opts = FidelityOptions {
         limit_bytes: config.limit_bytes,
         allow_growth: None,
+        no_guidance,
         ..FidelityOptions::default()
     };
     let f = if from_start {
@@ -640,6 +651,14 @@ fn tf_bfc_row(log: &TfMemoryLog, config: &PolicyConfig, from_start: bool) -> Res
                 "got_bytes": d.got_bytes,
             })),
             "held_back_frees": f.held_back,
+            "guidance": f.guided,
+            "guided_decisions": {
+                "total": f.guided_decisions.total(),
+                "placements_retried": f.guided_decisions.placements_retried,
+                "held_back_frees": f.guided_decisions.held_back_frees,
+                "variables_placed_by_address": f.guided_decisions.variables_placed_by_address,
+                "raw_chunk_sizes_chosen": f.guided_decisions.raw_chunk_sizes_chosen,
+            },
             "variables_replayed": f.variables_replayed,
             "logged_oom_reproduced": f.logged_oom_reproduced,
             "peak_bytes_in_use": f.peak_bytes_in_use,

@@ -125,7 +125,7 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
              text and binary forms are copied record for record"
         );
     }
-    refuse_other_inputs(&args.input)?;
+    refuse_other_inputs(&args.input, args.lenient)?;
     let count = convert(&args.input, &args.output, to, args.lenient)?;
     eprintln!(
         "wrote {} records to {} ({} form)",
@@ -139,12 +139,22 @@ pub fn run(args: &ConvertArgs) -> Result<()> {
     Ok(())
 }
 
+/// What `convert` reads, for its refusals.
+const CONVERT_READS: &str = "`allocview convert` converts malloc traces between the \
+                             libtracemalloc text form (plain or gzip) and allocview's binary \
+                             form (and finishes tracer spools)";
+
 /// `convert` reads malloc traces only: any other input recognised by content gets a message
-/// that says what it is and what reads it, rather than a parse error on its first line.
-fn refuse_other_inputs(input: &Path) -> Result<()> {
-    use allocview_loaders::InputKind;
+/// that says what it is and what reads it, rather than a parse error on its first line. A file
+/// of no known kind is refused too, unless `--lenient` asks to skip bad lines (a trace whose
+/// first line is damaged is of no known kind).
+fn refuse_other_inputs(input: &Path, lenient: bool) -> Result<()> {
+    use allocview_loaders::{InputKind, LoadError};
     let what = match allocview_loaders::detect(input) {
-        Ok(InputKind::MallocTrace | InputKind::BinaryTrace) | Err(_) => return Ok(()),
+        Ok(InputKind::MallocTrace | InputKind::BinaryTrace) => return Ok(()),
+        Err(e @ LoadError::Io { .. }) => return Err(e.into()),
+        Err(_) if lenient => return Ok(()),
+        Err(e) => anyhow::bail!("{CONVERT_READS}; {e}"),
         Ok(InputKind::PytorchSnapshot) => {
             "a PyTorch memory snapshot (every other command reads it as it is)"
         }
@@ -152,11 +162,7 @@ fn refuse_other_inputs(input: &Path) -> Result<()> {
         Ok(InputKind::TfBfcDump) => "a TensorFlow BFC dump (`allocview stats` reads it)",
         Ok(InputKind::Plan(_)) => "a memory plan (`allocview plan` reads it)",
     };
-    anyhow::bail!(
-        "`allocview convert` converts malloc traces between the libtracemalloc text form and \
-         allocview's binary form (and finishes tracer spools); {} is {what}",
-        input.display()
-    )
+    anyhow::bail!("{CONVERT_READS}; {} is {what}", input.display())
 }
 
 /// Converts `input` (any form, detected by content) into `output` in form `to`; returns the

@@ -52,6 +52,7 @@ pub fn tf_bfc(
             limit_bytes: Some(limit),
             allow_growth: None,
             stop_at_first_oom: true,
+            no_guidance: false,
         };
         let f = if from_start {
             fidelity::replay_from_start(log, &opts)

@@ -121,7 +121,11 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         &classes,
     )?;
     let (_, peak) = view.peak_live();
-    for (name, rep) in &done {
+    if view.is_empty() {
+        // Nothing was replayed, so there is no moment to draw a heap at.
+        eprintln!("note: the trace has no events: no heap maps");
+    }
+    for (name, rep) in done.iter().filter(|_| !view.is_empty()) {
         // A variant's label holds `:`, `=` and brackets: keep file names portable.
         let file_name: String = name
             .chars()

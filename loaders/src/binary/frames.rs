@@ -65,12 +65,15 @@ pub(super) fn read_header(path: &Path, bytes: &[u8]) -> Result<FileKind, LoadErr
             "not an allocview binary file (bad magic)",
         ));
     }
+    let describe =
+        |b: Option<u8>| b.map_or_else(|| "none (the file ends)".to_owned(), |v| v.to_string());
     let version = bytes.get(8).copied();
     if version != Some(VERSION) {
         return Err(LoadError::format(
             path,
             format!(
-                "unsupported allocview binary version {version:?} (this build reads {VERSION})"
+                "byte 8: unsupported allocview binary version {} (this build reads {VERSION})",
+                describe(version)
             ),
         ));
     }
@@ -79,7 +82,11 @@ pub(super) fn read_header(path: &Path, bytes: &[u8]) -> Result<FileKind, LoadErr
         Some(KIND_SPOOL) => Ok(FileKind::Spool),
         other => Err(LoadError::format(
             path,
-            format!("unknown allocview file kind {other:?}"),
+            format!(
+                "byte 9: unknown allocview file kind {} (expected {KIND_TRACE}, a trace, or \
+                 {KIND_SPOOL}, a spool)",
+                describe(other)
+            ),
         )),
     }
 }

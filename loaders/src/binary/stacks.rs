@@ -278,14 +278,26 @@ pub(super) fn encode_frames(s: &NativeStacks) -> Vec<(u8, Vec<u8>)> {
     frames
 }
 
-/// Applies one of the trace's stack frames to `s`; `Err` names what did not read.
-pub(super) fn read_frame(s: &mut NativeStacks, tag: u8, payload: &[u8]) -> Result<(), String> {
+/// Symbol entries of a SYMBOLS frame, as (location index, source frames): kept apart until
+/// [`merge`] knows how many locations there are, so that an entry naming location 2^27 costs
+/// its few bytes and not a table of 2^27 empty entries (the stacks fuzz target's 64-byte input
+/// that took 5 GB).
+pub(super) type SymbolEntries = Vec<(usize, Vec<SourceFrame>)>;
+
+/// Applies one of the trace's stack frames to `s` (a SYMBOLS frame's entries are returned);
+/// `Err` names what did not read.
+pub(super) fn read_frame(
+    s: &mut NativeStacks,
+    tag: u8,
+    payload: &[u8],
+) -> Result<SymbolEntries, String> {
     let mut c = Cursor::new(payload);
     let cut = |what: &str| format!("a cut {what}");
     let n = c.varint().ok_or_else(|| cut("count"))?;
     if n > payload.len() as u64 {
         return Err(format!("a count of {n} in a {}-byte frame", payload.len()));
     }
+    let mut symbols = SymbolEntries::new();
     for _ in 0..n {
         match tag {
             FRAME_MODULES => s.modules.push(NativeModule {
@@ -311,21 +323,28 @@ pub(super) fn read_frame(s: &mut NativeStacks, tag: u8, payload: &[u8]) -> Resul
                     .ok_or_else(|| cut("stack"))?;
                 s.stacks.insert(id, NativeStack { locations, end });
             }
-            _ => read_symbols(s, &mut c)?,
+            _ => symbols.push(read_symbols(&mut c)?),
         }
     }
     if !c.at_end() {
         return Err("bytes after the table".into());
     }
-    Ok(())
+    Ok(symbols)
 }
 
-/// Adds a frame's worth of tables (read into `part` by [`read_frame`]) to `into`.
-pub(super) fn merge(into: &mut NativeStacks, part: NativeStacks) {
+/// Adds a frame's worth of tables (read into `part` by [`read_frame`], with its symbol
+/// entries) to `into`. Returns how many symbol entries name a location the tables do not have
+/// (LOCATIONS comes before SYMBOLS): nothing could show them, so they are counted and left out.
+pub(super) fn merge(into: &mut NativeStacks, part: NativeStacks, symbols: SymbolEntries) -> u64 {
     into.modules.extend(part.modules);
     into.locations.extend(part.locations);
     into.stacks.extend(part.stacks);
-    for (i, frames) in part.symbols.into_iter().enumerate() {
+    let mut unknown = 0;
+    for (i, frames) in symbols {
+        if i >= into.locations.len() {
+            unknown += 1;
+            continue;
+        }
         if frames.is_empty() {
             continue;
         }
@@ -334,9 +353,10 @@ pub(super) fn merge(into: &mut NativeStacks, part: NativeStacks) {
         }
         into.symbols[i] = frames;
     }
+    unknown
 }
 
-fn read_symbols(s: &mut NativeStacks, c: &mut Cursor<'_>) -> Result<(), String> {
+fn read_symbols(c: &mut Cursor<'_>) -> Result<(usize, Vec<SourceFrame>), String> {
     let loc = c
         .varint()
         .and_then(|v| usize::try_from(v).ok())
@@ -353,14 +373,7 @@ fn read_symbols(s: &mut NativeStacks, c: &mut Cursor<'_>) -> Result<(), String> 
             line: u32::try_from(line).unwrap_or(0),
         });
     }
-    if loc >= 1 << 28 {
-        return Err(format!("a symbol entry for location {loc}"));
-    }
-    if s.symbols.len() <= loc {
-        s.symbols.resize(loc + 1, Vec::new());
-    }
-    s.symbols[loc] = frames;
-    Ok(())
+    Ok((loc, frames))
 }
 
 impl NativeStacks {
@@ -516,8 +529,8 @@ mod tests {
         let mut back = NativeStacks::default();
         for (tag, payload) in encode_frames(&s) {
             let mut part = NativeStacks::default();
-            read_frame(&mut part, tag, &payload).unwrap();
-            merge(&mut back, part);
+            let symbols = read_frame(&mut part, tag, &payload).unwrap();
+            assert_eq!(merge(&mut back, part, symbols), 0);
         }
         for m in &mut s.modules {
             m.segments.clear();
@@ -530,5 +543,24 @@ mod tests {
             ["inlined_helper (a.cpp:3)", "outer(int)", "prog+0x400020"]
         );
         assert!(read_frame(&mut NativeStacks::default(), FRAME_STACKS, &[5, 1]).is_err());
+    }
+
+    /// Found by the stacks fuzz target: a symbol entry for location 2^27 took a table of 2^27
+    /// entries (5 GB). It is kept apart until the merge, which leaves it out and counts it.
+    #[test]
+    fn a_symbol_entry_past_the_locations_is_counted_not_tabled() {
+        let mut payload = Vec::new();
+        put_varint(&mut payload, 1);
+        put_varint(&mut payload, 1 << 27);
+        put_varint(&mut payload, 1);
+        put_str(&mut payload, b"f");
+        put_str(&mut payload, b"f.c");
+        put_varint(&mut payload, 3);
+        let mut part = NativeStacks::default();
+        let symbols = read_frame(&mut part, FRAME_SYMBOLS, &payload).unwrap();
+        assert_eq!(symbols.len(), 1);
+        let mut into = NativeStacks::default();
+        assert_eq!(merge(&mut into, part, symbols), 1);
+        assert!(into.symbols.is_empty());
     }
 }

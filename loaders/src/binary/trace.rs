@@ -56,8 +56,8 @@ enum Parsed {
     /// The block's records are in [`Reader::decoded`].
     Events,
     End(u64),
-    /// Part of the call-stack tables (`stacks.rs`).
-    Stacks(NativeStacks),
+    /// Part of the call-stack tables (`stacks.rs`), with a SYMBOLS frame's entries.
+    Stacks(NativeStacks, stacks::SymbolEntries),
     /// A tag this version does not know: skipped, so later versions may add informative ones.
     Unknown,
 }
@@ -148,8 +148,8 @@ impl<'a> Reader<'a> {
             }
             FRAME_MODULES | FRAME_LOCATIONS | FRAME_STACKS | FRAME_SYMBOLS => {
                 let mut part = NativeStacks::default();
-                stacks::read_frame(&mut part, tag, payload)?;
-                Ok(Parsed::Stacks(part))
+                let symbols = stacks::read_frame(&mut part, tag, payload)?;
+                Ok(Parsed::Stacks(part, symbols))
             }
             FRAME_END => {
                 let total = c.varint().ok_or("a cut end frame")?;
@@ -389,8 +389,20 @@ pub(super) fn read_trace(
                 end_total = Some((total, pos));
                 break;
             }
-            Parsed::Stacks(part) => {
-                stacks::merge(info.stacks.get_or_insert_with(NativeStacks::default), part);
+            Parsed::Stacks(part, symbols) => {
+                let into = info.stacks.get_or_insert_with(NativeStacks::default);
+                let unknown = stacks::merge(into, part, symbols);
+                if unknown > 0 {
+                    info.damaged.push(Damage {
+                        offset: offset(pos),
+                        skipped_bytes: 0,
+                        what: format!(
+                            "{unknown} symbol entries name a location the trace does not have \
+                             (left out)"
+                        ),
+                        repaired: false,
+                    });
+                }
             }
             Parsed::Unknown => {}
         }

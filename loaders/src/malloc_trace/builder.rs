@@ -62,7 +62,16 @@ pub(crate) struct Pairing {
     live: PtrMap<(u32, u64)>,
     next_alloc_id: u32,
     prev_t_ns: i64,
+    /// Bytes of the live allocations, and of every allocation so far: what the statistics and
+    /// the replay add up, checked here so that a file whose sizes add up past 2^64 - 1 is
+    /// refused at the line that does it instead of wrapping later.
+    live_bytes: u64,
+    total_bytes: u64,
 }
+
+/// Why a record whose sizes cannot be added up is refused (the `expected` of its line error).
+const LIVE_OVERFLOW: &str = "a size that keeps the live allocations' bytes below 2^64 (16 EiB)";
+const TOTAL_OVERFLOW: &str = "a size that keeps the bytes allocated so far below 2^64 (16 EiB)";
 
 /// What a record becomes: its event, after the clamped time, and the free of a block the
 /// allocation found live (a missed free), which comes first.
@@ -81,6 +90,8 @@ impl Default for Pairing {
             live: PtrMap::default(),
             next_alloc_id: 0,
             prev_t_ns: i64::MIN,
+            live_bytes: 0,
+            total_bytes: 0,
         }
     }
 }
@@ -94,6 +105,18 @@ impl Pairing {
         size_bytes: Option<u64>,
         addr: u64,
     ) -> Result<Paired, &'static str> {
+        if let Some(size) = size_bytes
+            && addr != 0
+        {
+            // Checked before anything is counted: a refused line (skipped in lenient mode)
+            // leaves no trace in the counts. A live block at `addr` is freed by this record.
+            let displaced = self.live.get(&addr).map_or(0, |&(_, old)| old);
+            self.live_bytes
+                .saturating_sub(displaced)
+                .checked_add(size)
+                .ok_or(LIVE_OVERFLOW)?;
+            self.total_bytes.checked_add(size).ok_or(TOTAL_OVERFLOW)?;
+        }
         let mut t_ns = t_ns;
         if t_ns < self.prev_t_ns {
             summary.timestamps_non_monotonic += 1;
@@ -119,9 +142,13 @@ impl Pairing {
                     }
                     self.next_alloc_id += 1;
                     displaced = self.live.insert(addr, (id, size));
-                    if displaced.is_some() {
+                    if let Some((_, old)) = displaced {
                         summary.mallocs_of_live_ptr += 1;
+                        self.live_bytes = self.live_bytes.saturating_sub(old);
                     }
+                    // Both checked above.
+                    self.live_bytes = self.live_bytes.saturating_add(size);
+                    self.total_bytes = self.total_bytes.saturating_add(size);
                     (EventKind::Alloc, size, id)
                 }
             }
@@ -131,6 +158,7 @@ impl Pairing {
                     summary.frees_null += 1;
                     (EventKind::FreeNull, 0, NO_ALLOC_ID)
                 } else if let Some((id, size)) = self.live.remove(&addr) {
+                    self.live_bytes = self.live_bytes.saturating_sub(size);
                     (EventKind::Free, size, id)
                 } else {
                     summary.frees_unknown += 1;

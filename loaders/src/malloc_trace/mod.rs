@@ -671,6 +671,40 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
     }
 
+    /// Live bytes past 2^64 - 1 are refused at the line that gets there (strict), or that line
+    /// is counted as bad (lenient), and the statistics then add up without wrapping.
+    #[test]
+    fn sizes_adding_up_past_64_bits_are_refused_at_their_line() {
+        let dir = std::env::temp_dir().join(format!("allocview-wrap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("wrap.trace");
+        std::fs::write(
+            &path,
+            "0.000001\t1\t18446744073709551600\t0x1000\n\
+             0.000002\t1\t100\t0x2000\n\
+             0.000003\t1\t-1\t0x1000\n\
+             0.000004\t1\t100\t0x3000\n",
+        )
+        .unwrap();
+        let strict = LoadOptions::default();
+        let err = load_malloc_trace(&path, &strict).err().unwrap().to_string();
+        assert!(err.contains("line 2"), "{err}");
+        assert!(err.contains("below 2^64"), "{err}");
+        assert!(err.contains("wrap.trace"), "{err}");
+        let lenient = LoadOptions {
+            strictness: Strictness::Lenient,
+            ..LoadOptions::default()
+        };
+        let t = load_malloc_trace(&path, &lenient).unwrap();
+        // The total of allocations so far also has to fit: after the huge block is freed, the
+        // 100-byte block of line 4 passes the live check but not the total.
+        assert_eq!(t.summary.bad_lines, 2);
+        assert_eq!(t.summary.first_bad_lines[1].line, 4);
+        assert_eq!(t.summary.mallocs, 1);
+        assert_eq!(t.events.height(), 2);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
     #[test]
     fn parses_fields() {
         let l = parse_line(b"1.000002\t77\t-1\t(nil)").ok().unwrap();

@@ -80,6 +80,52 @@ pub fn is_header(line: &str) -> bool {
         && (has(Field::Upper) || has(Field::End))
 }
 
+/// When `line` looks like a CSV header (comma-separated names) but is not a minimalloc one:
+/// what is wrong with it (unknown columns with their byte column, required ones missing) and
+/// the columns expected. `None` for a minimalloc header or a line that is no CSV header.
+#[must_use]
+pub fn header_problem(line: &str) -> Option<String> {
+    let cells = split_line(line).ok()?;
+    let name_like = |c: &str| {
+        let c = c.trim();
+        c.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && c.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b' ')
+    };
+    if cells.len() < 2 || !cells.iter().all(|(_, c)| name_like(c)) || is_header(line) {
+        return None;
+    }
+    let mut problems: Vec<String> = cells
+        .iter()
+        .filter(|(_, c)| field_of(&c.trim().to_ascii_lowercase()).is_none())
+        .map(|(column, c)| format!("unknown column {:?} (column {column})", c.trim()))
+        .collect();
+    let fields: Vec<Field> = cells
+        .iter()
+        .filter_map(|(_, c)| field_of(&c.trim().to_ascii_lowercase()))
+        .collect();
+    for (ok, name) in [
+        (fields.contains(&Field::Id), "id"),
+        (fields.contains(&Field::Lower), "lower"),
+        (
+            fields.contains(&Field::Upper) || fields.contains(&Field::End),
+            "upper (or end)",
+        ),
+        (fields.contains(&Field::Size), "size"),
+    ] {
+        if !ok {
+            problems.push(format!("no {name} column"));
+        }
+    }
+    Some(format!(
+        "line 1 is not a minimalloc CSV header: {}; a header needs id, lower, upper (or end) and \
+         size, and may name {KNOWN_COLUMNS}",
+        problems.join(", ")
+    ))
+}
+
 /// Splits one CSV line into `(1-based byte column, unquoted text)` cells.
 fn split_line(line: &str) -> Result<Vec<(usize, String)>, usize> {
     let bytes = line.as_bytes();

@@ -721,6 +721,17 @@ fn read_divisions(v: Val<'_>, out: &mut [u32; 16]) {
 
 /// A short text form of a settings value, for reports.
 fn render(v: Val<'_>) -> String {
+    render_within(v, RENDER_DEPTH)
+}
+
+/// Containers nested deeper than this in a settings value print as `...`: a pickle can nest
+/// them arbitrarily deep, or make a list that holds itself (through the memo), and the walk
+/// must end without overflowing the stack.
+const RENDER_DEPTH: u32 = 4;
+/// Items printed per container; the rest are counted.
+const RENDER_ITEMS: usize = 16;
+
+fn render_within(v: Val<'_>, depth: u32) -> String {
     if let Some(s) = v.as_str() {
         return s.to_owned();
     }
@@ -733,15 +744,42 @@ fn render(v: Val<'_>) -> String {
     if let Some(f) = v.as_f64() {
         return f.to_string();
     }
+    let more = |n: usize| {
+        if n > RENDER_ITEMS {
+            format!(", ... ({} more)", n - RENDER_ITEMS)
+        } else {
+            String::new()
+        }
+    };
     if let Some(items) = v.dict_items() {
+        if depth == 0 {
+            return "{...}".to_owned();
+        }
+        let items: Vec<_> = items.collect();
         let parts: Vec<String> = items
-            .map(|(k, v)| format!("{}: {}", render(k), render(v)))
+            .iter()
+            .take(RENDER_ITEMS)
+            .map(|&(k, v)| {
+                format!(
+                    "{}: {}",
+                    render_within(k, depth - 1),
+                    render_within(v, depth - 1)
+                )
+            })
             .collect();
-        return format!("{{{}}}", parts.join(", "));
+        return format!("{{{}{}}}", parts.join(", "), more(items.len()));
     }
     if let Some(seq) = v.seq() {
-        let parts: Vec<String> = seq.map(render).collect();
-        return format!("[{}]", parts.join(", "));
+        if depth == 0 {
+            return "[...]".to_owned();
+        }
+        let items: Vec<_> = seq.collect();
+        let parts: Vec<String> = items
+            .iter()
+            .take(RENDER_ITEMS)
+            .map(|&x| render_within(x, depth - 1))
+            .collect();
+        return format!("[{}{}]", parts.join(", "), more(items.len()));
     }
     if v.is_none() {
         return "None".to_owned();

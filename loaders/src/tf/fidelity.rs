@@ -29,18 +29,22 @@
 //! Cost: one replay (or a few, for raw chunks) of O(log n) BFC operations per event, plus a
 //! clone of the allocator for each allocation that has other threads' frees pending.
 
-use std::collections::HashMap;
-
+use allocview_sim::policy::Counters;
 use allocview_sim::policy::bfc::{
     Bfc, BfcOptions, BfcStateError, BfcStats, ChunkInfo, DEFAULT_LIMIT_BYTES,
     DEFAULT_MAX_INTERNAL_FRAGMENTATION_BYTES, INITIAL_GROWTH_REGION_BYTES, LiveChunk, RegionInfo,
     rounded_bytes,
 };
-use allocview_sim::policy::{AllocError, Counters, Policy};
-use allocview_sim::trace::{EventKind, NO_ALLOC_ID};
+use allocview_sim::trace::EventKind;
 
 use super::dump::BfcDump;
-use super::memlog::{RecordKind, TfMemoryLog};
+use super::memlog::TfMemoryLog;
+
+mod checkpoint;
+mod replayer;
+
+use checkpoint::CheckpointPlan;
+use replayer::Replayer;
 
 /// Replay options.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -52,6 +56,37 @@ pub struct FidelityOptions {
     /// End the replay at its first OOM (a search for the smallest working limit needs no
     /// more); the other figures then describe only the replayed prefix.
     pub stop_at_first_oom: bool,
+    /// Replay without consulting TensorFlow's logged addresses for any decision: every
+    /// pending free applied before the next allocation, each variable placed right after the
+    /// allocation before it in id order, and every raw chunk at its rounded size. The log's
+    /// addresses are then only what the replay is measured against.
+    pub no_guidance: bool,
+}
+
+/// The decisions of a replay that consulted TensorFlow's logged addresses: where the log
+/// leaves a choice open (races between threads, variables it shows only through their
+/// outputs, raw chunk sizes), the replay picks what puts the allocation at the logged address.
+/// All zero with [`FidelityOptions::no_guidance`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GuidedDecisions {
+    /// Allocations that missed their logged address with other threads' frees pending, and so
+    /// were tried again with some of those frees held back.
+    pub placements_retried: u64,
+    /// Of those, the ones that then matched and were kept (`held_back` of [`Fidelity`]).
+    pub held_back_frees: u64,
+    /// Variables placed at the first point where BFC puts them at their logged address.
+    pub variables_placed_by_address: u64,
+    /// Raw chunks live at the checkpoint whose size (rounded, or the whole chunk found) was
+    /// chosen by which replay matches more addresses.
+    pub raw_chunk_sizes_chosen: u64,
+}
+
+impl GuidedDecisions {
+    /// Decisions that consulted the log, of every kind.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.placements_retried + self.variables_placed_by_address + self.raw_chunk_sizes_chosen
+    }
 }
 
 /// How the replay started.
@@ -213,6 +248,10 @@ pub struct Fidelity {
     pub first_divergence: Option<Divergence>,
     /// Allocations that matched only once other threads' frees were held back.
     pub held_back: u64,
+    /// Whether the replay consulted the logged addresses (not [`FidelityOptions::no_guidance`]).
+    pub guided: bool,
+    /// What it consulted them for.
+    pub guided_decisions: GuidedDecisions,
     /// Variables (known only from tensor outputs) allocated during the replay, at their place
     /// in id order; they count in `checked`.
     pub variables_replayed: u64,
@@ -282,6 +321,22 @@ impl Fidelity {
                 String::new()
             }
         ));
+        let g = &self.guided_decisions;
+        out.push(if self.guided {
+            format!(
+                "guided by TensorFlow's addresses: {} decisions ({} allocations retried with \
+                 other threads' frees held back, {} kept; {} variables placed where BFC puts \
+                 them at their logged address; {} raw chunk sizes chosen by matches); \
+                 --no-guidance replays without",
+                g.total(),
+                g.placements_retried,
+                g.held_back_frees,
+                g.variables_placed_by_address,
+                g.raw_chunk_sizes_chosen
+            )
+        } else {
+            "no guidance: no decision consulted TensorFlow's addresses".to_owned()
+        });
         if let Some(d) = &self.first_divergence {
             out.push(format!(
                 "first divergence at event {} (line {}, TF id {}): TF put {} bytes at {:#x}, the \
@@ -364,7 +419,13 @@ pub fn replay_checkpointed(
         .take(4)
         .collect();
     let mut best: Option<(Fidelity, Vec<(u64, u64)>)> = None;
-    for mask in 0u32..(1 << raw.len()) {
+    // Without guidance every raw chunk keeps its rounded size (mask 0): no comparison.
+    let masks = if opts.no_guidance {
+        1
+    } else {
+        1u32 << raw.len()
+    };
+    for mask in 0u32..masks {
         let mut chunks: Vec<LiveChunk> = live.iter().map(|c| c.chunk).collect();
         let regions = setup.regions_at(plan.event);
         let mut possible = true;
@@ -404,6 +465,9 @@ pub fn replay_checkpointed(
         }
     }
     let (mut f, raw_sizes) = best.ok_or(FidelityError::Empty)?;
+    if !opts.no_guidance {
+        f.guided_decisions.raw_chunk_sizes_chosen = raw.len() as u64;
+    }
     let regions = setup.regions_at(plan.event);
     f.checkpoint = Some(Checkpoint {
         event: plan.event,
@@ -468,6 +532,7 @@ fn gap_after(chunks: &[LiveChunk], regions: &[RegionInfo], c: LiveChunk) -> u64 
 struct Setup {
     bfc_options: BfcOptions,
     stop_at_first_oom: bool,
+    no_guidance: bool,
     regions: Vec<(usize, RegionInfo)>,
 }
 
@@ -495,6 +560,7 @@ impl Setup {
                 ..BfcOptions::default()
             },
             stop_at_first_oom: opts.stop_at_first_oom,
+            no_guidance: opts.no_guidance,
             regions: log
                 .regions
                 .iter()
@@ -572,715 +638,9 @@ impl Setup {
     ) -> Result<Fidelity, FidelityError> {
         let mut r = Replayer::new(log, bfc, start);
         r.stop_at_first_oom = self.stop_at_first_oom;
+        r.no_guidance = self.no_guidance;
         r.run(log, start)?;
         Ok(r.finish(log, kind))
-    }
-}
-
-/// A chunk of the rebuilt state.
-#[derive(Clone, Copy, Debug)]
-struct StateChunk {
-    chunk: LiveChunk,
-    raw: bool,
-    variable: bool,
-}
-
-/// Where to take the checkpoint.
-struct CheckpointPlan {
-    event: usize,
-    line: u64,
-    reason: String,
-    next_tf_id: u64,
-    unlogged_ids: u64,
-    unknown_live: u64,
-    unknown_after: u64,
-}
-
-impl CheckpointPlan {
-    fn find(log: &TfMemoryLog) -> Self {
-        let logged: HashMap<i64, usize> = log
-            .records
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.record.is_allocation())
-            .map(|(i, r)| (r.tf_alloc_id, i))
-            .collect();
-        let revealed: HashMap<i64, usize> = log
-            .outputs
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| !logged.contains_key(&o.tf_alloc_id))
-            .map(|(i, o)| (o.tf_alloc_id, i))
-            .collect();
-        // Frees of ids the log never shows and no output reveals: unknown temporaries.
-        let mut last_unknown: Option<usize> = None;
-        let mut unknown_freed: HashMap<i64, usize> = HashMap::new();
-        for (i, r) in log.records.iter().enumerate() {
-            if r.kind == EventKind::FreeUnknown && !revealed.contains_key(&r.tf_alloc_id) {
-                last_unknown = Some(i);
-                unknown_freed.insert(r.tf_alloc_id, i);
-            }
-        }
-        let max_id = logged
-            .keys()
-            .chain(revealed.keys())
-            .chain(unknown_freed.keys())
-            .copied()
-            .max()
-            .unwrap_or(0);
-        let event = last_unknown.map_or(0, |i| i + 1);
-        // The allocation counter at the checkpoint: the first id allocated after it, since
-        // every smaller id (variables whose outputs come later included) was allocated before.
-        let seen_before = log
-            .records
-            .iter()
-            .take(event)
-            .map(|r| r.tf_alloc_id)
-            .max()
-            .unwrap_or(0);
-        let next_tf_id = log
-            .records
-            .iter()
-            .skip(event)
-            .filter(|r| r.record.is_allocation())
-            .map(|r| r.tf_alloc_id)
-            .min()
-            .unwrap_or(max_id + 1)
-            .max(seen_before + 1);
-        let (mut unlogged, mut unknown_live, mut unknown_after) = (0u64, 0u64, 0u64);
-        for id in 1..=max_id {
-            if logged.contains_key(&id) {
-                continue;
-            }
-            unlogged += 1;
-            if revealed.contains_key(&id) {
-                continue;
-            }
-            match unknown_freed.get(&id) {
-                Some(_) if id >= next_tf_id => unknown_after += 1,
-                Some(_) => {}
-                None if id >= next_tf_id => unknown_after += 1,
-                None => unknown_live += 1,
-            }
-        }
-        let line = last_unknown
-            .and_then(|i| log.records.get(i))
-            .map_or(0, |r| r.line);
-        let reason = match last_unknown {
-            Some(i) => format!(
-                "event {i} (line {line}) frees the last of {} allocations the log never shows \
-                 (ids without an allocation record or a tensor output); from there every live \
-                 chunk is known",
-                unknown_freed.len()
-            ),
-            None => "the log shows every allocation: replaying from the first event".into(),
-        };
-        Self {
-            event,
-            line,
-            reason,
-            next_tf_id: u64::try_from(next_tf_id).unwrap_or(0),
-            unlogged_ids: unlogged,
-            unknown_live,
-            unknown_after,
-        }
-    }
-
-    /// Live chunks at the checkpoint: logged allocations not yet freed, and revealed variables
-    /// allocated before it and not yet freed.
-    fn live_chunks(&self, log: &TfMemoryLog) -> Vec<StateChunk> {
-        let mut live: HashMap<i64, StateChunk> = HashMap::new();
-        for r in log.records.iter().take(self.event) {
-            match r.kind {
-                EventKind::Alloc => {
-                    let raw = r.record == RecordKind::RawAllocation;
-                    let size = r
-                        .allocated_bytes
-                        .filter(|&b| b > 0)
-                        .unwrap_or_else(|| rounded_bytes(r.requested_bytes.max(1)));
-                    live.insert(
-                        r.tf_alloc_id,
-                        StateChunk {
-                            chunk: LiveChunk {
-                                addr: r.ptr,
-                                size_bytes: size,
-                                requested_bytes: r.requested_bytes.min(size),
-                                allocation_id: u64::try_from(r.tf_alloc_id).unwrap_or(0),
-                                request_id: r.alloc_id,
-                            },
-                            raw,
-                            variable: false,
-                        },
-                    );
-                }
-                EventKind::Free | EventKind::FreeUnknown => {
-                    live.remove(&r.tf_alloc_id);
-                }
-                _ => {}
-            }
-        }
-        let freed_before: HashMap<i64, ()> = log
-            .records
-            .iter()
-            .take(self.event)
-            .filter(|r| r.kind == EventKind::FreeUnknown)
-            .map(|r| (r.tf_alloc_id, ()))
-            .collect();
-        let logged: HashMap<i64, ()> = log
-            .records
-            .iter()
-            .filter(|r| r.record.is_allocation())
-            .map(|r| (r.tf_alloc_id, ()))
-            .collect();
-        for o in &log.outputs {
-            let id = u64::try_from(o.tf_alloc_id).unwrap_or(0);
-            if id == 0
-                || id >= self.next_tf_id
-                || logged.contains_key(&o.tf_alloc_id)
-                || freed_before.contains_key(&o.tf_alloc_id)
-                || live.contains_key(&o.tf_alloc_id)
-            {
-                continue;
-            }
-            let size = o
-                .allocated_bytes
-                .filter(|&b| b > 0)
-                .unwrap_or_else(|| rounded_bytes(o.requested_bytes.max(1)));
-            live.insert(
-                o.tf_alloc_id,
-                StateChunk {
-                    chunk: LiveChunk {
-                        addr: o.ptr,
-                        size_bytes: size,
-                        requested_bytes: o.requested_bytes.min(size),
-                        allocation_id: id,
-                        request_id: NO_ALLOC_ID,
-                    },
-                    raw: false,
-                    variable: true,
-                },
-            );
-        }
-        let mut out: Vec<StateChunk> = live.into_values().collect();
-        out.sort_by_key(|c| c.chunk.addr);
-        out
-    }
-}
-
-/// A variable seen only through a tensor output.
-#[derive(Clone, Copy, Debug)]
-struct Variable {
-    ptr: u64,
-    requested_bytes: u64,
-    allocated_bytes: Option<u64>,
-    thread: u16,
-}
-
-/// Variables (tensor outputs of ids never logged as allocated), by TF id.
-fn revealed_variables(log: &TfMemoryLog) -> HashMap<i64, Variable> {
-    let logged: HashMap<i64, ()> = log
-        .records
-        .iter()
-        .filter(|r| r.record.is_allocation())
-        .map(|r| (r.tf_alloc_id, ()))
-        .collect();
-    log.outputs
-        .iter()
-        .filter(|o| o.tf_alloc_id > 0 && !logged.contains_key(&o.tf_alloc_id))
-        .map(|o| {
-            let thread = o
-                .thread
-                .or_else(|| log.records.get(o.events_before).map(|r| r.thread))
-                .unwrap_or(0);
-            (
-                o.tf_alloc_id,
-                Variable {
-                    ptr: o.ptr,
-                    requested_bytes: o.requested_bytes,
-                    allocated_bytes: o.allocated_bytes,
-                    thread,
-                },
-            )
-        })
-        .collect()
-}
-
-/// A free waiting to be applied.
-#[derive(Clone, Copy, Debug)]
-struct PendingFree {
-    thread: u16,
-    addr: u64,
-}
-
-struct Replayer {
-    bfc: Bfc,
-    stop_at_first_oom: bool,
-    /// Address of each TF allocation id in the replay (live ones).
-    addr_of: HashMap<i64, u64>,
-    pending: Vec<PendingFree>,
-    checked: u64,
-    address_matches: u64,
-    size_matches: u64,
-    sizes_checked: u64,
-    first_divergence: Option<Divergence>,
-    held_back: u64,
-    ooms: u64,
-    first_oom: Option<FirstOom>,
-    logged_oom_reproduced: Option<bool>,
-    meminfo: Vec<MemInfoCheck>,
-    next_meminfo: usize,
-    /// TF's allocation counter where the replay starts.
-    first_tf_id: i64,
-    variables_replayed: u64,
-    metrics: ReplayMetrics,
-    frag_sum: f64,
-    started: std::time::Instant,
-}
-
-impl Replayer {
-    fn new(log: &TfMemoryLog, bfc: Bfc, start: usize) -> Self {
-        let first_tf_id = i64::try_from(bfc.next_allocation_id()).unwrap_or(1);
-        let mut addr_of = HashMap::new();
-        for c in bfc.chunks() {
-            if let Some(id) = c.allocation_id
-                && let Ok(id) = i64::try_from(id)
-            {
-                addr_of.insert(id, c.addr);
-            }
-        }
-        let next_meminfo = log
-            .meminfo
-            .iter()
-            .position(|m| m.events_before >= start)
-            .unwrap_or(log.meminfo.len());
-        Self {
-            stop_at_first_oom: false,
-            bfc,
-            addr_of,
-            pending: Vec::new(),
-            checked: 0,
-            address_matches: 0,
-            size_matches: 0,
-            sizes_checked: 0,
-            first_divergence: None,
-            held_back: 0,
-            ooms: 0,
-            first_oom: None,
-            logged_oom_reproduced: None,
-            meminfo: Vec::new(),
-            next_meminfo,
-            first_tf_id,
-            variables_replayed: 0,
-            metrics: ReplayMetrics::default(),
-            frag_sum: 0.0,
-            started: std::time::Instant::now(),
-        }
-    }
-
-    fn note_meminfo(&mut self, log: &TfMemoryLog, before_event: usize) {
-        while let Some(m) = log.meminfo.get(self.next_meminfo) {
-            if m.events_before > before_event {
-                break;
-            }
-            // Frees logged before this point have taken effect by the time Python asks.
-            let pending = std::mem::take(&mut self.pending);
-            Self::apply_frees(&mut self.bfc, &pending);
-            let s = self.bfc.stats();
-            self.meminfo.push(MemInfoCheck {
-                tag: m.tag.clone(),
-                line: m.line,
-                tf_current_bytes: m.current_bytes,
-                tf_peak_bytes: m.peak_bytes,
-                replay_current_bytes: s.bytes_in_use,
-                replay_peak_bytes: s.peak_bytes_in_use,
-            });
-            self.next_meminfo += 1;
-        }
-    }
-
-    fn apply_frees(bfc: &mut Bfc, frees: &[PendingFree]) {
-        for f in frees {
-            // A chunk the replay never placed (it failed) has nothing to free.
-            bfc.deallocate(f.addr).ok();
-        }
-    }
-
-    /// Allocates with all pending frees applied; when the result misses `expected` and other
-    /// threads' frees are pending, retries holding back the most recent of them.
-    fn allocate(
-        &mut self,
-        thread: u16,
-        size: u64,
-        request_id: u32,
-        expected: Option<u64>,
-        expect_failure: bool,
-    ) -> Result<Result<(u64, u64), AllocError>, FidelityError> {
-        let others = self.pending.iter().filter(|f| f.thread != thread).count();
-        let hit = |res: &Result<allocview_sim::policy::bfc::BfcAllocation, AllocError>| match res {
-            Ok(a) => !expect_failure && expected.is_none_or(|e| e == a.addr),
-            Err(_) => expect_failure,
-        };
-        if others == 0 {
-            let pending = std::mem::take(&mut self.pending);
-            Self::apply_frees(&mut self.bfc, &pending);
-            return Ok(self
-                .bfc
-                .allocate(size, request_id)
-                .map(|a| (a.addr, a.chunk_bytes)));
-        }
-        let backup = self.bfc.clone();
-        let pending = std::mem::take(&mut self.pending);
-        Self::apply_frees(&mut self.bfc, &pending);
-        let first = self.bfc.allocate(size, request_id);
-        if hit(&first) {
-            return Ok(first.map(|a| (a.addr, a.chunk_bytes)));
-        }
-        let other_positions: Vec<usize> = pending
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| f.thread != thread)
-            .map(|(i, _)| i)
-            .collect();
-        for k in 1..=other_positions.len() {
-            let held: Vec<usize> = other_positions.iter().rev().take(k).copied().collect();
-            let mut trial = backup.clone();
-            let applied: Vec<PendingFree> = pending
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| !held.contains(i))
-                .map(|(_, f)| *f)
-                .collect();
-            Self::apply_frees(&mut trial, &applied);
-            let res = trial.allocate(size, request_id);
-            if hit(&res) {
-                self.bfc = trial;
-                self.held_back += 1;
-                let mut keep: Vec<PendingFree> = pending
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| held.contains(i))
-                    .map(|(_, f)| *f)
-                    .collect();
-                self.pending.append(&mut keep);
-                return Ok(res.map(|a| (a.addr, a.chunk_bytes)));
-            }
-        }
-        Ok(first.map(|a| (a.addr, a.chunk_bytes)))
-    }
-
-    fn run(&mut self, log: &TfMemoryLog, start: usize) -> Result<(), FidelityError> {
-        // BFC's ids are its allocation order, but threads log an allocation after making it:
-        // an allocation logged after one with a higher id really came first.
-        let alloc_at: HashMap<i64, usize> = log
-            .records
-            .iter()
-            .enumerate()
-            .skip(start)
-            .filter(|(_, r)| r.kind == EventKind::Alloc)
-            .map(|(i, r)| (r.tf_alloc_id, i))
-            .collect();
-        let mut done = vec![false; log.records.len()];
-        let mut variables = revealed_variables(log);
-        let mut due: Vec<(i64, Variable)> = Vec::new();
-        let mut max_id = self.first_tf_id - 1;
-        for (event, r) in log.records.iter().enumerate().skip(start) {
-            self.note_meminfo(log, event);
-            match r.kind {
-                EventKind::Free | EventKind::FreeUnknown => {
-                    if let Some(addr) = self.addr_of.remove(&r.tf_alloc_id) {
-                        self.pending.push(PendingFree {
-                            thread: r.thread,
-                            addr,
-                        });
-                    }
-                    self.try_due_variables(log, event, &mut due)?;
-                }
-                EventKind::Alloc => {
-                    if done.get(event).copied().unwrap_or(true) {
-                        continue;
-                    }
-                    // Variables allocated before this one that never found their address.
-                    for (id, v) in std::mem::take(&mut due) {
-                        self.replay_variable(log, event, id, v)?;
-                    }
-                    for id in (max_id + 1)..r.tf_alloc_id {
-                        if let Some(&later) = alloc_at.get(&id) {
-                            if later > event
-                                && let Some(d) = done.get_mut(later)
-                                && !*d
-                            {
-                                *d = true;
-                                self.replay_alloc(log, later)?;
-                            }
-                        } else if let Some(v) = variables.remove(&id) {
-                            self.replay_variable(log, event, id, v)?;
-                        }
-                    }
-                    if let Some(d) = done.get_mut(event) {
-                        *d = true;
-                    }
-                    max_id = max_id.max(r.tf_alloc_id);
-                    self.replay_alloc(log, event)?;
-                    // A variable the log shows only through its outputs was allocated after
-                    // the id before it and before the next logged id: it is placed at the
-                    // first point in between where BFC puts it at its logged address.
-                    let mut id = r.tf_alloc_id + 1;
-                    while let Some(v) = variables.remove(&id) {
-                        due.push((id, v));
-                        max_id = max_id.max(id);
-                        id += 1;
-                    }
-                    self.try_due_variables(log, event, &mut due)?;
-                }
-                EventKind::AllocFailed => {
-                    for (id, v) in std::mem::take(&mut due) {
-                        self.replay_variable(log, event, id, v)?;
-                    }
-                    let res =
-                        self.allocate(r.thread, r.requested_bytes, NO_ALLOC_ID, None, true)?;
-                    match res {
-                        Ok((addr, _)) => {
-                            // TF could not serve it: give it back so the state stays TF's.
-                            self.bfc.deallocate(addr).map_err(|e| {
-                                FidelityError::Replay(format!("undoing event {event}: {e}"))
-                            })?;
-                            self.logged_oom_reproduced.get_or_insert(false);
-                        }
-                        Err(_) => {
-                            self.ooms += 1;
-                            self.logged_oom_reproduced.get_or_insert(true);
-                            self.record_oom(log, event, r.requested_bytes, true);
-                        }
-                    }
-                }
-                EventKind::FreeNull | EventKind::FreeRequested => {}
-            }
-            let c = self.bfc.counters();
-            self.metrics.observe(&c, &mut self.frag_sum);
-            if self.stop_at_first_oom && self.ooms > 0 {
-                return Ok(());
-            }
-        }
-        let last = log.records.len().saturating_sub(1);
-        for (id, v) in std::mem::take(&mut due) {
-            self.replay_variable(log, last, id, v)?;
-        }
-        let pending = std::mem::take(&mut self.pending);
-        Self::apply_frees(&mut self.bfc, &pending);
-        self.note_meminfo(log, usize::MAX);
-        Ok(())
-    }
-
-    /// Allocates the due variables, in id order, while each lands at its logged address;
-    /// the first that would not stays due (with the rest) until the next event.
-    fn try_due_variables(
-        &mut self,
-        log: &TfMemoryLog,
-        event: usize,
-        due: &mut Vec<(i64, Variable)>,
-    ) -> Result<(), FidelityError> {
-        while let Some(&(id, v)) = due.first() {
-            let saved = (self.bfc.clone(), self.pending.clone(), self.held_back);
-            match self.allocate(v.thread, v.requested_bytes, NO_ALLOC_ID, Some(v.ptr), false)? {
-                Ok((addr, _)) if addr == v.ptr => {
-                    (self.bfc, self.pending, self.held_back) = saved;
-                    due.remove(0);
-                    self.replay_variable(log, event, id, v)?;
-                }
-                _ => {
-                    (self.bfc, self.pending, self.held_back) = saved;
-                    break;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Allocates a revealed variable (tensor output) at its place in id order.
-    fn replay_variable(
-        &mut self,
-        log: &TfMemoryLog,
-        event: usize,
-        tf_id: i64,
-        v: Variable,
-    ) -> Result<(), FidelityError> {
-        let line = log.records.get(event).map_or(0, |r| r.line);
-        let res = self.allocate(v.thread, v.requested_bytes, NO_ALLOC_ID, Some(v.ptr), false)?;
-        let got = match res {
-            Ok((a, b)) => {
-                self.addr_of.insert(tf_id, a);
-                Some((a, b))
-            }
-            Err(_) => {
-                self.ooms += 1;
-                self.record_oom(log, event, v.requested_bytes, false);
-                None
-            }
-        };
-        self.variables_replayed += 1;
-        self.check(
-            event,
-            line,
-            tf_id,
-            v.requested_bytes,
-            v.ptr,
-            v.allocated_bytes,
-            got,
-        );
-        Ok(())
-    }
-
-    /// Replays the allocation of event `event` and checks it against the log.
-    fn replay_alloc(&mut self, log: &TfMemoryLog, event: usize) -> Result<(), FidelityError> {
-        let Some(r) = log.records.get(event) else {
-            return Ok(());
-        };
-        let expected = (r.ptr != 0).then_some(r.ptr);
-        let res = self.allocate(r.thread, r.requested_bytes, r.alloc_id, expected, false)?;
-        let (got_addr, got_bytes) = match res {
-            Ok((a, b)) => {
-                self.addr_of.insert(r.tf_alloc_id, a);
-                (Some(a), Some(b))
-            }
-            Err(_) => {
-                self.ooms += 1;
-                self.record_oom(log, event, r.requested_bytes, false);
-                (None, None)
-            }
-        };
-        let Some(expected) = expected else {
-            return Ok(());
-        };
-        let tf_bytes = r
-            .allocated_bytes
-            .filter(|_| r.record == RecordKind::TensorAllocation);
-        self.check(
-            event,
-            r.line,
-            r.tf_alloc_id,
-            r.requested_bytes,
-            expected,
-            tf_bytes,
-            got_addr.zip(got_bytes),
-        );
-        Ok(())
-    }
-
-    /// Counts one allocation with TF's pointer (and chunk size, when logged).
-    #[allow(clippy::too_many_arguments)]
-    fn check(
-        &mut self,
-        event: usize,
-        line: u64,
-        tf_alloc_id: i64,
-        requested_bytes: u64,
-        expected_addr: u64,
-        expected_bytes: Option<u64>,
-        got: Option<(u64, u64)>,
-    ) {
-        self.checked += 1;
-        let addr_ok = got.is_some_and(|(a, _)| a == expected_addr);
-        if addr_ok {
-            self.address_matches += 1;
-        }
-        let size_ok = match expected_bytes {
-            Some(tf) => {
-                self.sizes_checked += 1;
-                let ok = got.is_some_and(|(_, b)| b == tf);
-                if ok {
-                    self.size_matches += 1;
-                }
-                ok
-            }
-            None => true,
-        };
-        if (!addr_ok || !size_ok) && self.first_divergence.is_none() {
-            self.first_divergence = Some(Divergence {
-                event,
-                line,
-                tf_alloc_id,
-                requested_bytes,
-                expected_addr,
-                expected_bytes,
-                got_addr: got.map(|(a, _)| a),
-                got_bytes: got.map(|(_, b)| b),
-            });
-        }
-    }
-
-    fn record_oom(&mut self, log: &TfMemoryLog, event: usize, request: u64, logged: bool) {
-        if self.first_oom.is_some() {
-            return;
-        }
-        let c: Counters = self.bfc.counters();
-        let chunks = self.bfc.chunks();
-        let line = log.records.get(event).map_or(0, |r| r.line);
-        let dump = log
-            .dumps
-            .iter()
-            .find(|d| d.first_line >= line && !d.chunks.is_empty());
-        let dump_comparison = dump.map(|d| compare_chunk_maps(d, &chunks));
-        self.first_oom = Some(FirstOom {
-            event,
-            line,
-            logged,
-            request_bytes: request,
-            rounded_bytes: rounded_bytes(request),
-            in_use_chunks: c.live_allocs,
-            in_use_bytes: self.bfc.stats().bytes_in_use,
-            free_chunks: c.free_blocks,
-            free_bytes: c.free_bytes,
-            regions: self.bfc.regions().len() as u64,
-            region_bytes: self.bfc.total_region_allocated_bytes(),
-            largest_free_chunk_bytes: c.largest_free_bytes,
-            chunks,
-            dump_comparison,
-        });
-    }
-
-    fn finish(mut self, log: &TfMemoryLog, start: ReplayStart) -> Fidelity {
-        let s = self.bfc.stats();
-        // The frees still held back at the end are applied by `run`: count the final state.
-        let c = self.bfc.counters();
-        self.metrics.final_footprint_bytes = c.footprint_bytes;
-        self.metrics.mean_fragmentation = if self.metrics.events == 0 {
-            0.0
-        } else {
-            self.frag_sum / self.metrics.events as f64
-        };
-        self.metrics.replay_seconds = self.started.elapsed().as_secs_f64();
-        let mut replayed: Vec<RegionInfo> = self.bfc.regions();
-        // Creation order: the logged bases are consumed in order, so sort by the logged order.
-        let order: HashMap<u64, usize> = log
-            .regions
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (r.base, i))
-            .collect();
-        replayed.sort_by_key(|r| order.get(&r.base).copied().unwrap_or(usize::MAX));
-        Fidelity {
-            start,
-            checkpoint: None,
-            limit_bytes: self.bfc.options().limit_bytes,
-            allow_growth: self.bfc.options().allow_growth,
-            checked: self.checked,
-            address_matches: self.address_matches,
-            size_matches: self.size_matches,
-            sizes_checked: self.sizes_checked,
-            first_divergence: self.first_divergence,
-            held_back: self.held_back,
-            variables_replayed: self.variables_replayed,
-            ooms: self.ooms,
-            first_oom: self.first_oom,
-            logged_oom_reproduced: self.logged_oom_reproduced,
-            peak_bytes_in_use: s.peak_bytes_in_use,
-            final_bytes_in_use: s.bytes_in_use,
-            meminfo: self.meminfo,
-            regions_logged: log.regions.iter().map(|r| (r.base, r.size_bytes)).collect(),
-            regions_replayed: replayed.iter().map(|r| (r.base, r.size_bytes)).collect(),
-            final_state: self.bfc,
-            metrics: self.metrics,
-        }
     }
 }
 

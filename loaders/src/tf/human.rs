@@ -96,7 +96,8 @@ pub fn parse_bytes(text: &str) -> Option<ByteCount> {
         return n.parse().ok().map(ByteCount::exact);
     }
     let number = s.strip_suffix("iB")?;
-    let (number, letter) = number.split_at(number.len().checked_sub(1)?);
+    // The unit letter is one byte; anything else there (a multi-byte character) is no unit.
+    let (number, letter) = number.split_at_checked(number.len().checked_sub(1)?)?;
     let unit = UNITS.iter().position(|&u| letter.starts_with(u))?;
     let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
     if whole.is_empty()
@@ -191,7 +192,11 @@ mod tests {
         assert_eq!(parse_bytes("512.00MiB").unwrap().bytes, 512 << 20);
         assert!(parse_bytes("512.00MiB").unwrap().contains(536_870_912));
         assert!(parse_bytes("98.00MiB").unwrap().contains(102_760_448));
-        for bad in ["", "MiB", "1.0XiB", "-5B", "1.2.3MiB", "abc", "12 B"] {
+        // "1Ͻ" + "iB": the byte before "iB" is inside a two-byte character (found by the
+        // tf_dump fuzz target, which panicked slicing there).
+        for bad in [
+            "", "MiB", "1.0XiB", "-5B", "1.2.3MiB", "abc", "12 B", "1ϽiB", "9€iB",
+        ] {
             assert_eq!(parse_bytes(bad), None, "{bad}");
         }
     }

@@ -272,6 +272,15 @@ pub enum ParseError {
     Polars(#[from] PolarsError),
 }
 
+impl From<super::dump::DumpError> for ParseError {
+    fn from(e: super::dump::DumpError) -> Self {
+        match e {
+            super::dump::DumpError::Polars(p) => Self::Polars(p),
+            e @ super::dump::DumpError::Unrepresentable { .. } => Self::Format(e.to_string()),
+        }
+    }
+}
+
 /// A record read from a line, before pairing.
 #[derive(Clone, Debug)]
 enum Item {

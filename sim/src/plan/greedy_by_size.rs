@@ -50,15 +50,38 @@ pub struct Progress {
     pub total: std::sync::atomic::AtomicUsize,
 }
 
-/// Greedy-by-size offsets of planning units (shared with `search`, which starts from them).
+/// Greedy-by-size offsets of planning units.
+#[cfg(test)]
 pub(crate) fn unit_offsets(units: &[Unit]) -> Result<Vec<u64>, PlanError> {
-    unit_offsets_observed(units, None)
+    unit_offsets_with(units, None, None).map(Option::unwrap_or_default)
 }
 
 fn unit_offsets_observed(
     units: &[Unit],
     progress: Option<&Progress>,
 ) -> Result<Vec<u64>, PlanError> {
+    unit_offsets_with(units, progress, None).map(Option::unwrap_or_default)
+}
+
+/// Buffers placed between two looks at the clock in [`unit_offsets_until`].
+const CLOCK_EVERY: usize = 256;
+
+/// [`unit_offsets`], giving up (`Ok(None)`) once `deadline` has passed: `search` starts from
+/// this plan, and on instances of long-lived, heavily overlapping buffers it alone can take
+/// far longer than the search's time budget (50 s for 100,000 buffers).
+pub(crate) fn unit_offsets_until(
+    units: &[Unit],
+    deadline: Option<std::time::Instant>,
+) -> Result<Option<Vec<u64>>, PlanError> {
+    unit_offsets_with(units, None, deadline)
+}
+
+/// The greedy-by-size placement, telling `progress` how far it is and giving up at `deadline`.
+fn unit_offsets_with(
+    units: &[Unit],
+    progress: Option<&Progress>,
+    deadline: Option<std::time::Instant>,
+) -> Result<Option<Vec<u64>>, PlanError> {
     use std::sync::atomic::Ordering::Relaxed;
     if let Some(p) = progress {
         p.total.store(units.len(), Relaxed);
@@ -77,11 +100,16 @@ fn unit_offsets_observed(
     let mut offsets = vec![0u64; units.len()];
     let mut sources = Vec::new();
     let mut taken: Vec<(u64, u64)> = Vec::new();
-    for (placed, i) in order.into_iter().enumerate() {
-        if placed % 4096 == 0
+    for (k, i) in order.into_iter().enumerate() {
+        if k % CLOCK_EVERY == CLOCK_EVERY - 1
+            && deadline.is_some_and(|d| std::time::Instant::now() >= d)
+        {
+            return Ok(None);
+        }
+        if k % 4096 == 0
             && let Some(p) = progress
         {
-            p.done.store(placed, Relaxed);
+            p.done.store(k, Relaxed);
         }
         let Some(u) = units.get(i) else { continue };
         taken.clear();
@@ -107,7 +135,7 @@ fn unit_offsets_observed(
     if let Some(p) = progress {
         p.done.store(units.len(), Relaxed);
     }
-    Ok(offsets)
+    Ok(Some(offsets))
 }
 
 /// The best-fit rule, fed byte ranges in increasing offset order (the placed buffers a new one
@@ -194,6 +222,27 @@ mod tests {
             progress.done.load(std::sync::atomic::Ordering::Relaxed),
             total
         );
+    }
+
+    /// `search` starts from this plan only while its budget lasts: past the deadline, the
+    /// greedy gives up after at most one batch of buffers; without one, it plans them all.
+    #[test]
+    fn a_passed_deadline_stops_the_greedy() {
+        let buffers: Vec<Buffer> = (0..1000u64)
+            .map(|i| Buffer {
+                lower: i,
+                upper: i + 500,
+                size_bytes: 16 + i % 7,
+                align_bytes: 1,
+                overwrite: None,
+            })
+            .collect();
+        let units = prepare(&buffers, 1).unwrap();
+        let past = std::time::Instant::now();
+        assert_eq!(unit_offsets_until(&units.units, Some(past)), Ok(None));
+        let all = unit_offsets_until(&units.units, None).unwrap().unwrap();
+        assert_eq!(all, unit_offsets(&units.units).unwrap());
+        assert_eq!(all.len(), units.units.len());
     }
 
     #[test]

@@ -328,6 +328,10 @@ impl Glibc {
     }
 
     fn malloc_inner(&mut self, req_bytes: u64, request_id: u32) -> Result<Placement, AllocError> {
+        if req_bytes > super::MAX_REQUEST_BYTES {
+            // glibc fails such a request with ENOMEM before touching its arena.
+            return Err(self.out_of_memory(req_bytes));
+        }
         let nb = chunk_size(req_bytes);
         if !self.tcache_ready {
             self.tcache_ready = true;

@@ -32,6 +32,31 @@ pub struct Request {
     pub align_bytes: u64,
 }
 
+/// The largest request any policy serves: 2^48 bytes, an x86-64 address space (buddy's arena
+/// is capped there too). Real allocators fail larger requests (glibc refuses anything past
+/// `PTRDIFF_MAX`, and no kernel maps more), and a policy's rounding and headers on a request
+/// near 2^64 would wrap: the replay fails such a request as out of memory without asking the
+/// policy, and the policies that add to a request's size check it themselves.
+pub const MAX_REQUEST_BYTES: u64 = 1 << 48;
+
+/// `policy.alloc(req)`, except that a request past [`MAX_REQUEST_BYTES`] fails as out of
+/// memory without reaching the policy: what every replay of a file's requests calls.
+///
+/// # Errors
+/// The policy's, or out of memory for a request past the cap.
+pub fn alloc_capped(policy: &mut dyn Policy, req: Request) -> Result<Placement, AllocError> {
+    if req.size_bytes > MAX_REQUEST_BYTES {
+        let c = policy.counters();
+        return Err(AllocError::OutOfMemory {
+            requested_bytes: req.size_bytes,
+            largest_free_bytes: c.largest_free_bytes,
+            footprint_bytes: c.footprint_bytes,
+            limit_bytes: None,
+        });
+    }
+    policy.alloc(req)
+}
+
 /// Where a request was placed. `reserved_bytes >= size_bytes`: rounding, headers and padding
 /// that the policy charges to this allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -189,10 +189,11 @@ impl Policy for Predictive {
         let [a, b] = [self.arenas[LONG].counters(), self.arenas[SHORT].counters()];
         Counters {
             live_allocs: a.live_allocs + b.live_allocs,
-            live_bytes: a.live_bytes + b.live_bytes,
-            allocated_bytes: a.allocated_bytes + b.allocated_bytes,
-            footprint_bytes: a.footprint_bytes + b.footprint_bytes,
-            free_bytes: a.free_bytes + b.free_bytes,
+            // Each arena's figures fit in 64 bits, their sums need not.
+            live_bytes: a.live_bytes.saturating_add(b.live_bytes),
+            allocated_bytes: a.allocated_bytes.saturating_add(b.allocated_bytes),
+            footprint_bytes: a.footprint_bytes.saturating_add(b.footprint_bytes),
+            free_bytes: a.free_bytes.saturating_add(b.free_bytes),
             free_blocks: a.free_blocks + b.free_blocks,
             largest_free_bytes: a.largest_free_bytes.max(b.largest_free_bytes),
         }

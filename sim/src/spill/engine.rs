@@ -188,7 +188,7 @@ impl Sim {
             align_bytes: self.align_bytes,
         };
         loop {
-            match self.policy.alloc(req) {
+            match crate::policy::alloc_capped(self.policy.as_mut(), req) {
                 Ok(p) => return Ok(Some(p.addr)),
                 Err(AllocError::Unsupported(_)) => return Ok(None),
                 Err(AllocError::OutOfMemory { .. }) => {

@@ -185,6 +185,11 @@ pub enum SpillError {
     UnitsLength { units: usize, events: usize },
     #[error("event {event}: the policy rejected a free: {reason}")]
     FreeRejected { event: usize, reason: String },
+    #[error(
+        "event {event}: the OS swap baseline models every 4 KiB page, and the live blocks would \
+         span {pages} pages, more than it tracks (2^24, 64 GiB)"
+    )]
+    TooManyPages { event: usize, pages: u64 },
 }
 
 /// Bytes no eviction policy can avoid spilling: peak live bytes minus the limit.

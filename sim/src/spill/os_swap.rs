@@ -13,6 +13,10 @@ use crate::policy::pool::AddrHasher;
 use crate::policy::{Policy, Request};
 use crate::trace::{EventKind, NO_ALLOC_ID, TraceView};
 
+/// Most 4 KiB pages the baseline tracks (64 GiB of live blocks): each costs a map entry, and
+/// a file's sizes must not size the model's memory.
+pub const MAX_PAGES: u64 = 1 << 24;
+
 #[derive(Clone, Copy, Debug)]
 struct Page {
     /// Live blocks overlapping the page.
@@ -94,8 +98,16 @@ impl Frames {
     }
 
     /// A block is born: its pages gain a reference (new pages start in memory, unread).
-    fn add_block(&mut self, addr: u64, len_bytes: u64) {
-        for page in Self::pages_of(addr, len_bytes) {
+    /// `Err(pages)` when the pages tracked would pass [`MAX_PAGES`].
+    fn add_block(&mut self, addr: u64, len_bytes: u64) -> Result<(), u64> {
+        let pages = Self::pages_of(addr, len_bytes);
+        let tracked = (self.pages.len() as u64)
+            .saturating_add(pages.end().saturating_sub(*pages.start()))
+            .saturating_add(1);
+        if tracked > MAX_PAGES {
+            return Err(tracked);
+        }
+        for page in pages {
             match self.pages.get_mut(&page) {
                 Some(p) => {
                     p.refs += 1;
@@ -117,6 +129,7 @@ impl Frames {
                 }
             }
         }
+        Ok(())
     }
 
     fn touch_block(&mut self, addr: u64, len_bytes: u64) {
@@ -197,11 +210,12 @@ pub fn os_swap(
                 size_bytes,
                 align_bytes,
             };
-            let Ok(p) = policy.alloc(req) else {
+            let Ok(p) = crate::policy::alloc_capped(policy.as_mut(), req) else {
                 continue;
             };
             let unit = active_unit.unwrap_or(0);
-            f.add_block(p.addr, p.reserved_bytes);
+            f.add_block(p.addr, p.reserved_bytes)
+                .map_err(|pages| SpillError::TooManyPages { event: i, pages })?;
             if let (Some(slot), Some(list), Some(at)) = (
                 placed.get_mut(id as usize),
                 live_of_unit.get_mut(unit as usize),

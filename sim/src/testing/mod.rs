@@ -71,6 +71,10 @@ pub struct DriveOptions {
     /// Every this many events, go on with the policy's `clone_box` (a replay checkpoint's
     /// copy, compacted) instead of the policy itself, so the checks cover the copies too.
     pub swap_for_clone_every: Option<usize>,
+    /// The policy's memory limit: the footprint never passes it, and (with the promise
+    /// `oom_only_without_room`) an allocation may fail as out of memory only when the policy
+    /// could neither grow by the request within the limit nor held a free block of its size.
+    pub limit_bytes: Option<u64>,
 }
 
 impl DriveOptions {
@@ -82,6 +86,7 @@ impl DriveOptions {
             check_every: 1,
             promises: promises_for(name),
             swap_for_clone_every: None,
+            limit_bytes: None,
         }
     }
 }
@@ -140,6 +145,18 @@ pub fn drive_checked(
                         }
                     }
                     Err(e) => {
+                        if let (Some(limit), AllocError::OutOfMemory { .. }) =
+                            (opts.limit_bytes, &e)
+                            && opts.promises.oom_only_without_room
+                            && before.footprint_bytes.saturating_add(size_bytes) <= limit
+                            && before.largest_free_bytes >= size_bytes
+                        {
+                            return Err(at(format!(
+                                "out of memory under the limit of {limit} B with room to grow by \
+                                 the {size_bytes} B asked and a free block of {} B: {e}",
+                                before.largest_free_bytes
+                            )));
+                        }
                         if policy.counters() != before {
                             return Err(at(format!("failed allocation changed counters: {e}")));
                         }
@@ -178,6 +195,14 @@ pub fn drive_checked(
             policy
                 .check_invariants()
                 .map_err(|e| at(format!("clone: {e}")))?;
+        }
+        if let Some(limit) = opts.limit_bytes {
+            let footprint = policy.counters().footprint_bytes;
+            if footprint > limit {
+                return Err(at(format!(
+                    "footprint {footprint} B is past the limit of {limit} B"
+                )));
+            }
         }
         if check_now {
             shadow.check(policy.as_ref(), opts.promises).map_err(at)?;

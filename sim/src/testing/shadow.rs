@@ -16,6 +16,12 @@ pub struct Promises {
     pub coalesces_free_neighbours: bool,
     /// The blocks cover `[0, footprint)` with no gap.
     pub tiles_from_zero: bool,
+    /// Under a limit, an allocation fails as out of memory only when the policy could neither
+    /// grow by the request within the limit nor held a free block of the request's size
+    /// (checked by `drive_checked` when given the limit). Every policy but `pytorch`, whose
+    /// small and large pools each grow by segments of their own size (20 MiB for a 1 MiB
+    /// request) and never lend each other free blocks.
+    pub oom_only_without_room: bool,
 }
 
 /// The promises of each registered policy (unknown names promise nothing extra).
@@ -25,15 +31,21 @@ pub fn promises_for(name: &str) -> Promises {
         "first-fit" | "best-fit" | "pool" => Promises {
             coalesces_free_neighbours: true,
             tiles_from_zero: true,
+            oom_only_without_room: true,
         },
         // Buddies of different parents stay apart even when both are free.
         "buddy" => Promises {
             coalesces_free_neighbours: false,
             tiles_from_zero: true,
+            oom_only_without_room: true,
         },
+        "pytorch" => Promises::default(),
         // BFC never merges chunks of different regions; glibc keeps tcache and fastbin chunks
         // unmerged and maps large chunks far from the heap; a plan may leave holes.
-        _ => Promises::default(),
+        _ => Promises {
+            oom_only_without_room: true,
+            ..Promises::default()
+        },
     }
 }
 
@@ -292,6 +304,7 @@ mod tests {
         let strict = Promises {
             coalesces_free_neighbours: true,
             tiles_from_zero: true,
+            oom_only_without_room: true,
         };
         let good = [used(0, 16), free(16, 32), used(48, 16)];
         let c = Counters::from_blocks(&good, 64);

@@ -367,14 +367,22 @@ fn fit(live: &PtrSet, ev: &SpoolEvent) -> Fit {
 /// Search steps allowed per event of a period before [`search`] gives up.
 const SEARCH_STEPS_PER_EVENT: usize = 8;
 const SEARCH_STEPS_MIN: usize = 50_000;
+/// Runs one search step may look at for the price of one step: a step that looks at more
+/// (a period of many threads) costs proportionally more of the budget.
+const RUNS_PER_STEP: usize = 16;
+/// Alternatives kept per depth of the search (the least advanced runs that fit): the search
+/// state is then O(events) however many threads share a period (it held every fitting run
+/// per depth, O(events x threads): 1.6 GB for 2,000 threads of 100 events).
+const MAX_CHOICES: usize = 8;
 
 /// Finds an order of the runs' events (as run indices) in which every event fits: a free
 /// of a live pointer, an allocation of a pointer that is not live, an event on NULL, or a
 /// free of a pointer not live that no run of this period allocates (allocated before
 /// tracing). Depth-first, trying first the run least far through (threads are taken to
-/// progress evenly through a period), and never twice from the same positions in the runs
-/// (they determine the live pointers); `None` when the step budget runs out first. On
-/// success `live` holds the pointers live after the period, else it is as it was.
+/// progress evenly through a period; at most [`MAX_CHOICES`] runs per depth), and never twice
+/// from the same positions in the runs (they determine the live pointers); `None` when the
+/// step budget runs out first. On success `live` holds the pointers live after the period,
+/// else it is as it was.
 ///
 /// The times alone cannot give this order: many events share each time, and a greedy choice
 /// among those that fit can take an address for one thread that another thread, in
@@ -384,6 +392,7 @@ fn search(runs: &[Vec<SpoolEvent>], live: &mut PtrSet) -> Option<Vec<u32>> {
     let budget = total
         .saturating_mul(SEARCH_STEPS_PER_EVENT)
         .max(SEARCH_STEPS_MIN);
+    let step_cost = 1 + runs.len() / RUNS_PER_STEP;
     // Allocations still to come, per address: a free of a pointer that is not live must wait
     // for one of them.
     let mut pending: PtrMap<u32> = PtrMap::default();
@@ -393,6 +402,8 @@ fn search(runs: &[Vec<SpoolEvent>], live: &mut PtrSet) -> Option<Vec<u32>> {
         }
     }
     let mut pos = vec![0u32; runs.len()];
+    // The positions' hash, kept up to date as one run advances or backs up.
+    let mut pos_hash = PositionsHash::default();
     let mut seen: std::collections::HashSet<u64, std::hash::BuildHasherDefault<PtrHasher>> =
         Default::default();
     // The path: the run of each step, and whether it changed the live pointers.
@@ -414,29 +425,39 @@ fn search(runs: &[Vec<SpoolEvent>], live: &mut PtrSet) -> Option<Vec<u32>> {
                 ok.then_some((f64::from(p) / run.len() as f64, r as u32))
             })
             .collect();
-        c.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let order = |a: &(f64, u32), b: &(f64, u32)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+        if c.len() > MAX_CHOICES {
+            c.select_nth_unstable_by(MAX_CHOICES, order);
+            c.truncate(MAX_CHOICES);
+        }
+        c.sort_by(order);
         c.into_iter().map(|(_, r)| r).collect()
     };
     frames.push((choices(&pos, live, &pending), 0));
     let mut steps = 0usize;
-    let undo =
-        |r: u32, changed: bool, pos: &mut [u32], live: &mut PtrSet, pending: &mut PtrMap<u32>| {
-            let Some(p) = pos.get_mut(r as usize) else {
-                return;
-            };
-            *p -= 1;
-            let Some(ev) = runs.get(r as usize).and_then(|run| run.get(*p as usize)) else {
-                return;
-            };
-            if changed {
-                unapply(live, ev);
-            }
-            if ev.op & OP_FREE == 0 && ev.addr != 0 {
-                *pending.entry(ev.addr).or_default() += 1;
-            }
+    let undo = |r: u32,
+                changed: bool,
+                pos: &mut [u32],
+                pos_hash: &mut PositionsHash,
+                live: &mut PtrSet,
+                pending: &mut PtrMap<u32>| {
+        let Some(p) = pos.get_mut(r as usize) else {
+            return;
         };
+        pos_hash.set(r, *p, *p - 1);
+        *p -= 1;
+        let Some(ev) = runs.get(r as usize).and_then(|run| run.get(*p as usize)) else {
+            return;
+        };
+        if changed {
+            unapply(live, ev);
+        }
+        if ev.op & OP_FREE == 0 && ev.addr != 0 {
+            *pending.entry(ev.addr).or_default() += 1;
+        }
+    };
     while path.len() < total {
-        steps += 1;
+        steps += step_cost;
         let Some((frame_choices, tried)) = frames.last_mut() else {
             break;
         };
@@ -447,7 +468,9 @@ fn search(runs: &[Vec<SpoolEvent>], live: &mut PtrSet) -> Option<Vec<u32>> {
             // Nothing more to try here: back up one step.
             frames.pop();
             match path.pop() {
-                Some((r, changed)) => undo(r, changed, &mut pos, live, &mut pending),
+                Some((r, changed)) => {
+                    undo(r, changed, &mut pos, &mut pos_hash, live, &mut pending);
+                }
                 None => break,
             }
             continue;
@@ -466,9 +489,10 @@ fn search(runs: &[Vec<SpoolEvent>], live: &mut PtrSet) -> Option<Vec<u32>> {
         {
             *n = n.saturating_sub(1);
         }
+        pos_hash.set(r, pos[r as usize], pos[r as usize] + 1);
         pos[r as usize] += 1;
-        if !seen.insert(hash_positions(&pos)) {
-            undo(r, changed, &mut pos, live, &mut pending);
+        if !seen.insert(pos_hash.0) {
+            undo(r, changed, &mut pos, &mut pos_hash, live, &mut pending);
             continue;
         }
         path.push((r, changed));
@@ -478,17 +502,31 @@ fn search(runs: &[Vec<SpoolEvent>], live: &mut PtrSet) -> Option<Vec<u32>> {
         return Some(path.into_iter().map(|(r, _)| r).collect());
     }
     while let Some((r, changed)) = path.pop() {
-        undo(r, changed, &mut pos, live, &mut pending);
+        undo(r, changed, &mut pos, &mut pos_hash, live, &mut pending);
     }
     None
 }
 
-fn hash_positions(pos: &[u32]) -> u64 {
-    let mut h: u64 = 0x243f_6a88_85a3_08d3;
-    for &p in pos {
-        h = (h.rotate_left(23) ^ u64::from(p)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+/// A hash of the runs' positions: the wrapping sum of one mixed word per (run, position), so
+/// that moving one run updates it in O(1) (it was recomputed over every run at every step).
+#[derive(Default)]
+struct PositionsHash(u64);
+
+impl PositionsHash {
+    fn word(run: u32, p: u32) -> u64 {
+        let mut x = (u64::from(run) << 32 | u64::from(p)) ^ 0x243f_6a88_85a3_08d3;
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^ (x >> 31)
     }
-    h
+
+    /// Run `run` moves from position `from` to `to`.
+    fn set(&mut self, run: u32, from: u32, to: u32) {
+        self.0 = self
+            .0
+            .wrapping_sub(Self::word(run, from))
+            .wrapping_add(Self::word(run, to));
+    }
 }
 
 /// The fallback when [`search`] gives up (the recording itself may be inconsistent, e.g. a

@@ -531,3 +531,42 @@ fn a_period_owned_by_one_thread_has_its_events_without_keys_first() {
         ]
     );
 }
+
+/// Issue 20, item 8: a period shared by hundreds of threads without keys, with blocks handed
+/// from each thread to the next, merges into an order consistent with every pointer's life
+/// (the search's state per depth is bounded; `scripts/gen-spool-threads.py` makes the larger
+/// files of the benchmark).
+#[test]
+fn a_period_of_many_threads_without_keys_merges_consistently() {
+    let threads = 300u64;
+    let mut segments = Vec::new();
+    for t in 0..threads {
+        let (mut ev, mut prev) = (Vec::new(), (0, 0));
+        let base = 0x10_0000_0000 + t * 0x100_0000;
+        for k in 0..10 {
+            compact_event(&mut ev, &mut prev, 0, 1000, 48, base + k * 64);
+            if k % 4 != 3 {
+                compact_event(&mut ev, &mut prev, 3 | OP_FREE, 1000, 0, base + k * 64);
+            }
+        }
+        if t > 0 {
+            // The previous thread's blocks that it did not free itself.
+            let prev_base = base - 0x100_0000;
+            for k in [3, 7] {
+                compact_event(&mut ev, &mut prev, 3 | OP_FREE, 1000, 0, prev_base + k * 64);
+            }
+        }
+        segments.push((u32::try_from(t).unwrap(), 100 + t, 0, 0, ev));
+    }
+    let bytes = spool(&segments, COMPACT_META);
+    let dir = std::env::temp_dir().join(format!("allocview-many-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("many.spool");
+    std::fs::write(&path, &bytes).unwrap();
+    let t = load_binary(&path, &LoadOptions::default()).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(t.summary.mallocs, threads * 10);
+    assert_eq!(t.summary.frees, threads * 10 - 2);
+    assert_eq!(t.summary.frees_unknown, 0);
+    assert_eq!(t.summary.mallocs_of_live_ptr, 0);
+}

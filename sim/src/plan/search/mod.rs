@@ -204,12 +204,14 @@ pub fn search(buffers: &[Buffer], opts: &SearchOptions) -> Result<SearchOutcome,
     let units = prepare(buffers, opts.align_bytes)?;
     let us = &units.units;
 
-    let mut best = greedy_by_size::unit_offsets(us)?;
+    // Pushdown first (fast); greedy-by-size only while the budget lasts.
+    let mut best = pushdown::unit_offsets(us)?;
     let mut best_height = height(us, &best);
-    let pd = pushdown::unit_offsets(us)?;
-    if height(us, &pd) < best_height {
-        best_height = height(us, &pd);
-        best = pd;
+    if let Some(gs) = greedy_by_size::unit_offsets_until(us, deadline)?
+        && height(us, &gs) <= best_height
+    {
+        best_height = height(us, &gs);
+        best = gs;
     }
     let lb = max_live(us);
     let stats = SearchStats {

@@ -1,0 +1,8 @@
+//! Fuzz target: allocview binary traces: the input is everything after the 10-byte header (written by the
+//! target), loaded in both strictness modes, then the statistics.
+#![no_main]
+use allocview_fuzz::run;
+use allocview_loaders::fuzzing::Target;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| run(Target::Binary, data));

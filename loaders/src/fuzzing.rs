@@ -1,0 +1,232 @@
+//! What the fuzz targets (`fuzz/`) do with an input, shared with the regression tests that load
+//! every input the fuzzer ever found (`loaders/tests/fuzz_regressions.rs`) and with the test
+//! that runs every command on them (`app/tests/hostile_input.rs`).
+//!
+//! A target turns its input into a file ([`file_bytes`]: the binary targets write the header,
+//! so the fuzzer spends no time rediscovering the magic; the gzip target compresses text that
+//! is not gzip already) and loads it with its loader, then computes what the commands compute
+//! from the result ([`exercise`]). Only for tests and fuzzing.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use crate::LoadError;
+use crate::malloc_trace::{LoadOptions, MallocTrace, Strictness, load_malloc_trace};
+use crate::stats::{TraceStats, events_per_thread};
+
+/// One fuzz target: one loader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    MallocText,
+    MallocGzip,
+    Binary,
+    Spool,
+    Stacks,
+    TfDump,
+    TfMemlog,
+    MinimallocCsv,
+    GraphJson,
+    Pickle,
+}
+
+impl Target {
+    /// Every target, in the order the fuzzing recipe runs them.
+    pub const ALL: [Self; 10] = [
+        Self::MallocText,
+        Self::MallocGzip,
+        Self::Binary,
+        Self::Spool,
+        Self::Stacks,
+        Self::TfDump,
+        Self::TfMemlog,
+        Self::MinimallocCsv,
+        Self::GraphJson,
+        Self::Pickle,
+    ];
+
+    /// The target's name: its binary in `fuzz/` and its folders.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::MallocText => "malloc_text",
+            Self::MallocGzip => "malloc_gzip",
+            Self::Binary => "binary",
+            Self::Spool => "spool",
+            Self::Stacks => "stacks",
+            Self::TfDump => "tf_dump",
+            Self::TfMemlog => "tf_memlog",
+            Self::MinimallocCsv => "minimalloc_csv",
+            Self::GraphJson => "graph_json",
+            Self::Pickle => "pickle",
+        }
+    }
+
+    /// The target named `name`.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// A file name for the target's input (the loaders detect by content; the extension only
+    /// helps a person).
+    #[must_use]
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Self::MallocText => "trace.txt",
+            Self::MallocGzip => "trace.gz",
+            Self::Binary | Self::Stacks => "trace.avt",
+            Self::Spool => "trace.spool",
+            Self::TfDump | Self::TfMemlog => "tf.log",
+            Self::MinimallocCsv => "plan.csv",
+            Self::GraphJson => "plan.json",
+            Self::Pickle => "snapshot.pickle",
+        }
+    }
+}
+
+/// The binary format's header for a trace (kind 0) or a spool (kind 1).
+fn binary_header(kind: u8) -> Vec<u8> {
+    let mut h = crate::binary::MAGIC.to_vec();
+    h.push(crate::binary::VERSION);
+    h.push(kind);
+    h
+}
+
+fn frame(out: &mut Vec<u8>, tag: u8, payload: &[u8]) {
+    out.push(tag);
+    out.extend_from_slice(
+        &u32::try_from(payload.len())
+            .unwrap_or(u32::MAX)
+            .to_le_bytes(),
+    );
+    out.extend_from_slice(payload);
+}
+
+/// The stacks target's file: a THREADS frame, an EVENTS frame (stored codec) of four
+/// allocations naming stacks 1 to 4, then the input as (selector u8, length u16 LE, payload)
+/// records, each written as a MODULES, LOCATIONS, STACKS or SYMBOLS frame (0x05 + selector %
+/// 4), then END.
+fn stacks_file(data: &[u8]) -> Vec<u8> {
+    let mut out = binary_header(0);
+    frame(&mut out, 0x02, &[1, 1]);
+    let mut events = Vec::new();
+    for stack in 1..=4u8 {
+        // op: no call name (15) | a stack id follows (bit 6); time +1 (zigzag 2); size 16;
+        // address +32 (zigzag 64); the stack id.
+        events.extend_from_slice(&[0x4f, 2, 16, 64, stack]);
+    }
+    let mut payload = vec![0, 4, u8::try_from(events.len()).unwrap_or(0)];
+    payload.extend_from_slice(&events);
+    frame(&mut out, 0x03, &payload);
+    let mut rest = data;
+    while let [selector, lo, hi, tail @ ..] = rest {
+        let len = usize::from(u16::from_le_bytes([*lo, *hi])).min(tail.len());
+        let (payload, after) = tail.split_at(len);
+        frame(&mut out, 0x05 + selector % 4, payload);
+        rest = after;
+    }
+    frame(&mut out, 0x04, &[4]);
+    out
+}
+
+/// The file a target loads for input `data`.
+#[must_use]
+pub fn file_bytes(target: Target, data: &[u8]) -> Vec<u8> {
+    match target {
+        Target::Binary => [binary_header(0), data.to_vec()].concat(),
+        Target::Spool => [binary_header(1), data.to_vec()].concat(),
+        Target::Stacks => stacks_file(data),
+        Target::MallocGzip if !data.starts_with(&[0x1f, 0x8b]) => {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            // Writing to a Vec cannot fail.
+            let _ = gz.write_all(data);
+            gz.finish().unwrap_or_default()
+        }
+        _ => data.to_vec(),
+    }
+}
+
+/// What one load came to: loaded (with a count the commands would print) or refused.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Loaded: how many records (events, chunks, rows) it holds.
+    Loaded(u64),
+    /// Refused with this error.
+    Refused(LoadError),
+}
+
+fn options(strictness: Strictness) -> LoadOptions {
+    LoadOptions {
+        strictness,
+        ..LoadOptions::default()
+    }
+}
+
+/// Computes what `allocview stats` computes from a loaded trace; returns its event count.
+fn trace_counts(path: &Path, trace: &MallocTrace) -> Result<u64, LoadError> {
+    let view = crate::trace_view(&trace.events, path)?;
+    let per_thread = events_per_thread(&trace.events, trace.threads.height())?;
+    let stats = TraceStats::compute(&view, per_thread, &trace.summary);
+    std::hint::black_box(trace.summary.warnings());
+    if let Some(stacks) = &trace.stacks {
+        for id in 0..u32::try_from(stacks.num_stacks()).unwrap_or(0) {
+            std::hint::black_box(stacks.site_lines(id, 8, true));
+        }
+    }
+    Ok(stats.events)
+}
+
+fn outcome(r: Result<u64, LoadError>) -> Outcome {
+    match r {
+        Ok(n) => Outcome::Loaded(n),
+        Err(e) => Outcome::Refused(e),
+    }
+}
+
+/// Loads `path` with `target`'s loader (the trace loaders in both strictness modes) and
+/// computes what the commands derive from it.
+#[must_use]
+pub fn exercise(target: Target, path: &Path) -> Vec<Outcome> {
+    let trace = |load: fn(&Path, &LoadOptions) -> Result<MallocTrace, LoadError>| {
+        [Strictness::Strict, Strictness::Lenient]
+            .into_iter()
+            .map(|mode| outcome(load(path, &options(mode)).and_then(|t| trace_counts(path, &t))))
+            .collect()
+    };
+    match target {
+        Target::MallocText | Target::MallocGzip => trace(load_malloc_trace),
+        Target::Binary | Target::Spool | Target::Stacks => trace(crate::binary::load_binary),
+        Target::TfDump => vec![outcome(crate::tf::dump::load_bfc_dumps(path).map(
+            |dumps| {
+                for d in &dumps {
+                    std::hint::black_box((d.blocks(), d.stats_bytes(), d.diagnosis()));
+                    let _ = std::hint::black_box(d.to_bfc());
+                }
+                dumps.iter().map(|d| d.chunks.len() as u64).sum()
+            },
+        ))],
+        Target::TfMemlog => vec![outcome(crate::tf::memlog::load_memory_log(path).map(
+            |log| {
+                std::hint::black_box(log.summary.warnings());
+                log.events.height() as u64
+            },
+        ))],
+        Target::MinimallocCsv => [Strictness::Strict, Strictness::Lenient]
+            .into_iter()
+            .map(|mode| {
+                outcome(
+                    crate::plan::minimalloc::load_minimalloc_csv(path, mode)
+                        .and_then(|plan| plan.to_buffers().map(|b| b.buffers.len() as u64)),
+                )
+            })
+            .collect(),
+        Target::GraphJson => vec![outcome(
+            crate::plan::graph::load_graph_json(path)
+                .and_then(|plan| plan.to_buffers().map(|b| b.buffers.len() as u64)),
+        )],
+        Target::Pickle => vec![outcome(
+            crate::pytorch::load_snapshot(path, &options(Strictness::Lenient))
+                .map(|s| s.events.height() as u64),
+        )],
+    }
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds the fuzz targets' seed corpora in fuzz/corpus/<target>/ from the real files: the
+# repo's sample traces and test data, ../shared/data when present, and fuzz/seeds/ (spools
+# and stack tables recorded for the purpose). Large files are cut to a head, so the fuzzer
+# mutates inputs of tens of KiB rather than megabytes. Idempotent.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+shared="$root/../shared/data"
+corpus="$root/fuzz/corpus"
+mkdir -p "$corpus"
+seed() { mkdir -p "$corpus/$1"; }
+
+# Text traces: the first 1,500 lines of each gzip trace, plain; gzip of the same heads.
+seed malloc_text; seed malloc_gzip
+for f in "$root"/sample-traces/*.trace.gz "$root"/loaders/tests/data/*.trace.gz "$shared"/traces/*.trace.gz; do
+    [ -f "$f" ] || continue
+    name="$(basename "$f" .trace.gz)"
+    (gzip -dc "$f" || true) | head -n 1500 > "$corpus/malloc_text/$name.txt"
+    gzip -c "$corpus/malloc_text/$name.txt" > "$corpus/malloc_gzip/$name.gz"
+done
+cp "$root/sample-traces/xz_T2_8KiB_blocks.trace.gz" "$corpus/malloc_gzip/xz_whole.gz"
+
+# Binary traces: the frames after the 10-byte header (the target writes the header).
+seed binary
+for f in "$root"/sample-traces/*.avt; do
+    tail -c +11 "$f" > "$corpus/binary/$(basename "$f" .avt).bin"
+done
+seed spool; cp "$root"/fuzz/seeds/spool/* "$corpus/spool/"
+seed stacks; cp "$root"/fuzz/seeds/stacks/* "$corpus/stacks/"
+
+# TensorFlow: dumps and memory logs whole (the public ones) and cut (the large ones).
+seed tf_dump; seed tf_memlog
+for f in "$root"/loaders/tests/data/tf/*.txt; do
+    cp "$f" "$corpus/tf_dump/"; cp "$f" "$corpus/tf_memlog/"
+done
+for f in "$root"/loaders/tests/data/tf/*.txt.gz; do
+    name="$(basename "$f" .txt.gz)"
+    (gzip -dc "$f" || true) | head -n 400 > "$corpus/tf_memlog/$name.head.txt"
+    # The dump is at the end of a log: its last 600 lines.
+    (gzip -dc "$f" || true) | tail -n 600 > "$corpus/tf_dump/$name.tail.txt"
+done
+
+# Plans.
+seed minimalloc_csv; seed graph_json
+cp "$root"/loaders/tests/data/plans/minimalloc/*.csv "$root"/sample-traces/plans/*.csv "$corpus/minimalloc_csv/"
+cp "$root"/loaders/tests/data/plans/*.json "$corpus/graph_json/"
+for f in "$root"/app/tests/data/*.json; do [ -f "$f" ] && cp "$f" "$corpus/graph_json/"; done
+
+# PyTorch snapshots: the fixtures whole, the smallest real snapshot whole.
+seed pickle
+cp "$root"/loaders/tests/data/pytorch/*.pickle "$corpus/pickle/"
+cp "$root/sample-traces/pytorch/lm_train_step_windows.pickle" "$corpus/pickle/"
+
+# The regression inputs found so far seed their targets too.
+for d in "$root"/fuzz/regressions/*/; do
+    [ -d "$d" ] || continue
+    t="$(basename "$d")"; seed "$t"; cp "$d"* "$corpus/$t/" 2>/dev/null || true
+done
+du -sh "$corpus"/* | sed "s|$corpus/||"
