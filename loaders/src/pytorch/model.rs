@@ -297,9 +297,9 @@ pub fn read_snapshot(pickle: &Pickle) -> Result<RawSnapshot, String> {
     Ok(snap)
 }
 
-/// The keys read millions of times (trace entries and frames), resolved once so a lookup
+/// The keys read millions of times (trace entries, frames, segments and blocks), resolved once so a lookup
 /// compares string ids rather than strings. `None`: no dict in the file has that key.
-#[derive(Default)]
+#[derive(Clone, Copy, Default)]
 struct HotKeys {
     action: Option<Key>,
     addr: Option<Key>,
@@ -311,6 +311,20 @@ struct HotKeys {
     name: Option<Key>,
     filename: Option<Key>,
     line: Option<Key>,
+    // Segments' and blocks' keys: a big snapshot has millions of each, and comparing key
+    // strings was a tenth of its load.
+    address: Option<Key>,
+    total_size: Option<Key>,
+    allocated_size: Option<Key>,
+    active_size: Option<Key>,
+    requested_size: Option<Key>,
+    segment_type: Option<Key>,
+    segment_pool_id: Option<Key>,
+    device: Option<Key>,
+    is_expandable: Option<Key>,
+    blocks: Option<Key>,
+    state: Option<Key>,
+    history: Option<Key>,
 }
 
 impl HotKeys {
@@ -326,6 +340,18 @@ impl HotKeys {
             name: p.key("name"),
             filename: p.key("filename"),
             line: p.key("line"),
+            address: p.key("address"),
+            total_size: p.key("total_size"),
+            allocated_size: p.key("allocated_size"),
+            active_size: p.key("active_size"),
+            requested_size: p.key("requested_size"),
+            segment_type: p.key("segment_type"),
+            segment_pool_id: p.key("segment_pool_id"),
+            device: p.key("device"),
+            is_expandable: p.key("is_expandable"),
+            blocks: p.key("blocks"),
+            state: p.key("state"),
+            history: p.key("history"),
         }
     }
 }
@@ -451,29 +477,29 @@ impl Reader {
         index: usize,
         all_blocks: &mut Vec<RawBlock>,
     ) -> Option<RawSegment> {
-        let u = |k: &str| seg.get(k).and_then(|v| v.as_u64());
-        let Some(address) = u("address") else {
+        let k = self.keys;
+        let u = |key: Option<Key>| hot(seg, key).and_then(|v| v.as_u64());
+        let Some(address) = u(k.address) else {
             self.skip(format!("segment {index}: no `address`"));
             return None;
         };
-        let small_pool = match seg.get("segment_type").and_then(|v| v.as_str()) {
+        let small_pool = match hot(seg, k.segment_type).and_then(|v| v.as_str()) {
             Some(t) => t == "small",
             None => {
                 self.missing_once("segment_type", "pool inferred from the segment size");
-                u("total_size") == Some(2 << 20)
+                u(k.total_size) == Some(2 << 20)
             }
         };
-        let pool_id = seg
-            .get("segment_pool_id")
+        let pool_id = hot(seg, k.segment_pool_id)
             .and_then(|v| {
                 let mut it = v.seq()?;
                 Some((it.next()?.as_i64()?, it.next()?.as_i64()?))
             })
             .unwrap_or((0, 0));
-        let stack_id = self.stack(seg.get("frames"));
+        let stack_id = self.stack(hot(seg, k.frames));
         let first_block = all_blocks.len();
         let mut cursor = address;
-        let items = match seg.get("blocks") {
+        let items = match hot(seg, k.blocks) {
             Some(b) => self.items(b, "blocks"),
             None => None.into_iter().flatten(),
         };
@@ -486,31 +512,30 @@ impl Reader {
         }
         let blocks = all_blocks.get(first_block..).unwrap_or_default();
         let total_bytes =
-            u("total_size").unwrap_or_else(|| blocks.iter().map(|b| b.size_bytes).sum());
+            u(k.total_size).unwrap_or_else(|| blocks.iter().map(|b| b.size_bytes).sum());
         let sum_where = |f: &dyn Fn(&RawBlock) -> bool, size: &dyn Fn(&RawBlock) -> u64| {
             blocks.iter().filter(|b| f(b)).map(size).sum::<u64>()
         };
-        let allocated_bytes = u("allocated_size").unwrap_or_else(|| {
+        let allocated_bytes = u(k.allocated_size).unwrap_or_else(|| {
             sum_where(&|b| b.state == BlockState::ActiveAllocated, &|b| {
                 b.size_bytes
             })
         });
-        let active_bytes = u("active_size")
+        let active_bytes = u(k.active_size)
             .unwrap_or_else(|| sum_where(&|b| b.state.is_active(), &|b| b.size_bytes));
-        let requested_bytes = u("requested_size")
+        let requested_bytes = u(k.requested_size)
             .unwrap_or_else(|| sum_where(&|b| b.state.is_active(), &|b| b.requested_bytes));
         Some(RawSegment {
-            device: seg.get("device").and_then(|v| v.as_i64()).unwrap_or(0),
+            device: hot(seg, k.device).and_then(|v| v.as_i64()).unwrap_or(0),
             address,
             total_bytes,
             allocated_bytes,
             active_bytes,
             requested_bytes,
-            stream: seg.get("stream").map_or(0, stream_value),
+            stream: hot(seg, k.stream).map_or(0, stream_value),
             small_pool,
             pool_id,
-            expandable: seg
-                .get("is_expandable")
+            expandable: hot(seg, k.is_expandable)
                 .and_then(|v| v.as_bool())
                 .unwrap_or(false),
             stack_id,
@@ -519,11 +544,12 @@ impl Reader {
     }
 
     fn block(&mut self, b: Val<'_>, cursor: u64, seg: usize, index: usize) -> Option<RawBlock> {
-        let Some(size_bytes) = b.get("size").and_then(|v| v.as_u64()) else {
+        let k = self.keys;
+        let Some(size_bytes) = hot(b, k.size).and_then(|v| v.as_u64()) else {
             self.skip(format!("segment {seg}, block {index}: no `size`"));
             return None;
         };
-        let address = match b.get("address").and_then(|v| v.as_u64()) {
+        let address = match hot(b, k.address).and_then(|v| v.as_u64()) {
             Some(a) => a,
             None => {
                 self.missing_once(
@@ -534,8 +560,8 @@ impl Reader {
             }
         };
         // Before PyTorch 2.1 a block's story was in `history`: its last entry is the live one.
-        let history_last = b.get("history").and_then(|h| h.seq()?.next_back());
-        let requested_bytes = match b.get("requested_size").and_then(|v| v.as_u64()) {
+        let history_last = hot(b, k.history).and_then(|h| h.seq()?.next_back());
+        let requested_bytes = match hot(b, k.requested_size).and_then(|v| v.as_u64()) {
             Some(r) => r,
             None => {
                 self.missing_once(
@@ -547,7 +573,7 @@ impl Reader {
                     .unwrap_or(size_bytes)
             }
         };
-        let state = match b.get("state").and_then(|v| v.as_str()) {
+        let state = match hot(b, k.state).and_then(|v| v.as_str()) {
             Some("active_allocated") => BlockState::ActiveAllocated,
             // The `_snapshot` docstring's spelling, in case a build ever wrote it.
             Some("active_pending_free" | "active_awaiting_free") => BlockState::ActivePendingFree,
@@ -559,9 +585,7 @@ impl Reader {
                 BlockState::Inactive
             }
         };
-        let frames = b
-            .get("frames")
-            .or_else(|| history_last.and_then(|h| h.get("frames")));
+        let frames = hot(b, k.frames).or_else(|| history_last.and_then(|h| hot(h, k.frames)));
         let stack_id = self.stack(frames);
         Some(RawBlock {
             address,
