@@ -113,6 +113,10 @@ impl BlockSink for SelectedCells<'_> {
     fn block(&mut self, b: Block) {
         self.add(&b);
     }
+
+    fn free_ranges(&mut self, ranges: &[(u64, u64)]) {
+        self.pos += ranges.iter().map(|&(_, l)| l).sum::<u64>();
+    }
 }
 
 /// Where byte `offset` of the held space (blocks end to end) falls: the block's index.
@@ -369,6 +373,18 @@ impl BlockSink for CellSums {
     #[inline]
     fn block(&mut self, b: Block) {
         self.add(&b);
+    }
+
+    /// Free ranges back to back are one free span of the held space.
+    fn free_ranges(&mut self, ranges: &[(u64, u64)]) {
+        let len_bytes: u64 = ranges.iter().map(|&(_, l)| l).sum();
+        if let Some(&(addr, _)) = ranges.first() {
+            self.add(&Block {
+                addr,
+                len_bytes,
+                state: BlockState::Free,
+            });
+        }
     }
 }
 
