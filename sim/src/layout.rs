@@ -637,7 +637,7 @@ impl<'a, S: BlockSink + ?Sized> Emitter<'a, S> {
         // Close the range being filled if it ends before this block, and pass the whole
         // ranges between as they are (free).
         if let Some(&(ra, rl)) = self.ranges.get(self.r)
-            && b.addr >= ra + rl
+            && b.addr >= ra.saturating_add(rl)
         {
             self.close(ra + rl);
             self.skip_empty(b.addr);
@@ -687,7 +687,10 @@ impl<'a, S: BlockSink + ?Sized> Emitter<'a, S> {
     /// none costs one comparison.
     fn skip_empty(&mut self, before: Addr) {
         let rest = self.ranges.get(self.r..).unwrap_or(&[]);
-        let ends_before = |i: usize| rest.get(i).is_some_and(|&(a, l)| a + l <= before);
+        let ends_before = |i: usize| {
+            rest.get(i)
+                .is_some_and(|&(a, l)| a.saturating_add(l) <= before)
+        };
         if !ends_before(0) {
             return;
         }
@@ -697,9 +700,9 @@ impl<'a, S: BlockSink + ?Sized> Emitter<'a, S> {
         }
         let lo = hi / 2;
         let n = lo
-            + rest
-                .get(lo..hi.min(rest.len()))
-                .map_or(0, |w| w.partition_point(|&(a, l)| a + l <= before));
+            + rest.get(lo..hi.min(rest.len())).map_or(0, |w| {
+                w.partition_point(|&(a, l)| a.saturating_add(l) <= before)
+            });
         let empty = rest.get(..n).unwrap_or(&[]);
         for &(_, l) in empty {
             if l > 0 {
