@@ -487,6 +487,14 @@ impl LayoutIndex {
         short
     }
 
+    /// Bytes held just after `event` (the sum of the held ranges, the footprint), without
+    /// laying out a block: the length of the whole heap's picture before it is drawn.
+    #[must_use]
+    pub fn held_bytes_at(&self, event: usize) -> Option<u64> {
+        let pos = position(event)?;
+        Some(self.ranges_at(pos).iter().map(|&(_, l)| l).sum())
+    }
+
     /// The block holding byte `offset` of the held space (the ranges laid end to end) just
     /// after `event`: one range's blocks are laid out, not the heap's. `None` past the end.
     #[must_use]

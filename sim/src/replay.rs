@@ -443,6 +443,15 @@ impl Replay {
         self.layout.as_ref()?.fold_blocks_at(event, first, second)
     }
 
+    /// [`LayoutIndex::held_bytes_at`]; `None` without an index or past the end.
+    #[must_use]
+    pub fn held_bytes_at(&self, event: usize) -> Option<u64> {
+        if event >= self.summary.events {
+            return None;
+        }
+        self.layout.as_ref()?.held_bytes_at(event)
+    }
+
     /// [`LayoutIndex::block_at_offset`]; `None` without an index or past the end.
     #[must_use]
     pub fn block_at_offset(&self, event: usize, offset: u64) -> Option<Block> {

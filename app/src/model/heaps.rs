@@ -132,9 +132,15 @@ impl HeapAt {
         map
     }
 
-    /// The last rasterisation's key, to rasterise the next heap alike.
-    fn raster_key(&self) -> Option<RasterKey> {
-        self.cached_raster().map(|(k, _)| k)
+    /// The window to rasterise the heap after `event` for, in the seek's own pass: this heap's
+    /// last one or, when that showed the whole heap (the explorers' default), the whole of the
+    /// next one, whose held bytes (the footprint) differ from event to event.
+    fn next_key(&self, replay: &Replay, event: usize) -> Option<RasterKey> {
+        let (start, len, n_cells) = self.cached_raster()?.0;
+        if start == 0 && len == self.held_bytes {
+            return Some((0, replay.held_bytes_at(event)?, n_cells));
+        }
+        Some((start, len, n_cells))
     }
 
     /// [`heapmap::mark_selected`]: the cells of `map` (window from `start`) holding a block of
@@ -192,14 +198,11 @@ impl AppState {
                 continue;
             }
             // The layout index answers without replaying (a PyTorch snapshot's million live
-            // blocks would take seconds from a checkpoint), in one pass when the window is
-            // the previous heap's.
+            // blocks would take seconds from a checkpoint), rasterised in the same pass for
+            // the window the previous heap was drawn in.
             let old = self.heaps.get_mut(i).and_then(Option::take);
-            if let Some(h) = HeapAt::indexed(
-                replay,
-                self.cursor,
-                old.as_ref().and_then(HeapAt::raster_key),
-            ) {
+            let key = old.as_ref().and_then(|h| h.next_key(replay, self.cursor));
+            if let Some(h) = HeapAt::indexed(replay, self.cursor, key) {
                 if let Some(cell) = self.heaps.get_mut(i) {
                     *cell = Some(h);
                 }
@@ -298,5 +301,46 @@ mod tests {
             }
             assert!(listed.block_at_offset(held / 2).is_some());
         }
+    }
+}
+
+#[cfg(test)]
+mod next_window_tests {
+    use std::path::Path;
+
+    use allocview_sim::policy::registry::PolicyConfig;
+    use allocview_sim::policy::spec::PolicySpec;
+
+    use super::*;
+    use crate::model::state::load_blocking;
+
+    /// A whole-heap picture is followed by the whole of the next heap, drawn in the seek's own
+    /// pass, though the footprint changed between the two events (`pytorch` on a malloc trace
+    /// grows its segments; a snapshot's are all there from the start).
+    #[test]
+    fn the_whole_heap_stays_whole_across_a_footprint_change() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/python_json.avt");
+        let mut s = AppState::new(
+            &path,
+            &[PolicySpec::plain("pytorch")],
+            PolicyConfig::default(),
+        );
+        load_blocking(&mut s, false, 1).unwrap();
+        let replay = Arc::clone(s.policies[0].replay().unwrap());
+        let n = s.events();
+        let first = HeapAt::indexed(&replay, 0, None).unwrap();
+        let later = (1..n)
+            .step_by(97)
+            .find(|&e| replay.held_bytes_at(e) != Some(first.held_bytes))
+            .expect("an event with another footprint");
+        let _ = first.raster(0, first.held_bytes, 3000);
+        let key = first.next_key(&replay, later);
+        let next = HeapAt::indexed(&replay, later, key).unwrap();
+        let (k, map) = next.cached_raster().unwrap();
+        assert_eq!(k, (0, next.held_bytes, 3000));
+        assert_eq!(map, next.raster(0, next.held_bytes, 3000));
+        let mut blocks = Vec::new();
+        replay.blocks_at(later, &mut blocks).unwrap();
+        assert_eq!(map, heapmap::rasterise(&blocks, 3000));
     }
 }
