@@ -115,6 +115,9 @@ impl Merge {
             stack: ev.stack,
         })
         .map_err(|e| corrupt(out.path, 0, e))?;
+        if ev.key.is_some() && self.first_keyed_tick.is_none() {
+            self.first_keyed_tick = Some(ev.tick);
+        }
         self.records += 1;
         Ok(())
     }
@@ -179,7 +182,7 @@ impl Merge {
                 }
             }
             if self.may_drop_live && self.live.is_some() {
-                self.maybe_drop_live(streams, tick);
+                self.maybe_drop_live(tick);
             }
         }
         if let Some(b) = bound {
@@ -190,16 +193,14 @@ impl Merge {
 
     /// Drops the live pointers once the period in which keys start is over (see
     /// [`Self::may_drop_live`]); `tick` is the time just emitted.
-    fn maybe_drop_live(&mut self, streams: &[Stream<'_>], tick: u64) {
-        let first = match self.first_keyed_tick {
-            Some(t) => t,
-            None if streams.iter().any(|s| s.keyed) => {
-                self.first_keyed_tick = Some(tick);
-                tick
-            }
-            None => return,
-        };
-        if tick >= first.saturating_add(KEYS_STARTING_TICKS) {
+    fn maybe_drop_live(&mut self, tick: u64) {
+        // The first keyed event emitted, not the streams' states: a stream's state is that of
+        // its next event, which may lie far ahead of what is emitted (a thread started later,
+        // read in a segment the reading has not reached), and the period in which keys start
+        // (the first thread besides the main one: both without keys) comes after this tick.
+        if let Some(first) = self.first_keyed_tick
+            && tick >= first.saturating_add(KEYS_STARTING_TICKS)
+        {
             self.live = None;
             self.live_dropped = true;
         }

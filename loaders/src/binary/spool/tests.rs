@@ -570,3 +570,75 @@ fn a_period_of_many_threads_without_keys_merges_consistently() {
     assert_eq!(t.summary.frees_unknown, 0);
     assert_eq!(t.summary.mallocs_of_live_ptr, 0);
 }
+
+/// The live reading keeps the live pointers until keys have been emitted for a while, not
+/// until some stream's next event has one: a thread that started later (its keyed events
+/// already read, far ahead of what is emitted) must not drop them before the period in which
+/// the second thread starts, whose events (the main thread's, from before it knew of other
+/// threads, and the new thread's, the owner of the period) carry no keys and are ordered by
+/// causality. (Every `record` of a multi-threaded Python program fell back to converting the
+/// whole file this way.)
+#[test]
+fn a_stream_keyed_ahead_of_the_reading_keeps_the_live_pointers() {
+    let period = |p: u64| 1000 + p * 1_000_000;
+    let mut out = MAGIC.to_vec();
+    out.extend([VERSION, KIND_SPOOL]);
+    write_frame(&mut out, FRAME_META, &[KEYED_META.as_bytes()]).unwrap();
+    let (mut s10, mut s20, mut s30) = (
+        KeyedStream::default(),
+        KeyedStream::default(),
+        KeyedStream::default(),
+    );
+    // The main thread alone, periods 0 to 11.
+    let mut main = Vec::new();
+    for p in 0..12 {
+        keyed_event(
+            &mut main,
+            &mut s10,
+            0,
+            period(p),
+            16,
+            0x1000 + p * 0x100,
+            None,
+        );
+        keyed_event(
+            &mut main,
+            &mut s10,
+            3 | OP_FREE,
+            period(p),
+            0,
+            0x1000 + p * 0x100,
+            None,
+        );
+    }
+    segment_frame(&mut out, 0, 10, period(0), &main);
+    // A third thread's stream, keyed from its first event in period 13, is in the file early.
+    let mut third = Vec::new();
+    keyed_event(&mut third, &mut s30, 0, period(13), 64, 0x7000, Some(500));
+    segment_frame(&mut out, 2, 30, period(13), &third);
+    flush_mark(&mut out, period(3));
+    flush_mark(&mut out, period(6));
+    // Period 12: the main thread (no key yet) hands x to thread 20, which owns the period;
+    // thread 20 frees x and allocates at its address again, then the main thread frees y,
+    // which thread 20 allocated: only causality orders them.
+    let (x, y) = (0x20_0000, 0x30_0000);
+    let mut main = Vec::new();
+    keyed_event(&mut main, &mut s10, 0, period(12), 24, x, None);
+    let mut second = Vec::new();
+    keyed_event(&mut second, &mut s20, 3 | OP_FREE, period(12), 0, x, None);
+    keyed_event(&mut second, &mut s20, 0, period(12), 40, y, None);
+    keyed_event(&mut second, &mut s20, 0, period(12), 32, x, None);
+    keyed_event(&mut main, &mut s10, 3 | OP_FREE, period(12), 0, y, None);
+    segment_frame(&mut out, 0, 10, period(12), &main);
+    segment_frame(&mut out, 1, 20, period(12), &second);
+    for p in [9, 12, 15, 18, 21] {
+        flush_mark(&mut out, period(p) + 1);
+    }
+    let (whole, _) = read(&out);
+    assert_eq!(whole.len(), 12 * 2 + 5 + 1);
+    for chunk in [1, 64, out.len()] {
+        let (live, _, poll) = read_live(&out, chunk, "keyed-ahead");
+        assert_eq!(poll, LivePoll::Going, "chunk {chunk}");
+        assert_eq!(live, whole, "chunk {chunk}");
+    }
+}
