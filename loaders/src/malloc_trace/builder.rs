@@ -2,6 +2,7 @@
 //! from it ([`Builder`]).
 
 use super::*;
+use std::collections::hash_map::Entry;
 
 /// The thread column starts as `u8` and widens to `u16` only for traces with more than 256
 /// threads: a byte per event matters at tens of millions of events.
@@ -105,17 +106,25 @@ impl Pairing {
         size_bytes: Option<u64>,
         addr: u64,
     ) -> Result<Paired, &'static str> {
+        // An allocation's slot in the live map, looked up once (the map is the loader's and
+        // `record`'s hottest structure).
+        let mut slot = None;
         if let Some(size) = size_bytes
             && addr != 0
         {
             // Checked before anything is counted: a refused line (skipped in lenient mode)
             // leaves no trace in the counts. A live block at `addr` is freed by this record.
-            let displaced = self.live.get(&addr).map_or(0, |&(_, old)| old);
+            let entry = self.live.entry(addr);
+            let displaced = match &entry {
+                Entry::Occupied(o) => o.get().1,
+                Entry::Vacant(_) => 0,
+            };
             self.live_bytes
                 .saturating_sub(displaced)
                 .checked_add(size)
                 .ok_or(LIVE_OVERFLOW)?;
             self.total_bytes.checked_add(size).ok_or(TOTAL_OVERFLOW)?;
+            slot = Some(entry);
         }
         let mut t_ns = t_ns;
         if t_ns < self.prev_t_ns {
@@ -130,18 +139,19 @@ impl Pairing {
                 if size == 0 {
                     summary.mallocs_size_zero += 1;
                 }
-                if addr == 0 {
-                    if size > 0 {
-                        summary.mallocs_failed += 1;
-                    }
-                    (EventKind::AllocFailed, size, NO_ALLOC_ID)
-                } else {
+                if let Some(slot) = slot {
                     let id = self.next_alloc_id;
                     if id == NO_ALLOC_ID {
                         return Err("at most 4294967294 allocations");
                     }
                     self.next_alloc_id += 1;
-                    displaced = self.live.insert(addr, (id, size));
+                    displaced = match slot {
+                        Entry::Occupied(mut o) => Some(o.insert((id, size))),
+                        Entry::Vacant(v) => {
+                            v.insert((id, size));
+                            None
+                        }
+                    };
                     if let Some((_, old)) = displaced {
                         summary.mallocs_of_live_ptr += 1;
                         self.live_bytes = self.live_bytes.saturating_sub(old);
@@ -150,6 +160,11 @@ impl Pairing {
                     self.live_bytes = self.live_bytes.saturating_add(size);
                     self.total_bytes = self.total_bytes.saturating_add(size);
                     (EventKind::Alloc, size, id)
+                } else {
+                    if size > 0 {
+                        summary.mallocs_failed += 1;
+                    }
+                    (EventKind::AllocFailed, size, NO_ALLOC_ID)
                 }
             }
             None => {

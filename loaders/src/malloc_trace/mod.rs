@@ -231,7 +231,12 @@ impl Hasher for PtrHasher {
         }
     }
     fn write_u64(&mut self, n: u64) {
-        self.0 = (n ^ (n >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        // hashbrown takes the bucket from the low bits and a tag from the top 7: a product's
+        // low bits depend only on the factor's low bits, which are zero in aligned pointers
+        // (every key of a 16-byte-aligned heap fell into one sixteenth of the buckets), so
+        // the product's high half is folded into them.
+        let x = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = x ^ (x >> 32);
     }
 }
 
