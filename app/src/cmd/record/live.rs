@@ -39,6 +39,8 @@ pub(super) struct Converter<'a> {
     protected: &'a [&'a Path],
     /// By spool path; `None` once its live conversion was given up.
     traces: HashMap<PathBuf, Option<LiveTrace>>,
+    /// Why a spool's live conversion was given up, by spool path.
+    given_up: HashMap<PathBuf, String>,
 }
 
 impl<'a> Converter<'a> {
@@ -58,6 +60,7 @@ impl<'a> Converter<'a> {
             base,
             protected,
             traces: HashMap::new(),
+            given_up: HashMap::new(),
         }
     }
 
@@ -94,13 +97,19 @@ impl<'a> Converter<'a> {
         }
         let (program, output, form, protected) =
             (self.program, self.output, self.form, self.protected);
-        for slot in self.traces.values_mut() {
+        for (path, slot) in &mut self.traces {
             let Some(trace) = slot else { continue };
-            if trace.step(program, output, form, protected).is_err() {
+            if let Err(e) = trace.step(program, output, form, protected) {
                 // The spool stays; it is converted from the finished file.
                 *slot = None;
+                self.given_up.insert(path.clone(), format!("{e:#}"));
             }
         }
+    }
+
+    /// Why the live conversion of `spool` was given up, if it was.
+    pub(super) fn given_up(&self, spool: &Path) -> Option<&str> {
+        self.given_up.get(spool).map(String::as_str)
     }
 
     /// Finishes the live conversion of `spool` into `path`: the trace's stacks (`None` when

@@ -175,15 +175,24 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         };
         let converted = match live.finish(&spool.path, &path, &mut add_stacks) {
             Some(summary) => Ok(summary),
-            None => convert_file(
-                &spool.path,
-                &path,
-                form,
-                &program_name,
-                base,
-                &protected_refs,
-                &mut add_stacks,
-            ),
+            None => {
+                if let Some(why) = live.given_up(&spool.path) {
+                    // It costs the time of a conversion after the run: worth knowing.
+                    eprintln!(
+                        "  note: pid {}: converted after the run, not while it ran ({why})",
+                        spool.pid
+                    );
+                }
+                convert_file(
+                    &spool.path,
+                    &path,
+                    form,
+                    &program_name,
+                    base,
+                    &protected_refs,
+                    &mut add_stacks,
+                )
+            }
         };
         let summary = match converted {
             Ok(summary) => summary,
