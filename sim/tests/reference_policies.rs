@@ -1,5 +1,5 @@
-//! `first-fit`, `best-fit`, `pool` and `buddy` against naive reference implementations (issue
-//! 20, item 18), slow and obviously correct. The fit references keep only the live blocks in
+//! `first-fit`, `best-fit`, `pool`, `buddy`, `predictive` (fed the true lifetimes) and `oracle`
+//! against naive reference implementations (issue 20, item 18), slow and obviously correct. The fit references keep only the live blocks in
 //! address order; the free space is the gaps between them below the heap top (the end of the
 //! highest live block), which is what immediate coalescing and top trimming leave. The pool
 //! reference is a cursor in the current block and the arena's end. The buddy reference keeps
@@ -7,7 +7,9 @@
 //! block of that size that no live block touches while its parent is touched (what immediate
 //! merging leaves), found by trying every position. Random sequences, with and without a
 //! limit, must get the same placement or the same out of memory from both, and the same
-//! footprint, at every step.
+//! footprint, at every step. The `predictive` reference is two best-fit references and the
+//! module's arena rules, its classes counted from the trace's future event by event; the
+//! `oracle` reference plans by the greedy-by-size rule, scanning every placed buffer.
 // Helpers outside #[test] functions unwrap too: a failed unwrap is a failed test here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -34,6 +36,8 @@ struct Reference {
     rule: Rule,
     align: u64,
     limit: Option<u64>,
+    /// `predictive`: the limit of both arenas together (`limit` is one arena's room).
+    limit_total: Option<u64>,
     live: BTreeMap<u64, u64>,
     /// Pool: the arena's end, and the current block's cursor and end. Buddy: the number of
     /// top-level blocks times their size.
@@ -194,6 +198,7 @@ fn compare(name: &str, rule: Rule, ops: &[Op], limit: Option<u64>) -> Result<(),
         rule,
         align: config.align_bytes,
         limit,
+        limit_total: None,
         live: BTreeMap::new(),
         arena_end: 0,
         cursor: 0,
@@ -294,5 +299,275 @@ proptest! {
         max_order in 0u32..=6,
     ) {
         compare("buddy", Rule::Buddy(1 << min_shift, max_order), &ops, limit_kib.map(|k| k << 10))?;
+    }
+}
+
+/// A block's true lifetime class, counted the slow way: short when fewer than `short_allocs`
+/// allocations happen between its allocation and its free; never freed is long.
+fn true_classes(view: &allocview_sim::trace::TraceView<'_>, short_allocs: u64) -> Vec<bool> {
+    let mut short = vec![false; view.num_allocs as usize];
+    for i in 0..view.len() {
+        if view.kind_at(i) != Some(EventKind::Alloc) {
+            continue;
+        }
+        let id = view.alloc_id[i];
+        let free_at = (i + 1..view.len())
+            .find(|&j| view.kind_at(j) == Some(EventKind::Free) && view.alloc_id[j] == id);
+        if let Some(j) = free_at {
+            let between = (i + 1..j)
+                .filter(|&k| view.kind_at(k) == Some(EventKind::Alloc))
+                .count() as u64;
+            short[id as usize] = between < short_allocs;
+        }
+    }
+    short
+}
+
+/// `predictive`'s placement with true lifetimes, from two best-fit references: the long
+/// arena at 0, the short one at 2^44; a short block tries its own arena's holes, the long
+/// arena's holes, its own arena grown, the long arena grown; a long block its own arena, then
+/// the short one; an arena grows only into what the other leaves of the limit (the long one
+/// also never past 2^44).
+fn predictive_alloc(arenas: &mut [Reference; 2], short: bool, size_bytes: u64) -> Option<u64> {
+    const SHORT_BASE: u64 = 1 << 44;
+    let (long_arena, short_arena) = (0, 1);
+    let attempts: &[(usize, bool)] = if short {
+        &[
+            (short_arena, false),
+            (long_arena, false),
+            (short_arena, true),
+            (long_arena, true),
+        ]
+    } else {
+        &[(long_arena, true), (short_arena, true)]
+    };
+    let limit = arenas[0].limit_total;
+    for &(arena, grow) in attempts {
+        let other_top = arenas[1 - arena].footprint();
+        let mut room = limit.map(|l| l.saturating_sub(other_top));
+        if arena == long_arena {
+            room = Some(room.map_or(SHORT_BASE, |r| r.min(SHORT_BASE)));
+        }
+        let top = arenas[arena].footprint();
+        if !grow {
+            room = Some(room.map_or(top, |r| r.min(top)));
+        }
+        arenas[arena].limit = room;
+        if let Some(addr) = arenas[arena].alloc(size_bytes) {
+            return Some(addr + if arena == short_arena { SHORT_BASE } else { 0 });
+        }
+    }
+    None
+}
+
+fn compare_predictive(
+    ops: &[Op],
+    limit: Option<u64>,
+    short_allocs: u64,
+) -> Result<(), TestCaseError> {
+    const SHORT_BASE: u64 = 1 << 44;
+    let trace = ops_to_trace(ops);
+    let view = trace.view().unwrap();
+    let config = PolicyConfig {
+        limit_bytes: limit,
+        predictive_short_allocs: short_allocs,
+        predictive_true_lifetimes: true,
+        ..PolicyConfig::default()
+    };
+    let mut policy: Box<dyn Policy> = build("predictive", &config, &view).unwrap();
+    let classes = true_classes(&view, short_allocs);
+    let heap = || Reference {
+        rule: Rule::Best,
+        align: config.align_bytes,
+        limit: None,
+        limit_total: limit,
+        live: BTreeMap::new(),
+        arena_end: 0,
+        cursor: 0,
+        block_end: 0,
+    };
+    let mut arenas = [heap(), heap()];
+    let mut addr_of = vec![None; view.num_allocs as usize];
+    for i in 0..view.len() {
+        let id = view.alloc_id[i];
+        match view.kind_at(i).unwrap() {
+            EventKind::Alloc => {
+                let size_bytes = view.size_bytes[i];
+                let got = policy.alloc(Request {
+                    id,
+                    size_bytes,
+                    align_bytes: config.align_bytes,
+                });
+                let want = predictive_alloc(&mut arenas, classes[id as usize], size_bytes);
+                match (got, want) {
+                    (Ok(p), Some(a)) => prop_assert_eq!(p.addr, a, "event {}", i),
+                    (Err(AllocError::OutOfMemory { .. }), None) => {}
+                    (got, want) => {
+                        return Err(TestCaseError::fail(format!(
+                            "event {i}: policy {got:?}, reference {want:?}"
+                        )));
+                    }
+                }
+                addr_of[id as usize] = want;
+            }
+            EventKind::Free => {
+                if let Some(a) = addr_of[id as usize] {
+                    policy.free(a).unwrap();
+                    let arena = usize::from(a >= SHORT_BASE);
+                    arenas[arena].free(a - if arena == 1 { SHORT_BASE } else { 0 });
+                }
+            }
+            _ => {}
+        }
+        let footprint = arenas[0].footprint() + arenas[1].footprint();
+        prop_assert_eq!(policy.counters().footprint_bytes, footprint, "event {}", i);
+        if let Some(l) = limit {
+            prop_assert!(
+                footprint <= l,
+                "event {}: footprint {} over the limit {}",
+                i,
+                footprint,
+                l
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The greedy-by-size plan of the trace, TFLite's way: buffers largest first (equal sizes in
+/// allocation order), each placed in the smallest hole (the lowest on a tie) between the
+/// placed buffers whose lifetimes meet its own, scanned by offset with the highest end so far
+/// rounded up to the alignment, else on top of them all. A buffer lives from its allocation
+/// event to its free event (the trace's end if never freed), and is at least one byte.
+fn greedy_by_size_plan(view: &allocview_sim::trace::TraceView<'_>, align: u64) -> (Vec<u64>, u64) {
+    let n = view.num_allocs as usize;
+    let mut life = vec![(0u64, 0u64, view.len() as u64); n];
+    for i in 0..view.len() {
+        let id = view.alloc_id[i] as usize;
+        match view.kind_at(i) {
+            Some(EventKind::Alloc) => {
+                life[id] = (view.size_bytes[i].max(1), i as u64, view.len() as u64)
+            }
+            Some(EventKind::Free) => life[id].2 = i as u64,
+            _ => {}
+        }
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&id| std::cmp::Reverse(life[id].0));
+    let round = |x: u64| x.div_ceil(align) * align;
+    let mut offsets = vec![0u64; n];
+    let mut placed: Vec<usize> = Vec::new();
+    let mut total = 0;
+    for id in order {
+        let (size, lower, upper) = life[id];
+        let mut met: Vec<usize> = placed
+            .iter()
+            .copied()
+            .filter(|&p| life[p].1 < upper && lower < life[p].2)
+            .collect();
+        met.sort_by_key(|&p| offsets[p]);
+        let mut prev_end = 0;
+        let mut best: Option<(u64, u64)> = None;
+        for p in met {
+            let start = round(prev_end);
+            if offsets[p] >= start {
+                let hole = offsets[p] - start;
+                if hole >= size && best.is_none_or(|(h, _)| hole < h) {
+                    best = Some((hole, start));
+                }
+            }
+            prev_end = prev_end.max(offsets[p] + life[p].0);
+        }
+        offsets[id] = best.map_or(round(prev_end), |(_, at)| at);
+        total = total.max(offsets[id] + size);
+        placed.push(id);
+    }
+    (offsets, total)
+}
+
+fn compare_oracle(ops: &[Op], limit: Option<u64>, align: u64) -> Result<(), TestCaseError> {
+    let trace = ops_to_trace(ops);
+    let view = trace.view().unwrap();
+    let config = PolicyConfig {
+        limit_bytes: limit,
+        align_bytes: align,
+        ..PolicyConfig::default()
+    };
+    let mut policy: Box<dyn Policy> = build("oracle", &config, &view).unwrap();
+    let (offsets, total) = greedy_by_size_plan(&view, align);
+    // A static pool: the whole plan from the start, or the limit when it is smaller.
+    let footprint = limit.map_or(total, |l| l.min(total));
+    let mut served = vec![None; view.num_allocs as usize];
+    for i in 0..view.len() {
+        let id = view.alloc_id[i];
+        match view.kind_at(i).unwrap() {
+            EventKind::Alloc => {
+                let size_bytes = view.size_bytes[i];
+                let got = policy.alloc(Request {
+                    id,
+                    size_bytes,
+                    align_bytes: align,
+                });
+                let at = offsets[id as usize];
+                let want = (at + size_bytes.max(1) <= footprint).then_some(at);
+                match (got, want) {
+                    (Ok(p), Some(a)) => prop_assert_eq!(p.addr, a, "event {}", i),
+                    (Err(AllocError::OutOfMemory { .. }), None) => {}
+                    (got, want) => {
+                        return Err(TestCaseError::fail(format!(
+                            "event {i}: policy {got:?}, reference {want:?}"
+                        )));
+                    }
+                }
+                served[id as usize] = want;
+            }
+            EventKind::Free => {
+                if let Some(at) = served[id as usize] {
+                    policy.free(at).unwrap();
+                }
+            }
+            _ => {}
+        }
+        prop_assert_eq!(policy.counters().footprint_bytes, footprint, "event {}", i);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn predictive_with_true_lifetimes_matches_its_reference(
+        ops in ops_strategy(),
+        limit_kib in prop::option::of(1u64..=4096),
+        short_allocs in 1u64..=24,
+    ) {
+        compare_predictive(&ops, limit_kib.map(|k| k << 10), short_allocs)?;
+    }
+
+    /// Small blocks under a tight limit: the arenas run into each other, so blocks spill into
+    /// the other arena's holes.
+    #[test]
+    fn predictive_under_a_tight_limit_matches_its_reference(
+        ops in prop::collection::vec(
+            prop_oneof![
+                3 => (1u64..=2048).prop_map(|size_bytes| Op::Alloc { size_bytes }),
+                2 => any::<usize>().prop_map(|victim| Op::Free { victim }),
+            ],
+            1..300,
+        ),
+        limit_kib in 4u64..=32,
+        short_allocs in 1u64..=8,
+    ) {
+        compare_predictive(&ops, Some(limit_kib << 10), short_allocs)?;
+    }
+
+    #[test]
+    fn oracle_matches_its_reference(
+        ops in ops_strategy(),
+        limit_kib in prop::option::of(1u64..=4096),
+        align_shift in 0u32..=6,
+    ) {
+        compare_oracle(&ops, limit_kib.map(|k| k << 10), 1 << align_shift)?;
     }
 }
