@@ -24,7 +24,7 @@
 use allocview_sim::trace::{EventKind, NO_ALLOC_ID};
 use polars::prelude::*;
 
-use crate::malloc_trace::{Builder, CALL_FREE, CALL_MALLOC, CALL_NAMES, Record};
+use crate::malloc_trace::{Builder, CALL_FREE, CALL_MALLOC, Record};
 use crate::sites::{NO_STACK, StackTable, stack_id_column};
 
 /// The exported columns, first in this order.
@@ -98,21 +98,12 @@ impl EventBatcher {
     /// # Errors
     /// What the loader would refuse (too many threads or allocations, an unknown call code).
     pub fn push(&mut self, r: &Record) -> Result<(), &'static str> {
-        let call = match r.call {
-            Some(c) => Some(
-                CALL_NAMES
-                    .get(usize::from(c))
-                    .ok_or("a known call code")?
-                    .as_bytes(),
-            ),
-            None => None,
-        };
         self.builder.push(&crate::malloc_trace::Line {
             t_ns: r.t_ns.max(0),
             tid: r.tid,
             size_bytes: r.size_bytes,
             addr: r.addr,
-            call,
+            call: r.call,
             stack: r.stack,
         })
     }

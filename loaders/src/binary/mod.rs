@@ -95,9 +95,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::error::LoadError;
-use crate::malloc_trace::{
-    Builder, CALL_NAMES, Line, LoadOptions, MallocTrace, Record, Strictness,
-};
+use crate::malloc_trace::{Builder, Line, LoadOptions, MallocTrace, Record, Strictness};
 use crate::sites::{NO_STACK, stack_id_column};
 
 mod codec;
@@ -310,10 +308,7 @@ pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
             tid: r.tid,
             size_bytes: r.size_bytes,
             addr: r.addr,
-            call: r
-                .call
-                .and_then(|c| CALL_NAMES.get(usize::from(c)))
-                .map(|n| n.as_bytes()),
+            call: r.call,
             stack: r.stack,
         };
         b.push(&line)

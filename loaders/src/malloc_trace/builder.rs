@@ -230,7 +230,7 @@ impl Builder {
         Ok(idx)
     }
 
-    pub(crate) fn push(&mut self, line: &Line<'_>) -> Result<(), &'static str> {
+    pub(crate) fn push(&mut self, line: &Line) -> Result<(), &'static str> {
         let thread = self.thread_index(line.tid)?;
         let Paired {
             t_ns,
@@ -254,8 +254,10 @@ impl Builder {
             );
         }
         let call = match line.call {
-            Some(name) => {
-                let code = call_code(name).ok_or("a known call name")?;
+            Some(code) => {
+                if usize::from(code) >= CALL_NAMES.len() {
+                    return Err("a known call code");
+                }
                 if self.call.is_none() {
                     self.summary.has_call_column = true;
                     self.call = Some(default_calls(&self.kind));

@@ -34,9 +34,12 @@ use polars::prelude::*;
 use polars_arrow::bitmap::MutableBitmap;
 
 use crate::error::{LineError, LoadError};
-use crate::input::{Compression, StreamEnd, TextStream};
+use crate::input::{Compression, TextStream};
 
 mod builder;
+mod text;
+
+use text::read_text;
 
 pub(crate) use builder::{Builder, Pairing};
 
@@ -245,13 +248,15 @@ pub(crate) type PtrMap<V> = HashMap<u64, V, BuildHasherDefault<PtrHasher>>;
 pub(crate) type PtrSet = std::collections::HashSet<u64, BuildHasherDefault<PtrHasher>>;
 
 /// One parsed line (or one record of a binary trace).
-pub(crate) struct Line<'a> {
+#[derive(Clone, Copy)]
+pub(crate) struct Line {
     pub(crate) t_ns: i64,
     pub(crate) tid: u64,
     /// `None` for a free.
     pub(crate) size_bytes: Option<u64>,
     pub(crate) addr: u64,
-    pub(crate) call: Option<&'a [u8]>,
+    /// The call's code (an index into [`CALL_NAMES`]), when the line names one.
+    pub(crate) call: Option<u8>,
     /// The stack id the file gives the event (binary traces with stacks).
     pub(crate) stack: Option<u32>,
 }
@@ -275,12 +280,12 @@ pub struct Record {
 
 /// Where parsed lines go: the DataFrame [`Builder`], or a callback over raw [`Record`]s.
 pub(crate) trait LineSink {
-    fn push_line(&mut self, line: &Line<'_>) -> Result<(), &'static str>;
+    fn push_line(&mut self, line: &Line) -> Result<(), &'static str>;
     fn summary_mut(&mut self) -> &mut LoadSummary;
 }
 
 impl LineSink for Builder {
-    fn push_line(&mut self, line: &Line<'_>) -> Result<(), &'static str> {
+    fn push_line(&mut self, line: &Line) -> Result<(), &'static str> {
         self.push(line)
     }
     fn summary_mut(&mut self) -> &mut LoadSummary {
@@ -294,17 +299,13 @@ struct RecordSink<F> {
 }
 
 impl<F: FnMut(&Record) -> Result<(), &'static str>> LineSink for RecordSink<F> {
-    fn push_line(&mut self, line: &Line<'_>) -> Result<(), &'static str> {
-        let call = match line.call {
-            Some(name) => Some(call_code(name).ok_or("a known call name")?),
-            None => None,
-        };
+    fn push_line(&mut self, line: &Line) -> Result<(), &'static str> {
         (self.f)(&Record {
             t_ns: line.t_ns,
             tid: line.tid,
             size_bytes: line.size_bytes,
             addr: line.addr,
-            call,
+            call: line.call,
             stack: line.stack,
         })?;
         self.summary.events += 1;
@@ -317,6 +318,7 @@ impl<F: FnMut(&Record) -> Result<(), &'static str>> LineSink for RecordSink<F> {
 
 /// A field-level parse failure: byte offset of the field in the line, its name, what was
 /// expected.
+#[derive(Clone, Copy, Debug)]
 struct FieldError {
     offset: usize,
     field: &'static str,
@@ -400,7 +402,7 @@ fn next_field(line: &[u8], start: usize) -> (&[u8], usize) {
     }
 }
 
-fn parse_line(line: &[u8]) -> Result<Line<'_>, FieldError> {
+fn parse_line(line: &[u8]) -> Result<Line, FieldError> {
     let (time, p1) = next_field(line, 0);
     let t_ns = parse_time(time).ok_or_else(|| field_err(0, "time", EXPECT_TIME))?;
     if p1 > line.len() {
@@ -435,10 +437,7 @@ fn parse_line(line: &[u8]) -> Result<Line<'_>, FieldError> {
         if p5 <= line.len() {
             return Err(field_err(p5 - 1, "end of line", EXPECT_END));
         }
-        if call_code(call).is_none() {
-            return Err(field_err(p4, "call", EXPECT_CALL));
-        }
-        Some(call)
+        Some(call_code(call).ok_or_else(|| field_err(p4, "call", EXPECT_CALL))?)
     } else {
         None
     };
@@ -501,119 +500,6 @@ pub fn read_text_records(
     Ok(sink.summary)
 }
 
-fn read_text<S: LineSink>(
-    mut stream: TextStream,
-    path: &Path,
-    opts: &LoadOptions,
-    b: &mut S,
-) -> Result<(), LoadError> {
-    let progress = stream.progress_handle();
-    let mirror = opts.progress.clone();
-    b.summary_mut().compression = Some(stream.compression());
-    let mut carry: Vec<u8> = Vec::new();
-    let mut line_no: u64 = 0;
-    let mut text_bytes: u64 = 0;
-    while let Some(block) = stream.next_block()? {
-        text_bytes += block.len() as u64;
-        let mut start = 0;
-        if !carry.is_empty() {
-            match block.iter().position(|&c| c == b'\n') {
-                Some(nl) => {
-                    carry.extend_from_slice(&block[..nl]);
-                    line_no += 1;
-                    let line = std::mem::take(&mut carry);
-                    handle_line(b, &line, line_no, path, opts.strictness)?;
-                    start = nl + 1;
-                }
-                None => {
-                    carry.extend_from_slice(&block);
-                    stream.recycle(block);
-                    continue;
-                }
-            }
-        }
-        let body = &block[start..];
-        let mut pos = 0;
-        while let Some(nl) = body[pos..].iter().position(|&c| c == b'\n') {
-            line_no += 1;
-            handle_line(b, &body[pos..pos + nl], line_no, path, opts.strictness)?;
-            pos += nl + 1;
-        }
-        carry.extend_from_slice(&body[pos..]);
-        stream.recycle(block);
-        if let Some(m) = &mirror {
-            m.store(
-                progress.load(std::sync::atomic::Ordering::Relaxed),
-                std::sync::atomic::Ordering::Relaxed,
-            );
-        }
-    }
-    let end = stream.end().cloned().unwrap_or(StreamEnd::Complete);
-    if !carry.is_empty() {
-        if let StreamEnd::Truncated(_) = end {
-            b.summary_mut().dropped_partial_last_line = true;
-        } else {
-            line_no += 1;
-            handle_line(b, &carry, line_no, path, opts.strictness)?;
-        }
-    }
-    if let StreamEnd::Truncated(why) = end {
-        b.summary_mut().truncated = Some(why);
-    }
-    b.summary_mut().text_bytes = text_bytes;
-    Ok(())
-}
-
-fn handle_line<S: LineSink>(
-    b: &mut S,
-    raw: &[u8],
-    line_no: u64,
-    path: &Path,
-    strictness: Strictness,
-) -> Result<(), LoadError> {
-    let line = raw.strip_suffix(b"\r").unwrap_or(raw);
-    if line.is_empty() {
-        return Ok(());
-    }
-    let err = match parse_line(line) {
-        Ok(parsed) => match b.push_line(&parsed) {
-            Ok(()) => return Ok(()),
-            Err(expected) => LineError {
-                line: line_no,
-                column: 1,
-                field: "line",
-                expected,
-                found: shorten(line),
-            },
-        },
-        Err(fe) => {
-            let rest = &line[fe.offset.min(line.len())..];
-            let end = rest.iter().position(|&c| c == b'\t').unwrap_or(rest.len());
-            LineError {
-                line: line_no,
-                column: fe.offset + 1,
-                field: fe.field,
-                expected: fe.expected,
-                found: shorten(&rest[..end]),
-            }
-        }
-    };
-    match strictness {
-        Strictness::Strict => Err(LoadError::Parse {
-            path: path.to_path_buf(),
-            detail: err,
-        }),
-        Strictness::Lenient => {
-            let summary = b.summary_mut();
-            summary.bad_lines += 1;
-            if summary.first_bad_lines.len() < MAX_REPORTED_BAD_LINES {
-                summary.first_bad_lines.push(err);
-            }
-            Ok(())
-        }
-    }
-}
-
 /// Typical bytes per line in real traces (`0.000123\t140642980739072\t472\t0x5605134312a0`).
 const TYPICAL_LINE_BYTES: u64 = 40;
 
@@ -648,6 +534,56 @@ fn gzip_isize(path: &Path) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Lines are parsed on a thread of their own, a block at a time: a file of many blocks
+    /// (plain and gzip, a line cut by every block boundary somewhere) loads every line, and its
+    /// bad lines are reported with their exact numbers, in order, as they were one block.
+    #[test]
+    fn a_file_of_many_blocks_reports_its_bad_lines_by_number() {
+        use std::io::Write as _;
+        let dir = std::env::temp_dir().join(format!("allocview-blocks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut text = String::new();
+        let bad = [77_777u64, 150_001, 299_999];
+        for n in 1..=300_000u64 {
+            if bad.contains(&n) {
+                text.push_str(&format!("0.{n:06}\t1\tx{n}\t0x10\n"));
+            } else if n % 2 == 1 {
+                text.push_str(&format!("0.{n:06}\t1\t{}\t0x{:x}\n", n % 1000, 16 * n));
+            } else {
+                text.push_str(&format!("0.{n:06}\t1\t-1\t0x{:x}\n", 16 * (n - 1)));
+            }
+        }
+        let plain = dir.join("many.trace");
+        std::fs::write(&plain, &text).unwrap();
+        let gz = dir.join("many.trace.gz");
+        let mut enc = flate2::write::GzEncoder::new(
+            std::fs::File::create(&gz).unwrap(),
+            flate2::Compression::fast(),
+        );
+        enc.write_all(text.as_bytes()).unwrap();
+        enc.finish().unwrap();
+        for path in [&plain, &gz] {
+            let err = load_malloc_trace(path, &LoadOptions::default())
+                .err()
+                .unwrap();
+            assert!(err.to_string().contains("line 77777, column 12"), "{err}");
+            let lenient = LoadOptions {
+                strictness: Strictness::Lenient,
+                ..LoadOptions::default()
+            };
+            let t = load_malloc_trace(path, &lenient).unwrap();
+            assert_eq!(t.summary.bad_lines, 3);
+            let lines: Vec<u64> = t.summary.first_bad_lines.iter().map(|e| e.line).collect();
+            assert_eq!(lines, bad);
+            // Every good line: the bad ones were odd (allocations), so their frees are unknown.
+            assert_eq!(t.summary.mallocs, 150_000 - 3);
+            assert_eq!(t.summary.frees, 150_000);
+            assert_eq!(t.summary.frees_unknown, 3);
+            assert_eq!(t.summary.text_bytes, text.len() as u64);
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
 
     /// A trailer claiming 4 GiB for a small file does not size the reservation; a plausible
     /// one does.
@@ -721,7 +657,11 @@ mod tests {
         assert_eq!(l.t_ns, 500_000_000);
         assert_eq!(l.size_bytes, Some(10));
         assert_eq!(l.addr, 0xabcdef);
-        assert_eq!(l.call, Some(&b"calloc"[..]));
+        assert_eq!(l.call, call_code(b"calloc"));
+        assert_eq!(
+            CALL_NAMES.get(usize::from(l.call.unwrap())),
+            Some(&"calloc")
+        );
     }
 
     #[test]
