@@ -159,6 +159,11 @@ impl<V: Copy + Default> AddrMap<V> {
         }
     }
 
+    /// Bytes of the table [`Self::shrink_to_fit`] would leave: what a checkpoint copy holds.
+    pub(crate) fn shrunk_bytes(&self) -> usize {
+        Self::slots_for(self.len).min(self.slots.len()) * std::mem::size_of::<(Addr, V)>()
+    }
+
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&Addr, &V)> {
         self.slots
             .iter()

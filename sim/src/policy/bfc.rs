@@ -282,6 +282,8 @@ pub struct Bfc {
     next_allocation_id: u64,
     stats: BfcStats,
     live_bytes: u64,
+    /// Regions added or released so far (the layout index's epoch of the held ranges).
+    region_changes: u64,
 }
 
 impl Default for Bfc {
@@ -325,6 +327,7 @@ impl Bfc {
                 ..BfcStats::default()
             },
             live_bytes: 0,
+            region_changes: 0,
         }
     }
 
@@ -921,6 +924,7 @@ impl Bfc {
         );
         self.note_base(base);
         self.next_default_base = self.next_default_base.max(end);
+        self.region_changes += 1;
         Ok(true)
     }
 
@@ -961,6 +965,7 @@ impl Bfc {
                 self.free.remove(r.size_bytes, r.base);
                 self.delete_handle(r.first);
                 self.total_region_allocated_bytes -= r.size_bytes;
+                self.region_changes += 1;
             } else {
                 kept.push(r);
             }
@@ -1163,6 +1168,32 @@ impl Policy for Bfc {
 
     fn blocks(&self, out: &mut Vec<Block>) {
         self.blocks_impl(out);
+    }
+
+    fn held_ranges(&self, out: &mut Vec<(Addr, u64)>) -> bool {
+        // Freed chunks merge with their free neighbours within a region and never across
+        // regions, so the free chunks are exactly the gaps between in-use chunks inside the
+        // regions: what the layout index needs to rebuild the chunk list at any event.
+        out.extend(self.regions.iter().map(|r| (r.base, r.size_bytes)));
+        true
+    }
+
+    fn held_ranges_epoch(&self) -> u64 {
+        self.region_changes
+    }
+
+    fn state_bytes(&self) -> u64 {
+        // What `clone_box` copies: the chunk table (deleted chunks included: TF never shrinks
+        // it), the regions, the free index with its 4,096 exact-size buckets, and the address
+        // map shrunk to its entries. The default (64 bytes a block) charged a tenth of it, so
+        // the replay's checkpoint budget was overrun tenfold.
+        let bytes = self.chunks.len() * std::mem::size_of::<Chunk>()
+            + self.regions.len() * std::mem::size_of::<Region>()
+            + self.pending_region_bases.len() * std::mem::size_of::<Addr>()
+            + self.free.copy_bytes()
+            + self.in_use_by_addr.shrunk_bytes()
+            + std::mem::size_of::<Self>();
+        bytes as u64
     }
 
     fn clone_box(&self) -> Box<dyn Policy> {

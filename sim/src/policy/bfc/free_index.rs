@@ -39,6 +39,10 @@ pub(super) struct FreeIndex {
     len: usize,
 }
 
+/// About what a B-tree map spends per entry beyond the entry itself (its nodes are at least
+/// half full).
+const BTREE_ENTRY_OVERHEAD_BYTES: usize = 24;
+
 fn large_key(size_bytes: u64, addr: u64) -> u128 {
     (u128::from(size_bytes) << 64) | u128::from(addr)
 }
@@ -74,6 +78,16 @@ impl Default for FreeIndex {
 }
 
 impl FreeIndex {
+    /// Bytes a copy of the index holds (a copied vector or heap is as long as the original,
+    /// stale entries included).
+    pub(super) fn copy_bytes(&self) -> usize {
+        let heaps: usize = self.buckets.iter().map(|b| b.heap.len()).sum();
+        self.buckets.len() * std::mem::size_of::<Bucket>()
+            + heaps * std::mem::size_of::<Reverse<(u64, u32)>>()
+            + self.large.len() * (std::mem::size_of::<(u128, u32)>() + BTREE_ENTRY_OVERHEAD_BYTES)
+            + std::mem::size_of::<Self>()
+    }
+
     /// Number of free chunks.
     pub(super) fn len(&self) -> usize {
         self.len
