@@ -1,7 +1,7 @@
 //! `allocview compare FILE --policy a,b,c [--limit X] [--json]`: one trace, several policies,
 //! one table.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use allocview_loaders::Loaded;
@@ -13,6 +13,7 @@ use allocview_sim::policy::spec::{PolicySpec, split_specs};
 use allocview_sim::replay::{Replay, ReplayOptions, replay};
 use allocview_sim::trace::TraceView;
 use anyhow::{Result, bail};
+use polars::prelude::DataFrame;
 use serde_json::{Map, Value, json};
 
 use super::load::{InputArgs, load_input, require_events};
@@ -198,15 +199,80 @@ pub fn max_live_bytes(trace: &TraceView<'_>) -> u64 {
     trace.peak_live().0
 }
 
+/// What `compare` found for one input: the rows of its table and JSON, and the series.
+pub struct Compared {
+    pub format: &'static str,
+    pub events: usize,
+    pub max_live_bytes: u64,
+    pub limit_bytes: Option<u64>,
+    rows: Vec<Row>,
+    minima: Vec<(String, allocview_sim::min_limit::MinLimit)>,
+    /// Every replayed policy's series (`report`'s `timeline.csv`), when asked for.
+    pub series: Option<DataFrame>,
+}
+
+impl Compared {
+    /// The object `compare --json` prints (`path` names the trace).
+    #[must_use]
+    pub fn json(&self, path: &Path) -> Value {
+        json!({
+            "trace": path.display().to_string(),
+            "format": self.format,
+            "events": self.events,
+            "max_live_bytes": self.max_live_bytes,
+            "limit_bytes": self.limit_bytes,
+            "policies": self.rows.iter().map(|r| r.json(self.max_live_bytes)).collect::<Vec<_>>(),
+        })
+    }
+}
+
 /// Runs `allocview compare`.
 pub fn run(args: &CompareArgs) -> Result<()> {
-    let specs = args.policies.specs()?;
+    args.policies.specs()?;
     let loaded = load_input(&args.file, &args.input)?;
-    let mut config = config_for_input(&loaded, args.policies.config()?);
-    let ev = require_events(&loaded, &args.file, "compare")?;
+    let out = evaluate(args, &loaded, args.parquet.is_some())?;
+    if let (Some(path), Some(series)) = (&args.parquet, &out.series) {
+        let meta = crate::parquet_out::metadata("series", Some(&args.file));
+        crate::parquet_out::write_frame(path, series, &[&args.file], meta)?;
+        let policies = series
+            .column("policy")
+            .and_then(|c| c.n_unique())
+            .unwrap_or(0);
+        eprintln!(
+            "wrote the series of {policies} policies to {}",
+            path.display()
+        );
+    }
+    if args.json {
+        outln!("{}", out.json(&args.file));
+    } else {
+        let ev = require_events(&loaded, &args.file, "compare")?;
+        let view = allocview_loaders::trace_view(ev.events, &args.file)?;
+        print_table(
+            &args.file.display().to_string(),
+            &view,
+            out.max_live_bytes,
+            &out.rows,
+        )?;
+        if args.min_limit {
+            super::min_limit::print_table(&out.minima, out.max_live_bytes)?;
+        }
+    }
+    Ok(())
+}
+
+/// Replays `loaded` (read from `args.file`) through the policies `args` name, with each
+/// policy's series when `with_series`.
+///
+/// # Errors
+/// When a policy named explicitly cannot run, or the input has no events.
+pub fn evaluate(args: &CompareArgs, loaded: &Loaded, with_series: bool) -> Result<Compared> {
+    let specs = args.policies.specs()?;
+    let mut config = config_for_input(loaded, args.policies.config()?);
+    let ev = require_events(loaded, &args.file, "compare")?;
     let view = allocview_loaders::trace_view(ev.events, &args.file)?;
     if specs.iter().any(|s| s.name == "predictive") {
-        config.alloc_features = Some(super::predict::alloc_features(&loaded, &view, &args.file)?);
+        config.alloc_features = Some(super::predict::alloc_features(loaded, &view, &args.file)?);
     }
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
@@ -216,7 +282,7 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     // from a checkpoint rebuilt from the log (or from process start with --from-start).
     // A window of the log has no rebuilt checkpoint at its start: `bfc` is then simulated like
     // every other policy, over the window.
-    let memlog = match &loaded {
+    let memlog = match loaded {
         Loaded::TfMemoryLog(log) if !args.input.window.is_set() => Some(log.as_ref()),
         _ => None,
     };
@@ -247,42 +313,29 @@ pub fn run(args: &CompareArgs) -> Result<()> {
             Err(e) => eprintln!("note: skipping {label}: {e}"),
         }
     }
-    if let Some(path) = &args.parquet {
+    let series = if with_series {
         let done: Vec<(&str, &Replay)> = runs
             .iter()
             .filter_map(|r| r.result.as_ref().ok().map(|rep| (r.name.as_str(), rep)))
             .collect();
-        let series = super::report::timeline_frame(&done)?;
-        let meta = crate::parquet_out::metadata("series", Some(&args.file));
-        crate::parquet_out::write_frame(path, &series, &[&args.file], meta)?;
-        eprintln!(
-            "wrote the series of {} policies to {}",
-            done.len(),
-            path.display()
-        );
-    }
+        Some(super::report::timeline_frame(&done)?)
+    } else {
+        None
+    };
     let minima = if args.min_limit {
         min_limits(args, &view, &sim_specs, &config, jobs, memlog, &mut rows)
     } else {
         Vec::new()
     };
-    if args.json {
-        let out = json!({
-            "trace": args.file.display().to_string(),
-            "format": ev.format,
-            "events": view.len(),
-            "max_live_bytes": max_live,
-            "limit_bytes": config.limit_bytes,
-            "policies": rows.iter().map(|r| r.json(max_live)).collect::<Vec<_>>(),
-        });
-        outln!("{out}");
-    } else {
-        print_table(&args.file.display().to_string(), &view, max_live, &rows)?;
-        if args.min_limit {
-            super::min_limit::print_table(&minima, max_live)?;
-        }
-    }
-    Ok(())
+    Ok(Compared {
+        format: ev.format,
+        events: view.len(),
+        max_live_bytes: max_live,
+        limit_bytes: config.limit_bytes,
+        rows,
+        minima,
+        series,
+    })
 }
 
 /// `--min-limit`: each row's smallest limit without OOM, added to its JSON; the rows for the
