@@ -106,7 +106,7 @@ impl GraphBuilder {
     /// When `pairs` has an odd length, or the container tables are full.
     pub fn dict(&mut self, pairs: &[Node]) -> Result<Node> {
         let at = self.at();
-        if pairs.len() % 2 != 0 {
+        if !pairs.len().is_multiple_of(2) {
             return Err(super::PickleError::BadValue {
                 index: at,
                 problem: "a dict's items must come in key, value pairs".to_owned(),
