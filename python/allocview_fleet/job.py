@@ -70,7 +70,8 @@ def analyse(item: Dict[str, str], policies: Sequence[str], limit: Optional[str])
     started = time.perf_counter()
     t = allocview.load(item["path"])
     stats = allocview.stats(t)
-    cmp = allocview.compare(t, policies=list(policies), limit=limit)
+    # One replay at a time: the task holds one CPU of the cluster (num_cpus=1).
+    cmp = allocview.compare(t, policies=list(policies), limit=limit, jobs=1)
     seconds = time.perf_counter() - started
     row = dict(keys)
     row.update({k: v for k, v in stats.items()

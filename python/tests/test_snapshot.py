@@ -7,7 +7,8 @@ import pytest
 import allocview
 from conftest import without_timings
 
-SNAPSHOTS = ["lm_train_step_b.pickle", "lm_train_step_windows.pickle", "lm_forward_a.pickle"]
+SNAPSHOTS = ["lm_train_step_b.pickle", "lm_train_step_windows.pickle", "lm_forward_a.pickle",
+             "lm_train_step_a.pickle"]
 
 
 @pytest.mark.parametrize("name", SNAPSHOTS)
