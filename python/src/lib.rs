@@ -157,7 +157,8 @@ fn compare(
     let watch = Progress::start(progress, "replay", n_policies, Arc::clone(&counter));
     let loaded = Arc::clone(&trace.loaded);
     let out = py.detach(move || {
-        let out = allocview::cmd::compare::evaluate(&args, &loaded, true);
+        let out = allocview::cmd::compare::evaluate(&args, &loaded, true, &counter);
+        // A TensorFlow log's `bfc` at TensorFlow's addresses is not a replay: count it done.
         counter.store(n_policies, std::sync::atomic::Ordering::Relaxed);
         watch.finish();
         out.map(|c| (c.json(&args.file).to_string(), c.series))

@@ -87,8 +87,11 @@ def test_progress_reaches_the_total(samples):
     assert calls and calls[-1] == ("load", (samples / "python_fragments.trace.gz").stat().st_size,
                                    (samples / "python_fragments.trace.gz").stat().st_size)
     calls.clear()
-    allocview.compare(t, policies=["bfc", "buddy"], progress=lambda *a: calls.append(a))
-    assert calls[-1] == ("replay", 2, 2)
+    allocview.compare(t, policies=["bfc", "buddy", "glibc"], jobs=1,
+                      progress=lambda *a: calls.append(a))
+    assert calls[-1] == ("replay", 3, 3)
+    done = [c[1] for c in calls]
+    assert done == sorted(done)
 
 
 def test_the_gil_is_released_while_replaying(samples):

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use allocview_loaders::Loaded;
 use allocview_loaders::tf::fidelity::{self, FidelityOptions};
@@ -152,8 +153,20 @@ pub fn run_policies(
     config: &PolicyConfig,
     jobs: usize,
 ) -> Vec<PolicyRun> {
+    run_policies_counted(trace, specs, config, jobs, &AtomicU64::new(0))
+}
+
+/// [`run_policies`], adding one to `done` as each replay ends (for a progress display).
+pub fn run_policies_counted(
+    trace: &TraceView<'_>,
+    specs: &[PolicySpec],
+    config: &PolicyConfig,
+    jobs: usize,
+    done: &AtomicU64,
+) -> Vec<PolicyRun> {
     per_spec(specs, jobs, |spec| {
-        spec.apply(config)
+        let result = spec
+            .apply(config)
             .and_then(|cfg| {
                 let opts = ReplayOptions {
                     align_bytes: cfg.align_bytes,
@@ -161,7 +174,9 @@ pub fn run_policies(
                 };
                 registry::build(spec.name, &cfg, trace).map(|policy| replay(trace, policy, &opts))
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string());
+        done.fetch_add(1, Ordering::Relaxed);
+        result
     })
     .into_iter()
     .map(|(name, result)| PolicyRun { name, result })
@@ -230,7 +245,7 @@ impl Compared {
 pub fn run(args: &CompareArgs) -> Result<()> {
     args.policies.specs()?;
     let loaded = load_input(&args.file, &args.input)?;
-    let out = evaluate(args, &loaded, args.parquet.is_some())?;
+    let out = evaluate(args, &loaded, args.parquet.is_some(), &AtomicU64::new(0))?;
     if let (Some(path), Some(series)) = (&args.parquet, &out.series) {
         let meta = crate::parquet_out::metadata("series", Some(&args.file));
         crate::parquet_out::write_frame(path, series, &[&args.file], meta)?;
@@ -262,11 +277,16 @@ pub fn run(args: &CompareArgs) -> Result<()> {
 }
 
 /// Replays `loaded` (read from `args.file`) through the policies `args` name, with each
-/// policy's series when `with_series`.
+/// policy's series when `with_series`, adding one to `replayed` as each replay ends.
 ///
 /// # Errors
 /// When a policy named explicitly cannot run, or the input has no events.
-pub fn evaluate(args: &CompareArgs, loaded: &Loaded, with_series: bool) -> Result<Compared> {
+pub fn evaluate(
+    args: &CompareArgs,
+    loaded: &Loaded,
+    with_series: bool,
+    replayed: &AtomicU64,
+) -> Result<Compared> {
     let specs = args.policies.specs()?;
     let mut config = config_for_input(loaded, args.policies.config()?);
     let ev = require_events(loaded, &args.file, "compare")?;
@@ -288,7 +308,7 @@ pub fn evaluate(args: &CompareArgs, loaded: &Loaded, with_series: bool) -> Resul
     };
     let is_tf_bfc = |s: &PolicySpec| memlog.is_some() && s.name == "bfc" && s.is_plain();
     let sim_specs: Vec<PolicySpec> = specs.iter().filter(|s| !is_tf_bfc(s)).cloned().collect();
-    let runs = run_policies(&view, &sim_specs, &config, jobs);
+    let runs = run_policies_counted(&view, &sim_specs, &config, jobs, replayed);
     let max_live = max_live_bytes(&view);
     let mut rows: Vec<Row> = Vec::new();
     for spec in &specs {
