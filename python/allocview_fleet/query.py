@@ -17,10 +17,15 @@ import duckdb
 import polars as pl
 
 
-def _views(out: pathlib.Path) -> duckdb.DuckDBPyConnection:
+def _views(out) -> duckdb.DuckDBPyConnection:
+    """``traces`` and ``policies`` over the job's output: a directory, or a URI DuckDB reads
+    (``s3://`` once its httpfs extension is loaded; ``file://`` here)."""
+    base = str(out)
+    if base.startswith("file://"):
+        base = base[len("file://"):]
     con = duckdb.connect()
     for table in ("traces", "policies"):
-        glob = str(out / table / "*.parquet")
+        glob = f"{base.rstrip('/')}/{table}/*.parquet"
         con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{glob}', "
                     "union_by_name = true)")
     return con
@@ -68,26 +73,26 @@ ORDER BY grown_bytes DESC, b.trace
 """
 
 
-def _run(out: pathlib.Path, sql: str, params: dict) -> pl.DataFrame:
+def _run(out, sql: str, params: dict) -> pl.DataFrame:
     # Through Arrow: DuckDB's result becomes a polars frame without a copy.
     return pl.DataFrame(_views(out).sql(sql, params=params).to_arrow_table())
 
 
-def distribution(out: pathlib.Path, build: Optional[str] = None) -> pl.DataFrame:
+def distribution(out, build: Optional[str] = None) -> pl.DataFrame:
     return _run(out, DISTRIBUTION, {"build": build})
 
 
-def setting_helps(out: pathlib.Path, build: Optional[str] = None, top: int = 20) -> pl.DataFrame:
+def setting_helps(out, build: Optional[str] = None, top: int = 20) -> pl.DataFrame:
     return _run(out, SETTING_HELPS, {"build": build, "top": top})
 
 
-def peak_grew(out: pathlib.Path, before: str = "a", after: str = "b") -> pl.DataFrame:
+def peak_grew(out, before: str = "a", after: str = "b") -> pl.DataFrame:
     return _run(out, PEAK_GREW, {"before": before, "after": after})
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("out", type=pathlib.Path)
+    p.add_argument("out", help="the job's output: a directory or a URI")
     p.add_argument("--build", help="only this build in the first two answers")
     p.add_argument("--before", default="a")
     p.add_argument("--after", default="b")
