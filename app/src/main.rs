@@ -1,25 +1,10 @@
 //! `allocview`: explore memory-allocation traces and replay them through allocator policies.
 //!
-//! - `cmd/`: the headless subcommands (`stats`, `compare`, `bench`);
-//! - `model/`: the explorer's state, messages and view-model, shared by the frontends;
-//! - `tui/`: the terminal explorer (`allocview FILE`);
-//! - `format`, `theme`, `units`: formatting, colours and byte-size parsing used everywhere;
-//! - `safe_write`: every file a command writes goes through it (never over an input, atomically).
-//!
-//! Domain logic lives in `allocview_sim` and `allocview_loaders`.
+//! The commands, models and frontends live in the library (`lib.rs`); this is the command line.
 
-mod cmd;
-mod format;
 #[cfg(feature = "gui")]
-mod gui;
-mod model;
-mod parquet_out;
-mod progress;
-mod safe_write;
-mod symbolize;
-mod theme;
-mod tui;
-mod units;
+use allocview::gui;
+use allocview::{cmd, safe_write, tui};
 
 use std::path::PathBuf;
 use std::process::ExitCode;

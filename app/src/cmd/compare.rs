@@ -1,21 +1,25 @@
 //! `allocview compare FILE --policy a,b,c [--limit X] [--json]`: one trace, several policies,
 //! one table.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use allocview_loaders::Loaded;
 use allocview_loaders::tf::fidelity::{self, FidelityOptions};
 use allocview_loaders::tf::memlog::TfMemoryLog;
 use allocview_sim::policy::pytorch::{Pytorch, SegmentOpKind};
-use allocview_sim::policy::registry::{self, POLICY_NAMES, PolicyConfig};
+use allocview_sim::policy::registry::{POLICY_NAMES, PolicyConfig};
 use allocview_sim::policy::spec::{PolicySpec, split_specs};
-use allocview_sim::replay::{Replay, ReplayOptions, replay};
+use allocview_sim::replay::Replay;
 use allocview_sim::trace::TraceView;
 use anyhow::{Result, bail};
+use polars::prelude::DataFrame;
 use serde_json::{Map, Value, json};
 
 use super::load::{InputArgs, load_input, require_events};
+// The replay runner lives beside it; the other commands reach it through `compare`.
+pub use super::runs::{PolicyRun, max_live_bytes, per_spec, run_policies, run_policies_counted};
 use crate::format;
 
 /// Policy selection and knobs shared by the commands that replay.
@@ -137,76 +141,85 @@ pub struct CompareArgs {
     pub input: InputArgs,
 }
 
-/// One policy's replay, or why it could not run.
-pub struct PolicyRun {
-    /// The row's label: the policy name, with its parameters for a variant.
-    pub name: String,
-    pub result: Result<Replay, String>,
+/// What `compare` found for one input: the rows of its table and JSON, and the series.
+pub struct Compared {
+    pub format: &'static str,
+    pub events: usize,
+    pub max_live_bytes: u64,
+    pub limit_bytes: Option<u64>,
+    rows: Vec<Row>,
+    minima: Vec<(String, allocview_sim::min_limit::MinLimit)>,
+    /// Every replayed policy's series (`report`'s `timeline.csv`), when asked for.
+    pub series: Option<DataFrame>,
 }
 
-/// Replays `trace` through each policy variant, `jobs` at a time, in the given order.
-pub fn run_policies(
-    trace: &TraceView<'_>,
-    specs: &[PolicySpec],
-    config: &PolicyConfig,
-    jobs: usize,
-) -> Vec<PolicyRun> {
-    per_spec(specs, jobs, |spec| {
-        spec.apply(config)
-            .and_then(|cfg| {
-                let opts = ReplayOptions {
-                    align_bytes: cfg.align_bytes,
-                    ..ReplayOptions::default()
-                };
-                registry::build(spec.name, &cfg, trace).map(|policy| replay(trace, policy, &opts))
-            })
-            .map_err(|e| e.to_string())
-    })
-    .into_iter()
-    .map(|(name, result)| PolicyRun { name, result })
-    .collect()
-}
-
-/// Runs `work` on each spec, `jobs` at a time, and returns each spec's label and result in the
-/// given order (a run that panics gives an error).
-pub fn per_spec<T: Send>(
-    specs: &[PolicySpec],
-    jobs: usize,
-    work: impl Fn(&PolicySpec) -> Result<T, String> + Sync,
-) -> Vec<(String, Result<T, String>)> {
-    let mut out = Vec::with_capacity(specs.len());
-    let work = &work;
-    for chunk in specs.chunks(jobs.max(1)) {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = chunk
-                .iter()
-                .map(|spec| s.spawn(move || work(spec)))
-                .collect();
-            for (h, spec) in handles.into_iter().zip(chunk) {
-                let result = h
-                    .join()
-                    .unwrap_or_else(|_| Err("the replay thread panicked".to_owned()));
-                out.push((spec.label(), result));
-            }
-        });
+impl Compared {
+    /// The object `compare --json` prints (`path` names the trace).
+    #[must_use]
+    pub fn json(&self, path: &Path) -> Value {
+        json!({
+            "trace": path.display().to_string(),
+            "format": self.format,
+            "events": self.events,
+            "max_live_bytes": self.max_live_bytes,
+            "limit_bytes": self.limit_bytes,
+            "policies": self.rows.iter().map(|r| r.json(self.max_live_bytes)).collect::<Vec<_>>(),
+        })
     }
-    out
-}
-
-/// Max over time of live bytes: the bound every policy's footprint is measured against.
-pub fn max_live_bytes(trace: &TraceView<'_>) -> u64 {
-    trace.peak_live().0
 }
 
 /// Runs `allocview compare`.
 pub fn run(args: &CompareArgs) -> Result<()> {
-    let specs = args.policies.specs()?;
+    args.policies.specs()?;
     let loaded = load_input(&args.file, &args.input)?;
-    let mut config = config_for_input(&loaded, args.policies.config()?);
-    let ev = require_events(&loaded, &args.file, "compare")?;
+    let out = evaluate(args, &loaded, args.parquet.is_some(), &AtomicU64::new(0))?;
+    if let (Some(path), Some(series)) = (&args.parquet, &out.series) {
+        let meta = crate::parquet_out::metadata("series", Some(&args.file));
+        crate::parquet_out::write_frame(path, series, &[&args.file], meta)?;
+        let policies = series
+            .column("policy")
+            .and_then(|c| c.n_unique())
+            .unwrap_or(0);
+        eprintln!(
+            "wrote the series of {policies} policies to {}",
+            path.display()
+        );
+    }
+    if args.json {
+        outln!("{}", out.json(&args.file));
+    } else {
+        let ev = require_events(&loaded, &args.file, "compare")?;
+        let view = allocview_loaders::trace_view(ev.events, &args.file)?;
+        print_table(
+            &args.file.display().to_string(),
+            &view,
+            out.max_live_bytes,
+            &out.rows,
+        )?;
+        if args.min_limit {
+            super::min_limit::print_table(&out.minima, out.max_live_bytes)?;
+        }
+    }
+    Ok(())
+}
+
+/// Replays `loaded` (read from `args.file`) through the policies `args` name, with each
+/// policy's series when `with_series`, adding one to `replayed` as each replay ends.
+///
+/// # Errors
+/// When a policy named explicitly cannot run, or the input has no events.
+pub fn evaluate(
+    args: &CompareArgs,
+    loaded: &Loaded,
+    with_series: bool,
+    replayed: &AtomicU64,
+) -> Result<Compared> {
+    let specs = args.policies.specs()?;
+    let mut config = config_for_input(loaded, args.policies.config()?);
+    let ev = require_events(loaded, &args.file, "compare")?;
     let view = allocview_loaders::trace_view(ev.events, &args.file)?;
     if specs.iter().any(|s| s.name == "predictive") {
-        config.alloc_features = Some(super::predict::alloc_features(&loaded, &view, &args.file)?);
+        config.alloc_features = Some(super::predict::alloc_features(loaded, &view, &args.file)?);
     }
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
@@ -216,13 +229,13 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     // from a checkpoint rebuilt from the log (or from process start with --from-start).
     // A window of the log has no rebuilt checkpoint at its start: `bfc` is then simulated like
     // every other policy, over the window.
-    let memlog = match &loaded {
+    let memlog = match loaded {
         Loaded::TfMemoryLog(log) if !args.input.window.is_set() => Some(log.as_ref()),
         _ => None,
     };
     let is_tf_bfc = |s: &PolicySpec| memlog.is_some() && s.name == "bfc" && s.is_plain();
     let sim_specs: Vec<PolicySpec> = specs.iter().filter(|s| !is_tf_bfc(s)).cloned().collect();
-    let runs = run_policies(&view, &sim_specs, &config, jobs);
+    let runs = run_policies_counted(&view, &sim_specs, &config, jobs, replayed);
     let max_live = max_live_bytes(&view);
     let mut rows: Vec<Row> = Vec::new();
     for spec in &specs {
@@ -247,42 +260,29 @@ pub fn run(args: &CompareArgs) -> Result<()> {
             Err(e) => eprintln!("note: skipping {label}: {e}"),
         }
     }
-    if let Some(path) = &args.parquet {
+    let series = if with_series {
         let done: Vec<(&str, &Replay)> = runs
             .iter()
             .filter_map(|r| r.result.as_ref().ok().map(|rep| (r.name.as_str(), rep)))
             .collect();
-        let series = super::report::timeline_frame(&done)?;
-        let meta = crate::parquet_out::metadata("series", Some(&args.file));
-        crate::parquet_out::write_frame(path, &series, &[&args.file], meta)?;
-        eprintln!(
-            "wrote the series of {} policies to {}",
-            done.len(),
-            path.display()
-        );
-    }
+        Some(super::report::timeline_frame(&done)?)
+    } else {
+        None
+    };
     let minima = if args.min_limit {
         min_limits(args, &view, &sim_specs, &config, jobs, memlog, &mut rows)
     } else {
         Vec::new()
     };
-    if args.json {
-        let out = json!({
-            "trace": args.file.display().to_string(),
-            "format": ev.format,
-            "events": view.len(),
-            "max_live_bytes": max_live,
-            "limit_bytes": config.limit_bytes,
-            "policies": rows.iter().map(|r| r.json(max_live)).collect::<Vec<_>>(),
-        });
-        outln!("{out}");
-    } else {
-        print_table(&args.file.display().to_string(), &view, max_live, &rows)?;
-        if args.min_limit {
-            super::min_limit::print_table(&minima, max_live)?;
-        }
-    }
-    Ok(())
+    Ok(Compared {
+        format: ev.format,
+        events: view.len(),
+        max_live_bytes: max_live,
+        limit_bytes: config.limit_bytes,
+        rows,
+        minima,
+        series,
+    })
 }
 
 /// `--min-limit`: each row's smallest limit without OOM, added to its JSON; the rows for the

@@ -118,15 +118,16 @@ fn stream(
     Ok((rows, tables))
 }
 
-/// Writes a loaded input's tables; returns the rows of the main table and the companions'
-/// names.
-fn write_loaded(
+/// An input's tables as `convert` writes them (and the Python package's `load` returns them):
+/// the main one (the exported events, or a plan's buffers) and the others by name.
+///
+/// # Errors
+/// For a TensorFlow BFC dump, which has no event table, or when a table cannot be built.
+pub fn tables_of(
     loaded: &Loaded,
     input: &Path,
-    output: &Path,
-    row_group_rows: usize,
-) -> Result<(u64, Vec<String>)> {
-    let (main, others): (DataFrame, Vec<(&str, DataFrame)>) = match loaded {
+) -> Result<(DataFrame, Vec<(&'static str, DataFrame)>)> {
+    Ok(match loaded {
         Loaded::MallocTrace(t) => {
             let mut others = vec![("threads", t.threads.clone())];
             if let Some(stacks) = &t.stacks {
@@ -158,7 +159,18 @@ fn write_loaded(
              `allocview stats --json` gives its figures",
             input.display()
         ),
-    };
+    })
+}
+
+/// Writes a loaded input's tables; returns the rows of the main table and the companions'
+/// names.
+fn write_loaded(
+    loaded: &Loaded,
+    input: &Path,
+    output: &Path,
+    row_group_rows: usize,
+) -> Result<(u64, Vec<String>)> {
+    let (main, others) = tables_of(loaded, input)?;
     let mut names = Vec::new();
     for (name, table) in &others {
         let meta = parquet_out::metadata(name, Some(input));

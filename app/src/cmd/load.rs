@@ -43,22 +43,28 @@ pub fn load_whole(path: &Path, lenient: bool) -> Result<Loaded> {
     let file_bytes = std::fs::metadata(path)
         .with_context(|| format!("cannot open {}", path.display()))?
         .len();
+    let bar = ByteProgress::start("loading", file_bytes, Arc::clone(&counter));
+    let loaded = load_counted(path, lenient, counter)?;
+    drop(bar);
+    for w in warnings(&loaded) {
+        eprintln!("warning: {w}");
+    }
+    Ok(loaded)
+}
+
+/// Loads `path` whole, setting `counter` to the bytes read so far as it goes, quietly (the
+/// caller shows the progress and the [`warnings`] its own way).
+pub fn load_counted(path: &Path, lenient: bool, counter: Arc<AtomicU64>) -> Result<Loaded> {
     let opts = LoadOptions {
         strictness: if lenient {
             Strictness::Lenient
         } else {
             Strictness::Strict
         },
-        progress: Some(Arc::clone(&counter)),
+        progress: Some(counter),
     };
-    let bar = ByteProgress::start("loading", file_bytes, counter);
-    let loaded = allocview_loaders::load(path, &opts)
-        .with_context(|| format!("while loading {}", path.display()))?;
-    drop(bar);
-    for w in warnings(&loaded) {
-        eprintln!("warning: {w}");
-    }
-    Ok(loaded)
+    allocview_loaders::load(path, &opts)
+        .with_context(|| format!("while loading {}", path.display()))
 }
 
 /// What the loader noticed and kept going: skipped lines, unknown frees, cross-check

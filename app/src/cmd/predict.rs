@@ -138,10 +138,36 @@ fn model_names(args: &PredictArgs) -> Result<Vec<String>> {
 
 /// Runs `allocview predict`.
 pub fn run(args: &PredictArgs) -> Result<()> {
-    let names = model_names(args)?;
+    model_names(args)?;
     let loaded = load_input(&args.file, &args.input)?;
-    let input = input_of(&loaded, &args.file)?;
-    drop(loaded);
+    let (input, reports) = evaluate_all(args, &loaded)?;
+    let file = args.file.display().to_string();
+    if args.json {
+        outln!("{}", report_json(&file, args, &input, &reports));
+    } else {
+        print_tables(&file, args, &input, &reports)?;
+    }
+    Ok(())
+}
+
+/// The object `predict --json` prints for `loaded` (read from `args.file`; `args.train`, if
+/// any, is loaded here).
+///
+/// # Errors
+/// When a model name, the order or the split is not understood, or an input has no events.
+pub fn json(args: &PredictArgs, loaded: &Loaded) -> Result<Value> {
+    let (input, reports) = evaluate_all(args, loaded)?;
+    Ok(report_json(
+        &args.file.display().to_string(),
+        args,
+        &input,
+        &reports,
+    ))
+}
+
+fn evaluate_all(args: &PredictArgs, loaded: &Loaded) -> Result<(Input, Vec<ModelReport>)> {
+    let names = model_names(args)?;
+    let input = input_of(loaded, &args.file)?;
     let other = match &args.train {
         Some(path) => {
             let l = load_input(path, &args.input)?;
@@ -155,13 +181,7 @@ pub fn run(args: &PredictArgs) -> Result<()> {
         .iter()
         .filter_map(|n| evaluate(n, &input.tokens, args.split, other.as_ref(), &clock))
         .collect();
-    let file = args.file.display().to_string();
-    if args.json {
-        outln!("{}", report_json(&file, args, &input, &reports));
-    } else {
-        print_tables(&file, args, &input, &reports)?;
-    }
-    Ok(())
+    Ok((input, reports))
 }
 
 /// CPU time of the calling thread, so the speeds are per core however busy the machine is.

@@ -95,10 +95,57 @@ fn frames_json(stacks: &StackTable, stack: u32) -> Value {
     )
 }
 
+/// The object `sites --json` prints for `loaded` (read from `args.file`).
+///
+/// # Errors
+/// When the input has no allocations, `--at` or `--by` is not understood, or the policy
+/// cannot replay the trace.
+pub fn sites_json(args: &SitesArgs, loaded: &Loaded) -> Result<Value> {
+    let by = parse_by(&args.by)?;
+    let ev = require_events(loaded, &args.file, "sites")?;
+    let view = allocview_loaders::trace_view(ev.events, &args.file)?;
+    let sites = sites_of(loaded).context("this input has no allocations")?;
+    let at = resolve_at(&args.at, &view)?;
+    let rows = site_stats::by_site(&view, &sites, at, by);
+    let pinned = match &args.policy {
+        Some(p) => Some(pinned_free(loaded, &view, p, at, &rows)?),
+        None => None,
+    };
+    let pin = |i: usize| {
+        pinned
+            .as_ref()
+            .map(|v: &Vec<u64>| v.get(i).copied().unwrap_or(0))
+    };
+    Ok(json!({
+        "file": args.file.display().to_string(),
+        "at_event": at,
+        "by": by.name(),
+        "site_kind": match sites.kind {
+            SiteKind::Stacks => "stacks",
+            SiteKind::Operations => "operations",
+            SiteKind::SizeClasses => "size_classes",
+        },
+        "policy": args.policy,
+        "sites": rows.iter().enumerate().map(|(i, r)| json!({
+            "name": r.name,
+            "frames": frames_json(&sites.stacks, r.stack),
+            "live_bytes": r.live_bytes,
+            "live_blocks": r.live_blocks,
+            "alloc_count": r.alloc_count,
+            "alloc_bytes": r.alloc_bytes,
+            "pinned_free_bytes": pin(i),
+        })).collect::<Vec<_>>(),
+    }))
+}
+
 /// Runs `allocview sites`.
 pub fn run_sites(args: &SitesArgs) -> Result<()> {
     let by = parse_by(&args.by)?;
     let loaded = load_input(&args.file, &args.input)?;
+    if args.json {
+        outln!("{}", sites_json(args, &loaded)?);
+        return Ok(());
+    }
     let ev = require_events(&loaded, &args.file, "sites")?;
     let view = allocview_loaders::trace_view(ev.events, &args.file)?;
     let sites = sites_of(&loaded).context("this input has no allocations")?;
@@ -113,30 +160,6 @@ pub fn run_sites(args: &SitesArgs) -> Result<()> {
             .as_ref()
             .map(|v: &Vec<u64>| v.get(i).copied().unwrap_or(0))
     };
-    if args.json {
-        let out = json!({
-            "file": args.file.display().to_string(),
-            "at_event": at,
-            "by": by.name(),
-            "site_kind": match sites.kind {
-                SiteKind::Stacks => "stacks",
-                SiteKind::Operations => "operations",
-                SiteKind::SizeClasses => "size_classes",
-            },
-            "policy": args.policy,
-            "sites": rows.iter().enumerate().map(|(i, r)| json!({
-                "name": r.name,
-                "frames": frames_json(&sites.stacks, r.stack),
-                "live_bytes": r.live_bytes,
-                "live_blocks": r.live_blocks,
-                "alloc_count": r.alloc_count,
-                "alloc_bytes": r.alloc_bytes,
-                "pinned_free_bytes": pin(i),
-            })).collect::<Vec<_>>(),
-        });
-        outln!("{out}");
-        return Ok(());
-    }
     let t0 = view.t_ns.first().copied().unwrap_or(0);
     let live: u64 = rows.iter().map(|r| r.live_bytes).sum();
     outln!(

@@ -1,6 +1,6 @@
 //! `allocview stats FILE [--json]`: a summary of a trace.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use allocview_loaders::Loaded;
 use allocview_loaders::stats::{TraceStats, events_per_thread};
@@ -28,80 +28,88 @@ pub struct StatsArgs {
 /// Runs `allocview stats`.
 pub fn run(args: &StatsArgs) -> Result<()> {
     let loaded = load_input(&args.file, &args.input)?;
+    if args.json {
+        outln!("{}", json(&loaded, &args.file)?);
+        return Ok(());
+    }
     let file = args.file.display().to_string();
     if let Some(ev) = events_of(&loaded) {
         let view = allocview_loaders::trace_view(ev.events, &args.file)?;
         let per_thread = events_per_thread(ev.events, ev.threads.height())?;
         let stats = TraceStats::compute(&view, per_thread, &ev.summary);
-        let log = match &loaded {
-            Loaded::TfMemoryLog(log) => Some(log.as_ref()),
-            _ => None,
-        };
-        if args.json {
-            let mut obj = stats_json(&stats);
-            obj.insert("file".into(), json!(file));
-            obj.insert("format".into(), json!(ev.format));
-            obj.insert("load_seconds".into(), json!(ev.load_seconds));
-            obj.insert("truncated".into(), json!(ev.summary.truncated.is_some()));
-            if let Some(log) = log {
-                obj.insert("tf".into(), memlog_json(log));
-            }
-            if let Loaded::PytorchSnapshot(s) = &loaded {
-                obj.insert("pytorch".into(), super::stats_pytorch::snapshot_json(s)?);
-            }
-            outln!("{}", Value::Object(obj));
-        } else {
-            print_table(&file, &stats, ev.load_seconds)?;
-            if let Some(log) = log {
-                print_memlog(log)?;
-            }
-            if let Loaded::PytorchSnapshot(s) = &loaded {
-                super::stats_pytorch::print_snapshot(s)?;
-            }
+        print_table(&file, &stats, ev.load_seconds)?;
+        if let Loaded::TfMemoryLog(log) = &loaded {
+            print_memlog(log)?;
+        }
+        if let Loaded::PytorchSnapshot(s) = &loaded {
+            super::stats_pytorch::print_snapshot(s)?;
         }
         return Ok(());
     }
     match &loaded {
-        Loaded::TfBfcDump(dump) => {
-            if args.json {
-                let mut obj = dump_json(dump);
-                obj.insert("file".into(), json!(file));
-                outln!("{}", Value::Object(obj));
-            } else {
-                print_dump(&file, dump)?;
-            }
-        }
+        Loaded::TfBfcDump(dump) => print_dump(&file, dump)?,
         Loaded::Plan(plan) => {
             let buffers = plan.to_buffers()?;
             let bufs = &buffers.buffers;
             let naive: u64 = bufs.iter().map(|b| b.size_bytes).sum();
             let bound = allocview_sim::plan::max_live_bytes(bufs)?;
-            if args.json {
-                outln!(
-                    "{}",
-                    json!({
-                        "file": file,
-                        "format": "memory-plan",
-                        "buffers": bufs.len(),
-                        "naive_bytes": naive,
-                        "lower_bound_bytes": bound,
-                        "time_unit": plan.time_unit,
-                        "load_seconds": plan.load_seconds,
-                    })
-                );
-            } else {
-                outln!(
-                    "{file}: a memory plan of {} buffers",
-                    format::count(bufs.len() as u64)
-                );
-                outln!("  sum of sizes        {:>14}", format::bytes(naive));
-                outln!("  max live (bound)    {:>14}", format::bytes(bound));
-                outln!("  run the planners:   allocview plan {file}");
-            }
+            outln!(
+                "{file}: a memory plan of {} buffers",
+                format::count(bufs.len() as u64)
+            );
+            outln!("  sum of sizes        {:>14}", format::bytes(naive));
+            outln!("  max live (bound)    {:>14}", format::bytes(bound));
+            outln!("  run the planners:   allocview plan {file}");
         }
         Loaded::MallocTrace(_) | Loaded::TfMemoryLog(_) | Loaded::PytorchSnapshot(_) => {}
     }
     Ok(())
+}
+
+/// The object `stats --json` prints for `loaded` (read from `path`).
+///
+/// # Errors
+/// When a table of the input lacks a column the summary needs.
+pub fn json(loaded: &Loaded, path: &Path) -> Result<Value> {
+    let file = path.display().to_string();
+    if let Some(ev) = events_of(loaded) {
+        let view = allocview_loaders::trace_view(ev.events, path)?;
+        let per_thread = events_per_thread(ev.events, ev.threads.height())?;
+        let stats = TraceStats::compute(&view, per_thread, &ev.summary);
+        let mut obj = stats_json(&stats);
+        obj.insert("file".into(), json!(file));
+        obj.insert("format".into(), json!(ev.format));
+        obj.insert("load_seconds".into(), json!(ev.load_seconds));
+        obj.insert("truncated".into(), json!(ev.summary.truncated.is_some()));
+        if let Loaded::TfMemoryLog(log) = loaded {
+            obj.insert("tf".into(), memlog_json(log));
+        }
+        if let Loaded::PytorchSnapshot(s) = loaded {
+            obj.insert("pytorch".into(), super::stats_pytorch::snapshot_json(s)?);
+        }
+        return Ok(Value::Object(obj));
+    }
+    Ok(match loaded {
+        Loaded::TfBfcDump(dump) => {
+            let mut obj = dump_json(dump);
+            obj.insert("file".into(), json!(file));
+            Value::Object(obj)
+        }
+        Loaded::Plan(plan) => {
+            let buffers = plan.to_buffers()?;
+            let bufs = &buffers.buffers;
+            json!({
+                "file": file,
+                "format": "memory-plan",
+                "buffers": bufs.len(),
+                "naive_bytes": bufs.iter().map(|b| b.size_bytes).sum::<u64>(),
+                "lower_bound_bytes": allocview_sim::plan::max_live_bytes(bufs)?,
+                "time_unit": plan.time_unit,
+                "load_seconds": plan.load_seconds,
+            })
+        }
+        Loaded::MallocTrace(_) | Loaded::TfMemoryLog(_) | Loaded::PytorchSnapshot(_) => Value::Null,
+    })
 }
 
 /// The `tf` object of `stats --json` for a memory log.

@@ -78,10 +78,12 @@ mod tables;
 #[cfg(test)]
 mod tests;
 mod text;
+mod values;
 
 pub use graph::{DictItems, Key, Kind, Pickle, Seq, Val};
 use input::{ReaderInput, SliceInput};
 use machine::run;
+pub use values::{GraphBuilder, Node};
 
 /// Why a pickle could not be decoded. Each message names the byte offset of the opcode at fault.
 #[derive(Debug, thiserror::Error)]
@@ -166,6 +168,9 @@ pub enum PickleError {
     TrailingData { offset: u64 },
     #[error("{what} at byte offset {offset} exceed this decoder's limit of 2^32 - 1")]
     TooLarge { what: &'static str, offset: u64 },
+    /// A graph built from values ([`GraphBuilder`]), not decoded: `index` counts the values.
+    #[error("value {index} of the object: {problem}")]
+    BadValue { index: u64, problem: String },
 }
 
 type Result<T, E = PickleError> = std::result::Result<T, E>;

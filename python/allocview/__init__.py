@@ -1,0 +1,191 @@
+"""allocview from Python: memory-allocation traces as polars DataFrames, and the ``allocview``
+commands' ``--json`` objects as dicts.
+
+>>> import allocview
+>>> t = allocview.load("sample-traces/xz_T2_8KiB_blocks.trace.gz")
+>>> t.events                      # polars DataFrame, the `convert --to parquet` schema
+>>> allocview.stats(t)["peak_live_bytes"]
+>>> allocview.compare(t, policies=["bfc", "first-fit"], limit="512MiB")["policies"]
+
+Every function that reads a trace takes a path or a :class:`Trace` (loaded once, used by
+several commands). Loading and replaying run in Rust with the GIL released; ``progress`` is
+``None`` (quiet), ``True`` (a line on stderr) or a callable ``f(stage, done, total)``
+(``stage`` is ``"load"``, counted in bytes, or ``"replay"``, counted in policies).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, Callable, Dict, Iterable, Optional, Union
+
+import polars as pl
+
+from . import _native
+from ._native import AllocviewError, parse_bytes, policy_names
+
+__all__ = [
+    "AllocviewError",
+    "Trace",
+    "compare",
+    "from_snapshot",
+    "load",
+    "parse_bytes",
+    "policy_names",
+    "predict",
+    "sites",
+    "stats",
+]
+__version__ = _native.__version__
+
+Progress = Union[None, bool, Callable[[str, int, int], Any]]
+Source = Union[str, "os.PathLike[str]", "Trace"]
+
+
+class Trace:
+    """A loaded input (a malloc trace, a TensorFlow memory log, a PyTorch snapshot, a plan).
+
+    Its tables are the ones ``allocview convert IN OUT.parquet`` writes, with the same columns
+    (README, "Parquet"): ``events`` (``t_ns``, ``thread``, ``kind``, ``size_bytes``,
+    ``address``, ``alloc_id``, ``size_class``, ``call``, ``stack_id``, then the input's own),
+    ``threads``, and where the input has them ``stacks`` and ``frames`` (the site tables) and a
+    snapshot's ``segments``, ``blocks``, ``segment_events``, ``annotations``.
+    """
+
+    def __init__(self, native: "_native.Trace"):
+        self._native = native
+        self._tables: Optional[Dict[str, pl.DataFrame]] = None
+
+    @property
+    def path(self) -> str:
+        return self._native.path
+
+    @property
+    def warnings(self) -> list:
+        """What the loader noticed and kept going past."""
+        return self._native.warnings
+
+    @property
+    def tables(self) -> Dict[str, pl.DataFrame]:
+        """Every table by name, imported through the Arrow C stream interface (made once)."""
+        if self._tables is None:
+            self._tables = {
+                name: pl.DataFrame(table) for name, table in self._native.tables()
+            }
+        return self._tables
+
+    @property
+    def events(self) -> pl.DataFrame:
+        """The event table (a memory plan's buffers table for a plan)."""
+        tables = self.tables
+        return tables["events"] if "events" in tables else tables["buffers"]
+
+    @property
+    def threads(self) -> Optional[pl.DataFrame]:
+        return self.tables.get("threads")
+
+    @property
+    def stacks(self) -> Optional[pl.DataFrame]:
+        """One row per frame of each call stack: ``stack_id``, ``depth``, ``frame_id``."""
+        return self.tables.get("stacks")
+
+    @property
+    def frames(self) -> Optional[pl.DataFrame]:
+        """``frame_id``, ``function``, ``file``, ``line``, ``module``."""
+        return self.tables.get("frames")
+
+    def __repr__(self) -> str:
+        return f"allocview.Trace({self.path!r})"
+
+
+def _stderr_progress(stage: str, done: int, total: int) -> None:
+    if total > 0:
+        sys.stderr.write(f"\rallocview: {stage} {100 * done // total:3d}%")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _callback(progress: Progress) -> Optional[Callable[[str, int, int], Any]]:
+    if progress is None or progress is False:
+        return None
+    if progress is True:
+        return _stderr_progress
+    if not callable(progress):
+        raise TypeError("progress must be None, True or a callable(stage, done, total)")
+    return progress
+
+
+def _native_trace(source: Source, progress: Progress) -> "_native.Trace":
+    if isinstance(source, Trace):
+        return source._native
+    return _native.load(os.fspath(source), progress=_callback(progress))
+
+
+def load(path: Union[str, "os.PathLike[str]"], *, lenient: bool = False,
+         progress: Progress = None) -> Trace:
+    """Loads a trace, as ``allocview`` does (``lenient``: skip malformed lines, as
+    ``--lenient``)."""
+    return Trace(_native.load(os.fspath(path), lenient=lenient, progress=_callback(progress)))
+
+
+def stats(source: Source, *, progress: Progress = None) -> dict:
+    """What ``allocview stats FILE --json`` prints."""
+    return json.loads(_native.stats(_native_trace(source, progress)))
+
+
+def _policy_list(policies: Union[None, str, Iterable[str]]) -> list:
+    if policies is None:
+        return []
+    if isinstance(policies, str):
+        return [policies]
+    return list(policies)
+
+
+def _bytes(limit: Union[None, int, str]) -> Optional[int]:
+    if limit is None or isinstance(limit, int):
+        return limit
+    return parse_bytes(limit)
+
+
+def compare(source: Source, policies: Union[None, str, Iterable[str]] = None,
+            limit: Union[None, int, str] = None, *, min_limit: bool = False,
+            align: int = 16, jobs: Optional[int] = None,
+            progress: Progress = None) -> dict:
+    """What ``allocview compare FILE --policy ... [--limit X] --json`` prints, plus ``series``:
+    every policy's timeline (one row per policy and time bucket, the ``--parquet`` table) as a
+    polars DataFrame. ``policies``: names or variants (``"pytorch:max_split_size_mb=128"``);
+    none means all. ``limit``: bytes, or a size as the command line takes it (``"512MiB"``)."""
+    native = _native_trace(source, progress)
+    text, series = _native.compare(
+        native, _policy_list(policies), limit_bytes=_bytes(limit), min_limit=min_limit,
+        align_bytes=align, jobs=jobs, progress=_callback(progress))
+    out = json.loads(text)
+    out["series"] = pl.DataFrame(series)
+    return out
+
+
+def sites(source: Source, at: Union[str, int] = "peak", by: str = "function",
+          policy: Optional[str] = None, *, progress: Progress = None) -> dict:
+    """What ``allocview sites FILE --at AT --by BY [--policy P] --json`` prints."""
+    return json.loads(_native.sites(_native_trace(source, progress), at=str(at), by=by,
+                                    policy=policy))
+
+
+def predict(source: Source, model: Union[None, str, Iterable[str]] = None, order: int = 8,
+            split: float = 0.8, train: Union[None, str, "os.PathLike[str]"] = None, *,
+            progress: Progress = None) -> dict:
+    """What ``allocview predict FILE [--model ...] --json`` prints."""
+    models = None if model is None else ",".join(_policy_list(model))
+    return json.loads(_native.predict(
+        _native_trace(source, progress), model=models, order=order, split=split,
+        train=None if train is None else os.fspath(train)))
+
+
+def from_snapshot(snapshot: dict, name: str = "<snapshot>") -> Trace:
+    """A PyTorch memory snapshot from the object ``torch.cuda.memory._snapshot()`` returns
+    (no pickle file), read exactly as ``allocview`` reads the same snapshot saved with
+    ``pickle.dump``. ``name`` stands for the file in the commands' output; ``stats`` reports
+    its ``pickle_protocol`` as 0 (there was no pickle)."""
+    return Trace(_native.from_snapshot(snapshot, name))

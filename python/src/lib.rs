@@ -1,0 +1,267 @@
+//! `allocview._native`: the Rust side of the Python package (`python/allocview/` wraps it).
+//!
+//! Every command here runs the code of the `allocview` command of the same name
+//! (`allocview::cmd::*`), so `stats`, `compare`, `sites` and `predict` give exactly the objects
+//! their `--json` prints (as JSON text, which the wrapper parses). Loading and replaying run with
+//! the GIL released (`Python::detach`); progress goes to an optional Python callable.
+//!
+//! - `arrow`: tables cross into Python through the Arrow C stream interface, without a copy;
+//! - `progress`: the callback, fed from a counter while the work runs without the GIL;
+//! - `snapshot`: `from_snapshot`, a PyTorch snapshot object turned into the loader's graph.
+
+mod arrow;
+mod progress;
+mod snapshot;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use allocview::cmd::compare::{CompareArgs, PolicyArgs};
+use allocview::cmd::load::{InputArgs, load_counted, warnings};
+use allocview::cmd::predict::PredictArgs;
+use allocview::cmd::sites::SitesArgs;
+use allocview_loaders::Loaded;
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+
+use arrow::ArrowTable;
+use progress::Progress;
+
+create_exception!(
+    _native,
+    AllocviewError,
+    PyException,
+    "An input allocview cannot read, or a command it cannot run on it."
+);
+
+fn to_py(err: &anyhow::Error) -> PyErr {
+    AllocviewError::new_err(format!("{err:#}"))
+}
+
+/// A loaded input: what `allocview` commands read, kept so several commands share one load.
+#[pyclass(frozen, module = "allocview._native")]
+pub struct Trace {
+    loaded: Arc<Loaded>,
+    /// The file it came from, or a name standing for it (`from_snapshot`).
+    path: PathBuf,
+}
+
+#[pymethods]
+impl Trace {
+    /// The file (or the name given to `from_snapshot`).
+    #[getter]
+    fn path(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    /// What the loader noticed and kept going past (skipped lines, unknown frees, ...).
+    #[getter]
+    fn warnings(&self) -> Vec<String> {
+        warnings(&self.loaded)
+    }
+
+    /// The input's tables as `allocview convert OUT.parquet` writes them, by name: `events`
+    /// (the exported event table; a plan's `buffers`), then `threads`, `stacks`, `frames` and,
+    /// for a PyTorch snapshot, `segments`, `blocks`, `segment_events`, `annotations`.
+    fn tables(&self, py: Python<'_>) -> PyResult<Vec<(String, ArrowTable)>> {
+        let loaded = Arc::clone(&self.loaded);
+        let path = self.path.clone();
+        let (main, others) = py
+            .detach(move || allocview::cmd::convert_parquet::tables_of(&loaded, &path))
+            .map_err(|e| to_py(&e))?;
+        let main_name = match &*self.loaded {
+            Loaded::Plan(_) => "buffers",
+            _ => "events",
+        };
+        let mut out = vec![(main_name.to_owned(), ArrowTable::new(main))];
+        out.extend(
+            others
+                .into_iter()
+                .map(|(name, frame)| (name.to_owned(), ArrowTable::new(frame))),
+        );
+        Ok(out)
+    }
+}
+
+/// Loads `path`, reporting the bytes read to `progress` as `("load", done, total)`.
+#[pyfunction]
+#[pyo3(signature = (path, lenient = false, progress = None))]
+fn load(
+    py: Python<'_>,
+    path: PathBuf,
+    lenient: bool,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Trace> {
+    let total_bytes = std::fs::metadata(&path)
+        .map_err(|e| AllocviewError::new_err(format!("cannot open {}: {e}", path.display())))?
+        .len();
+    let counter = Arc::new(AtomicU64::new(0));
+    let watch = Progress::start(progress, "load", total_bytes, Arc::clone(&counter));
+    let p = path.clone();
+    let loaded = py.detach(move || {
+        let loaded = load_counted(&p, lenient, counter);
+        watch.finish();
+        loaded
+    });
+    let loaded = loaded.map_err(|e| to_py(&e))?;
+    Ok(Trace {
+        loaded: Arc::new(loaded),
+        path,
+    })
+}
+
+/// `allocview stats FILE --json`, as JSON text.
+#[pyfunction]
+fn stats(py: Python<'_>, trace: &Trace) -> PyResult<String> {
+    let loaded = Arc::clone(&trace.loaded);
+    let path = trace.path.clone();
+    py.detach(move || allocview::cmd::stats::json(&loaded, &path))
+        .map(|v| v.to_string())
+        .map_err(|e| to_py(&e))
+}
+
+/// `allocview compare FILE --json`, as JSON text, and every policy's series (`report`'s
+/// timeline: one row per policy and time bucket).
+#[pyfunction]
+#[pyo3(signature = (trace, policies, limit_bytes = None, min_limit = false, align_bytes = 16, jobs = None, progress = None))]
+#[allow(clippy::too_many_arguments)]
+fn compare(
+    py: Python<'_>,
+    trace: &Trace,
+    policies: Vec<String>,
+    limit_bytes: Option<u64>,
+    min_limit: bool,
+    align_bytes: u64,
+    jobs: Option<usize>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<(String, ArrowTable)> {
+    let args = CompareArgs {
+        file: trace.path.clone(),
+        policies: PolicyArgs {
+            policy: policies,
+            limit: limit_bytes,
+            align: align_bytes,
+            jobs,
+        },
+        json: true,
+        from_start: false,
+        no_guidance: false,
+        min_limit,
+        parquet: None,
+        input: InputArgs::default(),
+    };
+    let n_policies = args.policies.specs().map_err(|e| to_py(&e))?.len() as u64;
+    let counter = Arc::new(AtomicU64::new(0));
+    let watch = Progress::start(progress, "replay", n_policies, Arc::clone(&counter));
+    let loaded = Arc::clone(&trace.loaded);
+    let out = py.detach(move || {
+        let out = allocview::cmd::compare::evaluate(&args, &loaded, true, &counter);
+        // A TensorFlow log's `bfc` at TensorFlow's addresses is not a replay: count it done.
+        counter.store(n_policies, std::sync::atomic::Ordering::Relaxed);
+        watch.finish();
+        out.map(|c| (c.json(&args.file).to_string(), c.series))
+    });
+    let (json, series) = out.map_err(|e| to_py(&e))?;
+    let series = series.unwrap_or_default();
+    Ok((json, ArrowTable::new(series)))
+}
+
+/// `allocview sites FILE --json`, as JSON text.
+#[pyfunction]
+#[pyo3(signature = (trace, at = "peak".to_owned(), by = "function".to_owned(), policy = None))]
+fn sites(
+    py: Python<'_>,
+    trace: &Trace,
+    at: String,
+    by: String,
+    policy: Option<String>,
+) -> PyResult<String> {
+    let args = SitesArgs {
+        file: trace.path.clone(),
+        at,
+        by,
+        policy,
+        top: 0,
+        json: true,
+        input: InputArgs::default(),
+    };
+    let loaded = Arc::clone(&trace.loaded);
+    py.detach(move || allocview::cmd::sites::sites_json(&args, &loaded))
+        .map(|v| v.to_string())
+        .map_err(|e| to_py(&e))
+}
+
+/// `allocview predict FILE --json`, as JSON text.
+#[pyfunction]
+#[pyo3(signature = (trace, model = None, order = 8, split = 0.8, train = None))]
+fn predict(
+    py: Python<'_>,
+    trace: &Trace,
+    model: Option<String>,
+    order: usize,
+    split: f64,
+    train: Option<PathBuf>,
+) -> PyResult<String> {
+    let args = PredictArgs {
+        file: trace.path.clone(),
+        model,
+        order,
+        split,
+        train,
+        json: true,
+        input: InputArgs::default(),
+    };
+    let loaded = Arc::clone(&trace.loaded);
+    py.detach(move || allocview::cmd::predict::json(&args, &loaded))
+        .map(|v| v.to_string())
+        .map_err(|e| to_py(&e))
+}
+
+/// A PyTorch memory snapshot from the object `torch.cuda.memory._snapshot()` returns (plain
+/// dicts, lists, strings and numbers), read as the loader reads a snapshot file. `name` stands
+/// for the file in the commands' output.
+#[pyfunction]
+#[pyo3(signature = (snapshot, name = "<snapshot>".to_owned()))]
+fn from_snapshot(py: Python<'_>, snapshot: &Bound<'_, PyAny>, name: String) -> PyResult<Trace> {
+    let graph = snapshot::to_graph(snapshot)?;
+    let path = PathBuf::from(name);
+    let p = path.clone();
+    let snap = py
+        .detach(move || snapshot::from_graph(&graph, &p))
+        .map_err(|e| to_py(&e))?;
+    Ok(Trace {
+        loaded: Arc::new(Loaded::PytorchSnapshot(Box::new(snap))),
+        path,
+    })
+}
+
+/// The replay policies `compare` knows, in its default order.
+#[pyfunction]
+fn policy_names() -> Vec<&'static str> {
+    allocview_sim::policy::registry::POLICY_NAMES.to_vec()
+}
+
+/// Parses a byte size as the command line does (`512MiB`, `2GiB`, `4096`).
+#[pyfunction]
+fn parse_bytes(text: &str) -> PyResult<u64> {
+    allocview::units::parse_bytes(text).map_err(|e| AllocviewError::new_err(e.to_string()))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("AllocviewError", m.py().get_type::<AllocviewError>())?;
+    m.add_class::<Trace>()?;
+    m.add_class::<ArrowTable>()?;
+    m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_function(wrap_pyfunction!(stats, m)?)?;
+    m.add_function(wrap_pyfunction!(compare, m)?)?;
+    m.add_function(wrap_pyfunction!(sites, m)?)?;
+    m.add_function(wrap_pyfunction!(predict, m)?)?;
+    m.add_function(wrap_pyfunction!(from_snapshot, m)?)?;
+    m.add_function(wrap_pyfunction!(policy_names, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
