@@ -6,6 +6,7 @@
 // Helpers outside #[test] functions unwrap too: a failed unwrap is a failed test here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use allocview_sim::policy::bfc::{Bfc, bins_of};
 use allocview_sim::policy::registry::{POLICY_NAMES, PolicyConfig, build};
 use allocview_sim::policy::{AllocError, Block, BlockState, FreeError, Placement, Policy, Request};
 use allocview_sim::replay::{ReplayOptions, replay};
@@ -289,6 +290,14 @@ fn layout_index_agrees_with_the_policy(name: &str) {
         }
         for event in 0..view.len() {
             check_layout_at(&r, &view, event).unwrap_or_else(|e| panic!("{name}: {e}"));
+            if name == "bfc" && event % 16 == 0 {
+                // The explorers draw BFC's bins from the index's chunk list.
+                let mut chunks = Vec::new();
+                r.blocks_at(event, &mut chunks).unwrap();
+                let (state, _) = r.state_at(&view, event).unwrap();
+                let bfc = state.as_any().downcast_ref::<Bfc>().unwrap();
+                assert_eq!(bins_of(&chunks), bfc.bins(), "bfc bins at event {event}");
+            }
         }
     }
 }

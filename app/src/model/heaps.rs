@@ -202,7 +202,13 @@ impl AppState {
             // the window the previous heap was drawn in.
             let old = self.heaps.get_mut(i).and_then(Option::take);
             let key = old.as_ref().and_then(|h| h.next_key(replay, self.cursor));
-            if let Some(h) = HeapAt::indexed(replay, self.cursor, key) {
+            if let Some(mut h) = HeapAt::indexed(replay, self.cursor, key) {
+                if slot.spec.name == "bfc" {
+                    // The bins view: from the chunk list the index lays out.
+                    let mut chunks = Vec::new();
+                    replay.blocks_at(self.cursor, &mut chunks);
+                    h.bins = Some(allocview_sim::policy::bfc::bins_of(&chunks));
+                }
                 if let Some(cell) = self.heaps.get_mut(i) {
                     *cell = Some(h);
                 }

@@ -604,37 +604,9 @@ impl Bfc {
     /// The 21 bins with their free chunks and TF's per-bin debug counters.
     #[must_use]
     pub fn bins(&self) -> Vec<BinInfo> {
-        let mut bins: Vec<BinInfo> = (0..NUM_BINS)
-            .map(|b| BinInfo {
-                bin_size_bytes: bin_size_bytes(b),
-                ..BinInfo::default()
-            })
-            .collect();
-        let mut free: Vec<(u64, Addr)> = Vec::new();
-        for r in &self.regions {
-            let mut h = r.first;
-            while let Some(c) = self.chunks.get(h as usize) {
-                if let Some(bin) = bins.get_mut(bin_num_for_size(c.size_bytes)) {
-                    bin.total_chunks += 1;
-                    bin.total_bytes += c.size_bytes;
-                    if c.in_use() {
-                        bin.chunks_in_use += 1;
-                        bin.bytes_in_use += c.size_bytes;
-                        bin.requested_bytes_in_use += c.requested_bytes;
-                    } else {
-                        free.push((c.size_bytes, c.addr));
-                    }
-                }
-                h = c.next;
-            }
-        }
-        free.sort_unstable();
-        for (size, addr) in free {
-            if let Some(bin) = bins.get_mut(bin_num_for_size(size)) {
-                bin.free_chunks.push((addr, size));
-            }
-        }
-        bins
+        let mut blocks = Vec::new();
+        self.blocks_impl(&mut blocks);
+        bins_of(&blocks)
     }
 
     /// Size of the largest free chunk (TF's `LargestFreeChunk`).
@@ -1122,6 +1094,45 @@ impl Bfc {
             }
         }
     }
+}
+
+/// The 21 bins of a BFC chunk list (its blocks, as [`Policy::blocks`] lists them): every chunk
+/// counted in the bin of its size, in use or free, and each bin's free chunks in search order.
+/// A chunk list rebuilt by the layout index gives the same bins as the policy.
+#[must_use]
+pub fn bins_of(blocks: &[Block]) -> Vec<BinInfo> {
+    let mut bins: Vec<BinInfo> = (0..NUM_BINS)
+        .map(|b| BinInfo {
+            bin_size_bytes: bin_size_bytes(b),
+            ..BinInfo::default()
+        })
+        .collect();
+    let mut free: Vec<(u64, Addr)> = Vec::new();
+    for b in blocks {
+        if let Some(bin) = bins.get_mut(bin_num_for_size(b.len_bytes)) {
+            bin.total_chunks += 1;
+            bin.total_bytes += b.len_bytes;
+            match b.state {
+                BlockState::Used {
+                    requested_bytes, ..
+                } => {
+                    bin.chunks_in_use += 1;
+                    bin.bytes_in_use += b.len_bytes;
+                    bin.requested_bytes_in_use += requested_bytes;
+                }
+                BlockState::Free => free.push((b.len_bytes, b.addr)),
+                // BFC lists none: every chunk is in use or free.
+                BlockState::Dead => {}
+            }
+        }
+    }
+    free.sort_unstable();
+    for (size, addr) in free {
+        if let Some(bin) = bins.get_mut(bin_num_for_size(size)) {
+            bin.free_chunks.push((addr, size));
+        }
+    }
+    bins
 }
 
 fn free_chunk(addr: Addr, size_bytes: u64, prev: u32) -> Chunk {
