@@ -30,6 +30,10 @@ use std::sync::Mutex;
 
 use crate::policy::{Addr, Block, BlockState, Counters, Policy};
 
+mod columns;
+
+use columns::{Lengths, Tier};
+
 /// Allocations per skip run.
 const CHUNK: usize = 256;
 /// Held ranges plus long-lived allocations past which a lookup runs on two threads.
@@ -65,8 +69,7 @@ pub struct LayoutRecorder {
     birth: Vec<u32>,
     death: Vec<u32>,
     addr: Vec<Addr>,
-    len_bytes: Vec<u64>,
-    requested_bytes: Vec<u64>,
+    lengths: Lengths,
     /// The held ranges before the first event.
     initial: Vec<(Addr, u64)>,
     deltas: Vec<RangeDelta>,
@@ -102,8 +105,7 @@ impl LayoutRecorder {
             birth: vec![UNBORN; num_allocs],
             death: vec![NEVER; num_allocs],
             addr: vec![0; num_allocs],
-            len_bytes: vec![0; num_allocs],
-            requested_bytes: vec![0; num_allocs],
+            lengths: Lengths::zeroed(num_allocs),
             deltas: Vec::new(),
             ranges,
             scratch: Vec::new(),
@@ -123,17 +125,12 @@ impl LayoutRecorder {
         requested_bytes: u64,
     ) {
         let i = id as usize;
-        if let (Some(b), Some(a), Some(l), Some(r), Some(pos)) = (
-            self.birth.get_mut(i),
-            self.addr.get_mut(i),
-            self.len_bytes.get_mut(i),
-            self.requested_bytes.get_mut(i),
-            position(event),
-        ) {
+        if let (Some(b), Some(a), Some(pos)) =
+            (self.birth.get_mut(i), self.addr.get_mut(i), position(event))
+        {
             *b = pos;
             *a = addr;
-            *l = len_bytes;
-            *r = requested_bytes;
+            self.lengths.set(i, len_bytes, requested_bytes);
         }
     }
 
@@ -207,38 +204,13 @@ impl LayoutRecorder {
     fn tier(&self, order: &[usize]) -> Tier {
         Tier {
             addr: order.iter().map(|&i| self.addr[i]).collect(),
-            len_bytes: order.iter().map(|&i| self.len_bytes[i]).collect(),
-            requested_bytes: order.iter().map(|&i| self.requested_bytes[i]).collect(),
+            lengths: Lengths::gather(&self.lengths, order),
             id: order
                 .iter()
                 .filter_map(|&i| u32::try_from(i).ok())
                 .collect(),
             birth: order.iter().map(|&i| self.birth[i]).collect(),
             death: order.iter().map(|&i| self.death[i]).collect(),
-        }
-    }
-}
-
-/// Allocations, one column per field.
-#[derive(Clone, Debug, Default)]
-struct Tier {
-    addr: Vec<Addr>,
-    len_bytes: Vec<u64>,
-    requested_bytes: Vec<u64>,
-    id: Vec<u32>,
-    birth: Vec<u32>,
-    death: Vec<u32>,
-}
-
-impl Tier {
-    fn block(&self, i: usize) -> Block {
-        Block {
-            addr: self.addr[i],
-            len_bytes: self.len_bytes[i],
-            state: BlockState::Used {
-                id: self.id[i],
-                requested_bytes: self.requested_bytes[i],
-            },
         }
     }
 }
