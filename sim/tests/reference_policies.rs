@@ -1,5 +1,5 @@
-//! `first-fit`, `best-fit`, `pool`, `buddy`, `predictive` (fed the true lifetimes) and `oracle`
-//! against naive reference implementations (issue 20, item 18), slow and obviously correct. The fit references keep only the live blocks in
+//! `first-fit`, `best-fit`, `pool`, `buddy`, `predictive` (fed the true lifetimes), `oracle` and
+//! `pytorch` (default settings) against naive reference implementations (issue 20, item 18), slow and obviously correct. The fit references keep only the live blocks in
 //! address order; the free space is the gaps between them below the heap top (the end of the
 //! highest live block), which is what immediate coalescing and top trimming leave. The pool
 //! reference is a cursor in the current block and the arena's end. The buddy reference keeps
@@ -569,5 +569,194 @@ proptest! {
         align_shift in 0u32..=6,
     ) {
         compare_oracle(&ops, limit_kib.map(|k| k << 10), 1 << align_shift)?;
+    }
+}
+
+/// `pytorch` (default settings: one stream, no `max_split_size`, no expandable segments, no
+/// garbage-collection threshold) by the caching allocator's rules, kept the slow way: every
+/// segment a list of blocks in address order. A request rounds up to 512 B; up to 1 MiB it
+/// uses the small pool, else the large one; the smallest free block of its pool that fits
+/// (lowest address on a tie) is split when the rest is at least 512 B (small pool) or more
+/// than 1 MiB (large pool), else taken whole; without one, a new segment of 2 MiB (small), 20
+/// MiB (large, under 10 MiB) or the size rounded up to 2 MiB goes at the lowest 2 MiB-aligned
+/// free address from the device's base. Under a limit that a new segment would pass, every
+/// wholly free segment is released first, if that makes room; otherwise nothing changes and
+/// the request fails. A free merges the block with free neighbours in its segment.
+#[derive(Default)]
+struct TorchReference {
+    /// Segments by base.
+    segments: BTreeMap<u64, TorchSegment>,
+    limit: Option<u64>,
+}
+
+/// A segment of [`TorchReference`]: whether it is the small pool's, and its blocks as (offset,
+/// length, requested bytes or `None` when free) in address order.
+type TorchSegment = (bool, Vec<(u64, u64, Option<u64>)>);
+
+impl TorchReference {
+    const BASE: u64 = 0x7f00_0000_0000;
+    const MIB: u64 = 1 << 20;
+
+    fn reserved(&self) -> u64 {
+        self.segments
+            .values()
+            .map(|(_, blocks)| blocks.iter().map(|b| b.1).sum::<u64>())
+            .sum()
+    }
+
+    fn alloc(&mut self, size_bytes: u64) -> Option<u64> {
+        let rounded = size_bytes.max(1).div_ceil(512) * 512;
+        let small = rounded <= Self::MIB;
+        // The best free block: (len, address) smallest.
+        let best = self
+            .segments
+            .iter()
+            .filter(|(_, (s, _))| *s == small)
+            .flat_map(|(&base, (_, blocks))| {
+                blocks
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| b.2.is_none() && b.1 >= rounded)
+                    .map(move |(i, b)| (b.1, base + b.0, base, i))
+            })
+            .min();
+        let (base, i) = match best {
+            Some((_, _, base, i)) => (base, i),
+            None => {
+                let seg = if small {
+                    2 * Self::MIB
+                } else if rounded < 10 * Self::MIB {
+                    20 * Self::MIB
+                } else {
+                    rounded.div_ceil(2 * Self::MIB) * 2 * Self::MIB
+                };
+                if let Some(l) = self.limit
+                    && self.reserved() + seg > l
+                {
+                    let cached: u64 = self
+                        .segments
+                        .values()
+                        .filter(|(_, b)| b.len() == 1 && b[0].2.is_none())
+                        .map(|(_, b)| b[0].1)
+                        .sum();
+                    if self.reserved() - cached + seg > l {
+                        return None;
+                    }
+                    self.segments
+                        .retain(|_, (_, b)| !(b.len() == 1 && b[0].2.is_none()));
+                }
+                // The lowest aligned gap between segments that holds it.
+                let mut at = Self::BASE;
+                for (&b, (_, blocks)) in &self.segments {
+                    if b >= at + seg {
+                        break;
+                    }
+                    let end = b + blocks.iter().map(|x| x.1).sum::<u64>();
+                    at = at.max(end.div_ceil(2 * Self::MIB) * 2 * Self::MIB);
+                }
+                self.segments.insert(at, (small, vec![(0, seg, None)]));
+                (at, 0)
+            }
+        };
+        let (_, blocks) = self.segments.get_mut(&base).unwrap();
+        let (off, len, _) = blocks[i];
+        let rest = len - rounded;
+        let split = if small { rest >= 512 } else { rest > Self::MIB };
+        if split {
+            blocks[i] = (off, rounded, Some(size_bytes));
+            blocks.insert(i + 1, (off + rounded, rest, None));
+        } else {
+            blocks[i] = (off, len, Some(size_bytes));
+        }
+        Some(base + off)
+    }
+
+    fn free(&mut self, addr: u64) {
+        let (&base, (_, blocks)) = self.segments.range_mut(..=addr).next_back().unwrap();
+        let i = blocks.iter().position(|b| base + b.0 == addr).unwrap();
+        blocks[i].2 = None;
+        if i + 1 < blocks.len() && blocks[i + 1].2.is_none() {
+            blocks[i].1 += blocks[i + 1].1;
+            blocks.remove(i + 1);
+        }
+        if i > 0 && blocks[i - 1].2.is_none() {
+            blocks[i - 1].1 += blocks[i].1;
+            blocks.remove(i);
+        }
+    }
+}
+
+fn compare_pytorch(ops: &[Op], limit: Option<u64>) -> Result<(), TestCaseError> {
+    let trace = ops_to_trace(ops);
+    let view = trace.view().unwrap();
+    let config = PolicyConfig {
+        limit_bytes: limit,
+        ..PolicyConfig::default()
+    };
+    let mut policy: Box<dyn Policy> = build("pytorch", &config, &view).unwrap();
+    let mut reference = TorchReference {
+        limit,
+        ..TorchReference::default()
+    };
+    let mut addr_of = vec![None; view.num_allocs as usize];
+    for i in 0..view.len() {
+        let id = view.alloc_id[i];
+        match view.kind_at(i).unwrap() {
+            EventKind::Alloc => {
+                let size_bytes = view.size_bytes[i];
+                let got = policy.alloc(Request {
+                    id,
+                    size_bytes,
+                    align_bytes: config.align_bytes,
+                });
+                let want = reference.alloc(size_bytes);
+                match (got, want) {
+                    (Ok(p), Some(a)) => prop_assert_eq!(p.addr, a, "event {}", i),
+                    (Err(AllocError::OutOfMemory { .. }), None) => {}
+                    (got, want) => {
+                        return Err(TestCaseError::fail(format!(
+                            "event {i}: policy {got:?}, reference {want:?}"
+                        )));
+                    }
+                }
+                addr_of[id as usize] = want;
+            }
+            EventKind::Free => {
+                if let Some(a) = addr_of[id as usize] {
+                    policy.free(a).unwrap();
+                    reference.free(a);
+                }
+            }
+            _ => {}
+        }
+        prop_assert_eq!(
+            policy.counters().footprint_bytes,
+            reference.reserved(),
+            "event {}",
+            i
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn pytorch_matches_its_reference(
+        ops in prop::collection::vec(
+            prop_oneof![
+                // PyTorch gives a null pointer for 0 bytes and allocates nothing.
+                4 => size_strategy().prop_map(|size_bytes| Op::Alloc { size_bytes: size_bytes.max(1) }),
+                1 => (1u64 << 20..=48 << 20).prop_map(|size_bytes| Op::Alloc { size_bytes }),
+                // Near a 20 MiB segment: leftovers on either side of the 1 MiB split threshold.
+                1 => ((19u64 << 20)..=(20 << 20)).prop_map(|size_bytes| Op::Alloc { size_bytes }),
+                4 => any::<usize>().prop_map(|victim| Op::Free { victim }),
+            ],
+            1..200,
+        ),
+        limit_mib in prop::option::of(4u64..=256),
+    ) {
+        compare_pytorch(&ops, limit_mib.map(|m| m << 20))?;
     }
 }
