@@ -23,6 +23,7 @@ pub mod record;
 pub mod record_limit;
 pub mod report;
 pub mod sites;
+pub mod splice;
 pub mod spill;
 pub mod spill_plot;
 pub mod spill_units;
