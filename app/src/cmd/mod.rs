@@ -29,4 +29,5 @@ pub mod spill_plot;
 pub mod spill_units;
 pub mod stats;
 pub mod stats_pytorch;
+pub mod stream;
 pub mod window;

@@ -109,6 +109,7 @@ mod frames;
 mod index;
 mod spool;
 mod stacks;
+mod stream;
 #[cfg(test)]
 mod tests;
 mod trace;
@@ -116,6 +117,7 @@ mod write;
 
 use frames::{Frames, read_header};
 pub use index::{BlockEntry, BlockIndex, read_index};
+pub use stream::BinaryEventStream;
 use spool::read_spool;
 pub use spool::{LivePoll, LiveSpool};
 pub use stacks::{Location, NativeModule, NativeStack, NativeStacks, SourceFrame, StackEnd};

@@ -50,17 +50,20 @@ pub(crate) struct Builder {
     /// [`NO_STACK`](crate::sites::NO_STACK).
     stack: Option<Vec<u32>>,
     pairing: Pairing,
-    tids: PtrMap<u16>,
-    tid_order: Vec<u64>,
-    last_tid: Option<(u64, u16)>,
+    threads: ThreadIds,
     pub(crate) summary: LoadSummary,
 }
 
 /// Pairs frees with allocations, as the loader does for every record: the state both the
 /// [`Builder`] and a recording's summary (`crate::stats::RecordingStats`) keep.
 pub(crate) struct Pairing {
-    live: PtrMap<(u32, u64)>,
+    live: PtrMap<LiveAlloc>,
     next_alloc_id: u32,
+    /// Slots freed and not yet reused, and the next never used: a live allocation's slot is
+    /// unique among the live ones, so tables indexed by slot stay as small as the live set
+    /// (the streaming replay's address table).
+    free_slots: Vec<u32>,
+    next_slot: u32,
     prev_t_ns: i64,
     /// Bytes of the live allocations, and of every allocation so far: what the statistics and
     /// the replay add up, checked here so that a file whose sizes add up past 2^64 - 1 is
@@ -73,6 +76,14 @@ pub(crate) struct Pairing {
 const LIVE_OVERFLOW: &str = "a size that keeps the live allocations' bytes below 2^64 (16 EiB)";
 const TOTAL_OVERFLOW: &str = "a size that keeps the bytes allocated so far below 2^64 (16 EiB)";
 
+/// A live allocation: its id, slot and size.
+#[derive(Clone, Copy)]
+struct LiveAlloc {
+    id: u32,
+    slot: u32,
+    size: u64,
+}
+
 /// What a record becomes: its event, after the clamped time, and the free of a block the
 /// allocation found live (a missed free), which comes first.
 pub(crate) struct Paired {
@@ -80,8 +91,10 @@ pub(crate) struct Paired {
     pub(crate) kind: EventKind,
     pub(crate) size: u64,
     pub(crate) id: u32,
-    /// The alloc id and size of the displaced block.
-    pub(crate) displaced: Option<(u32, u64)>,
+    /// The allocation's slot (see [`Pairing`]); [`NO_ALLOC_ID`] when `id` is.
+    pub(crate) slot: u32,
+    /// The alloc id, size and slot of the displaced block.
+    pub(crate) displaced: Option<(u32, u64, u32)>,
 }
 
 impl Default for Pairing {
@@ -89,6 +102,8 @@ impl Default for Pairing {
         Self {
             live: PtrMap::default(),
             next_alloc_id: 0,
+            free_slots: Vec::new(),
+            next_slot: 0,
             prev_t_ns: i64::MIN,
             live_bytes: 0,
             total_bytes: 0,
@@ -110,7 +125,7 @@ impl Pairing {
         {
             // Checked before anything is counted: a refused line (skipped in lenient mode)
             // leaves no trace in the counts. A live block at `addr` is freed by this record.
-            let displaced = self.live.get(&addr).map_or(0, |&(_, old)| old);
+            let displaced = self.live.get(&addr).map_or(0, |old| old.size);
             self.live_bytes
                 .saturating_sub(displaced)
                 .checked_add(size)
@@ -124,7 +139,7 @@ impl Pairing {
         }
         self.prev_t_ns = t_ns;
         let mut displaced = None;
-        let (kind, size, id) = match size_bytes {
+        let (kind, size, id, slot) = match size_bytes {
             Some(size) => {
                 summary.mallocs += 1;
                 if size == 0 {
@@ -134,35 +149,44 @@ impl Pairing {
                     if size > 0 {
                         summary.mallocs_failed += 1;
                     }
-                    (EventKind::AllocFailed, size, NO_ALLOC_ID)
+                    (EventKind::AllocFailed, size, NO_ALLOC_ID, NO_ALLOC_ID)
                 } else {
                     let id = self.next_alloc_id;
                     if id == NO_ALLOC_ID {
                         return Err("at most 4294967294 allocations");
                     }
                     self.next_alloc_id += 1;
-                    displaced = self.live.insert(addr, (id, size));
-                    if let Some((_, old)) = displaced {
+                    // A displaced block's slot is freed by its implied free, before this
+                    // allocation takes one.
+                    let old = self.live.remove(&addr);
+                    if let Some(old) = old {
+                        self.free_slots.push(old.slot);
+                    }
+                    let slot = self.take_slot();
+                    self.live.insert(addr, LiveAlloc { id, slot, size });
+                    if let Some(old) = old {
                         summary.mallocs_of_live_ptr += 1;
-                        self.live_bytes = self.live_bytes.saturating_sub(old);
+                        self.live_bytes = self.live_bytes.saturating_sub(old.size);
+                        displaced = Some((old.id, old.size, old.slot));
                     }
                     // Both checked above.
                     self.live_bytes = self.live_bytes.saturating_add(size);
                     self.total_bytes = self.total_bytes.saturating_add(size);
-                    (EventKind::Alloc, size, id)
+                    (EventKind::Alloc, size, id, slot)
                 }
             }
             None => {
                 summary.frees += 1;
                 if addr == 0 {
                     summary.frees_null += 1;
-                    (EventKind::FreeNull, 0, NO_ALLOC_ID)
-                } else if let Some((id, size)) = self.live.remove(&addr) {
-                    self.live_bytes = self.live_bytes.saturating_sub(size);
-                    (EventKind::Free, size, id)
+                    (EventKind::FreeNull, 0, NO_ALLOC_ID, NO_ALLOC_ID)
+                } else if let Some(old) = self.live.remove(&addr) {
+                    self.live_bytes = self.live_bytes.saturating_sub(old.size);
+                    self.free_slots.push(old.slot);
+                    (EventKind::Free, old.size, old.id, old.slot)
                 } else {
                     summary.frees_unknown += 1;
-                    (EventKind::FreeUnknown, 0, NO_ALLOC_ID)
+                    (EventKind::FreeUnknown, 0, NO_ALLOC_ID, NO_ALLOC_ID)
                 }
             }
         };
@@ -171,8 +195,52 @@ impl Pairing {
             kind,
             size,
             id,
+            slot,
             displaced,
         })
+    }
+
+    /// Bytes of the allocations live now.
+    pub(crate) fn live_bytes(&self) -> u64 {
+        self.live_bytes
+    }
+
+    fn take_slot(&mut self) -> u32 {
+        self.free_slots.pop().unwrap_or_else(|| {
+            // Fewer live allocations than ids: the count cannot pass `NO_ALLOC_ID`.
+            let slot = self.next_slot;
+            self.next_slot += 1;
+            slot
+        })
+    }
+}
+
+/// Thread ids numbered in the order of their first event: the `thread` column's indices.
+#[derive(Default)]
+pub(crate) struct ThreadIds {
+    tids: PtrMap<u16>,
+    pub(crate) order: Vec<u64>,
+    last: Option<(u64, u16)>,
+}
+
+impl ThreadIds {
+    pub(crate) fn index(&mut self, tid: u64) -> Result<u16, &'static str> {
+        if let Some((last, idx)) = self.last
+            && last == tid
+        {
+            return Ok(idx);
+        }
+        let idx = if let Some(&idx) = self.tids.get(&tid) {
+            idx
+        } else {
+            let idx = u16::try_from(self.order.len())
+                .map_err(|_| "more threads than allocview loads (65,536)")?;
+            self.tids.insert(tid, idx);
+            self.order.push(tid);
+            idx
+        };
+        self.last = Some((tid, idx));
+        Ok(idx)
     }
 }
 
@@ -189,44 +257,24 @@ impl Builder {
             call: None,
             stack: None,
             pairing: Pairing::default(),
-            tids: PtrMap::default(),
-            tid_order: Vec::new(),
-            last_tid: None,
+            threads: ThreadIds::default(),
             summary: LoadSummary::default(),
         }
     }
 
-    fn thread_index(&mut self, tid: u64) -> Result<u16, &'static str> {
-        if let Some((last, idx)) = self.last_tid
-            && last == tid
-        {
-            return Ok(idx);
-        }
-        let idx = if let Some(&idx) = self.tids.get(&tid) {
-            idx
-        } else {
-            let idx = u16::try_from(self.tid_order.len())
-                .map_err(|_| "more threads than allocview loads (65,536)")?;
-            self.tids.insert(tid, idx);
-            self.tid_order.push(tid);
-            idx
-        };
-        self.last_tid = Some((tid, idx));
-        Ok(idx)
-    }
-
     pub(crate) fn push(&mut self, line: &Line<'_>) -> Result<(), &'static str> {
-        let thread = self.thread_index(line.tid)?;
+        let thread = self.threads.index(line.tid)?;
         let Paired {
             t_ns,
             kind,
             size,
             id,
             displaced,
+            ..
         } = self
             .pairing
             .pair(&mut self.summary, line.t_ns, line.size_bytes, line.addr)?;
-        if let Some((old_id, old_size)) = displaced {
+        if let Some((old_id, old_size, _)) = displaced {
             self.push_row(
                 t_ns,
                 thread,
@@ -331,7 +379,7 @@ impl Builder {
 
     /// The threads table of the threads seen so far.
     pub(crate) fn threads_frame(&self) -> PolarsResult<DataFrame> {
-        threads_frame(self.tid_order.clone())
+        threads_frame(self.threads.order.clone())
     }
 
     pub(crate) fn finish(self) -> Result<(DataFrame, DataFrame, LoadSummary), LoadError> {
@@ -344,10 +392,11 @@ impl Builder {
             alloc_id,
             size_class,
             call,
-            tid_order,
+            threads,
             summary,
             ..
         } = self;
+        let tid_order = threads.order;
         let height = kind.len();
         let has_null_ids = alloc_id.contains(&NO_ALLOC_ID);
         let alloc_id_col = if has_null_ids {

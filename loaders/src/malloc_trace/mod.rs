@@ -38,7 +38,7 @@ use crate::input::{Compression, StreamEnd, TextStream};
 
 mod builder;
 
-pub(crate) use builder::{Builder, Pairing};
+pub(crate) use builder::{Builder, Pairing, ThreadIds};
 
 /// Names of the `call` column's codes, in code order.
 pub const CALL_NAMES: [&str; 11] = [
