@@ -123,6 +123,8 @@ impl BinaryEventStream {
                 .pairing
                 .pair(&mut self.summary, r.t_ns.max(0), r.size_bytes, r.addr)
                 .map_err(bad)?;
+            // As the loader: a file that names calls has the call column.
+            self.summary.has_call_column |= r.call.is_some();
             let per_thread = usize::from(thread);
             if self.events_per_thread.len() <= per_thread {
                 self.events_per_thread.resize(per_thread + 1, 0);
