@@ -220,13 +220,7 @@ pub fn replay_observed(
 ) -> Replay {
     let n = trace.len();
     let bucketing = Bucketing::for_trace(trace, opts.buckets);
-    let mut run = Run::new(
-        policy,
-        opts,
-        bucketing,
-        trace.num_allocs as usize,
-        Some(n),
-    );
+    let mut run = Run::new(policy, opts, bucketing, trace.num_allocs as usize, Some(n));
     let started = Instant::now();
     let events = trace
         .kind
@@ -491,7 +485,11 @@ impl Run {
             peak_live_event: self.peak_live_event,
             peak_allocated_bytes: self.peak_allocated,
             fragmentation_at_peak: self.frag_at_peak,
-            mean_fragmentation: if n == 0 { 0.0 } else { self.frag_sum / n as f64 },
+            mean_fragmentation: if n == 0 {
+                0.0
+            } else {
+                self.frag_sum / n as f64
+            },
             oom_count: self.oom_count,
             replay_seconds,
             events_per_second: if replay_seconds > 0.0 {

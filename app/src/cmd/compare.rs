@@ -282,7 +282,12 @@ pub fn run(args: &CompareArgs) -> Result<()> {
         });
         outln!("{out}");
     } else {
-        print_table(&args.file.display().to_string(), view.len(), max_live, &rows)?;
+        print_table(
+            &args.file.display().to_string(),
+            view.len(),
+            max_live,
+            &rows,
+        )?;
         if args.min_limit {
             super::min_limit::print_table(&minima, max_live)?;
         }

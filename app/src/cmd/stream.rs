@@ -11,7 +11,7 @@ use allocview_loaders::stats::StatsAccumulator;
 use allocview_sim::policy::registry::{self, PolicyConfig};
 use allocview_sim::policy::spec::PolicySpec;
 use allocview_sim::replay::{Replay, ReplayOptions};
-use allocview_sim::stream::{EventBatch, replay_stream};
+use allocview_sim::stream::{EventBatch, EventSource as _, Prefetched, replay_stream};
 use allocview_sim::trace::OwnedTrace;
 use anyhow::{Context as _, Result, bail};
 use serde_json::json;
@@ -100,15 +100,19 @@ fn open(file: &Path) -> Result<BinaryEventStream> {
 /// `stats --stream`.
 pub fn stats(args: &StatsArgs) -> Result<()> {
     let started = std::time::Instant::now();
-    let mut stream = open(&args.file)?;
+    let mut prefetched = Prefetched::start(open(&args.file)?);
     let mut acc = StatsAccumulator::default();
     let mut batch = EventBatch::default();
-    while stream
-        .next_events(&mut batch)
+    while prefetched
+        .next_batch(&mut batch)
+        .map_err(anyhow::Error::msg)
         .with_context(|| format!("while reading {}", args.file.display()))?
     {
         acc.push_all(&batch.t_ns, &batch.kind, &batch.size_bytes);
     }
+    let stream = prefetched
+        .finish()
+        .context("the thread reading the trace failed")?;
     let summary = stream.summary().clone();
     for w in summary.warnings() {
         eprintln!("warning: {w}");
@@ -144,10 +148,13 @@ fn replay_one(file: &Path, spec: &PolicySpec, config: &PolicyConfig) -> Result<(
         align_bytes: cfg.align_bytes,
         ..ReplayOptions::default()
     };
-    let mut stream = open(file)?;
+    let mut stream = Prefetched::start(open(file)?);
     let replay = replay_stream(&mut stream, policy, &opts, None)
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("while replaying {}", file.display()))?;
+    let stream = stream
+        .finish()
+        .context("the thread reading the trace failed")?;
     Ok((replay, stream.peak_live_bytes()))
 }
 

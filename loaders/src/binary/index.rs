@@ -113,7 +113,10 @@ impl BlockIndex {
         let mut c = Cursor::new(body);
         let n_threads = c.varint().ok_or("a cut thread count")?;
         if n_threads > body.len() as u64 {
-            return Err(format!("{n_threads} threads in a {}-byte index", body.len()));
+            return Err(format!(
+                "{n_threads} threads in a {}-byte index",
+                body.len()
+            ));
         }
         let mut threads = Vec::with_capacity(n_threads as usize);
         for _ in 0..n_threads {
@@ -171,7 +174,11 @@ pub(super) fn frame_payload_at(
     file_bytes: u64,
 ) -> Result<(u8, Vec<u8>), LoadError> {
     if offset + FRAME_HEADER_BYTES > file_bytes {
-        return Err(corrupt(path, offset, "a frame header past the end of the file"));
+        return Err(corrupt(
+            path,
+            offset,
+            "a frame header past the end of the file",
+        ));
     }
     let head = read_at(file, path, offset, FRAME_HEADER_BYTES as usize)?;
     let tag = head.first().copied().unwrap_or(0);
@@ -190,13 +197,20 @@ pub(super) fn frame_payload_at(
 }
 
 /// The INDEX frame reached from the end of the file, if the file ends with END after one.
-fn index_from_tail(file: &File, path: &Path, file_bytes: u64) -> Result<Option<BlockIndex>, LoadError> {
+fn index_from_tail(
+    file: &File,
+    path: &Path,
+    file_bytes: u64,
+) -> Result<Option<BlockIndex>, LoadError> {
     // END is tag, length u32 and a varint of 1 to 10 bytes; it is preceded by the index's
     // trailer (8 bytes).
     let tail_len = (FRAME_HEADER_BYTES + 10 + 8).min(file_bytes.saturating_sub(HEADER_BYTES));
     let tail = read_at(file, path, file_bytes - tail_len, tail_len as usize)?;
     for varint_len in 1..=10usize {
-        let Some(end_at) = tail.len().checked_sub(FRAME_HEADER_BYTES as usize + varint_len) else {
+        let Some(end_at) = tail
+            .len()
+            .checked_sub(FRAME_HEADER_BYTES as usize + varint_len)
+        else {
             break;
         };
         let Some(trailer_at) = end_at.checked_sub(8) else {
@@ -208,9 +222,9 @@ fn index_from_tail(file: &File, path: &Path, file_bytes: u64) -> Result<Option<B
                 .and_then(|b| b.try_into().ok())
                 .map(u32::from_le_bytes)
                 == Some(varint_len as u32);
-        let varint_ok = tail
-            .get(end_at + 5..)
-            .is_some_and(|v| Cursor::new(v).varint().is_some() && v.last().is_some_and(|&b| b < 0x80));
+        let varint_ok = tail.get(end_at + 5..).is_some_and(|v| {
+            Cursor::new(v).varint().is_some() && v.last().is_some_and(|&b| b < 0x80)
+        });
         if !(header_ok && varint_ok) {
             continue;
         }
@@ -226,7 +240,8 @@ fn index_from_tail(file: &File, path: &Path, file_bytes: u64) -> Result<Option<B
             return Ok(None);
         }
         let (tag, payload) = frame_payload_at(file, path, index_at, file_bytes)?;
-        if tag != FRAME_INDEX || index_at + FRAME_HEADER_BYTES + payload.len() as u64 != end_offset {
+        if tag != FRAME_INDEX || index_at + FRAME_HEADER_BYTES + payload.len() as u64 != end_offset
+        {
             return Ok(None);
         }
         return BlockIndex::decode(&payload)
@@ -272,9 +287,13 @@ fn scan_index(file: &File, path: &Path, file_bytes: u64) -> Result<BlockIndex, L
         match tag {
             FRAME_THREADS => {
                 let mut c = Cursor::new(&payload);
-                let n = c.varint().ok_or_else(|| corrupt(path, offset, "a cut thread count"))?;
+                let n = c
+                    .varint()
+                    .ok_or_else(|| corrupt(path, offset, "a cut thread count"))?;
                 for _ in 0..n.min(payload.len() as u64) {
-                    let tid = c.varint().ok_or_else(|| corrupt(path, offset, "a cut thread id"))?;
+                    let tid = c
+                        .varint()
+                        .ok_or_else(|| corrupt(path, offset, "a cut thread id"))?;
                     index.threads.push(tid);
                 }
             }

@@ -117,10 +117,10 @@ mod write;
 
 use frames::{Frames, read_header};
 pub use index::{BlockEntry, BlockIndex, read_index};
-pub use stream::BinaryEventStream;
 use spool::read_spool;
 pub use spool::{LivePoll, LiveSpool};
 pub use stacks::{Location, NativeModule, NativeStack, NativeStacks, SourceFrame, StackEnd};
+pub use stream::BinaryEventStream;
 use trace::read_trace;
 pub use write::BinaryWriter;
 
