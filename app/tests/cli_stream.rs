@@ -1,0 +1,103 @@
+//! `stats --stream` and `compare --stream` as a user runs them: the same JSON as the loaded
+//! trace's (but for timings and the `streamed` mark), and clear refusals where streaming does
+//! not apply.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn sample(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../sample-traces")
+        .join(name)
+}
+
+fn json_of(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The JSON without the keys that measure time or say how it was read.
+fn without_timings(mut v: Value) -> Value {
+    if let Some(obj) = v.as_object_mut() {
+        for key in ["load_seconds", "streamed"] {
+            obj.remove(key);
+        }
+        if let Some(Value::Array(rows)) = obj.get_mut("policies") {
+            for row in rows {
+                if let Some(row) = row.as_object_mut() {
+                    row.remove("events_per_second");
+                    row.remove("replay_seconds");
+                }
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn streamed_stats_and_compare_print_what_the_loaded_trace_gives() {
+    for name in ["perl_hash.avt", "python_json.avt", "xz_T2_libc.avt"] {
+        let file = sample(name);
+        let file = file.to_str().unwrap();
+        let loaded = json_of(&["stats", "--json", file]);
+        let streamed = json_of(&["stats", "--json", "--stream", file]);
+        assert_eq!(streamed["streamed"], Value::Bool(true));
+        assert_eq!(without_timings(streamed), without_timings(loaded), "{name}");
+        for extra in [&[][..], &["--limit", "64KiB"][..]] {
+            let mut args = vec!["compare", "--json", "--policy", "bfc,glibc,first-fit", file];
+            args.extend_from_slice(extra);
+            let loaded = json_of(&args);
+            args.push("--stream");
+            let streamed = json_of(&args);
+            assert_eq!(
+                without_timings(streamed),
+                without_timings(loaded),
+                "{name} {extra:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn streaming_refuses_what_it_cannot_do_and_says_why() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_allocview"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let text = sample("find_usr_include.trace.gz");
+    let out = run(&["stats", "--stream", text.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("allocview convert"));
+    let bin = sample("perl_hash.avt");
+    let out = run(&[
+        "compare",
+        "--stream",
+        "--policy",
+        "oracle",
+        bin.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("whole trace's future"));
+    let out = run(&[
+        "stats",
+        "--stream",
+        "--events",
+        "0..100",
+        bin.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("window"));
+}
