@@ -101,3 +101,49 @@ fn streaming_refuses_what_it_cannot_do_and_says_why() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("window"));
 }
+
+/// LEB128.
+fn varint(mut v: u64, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+#[test]
+fn a_trace_too_big_to_load_is_refused_with_the_commands_that_stream_it() {
+    // A header, an INDEX frame claiming one block of 2^40 events, and END: the index alone
+    // tells how big the trace is.
+    let mut bytes = b"\x89AVT\r\n\x1a\n\x01\x00".to_vec();
+    let index_at = bytes.len() as u64;
+    let mut index = Vec::new();
+    varint(0, &mut index); // threads
+    varint(1, &mut index); // blocks
+    varint(10, &mut index); // offset
+    varint(1 << 40, &mut index); // events
+    varint(0, &mut index); // first time (zigzag)
+    varint(0, &mut index); // largest time - first
+    index.extend_from_slice(&index_at.to_le_bytes());
+    bytes.push(0x09);
+    bytes.extend_from_slice(&(index.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&index);
+    let mut end = Vec::new();
+    varint(1 << 40, &mut end);
+    bytes.push(0x04);
+    bytes.extend_from_slice(&(end.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&end);
+    let dir = std::env::temp_dir().join(format!("allocview-cli-stream-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("huge.avt");
+    std::fs::write(&path, &bytes).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(["sites", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1,099,511,627,776 events"), "{err}");
+    assert!(err.contains("stream it block by block"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

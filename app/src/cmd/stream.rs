@@ -77,6 +77,30 @@ impl StreamArgs {
     }
 }
 
+/// Refuses to load a binary trace whose events would take more memory than is available (the
+/// load would be killed, or abort on its first reservation), and says which commands stream it.
+pub fn refuse_if_too_big(file: &Path) -> Result<()> {
+    let Ok(Some(index)) = binary::read_index_frame(file) else {
+        return Ok(());
+    };
+    let records = index.records();
+    let need = records.saturating_mul(LOADED_BYTES_PER_EVENT);
+    if let Some(avail) = available_memory_bytes()
+        && need > avail
+    {
+        bail!(
+            "{} holds {} events, about {} once loaded, more than the {} of memory available: \
+             `allocview stats` and `allocview compare` stream it block by block (README: Traces \
+             larger than memory); this command needs the trace loaded",
+            file.display(),
+            crate::format::count(records),
+            crate::format::bytes(need),
+            crate::format::bytes(avail)
+        );
+    }
+    Ok(())
+}
+
 /// True for a binary trace (a spool is loaded: its threads are merged in memory).
 fn is_trace(file: &Path) -> bool {
     matches!(

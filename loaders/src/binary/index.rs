@@ -251,6 +251,21 @@ fn index_from_tail(
     Ok(None)
 }
 
+/// The INDEX frame of the binary trace at `path`, `None` when it has none (reads only the end
+/// of the file).
+///
+/// # Errors
+/// When the file cannot be read, is not a binary trace, or its INDEX frame does not read.
+pub fn read_index_frame(path: &Path) -> Result<Option<BlockIndex>, LoadError> {
+    let file = File::open(path).map_err(|e| LoadError::io(path, e))?;
+    let file_bytes = file.metadata().map_err(|e| LoadError::io(path, e))?.len();
+    let head = read_at(&file, path, 0, HEADER_BYTES.min(file_bytes) as usize)?;
+    if read_header(path, &head)? != FileKind::Trace {
+        return Ok(None);
+    }
+    index_from_tail(&file, path, file_bytes)
+}
+
 /// The block index of the binary trace at `path`: its INDEX frame, or, for a file without one,
 /// built by reading every frame once (each block decoded for its times).
 ///

@@ -116,7 +116,7 @@ mod trace;
 mod write;
 
 use frames::{Frames, read_header};
-pub use index::{BlockEntry, BlockIndex, read_index};
+pub use index::{BlockEntry, BlockIndex, read_index, read_index_frame};
 use spool::read_spool;
 pub use spool::{LivePoll, LiveSpool};
 pub use stacks::{Location, NativeModule, NativeStack, NativeStacks, SourceFrame, StackEnd};
