@@ -32,7 +32,8 @@ pub struct StreamArgs {
 /// Bytes of memory an event takes once loaded (the event table's columns and what building
 /// them costs at the peak), for the choice to stream.
 const LOADED_BYTES_PER_EVENT: u64 = 40;
-/// Fewest events per byte of a binary trace on disk (zstd blocks take 1.5 to 3 bytes an event).
+/// Most events a byte of a binary trace holds, for the estimate (its zstd blocks take 1.2 to 3
+/// bytes an event on real traces).
 const EVENTS_PER_FILE_BYTE_MAX: u64 = 1;
 
 impl StreamArgs {
@@ -67,13 +68,14 @@ impl StreamArgs {
             .saturating_mul(EVENTS_PER_FILE_BYTE_MAX)
             .saturating_mul(LOADED_BYTES_PER_EVENT);
         let big = available_memory_bytes().is_some_and(|avail| loaded_bytes > avail / 2);
-        if big {
+        let stream = big && is_trace(file);
+        if stream {
             eprintln!(
                 "note: {} may not fit in memory once loaded: streaming it block by block",
                 file.display()
             );
         }
-        Ok(big && is_trace(file))
+        Ok(stream)
     }
 }
 
