@@ -147,3 +147,55 @@ fn a_trace_too_big_to_load_is_refused_with_the_commands_that_stream_it() {
     assert!(err.contains("stream it block by block"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_streamed_report_writes_the_loaded_reports_files() {
+    let dir = std::env::temp_dir().join(format!("allocview-cli-report-{}", std::process::id()));
+    let file = sample("python_json.avt");
+    let mut outs = Vec::new();
+    for (k, extra) in [&[][..], &["--stream"][..]].iter().enumerate() {
+        let out_dir = dir.join(k.to_string());
+        let mut args = vec![
+            "report",
+            "--policy",
+            "bfc,first-fit",
+            file.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        outs.push(out_dir);
+    }
+    for name in [
+        "timeline.csv",
+        "classes.csv",
+        "timeline.png",
+        "fragmentation.png",
+        "classes.png",
+        "heapmap_bfc.png",
+        "heapmap_first-fit.png",
+    ] {
+        let a = std::fs::read(outs[0].join(name)).unwrap();
+        let b = std::fs::read(outs[1].join(name)).unwrap();
+        assert!(a == b, "{name} differs");
+    }
+    // The summary's last column is the replay speed.
+    let rows = |d: &Path| -> Vec<String> {
+        std::fs::read_to_string(d.join("summary.csv"))
+            .unwrap()
+            .lines()
+            .map(|l| l.rsplit_once(',').unwrap().0.to_owned())
+            .collect()
+    };
+    assert_eq!(rows(&outs[0]), rows(&outs[1]));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -107,6 +107,7 @@ fn streamed_events_and_stats_are_the_loaded_ones() {
             path.display()
         );
         assert_eq!(stream.peak_live_bytes(), view.peak_live().0);
+        assert_eq!(stream.peak_live_event(), view.peak_live().1 as u64);
         // Slots are recycled: never more of them than allocations live at once.
         let slots = all
             .slot

@@ -98,20 +98,37 @@ pub fn replay_stream(
     opts: &ReplayOptions,
     progress: Option<&std::sync::atomic::AtomicUsize>,
 ) -> Result<Replay, String> {
+    replay_stream_until(source, policy, opts, progress, usize::MAX)
+}
+
+/// [`replay_stream`] up to event `last_event` included (the state there is the replay's
+/// `final_state`: the heap at one moment, without seeking); the rest of the source is left
+/// unread.
+///
+/// # Errors
+/// When the source fails.
+pub fn replay_stream_until(
+    source: &mut dyn EventSource,
+    policy: Box<dyn Policy>,
+    opts: &ReplayOptions,
+    progress: Option<&std::sync::atomic::AtomicUsize>,
+    last_event: usize,
+) -> Result<Replay, String> {
     let (t0_ns, t_last_ns) = source.time_span();
     let bucketing = Bucketing::for_span(t0_ns, t_last_ns, opts.buckets);
     let mut run = Run::new(policy, opts, bucketing, 0, None);
     let mut batch = EventBatch::default();
     let mut i = 0usize;
     let started = Instant::now();
-    while source.next_batch(&mut batch)? {
+    while i <= last_event && source.next_batch(&mut batch)? {
         let events = batch
             .kind
             .iter()
             .zip(&batch.alloc_id)
             .zip(&batch.slot)
             .zip(&batch.size_bytes)
-            .zip(&batch.t_ns);
+            .zip(&batch.t_ns)
+            .take(last_event.saturating_sub(i).saturating_add(1));
         for ((((&code, &id), &slot), &size), &t) in events {
             run.step(i, code, id, slot, size, t);
             i += 1;

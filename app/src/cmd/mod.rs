@@ -30,4 +30,5 @@ pub mod splice;
 pub mod stats;
 pub mod stats_pytorch;
 pub mod stream;
+pub mod stream_report;
 pub mod window;

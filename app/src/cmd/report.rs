@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use allocview_sim::classes::ClassSeries;
+use allocview_sim::policy::{Counters, Policy};
 use allocview_sim::replay::Replay;
-use allocview_sim::trace::{NUM_SIZE_CLASSES, TraceView};
+use allocview_sim::trace::NUM_SIZE_CLASSES;
 use anyhow::{Context as _, Result, anyhow};
 use plotters::prelude::*;
 use polars::prelude::*;
@@ -36,10 +37,12 @@ pub struct ReportArgs {
     pub size: String,
     #[command(flatten)]
     pub input: InputArgs,
+    #[command(flatten)]
+    pub stream: super::stream::StreamArgs,
 }
 
 /// Time buckets of the size-class series (the charts are about a thousand pixels wide).
-const BUCKETS: usize = 1024;
+pub(super) const BUCKETS: usize = 1024;
 
 pub(crate) fn rgb(c: Rgb) -> RGBColor {
     RGBColor(c.0, c.1, c.2)
@@ -47,12 +50,11 @@ pub(crate) fn rgb(c: Rgb) -> RGBColor {
 
 /// Runs `allocview report`.
 pub fn run(args: &ReportArgs) -> Result<()> {
-    let (w, h) = args
-        .size
-        .split_once('x')
-        .and_then(|(w, h)| Some((w.parse::<u32>().ok()?, h.parse::<u32>().ok()?)))
-        .context("--size must look like 1200x700")?;
+    let size = chart_size(&args.size)?;
     let specs = args.policies.specs()?;
+    if args.stream.applies(&args.file, &args.input)? {
+        return super::stream_report::run(args, &specs, size);
+    }
     let loaded = load_input(&args.file, &args.input)?;
     let config = config_for_input(&loaded, args.policies.config()?);
     let ev = require_events(&loaded, &args.file, "report")?;
@@ -61,6 +63,44 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     let runs = run_policies(&view, &specs, &config, jobs);
+    let done = replayed(&runs)?;
+    let bucketing = allocview_sim::series::Bucketing::for_trace(&view, BUCKETS);
+    let classes = ClassSeries::build(&view, bucketing, 16_384);
+    let (_, peak) = view.peak_live();
+    let mut heaps = Vec::new();
+    if view.is_empty() {
+        // Nothing was replayed, so there is no moment to draw a heap at.
+        eprintln!("note: the trace has no events: no heap maps");
+    } else {
+        for (name, rep) in &done {
+            let heap = rep
+                .state_at(&view, peak)
+                .map_err(|e| anyhow!("{name}: seeking to event {peak}: {e}"))?;
+            heaps.push(heap);
+        }
+    }
+    write_report(
+        args,
+        size,
+        &Gathered {
+            done,
+            classes,
+            max_live: max_live_bytes(&view),
+            peak_event: peak,
+            heaps,
+        },
+    )
+}
+
+/// `--size`, width x height.
+fn chart_size(text: &str) -> Result<(u32, u32)> {
+    text.split_once('x')
+        .and_then(|(w, h)| Some((w.parse::<u32>().ok()?, h.parse::<u32>().ok()?)))
+        .context("--size must look like 1200x700")
+}
+
+/// The policies that replayed (the others are noted on stderr); an error when none did.
+pub(super) fn replayed(runs: &[super::compare::PolicyRun]) -> Result<Vec<(&str, &Replay)>> {
     let done: Vec<(&str, &Replay)> = runs
         .iter()
         .filter_map(|r| match &r.result {
@@ -74,11 +114,27 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     if done.is_empty() {
         return Err(anyhow!("no policy could be replayed"));
     }
+    Ok(done)
+}
+
+/// What a report is drawn from, however the trace was read.
+pub(super) struct Gathered<'a> {
+    pub(super) done: Vec<(&'a str, &'a Replay)>,
+    pub(super) classes: ClassSeries,
+    pub(super) max_live: u64,
+    /// The first event at the peak of live bytes, where the heap maps are drawn.
+    pub(super) peak_event: usize,
+    /// Each replayed policy's heap just after `peak_event`, in `done`'s order (none for an
+    /// empty trace).
+    pub(super) heaps: Vec<(Box<dyn Policy>, Counters)>,
+}
+
+/// Writes the report's tables and charts into `args.out`, all replacing their outputs together.
+pub(super) fn write_report(args: &ReportArgs, size: (u32, u32), g: &Gathered<'_>) -> Result<()> {
+    let (w, h) = size;
+    let done = &g.done;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    let bucketing = allocview_sim::series::Bucketing::for_trace(&view, BUCKETS);
-    let classes = ClassSeries::build(&view, bucketing, 16_384);
-    let max_live = max_live_bytes(&view);
     let title = args.file.file_name().map_or_else(
         || args.file.display().to_string(),
         |f| f.to_string_lossy().into_owned(),
@@ -88,9 +144,9 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     // end, so a failure part way leaves the folder as it was.
     let mut out = Outputs::new(&args.file);
     let tables = [
-        ("summary", summary_frame(&done, max_live)?),
-        ("timeline", timeline_frame(&done)?),
-        ("classes", classes_frame(&classes)?),
+        ("summary", summary_frame(done, g.max_live)?),
+        ("timeline", timeline_frame(done)?),
+        ("classes", classes_frame(&g.classes)?),
     ];
     for (name, mut df) in tables {
         write_csv(&mut df, &out.start(&args.out.join(format!("{name}.csv")))?)?;
@@ -106,26 +162,21 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         &out.start(&args.out.join("timeline.png"))?,
         (w, h),
         &title,
-        &done,
+        done,
     )?;
     chart_fragmentation(
         &out.start(&args.out.join("fragmentation.png"))?,
         (w, h),
         &title,
-        &done,
+        done,
     )?;
     chart_classes(
         &out.start(&args.out.join("classes.png"))?,
         (w, h),
         &title,
-        &classes,
+        &g.classes,
     )?;
-    let (_, peak) = view.peak_live();
-    if view.is_empty() {
-        // Nothing was replayed, so there is no moment to draw a heap at.
-        eprintln!("note: the trace has no events: no heap maps");
-    }
-    for (name, rep) in done.iter().filter(|_| !view.is_empty()) {
+    for ((name, _), (policy, counters)) in done.iter().zip(&g.heaps) {
         // A variant's label holds `:`, `=` and brackets: keep file names portable.
         let file_name: String = name
             .chars()
@@ -138,12 +189,24 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             })
             .collect();
         let path = out.start(&args.out.join(format!("heapmap_{file_name}.png")))?;
-        chart_heapmap(&path, (w, h), &title, name, rep, &view, peak)?;
+        let heap = Heap {
+            policy: policy.as_ref(),
+            counters,
+            event: g.peak_event,
+        };
+        chart_heapmap(&path, (w, h), &title, name, &heap)?;
     }
     for p in out.commit_all()? {
         outln!("wrote {}", p.display());
     }
     Ok(())
+}
+
+/// A policy's heap at one event, for its map.
+struct Heap<'a> {
+    policy: &'a dyn Policy,
+    counters: &'a Counters,
+    event: usize,
 }
 
 /// The report's files while they are written: temporary files beside their outputs, which
@@ -641,13 +704,9 @@ fn chart_heapmap(
     size: (u32, u32),
     title: &str,
     name: &str,
-    rep: &Replay,
-    view: &TraceView<'_>,
-    event: usize,
+    heap: &Heap<'_>,
 ) -> Result<PathBuf> {
-    let (policy, counters) = rep
-        .state_at(view, event)
-        .map_err(|e| anyhow!("{name}: seeking to event {event}: {e}"))?;
+    let (policy, counters, event) = (heap.policy, heap.counters, heap.event);
     let mut blocks = Vec::new();
     policy.blocks(&mut blocks);
     let root = BitMapBackend::new(path, size).into_drawing_area();

@@ -11,7 +11,7 @@ use allocview_loaders::stats::StatsAccumulator;
 use allocview_sim::policy::registry::{self, PolicyConfig};
 use allocview_sim::policy::spec::PolicySpec;
 use allocview_sim::replay::{Replay, ReplayOptions};
-use allocview_sim::stream::{EventBatch, EventSource as _, Prefetched, replay_stream};
+use allocview_sim::stream::{EventBatch, EventSource as _, Prefetched, replay_stream_until};
 use allocview_sim::trace::OwnedTrace;
 use anyhow::{Context as _, Result, bail};
 use serde_json::json;
@@ -119,7 +119,7 @@ fn available_memory_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
-fn open(file: &Path) -> Result<BinaryEventStream> {
+pub(super) fn open(file: &Path) -> Result<BinaryEventStream> {
     BinaryEventStream::open(file).with_context(|| format!("while opening {}", file.display()))
 }
 
@@ -163,9 +163,35 @@ pub fn stats(args: &StatsArgs) -> Result<()> {
 /// Policies that plan from the whole trace's future and so need it in memory.
 const OFFLINE: [&str; 2] = ["oracle", "predictive"];
 
-/// One policy replayed from its own stream of the file: the replay, the trace's peak live
-/// bytes and the events replayed.
-fn replay_one(file: &Path, spec: &PolicySpec, config: &PolicyConfig) -> Result<(Replay, u64)> {
+/// The online policies of `specs`: an offline one is an error when named (`explicit`), else
+/// skipped with a note.
+pub(super) fn online_specs(specs: &[PolicySpec], explicit: bool) -> Result<Vec<PolicySpec>> {
+    let mut online = Vec::new();
+    for spec in specs {
+        if OFFLINE.contains(&spec.name) {
+            let why = format!(
+                "{} plans from the whole trace's future, which a streamed replay does not hold",
+                spec.label()
+            );
+            if explicit {
+                bail!("policy {why}");
+            }
+            eprintln!("note: skipping {why}");
+            continue;
+        }
+        online.push(spec.clone());
+    }
+    Ok(online)
+}
+
+/// Replays `spec` from its own stream of `file`, up to event `last_event` included: the
+/// replay, and the trace's peak live bytes over the events read.
+pub(super) fn replay_one(
+    file: &Path,
+    spec: &PolicySpec,
+    config: &PolicyConfig,
+    last_event: usize,
+) -> Result<(Replay, u64)> {
     let cfg = spec.apply(config)?;
     // Online policies never look at the trace they are built for.
     let empty = OwnedTrace::new();
@@ -175,7 +201,7 @@ fn replay_one(file: &Path, spec: &PolicySpec, config: &PolicyConfig) -> Result<(
         ..ReplayOptions::default()
     };
     let mut stream = Prefetched::start(open(file)?);
-    let replay = replay_stream(&mut stream, policy, &opts, None)
+    let replay = replay_stream_until(&mut stream, policy, &opts, None, last_event)
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("while replaying {}", file.display()))?;
     let stream = stream
@@ -194,23 +220,9 @@ pub fn compare(args: &CompareArgs, specs: &[PolicySpec]) -> Result<()> {
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    let mut online = Vec::new();
-    for spec in specs {
-        if OFFLINE.contains(&spec.name) {
-            let why = format!(
-                "{} plans from the whole trace's future, which a streamed replay does not hold",
-                spec.label()
-            );
-            if explicit {
-                bail!("policy {why}");
-            }
-            eprintln!("note: skipping {why}");
-            continue;
-        }
-        online.push(spec.clone());
-    }
+    let online = online_specs(specs, explicit)?;
     let runs = super::compare::per_spec(&online, jobs, |spec| {
-        replay_one(&args.file, spec, &config).map_err(|e| format!("{e:#}"))
+        replay_one(&args.file, spec, &config, usize::MAX).map_err(|e| format!("{e:#}"))
     });
     let mut rows = Vec::new();
     let mut max_live = 0;

@@ -31,6 +31,7 @@ pub struct BinaryEventStream {
     summary: LoadSummary,
     events_per_thread: Vec<u64>,
     peak_live_bytes: u64,
+    peak_live_event: u64,
 }
 
 impl BinaryEventStream {
@@ -55,6 +56,7 @@ impl BinaryEventStream {
             summary: LoadSummary::default(),
             events_per_thread: Vec::new(),
             peak_live_bytes: 0,
+            peak_live_event: 0,
         })
     }
 
@@ -80,6 +82,13 @@ impl BinaryEventStream {
     #[must_use]
     pub fn peak_live_bytes(&self) -> u64 {
         self.peak_live_bytes
+    }
+
+    /// The first event at which [`Self::peak_live_bytes`] is reached (0 when it is 0), as
+    /// `TraceView::peak_live` gives it.
+    #[must_use]
+    pub fn peak_live_event(&self) -> u64 {
+        self.peak_live_event
     }
 
     /// Thread ids in thread-index order, over the events so far.
@@ -135,7 +144,10 @@ impl BinaryEventStream {
                 self.events_per_thread[per_thread] += 1;
             }
             out.push(p.t_ns, p.kind.code(), p.size, p.id, p.slot, thread);
-            self.peak_live_bytes = self.peak_live_bytes.max(self.pairing.live_bytes());
+            if self.pairing.live_bytes() > self.peak_live_bytes {
+                self.peak_live_bytes = self.pairing.live_bytes();
+                self.peak_live_event = self.summary.events;
+            }
             self.summary.events += 1;
             self.events_per_thread[per_thread] += 1;
         }
