@@ -202,7 +202,7 @@ impl ClassSeriesBuilder {
     #[inline]
     pub fn push(&mut self, code: u8, size: u64, t: i64) {
         let bucketing = self.out.bucketing;
-        if self.out.events % self.out.snapshot_every == 0 {
+        if self.out.events.is_multiple_of(self.out.snapshot_every) {
             self.out.snapshots.push(self.hist);
         }
         self.out.events += 1;

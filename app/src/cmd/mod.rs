@@ -22,6 +22,7 @@ pub mod predict;
 pub mod record;
 pub mod record_limit;
 pub mod report;
+pub mod report_heapmap;
 pub mod sites;
 pub mod spill;
 pub mod spill_plot;
