@@ -14,11 +14,15 @@ fn sample(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn json_of(args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+fn allocview(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_allocview"))
         .args(args)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+fn json_of(args: &[&str]) -> Value {
+    let out = allocview(args);
     assert!(
         out.status.success(),
         "{args:?}: {}",
@@ -69,37 +73,24 @@ fn streamed_stats_and_compare_print_what_the_loaded_trace_gives() {
     }
 }
 
+/// Runs allocview, which must fail; returns its stderr.
+fn failure(args: &[&str]) -> String {
+    let out = allocview(args);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn streaming_refuses_what_it_cannot_do_and_says_why() {
-    let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_allocview"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
     let text = sample("find_usr_include.trace.gz");
-    let out = run(&["stats", "--stream", text.to_str().unwrap()]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("allocview convert"));
+    let err = failure(&["stats", "--stream", text.to_str().unwrap()]);
+    assert!(err.contains("allocview convert"), "{err}");
     let bin = sample("perl_hash.avt");
-    let out = run(&[
-        "compare",
-        "--stream",
-        "--policy",
-        "oracle",
-        bin.to_str().unwrap(),
-    ]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("whole trace's future"));
-    let out = run(&[
-        "stats",
-        "--stream",
-        "--events",
-        "0..100",
-        bin.to_str().unwrap(),
-    ]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("window"));
+    let bin = bin.to_str().unwrap();
+    let err = failure(&["compare", "--stream", "--policy", "oracle", bin]);
+    assert!(err.contains("whole trace's future"), "{err}");
+    let err = failure(&["stats", "--stream", "--events", "0..100", bin]);
+    assert!(err.contains("window"), "{err}");
 }
 
 /// LEB128.
@@ -137,12 +128,7 @@ fn a_trace_too_big_to_load_is_refused_with_the_commands_that_stream_it() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("huge.avt");
     std::fs::write(&path, &bytes).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .args(["sites", path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = failure(&["sites", path.to_str().unwrap()]);
     assert!(err.contains("1,099,511,627,776 events"), "{err}");
     assert!(err.contains("stream it block by block"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
@@ -164,10 +150,7 @@ fn a_streamed_report_writes_the_loaded_reports_files() {
             out_dir.to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
-        let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
-            .args(&args)
-            .output()
-            .unwrap();
+        let out = allocview(&args);
         assert!(
             out.status.success(),
             "{}",
