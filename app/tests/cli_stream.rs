@@ -182,3 +182,60 @@ fn a_streamed_report_writes_the_loaded_reports_files() {
     assert_eq!(rows(&outs[0]), rows(&outs[1]));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn splice_copies_real_traces_shifted_and_frees_their_leftovers() {
+    let dir = std::env::temp_dir().join(format!("allocview-cli-splice-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let perl = sample("perl_hash.avt");
+    let python = sample("python_json.avt");
+    let stats = |f: &Path| json_of(&["stats", "--json", f.to_str().unwrap()]);
+    let original = stats(&perl);
+    let n = |v: &Value, k: &str| v[k].as_u64().unwrap();
+    // One whole copy: the records, then a free of every block left live.
+    let one_copy = n(&original, "events") + n(&original, "final_live_blocks");
+    let out = dir.join("one.avt");
+    let o = out.to_str().unwrap();
+    let written = allocview(&[
+        "splice",
+        "--events",
+        &one_copy.to_string(),
+        "--out",
+        o,
+        perl.to_str().unwrap(),
+    ]);
+    assert!(
+        written.status.success(),
+        "{}",
+        String::from_utf8_lossy(&written.stderr)
+    );
+    let s = stats(&out);
+    assert_eq!(n(&s, "events"), one_copy);
+    assert_eq!(n(&s, "final_live_blocks"), 0);
+    assert_eq!(n(&s, "peak_live_bytes"), n(&original, "peak_live_bytes"));
+    // Several copies of two traces, cut at an exact count: every free finds its allocation
+    // (the copies' pointers never meet), and times keep going forward.
+    let out = dir.join("many.avt");
+    let o = out.to_str().unwrap();
+    let written = allocview(&[
+        "splice",
+        "--events",
+        "80000",
+        "--out",
+        o,
+        perl.to_str().unwrap(),
+        python.to_str().unwrap(),
+    ]);
+    assert!(
+        written.status.success(),
+        "{}",
+        String::from_utf8_lossy(&written.stderr)
+    );
+    let s = stats(&out);
+    assert_eq!(n(&s, "events"), 80_000);
+    assert_eq!(n(&s, "frees_unknown"), 0);
+    assert_eq!(n(&s, "mallocs_of_live_ptr"), 0);
+    assert_eq!(n(&s, "timestamps_non_monotonic"), 0);
+    assert!(s["duration_s"].as_f64().unwrap() > 2.0 * original["duration_s"].as_f64().unwrap());
+    std::fs::remove_dir_all(&dir).ok();
+}
