@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Traces larger than memory: `stats` and `compare --policy bfc` on a big binary trace, peak RSS
 # (from /usr/bin/time -v) and wall time of each. Makes the trace first when FILE does not
-# exist (scripts/make-big-trace.py --events EVENTS, default 2,000,000,000: about 3.4 GB on disk).
+# exist (scripts/make-big-trace.py --events EVENTS, default 2,000,000,000: about 2.6 GB on disk).
 # usage: scripts/bench-big-trace.sh FILE [ALLOCVIEW_BINARY]
 # Each command runs once, niced: on two shared cores a 2-billion-event replay takes minutes.
 set -euo pipefail

@@ -12,8 +12,8 @@ sample-traces/; text inputs are converted to the binary form first (in a tempora
 so each copy is read from compact zstd blocks.
 
 The splicing itself is `allocview splice`, which writes the output as it reads the inputs
-(memory holds one copy's live pointers, never the trace). Expect about 2.5 bytes an event on
-disk: 2,000,000,000 events take about 5 GB. Standard library only.
+(memory holds one copy's live pointers, never the trace). Expect about 1.3 bytes an event on
+disk: 2,000,000,000 events take about 2.6 GB. Standard library only.
 """
 
 import argparse
