@@ -105,10 +105,8 @@ pub fn refuse_if_too_big(file: &Path) -> Result<()> {
 
 /// True for a binary trace (a spool is loaded: its threads are merged in memory).
 fn is_trace(file: &Path) -> bool {
-    matches!(
-        allocview_loaders::detect(file),
-        Ok(allocview_loaders::InputKind::BinaryTrace)
-    ) && binary::read_index(file).is_ok()
+    // Byte 9 is the file's kind: 0 a trace, 1 a spool.
+    binary::file_head(file).is_ok_and(|head| binary::is_binary(&head) && head.get(9) == Some(&0))
 }
 
 /// `MemAvailable` of `/proc/meminfo`, in bytes.
