@@ -56,6 +56,9 @@ enum Command {
     /// Convert a trace between the text form and allocview's binary form, losslessly, or write
     /// an input's tables as Parquet (`OUT.parquet`).
     Convert(cmd::convert::ConvertArgs),
+    /// Write a binary trace of exactly N records spliced from copies of real traces (shifted
+    /// in time and address), streaming: for benchmarks on traces larger than memory.
+    Splice(cmd::splice::SpliceArgs),
     /// Plan buffers with known lifetimes (a minimalloc CSV, a JSON graph plan, a trace or a TF
     /// memory log) with static planners, against the lower bound.
     Plan(cmd::plan::PlanArgs),
@@ -91,6 +94,7 @@ fn main() -> ExitCode {
         (Some(Command::Record(args)), _) => cmd::record::run(&args),
         (Some(Command::Convert(args)), _) => cmd::convert::run(&args),
         (Some(Command::Spill(args)), _) => cmd::spill::run(&args),
+        (Some(Command::Splice(args)), _) => cmd::splice::run(&args),
         (Some(Command::Plan(args)), _) => cmd::plan::run(&args),
         (Some(Command::Sites(args)), _) => cmd::sites::run_sites(&args),
         (Some(Command::Leaks(args)), _) => cmd::sites::run_leaks(&args),

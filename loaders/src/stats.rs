@@ -55,62 +55,123 @@ impl TraceStats {
         events_per_thread: Vec<u64>,
         summary: &LoadSummary,
     ) -> Self {
-        let mut live_bytes: u64 = 0;
-        let mut live_blocks: u64 = 0;
-        let mut peak_live_bytes = 0;
-        let mut peak_event = 0;
-        let mut peak_blocks = 0;
-        let mut max_blocks = 0;
-        let mut class_count = [0u64; NUM_SIZE_CLASSES];
-        let mut class_bytes = [0u64; NUM_SIZE_CLASSES];
-        let mut live_class_count = [0u64; NUM_SIZE_CLASSES];
-        let mut live_class_bytes = [0u64; NUM_SIZE_CLASSES];
-        let mut total: u64 = 0;
-        let mut min = u64::MAX;
-        let mut max = 0;
-        let mut allocs: u64 = 0;
-        for (i, (&kind, &size)) in view.kind.iter().zip(view.size_bytes).enumerate() {
-            let class = usize::from(allocview_sim::trace::size_class(size));
-            match EventKind::from_code(kind) {
-                Some(EventKind::Alloc) => {
-                    live_bytes += size;
-                    live_blocks += 1;
-                    allocs += 1;
-                    total += size;
-                    min = min.min(size);
-                    max = max.max(size);
-                    if let Some(c) = class_count.get_mut(class) {
-                        *c += 1;
-                    }
-                    if let Some(c) = class_bytes.get_mut(class) {
-                        *c += size;
-                    }
-                    if let Some(c) = live_class_count.get_mut(class) {
-                        *c += 1;
-                    }
-                    if let Some(c) = live_class_bytes.get_mut(class) {
-                        *c += size;
-                    }
-                    if live_bytes > peak_live_bytes {
-                        peak_live_bytes = live_bytes;
-                        peak_event = i;
-                        peak_blocks = live_blocks;
-                    }
-                    max_blocks = max_blocks.max(live_blocks);
-                }
-                Some(EventKind::Free) => {
-                    live_bytes -= size;
-                    live_blocks -= 1;
-                    if let Some(c) = live_class_count.get_mut(class) {
-                        *c -= 1;
-                    }
-                    if let Some(c) = live_class_bytes.get_mut(class) {
-                        *c -= size;
-                    }
-                }
-                _ => {}
-            }
+        let mut acc = StatsAccumulator::default();
+        acc.push_all(view.t_ns, view.kind, view.size_bytes);
+        acc.finish(events_per_thread, summary)
+    }
+}
+
+/// [`TraceStats`] computed over events that come in batches (a trace streamed from its file),
+/// in one pass with constant memory.
+#[derive(Clone, Debug)]
+pub struct StatsAccumulator {
+    events: u64,
+    live_bytes: u64,
+    live_blocks: u64,
+    peak_live_bytes: u64,
+    peak_event: u64,
+    peak_t_ns: i64,
+    peak_blocks: u64,
+    max_blocks: u64,
+    class_count: [u64; NUM_SIZE_CLASSES],
+    class_bytes: [u64; NUM_SIZE_CLASSES],
+    live_class_count: [u64; NUM_SIZE_CLASSES],
+    live_class_bytes: [u64; NUM_SIZE_CLASSES],
+    total: u64,
+    min: u64,
+    max: u64,
+    allocs: u64,
+    t_first_ns: Option<i64>,
+    t_last_ns: i64,
+}
+
+impl Default for StatsAccumulator {
+    fn default() -> Self {
+        Self {
+            events: 0,
+            live_bytes: 0,
+            live_blocks: 0,
+            peak_live_bytes: 0,
+            peak_event: 0,
+            peak_t_ns: 0,
+            peak_blocks: 0,
+            max_blocks: 0,
+            class_count: [0; NUM_SIZE_CLASSES],
+            class_bytes: [0; NUM_SIZE_CLASSES],
+            live_class_count: [0; NUM_SIZE_CLASSES],
+            live_class_bytes: [0; NUM_SIZE_CLASSES],
+            total: 0,
+            min: u64::MAX,
+            max: 0,
+            allocs: 0,
+            t_first_ns: None,
+            t_last_ns: 0,
         }
+    }
+}
+
+impl StatsAccumulator {
+    /// Counts the next events (columns of equal length, in trace order).
+    pub fn push_all(&mut self, t_ns: &[i64], kind: &[u8], size_bytes: &[u64]) {
+        if let (None, Some(&t)) = (self.t_first_ns, t_ns.first()) {
+            self.t_first_ns = Some(t);
+        }
+        if let Some(&t) = t_ns.last() {
+            self.t_last_ns = t;
+        }
+        for ((&kind, &size), &t) in kind.iter().zip(size_bytes).zip(t_ns) {
+            self.push(kind, size, t);
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, kind: u8, size: u64, t_ns: i64) {
+        let class = usize::from(allocview_sim::trace::size_class(size));
+        match EventKind::from_code(kind) {
+            Some(EventKind::Alloc) => {
+                self.live_bytes += size;
+                self.live_blocks += 1;
+                self.allocs += 1;
+                self.total += size;
+                self.min = self.min.min(size);
+                self.max = self.max.max(size);
+                for table in [&mut self.class_count, &mut self.live_class_count] {
+                    if let Some(c) = table.get_mut(class) {
+                        *c += 1;
+                    }
+                }
+                for table in [&mut self.class_bytes, &mut self.live_class_bytes] {
+                    if let Some(c) = table.get_mut(class) {
+                        *c += size;
+                    }
+                }
+                if self.live_bytes > self.peak_live_bytes {
+                    self.peak_live_bytes = self.live_bytes;
+                    self.peak_event = self.events;
+                    self.peak_t_ns = t_ns;
+                    self.peak_blocks = self.live_blocks;
+                }
+                self.max_blocks = self.max_blocks.max(self.live_blocks);
+            }
+            Some(EventKind::Free) => {
+                self.live_bytes -= size;
+                self.live_blocks -= 1;
+                if let Some(c) = self.live_class_count.get_mut(class) {
+                    *c -= 1;
+                }
+                if let Some(c) = self.live_class_bytes.get_mut(class) {
+                    *c -= size;
+                }
+            }
+            _ => {}
+        }
+        self.events += 1;
+    }
+
+    /// The statistics of the events pushed. `events_per_thread` and `summary` as for
+    /// [`TraceStats::compute`].
+    #[must_use]
+    pub fn finish(self, events_per_thread: Vec<u64>, summary: &LoadSummary) -> TraceStats {
         let to_map = |a: &[u64; NUM_SIZE_CLASSES]| -> BTreeMap<u8, u64> {
             (0u8..)
                 .zip(a.iter())
@@ -119,15 +180,15 @@ impl TraceStats {
                 .collect()
         };
         let final_live_by_class = (0u8..)
-            .zip(live_class_count.iter().zip(&live_class_bytes))
+            .zip(self.live_class_count.iter().zip(&self.live_class_bytes))
             .filter(|&(_, (&n, _))| n > 0)
             .map(|(c, (&n, &b))| (c, (n, b)))
             .collect();
-        let t0 = view.t_ns.first().copied().unwrap_or(0);
-        let t_end = view.t_ns.last().copied().unwrap_or(0);
+        let t0 = self.t_first_ns.unwrap_or(0);
         let secs = |ns: i64| ns as f64 / 1e9;
-        Self {
-            events: view.len() as u64,
+        let allocs = self.allocs;
+        TraceStats {
+            events: self.events,
             mallocs: summary.mallocs,
             frees: summary.frees,
             frees_null: summary.frees_null,
@@ -138,25 +199,29 @@ impl TraceStats {
             bad_lines: summary.bad_lines,
             threads: events_per_thread.len() as u64,
             events_per_thread,
-            duration_s: secs(t_end - t0),
+            duration_s: secs(self.t_last_ns - t0),
             timestamps_non_monotonic: summary.timestamps_non_monotonic,
-            malloc_bytes_total: total,
-            malloc_size_min: if allocs == 0 { 0 } else { min },
-            malloc_size_max: max,
+            malloc_bytes_total: self.total,
+            malloc_size_min: if allocs == 0 { 0 } else { self.min },
+            malloc_size_max: self.max,
             malloc_size_mean: if allocs == 0 {
                 0.0
             } else {
-                total as f64 / allocs as f64
+                self.total as f64 / allocs as f64
             },
-            peak_live_bytes,
-            peak_live_event: peak_event as u64,
-            peak_live_time_s: view.t_ns.get(peak_event).map_or(0.0, |&t| secs(t - t0)),
-            peak_live_blocks_at_peak_bytes: peak_blocks,
-            max_live_blocks: max_blocks,
-            final_live_bytes: live_bytes,
-            final_live_blocks: live_blocks,
-            size_classes: to_map(&class_count),
-            bytes_by_class: to_map(&class_bytes),
+            peak_live_bytes: self.peak_live_bytes,
+            peak_live_event: self.peak_event,
+            peak_live_time_s: if self.peak_live_bytes == 0 {
+                0.0
+            } else {
+                secs(self.peak_t_ns - t0)
+            },
+            peak_live_blocks_at_peak_bytes: self.peak_blocks,
+            max_live_blocks: self.max_blocks,
+            final_live_bytes: self.live_bytes,
+            final_live_blocks: self.live_blocks,
+            size_classes: to_map(&self.class_count),
+            bytes_by_class: to_map(&self.class_bytes),
             final_live_by_class,
         }
     }
@@ -257,7 +322,7 @@ impl RecordingStats {
             .pairing
             .pair(&mut self.summary, r.t_ns.max(0), r.size_bytes, r.addr)?;
         self.first_t_ns.get_or_insert(p.t_ns);
-        if let Some((_, old_size)) = p.displaced {
+        if let Some((_, old_size, _)) = p.displaced {
             self.live_bytes -= old_size;
             self.events += 1;
         }

@@ -151,6 +151,8 @@ fn compare(
         min_limit,
         parquet: None,
         input: InputArgs::default(),
+        // The trace is loaded already.
+        stream: allocview::cmd::stream::StreamArgs::default(),
     };
     let n_policies = args.policies.specs().map_err(|e| to_py(&e))?.len() as u64;
     let counter = Arc::new(AtomicU64::new(0));

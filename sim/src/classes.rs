@@ -77,52 +77,15 @@ impl ClassSeries {
     /// [`Self::histogram_at`].
     #[must_use]
     pub fn build(trace: &TraceView<'_>, bucketing: Bucketing, snapshot_every: usize) -> Self {
-        let every = snapshot_every.max(1);
-        let cells = bucketing.buckets * NUM_SIZE_CLASSES;
-        let mut out = Self {
-            bucketing,
-            live_count_last: Vec::with_capacity(cells),
-            live_count_max: Vec::with_capacity(cells),
-            live_bytes_last: Vec::with_capacity(cells),
-            live_bytes_max: Vec::with_capacity(cells),
-            snapshot_every: every,
-            snapshots: Vec::with_capacity(trace.len() / every + 1),
-            events: trace.len(),
-        };
-        let mut hist = ClassHistogram::default();
-        let mut max = ClassHistogram::default();
-        let mut bucket = 0usize;
-        let mut next_start = bucketing.start_ns(1);
+        let mut b = ClassSeriesBuilder::new(bucketing, snapshot_every);
+        b.out
+            .snapshots
+            .reserve(trace.len() / b.out.snapshot_every + 1);
         let events = trace.kind.iter().zip(trace.size_bytes).zip(trace.t_ns);
-        for (i, ((&code, &size), &t)) in events.enumerate() {
-            if i % every == 0 {
-                out.snapshots.push(hist);
-            }
-            if t >= next_start && bucket + 1 < bucketing.buckets {
-                let target = bucketing.bucket_of(t);
-                while bucket < target {
-                    out.flush(&hist, &mut max);
-                    bucket += 1;
-                }
-                next_start = bucketing.start_ns(bucket + 1);
-            }
-            if let Some(class) = hist.apply(code, size)
-                && let (Some(m), Some(&c), Some(mb), Some(&b)) = (
-                    max.live_count.get_mut(class),
-                    hist.live_count.get(class),
-                    max.live_bytes.get_mut(class),
-                    hist.live_bytes.get(class),
-                )
-            {
-                *m = (*m).max(c);
-                *mb = (*mb).max(b);
-            }
+        for ((&code, &size), &t) in events {
+            b.push(code, size, t);
         }
-        while bucket < bucketing.buckets {
-            out.flush(&hist, &mut max);
-            bucket += 1;
-        }
-        out
+        b.finish()
     }
 
     fn flush(&mut self, hist: &ClassHistogram, max: &mut ClassHistogram) {
@@ -199,6 +162,79 @@ impl ClassSeries {
             hist.apply(code, size);
         }
         Ok(hist)
+    }
+}
+
+/// Builds a [`ClassSeries`] from events pushed in order (a trace streamed from its file: with
+/// a `snapshot_every` as large as the trace, memory stays constant).
+pub struct ClassSeriesBuilder {
+    out: ClassSeries,
+    hist: ClassHistogram,
+    max: ClassHistogram,
+    bucket: usize,
+    next_start: i64,
+}
+
+impl ClassSeriesBuilder {
+    /// A builder for `bucketing`'s buckets, snapshotting every `snapshot_every` events.
+    #[must_use]
+    pub fn new(bucketing: Bucketing, snapshot_every: usize) -> Self {
+        let cells = bucketing.buckets * NUM_SIZE_CLASSES;
+        Self {
+            out: ClassSeries {
+                bucketing,
+                live_count_last: Vec::with_capacity(cells),
+                live_count_max: Vec::with_capacity(cells),
+                live_bytes_last: Vec::with_capacity(cells),
+                live_bytes_max: Vec::with_capacity(cells),
+                snapshot_every: snapshot_every.max(1),
+                snapshots: Vec::new(),
+                events: 0,
+            },
+            hist: ClassHistogram::default(),
+            max: ClassHistogram::default(),
+            bucket: 0,
+            next_start: bucketing.start_ns(1),
+        }
+    }
+
+    /// Counts the next event.
+    #[inline]
+    pub fn push(&mut self, code: u8, size: u64, t: i64) {
+        let bucketing = self.out.bucketing;
+        if self.out.events.is_multiple_of(self.out.snapshot_every) {
+            self.out.snapshots.push(self.hist);
+        }
+        self.out.events += 1;
+        if t >= self.next_start && self.bucket + 1 < bucketing.buckets {
+            let target = bucketing.bucket_of(t);
+            while self.bucket < target {
+                self.out.flush(&self.hist, &mut self.max);
+                self.bucket += 1;
+            }
+            self.next_start = bucketing.start_ns(self.bucket + 1);
+        }
+        if let Some(class) = self.hist.apply(code, size)
+            && let (Some(m), Some(&c), Some(mb), Some(&b)) = (
+                self.max.live_count.get_mut(class),
+                self.hist.live_count.get(class),
+                self.max.live_bytes.get_mut(class),
+                self.hist.live_bytes.get(class),
+            )
+        {
+            *m = (*m).max(c);
+            *mb = (*mb).max(b);
+        }
+    }
+
+    /// The series of the events pushed.
+    #[must_use]
+    pub fn finish(mut self) -> ClassSeries {
+        while self.bucket < self.out.bucketing.buckets {
+            self.out.flush(&self.hist, &mut self.max);
+            self.bucket += 1;
+        }
+        self.out
     }
 }
 

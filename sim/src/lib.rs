@@ -4,6 +4,7 @@
 //! - [`policy`]: the [`policy::Policy`] trait and the policies;
 //! - [`replay`]: the replay engine ([`replay::replay`]), with [`metrics`], downsampled [`series`]
 //!   and per-size-class [`classes`];
+//! - [`stream`]: the same replay over events read in batches, for traces larger than memory;
 //! - [`plan`]: static memory planners over buffer lifetimes (TFLite, MegEngine, minimalloc-style search);
 //! - [`predict`]: how predictable the allocation stream is (the article's tokens, context models,
 //!   their evaluation) and the lifetime predictor of the `predictive` policy;
@@ -20,6 +21,7 @@ pub mod predict;
 pub mod replay;
 pub mod series;
 pub mod spill;
+pub mod stream;
 pub mod testing;
 pub mod trace;
 pub mod units;

@@ -22,11 +22,14 @@
 
 use std::time::Instant;
 
-use crate::layout::{LayoutIndex, LayoutRecorder};
-use crate::metrics;
+use crate::layout::LayoutIndex;
 use crate::policy::{Addr, AllocError, Block, Counters, FreeError, Placement, Policy, Request};
-use crate::series::{Bucketing, Series, SeriesBuilder};
+use crate::series::{Bucketing, Series};
 use crate::trace::{EventKind, TraceView};
+
+mod run;
+pub(crate) use run::Run;
+pub use run::STREAM_OOMS_KEPT;
 
 /// Knobs of a replay.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,6 +70,8 @@ impl Default for ReplayOptions {
 pub struct Oom {
     /// Index of the `Alloc` event.
     pub event: usize,
+    /// Its time.
+    pub t_ns: i64,
     pub request: Request,
     pub error: AllocError,
     /// The policy's counters when the request failed.
@@ -105,7 +110,8 @@ pub struct Summary {
     /// event. Event-weighted rather than time-weighted because traced timestamps are coarse
     /// (many events share one) and include the tracer's own pauses.
     pub mean_fragmentation: f64,
-    /// Failed allocations.
+    /// Failed allocations (all of them: a streamed replay keeps only the first
+    /// [`STREAM_OOMS_KEPT`] in [`Replay::ooms`]).
     pub oom_count: u64,
     /// Wall-clock seconds of the replay loop (policy calls, metrics and checkpoints).
     pub replay_seconds: f64,
@@ -124,6 +130,8 @@ pub enum SeekError {
     TraceMismatch { expected: usize, got: usize },
     #[error("event {event}: replaying from a checkpoint placed allocation {id} elsewhere")]
     Diverged { event: usize, id: u32 },
+    #[error("a replay streamed from a file keeps no checkpoints to seek with")]
+    Streamed,
 }
 
 #[derive(Clone, Debug)]
@@ -157,15 +165,20 @@ pub struct Replay {
     addrs: Vec<Addr>,
     align_bytes: u64,
     layout: Option<LayoutIndex>,
+    /// Replayed from a stream ([`crate::stream`]): no address table nor checkpoints to seek
+    /// with.
+    streamed: bool,
 }
 
-/// Applies event `i` to `policy`, with the addresses from `addrs`. Returns the failure of an
+/// Applies event `i` to `policy`, with the addresses from `addrs` (the allocation's at
+/// `slot`). Returns the failure of an
 /// allocation, if any; `Ok(Some(placement))` for a served allocation.
 #[inline]
 pub(crate) fn apply(
     policy: &mut dyn Policy,
     code: u8,
     id: u32,
+    slot: u32,
     size_bytes: u64,
     align_bytes: u64,
     addrs: &[Addr],
@@ -182,7 +195,7 @@ pub(crate) fn apply(
         };
     }
     if code == EventKind::Free as u8 {
-        let addr = addrs.get(id as usize).copied().unwrap_or(FAILED);
+        let addr = addrs.get(slot as usize).copied().unwrap_or(FAILED);
         if addr != FAILED {
             policy.free(addr).map_err(Err)?;
         }
@@ -204,50 +217,13 @@ const PROGRESS_EVERY: usize = 1 << 16;
 #[must_use]
 pub fn replay_observed(
     trace: &TraceView<'_>,
-    mut policy: Box<dyn Policy>,
+    policy: Box<dyn Policy>,
     opts: &ReplayOptions,
     progress: Option<&std::sync::atomic::AtomicUsize>,
 ) -> Replay {
     let n = trace.len();
     let bucketing = Bucketing::for_trace(trace, opts.buckets);
-    let mut series = SeriesBuilder::new(bucketing);
-    let mut addrs: Vec<Addr> = vec![FAILED; trace.num_allocs as usize];
-    let mut ooms = Vec::new();
-    let mut free_failures = Vec::new();
-    let mut first_oom_state = None;
-    // Without checkpoints the interval is the whole trace: only the initial state is kept.
-    let mut interval = match opts.checkpoint_every {
-        0 => n.max(1),
-        k => k,
-    };
-    let mut checkpoints: Vec<Checkpoint> = Vec::with_capacity(n / interval + 1);
-    let mut checkpoint_bytes = 0u64;
-    let mut next_checkpoint = 0usize;
-
-    let mut peak_footprint = 0u64;
-    let mut peak_footprint_event = None;
-    let mut frag_at_peak = 0.0f64;
-    let mut peak_live = 0u64;
-    let mut peak_live_event = None;
-    let mut peak_allocated = 0u64;
-    let mut frag_sum = 0.0f64;
-    // States since the footprint last changed: their fragmentations are summed in one go.
-    let mut run_footprint = 0u64;
-    let mut run_live_sum = 0u128;
-    let mut run_states = 0u64;
-    let mut counters = policy.counters();
-    let mut layout = if opts.layout_index {
-        LayoutRecorder::start(policy.as_ref(), addrs.len(), n)
-    } else {
-        None
-    };
-    // With a layout index, seeks for the block list do not need checkpoints: keep an eighth.
-    let checkpoint_budget_bytes = if layout.is_some() {
-        opts.checkpoint_budget_bytes / 8
-    } else {
-        opts.checkpoint_budget_bytes
-    };
-
+    let mut run = Run::new(policy, opts, bucketing, trace.num_allocs as usize, Some(n));
     let started = Instant::now();
     let events = trace
         .kind
@@ -261,135 +237,13 @@ pub fn replay_observed(
         {
             p.store(i, std::sync::atomic::Ordering::Relaxed);
         }
-        if i == next_checkpoint {
-            let approx = policy.state_bytes();
-            // A copy that alone would overrun the budget is not made (the initial state's
-            // always is): a buddy heap of terabytes holds gigabytes of bitmaps.
-            if checkpoints.is_empty() || approx <= checkpoint_budget_bytes {
-                checkpoints.push(Checkpoint {
-                    next_event: i,
-                    policy: policy.clone_box(),
-                    approx_bytes: approx,
-                });
-                checkpoint_bytes += approx;
-                while checkpoint_bytes > checkpoint_budget_bytes && checkpoints.len() > 1 {
-                    interval = interval.saturating_mul(2);
-                    checkpoints.retain(|c| c.next_event % interval == 0);
-                    checkpoint_bytes = checkpoints.iter().map(|c| c.approx_bytes).sum();
-                }
-            }
-            next_checkpoint = (i / interval).saturating_add(1).saturating_mul(interval);
-        }
-        let mut failed = false;
-        match apply(policy.as_mut(), code, id, size, opts.align_bytes, &addrs) {
-            Ok(Some(p)) => {
-                if let Some(slot) = addrs.get_mut(id as usize) {
-                    *slot = p.addr;
-                }
-                if let Some(l) = &mut layout {
-                    l.on_alloc(i, id, p.addr, p.reserved_bytes, size);
-                }
-            }
-            Ok(None) => {
-                if code == EventKind::Free as u8
-                    && let Some(l) = &mut layout
-                {
-                    l.on_free(i, id);
-                }
-            }
-            Err(Ok(error)) => {
-                failed = true;
-                if first_oom_state.is_none() {
-                    first_oom_state = Some(policy.clone_box());
-                }
-                ooms.push(Oom {
-                    event: i,
-                    request: Request {
-                        id,
-                        size_bytes: size,
-                        align_bytes: opts.align_bytes,
-                    },
-                    error,
-                    counters_at_failure: policy.counters(),
-                });
-            }
-            Err(Err(error)) => free_failures.push(FreeFailure { event: i, error }),
-        }
-        counters = policy.counters();
-        if let Some(l) = &mut layout {
-            l.after_event(i, policy.as_ref(), &counters);
-        }
-        series.push(t, &counters, failed);
-        if counters.footprint_bytes > peak_footprint || peak_footprint_event.is_none() {
-            peak_footprint = counters.footprint_bytes;
-            peak_footprint_event = Some(i);
-            frag_at_peak = metrics::fragmentation(&counters);
-        } else if counters.footprint_bytes == peak_footprint {
-            // A policy that never shrinks reaches its peak early (BFC's first region, almost
-            // empty): judge the peak by its best-used moment, not its first.
-            frag_at_peak = frag_at_peak.min(metrics::fragmentation(&counters));
-        }
-        if counters.live_bytes > peak_live || peak_live_event.is_none() {
-            peak_live = counters.live_bytes;
-            peak_live_event = Some(i);
-        }
-        peak_allocated = peak_allocated.max(counters.allocated_bytes);
-        if counters.footprint_bytes != run_footprint {
-            frag_sum += metrics::fragmentation_sum(run_live_sum, run_states, run_footprint);
-            run_footprint = counters.footprint_bytes;
-            run_live_sum = 0;
-            run_states = 0;
-        }
-        run_live_sum += u128::from(counters.live_bytes);
-        run_states += 1;
+        // In memory, allocation ids are dense: each has its own slot of the address table.
+        run.step(i, code, id, id, size, t);
     }
-    frag_sum += metrics::fragmentation_sum(run_live_sum, run_states, run_footprint);
-    let replay_seconds = started.elapsed().as_secs_f64();
-    let layout = layout.map(LayoutRecorder::finish);
     if let Some(p) = progress {
         p.store(n, std::sync::atomic::Ordering::Relaxed);
     }
-    if checkpoints.is_empty() {
-        checkpoints.push(Checkpoint {
-            next_event: 0,
-            policy: policy.clone_box(),
-            approx_bytes: policy.state_bytes(),
-        });
-    }
-
-    let summary = Summary {
-        events: n,
-        peak_footprint_bytes: peak_footprint,
-        peak_footprint_event,
-        final_footprint_bytes: counters.footprint_bytes,
-        peak_live_bytes: peak_live,
-        peak_live_event,
-        peak_allocated_bytes: peak_allocated,
-        fragmentation_at_peak: frag_at_peak,
-        mean_fragmentation: if n == 0 { 0.0 } else { frag_sum / n as f64 },
-        oom_count: ooms.len() as u64,
-        replay_seconds,
-        events_per_second: if replay_seconds > 0.0 {
-            n as f64 / replay_seconds
-        } else {
-            0.0
-        },
-        final_counters: counters,
-    };
-    Replay {
-        policy_name: policy.name(),
-        summary,
-        series: series.finish(),
-        ooms,
-        first_oom_state,
-        free_failures,
-        final_state: policy,
-        checkpoints,
-        checkpoint_every: interval,
-        addrs,
-        align_bytes: opts.align_bytes,
-        layout,
-    }
+    run.finish(n, started.elapsed().as_secs_f64(), false)
 }
 
 impl Replay {
@@ -409,6 +263,9 @@ impl Replay {
     /// Where allocation `id` was placed; `None` when it failed or is not in the trace.
     #[must_use]
     pub fn addr_of(&self, id: u32) -> Option<Addr> {
+        if self.streamed {
+            return None;
+        }
         self.addrs
             .get(id as usize)
             .copied()
@@ -493,6 +350,9 @@ impl Replay {
         event: usize,
     ) -> Result<(Box<dyn Policy>, Counters), SeekError> {
         let events = self.summary.events;
+        if self.streamed {
+            return Err(SeekError::Streamed);
+        }
         if trace.len() != events {
             return Err(SeekError::TraceMismatch {
                 expected: events,
@@ -527,6 +387,7 @@ impl Replay {
             match apply(
                 policy.as_mut(),
                 code,
+                id,
                 id,
                 size,
                 self.align_bytes,
@@ -652,6 +513,7 @@ mod tests {
                 let out = apply(
                     fresh.as_mut(),
                     view.kind[i],
+                    view.alloc_id[i],
                     view.alloc_id[i],
                     view.size_bytes[i],
                     16,

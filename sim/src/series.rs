@@ -28,6 +28,12 @@ impl Bucketing {
     pub fn for_trace(trace: &TraceView<'_>, buckets: usize) -> Self {
         let t0_ns = trace.t_ns.first().copied().unwrap_or(0);
         let t_last = trace.t_ns.last().copied().unwrap_or(t0_ns);
+        Self::for_span(t0_ns, t_last, buckets)
+    }
+
+    /// `buckets` equal time spans from `t0_ns` to `t_last` (at least one bucket).
+    #[must_use]
+    pub fn for_span(t0_ns: i64, t_last: i64, buckets: usize) -> Self {
         Self {
             t0_ns,
             span_ns: t_last.abs_diff(t0_ns).saturating_add(1),

@@ -16,8 +16,9 @@ use crate::tui;
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
     /// What to measure: `explorer` (seek + redraw of the terminal explorer), `replay` (each
-    /// policy's replay rate against the C library's malloc/free on the same trace) or `load`
-    /// (load time, rate and peak resident memory against the file size).
+    /// policy's replay rate against the C library's malloc/free on the same trace), `load`
+    /// (load time, rate and peak resident memory against the file size) or `stream` (a binary
+    /// trace replayed from its blocks against loaded then replayed, per policy).
     pub what: String,
     /// The trace.
     pub file: PathBuf,
@@ -40,7 +41,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         "explorer" => explorer(args),
         "replay" => replay_rates(args),
         "load" => load(args),
-        other => bail!("unknown benchmark {other:?}; known: explorer, replay, load"),
+        "stream" => stream(args),
+        other => bail!("unknown benchmark {other:?}; known: explorer, replay, load, stream"),
     }
 }
 
@@ -65,6 +67,80 @@ fn load(args: &BenchArgs) -> Result<()> {
         crate::format::bytes(hwm),
         hwm as f64 / file_bytes.max(1) as f64
     );
+    Ok(())
+}
+
+/// `bench stream`: for each policy (default `bfc`), the best of `--runs` of (a) loading the
+/// binary trace and replaying it in memory and (b) replaying it streamed from its blocks
+/// (decoding and pairing included), in events per second, in one process.
+fn stream(args: &BenchArgs) -> Result<()> {
+    use allocview_sim::policy::registry;
+    use allocview_sim::replay::{ReplayOptions, replay};
+    let specs = if args.policies.policy.is_empty() {
+        vec![PolicySpec::plain("bfc")]
+    } else {
+        args.policies.specs()?
+    };
+    let config = args.policies.config()?;
+    let runs = args.runs.max(1);
+    for spec in &specs {
+        let cfg = spec.apply(&config)?;
+        let opts = ReplayOptions {
+            align_bytes: cfg.align_bytes,
+            ..ReplayOptions::default()
+        };
+        let (mut load_best, mut replay_best, mut stream_best) = (f64::MAX, f64::MAX, f64::MAX);
+        let mut events = 0;
+        for _ in 0..runs {
+            let started = Instant::now();
+            let trace = allocview_loaders::binary::load_binary(&args.file, &Default::default())
+                .with_context(|| format!("while loading {}", args.file.display()))?;
+            let view = allocview_loaders::trace_view(&trace.events, &args.file)?;
+            let loaded = started.elapsed().as_secs_f64();
+            let policy = registry::build(spec.name, &cfg, &view)?;
+            let started = Instant::now();
+            let r = replay(&view, policy, &opts);
+            let replayed = started.elapsed().as_secs_f64();
+            events = r.summary.events;
+            drop(trace);
+            let policy = registry::build(
+                spec.name,
+                &cfg,
+                &allocview_sim::trace::OwnedTrace::new().view()?,
+            )?;
+            let started = Instant::now();
+            let mut source = allocview_sim::stream::Prefetched::start(
+                allocview_loaders::binary::BinaryEventStream::open(&args.file)?,
+            );
+            let s = allocview_sim::stream::replay_stream(&mut source, policy, &opts, None)
+                .map_err(anyhow::Error::msg)?;
+            let streamed = started.elapsed().as_secs_f64();
+            if s.summary.peak_footprint_bytes != r.summary.peak_footprint_bytes {
+                bail!(
+                    "{}: the streamed replay differs from the loaded one",
+                    spec.label()
+                );
+            }
+            load_best = load_best.min(loaded);
+            replay_best = replay_best.min(replayed);
+            stream_best = stream_best.min(streamed);
+        }
+        let rate = |secs: f64| events as f64 / secs.max(1e-9) / 1e6;
+        outln!(
+            "{}: {} events; in memory: load {:.2} s + replay {:.2} s = {:.1} M events/s \
+             (replay alone {:.1} M/s); streamed: {:.2} s = {:.1} M events/s, {:.0}% of loaded + \
+             replayed (best of {runs})",
+            spec.label(),
+            crate::format::count(events as u64),
+            load_best,
+            replay_best,
+            rate(load_best + replay_best),
+            rate(replay_best),
+            stream_best,
+            rate(stream_best),
+            100.0 * (load_best + replay_best) / stream_best.max(1e-9),
+        );
+    }
     Ok(())
 }
 

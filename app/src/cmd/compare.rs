@@ -138,6 +138,8 @@ pub struct CompareArgs {
     #[arg(long, value_name = "OUT")]
     pub parquet: Option<PathBuf>,
     #[command(flatten)]
+    pub stream: super::stream::StreamArgs,
+    #[command(flatten)]
     pub input: InputArgs,
 }
 
@@ -170,7 +172,10 @@ impl Compared {
 
 /// Runs `allocview compare`.
 pub fn run(args: &CompareArgs) -> Result<()> {
-    args.policies.specs()?;
+    let specs = args.policies.specs()?;
+    if args.stream.applies(&args.file, &args.input)? {
+        return super::stream::compare(args, &specs);
+    }
     let loaded = load_input(&args.file, &args.input)?;
     let out = evaluate(args, &loaded, args.parquet.is_some(), &AtomicU64::new(0))?;
     if let (Some(path), Some(series)) = (&args.parquet, &out.series) {
@@ -188,11 +193,9 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     if args.json {
         outln!("{}", out.json(&args.file));
     } else {
-        let ev = require_events(&loaded, &args.file, "compare")?;
-        let view = allocview_loaders::trace_view(ev.events, &args.file)?;
         print_table(
             &args.file.display().to_string(),
-            &view,
+            out.events,
             out.max_live_bytes,
             &out.rows,
         )?;
@@ -251,7 +254,7 @@ pub fn evaluate(
         };
         match &run.result {
             Ok(rep) => {
-                let mut row = Row::from_replay(&label, rep, &view);
+                let mut row = Row::from_replay(&label, rep);
                 note_unsupported(&mut row, rep);
                 pytorch_fidelity(&mut row, rep);
                 rows.push(row);
@@ -327,7 +330,7 @@ fn min_limits(
 /// Requests the policy cannot serve at all (an alignment it does not support, a size past
 /// what it can model) count among its OOMs; say how many and why, in the table and the JSON
 /// (`unsupported`, `unsupported_reason`), so they are not read as memory running out.
-fn note_unsupported(row: &mut Row, rep: &Replay) {
+pub(super) fn note_unsupported(row: &mut Row, rep: &Replay) {
     use allocview_sim::policy::AllocError;
     let mut reasons = rep.ooms.iter().filter_map(|o| match &o.error {
         AllocError::Unsupported(why) => Some(why),
@@ -350,7 +353,7 @@ fn note_unsupported(row: &mut Row, rep: &Replay) {
 
 /// For `pytorch` replaying a snapshot from its rebuilt start: the addresses it chose against
 /// the recorded ones (`fidelity`), and its cudaMalloc/cudaFree counts.
-fn pytorch_fidelity(row: &mut Row, rep: &Replay) {
+pub(super) fn pytorch_fidelity(row: &mut Row, rep: &Replay) {
     let Some(p) = rep.final_state.as_any().downcast_ref::<Pytorch>() else {
         return;
     };
@@ -434,13 +437,13 @@ pub struct Row {
 }
 
 impl Row {
-    fn from_replay(name: &str, r: &Replay, trace: &TraceView<'_>) -> Self {
+    pub(super) fn from_replay(name: &str, r: &Replay) -> Self {
         let s = &r.summary;
         let first_oom = r.ooms.first().map(|oom| {
             let c = &oom.counters_at_failure;
             let mut m = Map::new();
             m.insert("event".into(), json!(oom.event));
-            m.insert("t_ns".into(), json!(trace.t_ns.get(oom.event)));
+            m.insert("t_ns".into(), json!(oom.t_ns));
             m.insert("request_bytes".into(), json!(oom.request.size_bytes));
             m.insert("live_bytes".into(), json!(c.live_bytes));
             m.insert("in_use_chunks".into(), json!(c.live_allocs));
@@ -502,7 +505,7 @@ impl Row {
     }
 
     /// The `compare --json` object of this policy.
-    fn json(&self, max_live: u64) -> Value {
+    pub(super) fn json(&self, max_live: u64) -> Value {
         let mut m = Map::new();
         m.insert("name".into(), json!(self.name));
         m.insert(
@@ -697,11 +700,11 @@ fn tf_bfc_row(
     })
 }
 
-fn print_table(file: &str, trace: &TraceView<'_>, max_live: u64, rows: &[Row]) -> Result<()> {
+pub(super) fn print_table(file: &str, events: usize, max_live: u64, rows: &[Row]) -> Result<()> {
     use format::{bytes, count};
     outln!(
         "{file}: {} events, max live {}",
-        count(trace.len() as u64),
+        count(events as u64),
         bytes(max_live)
     );
     outln!();

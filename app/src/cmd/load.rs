@@ -39,6 +39,7 @@ pub fn load_input(path: &Path, args: &InputArgs) -> Result<Loaded> {
 
 /// Loads `path` whole (see [`load_input`]).
 pub fn load_whole(path: &Path, lenient: bool) -> Result<Loaded> {
+    super::stream::refuse_if_too_big(path)?;
     let counter = Arc::new(AtomicU64::new(0));
     let file_bytes = std::fs::metadata(path)
         .with_context(|| format!("cannot open {}", path.display()))?

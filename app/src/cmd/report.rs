@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use allocview_sim::classes::ClassSeries;
+use allocview_sim::policy::{Counters, Policy};
 use allocview_sim::replay::Replay;
-use allocview_sim::trace::{NUM_SIZE_CLASSES, TraceView};
+use allocview_sim::trace::NUM_SIZE_CLASSES;
 use anyhow::{Context as _, Result, anyhow};
 use plotters::prelude::*;
 use polars::prelude::*;
@@ -13,7 +14,6 @@ use polars::prelude::*;
 use super::compare::{PolicyArgs, config_for_input, max_live_bytes, run_policies};
 use super::load::{InputArgs, load_input, require_events};
 use crate::format;
-use crate::model::heapmap::{self, CellKind};
 use crate::safe_write::PendingFile;
 use crate::theme::{self, Rgb};
 
@@ -36,10 +36,12 @@ pub struct ReportArgs {
     pub size: String,
     #[command(flatten)]
     pub input: InputArgs,
+    #[command(flatten)]
+    pub stream: super::stream::StreamArgs,
 }
 
 /// Time buckets of the size-class series (the charts are about a thousand pixels wide).
-const BUCKETS: usize = 1024;
+pub(super) const BUCKETS: usize = 1024;
 
 pub(crate) fn rgb(c: Rgb) -> RGBColor {
     RGBColor(c.0, c.1, c.2)
@@ -47,12 +49,11 @@ pub(crate) fn rgb(c: Rgb) -> RGBColor {
 
 /// Runs `allocview report`.
 pub fn run(args: &ReportArgs) -> Result<()> {
-    let (w, h) = args
-        .size
-        .split_once('x')
-        .and_then(|(w, h)| Some((w.parse::<u32>().ok()?, h.parse::<u32>().ok()?)))
-        .context("--size must look like 1200x700")?;
+    let size = chart_size(&args.size)?;
     let specs = args.policies.specs()?;
+    if args.stream.applies(&args.file, &args.input)? {
+        return super::stream_report::run(args, &specs, size);
+    }
     let loaded = load_input(&args.file, &args.input)?;
     let config = config_for_input(&loaded, args.policies.config()?);
     let ev = require_events(&loaded, &args.file, "report")?;
@@ -61,6 +62,44 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     let runs = run_policies(&view, &specs, &config, jobs);
+    let done = replayed(&runs)?;
+    let bucketing = allocview_sim::series::Bucketing::for_trace(&view, BUCKETS);
+    let classes = ClassSeries::build(&view, bucketing, 16_384);
+    let (_, peak) = view.peak_live();
+    let mut heaps = Vec::new();
+    if view.is_empty() {
+        // Nothing was replayed, so there is no moment to draw a heap at.
+        eprintln!("note: the trace has no events: no heap maps");
+    } else {
+        for (name, rep) in &done {
+            let heap = rep
+                .state_at(&view, peak)
+                .map_err(|e| anyhow!("{name}: seeking to event {peak}: {e}"))?;
+            heaps.push(heap);
+        }
+    }
+    write_report(
+        args,
+        size,
+        &Gathered {
+            done,
+            classes,
+            max_live: max_live_bytes(&view),
+            peak_event: peak,
+            heaps,
+        },
+    )
+}
+
+/// `--size`, width x height.
+fn chart_size(text: &str) -> Result<(u32, u32)> {
+    text.split_once('x')
+        .and_then(|(w, h)| Some((w.parse::<u32>().ok()?, h.parse::<u32>().ok()?)))
+        .context("--size must look like 1200x700")
+}
+
+/// The policies that replayed (the others are noted on stderr); an error when none did.
+pub(super) fn replayed(runs: &[super::compare::PolicyRun]) -> Result<Vec<(&str, &Replay)>> {
     let done: Vec<(&str, &Replay)> = runs
         .iter()
         .filter_map(|r| match &r.result {
@@ -74,11 +113,27 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     if done.is_empty() {
         return Err(anyhow!("no policy could be replayed"));
     }
+    Ok(done)
+}
+
+/// What a report is drawn from, however the trace was read.
+pub(super) struct Gathered<'a> {
+    pub(super) done: Vec<(&'a str, &'a Replay)>,
+    pub(super) classes: ClassSeries,
+    pub(super) max_live: u64,
+    /// The first event at the peak of live bytes, where the heap maps are drawn.
+    pub(super) peak_event: usize,
+    /// Each replayed policy's heap just after `peak_event`, in `done`'s order (none for an
+    /// empty trace).
+    pub(super) heaps: Vec<(Box<dyn Policy>, Counters)>,
+}
+
+/// Writes the report's tables and charts into `args.out`, all replacing their outputs together.
+pub(super) fn write_report(args: &ReportArgs, size: (u32, u32), g: &Gathered<'_>) -> Result<()> {
+    let (w, h) = size;
+    let done = &g.done;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    let bucketing = allocview_sim::series::Bucketing::for_trace(&view, BUCKETS);
-    let classes = ClassSeries::build(&view, bucketing, 16_384);
-    let max_live = max_live_bytes(&view);
     let title = args.file.file_name().map_or_else(
         || args.file.display().to_string(),
         |f| f.to_string_lossy().into_owned(),
@@ -88,9 +143,9 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     // end, so a failure part way leaves the folder as it was.
     let mut out = Outputs::new(&args.file);
     let tables = [
-        ("summary", summary_frame(&done, max_live)?),
-        ("timeline", timeline_frame(&done)?),
-        ("classes", classes_frame(&classes)?),
+        ("summary", summary_frame(done, g.max_live)?),
+        ("timeline", timeline_frame(done)?),
+        ("classes", classes_frame(&g.classes)?),
     ];
     for (name, mut df) in tables {
         write_csv(&mut df, &out.start(&args.out.join(format!("{name}.csv")))?)?;
@@ -106,26 +161,21 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         &out.start(&args.out.join("timeline.png"))?,
         (w, h),
         &title,
-        &done,
+        done,
     )?;
     chart_fragmentation(
         &out.start(&args.out.join("fragmentation.png"))?,
         (w, h),
         &title,
-        &done,
+        done,
     )?;
     chart_classes(
         &out.start(&args.out.join("classes.png"))?,
         (w, h),
         &title,
-        &classes,
+        &g.classes,
     )?;
-    let (_, peak) = view.peak_live();
-    if view.is_empty() {
-        // Nothing was replayed, so there is no moment to draw a heap at.
-        eprintln!("note: the trace has no events: no heap maps");
-    }
-    for (name, rep) in done.iter().filter(|_| !view.is_empty()) {
+    for ((name, _), (policy, counters)) in done.iter().zip(&g.heaps) {
         // A variant's label holds `:`, `=` and brackets: keep file names portable.
         let file_name: String = name
             .chars()
@@ -138,7 +188,12 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             })
             .collect();
         let path = out.start(&args.out.join(format!("heapmap_{file_name}.png")))?;
-        chart_heapmap(&path, (w, h), &title, name, rep, &view, peak)?;
+        let heap = super::report_heapmap::Heap {
+            policy: policy.as_ref(),
+            counters,
+            event: g.peak_event,
+        };
+        super::report_heapmap::chart_heapmap(&path, (w, h), &title, name, &heap)?;
     }
     for p in out.commit_all()? {
         outln!("wrote {}", p.display());
@@ -631,107 +686,6 @@ fn chart_classes(path: &Path, size: (u32, u32), title: &str, c: &ClassSeries) ->
     bar.draw(&Text::new("1 B", (24, bh as i32 - 14), style.clone()))
         .map_err(plot_err)?;
     bar.draw(&Text::new("(log)", (24, bh as i32 / 2), style))
-        .map_err(plot_err)?;
-    root.present().map_err(plot_err)?;
-    Ok(path.to_path_buf())
-}
-
-fn chart_heapmap(
-    path: &Path,
-    size: (u32, u32),
-    title: &str,
-    name: &str,
-    rep: &Replay,
-    view: &TraceView<'_>,
-    event: usize,
-) -> Result<PathBuf> {
-    let (policy, counters) = rep
-        .state_at(view, event)
-        .map_err(|e| anyhow!("{name}: seeking to event {event}: {e}"))?;
-    let mut blocks = Vec::new();
-    policy.blocks(&mut blocks);
-    let root = BitMapBackend::new(path, size).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_err)?;
-    let (top, rest) = root.split_vertically(70);
-    let (map_area, legend) = rest.split_vertically(size.1.saturating_sub(70 + 60));
-    top.draw(&Text::new(
-        format!(
-            "{title}: {name} heap at the peak of live bytes (event {})",
-            format::count(event as u64)
-        ),
-        (15, 10),
-        ("sans-serif", 26).into_font(),
-    ))
-    .map_err(plot_err)?;
-    top.draw(&Text::new(
-        format!(
-            "live {}, allocated {}, footprint {}, free {} in {} blocks, fragmentation {:.1}%",
-            format::bytes(counters.live_bytes),
-            format::bytes(counters.allocated_bytes),
-            format::bytes(counters.footprint_bytes),
-            format::bytes(counters.free_bytes),
-            format::count(counters.free_blocks),
-            100.0 * allocview_sim::metrics::fragmentation(&counters)
-        ),
-        (15, 42),
-        ("sans-serif", 18).into_font(),
-    ))
-    .map_err(plot_err)?;
-    let (mw, mh) = map_area.dim_in_pixel();
-    let cell = 6u32;
-    let cols = (mw.saturating_sub(30) / cell).max(1);
-    let rows = (mh.saturating_sub(10) / cell).max(1);
-    let map = heapmap::rasterise(&blocks, (cols * rows) as usize);
-    for (i, k) in map.cells.iter().enumerate() {
-        let i = u32::try_from(i).unwrap_or(u32::MAX);
-        let (x, y) = (15 + (i % cols) * cell, (i / cols) * cell);
-        let color = match *k {
-            CellKind::Empty => continue,
-            CellKind::Selected => rgb(theme::SELECTED),
-            CellKind::Free => RGBColor(0xd8, 0xdc, 0xe4),
-            CellKind::Dead => rgb(theme::DEAD),
-            CellKind::Waste => rgb(theme::WASTE),
-            CellKind::Used { class } => rgb(theme::class(class)),
-        };
-        map_area
-            .draw(&Rectangle::new(
-                [
-                    (x as i32, y as i32),
-                    ((x + cell - 1) as i32, (y + cell - 1) as i32),
-                ],
-                color.filled(),
-            ))
-            .map_err(plot_err)?;
-    }
-    let style = ("sans-serif", 16).into_font();
-    let mut x = 15i32;
-    let swatches: [(RGBColor, String); 6] = [
-        (RGBColor(0xd8, 0xdc, 0xe4), "free".to_owned()),
-        (rgb(theme::WASTE), "internal waste".to_owned()),
-        (rgb(theme::class(5)), "live 16-31 B".to_owned()),
-        (rgb(theme::class(12)), "2-4 KiB".to_owned()),
-        (rgb(theme::class(22)), "2-4 MiB".to_owned()),
-        (rgb(theme::class(27)), "64-128 MiB".to_owned()),
-    ];
-    for (c, label) in swatches {
-        legend
-            .draw(&Rectangle::new([(x, 15), (x + 16, 31)], c.filled()))
-            .map_err(plot_err)?;
-        legend
-            .draw(&Text::new(label.clone(), (x + 22, 15), style.clone()))
-            .map_err(plot_err)?;
-        x += 34 + 8 * i32::try_from(label.len()).unwrap_or(10);
-    }
-    legend
-        .draw(&Text::new(
-            format!(
-                "one cell = {} of the {} held",
-                format::bytes(map.bytes_per_cell),
-                format::bytes(map.held_bytes)
-            ),
-            (x, 15),
-            style,
-        ))
         .map_err(plot_err)?;
     root.present().map_err(plot_err)?;
     Ok(path.to_path_buf())

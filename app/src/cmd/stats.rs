@@ -23,10 +23,15 @@ pub struct StatsArgs {
     pub json: bool,
     #[command(flatten)]
     pub input: InputArgs,
+    #[command(flatten)]
+    pub stream: super::stream::StreamArgs,
 }
 
 /// Runs `allocview stats`.
 pub fn run(args: &StatsArgs) -> Result<()> {
+    if args.stream.applies(&args.file, &args.input)? {
+        return super::stream::stats(args);
+    }
     let loaded = load_input(&args.file, &args.input)?;
     if args.json {
         outln!("{}", json(&loaded, &args.file)?);
@@ -334,7 +339,7 @@ pub fn stats_json(s: &TraceStats) -> Map<String, Value> {
     m
 }
 
-fn print_table(file: &str, s: &TraceStats, load_seconds: f64) -> Result<()> {
+pub(super) fn print_table(file: &str, s: &TraceStats, load_seconds: f64) -> Result<()> {
     use format::{bytes, count};
     outln!("{file}");
     outln!(

@@ -240,6 +240,7 @@ impl TraceData {
             },
             progress: Some(progress),
         };
+        crate::cmd::stream::refuse_if_too_big(path).map_err(|e| format!("{e:#}"))?;
         let mut loaded = allocview_loaders::load(path, &opts).map_err(|e| e.to_string())?;
         crate::cmd::window::apply(&mut loaded, window, path).map_err(|e| format!("{e:#}"))?;
         let warnings = crate::cmd::load::warnings(&loaded);

@@ -30,6 +30,10 @@
 //!   is there and says so).
 //! - `0x05` MODULES, `0x06` LOCATIONS, `0x07` STACKS, `0x08` SYMBOLS: the call stacks of a
 //!   trace recorded with stacks, after the last EVENTS frame (see `stacks.rs`).
+//! - `0x09` INDEX, just before END: the threads table and, per EVENTS block, its file
+//!   offset, event count and time span, ending in the index frame's own offset so it is found
+//!   from the end of the file (see `index.rs`). Files written before it existed have none and
+//!   are indexed by reading their frames once; readers that predate it skip it.
 //!
 //! A **spool** (kind 1) is what the LD_PRELOAD tracer writes while the program runs: a META
 //! frame (as above, plus `tick0`, `mono_ns0`, `realtime_ns0`, `clock`, and in the current
@@ -100,17 +104,21 @@ use crate::sites::{NO_STACK, stack_id_column};
 
 mod codec;
 mod frames;
+mod index;
 mod spool;
 mod stacks;
+mod stream;
 #[cfg(test)]
 mod tests;
 mod trace;
 mod write;
 
 use frames::{Frames, read_header};
+pub use index::{BlockEntry, BlockIndex, read_index, read_index_frame};
 use spool::read_spool;
 pub use spool::{LivePoll, LiveSpool};
 pub use stacks::{Location, NativeModule, NativeStack, NativeStacks, SourceFrame, StackEnd};
+pub use stream::BinaryEventStream;
 use trace::read_trace;
 pub use write::BinaryWriter;
 

@@ -119,8 +119,16 @@ fn a_cut_file_reads_what_is_there_and_says_so() {
     let (back, info) = read(&bytes[..bytes.len() - 6]);
     assert_eq!(back, recs);
     assert!(info.truncated.is_some());
-    // Cut inside the events frame: nothing of it is read, and the cut is reported.
-    let (back, info) = read(&bytes[..bytes.len() - 12]);
+    // Cut inside the INDEX frame (before END): every event is there, the cut is reported.
+    let (back, info) = read(&bytes[..bytes.len() - 9]);
+    assert_eq!(back, recs);
+    assert!(info.truncated.is_some());
+    // Cut inside the events frame (which ends where the INDEX frame starts, as its trailer
+    // says): nothing of it is read, and the cut is reported.
+    let end_at = bytes.len() - 6;
+    let index_at = u64::from_le_bytes(bytes[end_at - 8..end_at].try_into().unwrap()) as usize;
+    assert_eq!(bytes[index_at], 0x09);
+    let (back, info) = read(&bytes[..index_at - 6]);
     assert!(back.is_empty());
     assert!(info.truncated.is_some());
 }

@@ -80,9 +80,85 @@ struct Reader<'a> {
     /// The file after its header.
     bytes: &'a [u8],
     threads: Vec<u64>,
-    raw: Vec<u8>,
     decoded: Vec<Record>,
+    decoder: BlockDecoder,
+}
+
+/// Decodes EVENTS payloads, reusing its buffers from block to block.
+pub(super) struct BlockDecoder {
+    raw: Vec<u8>,
     decompressor: zstd::bulk::Decompressor<'static>,
+}
+
+impl BlockDecoder {
+    pub(super) fn new(path: &Path) -> Result<Self, LoadError> {
+        Ok(Self {
+            raw: Vec::new(),
+            decompressor: zstd::bulk::Decompressor::new().map_err(|e| LoadError::io(path, e))?,
+        })
+    }
+
+    /// Decompresses and decodes an EVENTS payload into `out` (cleared first).
+    pub(super) fn decode(
+        &mut self,
+        payload: &[u8],
+        threads: &[u64],
+        out: &mut Vec<Record>,
+    ) -> Result<(), String> {
+        self.decode_with(payload, threads, &[], out)
+    }
+
+    /// [`Self::decode`], with thread indices past `threads` referring to `more_threads`.
+    fn decode_with(
+        &mut self,
+        payload: &[u8],
+        threads: &[u64],
+        more_threads: &[u64],
+        out: &mut Vec<Record>,
+    ) -> Result<(), String> {
+        let mut c = Cursor::new(payload);
+        let (Some(codec), Some(events), Some(raw_bytes)) = (c.u8(), c.varint(), c.varint()) else {
+            return Err("a cut events block header".into());
+        };
+        let data = payload.get(c.pos..).unwrap_or(&[]);
+        let raw_bytes = usize::try_from(raw_bytes)
+            .ok()
+            .filter(|&n| n <= MAX_FRAME_BYTES)
+            .ok_or_else(|| format!("an events block of {raw_bytes} bytes"))?;
+        if events > (raw_bytes / MIN_EVENT_BYTES) as u64 {
+            return Err(format!("{events} events in a block of {raw_bytes} bytes"));
+        }
+        let block: &[u8] = match codec {
+            CODEC_STORED => data,
+            CODEC_ZSTD => {
+                // The zstd frame says how much it holds: check before decompressing.
+                match zstd::zstd_safe::get_frame_content_size(data) {
+                    Ok(Some(n)) if n != raw_bytes as u64 => {
+                        return Err(format!(
+                            "the block says {raw_bytes} bytes, its zstd frame {n}"
+                        ));
+                    }
+                    Ok(_) => {}
+                    Err(_) => return Err("not a zstd frame".into()),
+                }
+                self.raw.clear();
+                self.raw.reserve(raw_bytes);
+                self.decompressor
+                    .decompress_to_buffer(data, &mut self.raw)
+                    .map_err(|e| format!("zstd: {e}"))?;
+                &self.raw
+            }
+            other => return Err(format!("an unknown codec {other}")),
+        };
+        if block.len() != raw_bytes {
+            return Err(format!(
+                "the block says {raw_bytes} bytes and holds {}",
+                block.len()
+            ));
+        }
+        out.clear();
+        decode_block(block, events, threads, more_threads, out)
+    }
 }
 
 impl<'a> Reader<'a> {
@@ -166,54 +242,8 @@ impl<'a> Reader<'a> {
     /// threads introduced by a frame not yet applied (when looking for where the file reads
     /// again).
     fn parse_events(&mut self, payload: &[u8], more_threads: &[u64]) -> Result<(), String> {
-        let mut c = Cursor::new(payload);
-        let (Some(codec), Some(events), Some(raw_bytes)) = (c.u8(), c.varint(), c.varint()) else {
-            return Err("a cut events block header".into());
-        };
-        let data = payload.get(c.pos..).unwrap_or(&[]);
-        let raw_bytes = usize::try_from(raw_bytes)
-            .ok()
-            .filter(|&n| n <= MAX_FRAME_BYTES)
-            .ok_or_else(|| format!("an events block of {raw_bytes} bytes"))?;
-        if events > (raw_bytes / MIN_EVENT_BYTES) as u64 {
-            return Err(format!("{events} events in a block of {raw_bytes} bytes"));
-        }
-        let block: &[u8] = match codec {
-            CODEC_STORED => data,
-            CODEC_ZSTD => {
-                // The zstd frame says how much it holds: check before decompressing.
-                match zstd::zstd_safe::get_frame_content_size(data) {
-                    Ok(Some(n)) if n != raw_bytes as u64 => {
-                        return Err(format!(
-                            "the block says {raw_bytes} bytes, its zstd frame {n}"
-                        ));
-                    }
-                    Ok(_) => {}
-                    Err(_) => return Err("not a zstd frame".into()),
-                }
-                self.raw.clear();
-                self.raw.reserve(raw_bytes);
-                self.decompressor
-                    .decompress_to_buffer(data, &mut self.raw)
-                    .map_err(|e| format!("zstd: {e}"))?;
-                &self.raw
-            }
-            other => return Err(format!("an unknown codec {other}")),
-        };
-        if block.len() != raw_bytes {
-            return Err(format!(
-                "the block says {raw_bytes} bytes and holds {}",
-                block.len()
-            ));
-        }
-        self.decoded.clear();
-        decode_block(
-            block,
-            events,
-            &self.threads,
-            more_threads,
-            &mut self.decoded,
-        )
+        self.decoder
+            .decode_with(payload, &self.threads, more_threads, &mut self.decoded)
     }
 
     /// The first position from `from` on where a frame reads in full and is followed by a
@@ -270,6 +300,7 @@ impl<'a> Reader<'a> {
                         | FRAME_LOCATIONS
                         | FRAME_STACKS
                         | FRAME_SYMBOLS
+                        | super::index::FRAME_INDEX
                 )
             })
     }
@@ -286,9 +317,8 @@ pub(super) fn read_trace(
     let mut r = Reader {
         bytes,
         threads: Vec::new(),
-        raw: Vec::new(),
         decoded: Vec::new(),
-        decompressor: zstd::bulk::Decompressor::new().map_err(|e| LoadError::io(path, e))?,
+        decoder: BlockDecoder::new(path)?,
     };
     let offset = |pos: usize| pos as u64 + HEADER_BYTES;
     let mut pos = 0usize;
@@ -451,6 +481,7 @@ fn frame_name(tag: u8) -> String {
         FRAME_LOCATIONS => "a LOCATIONS".into(),
         FRAME_STACKS => "a STACKS".into(),
         FRAME_SYMBOLS => "a SYMBOLS".into(),
+        super::index::FRAME_INDEX => "the INDEX".into(),
         other => format!("a 0x{other:02x}"),
     }
 }

@@ -4,6 +4,7 @@ use std::io::{self, Write};
 
 use super::codec::{put_varint, zigzag};
 use super::frames::write_frame;
+use super::index::{BlockEntry, BlockIndex, FRAME_INDEX};
 use super::stacks::{self, NativeStacks};
 use super::{
     BLOCK_EVENTS, CODEC_STORED, CODEC_ZSTD, FRAME_END, FRAME_EVENTS, FRAME_META, FRAME_THREADS,
@@ -27,6 +28,12 @@ pub struct BinaryWriter<W: Write> {
     total: u64,
     compressor: zstd::bulk::Compressor<'static>,
     packed: Vec<u8>,
+    /// Bytes written so far: the offset of the next frame.
+    written: u64,
+    /// The block index written before END (see `index.rs`).
+    index: BlockIndex,
+    block_first_t: i64,
+    block_max_t: i64,
 }
 
 impl<W: Write> BinaryWriter<W> {
@@ -44,6 +51,7 @@ impl<W: Write> BinaryWriter<W> {
             text.push_str(&format!("{k}={v}\n"));
         }
         write_frame(&mut out, FRAME_META, &[text.as_bytes()])?;
+        let written = (MAGIC.len() + 2 + 5 + text.len()) as u64;
         let mut compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
         // A checksum per block (4 bytes): damage inside a block is found when it is read,
         // rather than decoding into wrong events.
@@ -62,6 +70,10 @@ impl<W: Write> BinaryWriter<W> {
             total: 0,
             compressor,
             packed: Vec::new(),
+            written,
+            index: BlockIndex::default(),
+            block_first_t: 0,
+            block_max_t: 0,
         })
     }
 
@@ -110,6 +122,11 @@ impl<W: Write> BinaryWriter<W> {
         if r.stack.is_some() {
             op |= OP_STACK;
         }
+        if self.block_events == 0 {
+            self.block_first_t = r.t_ns;
+            self.block_max_t = r.t_ns;
+        }
+        self.block_max_t = self.block_max_t.max(r.t_ns);
         self.block.push(op);
         if thread != self.prev_thread {
             put_varint(&mut self.block, thread);
@@ -136,6 +153,13 @@ impl<W: Write> BinaryWriter<W> {
         Ok(())
     }
 
+    /// Writes a frame, counting its bytes.
+    fn frame(&mut self, tag: u8, parts: &[&[u8]]) -> io::Result<()> {
+        write_frame(&mut self.out, tag, parts)?;
+        self.written += 5 + parts.iter().map(|p| p.len() as u64).sum::<u64>();
+        Ok(())
+    }
+
     fn flush_block(&mut self) -> io::Result<()> {
         if !self.new_threads.is_empty() {
             let mut t = Vec::new();
@@ -143,8 +167,8 @@ impl<W: Write> BinaryWriter<W> {
             for &tid in &self.new_threads {
                 put_varint(&mut t, tid);
             }
-            write_frame(&mut self.out, FRAME_THREADS, &[&t])?;
-            self.new_threads.clear();
+            self.frame(FRAME_THREADS, &[&t])?;
+            self.index.threads.append(&mut self.new_threads);
         }
         if self.block_events == 0 {
             return Ok(());
@@ -162,7 +186,16 @@ impl<W: Write> BinaryWriter<W> {
         let mut head = vec![codec];
         put_varint(&mut head, u64::from(self.block_events));
         put_varint(&mut head, self.block.len() as u64);
+        self.index.blocks.push(BlockEntry {
+            offset: self.written,
+            first_record: self.total - u64::from(self.block_events),
+            records: u64::from(self.block_events),
+            first_t_ns: self.block_first_t,
+            max_t_ns: self.block_max_t,
+        });
+        let len = (head.len() + data.len()) as u64;
         write_frame(&mut self.out, FRAME_EVENTS, &[&head, data])?;
+        self.written += 5 + len;
         self.block.clear();
         self.block_events = 0;
         self.prev_t = 0;
@@ -179,7 +212,7 @@ impl<W: Write> BinaryWriter<W> {
     pub fn write_stacks(&mut self, s: &NativeStacks) -> io::Result<()> {
         self.flush_block()?;
         for (tag, payload) in stacks::encode_frames(s) {
-            write_frame(&mut self.out, tag, &[&payload])?;
+            self.frame(tag, &[&payload])?;
         }
         Ok(())
     }
@@ -190,6 +223,8 @@ impl<W: Write> BinaryWriter<W> {
     /// On write errors.
     pub fn finish(mut self) -> io::Result<W> {
         self.flush_block()?;
+        let index = self.index.encode(self.written);
+        self.frame(FRAME_INDEX, &[&index])?;
         let mut end = Vec::new();
         put_varint(&mut end, self.total);
         write_frame(&mut self.out, FRAME_END, &[&end])?;

@@ -51,17 +51,20 @@ pub(crate) struct Builder {
     /// [`NO_STACK`](crate::sites::NO_STACK).
     stack: Option<Vec<u32>>,
     pairing: Pairing,
-    tids: PtrMap<u16>,
-    tid_order: Vec<u64>,
-    last_tid: Option<(u64, u16)>,
+    threads: ThreadIds,
     pub(crate) summary: LoadSummary,
 }
 
 /// Pairs frees with allocations, as the loader does for every record: the state both the
 /// [`Builder`] and a recording's summary (`crate::stats::RecordingStats`) keep.
 pub(crate) struct Pairing {
-    live: PtrMap<(u32, u64)>,
+    live: PtrMap<LiveAlloc>,
     next_alloc_id: u32,
+    /// Slots freed and not yet reused, and the next never used: a live allocation's slot is
+    /// unique among the live ones, so tables indexed by slot stay as small as the live set
+    /// (the streaming replay's address table).
+    free_slots: Vec<u32>,
+    next_slot: u32,
     prev_t_ns: i64,
     /// Bytes of the live allocations, and of every allocation so far: what the statistics and
     /// the replay add up, checked here so that a file whose sizes add up past 2^64 - 1 is
@@ -74,6 +77,14 @@ pub(crate) struct Pairing {
 const LIVE_OVERFLOW: &str = "a size that keeps the live allocations' bytes below 2^64 (16 EiB)";
 const TOTAL_OVERFLOW: &str = "a size that keeps the bytes allocated so far below 2^64 (16 EiB)";
 
+/// A live allocation: its id, slot and size.
+#[derive(Clone, Copy)]
+struct LiveAlloc {
+    id: u32,
+    slot: u32,
+    size: u64,
+}
+
 /// What a record becomes: its event, after the clamped time, and the free of a block the
 /// allocation found live (a missed free), which comes first.
 pub(crate) struct Paired {
@@ -81,8 +92,10 @@ pub(crate) struct Paired {
     pub(crate) kind: EventKind,
     pub(crate) size: u64,
     pub(crate) id: u32,
-    /// The alloc id and size of the displaced block.
-    pub(crate) displaced: Option<(u32, u64)>,
+    /// The allocation's slot (see [`Pairing`]); [`NO_ALLOC_ID`] when `id` is.
+    pub(crate) slot: u32,
+    /// The alloc id, size and slot of the displaced block.
+    pub(crate) displaced: Option<(u32, u64, u32)>,
 }
 
 impl Default for Pairing {
@@ -90,6 +103,8 @@ impl Default for Pairing {
         Self {
             live: PtrMap::default(),
             next_alloc_id: 0,
+            free_slots: Vec::new(),
+            next_slot: 0,
             prev_t_ns: i64::MIN,
             live_bytes: 0,
             total_bytes: 0,
@@ -106,17 +121,17 @@ impl Pairing {
         size_bytes: Option<u64>,
         addr: u64,
     ) -> Result<Paired, &'static str> {
-        // An allocation's slot in the live map, looked up once (the map is the loader's and
+        // An allocation's entry in the live map, looked up once (the map is the loader's and
         // `record`'s hottest structure).
-        let mut slot = None;
+        let mut entry = None;
         if let Some(size) = size_bytes
             && addr != 0
         {
             // Checked before anything is counted: a refused line (skipped in lenient mode)
             // leaves no trace in the counts. A live block at `addr` is freed by this record.
-            let entry = self.live.entry(addr);
-            let displaced = match &entry {
-                Entry::Occupied(o) => o.get().1,
+            let e = self.live.entry(addr);
+            let displaced = match &e {
+                Entry::Occupied(o) => o.get().size,
                 Entry::Vacant(_) => 0,
             };
             self.live_bytes
@@ -124,7 +139,7 @@ impl Pairing {
                 .checked_add(size)
                 .ok_or(LIVE_OVERFLOW)?;
             self.total_bytes.checked_add(size).ok_or(TOTAL_OVERFLOW)?;
-            slot = Some(entry);
+            entry = Some(e);
         }
         let mut t_ns = t_ns;
         if t_ns < self.prev_t_ns {
@@ -133,51 +148,61 @@ impl Pairing {
         }
         self.prev_t_ns = t_ns;
         let mut displaced = None;
-        let (kind, size, id) = match size_bytes {
+        let (kind, size, id, slot) = match size_bytes {
             Some(size) => {
                 summary.mallocs += 1;
                 if size == 0 {
                     summary.mallocs_size_zero += 1;
                 }
-                if let Some(slot) = slot {
+                if let Some(e) = entry {
                     let id = self.next_alloc_id;
                     if id == NO_ALLOC_ID {
                         return Err("at most 4294967294 allocations");
                     }
                     self.next_alloc_id += 1;
-                    displaced = match slot {
-                        Entry::Occupied(mut o) => Some(o.insert((id, size))),
+                    let slot = match e {
+                        // The displaced block's implied free gives back its slot, which this
+                        // allocation takes at once.
+                        Entry::Occupied(mut o) => {
+                            let old = o.insert(LiveAlloc {
+                                id,
+                                slot: o.get().slot,
+                                size,
+                            });
+                            summary.mallocs_of_live_ptr += 1;
+                            self.live_bytes = self.live_bytes.saturating_sub(old.size);
+                            displaced = Some((old.id, old.size, old.slot));
+                            old.slot
+                        }
                         Entry::Vacant(v) => {
-                            v.insert((id, size));
-                            None
+                            let slot = take_slot(&mut self.free_slots, &mut self.next_slot);
+                            v.insert(LiveAlloc { id, slot, size });
+                            slot
                         }
                     };
-                    if let Some((_, old)) = displaced {
-                        summary.mallocs_of_live_ptr += 1;
-                        self.live_bytes = self.live_bytes.saturating_sub(old);
-                    }
                     // Both checked above.
                     self.live_bytes = self.live_bytes.saturating_add(size);
                     self.total_bytes = self.total_bytes.saturating_add(size);
-                    (EventKind::Alloc, size, id)
+                    (EventKind::Alloc, size, id, slot)
                 } else {
                     if size > 0 {
                         summary.mallocs_failed += 1;
                     }
-                    (EventKind::AllocFailed, size, NO_ALLOC_ID)
+                    (EventKind::AllocFailed, size, NO_ALLOC_ID, NO_ALLOC_ID)
                 }
             }
             None => {
                 summary.frees += 1;
                 if addr == 0 {
                     summary.frees_null += 1;
-                    (EventKind::FreeNull, 0, NO_ALLOC_ID)
-                } else if let Some((id, size)) = self.live.remove(&addr) {
-                    self.live_bytes = self.live_bytes.saturating_sub(size);
-                    (EventKind::Free, size, id)
+                    (EventKind::FreeNull, 0, NO_ALLOC_ID, NO_ALLOC_ID)
+                } else if let Some(old) = self.live.remove(&addr) {
+                    self.live_bytes = self.live_bytes.saturating_sub(old.size);
+                    self.free_slots.push(old.slot);
+                    (EventKind::Free, old.size, old.id, old.slot)
                 } else {
                     summary.frees_unknown += 1;
-                    (EventKind::FreeUnknown, 0, NO_ALLOC_ID)
+                    (EventKind::FreeUnknown, 0, NO_ALLOC_ID, NO_ALLOC_ID)
                 }
             }
         };
@@ -186,8 +211,53 @@ impl Pairing {
             kind,
             size,
             id,
+            slot,
             displaced,
         })
+    }
+
+    /// Bytes of the allocations live now.
+    pub(crate) fn live_bytes(&self) -> u64 {
+        self.live_bytes
+    }
+}
+
+/// A slot for a new live allocation: the last one freed, else the next never used.
+fn take_slot(free_slots: &mut Vec<u32>, next_slot: &mut u32) -> u32 {
+    free_slots.pop().unwrap_or_else(|| {
+        // Fewer live allocations than ids: the count cannot pass `NO_ALLOC_ID`.
+        let slot = *next_slot;
+        *next_slot += 1;
+        slot
+    })
+}
+
+/// Thread ids numbered in the order of their first event: the `thread` column's indices.
+#[derive(Default)]
+pub(crate) struct ThreadIds {
+    tids: PtrMap<u16>,
+    pub(crate) order: Vec<u64>,
+    last: Option<(u64, u16)>,
+}
+
+impl ThreadIds {
+    pub(crate) fn index(&mut self, tid: u64) -> Result<u16, &'static str> {
+        if let Some((last, idx)) = self.last
+            && last == tid
+        {
+            return Ok(idx);
+        }
+        let idx = if let Some(&idx) = self.tids.get(&tid) {
+            idx
+        } else {
+            let idx = u16::try_from(self.order.len())
+                .map_err(|_| "more threads than allocview loads (65,536)")?;
+            self.tids.insert(tid, idx);
+            self.order.push(tid);
+            idx
+        };
+        self.last = Some((tid, idx));
+        Ok(idx)
     }
 }
 
@@ -204,44 +274,24 @@ impl Builder {
             call: None,
             stack: None,
             pairing: Pairing::default(),
-            tids: PtrMap::default(),
-            tid_order: Vec::new(),
-            last_tid: None,
+            threads: ThreadIds::default(),
             summary: LoadSummary::default(),
         }
     }
 
-    fn thread_index(&mut self, tid: u64) -> Result<u16, &'static str> {
-        if let Some((last, idx)) = self.last_tid
-            && last == tid
-        {
-            return Ok(idx);
-        }
-        let idx = if let Some(&idx) = self.tids.get(&tid) {
-            idx
-        } else {
-            let idx = u16::try_from(self.tid_order.len())
-                .map_err(|_| "more threads than allocview loads (65,536)")?;
-            self.tids.insert(tid, idx);
-            self.tid_order.push(tid);
-            idx
-        };
-        self.last_tid = Some((tid, idx));
-        Ok(idx)
-    }
-
     pub(crate) fn push(&mut self, line: &Line) -> Result<(), &'static str> {
-        let thread = self.thread_index(line.tid)?;
+        let thread = self.threads.index(line.tid)?;
         let Paired {
             t_ns,
             kind,
             size,
             id,
             displaced,
+            ..
         } = self
             .pairing
             .pair(&mut self.summary, line.t_ns, line.size_bytes, line.addr)?;
-        if let Some((old_id, old_size)) = displaced {
+        if let Some((old_id, old_size, _)) = displaced {
             self.push_row(
                 t_ns,
                 thread,
@@ -348,7 +398,7 @@ impl Builder {
 
     /// The threads table of the threads seen so far.
     pub(crate) fn threads_frame(&self) -> PolarsResult<DataFrame> {
-        threads_frame(self.tid_order.clone())
+        threads_frame(self.threads.order.clone())
     }
 
     pub(crate) fn finish(self) -> Result<(DataFrame, DataFrame, LoadSummary), LoadError> {
@@ -361,10 +411,11 @@ impl Builder {
             alloc_id,
             size_class,
             call,
-            tid_order,
+            threads,
             summary,
             ..
         } = self;
+        let tid_order = threads.order;
         let height = kind.len();
         let has_null_ids = alloc_id.contains(&NO_ALLOC_ID);
         let alloc_id_col = if has_null_ids {

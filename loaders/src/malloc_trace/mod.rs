@@ -41,7 +41,7 @@ mod text;
 
 use text::read_text;
 
-pub(crate) use builder::{Builder, Pairing};
+pub(crate) use builder::{Builder, Pairing, ThreadIds};
 
 /// Names of the `call` column's codes, in code order.
 pub const CALL_NAMES: [&str; 11] = [

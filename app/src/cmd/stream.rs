@@ -1,0 +1,257 @@
+//! `stats`, `compare` and `report` (`stream_report.rs`) on a binary trace too big for memory: the events are decoded block by
+//! block from the file ([`BinaryEventStream`]) and replayed as they come
+//! ([`allocview_sim::stream::replay_stream`]), so memory is bounded by a block, the live
+//! allocations and each policy's heap, not by the trace. Chosen by `--stream`, or on its own
+//! for a binary trace whose events would not fit in half the memory available.
+
+use std::path::Path;
+
+use allocview_loaders::binary::{self, BinaryEventStream};
+use allocview_loaders::stats::StatsAccumulator;
+use allocview_sim::policy::registry::{self, PolicyConfig};
+use allocview_sim::policy::spec::PolicySpec;
+use allocview_sim::replay::{Replay, ReplayOptions};
+use allocview_sim::stream::{EventBatch, EventSource as _, Prefetched, replay_stream_until};
+use allocview_sim::trace::OwnedTrace;
+use anyhow::{Context as _, Result, bail};
+use serde_json::json;
+
+use super::compare::{CompareArgs, Row};
+use super::load::InputArgs;
+use super::stats::StatsArgs;
+
+/// The `--stream` flag of the commands that can stream.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct StreamArgs {
+    /// Read a binary trace block by block instead of loading it (memory bounded by the live
+    /// allocations, not the events); chosen on its own for a binary trace too big for memory.
+    #[arg(long)]
+    pub stream: bool,
+}
+
+/// Bytes of memory an event takes once loaded (the event table's columns and what building
+/// them costs at the peak), for the choice to stream.
+const LOADED_BYTES_PER_EVENT: u64 = 40;
+/// Most events a byte of a binary trace holds, for the estimate (its zstd blocks take 1.2 to 3
+/// bytes an event on real traces).
+const EVENTS_PER_FILE_BYTE_MAX: u64 = 1;
+
+impl StreamArgs {
+    /// Whether to stream `file`: asked for, or a binary trace whose events may not fit in half
+    /// the available memory. A window (`--from/--to/--events`) is cut from a loaded trace.
+    pub fn applies(&self, file: &Path, input: &InputArgs) -> Result<bool> {
+        let is_binary = binary::is_binary(&binary::file_head(file)?);
+        if self.stream {
+            if !is_binary {
+                bail!(
+                    "--stream reads allocview's binary traces; convert {} first \
+                     (allocview convert {} OUT.avt)",
+                    file.display(),
+                    file.display()
+                );
+            }
+            if input.window.is_set() {
+                bail!("--stream replays the whole trace: a window is cut from a loaded trace");
+            }
+            if input.lenient {
+                bail!("--stream reads strictly: --lenient repairs damage in a loaded trace only");
+            }
+            return Ok(true);
+        }
+        if !is_binary || input.window.is_set() || input.lenient {
+            return Ok(false);
+        }
+        let file_bytes = std::fs::metadata(file)
+            .with_context(|| format!("cannot open {}", file.display()))?
+            .len();
+        let loaded_bytes = file_bytes
+            .saturating_mul(EVENTS_PER_FILE_BYTE_MAX)
+            .saturating_mul(LOADED_BYTES_PER_EVENT);
+        let big = available_memory_bytes().is_some_and(|avail| loaded_bytes > avail / 2);
+        let stream = big && is_trace(file);
+        if stream {
+            eprintln!(
+                "note: {} may not fit in memory once loaded: streaming it block by block",
+                file.display()
+            );
+        }
+        Ok(stream)
+    }
+}
+
+/// Refuses to load a binary trace whose events would take more memory than is available (the
+/// load would be killed, or abort on its first reservation), and says which commands stream it.
+pub fn refuse_if_too_big(file: &Path) -> Result<()> {
+    let Ok(Some(index)) = binary::read_index_frame(file) else {
+        return Ok(());
+    };
+    let records = index.records();
+    let need = records.saturating_mul(LOADED_BYTES_PER_EVENT);
+    if let Some(avail) = available_memory_bytes()
+        && need > avail
+    {
+        bail!(
+            "{} holds {} events, about {} once loaded, more than the {} of memory available: \
+             `allocview stats`, `compare` and `report` stream it block by block (README: Traces \
+             larger than memory); this command needs the trace loaded",
+            file.display(),
+            crate::format::count(records),
+            crate::format::bytes(need),
+            crate::format::bytes(avail)
+        );
+    }
+    Ok(())
+}
+
+/// True for a binary trace (a spool is loaded: its threads are merged in memory).
+fn is_trace(file: &Path) -> bool {
+    // Byte 9 is the file's kind: 0 a trace, 1 a spool.
+    binary::file_head(file).is_ok_and(|head| binary::is_binary(&head) && head.get(9) == Some(&0))
+}
+
+/// `MemAvailable` of `/proc/meminfo`, in bytes.
+fn available_memory_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+pub(super) fn open(file: &Path) -> Result<BinaryEventStream> {
+    BinaryEventStream::open(file).with_context(|| format!("while opening {}", file.display()))
+}
+
+/// `stats --stream`.
+pub fn stats(args: &StatsArgs) -> Result<()> {
+    let started = std::time::Instant::now();
+    let mut prefetched = Prefetched::start(open(&args.file)?);
+    let mut acc = StatsAccumulator::default();
+    let mut batch = EventBatch::default();
+    while prefetched
+        .next_batch(&mut batch)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("while reading {}", args.file.display()))?
+    {
+        acc.push_all(&batch.t_ns, &batch.kind, &batch.size_bytes);
+    }
+    let stream = prefetched
+        .finish()
+        .context("the thread reading the trace failed")?;
+    let summary = stream.summary().clone();
+    for w in summary.warnings() {
+        eprintln!("warning: {w}");
+    }
+    let stats = acc.finish(stream.events_per_thread().to_vec(), &summary);
+    let file = args.file.display().to_string();
+    let seconds = started.elapsed().as_secs_f64();
+    if args.json {
+        let mut obj = super::stats::stats_json(&stats);
+        obj.insert("file".into(), json!(file));
+        obj.insert("format".into(), json!("malloc-trace"));
+        obj.insert("load_seconds".into(), json!(seconds));
+        obj.insert("truncated".into(), json!(false));
+        obj.insert("streamed".into(), json!(true));
+        outln!("{}", serde_json::Value::Object(obj));
+    } else {
+        super::stats::print_table(&file, &stats, seconds)?;
+    }
+    Ok(())
+}
+
+/// Policies that plan from the whole trace's future and so need it in memory.
+const OFFLINE: [&str; 2] = ["oracle", "predictive"];
+
+/// The online policies of `specs`: an offline one is an error when named (`explicit`), else
+/// skipped with a note.
+pub(super) fn online_specs(specs: &[PolicySpec], explicit: bool) -> Result<Vec<PolicySpec>> {
+    let mut online = Vec::new();
+    for spec in specs {
+        if OFFLINE.contains(&spec.name) {
+            let why = format!(
+                "{} plans from the whole trace's future, which a streamed replay does not hold",
+                spec.label()
+            );
+            if explicit {
+                bail!("policy {why}");
+            }
+            eprintln!("note: skipping {why}");
+            continue;
+        }
+        online.push(spec.clone());
+    }
+    Ok(online)
+}
+
+/// Replays `spec` from its own stream of `file`, up to event `last_event` included: the
+/// replay, and the trace's peak live bytes over the events read.
+pub(super) fn replay_one(
+    file: &Path,
+    spec: &PolicySpec,
+    config: &PolicyConfig,
+    last_event: usize,
+) -> Result<(Replay, u64)> {
+    let cfg = spec.apply(config)?;
+    // Online policies never look at the trace they are built for.
+    let empty = OwnedTrace::new();
+    let policy = registry::build(spec.name, &cfg, &empty.view()?)?;
+    let opts = ReplayOptions {
+        align_bytes: cfg.align_bytes,
+        ..ReplayOptions::default()
+    };
+    let mut stream = Prefetched::start(open(file)?);
+    let replay = replay_stream_until(&mut stream, policy, &opts, None, last_event)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("while replaying {}", file.display()))?;
+    let stream = stream
+        .finish()
+        .context("the thread reading the trace failed")?;
+    Ok((replay, stream.peak_live_bytes()))
+}
+
+/// `compare --stream`: each policy streams the file on its own (`--jobs` at a time).
+pub fn compare(args: &CompareArgs, specs: &[PolicySpec]) -> Result<()> {
+    if args.min_limit || args.parquet.is_some() {
+        bail!("--stream replays each policy once: --min-limit and --parquet need the trace loaded");
+    }
+    let config = args.policies.config()?;
+    let explicit = !args.policies.policy.is_empty();
+    let jobs = args.policies.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let online = online_specs(specs, explicit)?;
+    let runs = super::compare::per_spec(&online, jobs, |spec| {
+        replay_one(&args.file, spec, &config, usize::MAX).map_err(|e| format!("{e:#}"))
+    });
+    let mut rows = Vec::new();
+    let mut max_live = 0;
+    let mut events = 0;
+    for (label, result) in &runs {
+        match result {
+            Ok((rep, peak_live)) => {
+                max_live = *peak_live;
+                events = rep.summary.events;
+                let mut row = Row::from_replay(label, rep);
+                super::compare::note_unsupported(&mut row, rep);
+                super::compare::pytorch_fidelity(&mut row, rep);
+                rows.push(row);
+            }
+            Err(e) if explicit => bail!("policy {label}: {e}"),
+            Err(e) => eprintln!("note: skipping {label}: {e}"),
+        }
+    }
+    if args.json {
+        let out = json!({
+            "trace": args.file.display().to_string(),
+            "format": "malloc-trace",
+            "events": events,
+            "max_live_bytes": max_live,
+            "limit_bytes": config.limit_bytes,
+            "streamed": true,
+            "policies": rows.iter().map(|r| r.json(max_live)).collect::<Vec<_>>(),
+        });
+        outln!("{out}");
+    } else {
+        super::compare::print_table(&args.file.display().to_string(), events, max_live, &rows)?;
+    }
+    Ok(())
+}

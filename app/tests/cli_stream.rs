@@ -1,0 +1,241 @@
+//! `stats --stream` and `compare --stream` as a user runs them: the same JSON as the loaded
+//! trace's (but for timings and the `streamed` mark), and clear refusals where streaming does
+//! not apply.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn sample(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../sample-traces")
+        .join(name)
+}
+
+fn allocview(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json_of(args: &[&str]) -> Value {
+    let out = allocview(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The JSON without the keys that measure time or say how it was read.
+fn without_timings(mut v: Value) -> Value {
+    if let Some(obj) = v.as_object_mut() {
+        for key in ["load_seconds", "streamed"] {
+            obj.remove(key);
+        }
+        if let Some(Value::Array(rows)) = obj.get_mut("policies") {
+            for row in rows {
+                if let Some(row) = row.as_object_mut() {
+                    row.remove("events_per_second");
+                    row.remove("replay_seconds");
+                }
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn streamed_stats_and_compare_print_what_the_loaded_trace_gives() {
+    for name in ["perl_hash.avt", "python_json.avt", "xz_T2_libc.avt"] {
+        let file = sample(name);
+        let file = file.to_str().unwrap();
+        let loaded = json_of(&["stats", "--json", file]);
+        let streamed = json_of(&["stats", "--json", "--stream", file]);
+        assert_eq!(streamed["streamed"], Value::Bool(true));
+        assert_eq!(without_timings(streamed), without_timings(loaded), "{name}");
+        for extra in [&[][..], &["--limit", "64KiB"][..]] {
+            let mut args = vec!["compare", "--json", "--policy", "bfc,glibc,first-fit", file];
+            args.extend_from_slice(extra);
+            let loaded = json_of(&args);
+            args.push("--stream");
+            let streamed = json_of(&args);
+            assert_eq!(
+                without_timings(streamed),
+                without_timings(loaded),
+                "{name} {extra:?}"
+            );
+        }
+    }
+}
+
+/// Runs allocview, which must fail; returns its stderr.
+fn failure(args: &[&str]) -> String {
+    let out = allocview(args);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn streaming_refuses_what_it_cannot_do_and_says_why() {
+    let text = sample("find_usr_include.trace.gz");
+    let err = failure(&["stats", "--stream", text.to_str().unwrap()]);
+    assert!(err.contains("allocview convert"), "{err}");
+    let bin = sample("perl_hash.avt");
+    let bin = bin.to_str().unwrap();
+    let err = failure(&["compare", "--stream", "--policy", "oracle", bin]);
+    assert!(err.contains("whole trace's future"), "{err}");
+    let err = failure(&["stats", "--stream", "--events", "0..100", bin]);
+    assert!(err.contains("window"), "{err}");
+}
+
+/// LEB128.
+fn varint(mut v: u64, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+#[test]
+fn a_trace_too_big_to_load_is_refused_with_the_commands_that_stream_it() {
+    // A header, an INDEX frame claiming one block of 2^40 events, and END: the index alone
+    // tells how big the trace is.
+    let mut bytes = b"\x89AVT\r\n\x1a\n\x01\x00".to_vec();
+    let index_at = bytes.len() as u64;
+    let mut index = Vec::new();
+    varint(0, &mut index); // threads
+    varint(1, &mut index); // blocks
+    varint(10, &mut index); // offset
+    varint(1 << 40, &mut index); // events
+    varint(0, &mut index); // first time (zigzag)
+    varint(0, &mut index); // largest time - first
+    index.extend_from_slice(&index_at.to_le_bytes());
+    bytes.push(0x09);
+    bytes.extend_from_slice(&(index.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&index);
+    let mut end = Vec::new();
+    varint(1 << 40, &mut end);
+    bytes.push(0x04);
+    bytes.extend_from_slice(&(end.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&end);
+    let dir = std::env::temp_dir().join(format!("allocview-cli-stream-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("huge.avt");
+    std::fs::write(&path, &bytes).unwrap();
+    let err = failure(&["sites", path.to_str().unwrap()]);
+    assert!(err.contains("1,099,511,627,776 events"), "{err}");
+    assert!(err.contains("stream it block by block"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_streamed_report_writes_the_loaded_reports_files() {
+    let dir = std::env::temp_dir().join(format!("allocview-cli-report-{}", std::process::id()));
+    let file = sample("python_json.avt");
+    let mut outs = Vec::new();
+    for (k, extra) in [&[][..], &["--stream"][..]].iter().enumerate() {
+        let out_dir = dir.join(k.to_string());
+        let mut args = vec![
+            "report",
+            "--policy",
+            "bfc,first-fit",
+            file.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = allocview(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        outs.push(out_dir);
+    }
+    for name in [
+        "timeline.csv",
+        "classes.csv",
+        "timeline.png",
+        "fragmentation.png",
+        "classes.png",
+        "heapmap_bfc.png",
+        "heapmap_first-fit.png",
+    ] {
+        let a = std::fs::read(outs[0].join(name)).unwrap();
+        let b = std::fs::read(outs[1].join(name)).unwrap();
+        assert!(a == b, "{name} differs");
+    }
+    // The summary's last column is the replay speed.
+    let rows = |d: &Path| -> Vec<String> {
+        std::fs::read_to_string(d.join("summary.csv"))
+            .unwrap()
+            .lines()
+            .map(|l| l.rsplit_once(',').unwrap().0.to_owned())
+            .collect()
+    };
+    assert_eq!(rows(&outs[0]), rows(&outs[1]));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn splice_copies_real_traces_shifted_and_frees_their_leftovers() {
+    let dir = std::env::temp_dir().join(format!("allocview-cli-splice-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let perl = sample("perl_hash.avt");
+    let python = sample("python_json.avt");
+    let stats = |f: &Path| json_of(&["stats", "--json", f.to_str().unwrap()]);
+    let original = stats(&perl);
+    let n = |v: &Value, k: &str| v[k].as_u64().unwrap();
+    // One whole copy: the records, then a free of every block left live.
+    let one_copy = n(&original, "events") + n(&original, "final_live_blocks");
+    let out = dir.join("one.avt");
+    let o = out.to_str().unwrap();
+    let written = allocview(&[
+        "splice",
+        "--events",
+        &one_copy.to_string(),
+        "--out",
+        o,
+        perl.to_str().unwrap(),
+    ]);
+    assert!(
+        written.status.success(),
+        "{}",
+        String::from_utf8_lossy(&written.stderr)
+    );
+    let s = stats(&out);
+    assert_eq!(n(&s, "events"), one_copy);
+    assert_eq!(n(&s, "final_live_blocks"), 0);
+    assert_eq!(n(&s, "peak_live_bytes"), n(&original, "peak_live_bytes"));
+    // Several copies of two traces, cut at an exact count: every free finds its allocation
+    // (the copies' pointers never meet), and times keep going forward.
+    let out = dir.join("many.avt");
+    let o = out.to_str().unwrap();
+    let written = allocview(&[
+        "splice",
+        "--events",
+        "80000",
+        "--out",
+        o,
+        perl.to_str().unwrap(),
+        python.to_str().unwrap(),
+    ]);
+    assert!(
+        written.status.success(),
+        "{}",
+        String::from_utf8_lossy(&written.stderr)
+    );
+    let s = stats(&out);
+    assert_eq!(n(&s, "events"), 80_000);
+    assert_eq!(n(&s, "frees_unknown"), 0);
+    assert_eq!(n(&s, "mallocs_of_live_ptr"), 0);
+    assert_eq!(n(&s, "timestamps_non_monotonic"), 0);
+    assert!(s["duration_s"].as_f64().unwrap() > 2.0 * original["duration_s"].as_f64().unwrap());
+    std::fs::remove_dir_all(&dir).ok();
+}

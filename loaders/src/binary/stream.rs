@@ -1,0 +1,172 @@
+//! A binary trace read block by block ([`BinaryEventStream`]): the events the loader would
+//! build, decoded on demand from the file's blocks, for replays of traces larger than memory.
+//!
+//! Each block is read at the offset its index entry gives, decompressed, decoded, and its
+//! records paired with earlier allocations exactly as the loader pairs them (the same
+//! [`Pairing`]), so the events, ids and counts are the loader's. What it holds does not grow
+//! with the trace: one block's records and events, the block index (about 20 bytes per 65,536
+//! events), and the pairing's live pointers (bounded by the live allocations).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use allocview_sim::stream::{EventBatch, EventSource};
+
+use super::index::{BlockIndex, read_block, read_index};
+use super::trace::BlockDecoder;
+use crate::error::LoadError;
+use crate::malloc_trace::{LoadSummary, Pairing, Record, ThreadIds};
+
+/// The events of a binary trace, decoded a block at a time (see the module docs).
+pub struct BinaryEventStream {
+    file: File,
+    path: PathBuf,
+    file_bytes: u64,
+    index: BlockIndex,
+    next_block: usize,
+    decoder: BlockDecoder,
+    records: Vec<Record>,
+    pairing: Pairing,
+    threads: ThreadIds,
+    summary: LoadSummary,
+    events_per_thread: Vec<u64>,
+    peak_live_bytes: u64,
+    peak_live_event: u64,
+}
+
+impl BinaryEventStream {
+    /// Opens a binary trace and reads (or builds) its block index.
+    ///
+    /// # Errors
+    /// When the file cannot be read or is not a binary trace (a spool is refused: convert it).
+    pub fn open(path: &Path) -> Result<Self, LoadError> {
+        let index = read_index(path)?;
+        let file = File::open(path).map_err(|e| LoadError::io(path, e))?;
+        let file_bytes = file.metadata().map_err(|e| LoadError::io(path, e))?.len();
+        Ok(Self {
+            file,
+            path: path.to_owned(),
+            file_bytes,
+            index,
+            next_block: 0,
+            decoder: BlockDecoder::new(path)?,
+            records: Vec::new(),
+            pairing: Pairing::default(),
+            threads: ThreadIds::default(),
+            summary: LoadSummary::default(),
+            events_per_thread: Vec::new(),
+            peak_live_bytes: 0,
+            peak_live_event: 0,
+        })
+    }
+
+    /// The trace's block index.
+    #[must_use]
+    pub fn index(&self) -> &BlockIndex {
+        &self.index
+    }
+
+    /// The loader's counts over the events streamed so far (all of them once the stream ends).
+    #[must_use]
+    pub fn summary(&self) -> &LoadSummary {
+        &self.summary
+    }
+
+    /// Events per thread index (threads numbered by first event), over the events so far.
+    #[must_use]
+    pub fn events_per_thread(&self) -> &[u64] {
+        &self.events_per_thread
+    }
+
+    /// The peak of live bytes over the events so far (the bound of every policy's footprint).
+    #[must_use]
+    pub fn peak_live_bytes(&self) -> u64 {
+        self.peak_live_bytes
+    }
+
+    /// The first event at which [`Self::peak_live_bytes`] is reached (0 when it is 0), as
+    /// `TraceView::peak_live` gives it.
+    #[must_use]
+    pub fn peak_live_event(&self) -> u64 {
+        self.peak_live_event
+    }
+
+    /// Thread ids in thread-index order, over the events so far.
+    #[must_use]
+    pub fn thread_ids(&self) -> &[u64] {
+        &self.threads.order
+    }
+
+    /// Reads the next block's events into `out` (cleared first); `Ok(false)` after the last.
+    ///
+    /// # Errors
+    /// When a block does not read, or a record breaks a loader limit (as a strict load).
+    pub fn next_events(&mut self, out: &mut EventBatch) -> Result<bool, LoadError> {
+        out.clear();
+        let Some(block) = self.index.blocks.get(self.next_block).copied() else {
+            return Ok(false);
+        };
+        self.next_block += 1;
+        read_block(
+            &self.file,
+            &self.path,
+            self.file_bytes,
+            &self.index,
+            &block,
+            &mut self.decoder,
+            &mut self.records,
+        )?;
+        for (k, r) in self.records.iter().enumerate() {
+            let bad = |why: &str| {
+                LoadError::format(
+                    &self.path,
+                    format!(
+                        "record {} (in the events block at byte {}): {why}",
+                        block.first_record + k as u64,
+                        block.offset
+                    ),
+                )
+            };
+            let thread = self.threads.index(r.tid).map_err(bad)?;
+            let p = self
+                .pairing
+                .pair(&mut self.summary, r.t_ns.max(0), r.size_bytes, r.addr)
+                .map_err(bad)?;
+            // As the loader: a file that names calls has the call column.
+            self.summary.has_call_column |= r.call.is_some();
+            let per_thread = usize::from(thread);
+            if self.events_per_thread.len() <= per_thread {
+                self.events_per_thread.resize(per_thread + 1, 0);
+            }
+            if let Some((old_id, old_size, old_slot)) = p.displaced {
+                out.push(p.t_ns, EVENT_FREE, old_size, old_id, old_slot, thread);
+                self.summary.events += 1;
+                self.events_per_thread[per_thread] += 1;
+            }
+            out.push(p.t_ns, p.kind.code(), p.size, p.id, p.slot, thread);
+            if self.pairing.live_bytes() > self.peak_live_bytes {
+                self.peak_live_bytes = self.pairing.live_bytes();
+                self.peak_live_event = self.summary.events;
+            }
+            self.summary.events += 1;
+            self.events_per_thread[per_thread] += 1;
+        }
+        Ok(true)
+    }
+}
+
+const EVENT_FREE: u8 = allocview_sim::trace::EventKind::Free as u8;
+
+impl EventSource for BinaryEventStream {
+    fn time_span(&self) -> (i64, i64) {
+        // The loader clamps times below 0, and a time that goes back to the latest before it:
+        // the last event's time is the largest.
+        self.index
+            .time_span()
+            .map_or((0, 0), |(first, last)| (first.max(0), last.max(0)))
+    }
+
+    fn next_batch(&mut self, out: &mut EventBatch) -> Result<bool, String> {
+        self.next_events(out).map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,251 @@
+//! Streaming a binary trace block by block against loading it whole, on real traces: the same
+//! events, the same statistics, and the same replay figures for every online policy; files
+//! without a block index (written before it existed) index by a scan and stream the same.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
+use std::path::{Path, PathBuf};
+
+use allocview_loaders::binary::{BinaryEventStream, BinaryWriter, load_binary, read_index};
+use allocview_loaders::malloc_trace::read_text_records;
+use allocview_loaders::stats::{StatsAccumulator, TraceStats, events_per_thread};
+use allocview_loaders::{LoadOptions, MallocTrace};
+use allocview_sim::policy::registry::{POLICY_NAMES, PolicyConfig, build};
+use allocview_sim::replay::{Replay, ReplayOptions, replay};
+use allocview_sim::stream::{EventBatch, replay_stream};
+
+fn sample(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../sample-traces")
+        .join(name)
+}
+
+fn temp_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("allocview-stream-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The real traces of the repository as binary files: the binary samples, and the text ones
+/// converted (written by the current writer, so with a block index).
+fn binary_traces() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = ["perl_hash.avt", "python_json.avt", "xz_T2_libc.avt"]
+        .iter()
+        .map(|n| sample(n))
+        .collect();
+    let dir = temp_dir();
+    for name in [
+        "find_usr_include.trace.gz",
+        "xz_T2_8KiB_blocks.trace.gz",
+        "python_fragments.trace.gz",
+    ] {
+        let path = dir.join(name.replace(".trace.gz", ".avt"));
+        let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        let mut w = BinaryWriter::new(file, &[]).unwrap();
+        read_text_records(&sample(name), &LoadOptions::default(), |r| {
+            w.push(r).map_err(|_| "a writable file")
+        })
+        .unwrap();
+        w.finish().unwrap();
+        out.push(path);
+    }
+    out
+}
+
+/// Every event of the stream, and the stream at its end.
+fn stream_all(path: &Path) -> (EventBatch, BinaryEventStream) {
+    let mut stream = BinaryEventStream::open(path).unwrap();
+    let mut all = EventBatch::default();
+    let mut batch = EventBatch::default();
+    while stream.next_events(&mut batch).unwrap() {
+        for k in 0..batch.len() {
+            all.push(
+                batch.t_ns[k],
+                batch.kind[k],
+                batch.size_bytes[k],
+                batch.alloc_id[k],
+                batch.slot[k],
+                batch.thread[k],
+            );
+        }
+    }
+    (all, stream)
+}
+
+fn loaded(path: &Path) -> MallocTrace {
+    load_binary(path, &LoadOptions::default()).unwrap()
+}
+
+#[test]
+fn streamed_events_and_stats_are_the_loaded_ones() {
+    for path in binary_traces() {
+        let trace = loaded(&path);
+        let view = allocview_loaders::trace_view(&trace.events, &path).unwrap();
+        let (all, stream) = stream_all(&path);
+        assert_eq!(all.t_ns, view.t_ns, "{}", path.display());
+        assert_eq!(all.kind, view.kind, "{}", path.display());
+        assert_eq!(all.size_bytes, view.size_bytes, "{}", path.display());
+        assert_eq!(all.alloc_id, view.alloc_id, "{}", path.display());
+        assert_eq!(stream.summary(), &trace.summary, "{}", path.display());
+        let per_thread = events_per_thread(&trace.events, trace.threads.height()).unwrap();
+        assert_eq!(stream.events_per_thread(), per_thread.as_slice());
+        let stats = TraceStats::compute(&view, per_thread.clone(), &trace.summary);
+        let mut acc = StatsAccumulator::default();
+        // In uneven pieces: the accumulator must not care where batches end.
+        for piece in all.kind.chunks(1000).enumerate() {
+            let at = piece.0 * 1000;
+            let end = at + piece.1.len();
+            acc.push_all(
+                &all.t_ns[at..end],
+                &all.kind[at..end],
+                &all.size_bytes[at..end],
+            );
+        }
+        assert_eq!(
+            acc.finish(per_thread, stream.summary()),
+            stats,
+            "{}",
+            path.display()
+        );
+        assert_eq!(stream.peak_live_bytes(), view.peak_live().0);
+        assert_eq!(stream.peak_live_event(), view.peak_live().1 as u64);
+        // Slots are recycled: never more of them than allocations live at once.
+        let slots = all
+            .slot
+            .iter()
+            .filter(|&&s| s != allocview_sim::trace::NO_ALLOC_ID)
+            .max()
+            .map_or(0, |&s| u64::from(s) + 1);
+        assert!(
+            slots <= stats.max_live_blocks.max(1),
+            "{}: {slots} slots for at most {} live blocks",
+            path.display(),
+            stats.max_live_blocks
+        );
+    }
+}
+
+/// The figures two replays must share (not their timings).
+fn assert_same_replay(a: &Replay, b: &Replay, what: &str) {
+    let (sa, sb) = (&a.summary, &b.summary);
+    assert_eq!(sa.events, sb.events, "{what}");
+    assert_eq!(sa.peak_footprint_bytes, sb.peak_footprint_bytes, "{what}");
+    assert_eq!(sa.peak_footprint_event, sb.peak_footprint_event, "{what}");
+    assert_eq!(sa.final_footprint_bytes, sb.final_footprint_bytes, "{what}");
+    assert_eq!(sa.peak_live_bytes, sb.peak_live_bytes, "{what}");
+    assert_eq!(sa.peak_live_event, sb.peak_live_event, "{what}");
+    assert_eq!(sa.peak_allocated_bytes, sb.peak_allocated_bytes, "{what}");
+    assert_eq!(
+        sa.fragmentation_at_peak.to_bits(),
+        sb.fragmentation_at_peak.to_bits(),
+        "{what}"
+    );
+    assert_eq!(
+        sa.mean_fragmentation.to_bits(),
+        sb.mean_fragmentation.to_bits(),
+        "{what}"
+    );
+    assert_eq!(sa.oom_count, sb.oom_count, "{what}");
+    assert_eq!(sa.final_counters, sb.final_counters, "{what}");
+    assert_eq!(a.series, b.series, "{what}");
+    assert_eq!(a.ooms, b.ooms, "{what}");
+    assert_eq!(a.free_failures, b.free_failures, "{what}");
+}
+
+#[test]
+fn streamed_replays_equal_loaded_replays_for_every_online_policy() {
+    for path in binary_traces() {
+        let trace = loaded(&path);
+        let view = allocview_loaders::trace_view(&trace.events, &path).unwrap();
+        let peak = view.peak_live().0;
+        // Unlimited, and a limit under the peak so that allocations fail too.
+        for limit in [None, Some(peak / 2 + 1)] {
+            let config = PolicyConfig {
+                limit_bytes: limit,
+                ..PolicyConfig::default()
+            };
+            for &name in POLICY_NAMES {
+                if matches!(name, "oracle" | "predictive") {
+                    continue; // they plan from the whole trace: not streamed
+                }
+                let opts = ReplayOptions::default();
+                let in_memory = replay(&view, build(name, &config, &view).unwrap(), &opts);
+                let mut stream = BinaryEventStream::open(&path).unwrap();
+                let streamed = replay_stream(
+                    &mut stream,
+                    build(name, &config, &view).unwrap(),
+                    &opts,
+                    None,
+                )
+                .unwrap();
+                let what = format!("{name} with limit {limit:?} on {}", path.display());
+                assert_same_replay(&in_memory, &streamed, &what);
+                assert!(streamed.state_at(&view, 0).is_err(), "{what}: cannot seek");
+            }
+        }
+    }
+}
+
+/// The file with its INDEX frame left out: a trace as written before the index existed.
+fn without_index(bytes: &[u8]) -> Vec<u8> {
+    let mut out = bytes[..10].to_vec();
+    let mut pos = 10;
+    while pos < bytes.len() {
+        let tag = bytes[pos];
+        let len = u32::from_le_bytes(bytes[pos + 1..pos + 5].try_into().unwrap()) as usize;
+        if tag != 0x09 {
+            out.extend_from_slice(&bytes[pos..pos + 5 + len]);
+        }
+        pos += 5 + len;
+    }
+    out
+}
+
+#[test]
+fn files_without_an_index_are_scanned_and_stream_the_same() {
+    let dir = temp_dir();
+    // The binary samples were written before the index existed: they are indexed by a scan.
+    assert!(!read_index(&sample("perl_hash.avt")).unwrap().from_frame);
+    for original in binary_traces() {
+        // Written again by the current writer (with an index), and without its index.
+        let path = dir.join(format!(
+            "new-{}",
+            original.file_name().unwrap().to_string_lossy()
+        ));
+        let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        let mut w = BinaryWriter::new(file, &[]).unwrap();
+        allocview_loaders::binary::read_records(&original, Default::default(), |r| {
+            w.push(r).map_err(|_| "a writable file")
+        })
+        .unwrap();
+        w.finish().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let old = without_index(&bytes);
+        assert!(old.len() < bytes.len(), "{} has an index", path.display());
+        let old_path = dir.join(format!(
+            "old-{}",
+            path.file_name().unwrap().to_string_lossy()
+        ));
+        std::fs::write(&old_path, &old).unwrap();
+        let indexed = read_index(&path).unwrap();
+        let scanned = read_index(&old_path).unwrap();
+        assert!(indexed.from_frame && !scanned.from_frame);
+        // Offsets differ by nothing: the index comes after every block.
+        assert_eq!(indexed.blocks, scanned.blocks, "{}", path.display());
+        assert_eq!(indexed.threads, scanned.threads, "{}", path.display());
+        let summary = loaded(&path).summary;
+        assert_eq!(
+            indexed.records(),
+            summary.events - summary.mallocs_of_live_ptr
+        );
+        // Both load whole the same, and stream the same.
+        assert_eq!(loaded(&old_path).events, loaded(&path).events);
+        let (a, _) = stream_all(&path);
+        let (b, _) = stream_all(&old_path);
+        assert_eq!(a, b, "{}", path.display());
+        // Any record is reached through its block.
+        let last = indexed.records() - 1;
+        let k = indexed.block_of(last).unwrap();
+        assert_eq!(k, indexed.blocks.len() - 1);
+        assert_eq!(indexed.block_of(last + 1), None);
+    }
+}

@@ -1,0 +1,283 @@
+//! The replay loop's state and step ([`Run`]), shared by the in-memory replay and the
+//! streaming one ([`crate::stream`]).
+
+use super::{Checkpoint, FAILED, FreeFailure, Oom, Replay, ReplayOptions, Summary, apply};
+use crate::layout::LayoutRecorder;
+use crate::metrics;
+use crate::policy::{Addr, Counters, Policy, Request};
+use crate::series::{Bucketing, SeriesBuilder};
+use crate::trace::EventKind;
+
+/// The replay loop's state: the policy, what is measured after every event, and the
+/// checkpoints. Shared by the replay of a trace in memory ([`replay_observed`]) and the
+/// streaming one ([`crate::stream::replay_stream`]), so both give the same figures.
+pub(crate) struct Run {
+    policy: Box<dyn Policy>,
+    align_bytes: u64,
+    series: SeriesBuilder,
+    /// Address of each allocation slot (its id in memory; a recycled slot when streaming).
+    addrs: Vec<Addr>,
+    /// The address table grows with the slots seen (streaming) instead of being sized upfront.
+    grow_addrs: bool,
+    ooms: Vec<Oom>,
+    oom_count: u64,
+    /// At most this many [`Oom`]s are kept (all of them in memory; a bounded number when
+    /// streaming, where a low limit could fail a billion allocations).
+    max_ooms_kept: usize,
+    free_failures: Vec<FreeFailure>,
+    first_oom_state: Option<Box<dyn Policy>>,
+    checkpoints: Vec<Checkpoint>,
+    checkpoint_bytes: u64,
+    checkpoint_budget_bytes: u64,
+    interval: usize,
+    next_checkpoint: usize,
+    peak_footprint: u64,
+    peak_footprint_event: Option<usize>,
+    frag_at_peak: f64,
+    peak_live: u64,
+    peak_live_event: Option<usize>,
+    peak_allocated: u64,
+    frag_sum: f64,
+    // States since the footprint last changed: their fragmentations are summed in one go.
+    run_footprint: u64,
+    run_live_sum: u128,
+    run_states: u64,
+    counters: Counters,
+    layout: Option<LayoutRecorder>,
+}
+
+/// [`Oom`]s a streaming replay keeps (the count stays exact).
+pub const STREAM_OOMS_KEPT: usize = 1 << 16;
+
+impl Run {
+    /// A run over `events` events (`None` when streaming: unknown, and only the initial
+    /// state is kept, as no seek can replay a trace that is not in memory).
+    pub(crate) fn new(
+        policy: Box<dyn Policy>,
+        opts: &ReplayOptions,
+        bucketing: Bucketing,
+        num_allocs: usize,
+        events: Option<usize>,
+    ) -> Self {
+        // Without checkpoints the interval is the whole trace: only the initial state is kept.
+        let interval = match (opts.checkpoint_every, events) {
+            (_, None) => usize::MAX,
+            (0, Some(n)) => n.max(1),
+            (k, Some(_)) => k,
+        };
+        let layout = match events {
+            Some(n) if opts.layout_index => LayoutRecorder::start(policy.as_ref(), num_allocs, n),
+            _ => None,
+        };
+        // With a layout index, seeks for the block list do not need checkpoints: keep an eighth.
+        let checkpoint_budget_bytes = if layout.is_some() {
+            opts.checkpoint_budget_bytes / 8
+        } else {
+            opts.checkpoint_budget_bytes
+        };
+        let counters = policy.counters();
+        Self {
+            align_bytes: opts.align_bytes,
+            series: SeriesBuilder::new(bucketing),
+            addrs: vec![FAILED; num_allocs],
+            grow_addrs: events.is_none(),
+            ooms: Vec::new(),
+            oom_count: 0,
+            max_ooms_kept: if events.is_some() {
+                usize::MAX
+            } else {
+                STREAM_OOMS_KEPT
+            },
+            free_failures: Vec::new(),
+            first_oom_state: None,
+            checkpoints: Vec::with_capacity(events.map_or(1, |n| n / interval + 1)),
+            checkpoint_bytes: 0,
+            checkpoint_budget_bytes,
+            interval,
+            next_checkpoint: 0,
+            peak_footprint: 0,
+            peak_footprint_event: None,
+            frag_at_peak: 0.0,
+            peak_live: 0,
+            peak_live_event: None,
+            peak_allocated: 0,
+            frag_sum: 0.0,
+            run_footprint: 0,
+            run_live_sum: 0,
+            run_states: 0,
+            counters,
+            layout,
+            policy,
+        }
+    }
+
+    fn checkpoint(&mut self, i: usize) {
+        let approx = self.policy.state_bytes();
+        // A copy that alone would overrun the budget is not made (the initial state's
+        // always is): a buddy heap of terabytes holds gigabytes of bitmaps.
+        if self.checkpoints.is_empty() || approx <= self.checkpoint_budget_bytes {
+            self.checkpoints.push(Checkpoint {
+                next_event: i,
+                policy: self.policy.clone_box(),
+                approx_bytes: approx,
+            });
+            self.checkpoint_bytes += approx;
+            while self.checkpoint_bytes > self.checkpoint_budget_bytes && self.checkpoints.len() > 1
+            {
+                self.interval = self.interval.saturating_mul(2);
+                let interval = self.interval;
+                self.checkpoints.retain(|c| c.next_event % interval == 0);
+                self.checkpoint_bytes = self.checkpoints.iter().map(|c| c.approx_bytes).sum();
+            }
+        }
+        self.next_checkpoint = (i / self.interval)
+            .saturating_add(1)
+            .saturating_mul(self.interval);
+    }
+
+    /// Applies event `i` (allocation `id`, whose address goes in `slot` of the table) and
+    /// measures the state after it.
+    #[inline]
+    pub(crate) fn step(&mut self, i: usize, code: u8, id: u32, slot: u32, size: u64, t: i64) {
+        if i == self.next_checkpoint {
+            self.checkpoint(i);
+        }
+        if self.grow_addrs && slot as usize >= self.addrs.len() && slot != crate::trace::NO_ALLOC_ID
+        {
+            self.addrs.resize(slot as usize + 1, FAILED);
+        }
+        let mut failed = false;
+        let policy = self.policy.as_mut();
+        match apply(policy, code, id, slot, size, self.align_bytes, &self.addrs) {
+            Ok(Some(p)) => {
+                if let Some(a) = self.addrs.get_mut(slot as usize) {
+                    *a = p.addr;
+                }
+                if let Some(l) = &mut self.layout {
+                    l.on_alloc(i, id, p.addr, p.reserved_bytes, size);
+                }
+            }
+            Ok(None) => {
+                if code == EventKind::Free as u8 {
+                    if let Some(l) = &mut self.layout {
+                        l.on_free(i, id);
+                    }
+                    if self.grow_addrs
+                        && let Some(a) = self.addrs.get_mut(slot as usize)
+                    {
+                        // The slot is reused by a later allocation, which may fail.
+                        *a = FAILED;
+                    }
+                }
+            }
+            Err(Ok(error)) => {
+                failed = true;
+                if self.grow_addrs
+                    && let Some(a) = self.addrs.get_mut(slot as usize)
+                {
+                    *a = FAILED;
+                }
+                if self.first_oom_state.is_none() {
+                    self.first_oom_state = Some(self.policy.clone_box());
+                }
+                self.oom_count += 1;
+                if self.ooms.len() < self.max_ooms_kept {
+                    self.ooms.push(Oom {
+                        event: i,
+                        t_ns: t,
+                        request: Request {
+                            id,
+                            size_bytes: size,
+                            align_bytes: self.align_bytes,
+                        },
+                        error,
+                        counters_at_failure: self.policy.counters(),
+                    });
+                }
+            }
+            Err(Err(error)) => self.free_failures.push(FreeFailure { event: i, error }),
+        }
+        let counters = self.policy.counters();
+        self.counters = counters;
+        if let Some(l) = &mut self.layout {
+            l.after_event(i, self.policy.as_ref(), &counters);
+        }
+        self.series.push(t, &counters, failed);
+        if counters.footprint_bytes > self.peak_footprint || self.peak_footprint_event.is_none() {
+            self.peak_footprint = counters.footprint_bytes;
+            self.peak_footprint_event = Some(i);
+            self.frag_at_peak = metrics::fragmentation(&counters);
+        } else if counters.footprint_bytes == self.peak_footprint {
+            // A policy that never shrinks reaches its peak early (BFC's first region, almost
+            // empty): judge the peak by its best-used moment, not its first.
+            self.frag_at_peak = self.frag_at_peak.min(metrics::fragmentation(&counters));
+        }
+        if counters.live_bytes > self.peak_live || self.peak_live_event.is_none() {
+            self.peak_live = counters.live_bytes;
+            self.peak_live_event = Some(i);
+        }
+        self.peak_allocated = self.peak_allocated.max(counters.allocated_bytes);
+        if counters.footprint_bytes != self.run_footprint {
+            self.frag_sum +=
+                metrics::fragmentation_sum(self.run_live_sum, self.run_states, self.run_footprint);
+            self.run_footprint = counters.footprint_bytes;
+            self.run_live_sum = 0;
+            self.run_states = 0;
+        }
+        self.run_live_sum += u128::from(counters.live_bytes);
+        self.run_states += 1;
+    }
+
+    /// The replay after `n` events, the loop having taken `replay_seconds`.
+    pub(crate) fn finish(mut self, n: usize, replay_seconds: f64, streamed: bool) -> Replay {
+        self.frag_sum +=
+            metrics::fragmentation_sum(self.run_live_sum, self.run_states, self.run_footprint);
+        let layout = self.layout.map(LayoutRecorder::finish);
+        if self.checkpoints.is_empty() {
+            self.checkpoints.push(Checkpoint {
+                next_event: 0,
+                policy: self.policy.clone_box(),
+                approx_bytes: self.policy.state_bytes(),
+            });
+        }
+        let counters = self.counters;
+        let summary = Summary {
+            events: n,
+            peak_footprint_bytes: self.peak_footprint,
+            peak_footprint_event: self.peak_footprint_event,
+            final_footprint_bytes: counters.footprint_bytes,
+            peak_live_bytes: self.peak_live,
+            peak_live_event: self.peak_live_event,
+            peak_allocated_bytes: self.peak_allocated,
+            fragmentation_at_peak: self.frag_at_peak,
+            mean_fragmentation: if n == 0 {
+                0.0
+            } else {
+                self.frag_sum / n as f64
+            },
+            oom_count: self.oom_count,
+            replay_seconds,
+            events_per_second: if replay_seconds > 0.0 {
+                n as f64 / replay_seconds
+            } else {
+                0.0
+            },
+            final_counters: counters,
+        };
+        Replay {
+            policy_name: self.policy.name(),
+            summary,
+            series: self.series.finish(),
+            ooms: self.ooms,
+            first_oom_state: self.first_oom_state,
+            free_failures: self.free_failures,
+            final_state: self.policy,
+            checkpoints: self.checkpoints,
+            checkpoint_every: self.interval,
+            addrs: if streamed { Vec::new() } else { self.addrs },
+            align_bytes: self.align_bytes,
+            layout,
+            streamed,
+        }
+    }
+}
