@@ -116,8 +116,13 @@ pub(crate) unsafe fn write_header(fd: c_int, pid: c_int) -> bool {
     w.put_u32(0);
     let body_at = w.len();
     // Event times are `CLOCK_MONOTONIC` nanoseconds already: the calibration line has slope 1.
-    // Masked as event times are (see `NOW_NS`).
-    let ns0 = tick_of(clock_ns(CLOCK_MONOTONIC) as u64) as i64;
+    // The clock word's time as the first events read it, not a fresh reading: masked, that can
+    // be a 64 µs step later, and the first events would come before the start (a negative
+    // time, which the text form cannot hold).
+    let ns0 = match now_ns() {
+        0 => tick_of(clock_ns(CLOCK_MONOTONIC) as u64),
+        t => t,
+    } as i64;
     let wall0 = clock_ns(CLOCK_REALTIME);
     w.put(b"pid=");
     w.put_dec(pid as u64);
