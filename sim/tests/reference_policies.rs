@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use allocview_sim::policy::registry::{PolicyConfig, build};
 use allocview_sim::policy::{AllocError, Policy, Request};
 use allocview_sim::testing::{Op, ops_to_trace};
-use allocview_sim::trace::EventKind;
+use allocview_sim::trace::{EventKind, TraceView};
 use proptest::prelude::*;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -174,36 +174,36 @@ impl Reference {
     }
 }
 
-fn compare(name: &str, rule: Rule, ops: &[Op], limit: Option<u64>) -> Result<(), TestCaseError> {
-    let trace = ops_to_trace(ops);
-    let view = trace.view().unwrap();
-    let config = PolicyConfig {
-        limit_bytes: limit,
-        pool_block_bytes: match rule {
-            Rule::Pool(block) => block,
-            _ => PolicyConfig::default().pool_block_bytes,
-        },
-        buddy_min_block_bytes: match rule {
-            Rule::Buddy(min, _) => min,
-            _ => PolicyConfig::default().buddy_min_block_bytes,
-        },
-        buddy_max_order: match rule {
-            Rule::Buddy(_, max_order) => max_order,
-            _ => PolicyConfig::default().buddy_max_order,
-        },
-        ..PolicyConfig::default()
-    };
-    let mut policy: Box<dyn Policy> = build(name, &config, &view).unwrap();
-    let mut reference = Reference {
-        rule,
-        align: config.align_bytes,
-        limit,
-        limit_total: None,
-        live: BTreeMap::new(),
-        arena_end: 0,
-        cursor: 0,
-        block_end: 0,
-    };
+/// A naive reference heap, driven beside a policy by [`lockstep`].
+trait NaiveHeap {
+    /// The address for allocation `id` of `size_bytes`, or `None` for out of memory.
+    fn alloc(&mut self, id: u32, size_bytes: u64) -> Option<u64>;
+    fn free(&mut self, addr: u64);
+    fn footprint(&self) -> u64;
+}
+
+impl NaiveHeap for Reference {
+    fn alloc(&mut self, _id: u32, size_bytes: u64) -> Option<u64> {
+        Reference::alloc(self, size_bytes)
+    }
+    fn free(&mut self, addr: u64) {
+        Reference::free(self, addr);
+    }
+    fn footprint(&self) -> u64 {
+        Reference::footprint(self)
+    }
+}
+
+/// Replays `ops` through the policy `name` (built with `config`) and `reference` side by
+/// side: at every allocation the same address, or out of memory from both; after every event
+/// the same footprint, never past the limit.
+fn lockstep(
+    name: &str,
+    config: &PolicyConfig,
+    view: &TraceView<'_>,
+    reference: &mut dyn NaiveHeap,
+) -> Result<(), TestCaseError> {
+    let mut policy: Box<dyn Policy> = build(name, config, view).unwrap();
     let mut addr_of = vec![None; view.num_allocs as usize];
     for i in 0..view.len() {
         let id = view.alloc_id[i];
@@ -215,7 +215,7 @@ fn compare(name: &str, rule: Rule, ops: &[Op], limit: Option<u64>) -> Result<(),
                     size_bytes,
                     align_bytes: config.align_bytes,
                 });
-                let want = reference.alloc(size_bytes);
+                let want = reference.alloc(id, size_bytes);
                 match (got, want) {
                     (Ok(p), Some(a)) => prop_assert_eq!(p.addr, a, "{} event {}", name, i),
                     (Err(AllocError::OutOfMemory { .. }), None) => {}
@@ -235,15 +235,58 @@ fn compare(name: &str, rule: Rule, ops: &[Op], limit: Option<u64>) -> Result<(),
             }
             _ => {}
         }
+        let footprint = reference.footprint();
         prop_assert_eq!(
             policy.counters().footprint_bytes,
-            reference.footprint(),
+            footprint,
             "{} event {}",
             name,
             i
         );
+        if let Some(l) = config.limit_bytes {
+            prop_assert!(
+                footprint <= l,
+                "{} event {}: footprint {} over the limit {}",
+                name,
+                i,
+                footprint,
+                l
+            );
+        }
     }
     Ok(())
+}
+
+fn compare(name: &str, rule: Rule, ops: &[Op], limit: Option<u64>) -> Result<(), TestCaseError> {
+    let trace = ops_to_trace(ops);
+    let view = trace.view().unwrap();
+    let config = PolicyConfig {
+        limit_bytes: limit,
+        pool_block_bytes: match rule {
+            Rule::Pool(block) => block,
+            _ => PolicyConfig::default().pool_block_bytes,
+        },
+        buddy_min_block_bytes: match rule {
+            Rule::Buddy(min, _) => min,
+            _ => PolicyConfig::default().buddy_min_block_bytes,
+        },
+        buddy_max_order: match rule {
+            Rule::Buddy(_, max_order) => max_order,
+            _ => PolicyConfig::default().buddy_max_order,
+        },
+        ..PolicyConfig::default()
+    };
+    let mut reference = Reference {
+        rule,
+        align: config.align_bytes,
+        limit,
+        limit_total: None,
+        live: BTreeMap::new(),
+        arena_end: 0,
+        cursor: 0,
+        block_end: 0,
+    };
+    lockstep(name, &config, &view, &mut reference)
 }
 
 fn size_strategy() -> impl Strategy<Value = u64> {
@@ -304,7 +347,7 @@ proptest! {
 
 /// A block's true lifetime class, counted the slow way: short when fewer than `short_allocs`
 /// allocations happen between its allocation and its free; never freed is long.
-fn true_classes(view: &allocview_sim::trace::TraceView<'_>, short_allocs: u64) -> Vec<bool> {
+fn true_classes(view: &TraceView<'_>, short_allocs: u64) -> Vec<bool> {
     let mut short = vec![false; view.num_allocs as usize];
     for i in 0..view.len() {
         if view.kind_at(i) != Some(EventKind::Alloc) {
@@ -360,12 +403,31 @@ fn predictive_alloc(arenas: &mut [Reference; 2], short: bool, size_bytes: u64) -
     None
 }
 
+/// `predictive`'s two arenas and every allocation's true class.
+struct PredictiveReference {
+    arenas: [Reference; 2],
+    classes: Vec<bool>,
+}
+
+impl NaiveHeap for PredictiveReference {
+    fn alloc(&mut self, id: u32, size_bytes: u64) -> Option<u64> {
+        predictive_alloc(&mut self.arenas, self.classes[id as usize], size_bytes)
+    }
+    fn free(&mut self, addr: u64) {
+        const SHORT_BASE: u64 = 1 << 44;
+        let arena = usize::from(addr >= SHORT_BASE);
+        self.arenas[arena].free(addr - if arena == 1 { SHORT_BASE } else { 0 });
+    }
+    fn footprint(&self) -> u64 {
+        self.arenas[0].footprint() + self.arenas[1].footprint()
+    }
+}
+
 fn compare_predictive(
     ops: &[Op],
     limit: Option<u64>,
     short_allocs: u64,
 ) -> Result<(), TestCaseError> {
-    const SHORT_BASE: u64 = 1 << 44;
     let trace = ops_to_trace(ops);
     let view = trace.view().unwrap();
     let config = PolicyConfig {
@@ -374,8 +436,6 @@ fn compare_predictive(
         predictive_true_lifetimes: true,
         ..PolicyConfig::default()
     };
-    let mut policy: Box<dyn Policy> = build("predictive", &config, &view).unwrap();
-    let classes = true_classes(&view, short_allocs);
     let heap = || Reference {
         rule: Rule::Best,
         align: config.align_bytes,
@@ -386,52 +446,11 @@ fn compare_predictive(
         cursor: 0,
         block_end: 0,
     };
-    let mut arenas = [heap(), heap()];
-    let mut addr_of = vec![None; view.num_allocs as usize];
-    for i in 0..view.len() {
-        let id = view.alloc_id[i];
-        match view.kind_at(i).unwrap() {
-            EventKind::Alloc => {
-                let size_bytes = view.size_bytes[i];
-                let got = policy.alloc(Request {
-                    id,
-                    size_bytes,
-                    align_bytes: config.align_bytes,
-                });
-                let want = predictive_alloc(&mut arenas, classes[id as usize], size_bytes);
-                match (got, want) {
-                    (Ok(p), Some(a)) => prop_assert_eq!(p.addr, a, "event {}", i),
-                    (Err(AllocError::OutOfMemory { .. }), None) => {}
-                    (got, want) => {
-                        return Err(TestCaseError::fail(format!(
-                            "event {i}: policy {got:?}, reference {want:?}"
-                        )));
-                    }
-                }
-                addr_of[id as usize] = want;
-            }
-            EventKind::Free => {
-                if let Some(a) = addr_of[id as usize] {
-                    policy.free(a).unwrap();
-                    let arena = usize::from(a >= SHORT_BASE);
-                    arenas[arena].free(a - if arena == 1 { SHORT_BASE } else { 0 });
-                }
-            }
-            _ => {}
-        }
-        let footprint = arenas[0].footprint() + arenas[1].footprint();
-        prop_assert_eq!(policy.counters().footprint_bytes, footprint, "event {}", i);
-        if let Some(l) = limit {
-            prop_assert!(
-                footprint <= l,
-                "event {}: footprint {} over the limit {}",
-                i,
-                footprint,
-                l
-            );
-        }
-    }
-    Ok(())
+    let mut reference = PredictiveReference {
+        arenas: [heap(), heap()],
+        classes: true_classes(&view, short_allocs),
+    };
+    lockstep("predictive", &config, &view, &mut reference)
 }
 
 /// The greedy-by-size plan of the trace, TFLite's way: buffers largest first (equal sizes in
@@ -439,7 +458,7 @@ fn compare_predictive(
 /// placed buffers whose lifetimes meet its own, scanned by offset with the highest end so far
 /// rounded up to the alignment, else on top of them all. A buffer lives from its allocation
 /// event to its free event (the trace's end if never freed), and is at least one byte.
-fn greedy_by_size_plan(view: &allocview_sim::trace::TraceView<'_>, align: u64) -> (Vec<u64>, u64) {
+fn greedy_by_size_plan(view: &TraceView<'_>, align: u64) -> (Vec<u64>, u64) {
     let n = view.num_allocs as usize;
     let mut life = vec![(0u64, 0u64, view.len() as u64); n];
     for i in 0..view.len() {
@@ -485,6 +504,24 @@ fn greedy_by_size_plan(view: &allocview_sim::trace::TraceView<'_>, align: u64) -
     (offsets, total)
 }
 
+/// The oracle's plan as a static pool: the whole plan from the start, or the limit when it is
+/// smaller; an allocation the plan puts past it is out of memory.
+struct OracleReference {
+    offsets: Vec<u64>,
+    footprint: u64,
+}
+
+impl NaiveHeap for OracleReference {
+    fn alloc(&mut self, id: u32, size_bytes: u64) -> Option<u64> {
+        let at = self.offsets[id as usize];
+        (at + size_bytes.max(1) <= self.footprint).then_some(at)
+    }
+    fn free(&mut self, _addr: u64) {}
+    fn footprint(&self) -> u64 {
+        self.footprint
+    }
+}
+
 fn compare_oracle(ops: &[Op], limit: Option<u64>, align: u64) -> Result<(), TestCaseError> {
     let trace = ops_to_trace(ops);
     let view = trace.view().unwrap();
@@ -493,44 +530,12 @@ fn compare_oracle(ops: &[Op], limit: Option<u64>, align: u64) -> Result<(), Test
         align_bytes: align,
         ..PolicyConfig::default()
     };
-    let mut policy: Box<dyn Policy> = build("oracle", &config, &view).unwrap();
     let (offsets, total) = greedy_by_size_plan(&view, align);
-    // A static pool: the whole plan from the start, or the limit when it is smaller.
-    let footprint = limit.map_or(total, |l| l.min(total));
-    let mut served = vec![None; view.num_allocs as usize];
-    for i in 0..view.len() {
-        let id = view.alloc_id[i];
-        match view.kind_at(i).unwrap() {
-            EventKind::Alloc => {
-                let size_bytes = view.size_bytes[i];
-                let got = policy.alloc(Request {
-                    id,
-                    size_bytes,
-                    align_bytes: align,
-                });
-                let at = offsets[id as usize];
-                let want = (at + size_bytes.max(1) <= footprint).then_some(at);
-                match (got, want) {
-                    (Ok(p), Some(a)) => prop_assert_eq!(p.addr, a, "event {}", i),
-                    (Err(AllocError::OutOfMemory { .. }), None) => {}
-                    (got, want) => {
-                        return Err(TestCaseError::fail(format!(
-                            "event {i}: policy {got:?}, reference {want:?}"
-                        )));
-                    }
-                }
-                served[id as usize] = want;
-            }
-            EventKind::Free => {
-                if let Some(at) = served[id as usize] {
-                    policy.free(at).unwrap();
-                }
-            }
-            _ => {}
-        }
-        prop_assert_eq!(policy.counters().footprint_bytes, footprint, "event {}", i);
-    }
-    Ok(())
+    let mut reference = OracleReference {
+        offsets,
+        footprint: limit.map_or(total, |l| l.min(total)),
+    };
+    lockstep("oracle", &config, &view, &mut reference)
 }
 
 proptest! {
@@ -686,6 +691,18 @@ impl TorchReference {
     }
 }
 
+impl NaiveHeap for TorchReference {
+    fn alloc(&mut self, _id: u32, size_bytes: u64) -> Option<u64> {
+        TorchReference::alloc(self, size_bytes)
+    }
+    fn free(&mut self, addr: u64) {
+        TorchReference::free(self, addr);
+    }
+    fn footprint(&self) -> u64 {
+        self.reserved()
+    }
+}
+
 fn compare_pytorch(ops: &[Op], limit: Option<u64>) -> Result<(), TestCaseError> {
     let trace = ops_to_trace(ops);
     let view = trace.view().unwrap();
@@ -693,50 +710,11 @@ fn compare_pytorch(ops: &[Op], limit: Option<u64>) -> Result<(), TestCaseError> 
         limit_bytes: limit,
         ..PolicyConfig::default()
     };
-    let mut policy: Box<dyn Policy> = build("pytorch", &config, &view).unwrap();
     let mut reference = TorchReference {
         limit,
         ..TorchReference::default()
     };
-    let mut addr_of = vec![None; view.num_allocs as usize];
-    for i in 0..view.len() {
-        let id = view.alloc_id[i];
-        match view.kind_at(i).unwrap() {
-            EventKind::Alloc => {
-                let size_bytes = view.size_bytes[i];
-                let got = policy.alloc(Request {
-                    id,
-                    size_bytes,
-                    align_bytes: config.align_bytes,
-                });
-                let want = reference.alloc(size_bytes);
-                match (got, want) {
-                    (Ok(p), Some(a)) => prop_assert_eq!(p.addr, a, "event {}", i),
-                    (Err(AllocError::OutOfMemory { .. }), None) => {}
-                    (got, want) => {
-                        return Err(TestCaseError::fail(format!(
-                            "event {i}: policy {got:?}, reference {want:?}"
-                        )));
-                    }
-                }
-                addr_of[id as usize] = want;
-            }
-            EventKind::Free => {
-                if let Some(a) = addr_of[id as usize] {
-                    policy.free(a).unwrap();
-                    reference.free(a);
-                }
-            }
-            _ => {}
-        }
-        prop_assert_eq!(
-            policy.counters().footprint_bytes,
-            reference.reserved(),
-            "event {}",
-            i
-        );
-    }
-    Ok(())
+    lockstep("pytorch", &config, &view, &mut reference)
 }
 
 proptest! {
