@@ -37,6 +37,18 @@ struct Batch {
 }
 
 impl Batch {
+    /// Parses the line that began in an earlier block, now whole in `carry`.
+    fn push_carried(&mut self, line_no: u64) {
+        push_item(
+            &mut self.items,
+            &self.carry,
+            0,
+            self.carry.len(),
+            true,
+            line_no,
+        );
+    }
+
     fn text(&self, item: &Item) -> &[u8] {
         let text = if item.carried {
             &self.carry
@@ -154,14 +166,7 @@ fn parse_blocks(
                 carry.extend_from_slice(&batch.block[..nl]);
                 line_no += 1;
                 batch.carry = std::mem::take(&mut carry);
-                push_item(
-                    &mut batch.items,
-                    &batch.carry,
-                    0,
-                    batch.carry.len(),
-                    true,
-                    line_no,
-                );
+                batch.push_carried(line_no);
                 start = nl + 1;
             } else {
                 carry.extend_from_slice(&batch.block);
@@ -199,14 +204,7 @@ fn parse_blocks(
                 carry,
                 items: Vec::new(),
             };
-            push_item(
-                &mut batch.items,
-                &batch.carry,
-                0,
-                batch.carry.len(),
-                true,
-                line_no,
-            );
+            batch.push_carried(line_no);
             if tx.send(Msg::Batch(batch)).is_err() {
                 return;
             }
