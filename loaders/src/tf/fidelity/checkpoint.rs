@@ -125,10 +125,7 @@ impl CheckpointPlan {
             match r.kind {
                 EventKind::Alloc => {
                     let raw = r.record == RecordKind::RawAllocation;
-                    let size = r
-                        .allocated_bytes
-                        .filter(|&b| b > 0)
-                        .unwrap_or_else(|| rounded_bytes(r.requested_bytes.max(1)));
+                    let size = chunk_bytes(r.allocated_bytes, r.requested_bytes);
                     live.insert(
                         r.tf_alloc_id,
                         StateChunk {
@@ -173,10 +170,7 @@ impl CheckpointPlan {
             {
                 continue;
             }
-            let size = o
-                .allocated_bytes
-                .filter(|&b| b > 0)
-                .unwrap_or_else(|| rounded_bytes(o.requested_bytes.max(1)));
+            let size = chunk_bytes(o.allocated_bytes, o.requested_bytes);
             live.insert(
                 o.tf_alloc_id,
                 StateChunk {
@@ -234,4 +228,11 @@ pub(super) fn revealed_variables(log: &TfMemoryLog) -> HashMap<i64, Variable> {
             )
         })
         .collect()
+}
+
+/// A logged allocation's chunk: the size the log gives, else the request rounded as BFC does.
+fn chunk_bytes(allocated_bytes: Option<u64>, requested_bytes: u64) -> u64 {
+    allocated_bytes
+        .filter(|&b| b > 0)
+        .unwrap_or_else(|| rounded_bytes(requested_bytes.max(1)))
 }
