@@ -800,8 +800,8 @@ impl Policy for Bfc {
     fn state_bytes(&self) -> u64 {
         // What `clone_box` copies: the chunk table (deleted chunks included: TF never shrinks
         // it), the regions, the free index with its 4,096 exact-size buckets, and the address
-        // map shrunk to its entries. The default (64 bytes a block) charged a tenth of it, so
-        // the replay's checkpoint budget was overrun tenfold.
+        // map shrunk to its entries. The default (64 bytes a block) left out the chunk table
+        // and the buckets, which a copy holds whatever the number of blocks.
         let bytes = self.chunks.len() * std::mem::size_of::<Chunk>()
             + self.regions.len() * std::mem::size_of::<Region>()
             + self.pending_region_bases.len() * std::mem::size_of::<Addr>()
