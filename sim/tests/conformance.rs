@@ -6,7 +6,7 @@
 // Helpers outside #[test] functions unwrap too: a failed unwrap is a failed test here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use allocview_sim::policy::bfc::{Bfc, bins_of};
+use allocview_sim::policy::bfc::{Bfc, BinsSink, bins_of};
 use allocview_sim::policy::registry::{POLICY_NAMES, PolicyConfig, build};
 use allocview_sim::policy::{AllocError, Block, BlockState, FreeError, Placement, Policy, Request};
 use allocview_sim::replay::{ReplayOptions, replay};
@@ -297,6 +297,15 @@ fn layout_index_agrees_with_the_policy(name: &str) {
                 let (state, _) = r.state_at(&view, event).unwrap();
                 let bfc = state.as_any().downcast_ref::<Bfc>().unwrap();
                 assert_eq!(bins_of(&chunks), bfc.bins(), "bfc bins at event {event}");
+                let mut sink = BinsSink::default();
+                let (second, _) = r
+                    .fold_blocks_at(event, &mut sink, |_| BinsSink::default())
+                    .unwrap();
+                let folded = match second {
+                    Some(s) => sink.merge(s).finish(),
+                    None => sink.finish(),
+                };
+                assert_eq!(folded, bfc.bins(), "bfc bins folded at event {event}");
             }
         }
     }

@@ -204,10 +204,15 @@ impl AppState {
             let key = old.as_ref().and_then(|h| h.next_key(replay, self.cursor));
             if let Some(mut h) = HeapAt::indexed(replay, self.cursor, key) {
                 if slot.spec.name == "bfc" {
-                    // The bins view: from the chunk list the index lays out.
-                    let mut chunks = Vec::new();
-                    replay.blocks_at(self.cursor, &mut chunks);
-                    h.bins = Some(allocview_sim::policy::bfc::bins_of(&chunks));
+                    // The bins view: from the chunks the index lays out, never listed.
+                    use allocview_sim::policy::bfc::BinsSink;
+                    let mut first = BinsSink::default();
+                    h.bins = replay
+                        .fold_blocks_at(self.cursor, &mut first, |_| BinsSink::default())
+                        .map(|(second, _)| match second {
+                            Some(second) => first.merge(second).finish(),
+                            None => first.finish(),
+                        });
                 }
                 if let Some(cell) = self.heaps.get_mut(i) {
                     *cell = Some(h);

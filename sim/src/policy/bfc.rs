@@ -31,7 +31,7 @@ mod free_index;
 mod from_state;
 mod views;
 
-pub use views::bins_of;
+pub use views::{BinsSink, bins_of};
 #[cfg(test)]
 mod tests;
 

@@ -111,3 +111,32 @@ fn stale_bucket_entries_are_compacted_and_never_served() {
     assert_eq!(bfc.allocate(200, 3).unwrap().addr, a[0]);
     bfc.check().unwrap();
 }
+
+/// The bins of a chunk list are the same whether its blocks go through one sink or its two
+/// halves through two sinks merged (a big heap's two-thread pass).
+#[test]
+fn bins_of_halves_merged_equal_bins_of_the_whole() {
+    let mut bfc = Bfc::default();
+    let mut addrs = Vec::new();
+    for (i, size) in [300u64, 5000, 700, 70_000, 256, 1 << 20, 9000, 300]
+        .iter()
+        .enumerate()
+    {
+        addrs.push(bfc.allocate(*size, i as u32).unwrap().addr);
+    }
+    for a in [addrs[1], addrs[3], addrs[6]] {
+        bfc.deallocate(a).unwrap();
+    }
+    let mut blocks = Vec::new();
+    bfc.blocks_impl(&mut blocks);
+    let whole = bins_of(&blocks);
+    assert_eq!(whole, bfc.bins());
+    assert!(whole.iter().map(|b| b.free_chunks.len()).sum::<usize>() >= 3);
+    for cut in 0..=blocks.len() {
+        let (a, b) = blocks.split_at(cut);
+        let (mut x, mut y) = (BinsSink::default(), BinsSink::default());
+        a.iter().for_each(|blk| x.add(blk));
+        b.iter().for_each(|blk| y.add(blk));
+        assert_eq!(x.merge(y).finish(), whole, "cut at {cut}");
+    }
+}

@@ -106,36 +106,85 @@ impl Bfc {
 /// A chunk list rebuilt by the layout index gives the same bins as the policy.
 #[must_use]
 pub fn bins_of(blocks: &[Block]) -> Vec<BinInfo> {
-    let mut bins: Vec<BinInfo> = (0..NUM_BINS)
-        .map(|b| BinInfo {
-            bin_size_bytes: bin_size_bytes(b),
-            ..BinInfo::default()
-        })
-        .collect();
-    let mut free: Vec<(u64, Addr)> = Vec::new();
+    let mut sink = BinsSink::default();
     for b in blocks {
-        if let Some(bin) = bins.get_mut(bin_num_for_size(b.len_bytes)) {
-            bin.total_chunks += 1;
-            bin.total_bytes += b.len_bytes;
-            match b.state {
-                BlockState::Used {
-                    requested_bytes, ..
-                } => {
-                    bin.chunks_in_use += 1;
-                    bin.bytes_in_use += b.len_bytes;
-                    bin.requested_bytes_in_use += requested_bytes;
-                }
-                BlockState::Free => free.push((b.len_bytes, b.addr)),
-                // BFC lists none: every chunk is in use or free.
-                BlockState::Dead => {}
+        sink.add(b);
+    }
+    sink.finish()
+}
+
+/// [`bins_of`] block by block: a layout index passes its chunk list to it without listing it
+/// ([`crate::layout::BlockSink`]); the halves of a two-thread pass are [`Self::merge`]d.
+#[derive(Default)]
+pub struct BinsSink {
+    /// `(total_chunks, total_bytes, chunks_in_use, bytes_in_use, requested_bytes_in_use)` by
+    /// bin.
+    counts: [(u64, u64, u64, u64, u64); NUM_BINS],
+    /// The free chunks, `(size, addr)`.
+    free: Vec<(u64, Addr)>,
+}
+
+impl BinsSink {
+    pub(super) fn add(&mut self, b: &Block) {
+        let Some(c) = self.counts.get_mut(bin_num_for_size(b.len_bytes)) else {
+            return;
+        };
+        c.0 += 1;
+        c.1 += b.len_bytes;
+        match b.state {
+            BlockState::Used {
+                requested_bytes, ..
+            } => {
+                c.2 += 1;
+                c.3 += b.len_bytes;
+                c.4 += requested_bytes;
+            }
+            BlockState::Free => self.free.push((b.len_bytes, b.addr)),
+            // BFC lists none: every chunk is in use or free.
+            BlockState::Dead => {}
+        }
+    }
+
+    /// Adds the blocks `other` saw.
+    #[must_use]
+    pub fn merge(mut self, other: Self) -> Self {
+        for (c, o) in self.counts.iter_mut().zip(other.counts) {
+            *c = (c.0 + o.0, c.1 + o.1, c.2 + o.2, c.3 + o.3, c.4 + o.4);
+        }
+        self.free.extend(other.free);
+        self
+    }
+
+    /// The bins, each bin's free chunks in search order (size, then address).
+    #[must_use]
+    pub fn finish(mut self) -> Vec<BinInfo> {
+        let mut bins: Vec<BinInfo> = self
+            .counts
+            .iter()
+            .enumerate()
+            .map(|(b, c)| BinInfo {
+                bin_size_bytes: bin_size_bytes(b),
+                total_chunks: c.0,
+                total_bytes: c.1,
+                chunks_in_use: c.2,
+                bytes_in_use: c.3,
+                requested_bytes_in_use: c.4,
+                ..BinInfo::default()
+            })
+            .collect();
+        self.free.sort_unstable();
+        for (size, addr) in self.free {
+            if let Some(bin) = bins.get_mut(bin_num_for_size(size)) {
+                bin.free_chunks.push((addr, size));
             }
         }
+        bins
     }
-    free.sort_unstable();
-    for (size, addr) in free {
-        if let Some(bin) = bins.get_mut(bin_num_for_size(size)) {
-            bin.free_chunks.push((addr, size));
-        }
+}
+
+impl crate::layout::BlockSink for BinsSink {
+    #[inline]
+    fn block(&mut self, b: Block) {
+        self.add(&b);
     }
-    bins
 }
