@@ -1,5 +1,6 @@
-//! `first-fit`, `best-fit`, `pool`, `buddy`, `predictive` (fed the true lifetimes), `oracle` and
-//! `pytorch` (default settings) against naive reference implementations (issue 20, item 18), slow and obviously correct. The fit references keep only the live blocks in
+//! Every policy against a naive reference implementation (issue 20, item 18), slow and
+//! obviously correct: `first-fit`, `best-fit`, `pool`, `buddy`, `predictive` (fed the true
+//! lifetimes), `oracle` and `pytorch` (default settings) here, `glibc` in `glibc.rs`. The fit references keep only the live blocks in
 //! address order; the free space is the gaps between them below the heap top (the end of the
 //! highest live block), which is what immediate coalescing and top trimming leave. The pool
 //! reference is a cursor in the current block and the arena's end. The buddy reference keeps
@@ -14,6 +15,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
+
+mod glibc;
 
 use allocview_sim::policy::registry::{PolicyConfig, build};
 use allocview_sim::policy::{AllocError, Policy, Request};
