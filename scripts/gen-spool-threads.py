@@ -2,15 +2,18 @@
 """Writes a tracer spool of THREADS threads without order keys (encoding 2, a coarse clock):
 every thread allocates and frees EVENTS/2 blocks within one clock period, a quarter of them
 freed by the next thread (blocks handed over between threads), so the loader must order the
-period by causality. For the bench of the spool merge (issue 20, item 8).
+period by causality. For the bench of the spool merge (issue 20, item 8). With `conflict`,
+every thread first allocates one shared address that no thread frees: no order of the period
+is consistent, the causal search gives up and the greedy fallback orders it.
 
-usage: gen-spool-threads.py OUT [THREADS=2000] [EVENTS=50]"""
+usage: gen-spool-threads.py OUT [THREADS=2000] [EVENTS=50] [conflict]"""
 import struct
 import sys
 
 out = sys.argv[1]
 threads = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
 events = int(sys.argv[3]) if len(sys.argv) > 3 else 50
+conflict = len(sys.argv) > 4 and sys.argv[4] == "conflict"
 META = ("pid=5\ntick0=1000\nmono_ns0=1000\nrealtime_ns0=5000\nclock=monotonic_coarse_ns\n"
         "clock_resolution_ns=1000000\nevents=2\n").encode()
 OP_FREE, OP_TIME, SHIFT = 0x10, 0x0F, 5
@@ -58,6 +61,8 @@ tick = 1000
 for t in range(threads):
     buf, prev = bytearray(), [0, 0]
     base = 0x10_0000_0000 + t * 0x100_0000
+    if conflict:
+        event(buf, prev, 0, tick, 48, 0x5000)
     for k in range(events // 2):
         addr = base + k * 64
         event(buf, prev, 0, tick, 48, addr)

@@ -16,6 +16,7 @@ use crate::malloc_trace::Record;
 
 mod live;
 mod merge;
+mod order;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -74,7 +75,7 @@ pub(super) struct Stream<'a> {
     defs: Vec<StackDef>,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub(super) struct SpoolEvent {
     tick: u64,
     op: u8,
