@@ -25,8 +25,6 @@ seed binary
 for f in "$root"/sample-traces/*.avt; do
     tail -c +11 "$f" > "$corpus/binary/$(basename "$f" .avt).bin"
 done
-seed spool; cp "$root"/fuzz/seeds/spool/* "$corpus/spool/"
-seed stacks; cp "$root"/fuzz/seeds/stacks/* "$corpus/stacks/"
 
 # TensorFlow: dumps and memory logs whole (the public ones) and cut (the large ones).
 seed tf_dump; seed tf_memlog
@@ -51,7 +49,12 @@ seed pickle
 cp "$root"/loaders/tests/data/pytorch/*.pickle "$corpus/pickle/"
 cp "$root/sample-traces/pytorch/lm_train_step_windows.pickle" "$corpus/pickle/"
 
-# The regression inputs found so far seed their targets too.
+# The committed seeds (recorded spools and stack tables, and the small entries of earlier
+# campaigns' corpora) and the regression inputs found so far seed their targets too.
+for d in "$root"/fuzz/seeds/*/; do
+    [ -d "$d" ] || continue
+    t="$(basename "$d")"; seed "$t"; cp "$d"* "$corpus/$t/" 2>/dev/null || true
+done
 for d in "$root"/fuzz/regressions/*/; do
     [ -d "$d" ] || continue
     t="$(basename "$d")"; seed "$t"; cp "$d"* "$corpus/$t/" 2>/dev/null || true
