@@ -73,6 +73,53 @@ fn streamed_stats_and_compare_print_what_the_loaded_trace_gives() {
     }
 }
 
+/// `predict` streamed reads each pass from the file: the same figures as loaded, cross-run
+/// included (the other trace streamed too), but for the speeds and the marks of how it was read.
+#[test]
+fn streamed_predict_gives_the_loaded_figures() {
+    let strip = |mut v: Value| {
+        if let Some(obj) = v.as_object_mut() {
+            obj.remove("streamed");
+            if let Some(Value::Object(l)) = obj.get_mut("lifetime") {
+                l.remove("sites_used");
+            }
+            if let Some(Value::Array(models)) = obj.get_mut("models") {
+                for m in models.iter_mut().filter_map(Value::as_object_mut) {
+                    for key in [
+                        "train_events_per_s",
+                        "predict_events_per_s",
+                        "online_events_per_s",
+                    ] {
+                        assert!(m.remove(key).is_some(), "{key}");
+                    }
+                }
+            }
+        }
+        v
+    };
+    let other = sample("perl_hash.avt");
+    for name in ["python_json.avt", "xz_T2_libc.avt"] {
+        let file = sample(name);
+        let args = [
+            "predict",
+            "--json",
+            "--model",
+            "majority,period,order-2,order-8",
+            "--train",
+            other.to_str().unwrap(),
+            file.to_str().unwrap(),
+        ];
+        let loaded = json_of(&args);
+        let mut with_stream = args.to_vec();
+        with_stream.push("--stream");
+        let streamed = json_of(&with_stream);
+        assert_eq!(streamed["streamed"], Value::Bool(true));
+        assert_eq!(streamed["lifetime"]["sites_used"], Value::Bool(false));
+        assert!(loaded["models"][3]["cross_run"]["top1"].as_f64().unwrap() > 0.0);
+        assert_eq!(strip(streamed), strip(loaded), "{name}");
+    }
+}
+
 /// Runs allocview, which must fail; returns its stderr.
 fn failure(args: &[&str]) -> String {
     let out = allocview(args);

@@ -214,6 +214,7 @@ fn predict(
         train,
         json: true,
         input: InputArgs::default(),
+        stream: Default::default(),
     };
     let loaded = Arc::clone(&trace.loaded);
     py.detach(move || allocview::cmd::predict::json(&args, &loaded))

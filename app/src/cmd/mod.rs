@@ -19,6 +19,7 @@ pub mod load;
 pub mod min_limit;
 pub mod plan;
 pub mod predict;
+mod predict_stream;
 pub mod record;
 pub mod record_limit;
 pub mod report;

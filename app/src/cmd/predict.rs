@@ -8,7 +8,9 @@ use std::sync::Arc;
 use allocview_loaders::Loaded;
 use allocview_loaders::site_stats::SiteKind;
 use allocview_loaders::stats::thread_indices;
-use allocview_sim::predict::eval::{Figures, ModelReport, default_models, evaluate, make_model};
+use allocview_sim::predict::eval::{
+    Calls, Figures, InMemory, ModelReport, default_models, evaluate_calls, make_model,
+};
 use allocview_sim::predict::lifetime::{self, AllocFeatures, DEFAULT_SHORT_ALLOCS, LifetimeReport};
 use allocview_sim::predict::tokens::TokenStream;
 use allocview_sim::trace::TraceView;
@@ -44,15 +46,40 @@ pub struct PredictArgs {
     pub json: bool,
     #[command(flatten)]
     pub input: InputArgs,
+    #[command(flatten)]
+    pub stream: super::stream::StreamArgs,
 }
 
-/// A loaded trace as `predict` uses it.
-struct Input {
-    tokens: TokenStream,
+/// A trace as `predict` describes it.
+pub(super) struct Input {
+    pub(super) calls: u64,
+    pub(super) allocs: u64,
+    /// Threads that made calls.
+    pub(super) threads: usize,
     /// The file's id of each thread index.
-    tids: Vec<u64>,
+    pub(super) tids: Vec<u64>,
     /// The lifetime predictor's score on this trace.
-    lifetime: LifetimeReport,
+    pub(super) lifetime: LifetimeReport,
+    /// Read block by block from the file (the lifetime predictor then runs without
+    /// allocation sites).
+    pub(super) streamed: bool,
+}
+
+impl Input {
+    fn of(tokens: &TokenStream, tids: Vec<u64>, lifetime: LifetimeReport) -> Self {
+        Self {
+            calls: tokens.len() as u64,
+            allocs: tokens.token.iter().filter(|&&x| x < 32).count() as u64,
+            threads: tokens
+                .per_thread_counts()
+                .iter()
+                .filter(|&&c| c > 0)
+                .count(),
+            tids,
+            lifetime,
+            streamed: false,
+        }
+    }
 }
 
 fn tids_of(loaded: &Loaded) -> Vec<u64> {
@@ -76,14 +103,14 @@ fn events_and_threads<'a>(
     Ok((view, threads))
 }
 
-fn input_of(loaded: &Loaded, path: &Path) -> Result<Input> {
+/// The token stream of `loaded` and what `predict` says of it.
+fn input_of(loaded: &Loaded, path: &Path) -> Result<(TokenStream, Input)> {
     let (view, threads) = events_and_threads(loaded, path, "predict")?;
     let features = features_for(loaded, &view, &threads);
-    Ok(Input {
-        tokens: TokenStream::from_trace(&view, Some(&threads)),
-        tids: tids_of(loaded),
-        lifetime: lifetime::evaluate(&view, &features, DEFAULT_SHORT_ALLOCS),
-    })
+    let tokens = TokenStream::from_trace(&view, Some(&threads));
+    let lifetime = lifetime::evaluate(&view, &features, DEFAULT_SHORT_ALLOCS);
+    let input = Input::of(&tokens, tids_of(loaded), lifetime);
+    Ok((tokens, input))
 }
 
 /// What the `predictive` policy knows at each allocation of `loaded`: each thread's recent
@@ -138,10 +165,14 @@ fn model_names(args: &PredictArgs) -> Result<Vec<String>> {
 
 /// Runs `allocview predict`.
 pub fn run(args: &PredictArgs) -> Result<()> {
-    model_names(args)?;
-    let loaded = load_input(&args.file, &args.input)?;
-    let (input, reports) = evaluate_all(args, &loaded)?;
+    let names = model_names(args)?;
     let file = args.file.display().to_string();
+    let (input, reports) = if args.stream.applies(&args.file, &args.input)? {
+        super::predict_stream::evaluate(args, &names)?
+    } else {
+        let loaded = load_input(&args.file, &args.input)?;
+        evaluate_all(args, &loaded)?
+    };
     if args.json {
         outln!("{}", report_json(&file, args, &input, &reports));
     } else {
@@ -167,25 +198,53 @@ pub fn json(args: &PredictArgs, loaded: &Loaded) -> Result<Value> {
 
 fn evaluate_all(args: &PredictArgs, loaded: &Loaded) -> Result<(Input, Vec<ModelReport>)> {
     let names = model_names(args)?;
-    let input = input_of(loaded, &args.file)?;
-    let other = match &args.train {
-        Some(path) => {
-            let l = load_input(path, &args.input)?;
-            let (view, threads) = events_and_threads(&l, path, "predict --train")?;
-            Some(TokenStream::from_trace(&view, Some(&threads)))
-        }
-        None => None,
-    };
-    let clock = thread_cpu_seconds;
-    let reports: Vec<ModelReport> = names
-        .iter()
-        .filter_map(|n| evaluate(n, &input.tokens, args.split, other.as_ref(), &clock))
-        .collect();
+    let (tokens, input) = input_of(loaded, &args.file)?;
+    let mut other = other_calls(args)?;
+    let reports = evaluate_calls(
+        &names,
+        &mut InMemory(&tokens),
+        args.split,
+        other.as_mut().map(|o| o.as_calls()),
+        &thread_cpu_seconds,
+    )
+    .map_err(anyhow::Error::msg)?;
     Ok((input, reports))
 }
 
+/// `--train OTHER_FILE`'s calls: streamed where FILE would be, else loaded.
+pub(super) enum OtherCalls {
+    Loaded(TokenStream),
+    Streamed(Box<super::predict_stream::StreamedCalls>),
+}
+
+impl OtherCalls {
+    pub(super) fn as_calls(&mut self) -> &mut dyn Calls {
+        match self {
+            Self::Loaded(tokens) => tokens,
+            Self::Streamed(s) => s.as_mut(),
+        }
+    }
+}
+
+pub(super) fn other_calls(args: &PredictArgs) -> Result<Option<OtherCalls>> {
+    let Some(path) = &args.train else {
+        return Ok(None);
+    };
+    if args.stream.applies(path, &args.input)? {
+        return Ok(Some(OtherCalls::Streamed(Box::new(
+            super::predict_stream::StreamedCalls::new(path),
+        ))));
+    }
+    let l = load_input(path, &args.input)?;
+    let (view, threads) = events_and_threads(&l, path, "predict --train")?;
+    Ok(Some(OtherCalls::Loaded(TokenStream::from_trace(
+        &view,
+        Some(&threads),
+    ))))
+}
+
 /// CPU time of the calling thread, so the speeds are per core however busy the machine is.
-fn thread_cpu_seconds() -> f64 {
+pub(super) fn thread_cpu_seconds() -> f64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
 }
@@ -203,8 +262,9 @@ fn figures_json(f: &Figures) -> Value {
     })
 }
 
-fn lifetime_json(r: &LifetimeReport) -> Value {
+fn lifetime_json(r: &LifetimeReport, streamed: bool) -> Value {
     json!({
+        "sites_used": !streamed,
         "short_threshold_allocs": r.short_threshold_allocs,
         "allocations": r.allocations,
         "true_short_fraction": (r.allocations > 0).then(|| r.true_short as f64 / r.allocations as f64),
@@ -239,12 +299,13 @@ fn report_json(file: &str, args: &PredictArgs, input: &Input, reports: &[ModelRe
         .collect();
     json!({
         "file": file,
-        "events": input.tokens.len(),
-        "threads": input.tokens.per_thread_counts().iter().filter(|&&c| c > 0).count(),
+        "events": input.calls,
+        "threads": input.threads,
+        "streamed": input.streamed,
         "split_fraction": args.split,
         "train_file": args.train.as_ref().map(|p| p.display().to_string()),
         "models": models,
-        "lifetime": lifetime_json(&input.lifetime),
+        "lifetime": lifetime_json(&input.lifetime, input.streamed),
     })
 }
 
@@ -301,14 +362,17 @@ fn print_tables(
     input: &Input,
     reports: &[ModelReport],
 ) -> Result<()> {
-    let t = &input.tokens;
-    let allocs = t.token.iter().filter(|&&x| x < 32).count() as u64;
-    let threads = t.per_thread_counts().iter().filter(|&&c| c > 0).count();
+    let threads = input.threads;
     outln!(
-        "{file}: {} heap calls ({} allocations, {} frees) in {threads} thread(s), 64 token classes",
-        format::count(t.len() as u64),
-        format::count(allocs),
-        format::count(t.len() as u64 - allocs)
+        "{file}: {} heap calls ({} allocations, {} frees) in {threads} thread(s), 64 token classes{}",
+        format::count(input.calls),
+        format::count(input.allocs),
+        format::count(input.calls - input.allocs),
+        if input.streamed {
+            " (streamed block by block)"
+        } else {
+            ""
+        }
     );
     let split_pct = args.split * 100.0;
     print_mode(
@@ -371,9 +435,14 @@ fn print_tables(
     let l = &input.lifetime;
     outln!();
     outln!(
-        "lifetime predictor of the `predictive` policy (short = freed within {} allocations): \
+        "lifetime predictor of the `predictive` policy (short = freed within {} allocations{}): \
          {} allocations, {} short",
         l.short_threshold_allocs,
+        if input.streamed {
+            "; streamed, so without allocation sites"
+        } else {
+            ""
+        },
         format::count(l.allocations),
         pct((l.allocations > 0).then(|| l.true_short as f64 / l.allocations as f64))
     );

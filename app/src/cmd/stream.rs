@@ -1,4 +1,5 @@
-//! `stats`, `compare` and `report` (`stream_report.rs`) on a binary trace too big for memory: the events are decoded block by
+//! `stats`, `compare`, `report` (`stream_report.rs`) and `predict` (`predict_stream.rs`) on a
+//! binary trace too big for memory: the events are decoded block by
 //! block from the file ([`BinaryEventStream`]) and replayed as they come
 //! ([`allocview_sim::stream::replay_stream`]), so memory is bounded by a block, the live
 //! allocations and each policy's heap, not by the trace. Chosen by `--stream`, or on its own
@@ -92,7 +93,7 @@ pub fn refuse_if_too_big(file: &Path) -> Result<()> {
     {
         bail!(
             "{} holds {} events, about {} once loaded, more than the {} of memory available: \
-             `allocview stats`, `compare` and `report` stream it block by block (README: Traces \
+             `allocview stats`, `compare`, `report` and `predict` stream it block by block (README: Traces \
              larger than memory); this command needs the trace loaded",
             file.display(),
             crate::format::count(records),

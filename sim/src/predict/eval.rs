@@ -150,108 +150,311 @@ pub type Clock<'a> = &'a dyn Fn() -> f64;
 /// enough for the context tables' cache misses to arrive in time.
 const LOOKAHEAD: usize = 8;
 
-/// Announces call `i` of `s` (if any) to `model`.
-fn announce(model: &mut dyn Model, s: &TokenStream, i: Option<usize>) {
-    if let Some((&tok, &th)) = i.and_then(|i| Some((s.token.get(i)?, s.thread.get(i)?))) {
-        model.lookahead(th, tok);
+/// Where an evaluation reads a trace's calls: all at once (a [`TokenStream`] in memory,
+/// [`InMemory`]) or chunk by chunk (a trace too big for memory, decoded from its file on
+/// every pass). The evaluations make up to four passes; memory is the models' and a chunk's.
+pub trait Calls {
+    /// One pass: `f` with each chunk of the calls, in trace order, from the first.
+    ///
+    /// # Errors
+    /// When the calls cannot be read.
+    fn for_each_chunk(&mut self, f: &mut dyn FnMut(&TokenStream)) -> Result<(), String>;
+}
+
+/// A token stream in memory: one chunk.
+pub struct InMemory<'a>(pub &'a TokenStream);
+
+impl Calls for InMemory<'_> {
+    fn for_each_chunk(&mut self, f: &mut dyn FnMut(&TokenStream)) -> Result<(), String> {
+        f(self.0);
+        Ok(())
     }
 }
 
-/// Announces the first calls of a pass over `calls` (indices into `s`).
-fn announce_first(model: &mut dyn Model, s: &TokenStream, calls: &[usize]) {
-    for &i in calls.iter().take(LOOKAHEAD) {
-        announce(model, s, Some(i));
+impl Calls for TokenStream {
+    fn for_each_chunk(&mut self, f: &mut dyn FnMut(&TokenStream)) -> Result<(), String> {
+        f(self);
+        Ok(())
     }
 }
 
-fn rate(events: u64, clock: Clock<'_>, started: f64) -> Option<f64> {
-    let secs = clock() - started;
-    (events > 0 && secs > 0.0).then(|| events as f64 / secs)
+/// One call: token, thread, bytes.
+type Call = (u8, u16, u64);
+
+/// The calls announced to a model and not yet handled: each call is announced [`LOOKAHEAD`]
+/// calls before it is handled, across chunks.
+#[derive(Default)]
+struct Pipe {
+    ring: [Call; LOOKAHEAD],
+    start: usize,
+    len: usize,
 }
 
-/// The split evaluation: tally, train speed, predict speed.
-fn split(
-    model: &mut dyn Model,
-    s: &TokenStream,
-    train: &[bool],
-    clock: Clock<'_>,
-) -> (Tally, Option<f64>, Option<f64>) {
-    let (learnt, tested): (Vec<usize>, Vec<usize>) =
-        (0..s.token.len()).partition(|&i| train.get(i).copied().unwrap_or(false));
-    let started = clock();
-    announce_first(model, s, &learnt);
-    for (j, &i) in learnt.iter().enumerate() {
-        announce(model, s, learnt.get(j + LOOKAHEAD).copied());
-        if let (Some(&tok), Some(&th)) = (s.token.get(i), s.thread.get(i)) {
+impl Pipe {
+    /// Announces `call`; returns the call now due, if any.
+    fn push(&mut self, model: &mut dyn Model, call: Call) -> Option<Call> {
+        model.lookahead(call.1, call.0);
+        let end = (self.start + self.len) % LOOKAHEAD;
+        if self.len < LOOKAHEAD {
+            if let Some(slot) = self.ring.get_mut(end) {
+                *slot = call;
+            }
+            self.len += 1;
+            return None;
+        }
+        // Full: the oldest is due, and the new call takes its slot.
+        let slot = self.ring.get_mut(self.start)?;
+        let due = std::mem::replace(slot, call);
+        self.start = (self.start + 1) % LOOKAHEAD;
+        Some(due)
+    }
+
+    fn pop(&mut self) -> Option<Call> {
+        if self.len == 0 {
+            return None;
+        }
+        let call = self.ring.get(self.start).copied();
+        self.start = (self.start + 1) % LOOKAHEAD;
+        self.len -= 1;
+        call
+    }
+}
+
+/// What a pass does with each call it takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Learn it.
+    Learn,
+    /// Predict and score it, then move the thread's context on without learning.
+    Frozen,
+    /// Predict and score it, then learn it.
+    Online,
+}
+
+/// One model through the passes of one evaluation.
+struct Runner {
+    model: Box<dyn Model>,
+    pipe: Pipe,
+    tally: Tally,
+    per_thread: Vec<Tally>,
+    /// Calls learnt without being scored.
+    learnt: u64,
+    seconds: f64,
+}
+
+impl Runner {
+    fn new(name: &str) -> Option<Self> {
+        Some(Self {
+            model: make_model(name)?,
+            pipe: Pipe::default(),
+            tally: Tally::default(),
+            per_thread: Vec::new(),
+            learnt: 0,
+            seconds: 0.0,
+        })
+    }
+
+    fn handle(&mut self, mode: Mode, (tok, th, size): Call) {
+        let model = self.model.as_mut();
+        if mode == Mode::Learn {
             model.observe(th, tok, true);
+            self.learnt += 1;
+            return;
+        }
+        let p = model.predict(th, tok);
+        self.tally.add(&p, tok, size);
+        if mode == Mode::Online {
+            let t = usize::from(th);
+            if t >= self.per_thread.len() {
+                self.per_thread.resize(t + 1, Tally::default());
+            }
+            if let Some(tally) = self.per_thread.get_mut(t) {
+                tally.add(&p, tok, size);
+            }
+        }
+        model.observe(th, tok, mode == Mode::Learn || mode == Mode::Online);
+    }
+
+    /// The calls of `chunk` that `take` keeps (all when `None`).
+    fn feed(&mut self, mode: Mode, chunk: &TokenStream, take: Option<&[bool]>) {
+        let calls = chunk.token.iter().zip(&chunk.thread).zip(&chunk.size_bytes);
+        for (i, ((&tok, &th), &size)) in calls.enumerate() {
+            if take.is_some_and(|t| !t.get(i).copied().unwrap_or(false)) {
+                continue;
+            }
+            if let Some(due) = self.pipe.push(self.model.as_mut(), (tok, th, size)) {
+                self.handle(mode, due);
+            }
         }
     }
-    let train_rate = rate(learnt.len() as u64, clock, started);
-    let started = clock();
-    let mut tally = Tally::default();
-    announce_first(model, s, &tested);
-    for (j, &i) in tested.iter().enumerate() {
-        announce(model, s, tested.get(j + LOOKAHEAD).copied());
-        if let (Some(&tok), Some(&th), Some(&size)) =
-            (s.token.get(i), s.thread.get(i), s.size_bytes.get(i))
-        {
-            let p = model.predict(th, tok);
-            tally.add(&p, tok, size);
-            model.observe(th, tok, false);
+
+    fn drain(&mut self, mode: Mode) {
+        while let Some(call) = self.pipe.pop() {
+            self.handle(mode, call);
         }
     }
-    let predict_rate = rate(tally.events, clock, started);
-    (tally, train_rate, predict_rate)
+
+    fn rate(&self, calls: u64) -> Option<f64> {
+        (calls > 0 && self.seconds > 0.0).then(|| calls as f64 / self.seconds)
+    }
 }
 
-/// The online evaluation: the whole tally, per-thread tallies and the speed.
-fn online(
-    model: &mut dyn Model,
-    s: &TokenStream,
+/// Which calls of a split pass are taken: those in each thread's first part (learning) or in
+/// the rest (predicting).
+struct SplitCut {
+    /// Calls per thread in the learnt part.
+    cut: Vec<u64>,
+    learnt_part: bool,
+}
+
+/// One pass of `calls` through `runners` in `mode`, each runner timed on its own with `clock`
+/// (a chunk at a time, so decoding a chunk is not counted).
+fn pass(
+    calls: &mut dyn Calls,
+    runners: &mut [Runner],
+    mode: Mode,
+    split: Option<&SplitCut>,
     clock: Clock<'_>,
-) -> (Tally, Vec<Tally>, Option<f64>) {
-    let started = clock();
-    let mut tally = Tally::default();
-    let mut per_thread = vec![Tally::default(); s.threads];
-    for i in 0..LOOKAHEAD {
-        announce(model, s, Some(i));
-    }
-    let calls = s.token.iter().zip(&s.thread).zip(&s.size_bytes);
-    for (i, ((&tok, &th), &size)) in calls.enumerate() {
-        announce(model, s, Some(i + LOOKAHEAD));
-        let p = model.predict(th, tok);
-        tally.add(&p, tok, size);
-        if let Some(t) = per_thread.get_mut(usize::from(th)) {
-            t.add(&p, tok, size);
+) -> Result<(), String> {
+    let mut seen: Vec<u64> = Vec::new();
+    let mut take: Vec<bool> = Vec::new();
+    calls.for_each_chunk(&mut |chunk| {
+        let take = split.map(|s| {
+            take.clear();
+            take.extend(chunk.thread.iter().map(|&th| {
+                let t = usize::from(th);
+                if t >= seen.len() {
+                    seen.resize(t + 1, 0);
+                }
+                let Some(n) = seen.get_mut(t) else {
+                    return false;
+                };
+                *n += 1;
+                let learnt = *n <= s.cut.get(t).copied().unwrap_or(0);
+                learnt == s.learnt_part
+            }));
+            &take[..]
+        });
+        for r in runners.iter_mut() {
+            let started = clock();
+            r.feed(mode, chunk, take);
+            r.seconds += clock() - started;
         }
-        model.observe(th, tok, true);
+    })?;
+    for r in runners.iter_mut() {
+        let started = clock();
+        r.drain(mode);
+        r.seconds += clock() - started;
     }
-    let speed = rate(tally.events, clock, started);
-    (tally, per_thread, speed)
+    Ok(())
 }
 
-/// Learns all of `other`, then predicts all of `s` frozen.
-fn cross_run(model: &mut dyn Model, s: &TokenStream, other: &TokenStream) -> Tally {
-    for i in 0..LOOKAHEAD {
-        announce(model, other, Some(i));
+/// Calls per thread, in one pass.
+fn per_thread_counts(calls: &mut dyn Calls) -> Result<Vec<u64>, String> {
+    let mut counts: Vec<u64> = Vec::new();
+    calls.for_each_chunk(&mut |chunk| {
+        for &th in &chunk.thread {
+            let t = usize::from(th);
+            if t >= counts.len() {
+                counts.resize(t + 1, 0);
+            }
+            if let Some(c) = counts.get_mut(t) {
+                *c += 1;
+            }
+        }
+    })?;
+    Ok(counts)
+}
+
+fn runners(names: &[String]) -> Result<Vec<Runner>, String> {
+    names
+        .iter()
+        .map(|n| Runner::new(n).ok_or_else(|| format!("unknown model {n:?}")))
+        .collect()
+}
+
+/// Runs every evaluation of the models `names` on `calls` (cross-run when `other` is given),
+/// all models in each pass: four passes over `calls` (the calls per thread, the split's
+/// learning and predicting, online), and one over `other`. Each model's passes are timed with
+/// `clock`.
+///
+/// # Errors
+/// An unknown model name, or calls that cannot be read.
+pub fn evaluate_calls(
+    names: &[String],
+    calls: &mut dyn Calls,
+    split_fraction: f64,
+    other: Option<&mut dyn Calls>,
+    clock: Clock<'_>,
+) -> Result<Vec<ModelReport>, String> {
+    let fraction = split_fraction.clamp(0.0, 1.0);
+    let cut: Vec<u64> = per_thread_counts(calls)?
+        .iter()
+        .map(|&c| (c as f64 * fraction).floor() as u64)
+        .collect();
+    let mut split = runners(names)?;
+    let learn = SplitCut {
+        cut,
+        learnt_part: true,
+    };
+    pass(calls, &mut split, Mode::Learn, Some(&learn), clock)?;
+    let train: Vec<Option<f64>> = split.iter().map(|r| r.rate(r.learnt)).collect();
+    for r in &mut split {
+        r.seconds = 0.0;
     }
-    for (i, (&tok, &th)) in other.token.iter().zip(&other.thread).enumerate() {
-        announce(model, other, Some(i + LOOKAHEAD));
-        model.observe(th, tok, true);
-    }
-    model.reset_history();
-    for i in 0..LOOKAHEAD {
-        announce(model, s, Some(i));
-    }
-    let mut tally = Tally::default();
-    let calls = s.token.iter().zip(&s.thread).zip(&s.size_bytes);
-    for (i, ((&tok, &th), &size)) in calls.enumerate() {
-        announce(model, s, Some(i + LOOKAHEAD));
-        let p = model.predict(th, tok);
-        tally.add(&p, tok, size);
-        model.observe(th, tok, false);
-    }
-    tally
+    let predict = SplitCut {
+        learnt_part: false,
+        ..learn
+    };
+    pass(calls, &mut split, Mode::Frozen, Some(&predict), clock)?;
+    let split: Vec<(Figures, Option<f64>)> = split
+        .into_iter()
+        .map(|r| (r.tally.figures(), r.rate(r.tally.events)))
+        .collect();
+    let mut online = runners(names)?;
+    pass(calls, &mut online, Mode::Online, None, clock)?;
+    let cross: Vec<Option<Figures>> = match other {
+        Some(o) => {
+            let mut cross = runners(names)?;
+            pass(o, &mut cross, Mode::Learn, None, clock)?;
+            for r in &mut cross {
+                r.model.reset_history();
+                r.pipe = Pipe::default();
+            }
+            pass(calls, &mut cross, Mode::Frozen, None, clock)?;
+            cross.iter().map(|r| Some(r.tally.figures())).collect()
+        }
+        None => vec![None; names.len()],
+    };
+    let reports = names
+        .iter()
+        .zip(split)
+        .zip(train)
+        .zip(online)
+        .zip(cross)
+        .map(|((((name, (split, predict)), train), online), cross)| {
+            let per_thread = (0u16..)
+                .zip(&online.per_thread)
+                .filter(|(_, t)| t.events > 0)
+                .map(|(thread, t)| ThreadFigure {
+                    thread,
+                    events: t.events,
+                    online_top1: t.figures().top1,
+                })
+                .collect();
+            ModelReport {
+                name: name.clone(),
+                split,
+                online: online.tally.figures(),
+                cross_run: cross,
+                per_thread,
+                train_events_per_s: train,
+                predict_events_per_s: predict,
+                online_events_per_s: online.rate(online.tally.events),
+            }
+        })
+        .collect();
+    Ok(reports)
 }
 
 /// Runs every evaluation of model `name` on `s` (cross-run when `other` is given), timing the
@@ -264,33 +467,12 @@ pub fn evaluate(
     other: Option<&TokenStream>,
     clock: Clock<'_>,
 ) -> Option<ModelReport> {
-    let train = s.train_mask(split_fraction);
-    let (split_tally, train_rate, predict_rate) =
-        split(make_model(name)?.as_mut(), s, &train, clock);
-    let (online_tally, threads, online_rate) = online(make_model(name)?.as_mut(), s, clock);
-    let cross = match other {
-        Some(o) => Some(cross_run(make_model(name)?.as_mut(), s, o).figures()),
-        None => None,
-    };
-    let per_thread = (0u16..)
-        .zip(&threads)
-        .filter(|(_, t)| t.events > 0)
-        .map(|(thread, t)| ThreadFigure {
-            thread,
-            events: t.events,
-            online_top1: t.figures().top1,
-        })
-        .collect();
-    Some(ModelReport {
-        name: name.to_owned(),
-        split: split_tally.figures(),
-        online: online_tally.figures(),
-        cross_run: cross,
-        per_thread,
-        train_events_per_s: train_rate,
-        predict_events_per_s: predict_rate,
-        online_events_per_s: online_rate,
-    })
+    let names = [name.to_owned()];
+    let mut other = other.map(InMemory);
+    let other = other.as_mut().map(|o| o as &mut dyn Calls);
+    evaluate_calls(&names, &mut InMemory(s), split_fraction, other, clock)
+        .ok()?
+        .pop()
 }
 
 #[cfg(test)]
@@ -353,6 +535,129 @@ mod tests {
         // which have no context (one of them is the most frequent token anyway).
         let c = evaluate("order-3", &s, 0.8, Some(&s)).unwrap();
         assert_eq!(c.cross_run.unwrap().top1, Some(799.0 / 800.0));
+    }
+
+    /// Calls in chunks of the given lengths, as a stream read from a file gives them.
+    struct Chunked(Vec<TokenStream>);
+
+    impl Calls for Chunked {
+        fn for_each_chunk(&mut self, f: &mut dyn FnMut(&TokenStream)) -> Result<(), String> {
+            self.0.iter().for_each(f);
+            Ok(())
+        }
+    }
+
+    fn chunks_of(s: &TokenStream, lens: &[usize]) -> Chunked {
+        let mut out = Vec::new();
+        let mut at = 0;
+        for &len in lens.iter().cycle() {
+            if at >= s.len() {
+                break;
+            }
+            let end = (at + len).min(s.len());
+            let mut c = TokenStream::default();
+            for i in at..end {
+                c.token.push(s.token[i]);
+                c.thread.push(s.thread[i]);
+                c.size_bytes.push(s.size_bytes[i]);
+                c.event.push(s.event[i]);
+                c.threads = c.threads.max(usize::from(s.thread[i]) + 1);
+            }
+            out.push(c);
+            at = end;
+        }
+        Chunked(out)
+    }
+
+    /// Read in chunks (of 1, 3 or 7 calls, across which the lookahead runs on), every model
+    /// scores exactly as on the stream read whole.
+    #[test]
+    fn chunks_give_the_figures_of_the_whole_stream() {
+        let mut x = 11u64;
+        let (mut tokens, mut threads) = (Vec::new(), Vec::new());
+        for i in 0..3000u32 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            tokens.push(if i % 5 == 0 {
+                (x >> 58) as u8
+            } else {
+                (i % 9) as u8 + 20
+            });
+            threads.push((x >> 40) as u16 % 3);
+        }
+        let s = stream(&tokens, &threads);
+        let other = stream(&tokens[..1000], &threads[..1000]);
+        let names: Vec<String> = default_models(8);
+        let clock = || 0.0;
+        let whole = evaluate_calls(
+            &names,
+            &mut InMemory(&s),
+            0.7,
+            Some(&mut InMemory(&other)),
+            &clock,
+        )
+        .unwrap();
+        for lens in [&[1usize][..], &[3, 7], &[7, 1, 2000]] {
+            let chunked = evaluate_calls(
+                &names,
+                &mut chunks_of(&s, lens),
+                0.7,
+                Some(&mut chunks_of(&other, lens)),
+                &clock,
+            )
+            .unwrap();
+            assert_eq!(chunked, whole, "chunks of {lens:?}");
+        }
+        assert!(
+            whole
+                .iter()
+                .all(|r| r.cross_run.is_some() && r.split.events > 800)
+        );
+        assert!(evaluate_calls(&["order-9".into()], &mut InMemory(&s), 0.7, None, &clock).is_err());
+    }
+
+    /// A model that records what it is told.
+    #[derive(Default)]
+    struct Recorder(Vec<(char, u8)>);
+
+    impl Model for Recorder {
+        fn name(&self) -> String {
+            "recorder".into()
+        }
+        fn predict(&mut self, _: u16, actual: u8) -> Prediction {
+            self.0.push(('p', actual));
+            Prediction::from_guesses([0, 1, 2], 0, actual, 0.5)
+        }
+        fn observe(&mut self, _: u16, token: u8, _: bool) {
+            self.0.push(('o', token));
+        }
+        fn lookahead(&mut self, _: u16, token: u8) {
+            self.0.push(('a', token));
+        }
+        fn reset_history(&mut self) {}
+    }
+
+    /// Each call is announced LOOKAHEAD calls before it is learnt, in order, and the last
+    /// ones are learnt at the end.
+    #[test]
+    fn the_pipe_announces_each_call_ahead_and_hands_them_out_in_order() {
+        let mut model = Recorder::default();
+        let mut pipe = Pipe::default();
+        let mut handled = Vec::new();
+        for tok in 0..20u8 {
+            if let Some(due) = pipe.push(&mut model, (tok, 0, 0)) {
+                handled.push((tok, due.0));
+            }
+        }
+        while let Some(c) = pipe.pop() {
+            handled.push((99, c.0));
+        }
+        let due: Vec<u8> = handled.iter().map(|h| h.1).collect();
+        assert_eq!(due, (0..20).collect::<Vec<u8>>());
+        // Call k is due when call k + LOOKAHEAD is announced.
+        for &(announced, due) in &handled[..12] {
+            assert_eq!(announced, due + LOOKAHEAD as u8);
+        }
+        assert_eq!(model.0, (0..20).map(|t| ('a', t)).collect::<Vec<_>>());
     }
 
     #[test]

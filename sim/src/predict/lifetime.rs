@@ -55,45 +55,45 @@ impl AllocFeatures {
             recent: Vec::with_capacity(n),
             site: Vec::with_capacity(n),
         };
-        let mut history: Vec<(u16, u8)> = Vec::new();
+        let mut recent = RecentCalls::default();
         for (i, (&code, &size)) in trace.kind.iter().zip(trace.size_bytes).enumerate() {
             let Some(kind) = EventKind::from_code(code) else {
                 continue;
             };
-            let t = usize::from(thread.and_then(|th| th.get(i).copied()).unwrap_or(0));
-            if t >= history.len() {
-                history.resize(t + 1, (0, 0));
-            }
-            let Some(h) = history.get_mut(t) else {
-                continue;
-            };
+            let t = thread.and_then(|th| th.get(i).copied()).unwrap_or(0);
             if kind == EventKind::Alloc {
-                f.recent.push(if h.1 >= 2 { h.0 | 1 << 12 } else { h.0 });
+                f.recent.push(recent.get(t));
                 f.site
                     .push(site.and_then(|s| s.get(i).copied()).unwrap_or(NO_SITE));
             }
             if let Some(tok) = token_of(kind, size) {
-                h.0 = ((h.0 << 6) | u16::from(tok)) & 0xfff;
-                h.1 = h.1.saturating_add(1);
+                recent.push(t, tok);
             }
         }
         f
     }
 
-    /// The three context keys of allocation `id` of `size_bytes` (unknown ids: size only).
+    /// The three context keys of an allocation of `size_bytes` from `site` (or [`NO_SITE`])
+    /// after the thread's `recent` calls.
     #[must_use]
-    pub fn keys(features: Option<&Self>, id: u32, size_bytes: u64) -> Keys {
+    pub fn keys_of(site: u32, recent: Option<u16>, size_bytes: u64) -> Keys {
         let class = u64::from(alloc_token(size_bytes));
-        let i = id as usize;
-        let site = features
-            .and_then(|f| f.site.get(i).copied())
-            .unwrap_or(NO_SITE);
-        let recent = features.and_then(|f| f.recent.get(i).copied());
         Keys([
             (site != NO_SITE).then(|| 1 << 60 | u64::from(site) << 8 | class),
             recent.map(|r| 2 << 60 | u64::from(r) << 8 | class),
             Some(3 << 60 | class),
         ])
+    }
+
+    /// The three context keys of allocation `id` of `size_bytes` (unknown ids: size only).
+    #[must_use]
+    pub fn keys(features: Option<&Self>, id: u32, size_bytes: u64) -> Keys {
+        let i = id as usize;
+        let site = features
+            .and_then(|f| f.site.get(i).copied())
+            .unwrap_or(NO_SITE);
+        let recent = features.and_then(|f| f.recent.get(i).copied());
+        Self::keys_of(site, recent, size_bytes)
     }
 }
 
@@ -172,6 +172,11 @@ impl LifetimeLearner {
     /// An allocation happens: blocks that have now lived through the threshold are labelled
     /// long, then the new block `handle` starts its life.
     pub fn admit(&mut self, handle: u64, keys: Keys) {
+        self.admit_reporting(handle, keys, &mut |_| {});
+    }
+
+    /// [`Self::admit`], calling `labelled_long` with each block it labels long.
+    pub fn admit_reporting(&mut self, handle: u64, keys: Keys, labelled_long: &mut dyn FnMut(u64)) {
         while let Some(&(born, h)) = self.young.front() {
             if born + self.short_allocs > self.clock {
                 break;
@@ -184,6 +189,7 @@ impl LifetimeLearner {
                 p.labelled = true;
                 let k = p.keys;
                 self.label(k, false);
+                labelled_long(h);
             }
         }
         self.live.insert(
@@ -198,13 +204,16 @@ impl LifetimeLearner {
         self.clock += 1;
     }
 
-    /// Block `handle` is freed: short unless it was already labelled long.
-    pub fn release(&mut self, handle: u64) {
+    /// Block `handle` is freed: short unless it was already labelled long. Returns whether it
+    /// was labelled short now.
+    pub fn release(&mut self, handle: u64) -> bool {
         if let Some(p) = self.live.remove(&handle)
             && !p.labelled
         {
             self.label(p.keys, true);
+            return true;
         }
+        false
     }
 }
 
@@ -272,36 +281,176 @@ pub fn evaluate(
     features: &AllocFeatures,
     short_allocs: u64,
 ) -> LifetimeReport {
-    let truth = true_short(trace, short_allocs);
-    let mut learner = LifetimeLearner::new(short_allocs);
-    let mut r = LifetimeReport {
-        short_threshold_allocs: learner.short_allocs(),
-        ..LifetimeReport::default()
-    };
+    let mut scorer = LifetimeScorer::new(short_allocs);
     for ((&code, &id), &size) in trace.kind.iter().zip(trace.alloc_id).zip(trace.size_bytes) {
         if code == EventKind::Alloc as u8 {
-            let keys = AllocFeatures::keys(Some(features), id, size);
-            let baseline = learner.totals[0] > learner.totals[1];
-            let guess = learner.predict_short(keys);
-            let is_short = truth.get(id as usize).copied().unwrap_or(false);
-            r.allocations += 1;
-            r.true_short += u64::from(is_short);
-            r.predicted_short += u64::from(guess);
-            r.correct += u64::from(guess == is_short);
-            r.short_correct += u64::from(guess && is_short);
-            r.baseline_correct += u64::from(baseline == is_short);
-            learner.admit(u64::from(id), keys);
+            scorer.alloc(id, AllocFeatures::keys(Some(features), id, size));
         } else if code == EventKind::Free as u8 {
-            learner.release(u64::from(id));
+            scorer.free(id);
         }
     }
-    r
+    scorer.finish()
+}
+
+/// The learner scored as it goes, in one pass and bounded memory (the blocks still waiting for
+/// their label), so a trace too big for memory can be scored block by block. A guess is scored
+/// the moment its block's label is known: short at a free in time, long when the threshold
+/// passes or at the end.
+#[derive(Clone, Debug)]
+pub struct LifetimeScorer {
+    learner: LifetimeLearner,
+    /// The guess and the baseline's guess for each block not labelled yet.
+    guesses: FastMap<u64, (bool, bool)>,
+    report: LifetimeReport,
+}
+
+impl LifetimeScorer {
+    /// A scorer with threshold `short_allocs`.
+    #[must_use]
+    pub fn new(short_allocs: u64) -> Self {
+        let learner = LifetimeLearner::new(short_allocs);
+        Self {
+            report: LifetimeReport {
+                short_threshold_allocs: learner.short_allocs(),
+                ..LifetimeReport::default()
+            },
+            learner,
+            guesses: FastMap::default(),
+        }
+    }
+
+    fn score(report: &mut LifetimeReport, (guess, baseline): (bool, bool), is_short: bool) {
+        report.true_short += u64::from(is_short);
+        report.correct += u64::from(guess == is_short);
+        report.short_correct += u64::from(guess && is_short);
+        report.baseline_correct += u64::from(baseline == is_short);
+    }
+
+    /// Allocation `id` with contexts `keys`.
+    pub fn alloc(&mut self, id: u32, keys: Keys) {
+        let baseline = self.learner.totals[0] > self.learner.totals[1];
+        let guess = self.learner.predict_short(keys);
+        self.report.allocations += 1;
+        self.report.predicted_short += u64::from(guess);
+        self.guesses.insert(u64::from(id), (guess, baseline));
+        let (guesses, report) = (&mut self.guesses, &mut self.report);
+        self.learner
+            .admit_reporting(u64::from(id), keys, &mut |handle| {
+                if let Some(g) = guesses.remove(&handle) {
+                    Self::score(report, g, false);
+                }
+            });
+    }
+
+    /// The free of allocation `id`.
+    pub fn free(&mut self, id: u32) {
+        if self.learner.release(u64::from(id))
+            && let Some(g) = self.guesses.remove(&u64::from(id))
+        {
+            Self::score(&mut self.report, g, true);
+        }
+    }
+
+    /// The report, once every block still waiting is scored long (never freed in time).
+    #[must_use]
+    pub fn finish(mut self) -> LifetimeReport {
+        for (_, g) in self.guesses.drain() {
+            Self::score(&mut self.report, g, false);
+        }
+        self.report
+    }
+}
+
+/// Each thread's last two tokens, as [`AllocFeatures::recent`] records them.
+#[derive(Clone, Debug, Default)]
+pub struct RecentCalls(Vec<(u16, u8)>);
+
+impl RecentCalls {
+    /// Thread `thread`'s last two tokens (bit 12 set once it has two).
+    #[must_use]
+    pub fn get(&self, thread: u16) -> u16 {
+        let (bits, n) = self.0.get(usize::from(thread)).copied().unwrap_or((0, 0));
+        if n >= 2 { bits | 1 << 12 } else { bits }
+    }
+
+    /// Thread `thread` made a call of token `token`.
+    pub fn push(&mut self, thread: u16, token: u8) {
+        let t = usize::from(thread);
+        if t >= self.0.len() {
+            self.0.resize(t + 1, (0, 0));
+        }
+        if let Some(h) = self.0.get_mut(t) {
+            h.0 = ((h.0 << 6) | u16::from(token)) & 0xfff;
+            h.1 = h.1.saturating_add(1);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::trace::OwnedTrace;
+
+    /// The score as it was computed before it streamed: the truth of every allocation first
+    /// (`true_short`), then each guess checked against it.
+    fn scored_against_the_truth(trace: &TraceView<'_>, f: &AllocFeatures) -> LifetimeReport {
+        let truth = true_short(trace, DEFAULT_SHORT_ALLOCS);
+        let mut learner = LifetimeLearner::new(DEFAULT_SHORT_ALLOCS);
+        let mut r = LifetimeReport {
+            short_threshold_allocs: DEFAULT_SHORT_ALLOCS,
+            ..LifetimeReport::default()
+        };
+        for ((&code, &id), &size) in trace.kind.iter().zip(trace.alloc_id).zip(trace.size_bytes) {
+            if code == EventKind::Alloc as u8 {
+                let keys = AllocFeatures::keys(Some(f), id, size);
+                let baseline = learner.totals[0] > learner.totals[1];
+                let guess = learner.predict_short(keys);
+                let is_short = truth[id as usize];
+                r.allocations += 1;
+                r.true_short += u64::from(is_short);
+                r.predicted_short += u64::from(guess);
+                r.correct += u64::from(guess == is_short);
+                r.short_correct += u64::from(guess && is_short);
+                r.baseline_correct += u64::from(baseline == is_short);
+                learner.admit(u64::from(id), keys);
+            } else if code == EventKind::Free as u8 {
+                learner.release(u64::from(id));
+            }
+        }
+        r
+    }
+
+    /// Scored as it goes (each guess when its label is known), the report is the one scored
+    /// against the whole trace's truth.
+    #[test]
+    fn scoring_as_it_goes_matches_scoring_against_the_truth() {
+        use crate::testing::{Op, ops_to_trace};
+        let mut x = 5u64;
+        let ops: Vec<Op> = (0..4000)
+            .map(|i| {
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                if (x >> 33) % 5 < 3 {
+                    Op::Alloc {
+                        size_bytes: if i % 7 == 0 { 4096 } else { 16 + (x >> 60) * 8 },
+                    }
+                } else {
+                    // Mostly the newest blocks, sometimes an old one.
+                    let live_guess = if (x >> 20).is_multiple_of(4) {
+                        (x >> 24) as usize
+                    } else {
+                        usize::MAX - (x >> 62) as usize
+                    };
+                    Op::Free { victim: live_guess }
+                }
+            })
+            .collect();
+        let trace = ops_to_trace(&ops);
+        let view = trace.view().unwrap();
+        let f = AllocFeatures::from_trace(&view, None, None);
+        let streamed = evaluate(&view, &f, DEFAULT_SHORT_ALLOCS);
+        assert_eq!(streamed, scored_against_the_truth(&view, &f));
+        assert!(streamed.true_short > 100 && streamed.true_short < streamed.allocations - 100);
+    }
 
     /// Size 16 is always freed at once, size 4096 never: after a few of each the learner
     /// knows, and the truth agrees with the threshold's definition.

@@ -94,23 +94,43 @@ impl TokenStream {
             let Some(kind) = EventKind::from_code(code) else {
                 continue;
             };
-            let Some(token) = token_of(kind, size) else {
-                continue;
-            };
             let t = thread.and_then(|th| th.get(i).copied()).unwrap_or(0);
-            s.threads = s.threads.max(usize::from(t) + 1);
-            s.token.push(token);
-            s.thread.push(t);
-            s.size_bytes.push(
-                if kind == EventKind::FreeUnknown || kind == EventKind::FreeNull {
-                    0
-                } else {
-                    size
-                },
-            );
-            s.event.push(event);
+            s.push_event(kind, size, t, event);
         }
         s
+    }
+
+    /// Appends the token of an event (`event`: its index), if it is a heap call; returns the
+    /// token.
+    pub fn push_event(
+        &mut self,
+        kind: EventKind,
+        size_bytes: u64,
+        thread: u16,
+        event: u32,
+    ) -> Option<u8> {
+        let token = token_of(kind, size_bytes)?;
+        self.threads = self.threads.max(usize::from(thread) + 1);
+        self.token.push(token);
+        self.thread.push(thread);
+        self.size_bytes.push(
+            if kind == EventKind::FreeUnknown || kind == EventKind::FreeNull {
+                0
+            } else {
+                size_bytes
+            },
+        );
+        self.event.push(event);
+        Some(token)
+    }
+
+    /// Empties the stream, keeping its buffers.
+    pub fn clear(&mut self) {
+        self.token.clear();
+        self.thread.clear();
+        self.size_bytes.clear();
+        self.event.clear();
+        self.threads = 0;
     }
 
     /// Number of tokens.
