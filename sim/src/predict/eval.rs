@@ -186,37 +186,43 @@ type Call = (u8, u16, u64);
 #[derive(Default)]
 struct Pipe {
     ring: [Call; LOOKAHEAD],
-    start: usize,
-    len: usize,
+    /// Calls announced, and calls handed out, so far (the ring's slots are these modulo its
+    /// length, a power of two).
+    announced: usize,
+    handed: usize,
 }
+
+const RING_MASK: usize = LOOKAHEAD - 1;
+const _: () = assert!(LOOKAHEAD.is_power_of_two());
 
 impl Pipe {
     /// Announces `call`; returns the call now due, if any.
+    #[inline]
     fn push(&mut self, model: &mut dyn Model, call: Call) -> Option<Call> {
         model.lookahead(call.1, call.0);
-        let end = (self.start + self.len) % LOOKAHEAD;
-        if self.len < LOOKAHEAD {
-            if let Some(slot) = self.ring.get_mut(end) {
-                *slot = call;
-            }
-            self.len += 1;
-            return None;
+        let due = if self.announced - self.handed == LOOKAHEAD {
+            self.handed += 1;
+            self.ring
+                .get(self.handed.wrapping_sub(1) & RING_MASK)
+                .copied()
+        } else {
+            None
+        };
+        if let Some(slot) = self.ring.get_mut(self.announced & RING_MASK) {
+            *slot = call;
         }
-        // Full: the oldest is due, and the new call takes its slot.
-        let slot = self.ring.get_mut(self.start)?;
-        let due = std::mem::replace(slot, call);
-        self.start = (self.start + 1) % LOOKAHEAD;
-        Some(due)
+        self.announced += 1;
+        due
     }
 
     fn pop(&mut self) -> Option<Call> {
-        if self.len == 0 {
+        if self.handed == self.announced {
             return None;
         }
-        let call = self.ring.get(self.start).copied();
-        self.start = (self.start + 1) % LOOKAHEAD;
-        self.len -= 1;
-        call
+        self.handed += 1;
+        self.ring
+            .get(self.handed.wrapping_sub(1) & RING_MASK)
+            .copied()
     }
 }
 
@@ -254,6 +260,7 @@ impl Runner {
         })
     }
 
+    #[inline]
     fn handle(&mut self, mode: Mode, (tok, th, size): Call) {
         let model = self.model.as_mut();
         if mode == Mode::Learn {
@@ -278,12 +285,21 @@ impl Runner {
     /// The calls of `chunk` that `take` keeps (all when `None`).
     fn feed(&mut self, mode: Mode, chunk: &TokenStream, take: Option<&[bool]>) {
         let calls = chunk.token.iter().zip(&chunk.thread).zip(&chunk.size_bytes);
-        for (i, ((&tok, &th), &size)) in calls.enumerate() {
-            if take.is_some_and(|t| !t.get(i).copied().unwrap_or(false)) {
-                continue;
+        let calls = calls.map(|((&tok, &th), &size)| (tok, th, size));
+        match take {
+            None => {
+                for call in calls {
+                    if let Some(due) = self.pipe.push(self.model.as_mut(), call) {
+                        self.handle(mode, due);
+                    }
+                }
             }
-            if let Some(due) = self.pipe.push(self.model.as_mut(), (tok, th, size)) {
-                self.handle(mode, due);
+            Some(take) => {
+                for (call, _) in calls.zip(take).filter(|(_, keep)| **keep) {
+                    if let Some(due) = self.pipe.push(self.model.as_mut(), call) {
+                        self.handle(mode, due);
+                    }
+                }
             }
         }
     }
