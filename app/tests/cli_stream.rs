@@ -136,8 +136,91 @@ fn streaming_refuses_what_it_cannot_do_and_says_why() {
     let bin = bin.to_str().unwrap();
     let err = failure(&["compare", "--stream", "--policy", "oracle", bin]);
     assert!(err.contains("whole trace's future"), "{err}");
-    let err = failure(&["stats", "--stream", "--events", "0..100", bin]);
-    assert!(err.contains("window"), "{err}");
+    let err = failure(&["stats", "--stream", "--events", "90000..", bin]);
+    assert!(err.contains("the window selects no events"), "{err}");
+    let err = failure(&["stats", "--stream", "--from", "2s", "--to", "1s", bin]);
+    assert!(err.contains("is not before --to"), "{err}");
+}
+
+/// A window (`--from/--to/--events`) streams as it is cut from the loaded trace: the
+/// allocations live at its start carried in, the same JSON from `stats`, `compare` and
+/// `predict`, the same files from `report`.
+#[test]
+fn streamed_windows_give_the_loaded_windows_figures() {
+    /// The JSON without what measures time or says how it was read, at any depth.
+    fn strip(v: Value) -> Value {
+        const SKIP: [&str; 8] = [
+            "load_seconds",
+            "streamed",
+            "events_per_second",
+            "replay_seconds",
+            "train_events_per_s",
+            "predict_events_per_s",
+            "online_events_per_s",
+            "sites_used",
+        ];
+        match v {
+            Value::Array(a) => Value::Array(a.into_iter().map(strip).collect()),
+            Value::Object(o) => Value::Object(
+                o.into_iter()
+                    .filter(|(k, _)| !SKIP.contains(&k.as_str()))
+                    .map(|(k, v)| (k, strip(v)))
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
+    for name in ["python_json.avt", "xz_T2_libc.avt"] {
+        let file = sample(name);
+        let file = file.to_str().unwrap();
+        for window in [
+            &["--events", "100..300"][..],
+            &["--from", "0.02", "--to", "0.12"],
+        ] {
+            for cmd in [
+                &["stats", "--json"][..],
+                &["compare", "--json", "--policy", "bfc,glibc,first-fit"],
+                &["predict", "--json", "--model", "majority,order-4"],
+            ] {
+                let mut args = cmd.to_vec();
+                args.extend_from_slice(window);
+                args.push(file);
+                let loaded = json_of(&args);
+                args.push("--stream");
+                let streamed = json_of(&args);
+                assert_eq!(streamed["streamed"], Value::Bool(true), "{args:?}");
+                assert_eq!(strip(streamed), strip(loaded), "{args:?}");
+            }
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("allocview-cli-wreport-{}", std::process::id()));
+    let file = sample("python_json.avt");
+    let mut outs = Vec::new();
+    for (k, extra) in [&[][..], &["--stream"][..]].iter().enumerate() {
+        let out_dir = dir.join(k.to_string());
+        let mut args = vec!["report", "--policy", "bfc", "--events", "2000..6000"];
+        args.extend([file.to_str().unwrap(), "--out", out_dir.to_str().unwrap()]);
+        args.extend_from_slice(extra);
+        let out = allocview(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stderr).contains("carried in"));
+        outs.push(out_dir);
+    }
+    for name in [
+        "timeline.csv",
+        "classes.csv",
+        "timeline.png",
+        "heapmap_bfc.png",
+    ] {
+        let a = std::fs::read(outs[0].join(name)).unwrap();
+        let b = std::fs::read(outs[1].join(name)).unwrap();
+        assert!(a == b, "{name} differs");
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// LEB128.

@@ -231,8 +231,10 @@ pub(super) fn other_calls(args: &PredictArgs) -> Result<Option<OtherCalls>> {
         return Ok(None);
     };
     if args.stream.applies(path, &args.input)? {
+        // The window applies to both, as when they are loaded.
+        let other = super::stream::StreamInput::new(path, &args.input.window)?;
         return Ok(Some(OtherCalls::Streamed(Box::new(
-            super::predict_stream::StreamedCalls::new(path),
+            super::predict_stream::StreamedCalls::new(other),
         ))));
     }
     let l = load_input(path, &args.input)?;

@@ -5,9 +5,6 @@
 //! without allocation sites (a stream carries no stacks). Four passes over the file (five with
 //! `--train`): the calls per thread, the split's learning and predicting, online.
 
-use std::path::{Path, PathBuf};
-
-use allocview_loaders::binary::BinaryEventStream;
 use allocview_sim::predict::eval::{Calls, ModelReport, evaluate_calls};
 use allocview_sim::predict::lifetime::{
     AllocFeatures, DEFAULT_SHORT_ALLOCS, LifetimeScorer, NO_SITE, RecentCalls,
@@ -18,6 +15,7 @@ use allocview_sim::trace::EventKind;
 use anyhow::Result;
 
 use super::predict::{Input, PredictArgs, other_calls, thread_cpu_seconds};
+use super::stream::StreamInput;
 
 /// What the first pass learns besides the chunks.
 struct FirstPass {
@@ -30,16 +28,16 @@ struct FirstPass {
 
 /// A binary trace's calls, decoded from the file on each pass.
 pub(crate) struct StreamedCalls {
-    path: PathBuf,
+    input: StreamInput,
     passes: u32,
     first: Option<FirstPass>,
     tids: Vec<u64>,
 }
 
 impl StreamedCalls {
-    pub(crate) fn new(path: &Path) -> Self {
+    pub(crate) fn new(input: StreamInput) -> Self {
         Self {
-            path: path.to_owned(),
+            input,
             passes: 0,
             first: Some(FirstPass {
                 scorer: LifetimeScorer::new(DEFAULT_SHORT_ALLOCS),
@@ -98,7 +96,7 @@ impl FirstPass {
 
 impl Calls for StreamedCalls {
     fn for_each_chunk(&mut self, f: &mut dyn FnMut(&TokenStream)) -> Result<(), String> {
-        let stream = BinaryEventStream::open(&self.path).map_err(|e| e.to_string())?;
+        let stream = self.input.open().map_err(|e| format!("{e:#}"))?;
         let mut prefetched = Prefetched::start(stream);
         let mut batch = EventBatch::default();
         let mut chunk = TokenStream::default();
@@ -132,7 +130,7 @@ impl Calls for StreamedCalls {
         }
         let stream = prefetched
             .finish()
-            .ok_or_else(|| format!("the thread reading {} failed", self.path.display()))?;
+            .ok_or_else(|| format!("the thread reading {} failed", self.input.file.display()))?;
         if self.passes == 0 {
             self.tids = stream.thread_ids().to_vec();
         }
@@ -143,7 +141,7 @@ impl Calls for StreamedCalls {
 
 /// `predict` on `args.file`, streamed.
 pub(super) fn evaluate(args: &PredictArgs, names: &[String]) -> Result<(Input, Vec<ModelReport>)> {
-    let mut calls = StreamedCalls::new(&args.file);
+    let mut calls = StreamedCalls::new(StreamInput::new(&args.file, &args.input.window)?);
     let mut other = other_calls(args)?;
     let reports = evaluate_calls(
         names,

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use allocview_loaders::binary::{self, BinaryEventStream};
+use allocview_loaders::binary;
 use allocview_loaders::stats::StatsAccumulator;
 use allocview_sim::policy::registry::{self, PolicyConfig};
 use allocview_sim::policy::spec::PolicySpec;
@@ -20,6 +20,7 @@ use serde_json::json;
 use super::compare::{CompareArgs, Row};
 use super::load::InputArgs;
 use super::stats::StatsArgs;
+pub(super) use super::stream_source::StreamInput;
 
 /// The `--stream` flag of the commands that can stream.
 #[derive(Clone, Debug, Default, clap::Args)]
@@ -39,7 +40,8 @@ const EVENTS_PER_FILE_BYTE_MAX: u64 = 1;
 
 impl StreamArgs {
     /// Whether to stream `file`: asked for, or a binary trace whose events may not fit in half
-    /// the available memory. A window (`--from/--to/--events`) is cut from a loaded trace.
+    /// the available memory. A window (`--from/--to/--events`) streams too
+    /// (`stream_source.rs`).
     pub fn applies(&self, file: &Path, input: &InputArgs) -> Result<bool> {
         let is_binary = binary::is_binary(&binary::file_head(file)?);
         if self.stream {
@@ -51,15 +53,12 @@ impl StreamArgs {
                     file.display()
                 );
             }
-            if input.window.is_set() {
-                bail!("--stream replays the whole trace: a window is cut from a loaded trace");
-            }
             if input.lenient {
                 bail!("--stream reads strictly: --lenient repairs damage in a loaded trace only");
             }
             return Ok(true);
         }
-        if !is_binary || input.window.is_set() || input.lenient {
+        if !is_binary || input.lenient {
             return Ok(false);
         }
         let file_bytes = std::fs::metadata(file)
@@ -118,14 +117,11 @@ fn available_memory_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
-pub(super) fn open(file: &Path) -> Result<BinaryEventStream> {
-    BinaryEventStream::open(file).with_context(|| format!("while opening {}", file.display()))
-}
-
 /// `stats --stream`.
 pub fn stats(args: &StatsArgs) -> Result<()> {
     let started = std::time::Instant::now();
-    let mut prefetched = Prefetched::start(open(&args.file)?);
+    let input = StreamInput::new(&args.file, &args.input.window)?;
+    let mut prefetched = Prefetched::start(input.open()?);
     let mut acc = StatsAccumulator::default();
     let mut batch = EventBatch::default();
     while prefetched
@@ -138,11 +134,11 @@ pub fn stats(args: &StatsArgs) -> Result<()> {
     let stream = prefetched
         .finish()
         .context("the thread reading the trace failed")?;
-    let summary = stream.summary().clone();
+    let summary = stream.summary();
     for w in summary.warnings() {
         eprintln!("warning: {w}");
     }
-    let stats = acc.finish(stream.events_per_thread().to_vec(), &summary);
+    let stats = acc.finish(stream.events_per_thread(), &summary);
     let file = args.file.display().to_string();
     let seconds = started.elapsed().as_secs_f64();
     if args.json {
@@ -183,10 +179,10 @@ pub(super) fn online_specs(specs: &[PolicySpec], explicit: bool) -> Result<Vec<P
     Ok(online)
 }
 
-/// Replays `spec` from its own stream of `file`, up to event `last_event` included: the
+/// Replays `spec` from its own stream of `input`, up to event `last_event` included: the
 /// replay, and the trace's peak live bytes over the events read.
 pub(super) fn replay_one(
-    file: &Path,
+    input: &StreamInput,
     spec: &PolicySpec,
     config: &PolicyConfig,
     last_event: usize,
@@ -199,10 +195,10 @@ pub(super) fn replay_one(
         align_bytes: cfg.align_bytes,
         ..ReplayOptions::default()
     };
-    let mut stream = Prefetched::start(open(file)?);
+    let mut stream = Prefetched::start(input.open()?);
     let replay = replay_stream_until(&mut stream, policy, &opts, None, last_event)
         .map_err(anyhow::Error::msg)
-        .with_context(|| format!("while replaying {}", file.display()))?;
+        .with_context(|| format!("while replaying {}", input.file.display()))?;
     let stream = stream
         .finish()
         .context("the thread reading the trace failed")?;
@@ -220,8 +216,9 @@ pub fn compare(args: &CompareArgs, specs: &[PolicySpec]) -> Result<()> {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     let online = online_specs(specs, explicit)?;
+    let input = StreamInput::new(&args.file, &args.input.window)?;
     let runs = super::compare::per_spec(&online, jobs, |spec| {
-        replay_one(&args.file, spec, &config, usize::MAX).map_err(|e| format!("{e:#}"))
+        replay_one(&input, spec, &config, usize::MAX).map_err(|e| format!("{e:#}"))
     });
     let mut rows = Vec::new();
     let mut max_live = 0;

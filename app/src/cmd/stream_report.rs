@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result};
 
 use super::compare::{PolicyRun, per_spec};
 use super::report::{BUCKETS, Gathered, ReportArgs, replayed, write_report};
-use super::stream::{online_specs, open, replay_one};
+use super::stream::{StreamInput, online_specs, replay_one};
 
 /// Runs `report` streamed.
 pub fn run(args: &ReportArgs, specs: &[PolicySpec], size: (u32, u32)) -> Result<()> {
@@ -21,7 +21,8 @@ pub fn run(args: &ReportArgs, specs: &[PolicySpec], size: (u32, u32)) -> Result<
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     // The size classes (policy-independent) and where the peak of live bytes is.
-    let mut source = Prefetched::start(open(&args.file)?);
+    let input = StreamInput::new(&args.file, &args.input.window)?;
+    let mut source = Prefetched::start(input.open()?);
     let (t0, t_last) = source.time_span();
     // One snapshot: the report draws the series, it never seeks in it.
     let mut classes = ClassSeriesBuilder::new(Bucketing::for_span(t0, t_last, BUCKETS), usize::MAX);
@@ -43,7 +44,7 @@ pub fn run(args: &ReportArgs, specs: &[PolicySpec], size: (u32, u32)) -> Result<
     let max_live = stream.peak_live_bytes();
 
     let replays = per_spec(&online, jobs, |spec| {
-        replay_one(&args.file, spec, &config, usize::MAX)
+        replay_one(&input, spec, &config, usize::MAX)
             .map(|(r, _)| r)
             .map_err(|e| format!("{e:#}"))
     });
@@ -62,7 +63,7 @@ pub fn run(args: &ReportArgs, specs: &[PolicySpec], size: (u32, u32)) -> Result<
             .filter(|s| done.iter().any(|(name, _)| *name == s.label()))
             .collect();
         for spec in at_peak {
-            let (r, _) = replay_one(&args.file, spec, &config, peak_event)?;
+            let (r, _) = replay_one(&input, spec, &config, peak_event)?;
             let counters = r.final_state.counters();
             heaps.push((r.final_state, counters));
         }

@@ -87,6 +87,42 @@ impl WindowArgs {
     }
 }
 
+impl WindowArgs {
+    /// The window as a streamed trace finds it (see [`Self::range`] for a loaded one): the
+    /// same bounds, the same refusals of an empty or inverted request.
+    ///
+    /// # Errors
+    /// As [`Self::range`] for what can be told before reading the trace.
+    pub fn spec(&self) -> Result<Option<allocview_sim::stream::window::WindowSpec>> {
+        if !self.is_set() {
+            return Ok(None);
+        }
+        let mut spec = allocview_sim::stream::window::WindowSpec::default();
+        if let Some(text) = &self.events {
+            let (a, b) = parse_event_range(text)?;
+            if let Some(b) = b
+                && a >= b
+            {
+                bail!("--events {text}: the range is empty or inverted (write A..B with A < B)");
+            }
+            spec.first_event = a;
+            spec.end_event = b;
+        }
+        spec.from_ns = self.from.as_deref().map(parse_time_ns).transpose()?;
+        spec.to_ns = self.to.as_deref().map(parse_time_ns).transpose()?;
+        if let (Some(f), Some(t)) = (spec.from_ns, spec.to_ns)
+            && f >= t
+        {
+            bail!(
+                "--from {} is not before --to {}: the window would be empty",
+                self.from.as_deref().unwrap_or_default(),
+                self.to.as_deref().unwrap_or_default()
+            );
+        }
+        Ok(Some(spec))
+    }
+}
+
 /// A time on the trace's clock, in nanoseconds (see [`WindowArgs::from`]).
 pub fn parse_time_ns(text: &str) -> Result<i64> {
     let t = text.trim();

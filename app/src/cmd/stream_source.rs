@@ -1,0 +1,169 @@
+//! What the streaming commands read: a binary trace block by block, whole or a window of it
+//! (`--from/--to/--events`). A window is found first, in one read up to its end
+//! ([`allocview_sim::stream::window::resolve`]), then each pass reads the trace from its start,
+//! keeping the allocations live before the window and handing out the window's events after
+//! them, as a loaded trace's window is cut (`allocview_loaders::window`).
+
+use std::path::{Path, PathBuf};
+
+use allocview_loaders::binary::BinaryEventStream;
+use allocview_loaders::malloc_trace::LoadSummary;
+use allocview_sim::stream::window::{ResolvedWindow, WindowSource, WindowSpec, resolve};
+use allocview_sim::stream::{EventBatch, EventSource};
+use allocview_sim::trace::EventKind;
+use anyhow::{Context as _, Result, bail};
+
+use super::window::WindowArgs;
+
+/// A binary trace to stream, and the window of it, if any.
+#[derive(Clone, Debug)]
+pub(super) struct StreamInput {
+    pub(super) file: PathBuf,
+    window: Option<ResolvedWindow>,
+}
+
+impl StreamInput {
+    /// `file`, with the window `args` asks for found in it.
+    pub(super) fn new(file: &Path, args: &WindowArgs) -> Result<Self> {
+        let window = match args.spec()? {
+            None => None,
+            Some(spec) => {
+                let w =
+                    find(file, &spec).with_context(|| format!("window of {}", file.display()))?;
+                eprintln!(
+                    "window: events {}..{} of {} ({} allocations live at its start carried in)",
+                    crate::format::count(w.start as u64),
+                    crate::format::count(w.end as u64),
+                    file.display(),
+                    crate::format::count(w.carried_in),
+                );
+                Some(w)
+            }
+        };
+        Ok(Self {
+            file: file.to_owned(),
+            window,
+        })
+    }
+
+    /// A new read of the trace from its start.
+    pub(super) fn open(&self) -> Result<Source> {
+        let stream = BinaryEventStream::open(&self.file)
+            .with_context(|| format!("while opening {}", self.file.display()))?;
+        Ok(match self.window {
+            None => Source::Whole(stream),
+            Some(w) => Source::Window(WindowSource::new(stream, w)),
+        })
+    }
+}
+
+fn find(file: &Path, spec: &WindowSpec) -> Result<ResolvedWindow> {
+    let mut stream = BinaryEventStream::open(file)
+        .with_context(|| format!("while opening {}", file.display()))?;
+    match resolve(&mut stream, spec)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("while reading {}", file.display()))?
+    {
+        Ok(w) => Ok(w),
+        Err(empty) => {
+            let span = match (empty.t_first_ns, empty.t_last_ns) {
+                (Some(a), Some(b)) => format!(
+                    "the trace has {} events, at times {:.6}s to {:.6}s",
+                    crate::format::count(empty.events as u64),
+                    a as f64 / 1e9,
+                    b as f64 / 1e9
+                ),
+                _ => "no event was read before where the window would end".to_owned(),
+            };
+            bail!("the window selects no events ({span})")
+        }
+    }
+}
+
+/// One read of a streamed trace (one per pass: the size of either hardly matters).
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Source {
+    Whole(BinaryEventStream),
+    Window(WindowSource<BinaryEventStream>),
+}
+
+impl EventSource for Source {
+    fn time_span(&self) -> (i64, i64) {
+        match self {
+            Self::Whole(s) => s.time_span(),
+            Self::Window(w) => w.time_span(),
+        }
+    }
+
+    fn next_batch(&mut self, out: &mut EventBatch) -> Result<bool, String> {
+        match self {
+            Self::Whole(s) => s.next_batch(out),
+            Self::Window(w) => w.next_batch(out),
+        }
+    }
+}
+
+impl Source {
+    fn stream(&self) -> &BinaryEventStream {
+        match self {
+            Self::Whole(s) => s,
+            Self::Window(w) => w.inner(),
+        }
+    }
+
+    /// What the loader counted of the file; of a window, the counts of its events' kinds
+    /// (as a loaded trace's window gives them: `load::summary_from_kinds`).
+    pub(super) fn summary(&self) -> LoadSummary {
+        let mut s = self.stream().summary().clone();
+        if let Self::Window(w) = self {
+            let f = w.figures();
+            let n = |k: EventKind| f.kinds.get(k as usize).copied().unwrap_or(0);
+            s.events = f.events;
+            s.mallocs = n(EventKind::Alloc) + n(EventKind::AllocFailed);
+            s.mallocs_failed = n(EventKind::AllocFailed);
+            s.frees = n(EventKind::Free) + n(EventKind::FreeNull) + n(EventKind::FreeUnknown);
+            s.frees_null = n(EventKind::FreeNull);
+            s.frees_unknown = n(EventKind::FreeUnknown);
+        }
+        s
+    }
+
+    pub(super) fn events_per_thread(&self) -> Vec<u64> {
+        match self {
+            Self::Whole(s) => s.events_per_thread().to_vec(),
+            Self::Window(w) => {
+                // A loaded window keeps the file's thread table: every thread, with or without
+                // events in the window.
+                let mut n = w.figures().events_per_thread.clone();
+                let threads = w
+                    .inner()
+                    .index()
+                    .threads
+                    .len()
+                    .max(w.inner().thread_ids().len());
+                if n.len() < threads {
+                    n.resize(threads, 0);
+                }
+                n
+            }
+        }
+    }
+
+    pub(super) fn peak_live_bytes(&self) -> u64 {
+        match self {
+            Self::Whole(s) => s.peak_live_bytes(),
+            Self::Window(w) => w.figures().peak_live_bytes,
+        }
+    }
+
+    pub(super) fn peak_live_event(&self) -> u64 {
+        match self {
+            Self::Whole(s) => s.peak_live_event(),
+            Self::Window(w) => w.figures().peak_live_event,
+        }
+    }
+
+    pub(super) fn thread_ids(&self) -> &[u64] {
+        self.stream().thread_ids()
+    }
+}

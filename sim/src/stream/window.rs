@@ -1,0 +1,303 @@
+//! A window of a streamed trace: the events `start..end` after the allocations live at
+//! `start` ("carried in"), as the loaders cut a window of a loaded trace
+//! (`allocview_loaders::window`): the carried-in allocations first, in allocation order, at
+//! the window's first event's time, then the window's events; allocation ids renumbered
+//! densely in that order. The events before the window are read (their allocations and frees
+//! decide what is carried in) but not handed out; memory holds the live allocations only.
+//!
+//! A window is resolved first ([`resolve`]: one read of the trace up to the window's end),
+//! because a replay needs the window's time span before its first event, and a window by time
+//! needs the events' times to find where it starts and ends.
+
+use crate::trace::{EventKind, NO_ALLOC_ID};
+
+use super::{EventBatch, EventSource};
+
+/// What a window asks for: events `first_event..end_event` (all when `None`), narrowed to
+/// the times `from_ns..to_ns` (each optional, absolute as the trace's times are).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WindowSpec {
+    pub first_event: usize,
+    pub end_event: Option<usize>,
+    pub from_ns: Option<i64>,
+    pub to_ns: Option<i64>,
+}
+
+/// A window found in a trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResolvedWindow {
+    /// First event of the window, in the whole trace's numbering.
+    pub start: usize,
+    /// One past its last event.
+    pub end: usize,
+    /// Times of its first and last events.
+    pub t_first_ns: i64,
+    pub t_last_ns: i64,
+    /// Allocations live at its start.
+    pub carried_in: u64,
+}
+
+/// What [`resolve`] saw when the window is empty: the events read and the times of the first
+/// and the last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmptyWindow {
+    pub events: usize,
+    pub t_first_ns: Option<i64>,
+    pub t_last_ns: Option<i64>,
+}
+
+/// Finds `spec`'s window in the events of `source` (times never go back in a loaded or
+/// streamed trace, so "the first event at or after a time" is where a time bound falls),
+/// reading up to the window's end.
+///
+/// # Errors
+/// `Ok(Err(..))` when the window holds no event; `Err` when the source fails.
+pub fn resolve(
+    source: &mut dyn EventSource,
+    spec: &WindowSpec,
+) -> Result<Result<ResolvedWindow, EmptyWindow>, String> {
+    let mut batch = EventBatch::default();
+    let mut i = 0usize;
+    let (mut start, mut t_first, mut t_last) = (None, None, None);
+    let mut t_seen = (None, None);
+    let (mut live, mut carried_in) = (0u64, 0u64);
+    'read: while source.next_batch(&mut batch)? {
+        for ((&t, &kind), &id) in batch.t_ns.iter().zip(&batch.kind).zip(&batch.alloc_id) {
+            if spec.end_event.is_some_and(|e| i >= e) || spec.to_ns.is_some_and(|to| t >= to) {
+                break 'read;
+            }
+            t_seen = (t_seen.0.or(Some(t)), Some(t));
+            if start.is_none() && i >= spec.first_event && spec.from_ns.is_none_or(|f| t >= f) {
+                start = Some(i);
+                t_first = Some(t);
+                carried_in = live;
+            }
+            if id != NO_ALLOC_ID && kind == EventKind::Alloc as u8 {
+                live += 1;
+            } else if id != NO_ALLOC_ID && kind == EventKind::Free as u8 {
+                live = live.saturating_sub(1);
+            }
+            if start.is_some() {
+                t_last = Some(t);
+            }
+            i += 1;
+        }
+    }
+    match (start, t_first, t_last) {
+        (Some(start), Some(t_first_ns), Some(t_last_ns)) => Ok(Ok(ResolvedWindow {
+            start,
+            end: i,
+            t_first_ns,
+            t_last_ns,
+            carried_in,
+        })),
+        _ => Ok(Err(EmptyWindow {
+            events: i,
+            t_first_ns: t_seen.0,
+            t_last_ns: t_seen.1,
+        })),
+    }
+}
+
+/// An allocation live before the window: its id in the trace, bytes, thread and slot.
+#[derive(Clone, Copy)]
+struct Live {
+    size_bytes: u64,
+    thread: u16,
+    slot: u32,
+}
+
+/// The events of a resolved window of `S` (see the module docs).
+pub struct WindowSource<S> {
+    inner: S,
+    window: ResolvedWindow,
+    /// Events of the trace read so far.
+    at: usize,
+    /// Before the window: the live allocations by their id in the trace.
+    live: std::collections::BTreeMap<u32, Live>,
+    /// In the window: the window's id of each live allocation, by its id in the trace.
+    renamed: std::collections::HashMap<u32, u32>,
+    next_id: u32,
+    carried: bool,
+    batch: EventBatch,
+    figures: WindowFigures,
+}
+
+/// What the window's events add up to, as they are handed out (what the loader counts of a
+/// whole trace as it reads it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WindowFigures {
+    /// Events handed out, the carried-in allocations included.
+    pub events: u64,
+    pub events_per_thread: Vec<u64>,
+    pub live_bytes: u64,
+    pub peak_live_bytes: u64,
+    /// The first event (in the window's numbering) at which live bytes peak.
+    pub peak_live_event: u64,
+    /// Events by kind code.
+    pub kinds: [u64; 8],
+}
+
+impl WindowFigures {
+    fn add(&mut self, kind: u8, size_bytes: u64, id: u32, thread: u16) {
+        if let Some(n) = self.kinds.get_mut(usize::from(kind)) {
+            *n += 1;
+        }
+        let t = usize::from(thread);
+        if t >= self.events_per_thread.len() {
+            self.events_per_thread.resize(t + 1, 0);
+        }
+        if let Some(n) = self.events_per_thread.get_mut(t) {
+            *n += 1;
+        }
+        if id != NO_ALLOC_ID {
+            if kind == EventKind::Alloc as u8 {
+                self.live_bytes = self.live_bytes.saturating_add(size_bytes);
+            } else if kind == EventKind::Free as u8 {
+                self.live_bytes = self.live_bytes.saturating_sub(size_bytes);
+            }
+        }
+        if self.live_bytes > self.peak_live_bytes {
+            self.peak_live_bytes = self.live_bytes;
+            self.peak_live_event = self.events;
+        }
+        self.events += 1;
+    }
+}
+
+impl<S: EventSource> WindowSource<S> {
+    /// The window `window` of `inner`, read from its first event.
+    pub fn new(inner: S, window: ResolvedWindow) -> Self {
+        Self {
+            inner,
+            window,
+            at: 0,
+            live: std::collections::BTreeMap::new(),
+            renamed: std::collections::HashMap::new(),
+            next_id: 0,
+            carried: false,
+            batch: EventBatch::default(),
+            figures: WindowFigures::default(),
+        }
+    }
+
+    /// What the events handed out so far add up to.
+    pub fn figures(&self) -> &WindowFigures {
+        &self.figures
+    }
+
+    /// The source within.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// Hands the allocations live at the window's start to `out`, renumbered.
+    fn carry_in(&mut self, out: &mut EventBatch) {
+        for (id, l) in std::mem::take(&mut self.live) {
+            self.renamed.insert(id, self.next_id);
+            out.push(
+                self.window.t_first_ns,
+                EventKind::Alloc as u8,
+                l.size_bytes,
+                self.next_id,
+                l.slot,
+                l.thread,
+            );
+            self.figures
+                .add(EventKind::Alloc as u8, l.size_bytes, self.next_id, l.thread);
+            self.next_id += 1;
+        }
+        self.carried = true;
+    }
+
+    /// Event `j` of the inner batch, in the window.
+    fn pass_on(&mut self, j: usize, out: &mut EventBatch) {
+        let b = &self.batch;
+        let (Some(&t), Some(&kind), Some(&size), Some(&id), Some(&slot), Some(&thread)) = (
+            b.t_ns.get(j),
+            b.kind.get(j),
+            b.size_bytes.get(j),
+            b.alloc_id.get(j),
+            b.slot.get(j),
+            b.thread.get(j),
+        ) else {
+            return;
+        };
+        let new_id = if id == NO_ALLOC_ID {
+            NO_ALLOC_ID
+        } else if kind == EventKind::Alloc as u8 {
+            self.renamed.insert(id, self.next_id);
+            self.next_id += 1;
+            self.next_id - 1
+        } else if kind == EventKind::Free as u8 {
+            self.renamed.remove(&id).unwrap_or(NO_ALLOC_ID)
+        } else {
+            self.renamed.get(&id).copied().unwrap_or(NO_ALLOC_ID)
+        };
+        out.push(t, kind, size, new_id, slot, thread);
+        self.figures.add(kind, size, new_id, thread);
+    }
+
+    /// Event `j` of the inner batch, before the window: only what it does to the live set.
+    fn note(&mut self, j: usize) {
+        let b = &self.batch;
+        let (Some(&kind), Some(&size), Some(&id), Some(&slot), Some(&thread)) = (
+            b.kind.get(j),
+            b.size_bytes.get(j),
+            b.alloc_id.get(j),
+            b.slot.get(j),
+            b.thread.get(j),
+        ) else {
+            return;
+        };
+        if id == NO_ALLOC_ID {
+            return;
+        }
+        if kind == EventKind::Alloc as u8 {
+            self.live.insert(
+                id,
+                Live {
+                    size_bytes: size,
+                    thread,
+                    slot,
+                },
+            );
+        } else if kind == EventKind::Free as u8 {
+            self.live.remove(&id);
+        }
+    }
+}
+
+impl<S: EventSource> EventSource for WindowSource<S> {
+    fn time_span(&self) -> (i64, i64) {
+        (self.window.t_first_ns, self.window.t_last_ns)
+    }
+
+    fn next_batch(&mut self, out: &mut EventBatch) -> Result<bool, String> {
+        out.clear();
+        while out.is_empty() {
+            if self.at >= self.window.end {
+                return Ok(false);
+            }
+            let mut batch = std::mem::take(&mut self.batch);
+            let more = self.inner.next_batch(&mut batch)?;
+            self.batch = batch;
+            if !more {
+                return Ok(false);
+            }
+            for j in 0..self.batch.len() {
+                let i = self.at + j;
+                if i < self.window.start {
+                    self.note(j);
+                } else if i < self.window.end {
+                    if !self.carried {
+                        self.carry_in(out);
+                    }
+                    self.pass_on(j, out);
+                }
+            }
+            self.at += self.batch.len();
+        }
+        Ok(true)
+    }
+}
