@@ -65,6 +65,7 @@ fn stream_all(path: &Path) -> (EventBatch, BinaryEventStream) {
                 batch.alloc_id[k],
                 batch.slot[k],
                 batch.thread[k],
+                batch.addr[k],
             );
         }
     }
@@ -85,6 +86,15 @@ fn streamed_events_and_stats_are_the_loaded_ones() {
         assert_eq!(all.kind, view.kind, "{}", path.display());
         assert_eq!(all.size_bytes, view.size_bytes, "{}", path.display());
         assert_eq!(all.alloc_id, view.alloc_id, "{}", path.display());
+        let address: Vec<u64> = trace
+            .events
+            .column("address")
+            .unwrap()
+            .u64()
+            .unwrap()
+            .into_no_null_iter()
+            .collect();
+        assert_eq!(all.addr, address, "{}", path.display());
         assert_eq!(stream.summary(), &trace.summary, "{}", path.display());
         let per_thread = events_per_thread(&trace.events, trace.threads.height()).unwrap();
         assert_eq!(stream.events_per_thread(), per_thread.as_slice());

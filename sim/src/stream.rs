@@ -30,6 +30,8 @@ pub struct EventBatch {
     pub slot: Vec<u32>,
     /// Thread index of each event.
     pub thread: Vec<u16>,
+    /// The pointer of each event (what the file says; 0 where it says nothing).
+    pub addr: Vec<u64>,
 }
 
 impl EventBatch {
@@ -41,6 +43,7 @@ impl EventBatch {
         self.alloc_id.clear();
         self.slot.clear();
         self.thread.clear();
+        self.addr.clear();
     }
 
     /// Number of events.
@@ -56,6 +59,7 @@ impl EventBatch {
     }
 
     /// Appends one event.
+    #[allow(clippy::too_many_arguments)]
     pub fn push(
         &mut self,
         t_ns: i64,
@@ -64,6 +68,7 @@ impl EventBatch {
         alloc_id: u32,
         slot: u32,
         thread: u16,
+        addr: u64,
     ) {
         self.t_ns.push(t_ns);
         self.kind.push(kind);
@@ -71,6 +76,7 @@ impl EventBatch {
         self.alloc_id.push(alloc_id);
         self.slot.push(slot);
         self.thread.push(thread);
+        self.addr.push(addr);
     }
 }
 
@@ -277,6 +283,7 @@ mod tests {
                     t.size_bytes[i],
                     t.alloc_id[i],
                     self.slots[i],
+                    0,
                     0,
                 );
             }

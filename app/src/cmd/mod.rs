@@ -34,5 +34,5 @@ pub mod stats;
 pub mod stats_pytorch;
 pub mod stream;
 pub mod stream_report;
-mod stream_source;
+pub mod stream_source;
 pub mod window;

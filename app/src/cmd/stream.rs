@@ -92,8 +92,9 @@ pub fn refuse_if_too_big(file: &Path) -> Result<()> {
     {
         bail!(
             "{} holds {} events, about {} once loaded, more than the {} of memory available: \
-             `allocview stats`, `compare`, `report` and `predict` stream it block by block (README: Traces \
-             larger than memory); this command needs the trace loaded",
+             `allocview stats`, `compare`, `report` and `predict` stream it block by block, whole or \
+             a window of it, and the explorers open a window of it (--from/--to/--events) \
+             (README: Traces larger than memory); this command needs the trace loaded",
             file.display(),
             crate::format::count(records),
             crate::format::bytes(need),

@@ -104,7 +104,7 @@ impl EventSource for Source {
 }
 
 impl Source {
-    fn stream(&self) -> &BinaryEventStream {
+    pub(super) fn stream(&self) -> &BinaryEventStream {
         match self {
             Self::Whole(s) => s,
             Self::Window(w) => w.inner(),
@@ -166,4 +166,116 @@ impl Source {
     pub(super) fn thread_ids(&self) -> &[u64] {
         self.stream().thread_ids()
     }
+}
+
+/// The event and thread tables of the window `args` asks for of a binary trace, read block by
+/// block (for the explorers, on a trace too big to load whole): the columns a loaded
+/// trace's window has (`t_ns`, `thread`, `kind`, `size_bytes`, `address`, `alloc_id`,
+/// `size_class`), without the call and stack columns (a stream does not carry them), and
+/// the loader's summary of what was read.
+///
+/// # Errors
+/// When the file does not read or the window selects no events.
+pub fn window_tables(
+    file: &Path,
+    args: &WindowArgs,
+    progress: Option<&std::sync::atomic::AtomicU64>,
+) -> Result<(
+    polars::prelude::DataFrame,
+    polars::prelude::DataFrame,
+    LoadSummary,
+)> {
+    use polars::prelude::*;
+    let input = StreamInput::new(file, args)?;
+    let mut source = input.open()?;
+    let threads = source.stream().index().threads.clone();
+    let mut batch = EventBatch::default();
+    let (mut t_ns, mut kind, mut size, mut addr, mut ids, mut classes) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
+    let mut thread: Vec<u16> = Vec::new();
+    while source
+        .next_batch(&mut batch)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("while reading {}", file.display()))?
+    {
+        t_ns.extend_from_slice(&batch.t_ns);
+        kind.extend_from_slice(&batch.kind);
+        size.extend_from_slice(&batch.size_bytes);
+        addr.extend_from_slice(&batch.addr);
+        ids.extend_from_slice(&batch.alloc_id);
+        thread.extend_from_slice(&batch.thread);
+        classes.extend(
+            batch
+                .size_bytes
+                .iter()
+                .map(|&s| allocview_sim::trace::size_class(s)),
+        );
+        if let Some(p) = progress {
+            // In bytes of the file, as a loader reports its progress.
+            p.store(
+                source.stream().bytes_read(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+    }
+    let height = t_ns.len();
+    let id_col = if ids.contains(&allocview_sim::trace::NO_ALLOC_ID) {
+        let validity: Vec<bool> = ids
+            .iter()
+            .map(|&id| id != allocview_sim::trace::NO_ALLOC_ID)
+            .collect();
+        let mut c = UInt32Chunked::from_vec("alloc_id".into(), ids);
+        c = c.with_validity(Some(validity.into_iter().collect()));
+        c
+    } else {
+        UInt32Chunked::from_vec("alloc_id".into(), ids)
+    };
+    // As the loader: a thread index in one byte while the file's threads fit.
+    let thread_col = if threads.len().max(source.thread_ids().len()) <= 256 {
+        let narrow: Vec<u8> = thread
+            .iter()
+            .map(|&t| u8::try_from(t).unwrap_or(u8::MAX))
+            .collect();
+        UInt8Chunked::from_vec("thread".into(), narrow).into_column()
+    } else {
+        UInt16Chunked::from_vec("thread".into(), thread).into_column()
+    };
+    let events = DataFrame::new(
+        height,
+        vec![
+            Int64Chunked::from_vec("t_ns".into(), t_ns).into_column(),
+            thread_col,
+            UInt8Chunked::from_vec("kind".into(), kind).into_column(),
+            UInt64Chunked::from_vec("size_bytes".into(), size).into_column(),
+            UInt64Chunked::from_vec("address".into(), addr).into_column(),
+            id_col.into_column(),
+            UInt8Chunked::from_vec("size_class".into(), classes).into_column(),
+        ],
+    )?;
+    let tids = if threads.is_empty() {
+        source.thread_ids().to_vec()
+    } else {
+        threads
+    };
+    let n = tids.len();
+    let thread_table = DataFrame::new(
+        n,
+        vec![
+            UInt16Chunked::from_vec(
+                "thread".into(),
+                (0..n)
+                    .map(|i| u16::try_from(i).unwrap_or(u16::MAX))
+                    .collect(),
+            )
+            .into_column(),
+            UInt64Chunked::from_vec("tid".into(), tids).into_column(),
+        ],
+    )?;
+    Ok((events, thread_table, source.summary()))
 }

@@ -238,9 +238,15 @@ impl TraceData {
             } else {
                 Strictness::Strict
             },
-            progress: Some(progress),
+            progress: Some(Arc::clone(&progress)),
         };
-        crate::cmd::stream::refuse_if_too_big(path).map_err(|e| format!("{e:#}"))?;
+        if let Err(too_big) = crate::cmd::stream::refuse_if_too_big(path) {
+            if !window.is_set() {
+                return Err(format!("{too_big:#}"));
+            }
+            // A window of a trace too big to load: read block by block, only the window kept.
+            return Self::load_streamed_window(path, window, &progress);
+        }
         let mut loaded = allocview_loaders::load(path, &opts).map_err(|e| e.to_string())?;
         crate::cmd::window::apply(&mut loaded, window, path).map_err(|e| format!("{e:#}"))?;
         let warnings = crate::cmd::load::warnings(&loaded);
@@ -319,6 +325,41 @@ impl TraceData {
             plan: None,
             snapshot,
             site_stacks,
+            sites: std::sync::OnceLock::new(),
+            lifetimes: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The window `window` of the binary trace `path`, read block by block (see
+    /// [`crate::cmd::stream_source::window_tables`]): memory holds the window, whatever the
+    /// trace's length. The explorers open a trace too big to load this way.
+    ///
+    /// # Errors
+    /// A readable message naming the file.
+    pub fn load_streamed_window(
+        path: &Path,
+        window: &crate::cmd::window::WindowArgs,
+        progress: &AtomicU64,
+    ) -> Result<Self, String> {
+        let started = std::time::Instant::now();
+        let (events, threads, summary) =
+            crate::cmd::stream_source::window_tables(path, window, Some(progress))
+                .map_err(|e| format!("{e:#}"))?;
+        let num_allocs = allocview_loaders::trace_view(&events, path)
+            .map_err(|e| e.to_string())?
+            .num_allocs;
+        Ok(Self {
+            path: path.to_path_buf(),
+            format: "malloc-trace",
+            events,
+            threads,
+            load_seconds: started.elapsed().as_secs_f64(),
+            num_allocs,
+            warnings: summary.warnings(),
+            dump: None,
+            plan: None,
+            snapshot: None,
+            site_stacks: None,
             sites: std::sync::OnceLock::new(),
             lifetimes: std::sync::OnceLock::new(),
         })

@@ -97,6 +97,16 @@ impl BinaryEventStream {
         &self.threads.order
     }
 
+    /// Bytes of the file read so far: where the next block starts (the file's length after
+    /// the last), for progress bars.
+    #[must_use]
+    pub fn bytes_read(&self) -> u64 {
+        self.index
+            .blocks
+            .get(self.next_block)
+            .map_or(self.file_bytes, |b| b.offset)
+    }
+
     /// Reads the next block's events into `out` (cleared first); `Ok(false)` after the last.
     ///
     /// # Errors
@@ -139,11 +149,13 @@ impl BinaryEventStream {
                 self.events_per_thread.resize(per_thread + 1, 0);
             }
             if let Some((old_id, old_size, old_slot)) = p.displaced {
-                out.push(p.t_ns, EVENT_FREE, old_size, old_id, old_slot, thread);
+                out.push(
+                    p.t_ns, EVENT_FREE, old_size, old_id, old_slot, thread, r.addr,
+                );
                 self.summary.events += 1;
                 self.events_per_thread[per_thread] += 1;
             }
-            out.push(p.t_ns, p.kind.code(), p.size, p.id, p.slot, thread);
+            out.push(p.t_ns, p.kind.code(), p.size, p.id, p.slot, thread, r.addr);
             if self.pairing.live_bytes() > self.peak_live_bytes {
                 self.peak_live_bytes = self.pairing.live_bytes();
                 self.peak_live_event = self.summary.events;

@@ -105,6 +105,7 @@ struct Live {
     size_bytes: u64,
     thread: u16,
     slot: u32,
+    addr: u64,
 }
 
 /// The events of a resolved window of `S` (see the module docs).
@@ -202,6 +203,7 @@ impl<S: EventSource> WindowSource<S> {
                 self.next_id,
                 l.slot,
                 l.thread,
+                l.addr,
             );
             self.figures
                 .add(EventKind::Alloc as u8, l.size_bytes, self.next_id, l.thread);
@@ -223,6 +225,7 @@ impl<S: EventSource> WindowSource<S> {
         ) else {
             return;
         };
+        let addr = b.addr.get(j).copied().unwrap_or(0);
         let new_id = if id == NO_ALLOC_ID {
             NO_ALLOC_ID
         } else if kind == EventKind::Alloc as u8 {
@@ -234,7 +237,7 @@ impl<S: EventSource> WindowSource<S> {
         } else {
             self.renamed.get(&id).copied().unwrap_or(NO_ALLOC_ID)
         };
-        out.push(t, kind, size, new_id, slot, thread);
+        out.push(t, kind, size, new_id, slot, thread, addr);
         self.figures.add(kind, size, new_id, thread);
     }
 
@@ -250,6 +253,7 @@ impl<S: EventSource> WindowSource<S> {
         ) else {
             return;
         };
+        let addr = b.addr.get(j).copied().unwrap_or(0);
         if id == NO_ALLOC_ID {
             return;
         }
@@ -260,6 +264,7 @@ impl<S: EventSource> WindowSource<S> {
                     size_bytes: size,
                     thread,
                     slot,
+                    addr,
                 },
             );
         } else if kind == EventKind::Free as u8 {
