@@ -7,4 +7,5 @@ pub mod heaps;
 pub mod plan_view;
 pub mod sites;
 pub mod state;
+pub mod trace_data;
 pub mod view;

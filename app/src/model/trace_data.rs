@@ -1,0 +1,506 @@
+//! What the explorers know of their input ([`TraceData`]): the event table, and what a BFC
+//! dump, a PyTorch snapshot or a memory plan adds, loaded once and shared with the worker
+//! threads; read whole, or a window of a trace too big to load, block by block.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use allocview_loaders::{LoadOptions, Loaded, Strictness};
+use allocview_sim::policy::Block;
+use allocview_sim::policy::registry::PolicyConfig;
+use allocview_sim::trace::{EventKind, TraceView};
+use polars::prelude::*;
+
+/// A loaded trace, immutable and shared with the worker threads.
+pub struct TraceData {
+    pub path: PathBuf,
+    /// `malloc-trace`, `tf-memory-log` or `tf-bfc-dump` (shown in the status line).
+    pub format: &'static str,
+    /// The event table (empty for a BFC dump, which is one moment, not a history).
+    pub events: DataFrame,
+    /// The threads table (thread index -> id in the file).
+    #[allow(dead_code)]
+    pub threads: DataFrame,
+    pub load_seconds: f64,
+    pub num_allocs: u32,
+    /// Load warnings, shown once in the status line.
+    pub warnings: Vec<String>,
+    /// A TensorFlow BFC dump: the file itself, or the one a memory log ends in.
+    pub dump: Option<DumpData>,
+    /// A memory plan: its buffers and the plans the explorers can show.
+    pub plan: Option<PlanData>,
+    /// A PyTorch snapshot: settings, rebuilt start state, frames and phases.
+    pub snapshot: Option<SnapshotData>,
+    /// The input's call stacks (a snapshot's frames, a recorded trace's stacks), if any.
+    site_stacks: Option<allocview_loaders::sites::StackTable>,
+    /// Every event's allocation site (call stacks, operations or size classes), built on
+    /// first use: only the sites panel needs it (4 bytes an event).
+    sites: std::sync::OnceLock<allocview_loaders::site_stats::EventSites>,
+    /// Birth and death event of every allocation id, built on first use (8 bytes per
+    /// allocation; only the desktop app's hover needs it).
+    lifetimes: std::sync::OnceLock<Vec<(u32, u32)>>,
+}
+
+/// What the explorers show of a BFC dump: its heap, its bins and what it says about the OOM.
+pub struct DumpData {
+    pub allocator: String,
+    pub blocks: Vec<Block>,
+    pub bins: Option<Vec<allocview_sim::policy::bfc::BinInfo>>,
+    /// The OOM request, the figures and the diagnosis, one line each.
+    pub lines: Vec<String>,
+}
+
+impl DumpData {
+    fn of(d: &allocview_loaders::tf::dump::BfcDump) -> Self {
+        use crate::format::{bytes, count};
+        let f = &d.figures;
+        let mut lines = Vec::new();
+        if let Some(o) = &d.oom {
+            lines.push(format!(
+                "OOM: {} requested{}{}",
+                o.text,
+                o.rounded_bytes
+                    .map_or_else(String::new, |r| format!(" (rounded to {r})")),
+                o.op.as_ref()
+                    .map_or_else(String::new, |op| format!(" by op {op}"))
+            ));
+        }
+        let opt = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), bytes);
+        let optn = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), count);
+        lines.push(format!(
+            "in use {} in {} chunks; free {} in {} chunks (largest {}); {} regions of {}",
+            opt(f.in_use_bytes),
+            optn(f.in_use_chunks),
+            opt(f.free_bytes),
+            optn(f.free_chunks),
+            opt(f.largest_free_chunk_bytes),
+            optn(f.regions),
+            opt(f.region_bytes)
+        ));
+        if let Some(diag) = d.diagnosis() {
+            lines.push(diag);
+        }
+        if !d.missing.is_empty() {
+            lines.push(format!("not in this dump: {}", d.missing.join(", ")));
+        }
+        Self {
+            allocator: d.allocator.clone().unwrap_or_else(|| "BFC".to_owned()),
+            blocks: d.blocks(),
+            bins: d.to_bfc().ok().map(|b| b.bins()),
+            lines,
+        }
+    }
+}
+
+/// What the explorers show of a PyTorch snapshot beyond its events.
+pub struct SnapshotData {
+    /// The allocator settings the snapshot recorded (the `pytorch` policy's defaults).
+    pub settings: allocview_sim::policy::pytorch::PytorchSettings,
+    /// The rebuilt start state and recorded addresses the `pytorch` policy replays from.
+    pub script: Arc<allocview_sim::policy::pytorch::PytorchScript>,
+    /// Phase markers: `(t_ns, stage, name)`.
+    pub annotations: Vec<(i64, String, String)>,
+    /// Settings and the state at the snapshot's moment, one line each.
+    pub lines: Vec<String>,
+}
+
+impl SnapshotData {
+    fn of(s: &allocview_loaders::pytorch::PytorchSnapshot) -> Self {
+        use crate::format::{bytes, count};
+        let reserved: u64 = s.raw_segments.iter().map(|g| g.total_bytes).sum();
+        let allocated: u64 = s.raw_segments.iter().map(|g| g.allocated_bytes).sum();
+        let requested: u64 = s.raw_segments.iter().map(|g| g.requested_bytes).sum();
+        let mut lines = vec![format!(
+            "device {}: {} segments, {} reserved, {} allocated, {} requested at the snapshot; \
+             {} allocations carried in from before the trace",
+            s.device,
+            count(s.raw_segments.len() as u64),
+            bytes(reserved),
+            bytes(allocated),
+            bytes(requested),
+            count(u64::from(s.carried_in))
+        )];
+        if s.settings.present {
+            let kv: Vec<String> = s
+                .settings
+                .raw
+                .iter()
+                .filter(|(k, _)| k != "roundup_power2_divisions")
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            lines.push(format!("settings: {}", kv.join(", ")));
+        }
+        Self {
+            settings: s.settings.policy.clone(),
+            script: Arc::new(s.script.clone()),
+            annotations: s
+                .raw_annotations
+                .iter()
+                .map(|a| {
+                    (
+                        a.time_us
+                            .saturating_sub(s.time_origin_us)
+                            .saturating_mul(1000),
+                        a.stage.clone(),
+                        a.name.clone(),
+                    )
+                })
+                .collect(),
+            lines,
+        }
+    }
+}
+
+/// A memory plan file in the explorers: its buffers and a few plans of them.
+pub struct PlanData {
+    pub buffers: Vec<allocview_sim::plan::Buffer>,
+    /// `(planner name, plan)`: the file's own offsets first when it has them, then planners
+    /// fast enough to run at load (greedy-by-size, pushdown).
+    pub plans: Vec<(String, allocview_sim::plan::Plan)>,
+    pub lower_bound_bytes: u64,
+    pub naive_bytes: u64,
+    /// What one unit of time is ("operator", "event").
+    pub time_unit: &'static str,
+}
+
+impl PlanData {
+    fn of(p: &allocview_loaders::plan::MemoryPlan) -> Result<Self, String> {
+        use allocview_sim::plan::{Plan, PlanOptions, run_planner};
+        let pb = p.to_buffers().map_err(|e| e.to_string())?;
+        let lower_bound_bytes =
+            allocview_sim::plan::max_live_bytes(&pb.buffers).map_err(|e| e.to_string())?;
+        let naive_bytes = pb.buffers.iter().map(|b| b.size_bytes).sum();
+        let mut plans = Vec::new();
+        if let Some(offsets) = &pb.planned_offsets {
+            let total_bytes = pb
+                .buffers
+                .iter()
+                .zip(offsets)
+                .map(|(b, &o)| o + b.size_bytes)
+                .max()
+                .unwrap_or(0);
+            let plan = Plan {
+                offsets: offsets.clone(),
+                total_bytes,
+            };
+            if allocview_sim::plan::validate(&pb.buffers, &plan).is_ok() {
+                plans.push(("the file's offsets".to_owned(), plan));
+            }
+        }
+        for name in ["greedy-by-size", "pushdown"] {
+            let r = run_planner(name, &pb.buffers, &PlanOptions::default())
+                .map_err(|e| e.to_string())?;
+            plans.push((name.to_owned(), r.plan));
+        }
+        Ok(Self {
+            buffers: pb.buffers,
+            plans,
+            lower_bound_bytes,
+            naive_bytes,
+            time_unit: p.time_unit,
+        })
+    }
+}
+
+/// Lines of a stack the explorers show (the site, then the program's own frames outward).
+const MAX_FRAME_LINES: usize = 24;
+
+/// `lifetimes` value for an allocation never freed.
+const NEVER: u32 = u32::MAX;
+
+impl TraceData {
+    /// Loads and validates a trace, a TensorFlow memory log or a BFC dump.
+    ///
+    /// # Errors
+    /// A readable message naming the file.
+    pub fn load(
+        path: &Path,
+        lenient: bool,
+        window: &crate::cmd::window::WindowArgs,
+        progress: Arc<AtomicU64>,
+    ) -> Result<Self, String> {
+        let opts = LoadOptions {
+            strictness: if lenient {
+                Strictness::Lenient
+            } else {
+                Strictness::Strict
+            },
+            progress: Some(Arc::clone(&progress)),
+        };
+        if let Err(too_big) = crate::cmd::stream::refuse_if_too_big(path) {
+            if !window.is_set() {
+                return Err(format!("{too_big:#}"));
+            }
+            // A window of a trace too big to load: read block by block, only the window kept.
+            return Self::load_streamed_window(path, window, &progress);
+        }
+        let mut loaded = allocview_loaders::load(path, &opts).map_err(|e| e.to_string())?;
+        crate::cmd::window::apply(&mut loaded, window, path).map_err(|e| format!("{e:#}"))?;
+        let warnings = crate::cmd::load::warnings(&loaded);
+        let site_stacks = match &loaded {
+            Loaded::MallocTrace(t) => t.stacks.clone(),
+            Loaded::PytorchSnapshot(s) => Some(s.stacks.clone()),
+            Loaded::TfMemoryLog(_) | Loaded::TfBfcDump(_) | Loaded::Plan(_) => None,
+        };
+        let mut snapshot = None;
+        let (format, events, threads, load_seconds, dump) = match loaded {
+            Loaded::MallocTrace(t) => ("malloc-trace", t.events, t.threads, t.load_seconds, None),
+            Loaded::PytorchSnapshot(s) => {
+                snapshot = Some(SnapshotData::of(&s));
+                let s = *s;
+                (
+                    "pytorch-snapshot",
+                    s.events,
+                    s.threads,
+                    s.load_seconds,
+                    None,
+                )
+            }
+            Loaded::TfMemoryLog(log) => {
+                let log = *log;
+                let dump = log.dumps.first().map(DumpData::of);
+                (
+                    "tf-memory-log",
+                    log.events,
+                    log.threads,
+                    log.load_seconds,
+                    dump,
+                )
+            }
+            Loaded::TfBfcDump(d) => (
+                "tf-bfc-dump",
+                DataFrame::empty(),
+                DataFrame::empty(),
+                0.0,
+                Some(DumpData::of(&d)),
+            ),
+            Loaded::Plan(p) => {
+                let plan = PlanData::of(&p)?;
+                return Ok(Self {
+                    path: path.to_path_buf(),
+                    format: "memory-plan",
+                    events: DataFrame::empty(),
+                    threads: DataFrame::empty(),
+                    load_seconds: p.load_seconds,
+                    num_allocs: 0,
+                    warnings,
+                    dump: None,
+                    plan: Some(plan),
+                    snapshot: None,
+                    site_stacks: None,
+                    sites: std::sync::OnceLock::new(),
+                    lifetimes: std::sync::OnceLock::new(),
+                });
+            }
+        };
+        let num_allocs = if events.height() == 0 {
+            0
+        } else {
+            allocview_loaders::trace_view(&events, path)
+                .map_err(|e| e.to_string())?
+                .num_allocs
+        };
+        Ok(Self {
+            path: path.to_path_buf(),
+            format,
+            events,
+            threads,
+            load_seconds,
+            num_allocs,
+            warnings,
+            dump,
+            plan: None,
+            snapshot,
+            site_stacks,
+            sites: std::sync::OnceLock::new(),
+            lifetimes: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The window `window` of the binary trace `path`, read block by block (see
+    /// [`crate::cmd::stream_source::window_tables`]): memory holds the window, whatever the
+    /// trace's length. The explorers open a trace too big to load this way.
+    ///
+    /// # Errors
+    /// A readable message naming the file.
+    pub fn load_streamed_window(
+        path: &Path,
+        window: &crate::cmd::window::WindowArgs,
+        progress: &AtomicU64,
+    ) -> Result<Self, String> {
+        let started = std::time::Instant::now();
+        let (events, threads, summary) =
+            crate::cmd::stream_source::window_tables(path, window, Some(progress))
+                .map_err(|e| format!("{e:#}"))?;
+        let num_allocs = allocview_loaders::trace_view(&events, path)
+            .map_err(|e| e.to_string())?
+            .num_allocs;
+        Ok(Self {
+            path: path.to_path_buf(),
+            format: "malloc-trace",
+            events,
+            threads,
+            load_seconds: started.elapsed().as_secs_f64(),
+            num_allocs,
+            warnings: summary.warnings(),
+            dump: None,
+            plan: None,
+            snapshot: None,
+            site_stacks: None,
+            sites: std::sync::OnceLock::new(),
+            lifetimes: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The configuration replays of this input start from: a PyTorch snapshot's recorded
+    /// settings and rebuilt start state go to the `pytorch` policy.
+    #[must_use]
+    pub fn policy_config(&self, mut config: PolicyConfig) -> PolicyConfig {
+        if let Some(s) = &self.snapshot {
+            config.pytorch = s.settings.clone();
+            config.pytorch_script = Some(Arc::clone(&s.script));
+        }
+        config
+    }
+
+    /// The call stack of allocation `id` (the frames its `alloc` recorded), innermost first;
+    /// empty when the input records none.
+    #[must_use]
+    pub fn frames_of_alloc(&self, id: u32) -> Vec<String> {
+        let Some(stacks) = &self.site_stacks else {
+            return Vec::new();
+        };
+        let Some((birth, _)) = self.lifetime(id) else {
+            return Vec::new();
+        };
+        let stack = self
+            .events
+            .column("stack_id")
+            .ok()
+            .and_then(|c| c.u32().ok())
+            .and_then(|c| c.get(birth))
+            .unwrap_or(allocview_loaders::sites::NO_STACK);
+        stacks.site_lines(stack, MAX_FRAME_LINES, true)
+    }
+
+    /// Every event's site, built on first use; `None` for an input without events.
+    #[must_use]
+    pub fn sites(&self) -> Option<&allocview_loaders::site_stats::EventSites> {
+        if self.events.height() == 0 {
+            return None;
+        }
+        Some(self.sites.get_or_init(|| {
+            allocview_loaders::site_stats::EventSites::from_events(
+                &self.events,
+                self.site_stacks.as_ref(),
+            )
+        }))
+    }
+
+    /// The operation or kernel of event `i` (TensorFlow memory logs).
+    #[must_use]
+    pub fn op_at(&self, i: usize) -> Option<String> {
+        let col = self.events.column("kernel").ok()?;
+        col.str()
+            .ok()?
+            .get(i)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    }
+
+    /// The event that allocated `id` and the event that freed it (`None` if it stays live).
+    #[must_use]
+    pub fn lifetime(&self, id: u32) -> Option<(usize, Option<usize>)> {
+        let table = self.lifetimes.get_or_init(|| {
+            let v = self.view();
+            let mut t = vec![(NEVER, NEVER); v.num_allocs as usize];
+            for (i, (&k, &a)) in v.kind.iter().zip(v.alloc_id).enumerate() {
+                let i = u32::try_from(i).unwrap_or(NEVER);
+                if let Some(slot) = t.get_mut(a as usize) {
+                    if k == EventKind::Alloc.code() {
+                        slot.0 = i;
+                    } else if k == EventKind::Free.code() {
+                        slot.1 = i;
+                    }
+                }
+            }
+            t
+        });
+        let &(birth, death) = table.get(id as usize)?;
+        (birth != NEVER).then_some((birth as usize, (death != NEVER).then_some(death as usize)))
+    }
+
+    /// The simulator's view of the events, without revalidating them (done once in `load`).
+    #[must_use]
+    pub fn view(&self) -> TraceView<'_> {
+        let df = &self.events;
+        let slice_i64 = |name: &str| {
+            df.column(name)
+                .ok()
+                .and_then(|c| c.i64().ok())
+                .and_then(|c| c.cont_slice().ok())
+                .unwrap_or(&[])
+        };
+        let slice_u8 = |name: &str| {
+            df.column(name)
+                .ok()
+                .and_then(|c| c.u8().ok())
+                .and_then(|c| c.cont_slice().ok())
+                .unwrap_or(&[])
+        };
+        let sizes = df
+            .column("size_bytes")
+            .ok()
+            .and_then(|c| c.u64().ok())
+            .and_then(|c| c.cont_slice().ok())
+            .unwrap_or(&[]);
+        let ids = df
+            .column("alloc_id")
+            .ok()
+            .and_then(|c| c.u32().ok())
+            .and_then(|c| c.downcast_iter().next())
+            .map_or(&[][..], |a| a.values().as_slice());
+        TraceView::revalidated(
+            slice_i64("t_ns"),
+            slice_u8("kind"),
+            sizes,
+            ids,
+            self.num_allocs,
+        )
+    }
+
+    /// Number of events.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.events.height()
+    }
+
+    /// True for an input without events (a BFC dump).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.events.height() == 0
+    }
+
+    /// Thread index of event `i`.
+    #[must_use]
+    pub fn thread_at(&self, i: usize) -> u16 {
+        let col = self.events.column("thread").ok();
+        col.and_then(|c| match c.dtype() {
+            DataType::UInt8 => c.u8().ok().and_then(|a| a.get(i)).map(u16::from),
+            _ => c.u16().ok().and_then(|a| a.get(i)),
+        })
+        .unwrap_or(0)
+    }
+
+    /// Address of event `i`.
+    #[must_use]
+    pub fn address_at(&self, i: usize) -> u64 {
+        self.events
+            .column("address")
+            .ok()
+            .and_then(|c| c.u64().ok())
+            .and_then(|a| a.get(i))
+            .unwrap_or(0)
+    }
+}
