@@ -133,6 +133,71 @@ fn explorer_in_tmux() {
     }
 }
 
+/// A binary trace too big to load opens on its first events that fit (here made "too big" by
+/// telling allocview it has 200 KB: 7,486 events would take 300 KB), read block by block, and
+/// the status line says so.
+#[test]
+fn a_trace_too_big_to_load_opens_on_its_first_events() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        skip_missing("tmux is not installed");
+        return;
+    }
+    // A binary trace written now: with the block index that tells its size before reading.
+    let dir = std::env::temp_dir().join(format!("allocview-tmux-big-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("python_json.avt");
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/python_json.avt");
+    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(["convert", "--to", "binary"])
+        .args([&sample, &trace])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let name = format!("allocview-test-big-{}", std::process::id());
+    let cmd = format!(
+        "env ALLOCVIEW_AVAILABLE_MEMORY=200000 {} {} --policy bfc",
+        env!("CARGO_BIN_EXE_allocview"),
+        trace.display()
+    );
+    let out = Command::new("tmux")
+        .args([
+            "new-session",
+            "-d",
+            "-s",
+            &name,
+            "-x",
+            "200",
+            "-y",
+            "45",
+            &cmd,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = Session(name);
+    // 200,000 / 4 bytes of budget at 64 bytes an event: the first 781 events.
+    // The status line says it once.
+    let screen = wait_for(&s, "the first events", |t| {
+        t.contains("too many to load whole: showing its first 781") && t.contains("event 0/780")
+    });
+    assert!(screen.contains("heap: bfc"), "{screen}");
+    keys(&s, &["End"]);
+    wait_for(&s, "the last event of the window, replayed", |t| {
+        t.contains("event 780/780") && t.contains("781 events") && t.contains("(1/1 replayed)")
+    });
+    keys(&s, &["q"]);
+    drop(s);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn a_pytorch_snapshot_in_tmux() {
     if Command::new("tmux").arg("-V").output().is_err() {

@@ -104,14 +104,42 @@ pub fn refuse_if_too_big(file: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Memory an explorer may give a window of a trace too big to load, and what an event of it
+/// takes there once replayed (the event table, a replay's addresses and index, with room).
+const EXPLORER_WINDOW_BYTES_MAX: u64 = 2 << 30;
+const EXPLORER_BYTES_PER_EVENT: u64 = 64;
+
+/// For a binary trace too big to load whole: its events, and how many of them an explorer
+/// opens by default (a quarter of the available memory, at most 2 GiB, at 64 bytes an event).
+/// `None` when the trace can be loaded.
+#[must_use]
+pub fn explorer_default_window(file: &Path) -> Option<(u64, u64)> {
+    refuse_if_too_big(file).err()?;
+    let records = binary::read_index_frame(file).ok()??.records();
+    let budget = available_memory_bytes()
+        .map_or(EXPLORER_WINDOW_BYTES_MAX, |a| a / 4)
+        .min(EXPLORER_WINDOW_BYTES_MAX);
+    Some((
+        records,
+        (budget / EXPLORER_BYTES_PER_EVENT).clamp(1, records.max(1)),
+    ))
+}
+
 /// True for a binary trace (a spool is loaded: its threads are merged in memory).
 fn is_trace(file: &Path) -> bool {
     // Byte 9 is the file's kind: 0 a trace, 1 a spool.
     binary::file_head(file).is_ok_and(|head| binary::is_binary(&head) && head.get(9) == Some(&0))
 }
 
-/// `MemAvailable` of `/proc/meminfo`, in bytes.
+/// `MemAvailable` of `/proc/meminfo`, in bytes, or `ALLOCVIEW_AVAILABLE_MEMORY` (bytes) where
+/// it is set: what allocview may count on, to try the big-trace paths on a small trace or to
+/// keep allocview smaller than the machine.
 fn available_memory_bytes() -> Option<u64> {
+    if let Some(v) = std::env::var_os("ALLOCVIEW_AVAILABLE_MEMORY")
+        && let Some(bytes) = v.to_str().and_then(|s| s.trim().parse::<u64>().ok())
+    {
+        return Some(bytes);
+    }
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

@@ -23,20 +23,33 @@ pub(super) struct StreamInput {
 }
 
 impl StreamInput {
-    /// `file`, with the window `args` asks for found in it.
+    /// `file`, with the window `args` asks for found in it, said on stderr as a loaded
+    /// window is.
     pub(super) fn new(file: &Path, args: &WindowArgs) -> Result<Self> {
+        Self::found(file, args, true)
+    }
+
+    /// [`Self::new`] without a word on stderr (an explorer draws on the terminal).
+    pub(super) fn quiet(file: &Path, args: &WindowArgs) -> Result<Self> {
+        Self::found(file, args, false)
+    }
+
+    fn found(file: &Path, args: &WindowArgs, announce: bool) -> Result<Self> {
         let window = match args.spec()? {
             None => None,
             Some(spec) => {
                 let w =
                     find(file, &spec).with_context(|| format!("window of {}", file.display()))?;
-                eprintln!(
-                    "window: events {}..{} of {} ({} allocations live at its start carried in)",
-                    crate::format::count(w.start as u64),
-                    crate::format::count(w.end as u64),
-                    file.display(),
-                    crate::format::count(w.carried_in),
-                );
+                if announce {
+                    eprintln!(
+                        "window: events {}..{} of {} ({} allocations live at its start carried \
+                         in)",
+                        crate::format::count(w.start as u64),
+                        crate::format::count(w.end as u64),
+                        file.display(),
+                        crate::format::count(w.carried_in),
+                    );
+                }
                 Some(w)
             }
         };
@@ -186,7 +199,7 @@ pub fn window_tables(
     LoadSummary,
 )> {
     use polars::prelude::*;
-    let input = StreamInput::new(file, args)?;
+    let input = StreamInput::quiet(file, args)?;
     let mut source = input.open()?;
     let threads = source.stream().index().threads.clone();
     let mut batch = EventBatch::default();

@@ -228,12 +228,28 @@ impl TraceData {
             },
             progress: Some(Arc::clone(&progress)),
         };
-        if let Err(too_big) = crate::cmd::stream::refuse_if_too_big(path) {
-            if !window.is_set() {
-                return Err(format!("{too_big:#}"));
-            }
+        if window.is_set() && crate::cmd::stream::refuse_if_too_big(path).is_err() {
             // A window of a trace too big to load: read block by block, only the window kept.
             return Self::load_streamed_window(path, window, &progress);
+        }
+        if let Some((events, first)) = crate::cmd::stream::explorer_default_window(path) {
+            // Too big to load whole and no window asked for: the first events that fit.
+            let window = crate::cmd::window::WindowArgs {
+                events: Some(format!("0..{first}")),
+                ..crate::cmd::window::WindowArgs::default()
+            };
+            let mut data = Self::load_streamed_window(path, &window, &progress)?;
+            data.warnings.insert(
+                0,
+                format!(
+                    "{} holds {} events, too many to load whole: showing its first {}; open \
+                     another part with --from/--to or --events",
+                    path.display(),
+                    crate::format::count(events),
+                    crate::format::count(first)
+                ),
+            );
+            return Ok(data);
         }
         let mut loaded = allocview_loaders::load(path, &opts).map_err(|e| e.to_string())?;
         crate::cmd::window::apply(&mut loaded, window, path).map_err(|e| format!("{e:#}"))?;
