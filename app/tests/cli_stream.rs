@@ -411,3 +411,81 @@ fn the_explorers_streamed_window_has_the_loaded_windows_tables() {
         }
     }
 }
+
+/// Every command that loads its input works on a window of a trace too big to load (made
+/// "too big" here by telling allocview it has 200 KB): the window is read block by block and
+/// the command gives what it gives on the loaded window. Without a window, it refuses and
+/// says what works.
+#[test]
+fn loading_commands_work_on_a_window_of_a_trace_too_big_to_load() {
+    let dir = std::env::temp_dir().join(format!("allocview-cli-bigwin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Written now, so it has the block index that tells its size before reading it.
+    let file = dir.join("python_json.avt");
+    let sample = sample("python_json.avt");
+    let out = allocview(&[
+        "convert",
+        "--to",
+        "binary",
+        sample.to_str().unwrap(),
+        file.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file = file.to_str().unwrap();
+    let small = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_allocview"))
+            .env("ALLOCVIEW_AVAILABLE_MEMORY", "200000")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let folded = dir.join("folded.txt");
+    let folded = folded.to_str().unwrap();
+    for cmd in [
+        &["sites", "--json", "--top", "5"][..],
+        &["leaks", "--json"],
+        &["compare", "--json", "--policy", "bfc", "--min-limit"],
+        &["flamegraph", "--folded", "-o", folded],
+    ] {
+        let mut args = cmd.to_vec();
+        args.extend(["--events", "1000..5000", file]);
+        let loaded = allocview(&args);
+        let loaded_folded = std::fs::read(folded).ok();
+        let windowed = small(&args);
+        let windowed_folded = std::fs::read(folded).ok();
+        assert!(
+            windowed.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&windowed.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&windowed.stderr).contains("carried in"),
+            "{args:?}"
+        );
+        // The JSON but for the replay speeds; other output as it is.
+        let comparable = |out: &[u8]| match serde_json::from_slice::<Value>(out) {
+            Ok(mut v) => {
+                for p in v["policies"].as_array_mut().into_iter().flatten() {
+                    p.as_object_mut().unwrap().remove("events_per_second");
+                }
+                v.to_string()
+            }
+            Err(_) => String::from_utf8_lossy(out).into_owned(),
+        };
+        assert_eq!(
+            comparable(&windowed.stdout),
+            comparable(&loaded.stdout),
+            "{args:?}"
+        );
+        assert_eq!(windowed_folded, loaded_folded, "{args:?}");
+    }
+    let refused = small(&["sites", file]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("the explorers open a window of it"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -173,7 +173,11 @@ impl Compared {
 /// Runs `allocview compare`.
 pub fn run(args: &CompareArgs) -> Result<()> {
     let specs = args.policies.specs()?;
-    if args.stream.applies(&args.file, &args.input)? {
+    // --min-limit and --parquet need the events in memory: a window of a trace too big to load
+    // is loaded (read block by block, only the window kept) unless --stream is asked for.
+    let needs_loaded = args.min_limit || args.parquet.is_some();
+    let windowed_load = needs_loaded && !args.stream.stream && args.input.window.is_set();
+    if !windowed_load && args.stream.applies(&args.file, &args.input)? {
         return super::stream::compare(args, &specs);
     }
     let loaded = load_input(&args.file, &args.input)?;

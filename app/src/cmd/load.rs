@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use allocview_loaders::{LoadOptions, LoadSummary, Loaded, Strictness};
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use polars::prelude::*;
 
 use crate::progress::ByteProgress;
@@ -24,6 +24,9 @@ pub struct InputArgs {
 /// Loads `path`, showing a progress bar on a terminal and printing load warnings to stderr,
 /// and cuts it to the window `args` ask for.
 pub fn load_input(path: &Path, args: &InputArgs) -> Result<Loaded> {
+    if args.window.is_set() && super::stream::refuse_if_too_big(path).is_err() {
+        return load_streamed_window(path, args);
+    }
     let mut loaded = load_whole(path, args.lenient)?;
     if let Some(w) = super::window::apply(&mut loaded, &args.window, path)? {
         eprintln!(
@@ -35,6 +38,38 @@ pub fn load_input(path: &Path, args: &InputArgs) -> Result<Loaded> {
         );
     }
     Ok(loaded)
+}
+
+/// The window `args` asks for of a binary trace too big to load whole, read block by block
+/// with only the window kept (`stream_source::window_tables`): the loaded window's tables but
+/// for the call and stack columns, so every command that loads works on a window of it.
+fn load_streamed_window(path: &Path, args: &InputArgs) -> Result<Loaded> {
+    if args.lenient {
+        bail!(
+            "{}: a window of a trace too big to load is read strictly; --lenient repairs damage \
+             in a trace loaded whole",
+            path.display()
+        );
+    }
+    let started = std::time::Instant::now();
+    let counter = Arc::new(AtomicU64::new(0));
+    let file_bytes = std::fs::metadata(path)
+        .with_context(|| format!("cannot open {}", path.display()))?
+        .len();
+    let bar = ByteProgress::start("reading", file_bytes, Arc::clone(&counter));
+    let (events, threads, summary) =
+        super::stream_source::window_tables(path, &args.window, Some(&counter), true)?;
+    drop(bar);
+    for w in summary.warnings() {
+        eprintln!("warning: {w}");
+    }
+    Ok(Loaded::MallocTrace(allocview_loaders::MallocTrace {
+        events,
+        threads,
+        summary,
+        load_seconds: started.elapsed().as_secs_f64(),
+        stacks: None,
+    }))
 }
 
 /// Loads `path` whole (see [`load_input`]).

@@ -29,11 +29,7 @@ impl StreamInput {
         Self::found(file, args, true)
     }
 
-    /// [`Self::new`] without a word on stderr (an explorer draws on the terminal).
-    pub(super) fn quiet(file: &Path, args: &WindowArgs) -> Result<Self> {
-        Self::found(file, args, false)
-    }
-
+    /// [`Self::new`], said on stderr only when `announce` (an explorer draws on the terminal).
     fn found(file: &Path, args: &WindowArgs, announce: bool) -> Result<Self> {
         let window = match args.spec()? {
             None => None,
@@ -182,7 +178,8 @@ impl Source {
 }
 
 /// The event and thread tables of the window `args` asks for of a binary trace, read block by
-/// block (for the explorers, on a trace too big to load whole): the columns a loaded
+/// block (for the explorers and the commands that load, on a trace too big to load whole),
+/// said on stderr when `announce`: the columns a loaded
 /// trace's window has (`t_ns`, `thread`, `kind`, `size_bytes`, `address`, `alloc_id`,
 /// `size_class`), without the call and stack columns (a stream does not carry them), and
 /// the loader's summary of what was read.
@@ -193,13 +190,14 @@ pub fn window_tables(
     file: &Path,
     args: &WindowArgs,
     progress: Option<&std::sync::atomic::AtomicU64>,
+    announce: bool,
 ) -> Result<(
     polars::prelude::DataFrame,
     polars::prelude::DataFrame,
     LoadSummary,
 )> {
     use polars::prelude::*;
-    let input = StreamInput::quiet(file, args)?;
+    let input = StreamInput::found(file, args, announce)?;
     let mut source = input.open()?;
     let threads = source.stream().index().threads.clone();
     let mut batch = EventBatch::default();

@@ -347,7 +347,7 @@ impl TraceData {
     ) -> Result<Self, String> {
         let started = std::time::Instant::now();
         let (events, threads, summary) =
-            crate::cmd::stream_source::window_tables(path, window, Some(progress))
+            crate::cmd::stream_source::window_tables(path, window, Some(progress), false)
                 .map_err(|e| format!("{e:#}"))?;
         let num_allocs = allocview_loaders::trace_view(&events, path)
             .map_err(|e| e.to_string())?
