@@ -193,6 +193,15 @@ fn a_trace_too_big_to_load_opens_on_its_first_events() {
     wait_for(&s, "the last event of the window, replayed", |t| {
         t.contains("event 780/780") && t.contains("781 events") && t.contains("(1/1 replayed)")
     });
+    // The next part, and back.
+    keys(&s, &["}"]);
+    wait_for(&s, "the next part, replayed", |t| {
+        t.contains("(part 781..1,562 of 7,486;") && t.contains("(1/1 replayed)")
+    });
+    keys(&s, &["{"]);
+    wait_for(&s, "the first part again", |t| {
+        t.contains("(part 0..781 of 7,486;") && t.contains("(1/1 replayed)")
+    });
     keys(&s, &["q"]);
     drop(s);
     std::fs::remove_dir_all(&dir).ok();

@@ -57,16 +57,15 @@ fn load_streamed_window(path: &Path, args: &InputArgs) -> Result<Loaded> {
         .with_context(|| format!("cannot open {}", path.display()))?
         .len();
     let bar = ByteProgress::start("reading", file_bytes, Arc::clone(&counter));
-    let (events, threads, summary) =
-        super::stream_source::window_tables(path, &args.window, Some(&counter), true)?;
+    let t = super::stream_source::window_tables(path, &args.window, Some(&counter), true)?;
     drop(bar);
-    for w in summary.warnings() {
+    for w in t.summary.warnings() {
         eprintln!("warning: {w}");
     }
     Ok(Loaded::MallocTrace(allocview_loaders::MallocTrace {
-        events,
-        threads,
-        summary,
+        events: t.events,
+        threads: t.threads,
+        summary: t.summary,
         load_seconds: started.elapsed().as_secs_f64(),
         stacks: None,
     }))

@@ -191,11 +191,7 @@ pub fn window_tables(
     args: &WindowArgs,
     progress: Option<&std::sync::atomic::AtomicU64>,
     announce: bool,
-) -> Result<(
-    polars::prelude::DataFrame,
-    polars::prelude::DataFrame,
-    LoadSummary,
-)> {
+) -> Result<WindowTables> {
     use polars::prelude::*;
     let input = StreamInput::found(file, args, announce)?;
     let mut source = input.open()?;
@@ -288,5 +284,26 @@ pub fn window_tables(
             UInt64Chunked::from_vec("tid".into(), tids).into_column(),
         ],
     )?;
-    Ok((events, thread_table, source.summary()))
+    let part = match input.window {
+        Some(w) => (w.start as u64, w.end as u64),
+        None => (0, height as u64),
+    };
+    Ok(WindowTables {
+        events,
+        threads: thread_table,
+        summary: source.summary(),
+        part,
+        trace_events: source.stream().index().records(),
+    })
+}
+
+/// What [`window_tables`] reads.
+pub struct WindowTables {
+    pub events: polars::prelude::DataFrame,
+    pub threads: polars::prelude::DataFrame,
+    pub summary: LoadSummary,
+    /// The window, as events `start..end` of the trace.
+    pub part: (u64, u64),
+    /// Events in the whole trace.
+    pub trace_events: u64,
 }

@@ -3,7 +3,6 @@
 //! the rest. Loads and replays run on worker threads; the window stays responsive.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
 
@@ -16,7 +15,10 @@ use eframe::egui::{self, Color32, ColorImage, TextureHandle, TextureOptions};
 mod dump;
 mod panels;
 mod plan;
+mod screenshot;
 mod timeline;
+
+use screenshot::Shot;
 
 use crate::format;
 use crate::model::export;
@@ -115,19 +117,6 @@ fn apply(state: &mut AppState, msg: Msg) {
     }
 }
 
-/// What the screenshot option is waiting for.
-enum Shot {
-    None,
-    Pending {
-        path: PathBuf,
-        settle_frames: u32,
-    },
-    Requested {
-        done: Arc<AtomicBool>,
-        error: Arc<Mutex<Option<String>>>,
-    },
-}
-
 struct GuiApp {
     runs: Vec<Run>,
     names: Vec<PolicySpec>,
@@ -176,6 +165,27 @@ impl GuiApp {
         }
     }
 
+    /// Opens the part of the trace the model asked for ([`AppState::reopen`]), in place of the
+    /// one shown.
+    fn open_asked_part(&mut self) {
+        let Some(first) = self.runs.first_mut() else {
+            return;
+        };
+        let Some(window) = first.state.reopen.take() else {
+            return;
+        };
+        let path = first.state.path.clone();
+        let input = crate::cmd::load::InputArgs {
+            window,
+            ..self.input.clone()
+        };
+        let run = Run::start(&path, &self.names, &self.config, &input, self.jobs, None);
+        if let Some(first) = self.runs.first_mut() {
+            *first = run;
+        }
+        self.heap_window = (0.0, 1.0);
+    }
+
     fn keys(&mut self, ctx: &egui::Context) {
         if ctx.egui_wants_keyboard_input() {
             return;
@@ -193,6 +203,8 @@ impl GuiApp {
                 (egui::Key::K, Msg::StepPage(-1)),
                 (egui::Key::CloseBracket, Msg::StepBucket(1)),
                 (egui::Key::OpenBracket, Msg::StepBucket(-1)),
+                (egui::Key::CloseCurlyBracket, Msg::OpenPart(1)),
+                (egui::Key::OpenCurlyBracket, Msg::OpenPart(-1)),
                 (egui::Key::Home, Msg::Home),
                 (egui::Key::End, Msg::End),
                 (egui::Key::N, Msg::NextMark),
@@ -261,6 +273,24 @@ impl GuiApp {
                 }
             });
             ui.menu_button("View", |ui| {
+                let parts = self
+                    .primary()
+                    .is_some_and(|s| s.data.as_ref().is_some_and(|d| d.part.is_some()));
+                if ui
+                    .add_enabled(parts, egui::Button::new("Next part of the trace (})"))
+                    .clicked()
+                {
+                    self.send(Msg::OpenPart(1));
+                    ui.close();
+                }
+                if ui
+                    .add_enabled(parts, egui::Button::new("Previous part of the trace ({)"))
+                    .clicked()
+                {
+                    self.send(Msg::OpenPart(-1));
+                    ui.close();
+                }
+                ui.separator();
                 let compare = self.primary().is_some_and(|s| s.mode == Mode::Compare);
                 if ui
                     .selectable_label(compare, "Compare policies side by side (c)")
@@ -496,6 +526,7 @@ impl eframe::App for GuiApp {
         for r in &mut self.runs {
             r.drain();
         }
+        self.open_asked_part();
         let dropped: Vec<PathBuf> = ctx.input(|i| {
             i.raw
                 .dropped_files
@@ -630,65 +661,6 @@ impl eframe::App for GuiApp {
     }
 }
 
-impl GuiApp {
-    /// Repaints while workers run, and takes the screenshot when asked and everything is done.
-    fn finish_frame(&mut self, ctx: &egui::Context) {
-        let busy = self.runs.iter().any(Run::busy);
-        if busy {
-            ctx.request_repaint_after(std::time::Duration::from_millis(100));
-        }
-        self.screenshot_step(ctx, busy);
-    }
-}
-
-impl GuiApp {
-    fn screenshot_step(&mut self, ctx: &egui::Context, busy: bool) {
-        match &mut self.shot {
-            Shot::None => {}
-            Shot::Pending {
-                path,
-                settle_frames,
-            } => {
-                if busy {
-                    return;
-                }
-                // Let a couple of frames draw the finished state before capturing it.
-                if *settle_frames > 0 {
-                    *settle_frames -= 1;
-                    ctx.request_repaint();
-                    return;
-                }
-                let path = path.clone();
-                let done = Arc::new(AtomicBool::new(false));
-                let error = Arc::new(Mutex::new(None));
-                let (d, e, c) = (Arc::clone(&done), Arc::clone(&error), ctx.clone());
-                ctx.request_screenshot(move |img| {
-                    if let Err(err) = save_png(&path, &img)
-                        && let Ok(mut slot) = e.lock()
-                    {
-                        *slot = Some(err);
-                    }
-                    d.store(true, Ordering::SeqCst);
-                    c.request_repaint();
-                });
-                self.shot = Shot::Requested { done, error };
-                ctx.request_repaint();
-            }
-            Shot::Requested { done, error } => {
-                if done.load(Ordering::SeqCst) {
-                    if let (Ok(mut out), Ok(err)) = (self.exit_code.lock(), error.lock()) {
-                        *out = Some(err.clone().unwrap_or_default());
-                    }
-                    self.shot = Shot::None;
-                    ctx.send_viewport_cmd(egui::ViewportCommand::Close);
-                } else {
-                    ctx.request_repaint();
-                }
-            }
-        }
-    }
-}
-
 /// The window icon, from `assets/icon.png` embedded in the binary.
 fn window_icon() -> Option<egui::IconData> {
     let img = image::load_from_memory(include_bytes!("../../../assets/icon.png"))
@@ -699,28 +671,6 @@ fn window_icon() -> Option<egui::IconData> {
         height: img.height(),
         rgba: img.into_raw(),
     })
-}
-
-fn save_png(path: &Path, img: &ColorImage) -> std::result::Result<(), String> {
-    let [w, h] = img.size;
-    let mut rgba = Vec::with_capacity(w * h * 4);
-    for p in &img.pixels {
-        rgba.extend_from_slice(&p.to_srgba_unmultiplied());
-    }
-    let buf = image::RgbaImage::from_raw(
-        u32::try_from(w).map_err(|e| e.to_string())?,
-        u32::try_from(h).map_err(|e| e.to_string())?,
-        rgba,
-    )
-    .ok_or("screenshot size mismatch")?;
-    crate::safe_write::write_atomically(path, &[], |w| {
-        buf.write_to(
-            w,
-            image::ImageFormat::from_path(path).unwrap_or(image::ImageFormat::Png),
-        )
-        .map_err(std::io::Error::other)
-    })
-    .map_err(|e| e.to_string())
 }
 
 /// Runs `allocview gui`.

@@ -204,6 +204,9 @@ pub struct AppState {
     pub plan_index: usize,
     /// The sites panel: memory by allocation site at the cursor.
     pub sites: super::sites::SitesState,
+    /// Another part of the trace to open (a window of the same length, asked for with
+    /// [`Msg::OpenPart`]): the frontend starts anew on it.
+    pub reopen: Option<crate::cmd::window::WindowArgs>,
 }
 
 /// Everything that can happen to the model.
@@ -230,6 +233,8 @@ pub enum Msg {
     ToggleCompare,
     /// Open or close the sites panel.
     ToggleSites,
+    /// Open the next (+1) or previous (-1) part of the trace, a window of the same length.
+    OpenPart(i64),
     /// Select the next / previous site of the panel, or a row of it.
     CycleSite(i64),
     SelectSite(usize),
@@ -291,6 +296,7 @@ impl AppState {
             window: crate::cmd::window::WindowArgs::default(),
             plan_index: 0,
             sites: super::sites::SitesState::default(),
+            reopen: None,
         }
     }
 
@@ -727,6 +733,7 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
             );
         }
         Msg::ToggleHelp => state.help = !state.help,
+        Msg::OpenPart(step) => super::parts::open_part(state, step),
         // With the help open, the quit keys close it first.
         Msg::Quit if state.help => state.help = false,
         Msg::Quit => state.quit = true,

@@ -40,6 +40,17 @@ pub struct TraceData {
     /// Birth and death event of every allocation id, built on first use (8 bytes per
     /// allocation; only the desktop app's hover needs it).
     lifetimes: std::sync::OnceLock<Vec<(u32, u32)>>,
+    /// The part of the trace shown, when it is a window (`--from/--to/--events`, or the first
+    /// events of a trace too big to load).
+    pub part: Option<Part>,
+}
+
+/// A window of a trace, as its events `start..end` of `trace_events`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub start: u64,
+    pub end: u64,
+    pub trace_events: u64,
 }
 
 /// What the explorers show of a BFC dump: its heap, its bins and what it says about the OOM.
@@ -252,7 +263,18 @@ impl TraceData {
             return Ok(data);
         }
         let mut loaded = allocview_loaders::load(path, &opts).map_err(|e| e.to_string())?;
-        crate::cmd::window::apply(&mut loaded, window, path).map_err(|e| format!("{e:#}"))?;
+        let trace_events = match &loaded {
+            Loaded::MallocTrace(t) => t.events.height() as u64,
+            Loaded::TfMemoryLog(log) => log.events.height() as u64,
+            _ => 0,
+        };
+        let part = crate::cmd::window::apply(&mut loaded, window, path)
+            .map_err(|e| format!("{e:#}"))?
+            .map(|w| Part {
+                start: w.start as u64,
+                end: w.end as u64,
+                trace_events,
+            });
         let warnings = crate::cmd::load::warnings(&loaded);
         let site_stacks = match &loaded {
             Loaded::MallocTrace(t) => t.stacks.clone(),
@@ -307,6 +329,7 @@ impl TraceData {
                     site_stacks: None,
                     sites: std::sync::OnceLock::new(),
                     lifetimes: std::sync::OnceLock::new(),
+                    part: None,
                 });
             }
         };
@@ -331,6 +354,7 @@ impl TraceData {
             site_stacks,
             sites: std::sync::OnceLock::new(),
             lifetimes: std::sync::OnceLock::new(),
+            part,
         })
     }
 
@@ -346,20 +370,24 @@ impl TraceData {
         progress: &AtomicU64,
     ) -> Result<Self, String> {
         let started = std::time::Instant::now();
-        let (events, threads, summary) =
-            crate::cmd::stream_source::window_tables(path, window, Some(progress), false)
-                .map_err(|e| format!("{e:#}"))?;
-        let num_allocs = allocview_loaders::trace_view(&events, path)
+        let t = crate::cmd::stream_source::window_tables(path, window, Some(progress), false)
+            .map_err(|e| format!("{e:#}"))?;
+        let num_allocs = allocview_loaders::trace_view(&t.events, path)
             .map_err(|e| e.to_string())?
             .num_allocs;
         Ok(Self {
             path: path.to_path_buf(),
             format: "malloc-trace",
-            events,
-            threads,
+            events: t.events,
+            threads: t.threads,
             load_seconds: started.elapsed().as_secs_f64(),
             num_allocs,
-            warnings: summary.warnings(),
+            warnings: t.summary.warnings(),
+            part: Some(Part {
+                start: t.part.0,
+                end: t.part.1,
+                trace_events: t.trace_events,
+            }),
             dump: None,
             plan: None,
             snapshot: None,

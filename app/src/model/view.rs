@@ -194,6 +194,10 @@ pub const HELP: &[(&str, &str)] = &[
     ("←/→  h/l", "step one event"),
     ("PgUp/PgDn  j/k", "step a screen of events (k/j: up/down)"),
     ("[ / ]", "step a time bucket of the timeline"),
+    (
+        "{ / }",
+        "open the previous / next part of a window's length (a window or a trace too big to load)",
+    ),
     ("Home / End", "first / last event"),
     ("g", "go to an event number or a time (1.5s, 20ms)"),
     ("n / N", "next / previous peak or OOM"),
@@ -484,7 +488,7 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
         .filter(|p| matches!(p.status, RunStatus::Done(_)))
         .count();
     vm.status.left = format!(
-        "{}  {} events{}  policy {} ({}/{} replayed)",
+        "{}  {} events{}{}  policy {} ({}/{} replayed)",
         data.path.display(),
         format::count(n as u64),
         if data.format == "malloc-trace" {
@@ -492,6 +496,12 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
         } else {
             format!(" ({})", data.format)
         },
+        data.part.map_or_else(String::new, |p| format!(
+            " (part {}..{} of {}; {{ }} for the others)",
+            format::count(p.start),
+            format::count(p.end),
+            format::count(p.trace_events)
+        )),
         policy,
         done,
         state.policies.len()

@@ -57,6 +57,8 @@ fn key(k: &KeyEvent, prompt_open: bool) -> Option<Msg> {
         KeyCode::PageUp | KeyCode::Char('k') | KeyCode::Up => Msg::StepPage(-1),
         KeyCode::Char(']') => Msg::StepBucket(1),
         KeyCode::Char('[') => Msg::StepBucket(-1),
+        KeyCode::Char('}') => Msg::OpenPart(1),
+        KeyCode::Char('{') => Msg::OpenPart(-1),
         KeyCode::Home => Msg::Home,
         KeyCode::End | KeyCode::Char('G') => Msg::End,
         KeyCode::Char('g') => Msg::OpenPrompt(PromptKind::Goto),

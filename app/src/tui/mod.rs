@@ -72,14 +72,32 @@ pub fn run(
     goto: Option<String>,
 ) -> Result<()> {
     let lenient = input.lenient;
-    let mut state = AppState::new(path, policies, config);
+    let mut state = AppState::new(path, policies, config.clone());
     state.initial_goto = goto;
     state.window = input.window.clone();
     let (tx, rx) = mpsc::channel();
     start_workers(&state, lenient, jobs, &tx);
     let mut terminal = ratatui::init();
     execute!(io::stdout(), EnableMouseCapture).ok();
-    let result = event_loop(&mut terminal, &mut state, &rx);
+    let mut rx = rx;
+    let result = loop {
+        match event_loop(&mut terminal, &mut state, &rx) {
+            // Another part of the trace: a new model on it, and new workers (the old ones stop
+            // at their next report, their channel gone).
+            Ok(()) if !state.quit => {
+                let Some(window) = state.reopen.take() else {
+                    break Ok(());
+                };
+                let mut next = AppState::new(path, policies, config.clone());
+                next.window = window;
+                state = next;
+                let (tx, next_rx) = mpsc::channel();
+                start_workers(&state, lenient, jobs, &tx);
+                rx = next_rx;
+            }
+            other => break other,
+        }
+    };
     execute!(io::stdout(), DisableMouseCapture).ok();
     ratatui::restore();
     result
@@ -94,7 +112,7 @@ where
     B::Error: Send + Sync + 'static,
 {
     let mut areas = render(terminal, state)?;
-    while !state.quit {
+    while !state.quit && state.reopen.is_none() {
         let mut dirty = false;
         // Redraw at least every 100 ms while loading, for the progress bar.
         if crossterm::event::poll(Duration::from_millis(100)).context("polling the terminal")? {

@@ -214,6 +214,55 @@ fn the_explorer_loads_only_the_window_with_its_live_blocks_carried_in() {
     }
 }
 
+/// `}` and `{` ask for the next and previous part of a window's length, and the status line
+/// says which part is shown; the whole trace has no parts.
+#[test]
+fn braces_open_the_next_and_previous_parts_of_a_window() {
+    let path = sample("find_usr_include.trace.gz");
+    let mut s = AppState::new(&path, &specs(&["first-fit"]), PolicyConfig::default());
+    s.window = crate::cmd::window::WindowArgs {
+        events: Some("20000..25000".to_owned()),
+        ..Default::default()
+    };
+    load_blocking(&mut s, false, 1).unwrap();
+    let part = s.data.as_ref().unwrap().part.unwrap();
+    assert_eq!(
+        (part.start, part.end, part.trace_events),
+        (20_000, 25_000, 40_403)
+    );
+    assert!(screen(&mut s, 180, 40).contains("(part 20,000..25,000 of 40,403;"));
+    send(&mut s, &key('}'));
+    assert_eq!(
+        s.reopen.take().unwrap().events.as_deref(),
+        Some("25000..30000")
+    );
+    send(&mut s, &key('{'));
+    assert_eq!(
+        s.reopen.take().unwrap().events.as_deref(),
+        Some("15000..20000")
+    );
+    // The last part is shorter; past it there is none.
+    s.window.events = Some("40000..".to_owned());
+    load_blocking(&mut s, false, 1).unwrap();
+    send(&mut s, &key('}'));
+    assert!(s.reopen.is_none());
+    assert!(
+        s.message.as_deref().unwrap().contains("last part"),
+        "{:?}",
+        s.message
+    );
+    let mut whole = loaded("find_usr_include.trace.gz", &["first-fit"]);
+    send(&mut whole, &key('}'));
+    assert!(whole.reopen.is_none());
+    assert!(
+        whole
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("the whole trace is shown")
+    );
+}
+
 #[test]
 fn goto_accepts_events_and_times() {
     let mut s = loaded("find_usr_include.trace.gz", &["first-fit"]);
