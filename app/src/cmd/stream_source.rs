@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 
 use allocview_loaders::binary::BinaryEventStream;
 use allocview_loaders::malloc_trace::LoadSummary;
-use allocview_sim::stream::window::{ResolvedWindow, WindowSource, WindowSpec, resolve};
+use allocview_sim::stream::window::{
+    EmptyWindow, ResolvedWindow, WindowSource, WindowSpec, resolve,
+};
 use allocview_sim::stream::{EventBatch, EventSource};
 use allocview_sim::trace::EventKind;
 use anyhow::{Context as _, Result, bail};
@@ -26,26 +28,12 @@ impl StreamInput {
     /// `file`, with the window `args` asks for found in it, said on stderr as a loaded
     /// window is.
     pub(super) fn new(file: &Path, args: &WindowArgs) -> Result<Self> {
-        Self::found(file, args, true)
-    }
-
-    /// [`Self::new`], said on stderr only when `announce` (an explorer draws on the terminal).
-    fn found(file: &Path, args: &WindowArgs, announce: bool) -> Result<Self> {
         let window = match args.spec()? {
             None => None,
             Some(spec) => {
                 let w =
                     find(file, &spec).with_context(|| format!("window of {}", file.display()))?;
-                if announce {
-                    eprintln!(
-                        "window: events {}..{} of {} ({} allocations live at its start carried \
-                         in)",
-                        crate::format::count(w.start as u64),
-                        crate::format::count(w.end as u64),
-                        file.display(),
-                        crate::format::count(w.carried_in),
-                    );
-                }
+                announce_window(file, &w);
                 Some(w)
             }
         };
@@ -69,24 +57,35 @@ impl StreamInput {
 fn find(file: &Path, spec: &WindowSpec) -> Result<ResolvedWindow> {
     let mut stream = BinaryEventStream::open(file)
         .with_context(|| format!("while opening {}", file.display()))?;
-    match resolve(&mut stream, spec)
+    resolve(&mut stream, spec)
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("while reading {}", file.display()))?
-    {
-        Ok(w) => Ok(w),
-        Err(empty) => {
-            let span = match (empty.t_first_ns, empty.t_last_ns) {
-                (Some(a), Some(b)) => format!(
-                    "the trace has {} events, at times {:.6}s to {:.6}s",
-                    crate::format::count(empty.events as u64),
-                    a as f64 / 1e9,
-                    b as f64 / 1e9
-                ),
-                _ => "no event was read before where the window would end".to_owned(),
-            };
-            bail!("the window selects no events ({span})")
-        }
-    }
+        .map_err(|empty| no_events(&empty))
+}
+
+/// The error for a window that selects no events, with what was read.
+fn no_events(empty: &EmptyWindow) -> anyhow::Error {
+    let span = match (empty.t_first_ns, empty.t_last_ns) {
+        (Some(a), Some(b)) => format!(
+            "the trace has {} events, at times {:.6}s to {:.6}s",
+            crate::format::count(empty.events as u64),
+            a as f64 / 1e9,
+            b as f64 / 1e9
+        ),
+        _ => "no event was read before where the window would end".to_owned(),
+    };
+    anyhow::anyhow!("the window selects no events ({span})")
+}
+
+/// Says on stderr which window was cut, as a loaded window is.
+fn announce_window(file: &Path, w: &ResolvedWindow) {
+    eprintln!(
+        "window: events {}..{} of {} ({} allocations live at its start carried in)",
+        crate::format::count(w.start as u64),
+        crate::format::count(w.end as u64),
+        file.display(),
+        crate::format::count(w.carried_in),
+    );
 }
 
 /// One read of a streamed trace (one per pass: the size of either hardly matters).
@@ -193,9 +192,14 @@ pub fn window_tables(
     announce: bool,
 ) -> Result<WindowTables> {
     use polars::prelude::*;
-    let input = StreamInput::found(file, args, announce)?;
-    let mut source = input.open()?;
-    let threads = source.stream().index().threads.clone();
+    let Some(spec) = args.spec()? else {
+        bail!("{}: no window asked for", file.display());
+    };
+    let stream = BinaryEventStream::open(file)
+        .with_context(|| format!("while opening {}", file.display()))?;
+    let threads = stream.index().threads.clone();
+    // Found as the events come: one read of the file up to the window's end.
+    let mut source = Source::Window(WindowSource::as_they_come(stream, spec));
     let mut batch = EventBatch::default();
     let (mut t_ns, mut kind, mut size, mut addr, mut ids, mut classes) = (
         Vec::new(),
@@ -284,10 +288,19 @@ pub fn window_tables(
             UInt64Chunked::from_vec("tid".into(), tids).into_column(),
         ],
     )?;
-    let part = match input.window {
-        Some(w) => (w.start as u64, w.end as u64),
-        None => (0, height as u64),
-    };
+    let found = match &source {
+        Source::Window(w) => w.found(),
+        Source::Whole(_) => Err(EmptyWindow {
+            events: 0,
+            t_first_ns: None,
+            t_last_ns: None,
+        }),
+    }
+    .map_err(|empty| no_events(&empty).context(format!("window of {}", file.display())))?;
+    if announce {
+        announce_window(file, &found);
+    }
+    let part = (found.start as u64, found.end as u64);
     Ok(WindowTables {
         events,
         threads: thread_table,

@@ -99,6 +99,81 @@ pub fn resolve(
     }
 }
 
+/// Where a window lies: found beforehand ([`resolve`]: a replay needs the window's time span
+/// before its first event), or found as the events come (one read fewer, for a window that is
+/// only gathered into tables).
+enum Bounds {
+    Resolved(ResolvedWindow),
+    AsTheyCome {
+        spec: WindowSpec,
+        /// The first event of the window and its time, once met.
+        start: Option<(usize, i64)>,
+        /// The last event handed out and its time.
+        last: Option<(usize, i64)>,
+        ended: bool,
+        /// Events read and the times of the first and the last, for an empty window's error.
+        seen: (usize, Option<i64>, Option<i64>),
+        carried_in: u64,
+    },
+}
+
+/// Where an event stands with respect to the window.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Before,
+    In,
+    After,
+}
+
+impl Bounds {
+    fn place(&mut self, i: usize, t: i64) -> Place {
+        match self {
+            Self::Resolved(w) if i < w.start => Place::Before,
+            Self::Resolved(w) if i < w.end => Place::In,
+            Self::Resolved(_) => Place::After,
+            Self::AsTheyCome {
+                spec,
+                start,
+                last,
+                ended,
+                seen,
+                ..
+            } => {
+                let past_end =
+                    spec.end_event.is_some_and(|e| i >= e) || spec.to_ns.is_some_and(|to| t >= to);
+                if *ended || past_end {
+                    *ended = true;
+                    return Place::After;
+                }
+                *seen = (i + 1, seen.1.or(Some(t)), Some(t));
+                if start.is_none() && i >= spec.first_event && spec.from_ns.is_none_or(|f| t >= f) {
+                    *start = Some((i, t));
+                }
+                if start.is_some() {
+                    *last = Some((i, t));
+                    Place::In
+                } else {
+                    Place::Before
+                }
+            }
+        }
+    }
+
+    fn t_first_ns(&self) -> i64 {
+        match self {
+            Self::Resolved(w) => w.t_first_ns,
+            Self::AsTheyCome { start, .. } => start.map_or(0, |s| s.1),
+        }
+    }
+
+    fn ended(&self) -> bool {
+        match self {
+            Self::Resolved(_) => false,
+            Self::AsTheyCome { ended, .. } => *ended,
+        }
+    }
+}
+
 /// An allocation live before the window: its id in the trace, bytes, thread and slot.
 #[derive(Clone, Copy)]
 struct Live {
@@ -111,7 +186,7 @@ struct Live {
 /// The events of a resolved window of `S` (see the module docs).
 pub struct WindowSource<S> {
     inner: S,
-    window: ResolvedWindow,
+    bounds: Bounds,
     /// Events of the trace read so far.
     at: usize,
     /// Before the window: the live allocations by their id in the trace.
@@ -169,9 +244,58 @@ impl WindowFigures {
 impl<S: EventSource> WindowSource<S> {
     /// The window `window` of `inner`, read from its first event.
     pub fn new(inner: S, window: ResolvedWindow) -> Self {
+        Self::with_bounds(inner, Bounds::Resolved(window))
+    }
+
+    /// The window `spec` of `inner`, found as the events come: one read instead of two, for
+    /// events gathered into tables. Its time span is not known before it is read
+    /// ([`EventSource::time_span`] gives the first and last times met so far), so a replay
+    /// takes a window found by [`resolve`] ([`Self::new`]).
+    pub fn as_they_come(inner: S, spec: WindowSpec) -> Self {
+        Self::with_bounds(
+            inner,
+            Bounds::AsTheyCome {
+                spec,
+                start: None,
+                last: None,
+                ended: false,
+                seen: (0, None, None),
+                carried_in: 0,
+            },
+        )
+    }
+
+    /// The window found, once read (`Err`: what was read, for a window that holds no event).
+    ///
+    /// # Errors
+    /// When the window holds no event.
+    pub fn found(&self) -> Result<ResolvedWindow, EmptyWindow> {
+        match &self.bounds {
+            Bounds::Resolved(w) => Ok(*w),
+            Bounds::AsTheyCome {
+                start: Some((start, t_first_ns)),
+                last: Some((last, t_last_ns)),
+                carried_in,
+                ..
+            } => Ok(ResolvedWindow {
+                start: *start,
+                end: last + 1,
+                t_first_ns: *t_first_ns,
+                t_last_ns: *t_last_ns,
+                carried_in: *carried_in,
+            }),
+            Bounds::AsTheyCome { seen, .. } => Err(EmptyWindow {
+                events: seen.0,
+                t_first_ns: seen.1,
+                t_last_ns: seen.2,
+            }),
+        }
+    }
+
+    fn with_bounds(inner: S, bounds: Bounds) -> Self {
         Self {
             inner,
-            window,
+            bounds,
             at: 0,
             live: std::collections::BTreeMap::new(),
             renamed: std::collections::HashMap::new(),
@@ -194,10 +318,14 @@ impl<S: EventSource> WindowSource<S> {
 
     /// Hands the allocations live at the window's start to `out`, renumbered.
     fn carry_in(&mut self, out: &mut EventBatch) {
+        let t_first_ns = self.bounds.t_first_ns();
+        if let Bounds::AsTheyCome { carried_in, .. } = &mut self.bounds {
+            *carried_in = self.live.len() as u64;
+        }
         for (id, l) in std::mem::take(&mut self.live) {
             self.renamed.insert(id, self.next_id);
             out.push(
-                self.window.t_first_ns,
+                t_first_ns,
                 EventKind::Alloc as u8,
                 l.size_bytes,
                 self.next_id,
@@ -275,13 +403,23 @@ impl<S: EventSource> WindowSource<S> {
 
 impl<S: EventSource> EventSource for WindowSource<S> {
     fn time_span(&self) -> (i64, i64) {
-        (self.window.t_first_ns, self.window.t_last_ns)
+        match &self.bounds {
+            Bounds::Resolved(w) => (w.t_first_ns, w.t_last_ns),
+            Bounds::AsTheyCome { start, last, .. } => {
+                (start.map_or(0, |s| s.1), last.map_or(0, |l| l.1))
+            }
+        }
     }
 
     fn next_batch(&mut self, out: &mut EventBatch) -> Result<bool, String> {
         out.clear();
         while out.is_empty() {
-            if self.at >= self.window.end {
+            if self.bounds.ended() {
+                return Ok(false);
+            }
+            if let Bounds::Resolved(w) = &self.bounds
+                && self.at >= w.end
+            {
                 return Ok(false);
             }
             let mut batch = std::mem::take(&mut self.batch);
@@ -291,18 +429,133 @@ impl<S: EventSource> EventSource for WindowSource<S> {
                 return Ok(false);
             }
             for j in 0..self.batch.len() {
-                let i = self.at + j;
-                if i < self.window.start {
-                    self.note(j);
-                } else if i < self.window.end {
-                    if !self.carried {
-                        self.carry_in(out);
+                let t = self.batch.t_ns.get(j).copied().unwrap_or(0);
+                match self.bounds.place(self.at + j, t) {
+                    Place::Before => self.note(j),
+                    Place::In => {
+                        if !self.carried {
+                            self.carry_in(out);
+                        }
+                        self.pass_on(j, out);
                     }
-                    self.pass_on(j, out);
+                    Place::After => break,
                 }
             }
             self.at += self.batch.len();
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Events handed out a few at a time: allocations of ids in order, each freed a while
+    /// later, slot = id, at times 10 ns apart.
+    struct Source {
+        events: Vec<(i64, u8, u64, u32)>,
+        at: usize,
+    }
+
+    impl Source {
+        fn new() -> Self {
+            let mut events = Vec::new();
+            let mut live: Vec<u32> = Vec::new();
+            let mut id = 0u32;
+            for i in 0..400i64 {
+                if i % 3 == 2 && !live.is_empty() {
+                    let victim = live.remove((i as usize * 7) % live.len());
+                    events.push((i * 10, EventKind::Free as u8, 8, victim));
+                } else {
+                    events.push((i * 10, EventKind::Alloc as u8, 8 + i as u64, id));
+                    live.push(id);
+                    id += 1;
+                }
+            }
+            Self { events, at: 0 }
+        }
+    }
+
+    impl EventSource for Source {
+        fn time_span(&self) -> (i64, i64) {
+            (0, 3990)
+        }
+
+        fn next_batch(&mut self, out: &mut EventBatch) -> Result<bool, String> {
+            out.clear();
+            for &(t, kind, size, id) in self.events.iter().skip(self.at).take(7) {
+                out.push(t, kind, size, id, id, 0, u64::from(id) * 64);
+            }
+            self.at += out.len();
+            Ok(!out.is_empty())
+        }
+    }
+
+    fn all(s: &mut impl EventSource) -> EventBatch {
+        let (mut all, mut b) = (EventBatch::default(), EventBatch::default());
+        while s.next_batch(&mut b).unwrap() {
+            for k in 0..b.len() {
+                all.push(
+                    b.t_ns[k],
+                    b.kind[k],
+                    b.size_bytes[k],
+                    b.alloc_id[k],
+                    b.slot[k],
+                    b.thread[k],
+                    b.addr[k],
+                );
+            }
+        }
+        all
+    }
+
+    /// Found as the events come, a window hands out what the window found beforehand does,
+    /// and finds the same bounds.
+    #[test]
+    fn a_window_found_as_the_events_come_is_the_resolved_one() {
+        let specs = [
+            WindowSpec {
+                first_event: 50,
+                end_event: Some(120),
+                ..WindowSpec::default()
+            },
+            WindowSpec {
+                from_ns: Some(1001),
+                to_ns: Some(2500),
+                ..WindowSpec::default()
+            },
+            WindowSpec {
+                first_event: 390,
+                ..WindowSpec::default()
+            },
+        ];
+        for spec in specs {
+            let w = resolve(&mut Source::new(), &spec).unwrap().unwrap();
+            let resolved = all(&mut WindowSource::new(Source::new(), w));
+            let mut lazy = WindowSource::as_they_come(Source::new(), spec);
+            let got = all(&mut lazy);
+            assert_eq!(got, resolved, "{spec:?}");
+            assert_eq!(lazy.found(), Ok(w), "{spec:?}");
+            assert!(
+                w.carried_in > 0
+                    && resolved.len() as u64 == w.carried_in + (w.end - w.start) as u64
+            );
+            assert_eq!(lazy.time_span(), (w.t_first_ns, w.t_last_ns));
+        }
+        let none = WindowSpec {
+            first_event: 1000,
+            ..WindowSpec::default()
+        };
+        let mut lazy = WindowSource::as_they_come(Source::new(), none);
+        assert!(!lazy.next_batch(&mut EventBatch::default()).unwrap());
+        assert_eq!(
+            lazy.found(),
+            Err(EmptyWindow {
+                events: 400,
+                t_first_ns: Some(0),
+                t_last_ns: Some(3990)
+            })
+        );
     }
 }
