@@ -221,6 +221,21 @@ pub fn replay_observed(
     opts: &ReplayOptions,
     progress: Option<&std::sync::atomic::AtomicUsize>,
 ) -> Replay {
+    let never = std::sync::atomic::AtomicBool::new(false);
+    replay_cancellable(trace, policy, opts, progress, &never).0
+}
+
+/// [`replay_observed`] that stops once `cancel` is set (checked every few thousand events),
+/// returning the replay of the events before and `true`: a frontend that moves on to other
+/// data ends the replays of the old data instead of letting them finish while it holds their
+/// memory.
+pub fn replay_cancellable(
+    trace: &TraceView<'_>,
+    policy: Box<dyn Policy>,
+    opts: &ReplayOptions,
+    progress: Option<&std::sync::atomic::AtomicUsize>,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> (Replay, bool) {
     let n = trace.len();
     let bucketing = Bucketing::for_trace(trace, opts.buckets);
     let mut run = Run::new(policy, opts, bucketing, trace.num_allocs as usize, Some(n));
@@ -232,10 +247,13 @@ pub fn replay_observed(
         .zip(trace.size_bytes)
         .zip(trace.t_ns);
     for (i, (((&code, &id), &size), &t)) in events.enumerate() {
-        if i % PROGRESS_EVERY == 0
-            && let Some(p) = progress
-        {
-            p.store(i, std::sync::atomic::Ordering::Relaxed);
+        if i % PROGRESS_EVERY == 0 {
+            if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+                return (run.finish(i, started.elapsed().as_secs_f64(), false), true);
+            }
+            if let Some(p) = progress {
+                p.store(i, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         // In memory, allocation ids are dense: each has its own slot of the address table.
         run.step(i, code, id, id, size, t);
@@ -243,7 +261,7 @@ pub fn replay_observed(
     if let Some(p) = progress {
         p.store(n, std::sync::atomic::Ordering::Relaxed);
     }
-    run.finish(n, started.elapsed().as_secs_f64(), false)
+    (run.finish(n, started.elapsed().as_secs_f64(), false), false)
 }
 
 impl Replay {
@@ -529,6 +547,40 @@ mod tests {
             r.state_at(&view, 6),
             Err(SeekError::OutOfRange { .. })
         ));
+    }
+
+    /// A cancelled replay stops at its next check and says so; one never cancelled is the
+    /// plain replay.
+    #[test]
+    fn a_cancelled_replay_stops() {
+        let mut t = OwnedTrace::new();
+        for i in 0..3 * PROGRESS_EVERY as i64 {
+            let id = t.alloc(i, 16);
+            t.free(i, id);
+        }
+        let view = t.view().unwrap();
+        let config = PolicyConfig::default();
+        let opts = ReplayOptions::default();
+        let cancel = std::sync::atomic::AtomicBool::new(true);
+        let (r, cancelled) = replay_cancellable(
+            &view,
+            build("first-fit", &config, &view).unwrap(),
+            &opts,
+            None,
+            &cancel,
+        );
+        assert!(cancelled);
+        assert_eq!(r.summary.events, 0);
+        cancel.store(false, std::sync::atomic::Ordering::Relaxed);
+        let (whole, cancelled) = replay_cancellable(
+            &view,
+            build("first-fit", &config, &view).unwrap(),
+            &opts,
+            None,
+            &cancel,
+        );
+        assert!(!cancelled);
+        assert_eq!(whole.summary.events, view.len());
     }
 
     #[test]

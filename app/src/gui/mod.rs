@@ -160,6 +160,11 @@ impl GuiApp {
         if overlay && !self.runs.is_empty() {
             self.runs.push(run);
         } else {
+            for old in &self.runs {
+                old.state
+                    .cancel
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             self.runs = vec![run];
             self.heap_window = (0.0, 1.0);
         }
@@ -174,6 +179,10 @@ impl GuiApp {
         let Some(window) = first.state.reopen.take() else {
             return;
         };
+        first
+            .state
+            .cancel
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let path = first.state.path.clone();
         let input = crate::cmd::load::InputArgs {
             window,

@@ -10,3 +10,4 @@ pub mod sites;
 pub mod state;
 pub mod trace_data;
 pub mod view;
+pub mod workers;

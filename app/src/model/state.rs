@@ -7,14 +7,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::sync::mpsc::Sender;
 
 use allocview_sim::classes::ClassSeries;
-use allocview_sim::policy::registry::{self, PolicyConfig};
+use allocview_sim::policy::registry::PolicyConfig;
 use allocview_sim::policy::spec::PolicySpec;
 
 pub use super::heaps::HeapAt;
-use allocview_sim::replay::{Replay, ReplayOptions, replay_observed};
+use allocview_sim::replay::Replay;
 use allocview_sim::series::Bucketing;
 use allocview_sim::trace::{EventKind, TraceView};
 
@@ -22,6 +21,7 @@ use allocview_sim::trace::{EventKind, TraceView};
 pub const BUCKETS: usize = 2048;
 
 pub use super::trace_data::{DumpData, PlanData, SnapshotData, TraceData};
+pub use super::workers::{load_blocking, start_workers};
 
 /// Where one policy's replay stands.
 #[derive(Clone)]
@@ -207,6 +207,8 @@ pub struct AppState {
     /// Another part of the trace to open (a window of the same length, asked for with
     /// [`Msg::OpenPart`]): the frontend starts anew on it.
     pub reopen: Option<crate::cmd::window::WindowArgs>,
+    /// Set when the frontend moves on from this state: its workers stop their replays.
+    pub cancel: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Everything that can happen to the model.
@@ -297,6 +299,7 @@ impl AppState {
             plan_index: 0,
             sites: super::sites::SitesState::default(),
             reopen: None,
+            cancel: Arc::default(),
         }
     }
 
@@ -435,114 +438,6 @@ impl AppState {
         }
         Some(last)
     }
-}
-
-/// Starts loading the trace, then the size-class series and every policy's replay, on worker
-/// threads that report through `tx`.
-pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<Msg>) {
-    let path = state.path.clone();
-    let progress = Arc::clone(&state.load_progress);
-    let specs: Vec<PolicySpec> = state.policies.iter().map(|p| p.spec.clone()).collect();
-    let progress_of: Vec<Arc<std::sync::atomic::AtomicUsize>> = state
-        .policies
-        .iter()
-        .map(|p| Arc::clone(&p.progress))
-        .collect();
-    let preparing_of: Vec<_> = state
-        .policies
-        .iter()
-        .map(|p| Arc::clone(&p.preparing))
-        .collect();
-    let config = state.config.clone();
-    let window = state.window.clone();
-    let tx = tx.clone();
-    std::thread::spawn(move || {
-        let data = match TraceData::load(&path, lenient, &window, progress) {
-            Ok(d) => Arc::new(d),
-            Err(e) => {
-                tx.send(Msg::Loaded(Err(e))).ok();
-                return;
-            }
-        };
-        tx.send(Msg::Loaded(Ok(Arc::clone(&data)))).ok();
-        if data.is_empty() {
-            // A BFC dump or a plan: nothing to replay.
-            for i in 0..specs.len() {
-                tx.send(Msg::Replayed(
-                    i,
-                    Err("this input has no events to replay".to_owned()),
-                ))
-                .ok();
-            }
-            return;
-        }
-        {
-            let view = data.view();
-            let classes = ClassSeries::build(&view, Bucketing::for_trace(&view, BUCKETS), 16_384);
-            tx.send(Msg::Classes(Arc::new(classes))).ok();
-        }
-        // A PyTorch snapshot's own settings and rebuilt start state go to `pytorch`.
-        let config = data.policy_config(config);
-        // Replays in order of the list, `jobs` at a time, each reported as soon as it is done.
-        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let workers: Vec<_> = (0..jobs.max(1))
-            .map(|_| {
-                let data = Arc::clone(&data);
-                let specs = specs.clone();
-                let progress_of = progress_of.clone();
-                let preparing_of = preparing_of.clone();
-                let config = config.clone();
-                let next = Arc::clone(&next);
-                let tx = tx.clone();
-                std::thread::spawn(move || {
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(spec) = specs.get(i) else { break };
-                        let view = data.view();
-                        let progress = progress_of.get(i).map(AsRef::as_ref);
-                        let preparing = preparing_of.get(i).map(AsRef::as_ref);
-                        let result = spec
-                            .apply(&config)
-                            .and_then(|cfg| {
-                                let opts = ReplayOptions {
-                                    align_bytes: cfg.align_bytes,
-                                    buckets: BUCKETS,
-                                    layout_index: true,
-                                    ..ReplayOptions::default()
-                                };
-                                registry::build_observed(spec.name, &cfg, &view, preparing)
-                                    .map(|p| Arc::new(replay_observed(&view, p, &opts, progress)))
-                            })
-                            .map_err(|e| e.to_string());
-                        if tx.send(Msg::Replayed(i, result)).is_err() {
-                            break;
-                        }
-                    }
-                })
-            })
-            .collect();
-        for w in workers {
-            w.join().ok();
-        }
-    });
-}
-
-/// Loads and replays everything on worker threads and waits for them: for tests, benchmarks
-/// and headless use.
-///
-/// # Errors
-/// The load error, if the trace could not be loaded.
-pub fn load_blocking(state: &mut AppState, lenient: bool, jobs: usize) -> Result<(), String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    start_workers(state, lenient, jobs, &tx);
-    drop(tx);
-    for msg in rx {
-        if let Msg::Loaded(Err(e)) = &msg {
-            return Err(e.clone());
-        }
-        update(state, msg);
-    }
-    Ok(())
 }
 
 fn parse_goto(text: &str, state: &AppState) -> Result<usize, String> {

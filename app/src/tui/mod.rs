@@ -88,6 +88,9 @@ pub fn run(
                 let Some(window) = state.reopen.take() else {
                     break Ok(());
                 };
+                state
+                    .cancel
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 let mut next = AppState::new(path, policies, config.clone());
                 next.window = window;
                 state = next;

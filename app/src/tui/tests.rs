@@ -263,6 +263,26 @@ fn braces_open_the_next_and_previous_parts_of_a_window() {
     );
 }
 
+/// Workers whose state the frontend has left (`cancel` set) stop their replays and report
+/// nothing: the old part's memory goes with them.
+#[test]
+fn workers_of_a_cancelled_state_stop_their_replays() {
+    let path = sample("find_usr_include.trace.gz");
+    let mut s = AppState::new(
+        &path,
+        &specs(&["first-fit", "bfc"]),
+        PolicyConfig::default(),
+    );
+    s.cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+    load_blocking(&mut s, false, 2).unwrap();
+    assert!(s.data.is_some());
+    assert!(
+        s.policies
+            .iter()
+            .all(|p| matches!(p.status, crate::model::state::RunStatus::Pending))
+    );
+}
+
 #[test]
 fn goto_accepts_events_and_times() {
     let mut s = loaded("find_usr_include.trace.gz", &["first-fit"]);
