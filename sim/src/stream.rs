@@ -58,6 +58,20 @@ impl EventBatch {
         self.kind.is_empty()
     }
 
+    /// Event `j`, if the batch has it.
+    #[must_use]
+    pub fn row(&self, j: usize) -> Option<EventRow> {
+        Some(EventRow {
+            t_ns: *self.t_ns.get(j)?,
+            kind: *self.kind.get(j)?,
+            size_bytes: *self.size_bytes.get(j)?,
+            alloc_id: *self.alloc_id.get(j)?,
+            slot: *self.slot.get(j)?,
+            thread: *self.thread.get(j)?,
+            addr: self.addr.get(j).copied().unwrap_or(0),
+        })
+    }
+
     /// Appends one event.
     #[allow(clippy::too_many_arguments)]
     pub fn push(
@@ -78,6 +92,18 @@ impl EventBatch {
         self.thread.push(thread);
         self.addr.push(addr);
     }
+}
+
+/// One event of an [`EventBatch`] (its columns' values at one row).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventRow {
+    pub t_ns: i64,
+    pub kind: u8,
+    pub size_bytes: u64,
+    pub alloc_id: u32,
+    pub slot: u32,
+    pub thread: u16,
+    pub addr: u64,
 }
 
 /// Where a streaming replay gets its events.

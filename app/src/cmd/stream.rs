@@ -79,17 +79,20 @@ impl StreamArgs {
     }
 }
 
+/// A binary trace whose events would take more memory than is available once loaded: its
+/// events, the memory they would take, and the memory available (from its INDEX frame, one
+/// read at the end of the file; `None` for any other file, or one that fits).
+fn too_big(file: &Path) -> Option<(u64, u64, u64)> {
+    let records = binary::read_index_frame(file).ok()??.records();
+    let need = records.saturating_mul(LOADED_BYTES_PER_EVENT);
+    let avail = available_memory_bytes()?;
+    (need > avail).then_some((records, need, avail))
+}
+
 /// Refuses to load a binary trace whose events would take more memory than is available (the
 /// load would be killed, or abort on its first reservation), and says which commands stream it.
 pub fn refuse_if_too_big(file: &Path) -> Result<()> {
-    let Ok(Some(index)) = binary::read_index_frame(file) else {
-        return Ok(());
-    };
-    let records = index.records();
-    let need = records.saturating_mul(LOADED_BYTES_PER_EVENT);
-    if let Some(avail) = available_memory_bytes()
-        && need > avail
-    {
+    if let Some((records, need, avail)) = too_big(file) {
         bail!(
             "{} holds {} events, about {} once loaded, more than the {} of memory available: \
              `allocview stats`, `compare`, `report` and `predict` stream it block by block, whole or \
@@ -110,15 +113,12 @@ const EXPLORER_WINDOW_BYTES_MAX: u64 = 2 << 30;
 const EXPLORER_BYTES_PER_EVENT: u64 = 64;
 
 /// For a binary trace too big to load whole: its events, and how many of them an explorer
-/// opens by default (a quarter of the available memory, at most 2 GiB, at 64 bytes an event).
-/// `None` when the trace can be loaded.
+/// opens by default, from its start (a quarter of the available memory, at most 2 GiB, at 64
+/// bytes an event). `None` when the trace can be loaded.
 #[must_use]
 pub fn explorer_default_window(file: &Path) -> Option<(u64, u64)> {
-    refuse_if_too_big(file).err()?;
-    let records = binary::read_index_frame(file).ok()??.records();
-    let budget = available_memory_bytes()
-        .map_or(EXPLORER_WINDOW_BYTES_MAX, |a| a / 4)
-        .min(EXPLORER_WINDOW_BYTES_MAX);
+    let (records, _, avail) = too_big(file)?;
+    let budget = (avail / 4).min(EXPLORER_WINDOW_BYTES_MAX);
     Some((
         records,
         (budget / EXPLORER_BYTES_PER_EVENT).clamp(1, records.max(1)),

@@ -239,11 +239,12 @@ impl TraceData {
             },
             progress: Some(Arc::clone(&progress)),
         };
-        if window.is_set() && crate::cmd::stream::refuse_if_too_big(path).is_err() {
-            // A window of a trace too big to load: read block by block, only the window kept.
-            return Self::load_streamed_window(path, window, &progress);
-        }
         if let Some((events, first)) = crate::cmd::stream::explorer_default_window(path) {
+            if window.is_set() {
+                // A window of a trace too big to load: read block by block, only the window
+                // kept.
+                return Self::load_streamed_window(path, window, &progress);
+            }
             // Too big to load whole and no window asked for: the first events that fit.
             let window = crate::cmd::window::WindowArgs {
                 events: Some(format!("0..{first}")),

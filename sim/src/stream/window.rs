@@ -342,61 +342,52 @@ impl<S: EventSource> WindowSource<S> {
 
     /// Event `j` of the inner batch, in the window.
     fn pass_on(&mut self, j: usize, out: &mut EventBatch) {
-        let b = &self.batch;
-        let (Some(&t), Some(&kind), Some(&size), Some(&id), Some(&slot), Some(&thread)) = (
-            b.t_ns.get(j),
-            b.kind.get(j),
-            b.size_bytes.get(j),
-            b.alloc_id.get(j),
-            b.slot.get(j),
-            b.thread.get(j),
-        ) else {
+        let Some(e) = self.batch.row(j) else {
             return;
         };
-        let addr = b.addr.get(j).copied().unwrap_or(0);
-        let new_id = if id == NO_ALLOC_ID {
+        let new_id = if e.alloc_id == NO_ALLOC_ID {
             NO_ALLOC_ID
-        } else if kind == EventKind::Alloc as u8 {
-            self.renamed.insert(id, self.next_id);
+        } else if e.kind == EventKind::Alloc as u8 {
+            self.renamed.insert(e.alloc_id, self.next_id);
             self.next_id += 1;
             self.next_id - 1
-        } else if kind == EventKind::Free as u8 {
-            self.renamed.remove(&id).unwrap_or(NO_ALLOC_ID)
+        } else if e.kind == EventKind::Free as u8 {
+            self.renamed.remove(&e.alloc_id).unwrap_or(NO_ALLOC_ID)
         } else {
-            self.renamed.get(&id).copied().unwrap_or(NO_ALLOC_ID)
+            self.renamed
+                .get(&e.alloc_id)
+                .copied()
+                .unwrap_or(NO_ALLOC_ID)
         };
-        out.push(t, kind, size, new_id, slot, thread, addr);
-        self.figures.add(kind, size, new_id, thread);
+        out.push(
+            e.t_ns,
+            e.kind,
+            e.size_bytes,
+            new_id,
+            e.slot,
+            e.thread,
+            e.addr,
+        );
+        self.figures.add(e.kind, e.size_bytes, new_id, e.thread);
     }
 
     /// Event `j` of the inner batch, before the window: only what it does to the live set.
     fn note(&mut self, j: usize) {
-        let b = &self.batch;
-        let (Some(&kind), Some(&size), Some(&id), Some(&slot), Some(&thread)) = (
-            b.kind.get(j),
-            b.size_bytes.get(j),
-            b.alloc_id.get(j),
-            b.slot.get(j),
-            b.thread.get(j),
-        ) else {
+        let Some(e) = self.batch.row(j).filter(|e| e.alloc_id != NO_ALLOC_ID) else {
             return;
         };
-        let addr = b.addr.get(j).copied().unwrap_or(0);
-        if id == NO_ALLOC_ID {
-            return;
-        }
-        if kind == EventKind::Alloc as u8 {
+        if e.kind == EventKind::Alloc as u8 {
             self.live.insert(
-                id,
+                e.alloc_id,
                 Live {
-                    size_bytes: size,
-                    thread,
-                    slot,
-                    addr,
+                    size_bytes: e.size_bytes,
+                    thread: e.thread,
+                    slot: e.slot,
+                    addr: e.addr,
                 },
             );
-        } else if kind == EventKind::Free as u8 {
-            self.live.remove(&id);
+        } else if e.kind == EventKind::Free as u8 {
+            self.live.remove(&e.alloc_id);
         }
     }
 }
@@ -495,15 +486,15 @@ mod tests {
     fn all(s: &mut impl EventSource) -> EventBatch {
         let (mut all, mut b) = (EventBatch::default(), EventBatch::default());
         while s.next_batch(&mut b).unwrap() {
-            for k in 0..b.len() {
+            for e in (0..b.len()).filter_map(|k| b.row(k)) {
                 all.push(
-                    b.t_ns[k],
-                    b.kind[k],
-                    b.size_bytes[k],
-                    b.alloc_id[k],
-                    b.slot[k],
-                    b.thread[k],
-                    b.addr[k],
+                    e.t_ns,
+                    e.kind,
+                    e.size_bytes,
+                    e.alloc_id,
+                    e.slot,
+                    e.thread,
+                    e.addr,
                 );
             }
         }
