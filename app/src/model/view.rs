@@ -194,10 +194,7 @@ pub const HELP: &[(&str, &str)] = &[
     ("←/→  h/l", "step one event"),
     ("PgUp/PgDn  j/k", "step a screen of events (k/j: up/down)"),
     ("[ / ]", "step a time bucket of the timeline"),
-    (
-        "{ / }",
-        "open the previous / next part of a window's length (a window or a trace too big to load)",
-    ),
+    ("{ / }", "previous / next part (a window's length)"),
     ("Home / End", "first / last event"),
     ("g", "go to an event number or a time (1.5s, 20ms)"),
     ("n / N", "next / previous peak or OOM"),
