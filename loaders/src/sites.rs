@@ -112,15 +112,21 @@ impl StackTable {
     ///
     /// Walking from the innermost frame, frames of the allocator and the runtimes are passed
     /// over (PyTorch's capture and caching allocator, ATen, the C library's allocation
-    /// functions, CPython's C API), and a frame with a source line outside installed libraries
-    /// (`site-packages`, `dist-packages`, `/usr/lib`, generated `torchinductor` code) is
-    /// preferred; failing that, the first frame not passed over; failing that, the innermost.
+    /// functions, the C++ standard allocators, CPython's C API). Preferred is a frame with a
+    /// source line outside installed libraries (by file: `site-packages`, `dist-packages`,
+    /// `/usr/lib`, generated `torchinductor` code; by module: a shared object installed under
+    /// `/lib` or `/usr/lib`, such as the C library's thread start); failing that, the first
+    /// frame outside installed libraries, with or without a line (a program built without
+    /// debug information); failing that, the first frame not passed over; failing that, the
+    /// innermost.
     #[must_use]
     pub fn site_frame(&self, id: u32) -> Option<&Frame> {
         let frames: Vec<&Frame> = self.frames_of(id).collect();
+        let own = |f: &&&Frame| !is_runtime_frame(f) && !is_library_frame(f);
         frames
             .iter()
-            .find(|f| !is_runtime_frame(f) && f.line > 0 && !is_library_file(&f.file))
+            .find(|f| own(f) && f.line > 0)
+            .or_else(|| frames.iter().find(|f| own(f)))
             .or_else(|| frames.iter().find(|f| !is_runtime_frame(f)))
             .or_else(|| frames.first())
             .copied()
@@ -250,11 +256,21 @@ fn is_runtime_frame(f: &Frame) -> bool {
         "realloc",
         "free",
         "operator new",
+        "std::allocator",
+        "std::__new_allocator",
+        "__gnu_cxx::new_allocator",
         "__libc_",
         "_start",
     ];
     let name = f.function.as_str();
     name.is_empty() || PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// A frame of an installed library rather than the program's own code: by its source file,
+/// or by its module (a shared object of the system's library directories).
+fn is_library_frame(f: &Frame) -> bool {
+    const MODULE_DIRS: &[&str] = &["/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/"];
+    is_library_file(&f.file) || MODULE_DIRS.iter().any(|d| f.module.starts_with(d))
 }
 
 /// Source files of installed libraries rather than the program's own code.
@@ -350,5 +366,37 @@ mod tests {
         let only_lib = t.intern_stack(vec![1, 4]);
         assert_eq!(t.site_frame(only_lib).unwrap().function, "_call_impl");
         assert!(t.site_frame(NO_STACK).is_none());
+    }
+
+    /// A recorded C++ program built without debug information: its own frames have no line,
+    /// the C library's thread start has one, and the site is still the program's function
+    /// that called `operator new`.
+    #[test]
+    fn the_site_of_a_program_without_lines_is_its_own_function_not_libc() {
+        let mut t = StackTable::new();
+        let mut mk = |f: &str, file: &str, line: i64, module: &str| {
+            t.intern_frame(Frame {
+                function: f.to_owned(),
+                file: file.to_owned(),
+                line,
+                module: module.to_owned(),
+            })
+        };
+        let libstdcxx = "/lib/x86_64-linux-gnu/libstdc++.so.6";
+        let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        let ids = vec![
+            mk("operator new(unsigned long)", "??", 0, libstdcxx),
+            mk("std::__new_allocator<int>::allocate", "??", 0, "/tmp/cw"),
+            mk("fill_map(int, int)", "??", 0, "/tmp/cw"),
+            mk("round_of_work(int, int)", "??", 0, "/tmp/cw"),
+            mk("libstdc++.so.6+0xd44a3", "??", 0, libstdcxx),
+            mk("start_thread", "./nptl/pthread_create.c", 442, libc),
+            mk("clone3", "clone3.S", 81, libc),
+        ];
+        let s = t.intern_stack(ids.clone());
+        assert_eq!(t.site_frame(s).unwrap().function, "fill_map(int, int)");
+        // Only the C library's frames: the first of them that is not an allocation function.
+        let libc_only = t.intern_stack(vec![ids[0], ids[5], ids[6]]);
+        assert_eq!(t.site_frame(libc_only).unwrap().function, "start_thread");
     }
 }
