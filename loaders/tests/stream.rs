@@ -259,3 +259,56 @@ fn files_without_an_index_are_scanned_and_stream_the_same() {
         assert_eq!(indexed.block_of(last + 1), None);
     }
 }
+
+/// A stream opened at a point taken between two blocks goes on exactly as the stream it was
+/// taken from: the same events after it, and the same counts, threads and peak at the end.
+#[test]
+fn a_stream_opened_at_a_point_goes_on_as_the_stream_it_was_taken_from() {
+    use allocview_loaders::binary::StreamPoint;
+    for path in binary_traces() {
+        let (all, whole) = stream_all(&path);
+        let blocks = whole.index().blocks.len();
+        for after in [0, 1, blocks / 2, blocks] {
+            let mut s = BinaryEventStream::open(&path).unwrap();
+            let mut batch = EventBatch::default();
+            for _ in 0..after {
+                assert!(s.next_events(&mut batch).unwrap());
+            }
+            let point: StreamPoint = s.point();
+            assert_eq!(point.events(), s.summary().events);
+            let mut resumed = BinaryEventStream::open_at(&path, &point).unwrap();
+            let mut rest = EventBatch::default();
+            while resumed.next_events(&mut batch).unwrap() {
+                for k in 0..batch.len() {
+                    rest.push(
+                        batch.t_ns[k],
+                        batch.kind[k],
+                        batch.size_bytes[k],
+                        batch.alloc_id[k],
+                        batch.slot[k],
+                        batch.thread[k],
+                        batch.addr[k],
+                    );
+                }
+            }
+            let what = format!("{} after {after} of {blocks} blocks", path.display());
+            let skip = point.events() as usize;
+            assert_eq!(rest.len(), all.len() - skip, "{what}");
+            for k in 0..rest.len() {
+                assert_eq!(rest.row(k), all.row(skip + k), "{what}: event {}", skip + k);
+            }
+            assert_eq!(resumed.summary(), whole.summary(), "{what}");
+            assert_eq!(resumed.thread_ids(), whole.thread_ids(), "{what}");
+            assert_eq!(
+                resumed.events_per_thread(),
+                whole.events_per_thread(),
+                "{what}"
+            );
+            assert_eq!(
+                (resumed.peak_live_bytes(), resumed.peak_live_event()),
+                (whole.peak_live_bytes(), whole.peak_live_event()),
+                "{what}"
+            );
+        }
+    }
+}

@@ -118,7 +118,7 @@ pub use index::{BlockEntry, BlockIndex, read_index, read_index_frame};
 use spool::read_spool;
 pub use spool::{LivePoll, LiveSpool};
 pub use stacks::{Location, NativeModule, NativeStack, NativeStacks, SourceFrame, StackEnd};
-pub use stream::BinaryEventStream;
+pub use stream::{BinaryEventStream, StreamPoint};
 use trace::read_trace;
 pub use write::BinaryWriter;
 

@@ -34,7 +34,79 @@ pub struct BinaryEventStream {
     peak_live_event: u64,
 }
 
+/// Where a stream stands between two blocks: all it needs to go on from there (the next
+/// block, the pairing's live pointers, the threads and the counts so far), so that a later
+/// part of the trace can be read without reading what comes before it again
+/// ([`BinaryEventStream::open_at`]). Its memory is that of the live allocations.
+#[derive(Clone)]
+pub struct StreamPoint {
+    next_block: usize,
+    pairing: Pairing,
+    threads: ThreadIds,
+    summary: LoadSummary,
+    events_per_thread: Vec<u64>,
+    peak_live_bytes: u64,
+    peak_live_event: u64,
+}
+
+impl StreamPoint {
+    /// Events streamed before this point.
+    #[must_use]
+    pub fn events(&self) -> u64 {
+        self.summary.events
+    }
+
+    /// Allocations live at this point (what its memory grows with).
+    #[must_use]
+    pub fn live_allocations(&self) -> usize {
+        self.pairing.live_allocations()
+    }
+}
+
 impl BinaryEventStream {
+    /// Where the stream stands now, between two blocks (see [`StreamPoint`]).
+    #[must_use]
+    pub fn point(&self) -> StreamPoint {
+        StreamPoint {
+            next_block: self.next_block,
+            pairing: self.pairing.clone(),
+            threads: self.threads.clone(),
+            summary: self.summary.clone(),
+            events_per_thread: self.events_per_thread.clone(),
+            peak_live_bytes: self.peak_live_bytes,
+            peak_live_event: self.peak_live_event,
+        }
+    }
+
+    /// Opens a binary trace positioned at `point`, taken from a stream of the same file: the
+    /// events that follow, with the ids, counts and warnings of a stream read from the start.
+    ///
+    /// # Errors
+    /// As [`Self::open`]; and when the file no longer has the point's block (it changed).
+    pub fn open_at(path: &Path, point: &StreamPoint) -> Result<Self, LoadError> {
+        let mut s = Self::open(path)?;
+        if point.next_block > s.index.blocks.len() {
+            return Err(LoadError::format(
+                path,
+                format!(
+                    "the file changed while it was shown: it has {} events blocks, and block {} \
+                     was read before",
+                    s.index.blocks.len(),
+                    point.next_block
+                ),
+            ));
+        }
+        let p = point.clone();
+        s.next_block = p.next_block;
+        s.pairing = p.pairing;
+        s.threads = p.threads;
+        s.summary = p.summary;
+        s.events_per_thread = p.events_per_thread;
+        s.peak_live_bytes = p.peak_live_bytes;
+        s.peak_live_event = p.peak_live_event;
+        Ok(s)
+    }
+
     /// Opens a binary trace and reads (or builds) its block index.
     ///
     /// # Errors

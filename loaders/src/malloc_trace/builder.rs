@@ -57,6 +57,7 @@ pub(crate) struct Builder {
 
 /// Pairs frees with allocations, as the loader does for every record: the state both the
 /// [`Builder`] and a recording's summary (`crate::stats::RecordingStats`) keep.
+#[derive(Clone)]
 pub(crate) struct Pairing {
     live: PtrMap<LiveAlloc>,
     next_alloc_id: u32,
@@ -216,6 +217,11 @@ impl Pairing {
         })
     }
 
+    /// Allocations live now.
+    pub(crate) fn live_allocations(&self) -> usize {
+        self.live.len()
+    }
+
     /// Bytes of the allocations live now.
     pub(crate) fn live_bytes(&self) -> u64 {
         self.live_bytes
@@ -233,7 +239,7 @@ fn take_slot(free_slots: &mut Vec<u32>, next_slot: &mut u32) -> u32 {
 }
 
 /// Thread ids numbered in the order of their first event: the `thread` column's indices.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(crate) struct ThreadIds {
     tids: PtrMap<u16>,
     pub(crate) order: Vec<u64>,

@@ -183,14 +183,102 @@ struct Live {
     addr: u64,
 }
 
+/// What a window keeps of the events before it: how many were read, the times of the first
+/// and the last, and the allocations live after them (by their id in the trace). Taken after
+/// any prefix of a trace (a whole-trace scan keeps one every few million events), it lets a
+/// window that starts later be read from there ([`WindowSource::resume`]) instead of from the
+/// trace's first event: what is carried in is the same.
+#[derive(Clone, Default)]
+pub struct Before {
+    at: usize,
+    t_first_ns: Option<i64>,
+    t_last_ns: Option<i64>,
+    live: std::collections::BTreeMap<u32, Live>,
+    live_bytes: u64,
+}
+
+impl Before {
+    /// Events read.
+    #[must_use]
+    pub fn events(&self) -> usize {
+        self.at
+    }
+
+    /// The time of the last event read (`None` before the first).
+    #[must_use]
+    pub fn t_last_ns(&self) -> Option<i64> {
+        self.t_last_ns
+    }
+
+    /// Allocations live after the events read.
+    #[must_use]
+    pub fn live_allocations(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Bytes of those allocations.
+    #[must_use]
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes
+    }
+
+    /// Whether a window `spec` starts at or after the events read, so that it can be read
+    /// from here: its first event's number is not below them, or (for a window from a time)
+    /// every event read is earlier than that time (times never go back).
+    #[must_use]
+    pub fn precedes(&self, spec: &WindowSpec) -> bool {
+        spec.first_event >= self.at
+            || spec
+                .from_ns
+                .is_some_and(|from| self.t_last_ns.is_none_or(|t| t < from))
+    }
+
+    /// Notes the events of `batch`, the next ones of the trace.
+    pub fn note_batch(&mut self, batch: &EventBatch) {
+        for j in 0..batch.len() {
+            self.note(batch, j);
+        }
+    }
+
+    /// Notes event `j` of `batch`: its time and what it does to the live set.
+    fn note(&mut self, batch: &EventBatch, j: usize) {
+        self.at += 1;
+        let Some(e) = batch.row(j) else {
+            return;
+        };
+        self.t_first_ns.get_or_insert(e.t_ns);
+        self.t_last_ns = Some(e.t_ns);
+        if e.alloc_id == NO_ALLOC_ID {
+            return;
+        }
+        if e.kind == EventKind::Alloc as u8 {
+            let old = self.live.insert(
+                e.alloc_id,
+                Live {
+                    size_bytes: e.size_bytes,
+                    thread: e.thread,
+                    slot: e.slot,
+                    addr: e.addr,
+                },
+            );
+            self.live_bytes = self
+                .live_bytes
+                .saturating_add(e.size_bytes)
+                .saturating_sub(old.map_or(0, |o| o.size_bytes));
+        } else if e.kind == EventKind::Free as u8
+            && let Some(old) = self.live.remove(&e.alloc_id)
+        {
+            self.live_bytes = self.live_bytes.saturating_sub(old.size_bytes);
+        }
+    }
+}
+
 /// The events of a resolved window of `S` (see the module docs).
 pub struct WindowSource<S> {
     inner: S,
     bounds: Bounds,
-    /// Events of the trace read so far.
-    at: usize,
-    /// Before the window: the live allocations by their id in the trace.
-    live: std::collections::BTreeMap<u32, Live>,
+    /// The events read before the window (then the trace's events read so far).
+    before: Before,
     /// In the window: the window's id of each live allocation, by its id in the trace.
     renamed: std::collections::HashMap<u32, u32>,
     next_id: u32,
@@ -292,12 +380,34 @@ impl<S: EventSource> WindowSource<S> {
         }
     }
 
+    /// The window `spec` of `inner`, found as the events come, where `inner` is positioned
+    /// after the events `before` noted (a stream resumed where they end) and the window
+    /// starts after them ([`Before::precedes`]; `None` when it does not).
+    pub fn resume(inner: S, spec: WindowSpec, before: Before) -> Option<Self> {
+        if !before.precedes(&spec) {
+            return None;
+        }
+        let seen = (before.at, before.t_first_ns, before.t_last_ns);
+        let mut w = Self::with_bounds(
+            inner,
+            Bounds::AsTheyCome {
+                spec,
+                start: None,
+                last: None,
+                ended: false,
+                seen,
+                carried_in: 0,
+            },
+        );
+        w.before = before;
+        Some(w)
+    }
+
     fn with_bounds(inner: S, bounds: Bounds) -> Self {
         Self {
             inner,
             bounds,
-            at: 0,
-            live: std::collections::BTreeMap::new(),
+            before: Before::default(),
             renamed: std::collections::HashMap::new(),
             next_id: 0,
             carried: false,
@@ -320,9 +430,10 @@ impl<S: EventSource> WindowSource<S> {
     fn carry_in(&mut self, out: &mut EventBatch) {
         let t_first_ns = self.bounds.t_first_ns();
         if let Bounds::AsTheyCome { carried_in, .. } = &mut self.bounds {
-            *carried_in = self.live.len() as u64;
+            *carried_in = self.before.live.len() as u64;
         }
-        for (id, l) in std::mem::take(&mut self.live) {
+        self.before.live_bytes = 0;
+        for (id, l) in std::mem::take(&mut self.before.live) {
             self.renamed.insert(id, self.next_id);
             out.push(
                 t_first_ns,
@@ -370,26 +481,6 @@ impl<S: EventSource> WindowSource<S> {
         );
         self.figures.add(e.kind, e.size_bytes, new_id, e.thread);
     }
-
-    /// Event `j` of the inner batch, before the window: only what it does to the live set.
-    fn note(&mut self, j: usize) {
-        let Some(e) = self.batch.row(j).filter(|e| e.alloc_id != NO_ALLOC_ID) else {
-            return;
-        };
-        if e.kind == EventKind::Alloc as u8 {
-            self.live.insert(
-                e.alloc_id,
-                Live {
-                    size_bytes: e.size_bytes,
-                    thread: e.thread,
-                    slot: e.slot,
-                    addr: e.addr,
-                },
-            );
-        } else if e.kind == EventKind::Free as u8 {
-            self.live.remove(&e.alloc_id);
-        }
-    }
 }
 
 impl<S: EventSource> EventSource for WindowSource<S> {
@@ -409,7 +500,7 @@ impl<S: EventSource> EventSource for WindowSource<S> {
                 return Ok(false);
             }
             if let Bounds::Resolved(w) = &self.bounds
-                && self.at >= w.end
+                && self.before.at >= w.end
             {
                 return Ok(false);
             }
@@ -421,18 +512,18 @@ impl<S: EventSource> EventSource for WindowSource<S> {
             }
             for j in 0..self.batch.len() {
                 let t = self.batch.t_ns.get(j).copied().unwrap_or(0);
-                match self.bounds.place(self.at + j, t) {
-                    Place::Before => self.note(j),
+                match self.bounds.place(self.before.at, t) {
+                    Place::Before => self.before.note(&self.batch, j),
                     Place::In => {
                         if !self.carried {
                             self.carry_in(out);
                         }
                         self.pass_on(j, out);
+                        self.before.at += 1;
                     }
                     Place::After => break,
                 }
             }
-            self.at += self.batch.len();
         }
         Ok(true)
     }
@@ -548,5 +639,91 @@ mod tests {
                 t_last_ns: Some(3990)
             })
         );
+    }
+
+    /// A window read from a `Before` taken after some of the trace's batches (the source
+    /// resumed there) hands out what the window read from the first event does, finds the
+    /// same bounds, and says the same of an empty window; a window that starts inside the
+    /// noted events is refused.
+    #[test]
+    fn a_window_resumed_after_noted_events_is_the_one_read_from_the_start() {
+        let specs = [
+            WindowSpec {
+                first_event: 50,
+                end_event: Some(120),
+                ..WindowSpec::default()
+            },
+            WindowSpec {
+                from_ns: Some(1001),
+                to_ns: Some(2500),
+                ..WindowSpec::default()
+            },
+            WindowSpec {
+                first_event: 390,
+                ..WindowSpec::default()
+            },
+            WindowSpec {
+                first_event: 1000,
+                ..WindowSpec::default()
+            },
+        ];
+        for spec in specs {
+            let mut whole = WindowSource::as_they_come(Source::new(), spec);
+            let expected = all(&mut whole);
+            // Resume points after 0, 3, 6 and 7 batches of 7 events (35 and 49 events in).
+            for batches in [0usize, 3, 6, 7] {
+                let mut src = Source::new();
+                let mut before = Before::default();
+                let mut b = EventBatch::default();
+                for _ in 0..batches {
+                    assert!(src.next_batch(&mut b).unwrap());
+                    before.note_batch(&b);
+                }
+                assert_eq!(before.events(), batches * 7);
+                let live_bytes: u64 = {
+                    let mut w = WindowSource::as_they_come(
+                        Source::new(),
+                        WindowSpec {
+                            first_event: batches * 7,
+                            ..WindowSpec::default()
+                        },
+                    );
+                    let first = all(&mut w);
+                    let carried = w.found().map_or(0, |f| f.carried_in as usize);
+                    first.size_bytes.iter().take(carried).sum()
+                };
+                assert_eq!(before.live_bytes(), live_bytes, "after {batches} batches");
+                let Some(mut resumed) = WindowSource::resume(src, spec, before) else {
+                    // Only a window starting inside the noted events is refused.
+                    assert!(
+                        spec.from_ns
+                            .is_some_and(|f| f <= (batches as i64 * 7 - 1) * 10),
+                        "{spec:?} after {batches} batches"
+                    );
+                    continue;
+                };
+                assert_eq!(
+                    all(&mut resumed),
+                    expected,
+                    "{spec:?} after {batches} batches"
+                );
+                assert_eq!(
+                    resumed.found(),
+                    whole.found(),
+                    "{spec:?} after {batches} batches"
+                );
+            }
+        }
+        let mut before = Before::default();
+        let mut src = Source::new();
+        let mut b = EventBatch::default();
+        src.next_batch(&mut b).unwrap();
+        before.note_batch(&b);
+        let early = WindowSpec {
+            first_event: 3,
+            ..WindowSpec::default()
+        };
+        assert!(!before.precedes(&early));
+        assert!(WindowSource::resume(Source::new(), early, before).is_none());
     }
 }
