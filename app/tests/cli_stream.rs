@@ -489,3 +489,82 @@ fn loading_commands_work_on_a_window_of_a_trace_too_big_to_load() {
     assert!(err.contains("the explorers open a window of it"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The explorers' background scan of a trace too big to load: it reads the whole trace once,
+/// keeping resume points and an overview whose highest stretch is the trace's peak; a part
+/// read from the nearest point before it has exactly the tables read from the trace's start.
+#[test]
+fn a_part_read_from_the_scans_resume_point_has_the_tables_read_from_the_start() {
+    use allocview::cmd::stream_source::window_tables;
+    use allocview::cmd::window::WindowArgs;
+    use allocview::model::scan::{OVERVIEW_BUCKETS, scan_of};
+    let dir = std::env::temp_dir().join(format!("allocview-cli-scan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // 400,000 records spliced from a real trace: seven blocks.
+    let file = dir.join("spliced.avt");
+    let out = allocview(&[
+        "splice",
+        "--events",
+        "400000",
+        "--out",
+        file.to_str().unwrap(),
+        sample("python_json.avt").to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats = json_of(&["stats", "--json", file.to_str().unwrap()]);
+    let events = stats["events"].as_u64().unwrap();
+    let scan = scan_of(&file, events);
+    let started = std::time::Instant::now();
+    let overview = loop {
+        let o = scan.overview();
+        if o.done || o.error.is_some() {
+            break o;
+        }
+        assert!(started.elapsed().as_secs() < 120, "the scan did not end");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(overview.error, None);
+    assert_eq!(overview.scanned_events, events);
+    assert!(overview.points >= 6, "{overview:?}");
+    assert_eq!(overview.max_live_bytes.len(), OVERVIEW_BUCKETS);
+    assert_eq!(
+        overview.max_live_bytes.iter().max().copied(),
+        stats["peak_live_bytes"].as_u64(),
+    );
+    for window in [
+        WindowArgs {
+            events: Some("300000..350000".into()),
+            ..WindowArgs::default()
+        },
+        WindowArgs {
+            events: Some("131072..131100".into()),
+            ..WindowArgs::default()
+        },
+        WindowArgs {
+            from: Some("1.9".into()),
+            ..WindowArgs::default()
+        },
+    ] {
+        let spec = window.spec().unwrap().unwrap();
+        let point = scan.point_for(&spec).expect("a point before the window");
+        assert!(point.before.events() > 0, "{window:?}");
+        let read = window_tables(&file, &window, None, false, None).unwrap();
+        let resumed = window_tables(&file, &window, None, false, Some(&point)).unwrap();
+        assert_eq!(read.read_from_event, 0);
+        assert_eq!(resumed.read_from_event, point.before.events() as u64);
+        assert!(resumed.events.height() > 0, "{window:?}");
+        assert!(resumed.events.equals_missing(&read.events), "{window:?}");
+        assert!(resumed.threads.equals(&read.threads), "{window:?}");
+        assert_eq!(resumed.summary, read.summary, "{window:?}");
+        assert_eq!(
+            (resumed.part, resumed.trace_events),
+            (read.part, read.trace_events),
+            "{window:?}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -57,7 +57,7 @@ fn load_streamed_window(path: &Path, args: &InputArgs) -> Result<Loaded> {
         .with_context(|| format!("cannot open {}", path.display()))?
         .len();
     let bar = ByteProgress::start("reading", file_bytes, Arc::clone(&counter));
-    let t = super::stream_source::window_tables(path, &args.window, Some(&counter), true)?;
+    let t = super::stream_source::window_tables(path, &args.window, Some(&counter), true, None)?;
     drop(bar);
     for w in t.summary.warnings() {
         eprintln!("warning: {w}");

@@ -190,16 +190,33 @@ pub fn window_tables(
     args: &WindowArgs,
     progress: Option<&std::sync::atomic::AtomicU64>,
     announce: bool,
+    resume: Option<&crate::model::scan::ResumePoint>,
 ) -> Result<WindowTables> {
     use polars::prelude::*;
     let Some(spec) = args.spec()? else {
         bail!("{}: no window asked for", file.display());
     };
-    let stream = BinaryEventStream::open(file)
-        .with_context(|| format!("while opening {}", file.display()))?;
-    let threads = stream.index().threads.clone();
-    // Found as the events come: one read of the file up to the window's end.
-    let mut source = Source::Window(WindowSource::as_they_come(stream, spec));
+    // Found as the events come: one read of the file up to the window's end, from the
+    // resume point given (taken from a read of this file) when the window starts after it.
+    let window = match resume.filter(|r| r.before.precedes(&spec)) {
+        Some(r) => {
+            let stream = BinaryEventStream::open_at(file, &r.stream)
+                .with_context(|| format!("while opening {}", file.display()))?;
+            WindowSource::resume(stream, spec, r.before.clone())
+        }
+        None => None,
+    };
+    let window = match window {
+        Some(w) => w,
+        None => WindowSource::as_they_come(
+            BinaryEventStream::open(file)
+                .with_context(|| format!("while opening {}", file.display()))?,
+            spec,
+        ),
+    };
+    let threads = window.inner().index().threads.clone();
+    let read_from_event = window.inner().summary().events;
+    let mut source = Source::Window(window);
     let mut batch = EventBatch::default();
     let (mut t_ns, mut kind, mut size, mut addr, mut ids, mut classes) = (
         Vec::new(),
@@ -307,6 +324,7 @@ pub fn window_tables(
         summary: source.summary(),
         part,
         trace_events: source.stream().index().records(),
+        read_from_event,
     })
 }
 
@@ -319,4 +337,6 @@ pub struct WindowTables {
     pub part: (u64, u64),
     /// Events in the whole trace.
     pub trace_events: u64,
+    /// The event the read started from: 0, or the resume point's.
+    pub read_from_event: u64,
 }

@@ -6,6 +6,7 @@ pub mod heapmap;
 pub mod heaps;
 pub mod parts;
 pub mod plan_view;
+pub mod scan;
 pub mod sites;
 pub mod state;
 pub mod trace_data;

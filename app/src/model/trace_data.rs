@@ -43,6 +43,9 @@ pub struct TraceData {
     /// The part of the trace shown, when it is a window (`--from/--to/--events`, or the first
     /// events of a trace too big to load).
     pub part: Option<Part>,
+    /// The background read of the whole of a trace too big to load (its overview, and where
+    /// other parts resume from).
+    pub scan: Option<Arc<super::scan::Scan>>,
 }
 
 /// A window of a trace, as its events `start..end` of `trace_events`.
@@ -330,6 +333,7 @@ impl TraceData {
                     site_stacks: None,
                     sites: std::sync::OnceLock::new(),
                     lifetimes: std::sync::OnceLock::new(),
+                    scan: None,
                     part: None,
                 });
             }
@@ -355,6 +359,7 @@ impl TraceData {
             site_stacks,
             sites: std::sync::OnceLock::new(),
             lifetimes: std::sync::OnceLock::new(),
+            scan: None,
             part,
         })
     }
@@ -371,8 +376,21 @@ impl TraceData {
         progress: &AtomicU64,
     ) -> Result<Self, String> {
         let started = std::time::Instant::now();
-        let t = crate::cmd::stream_source::window_tables(path, window, Some(progress), false)
-            .map_err(|e| format!("{e:#}"))?;
+        // The whole trace is read once in the background (resume points and an overview);
+        // this part reads from the nearest point found so far before it.
+        let trace_events =
+            crate::cmd::stream::explorer_default_window(path).map_or(0, |(events, _)| events);
+        let scan = super::scan::scan_of(path, trace_events);
+        let spec = window.spec().map_err(|e| format!("{e:#}"))?;
+        let point = spec.and_then(|spec| scan.point_for(&spec));
+        let t = crate::cmd::stream_source::window_tables(
+            path,
+            window,
+            Some(progress),
+            false,
+            point.as_deref(),
+        )
+        .map_err(|e| format!("{e:#}"))?;
         let num_allocs = allocview_loaders::trace_view(&t.events, path)
             .map_err(|e| e.to_string())?
             .num_allocs;
@@ -395,6 +413,7 @@ impl TraceData {
             site_stacks: None,
             sites: std::sync::OnceLock::new(),
             lifetimes: std::sync::OnceLock::new(),
+            scan: Some(scan),
         })
     }
 

@@ -236,12 +236,13 @@ impl Before {
     /// Notes the events of `batch`, the next ones of the trace.
     pub fn note_batch(&mut self, batch: &EventBatch) {
         for j in 0..batch.len() {
-            self.note(batch, j);
+            self.note_event(batch, j);
         }
     }
 
-    /// Notes event `j` of `batch`: its time and what it does to the live set.
-    fn note(&mut self, batch: &EventBatch, j: usize) {
+    /// Notes event `j` of `batch` (the next event of the trace): its time and what it does
+    /// to the live set.
+    pub fn note_event(&mut self, batch: &EventBatch, j: usize) {
         self.at += 1;
         let Some(e) = batch.row(j) else {
             return;
@@ -513,7 +514,7 @@ impl<S: EventSource> EventSource for WindowSource<S> {
             for j in 0..self.batch.len() {
                 let t = self.batch.t_ns.get(j).copied().unwrap_or(0);
                 match self.bounds.place(self.before.at, t) {
-                    Place::Before => self.before.note(&self.batch, j),
+                    Place::Before => self.before.note_event(&self.batch, j),
                     Place::In => {
                         if !self.carried {
                             self.carry_in(out);

@@ -1,0 +1,202 @@
+//! The whole of a trace too big to load, read once in the background while the explorers show
+//! a part of it ([`Scan`]). The read keeps a resume point every few million events (where the
+//! block stream stands, and the allocations live there), so that any part opens by reading
+//! from the nearest point before it rather than from the trace's first event: a part at the
+//! end of a 2-billion-event trace costs the part, not the trace. It also gathers an overview:
+//! the highest live bytes in each of [`OVERVIEW_BUCKETS`] equal stretches of the trace.
+//!
+//! Memory: a point holds the live allocations twice (the stream's pairing and the window's
+//! carried-in set), about [`POINT_BYTES_PER_LIVE`] bytes each. Past [`POINTS_BUDGET_BYTES`]
+//! every other point is dropped and the spacing doubles, so the points' memory stays bounded
+//! whatever the trace's length. One scan runs at a time: opening another trace stops it.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use allocview_loaders::binary::{BinaryEventStream, StreamPoint};
+use allocview_sim::stream::EventBatch;
+use allocview_sim::stream::window::{Before, WindowSpec};
+
+/// Stretches of the overview.
+pub const OVERVIEW_BUCKETS: usize = 1024;
+/// Spacing of the resume points at first, in events, at most (a 256th of the trace when that
+/// is less: points fall between blocks, so a small trace has one at each).
+const FIRST_SPACING_EVENTS: u64 = 4 << 20;
+/// Memory the resume points may take.
+const POINTS_BUDGET_BYTES: u64 = 256 << 20;
+/// What a point costs per live allocation (a pairing entry and a carried-in entry, with the
+/// tables' overheads).
+const POINT_BYTES_PER_LIVE: u64 = 100;
+
+/// Where a read of the trace can go on from: the block stream's state and the allocations
+/// live after the events before it.
+pub struct ResumePoint {
+    pub stream: StreamPoint,
+    pub before: Before,
+}
+
+impl ResumePoint {
+    fn bytes(&self) -> u64 {
+        let live = self.stream.live_allocations() + self.before.live_allocations();
+        (live as u64).saturating_mul(POINT_BYTES_PER_LIVE)
+    }
+}
+
+/// What the scan has found so far.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Overview {
+    /// Events in each stretch (the last may hold fewer).
+    pub bucket_events: u64,
+    /// The highest live bytes reached in each stretch read so far.
+    pub max_live_bytes: Vec<u64>,
+    pub scanned_events: u64,
+    pub trace_events: u64,
+    /// Resume points kept, and their spacing in events.
+    pub points: usize,
+    pub spacing_events: u64,
+    pub done: bool,
+    /// Why the scan stopped early (the parts still open by reading from the start).
+    pub error: Option<String>,
+}
+
+#[derive(Default)]
+struct Found {
+    points: Vec<Arc<ResumePoint>>,
+    overview: Overview,
+}
+
+/// A background read of one trace (see the module docs).
+pub struct Scan {
+    path: PathBuf,
+    found: Mutex<Found>,
+    cancel: AtomicBool,
+}
+
+/// The scans started by this process (one runs at a time; stopped ones are dropped).
+static SCANS: Mutex<Vec<Arc<Scan>>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain data: still usable.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The scan of `path`, started (on a thread of its own) if none runs for it; any scan of
+/// another file is stopped. `trace_events` sizes the overview's stretches.
+pub fn scan_of(path: &Path, trace_events: u64) -> Arc<Scan> {
+    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let mut scans = lock(&SCANS);
+    scans.retain(|s| {
+        let keep = s.path == key;
+        if !keep {
+            s.cancel.store(true, Ordering::Relaxed);
+        }
+        keep
+    });
+    if let Some(s) = scans.first() {
+        return Arc::clone(s);
+    }
+    let bucket_events = trace_events.div_ceil(OVERVIEW_BUCKETS as u64).max(1);
+    let scan = Arc::new(Scan {
+        path: key,
+        found: Mutex::new(Found {
+            points: Vec::new(),
+            overview: Overview {
+                bucket_events,
+                trace_events,
+                spacing_events: (trace_events / 256).clamp(1, FIRST_SPACING_EVENTS),
+                ..Overview::default()
+            },
+        }),
+        cancel: AtomicBool::new(false),
+    });
+    scans.push(Arc::clone(&scan));
+    let worker = Arc::clone(&scan);
+    let started = std::thread::Builder::new()
+        .name("allocview-scan".to_owned())
+        .spawn(move || {
+            let result = worker.run();
+            let mut found = lock(&worker.found);
+            found.overview.done = result.is_ok();
+            found.overview.error = result.err();
+        });
+    if let Err(e) = started {
+        lock(&scan.found).overview.error = Some(format!("cannot start the scan: {e}"));
+    }
+    scan
+}
+
+impl Scan {
+    /// What the scan has found so far.
+    pub fn overview(&self) -> Overview {
+        lock(&self.found).overview.clone()
+    }
+
+    /// The latest resume point a read of window `spec` can start from, if any.
+    pub fn point_for(&self, spec: &WindowSpec) -> Option<Arc<ResumePoint>> {
+        lock(&self.found)
+            .points
+            .iter()
+            .rev()
+            .find(|p| p.before.precedes(spec))
+            .map(Arc::clone)
+    }
+
+    /// Reads the whole trace, keeping points and the overview up to date.
+    fn run(&self) -> Result<(), String> {
+        let mut stream = BinaryEventStream::open(&self.path).map_err(|e| e.to_string())?;
+        let mut before = Before::default();
+        let mut batch = EventBatch::default();
+        let bucket_events = lock(&self.found).overview.bucket_events;
+        let mut next_point = 0u64;
+        let mut bucket_max: Vec<u64> = Vec::new();
+        loop {
+            if self.cancel.load(Ordering::Relaxed) {
+                return Err("stopped: another trace was opened".to_owned());
+            }
+            let at = before.events() as u64;
+            if at >= next_point {
+                next_point = self.keep_point(&stream, &before, at);
+            }
+            if !stream.next_events(&mut batch).map_err(|e| e.to_string())? {
+                return Ok(());
+            }
+            for j in 0..batch.len() {
+                let bucket = (before.events() as u64 / bucket_events) as usize;
+                before.note_event(&batch, j);
+                if bucket_max.len() <= bucket {
+                    bucket_max.resize(bucket + 1, 0);
+                }
+                if let Some(m) = bucket_max.get_mut(bucket) {
+                    *m = (*m).max(before.live_bytes());
+                }
+            }
+            let mut found = lock(&self.found);
+            found.overview.scanned_events = before.events() as u64;
+            found.overview.max_live_bytes.clone_from(&bucket_max);
+        }
+    }
+
+    /// Keeps a resume point at event `at`, thinning the points past the budget; returns where
+    /// the next one falls.
+    fn keep_point(&self, stream: &BinaryEventStream, before: &Before, at: u64) -> u64 {
+        let point = Arc::new(ResumePoint {
+            stream: stream.point(),
+            before: before.clone(),
+        });
+        let mut found = lock(&self.found);
+        found.points.push(point);
+        let mut spacing = found.overview.spacing_events;
+        while found.points.len() > 1
+            && found.points.iter().map(|p| p.bytes()).sum::<u64>() > POINTS_BUDGET_BYTES
+        {
+            spacing = spacing.saturating_mul(2);
+            let kept: Vec<Arc<ResumePoint>> = found.points.iter().step_by(2).cloned().collect();
+            found.points = kept;
+        }
+        found.overview.spacing_events = spacing;
+        found.overview.points = found.points.len();
+        // Points fall on block boundaries: the next is the first boundary past the spacing.
+        (at / spacing + 1) * spacing
+    }
+}
