@@ -189,6 +189,12 @@ fn a_trace_too_big_to_load_opens_on_its_first_events() {
         t.contains("too many to load whole: showing its first 781") && t.contains("event 0/780")
     });
     assert!(screen.contains("heap: bfc"), "{screen}");
+    // The whole trace is read in the background: its strip, in the timeline's bottom border,
+    // says so once the read is done (the first part is shown in reverse).
+    let screen = wait_for(&s, "the whole trace's strip", |t| {
+        t.contains("whole trace, peak live") && t.contains("resume points")
+    });
+    assert!(screen.contains('█'), "{screen}");
     keys(&s, &["End"]);
     wait_for(&s, "the last event of the window, replayed", |t| {
         t.contains("event 780/780") && t.contains("781 events") && t.contains("(1/1 replayed)")

@@ -12,6 +12,9 @@ use crate::theme;
 
 impl GuiApp {
     pub(super) fn timeline_ui(&mut self, ui: &mut egui::Ui, vms: &[ViewModel]) {
+        if let Some(o) = vms.first().and_then(|vm| vm.overview.as_ref()) {
+            overview_strip(ui, o);
+        }
         let mut lines = Vec::new();
         // Each series' points, for the hover: the value of every series at the pointer's time.
         let mut hover_series: Vec<(String, Vec<[f64; 2]>)> = Vec::new();
@@ -117,6 +120,34 @@ fn timeline_hover(t_s: f64, series: &[(String, Vec<[f64; 2]>)]) -> String {
         }
     }
     text
+}
+
+/// The whole trace's strip above the timeline (the part shown highlighted), then what it is.
+fn overview_strip(ui: &mut egui::Ui, o: &crate::model::overview::OverviewVm) {
+    ui.horizontal(|ui| {
+        let cells = o.cells(128);
+        let mut job = egui::text::LayoutJob::default();
+        let font = egui::FontId::monospace(11.0);
+        for cell in cells {
+            let (fg, bg) = if cell.in_part {
+                (egui::Color32::BLACK, col(theme::CURSOR))
+            } else {
+                (col(theme::DIM), egui::Color32::TRANSPARENT)
+            };
+            job.append(
+                &cell.glyph.to_string(),
+                0.0,
+                egui::TextFormat {
+                    font_id: font.clone(),
+                    color: fg,
+                    background: bg,
+                    ..Default::default()
+                },
+            );
+        }
+        ui.label(job);
+        ui.small(&o.label);
+    });
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 pub mod export;
 pub mod heapmap;
 pub mod heaps;
+pub mod overview;
 pub mod parts;
 pub mod plan_view;
 pub mod scan;

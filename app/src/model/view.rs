@@ -155,6 +155,8 @@ pub struct ViewModel {
     pub frames_title: String,
     /// The sites panel, when open.
     pub sites: Option<SitesVm>,
+    /// The whole trace, for a trace too big to load shown in parts.
+    pub overview: Option<super::overview::OverviewVm>,
 }
 
 /// One row of the sites panel.
@@ -261,6 +263,7 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
         frames: Vec::new(),
         frames_title: String::new(),
         sites: None,
+        overview: None,
     };
     let Some(data) = state.data.as_ref() else {
         if vm.error.is_none() {
@@ -308,6 +311,11 @@ pub fn view_model(state: &AppState, vp: &Viewport) -> ViewModel {
     let t_cursor = view.t_ns.get(state.cursor).copied().unwrap_or(t0) - t0;
 
     vm.timeline = Some(timeline(state, vp));
+    vm.overview = data
+        .scan
+        .as_ref()
+        .zip(data.part)
+        .map(|(scan, part)| super::overview::OverviewVm::new(&scan.overview(), part));
 
     vm.sites = sites_panel(state, vp);
     let highlighted = state.sites.highlighted();

@@ -321,13 +321,15 @@ fn draw_timeline(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
             t.phases_in_view
         )));
     }
+    let mut block = Block::bordered()
+        .title(Line::from(title))
+        .title_alignment(Alignment::Left)
+        .title_bottom(Line::from(" fragmentation: 100% at top ").right_aligned());
+    if let Some(o) = &vm.overview {
+        block = block.title_bottom(overview_line(o, a.timeline.width));
+    }
     let chart = Chart::new(datasets)
-        .block(
-            Block::bordered()
-                .title(Line::from(title))
-                .title_alignment(Alignment::Left)
-                .title_bottom(Line::from(" fragmentation: 100% at top ").right_aligned()),
-        )
+        .block(block)
         .x_axis(
             Axis::default()
                 .bounds([0.0, 1.0])
@@ -729,6 +731,25 @@ fn keep_end(text: &str, room: usize) -> String {
     std::iter::once('…')
         .chain(text.chars().skip(skip))
         .collect()
+}
+
+/// The whole trace's strip in the timeline's bottom border (the part shown in reverse), then
+/// what it is; it leaves room for the border's right-hand title.
+fn overview_line(o: &crate::model::overview::OverviewVm, width: u16) -> Line<'static> {
+    let strip_width = usize::from(width.saturating_sub(4) / 4).clamp(8, 64);
+    let mut spans = vec![Span::raw(" ")];
+    for cell in o.cells(strip_width) {
+        let style = if cell.in_part {
+            Style::new()
+                .fg(c(theme::CURSOR))
+                .add_modifier(Modifier::REVERSED)
+        } else {
+            Style::new().fg(c(theme::DIM))
+        };
+        spans.push(Span::styled(cell.glyph.to_string(), style));
+    }
+    spans.push(Span::raw(format!(" {} ", o.label)));
+    Line::from(spans)
 }
 
 fn draw_status(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
