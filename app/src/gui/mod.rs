@@ -184,11 +184,12 @@ impl GuiApp {
             .cancel
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let path = first.state.path.clone();
+        let goto = first.state.reopen_goto.take();
         let input = crate::cmd::load::InputArgs {
             window,
             ..self.input.clone()
         };
-        let run = Run::start(&path, &self.names, &self.config, &input, self.jobs, None);
+        let run = Run::start(&path, &self.names, &self.config, &input, self.jobs, goto);
         if let Some(first) = self.runs.first_mut() {
             *first = run;
         }

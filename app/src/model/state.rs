@@ -207,6 +207,8 @@ pub struct AppState {
     /// Another part of the trace to open (a window of the same length, asked for with
     /// [`Msg::OpenPart`]): the frontend starts anew on it.
     pub reopen: Option<crate::cmd::window::WindowArgs>,
+    /// Where the cursor goes in the part [`Self::reopen`] asks for (`g #N` past this part).
+    pub reopen_goto: Option<String>,
     /// Set when the frontend moves on from this state: its workers stop their replays.
     pub cancel: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -299,6 +301,7 @@ impl AppState {
             plan_index: 0,
             sites: super::sites::SitesState::default(),
             reopen: None,
+            reopen_goto: None,
             cancel: Arc::default(),
         }
     }
@@ -335,7 +338,7 @@ impl AppState {
         })
     }
 
-    fn set_cursor(&mut self, event: usize) {
+    pub(super) fn set_cursor(&mut self, event: usize) {
         let n = self.events();
         self.cursor = event.min(n.saturating_sub(1));
         self.refresh_heaps();
@@ -438,6 +441,21 @@ impl AppState {
         }
         Some(last)
     }
+}
+
+/// Moves the cursor to what `text` names: an event of the part shown (or of the whole trace,
+/// `#N`, opening its part when it lies elsewhere), `peak`, or a time.
+fn goto(state: &mut AppState, text: &str) -> Result<(), String> {
+    if let Some(n) = text.trim().strip_prefix('#') {
+        let n = n
+            .trim()
+            .replace([',', '_'], "")
+            .parse::<u64>()
+            .map_err(|_| format!("expected an event of the whole trace after `#`, found {n:?}"))?;
+        return super::parts::goto_trace_event(state, n);
+    }
+    state.set_cursor(parse_goto(text, state)?);
+    Ok(())
 }
 
 fn parse_goto(text: &str, state: &AppState) -> Result<usize, String> {
@@ -601,10 +619,11 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
         Msg::PromptSubmit => {
             if let Some(p) = state.prompt.take() {
                 match p.kind {
-                    PromptKind::Goto => match parse_goto(&p.text, state) {
-                        Ok(e) => state.set_cursor(e),
-                        Err(e) => state.message = Some(e),
-                    },
+                    PromptKind::Goto => {
+                        if let Err(e) = goto(state, &p.text) {
+                            state.message = Some(e);
+                        }
+                    }
                     PromptKind::Filter => match Filter::parse(&p.text) {
                         Ok(f) => {
                             state.message = Some(if f.is_empty() {
@@ -639,11 +658,10 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
             }
             state.data = Some(data);
             state.cursor = 0;
-            if let Some(g) = state.initial_goto.take() {
-                match parse_goto(&g, state) {
-                    Ok(e) => state.set_cursor(e),
-                    Err(e) => state.message = Some(format!("--goto: {e}")),
-                }
+            if let Some(g) = state.initial_goto.take()
+                && let Err(e) = goto(state, &g)
+            {
+                state.message = Some(format!("--goto: {e}"));
             }
             // A panel opened before the data arrived (`--sites`) fills in now.
             state.refresh_sites();

@@ -198,7 +198,10 @@ pub const HELP: &[(&str, &str)] = &[
     ("[ / ]", "step a time bucket of the timeline"),
     ("{ / }", "previous / next part (a window's length)"),
     ("Home / End", "first / last event"),
-    ("g", "go to an event number or a time (1.5s, 20ms)"),
+    (
+        "g",
+        "go to an event, a time (1.5s), or #N: event N of the whole trace",
+    ),
     ("n / N", "next / previous peak or OOM"),
     ("p / P", "next / previous policy"),
     ("c", "comparison view: every policy at the cursor"),

@@ -93,6 +93,7 @@ pub fn run(
                     .store(true, std::sync::atomic::Ordering::Relaxed);
                 let mut next = AppState::new(path, policies, config.clone());
                 next.window = window;
+                next.initial_goto = state.reopen_goto.take();
                 state = next;
                 let (tx, next_rx) = mpsc::channel();
                 start_workers(&state, lenient, jobs, &tx);

@@ -214,6 +214,68 @@ fn the_explorer_loads_only_the_window_with_its_live_blocks_carried_in() {
     }
 }
 
+/// `g #N` goes to event N of the whole trace: inside the part shown the cursor moves there
+/// (past the carried-in allocations); elsewhere the part of the same grid that holds it is
+/// asked for, and once it is open the cursor is on that event.
+#[test]
+fn goto_an_event_of_the_whole_trace_opens_its_part() {
+    let path = sample("find_usr_include.trace.gz");
+    let mut s = AppState::new(&path, &specs(&["first-fit"]), PolicyConfig::default());
+    s.window = crate::cmd::window::WindowArgs {
+        events: Some("20000..25000".to_owned()),
+        ..Default::default()
+    };
+    load_blocking(&mut s, false, 1).unwrap();
+    let carried = s.events() - 5_000;
+    assert!(carried > 0);
+    send(&mut s, &key('g'));
+    type_text(&mut s, "#21,000");
+    assert_eq!(s.cursor, carried + 1_000);
+    assert!(s.reopen.is_none());
+    send(&mut s, &key('g'));
+    type_text(&mut s, "#33333");
+    assert_eq!(
+        s.reopen.take().unwrap().events.as_deref(),
+        Some("30000..35000")
+    );
+    assert!(s.message.as_deref().unwrap().contains("for event #33,333"));
+    let goto = s.reopen_goto.take();
+    assert_eq!(goto.as_deref(), Some("#33333"));
+    // Before the part, on the same grid.
+    send(&mut s, &key('g'));
+    type_text(&mut s, "#100");
+    assert_eq!(s.reopen.take().unwrap().events.as_deref(), Some("0..5000"));
+    send(&mut s, &key('g'));
+    type_text(&mut s, "#40403");
+    assert!(s.reopen.is_none());
+    assert!(
+        s.message
+            .as_deref()
+            .unwrap()
+            .contains("the trace has 40,403 events"),
+        "{:?}",
+        s.message
+    );
+    // The asked part opened as the frontends open it: the cursor on event #33,333, the
+    // same event as in the whole trace.
+    let mut next = AppState::new(&path, &specs(&["first-fit"]), PolicyConfig::default());
+    next.window = crate::cmd::window::WindowArgs {
+        events: Some("30000..35000".to_owned()),
+        ..Default::default()
+    };
+    next.initial_goto = goto;
+    load_blocking(&mut next, false, 1).unwrap();
+    let carried = next.events() - 5_000;
+    assert_eq!(next.cursor, carried + 3_333);
+    let whole = loaded("find_usr_include.trace.gz", &["first-fit"]);
+    let (a, b) = (next.data.unwrap(), whole.data.unwrap());
+    let (va, vb) = (a.view(), b.view());
+    assert_eq!(
+        (va.t_ns[next.cursor], va.size_bytes[next.cursor]),
+        (vb.t_ns[33_333], vb.size_bytes[33_333])
+    );
+}
+
 /// `}` and `{` ask for the next and previous part of a window's length, and the status line
 /// says which part is shown; the whole trace has no parts.
 #[test]
