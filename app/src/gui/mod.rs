@@ -537,6 +537,10 @@ impl eframe::App for GuiApp {
             r.drain();
         }
         self.open_asked_part();
+        if self.runs.iter().any(|r| r.state.scanning()) {
+            // The whole trace's strip fills in as the background read goes on.
+            ctx.request_repaint_after(std::time::Duration::from_millis(250));
+        }
         let dropped: Vec<PathBuf> = ctx.input(|i| {
             i.raw
                 .dropped_files

@@ -132,6 +132,12 @@ impl Scan {
         lock(&self.found).overview.clone()
     }
 
+    /// Whether the read goes on (the frontends redraw for its progress).
+    pub fn running(&self) -> bool {
+        let found = lock(&self.found);
+        !found.overview.done && found.overview.error.is_none()
+    }
+
     /// The latest resume point a read of window `spec` can start from, if any.
     pub fn point_for(&self, spec: &WindowSpec) -> Option<Arc<ResumePoint>> {
         lock(&self.found)

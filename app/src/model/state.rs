@@ -338,6 +338,15 @@ impl AppState {
         })
     }
 
+    /// Whether the whole trace is still being read in the background (a trace shown in parts).
+    #[must_use]
+    pub fn scanning(&self) -> bool {
+        self.data
+            .as_ref()
+            .and_then(|d| d.scan.as_ref())
+            .is_some_and(|s| s.running())
+    }
+
     pub(super) fn set_cursor(&mut self, event: usize) {
         let n = self.events();
         self.cursor = event.min(n.saturating_sub(1));

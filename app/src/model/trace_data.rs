@@ -257,8 +257,8 @@ impl TraceData {
             data.warnings.insert(
                 0,
                 format!(
-                    "{} holds {} events, too many to load whole: showing its first {}; open \
-                     another part with --from/--to or --events",
+                    "{} holds {} events, too many to load whole: showing its first {}; {{ and }} \
+                     open the other parts, g #N the part of any event N",
                     path.display(),
                     crate::format::count(events),
                     crate::format::count(first)

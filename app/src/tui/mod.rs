@@ -142,8 +142,10 @@ where
             apply(state, msg);
             dirty = true;
         }
-        // While anything is still loading or replaying, redraw for its progress.
+        // While anything is still loading, replaying or reading the whole trace, redraw for
+        // its progress.
         let busy = state.data.is_none()
+            || state.scanning()
             || state
                 .policies
                 .iter()
