@@ -12,4 +12,5 @@ pub mod sites;
 pub mod state;
 pub mod trace_data;
 pub mod view;
+mod view_timeline;
 pub mod workers;
