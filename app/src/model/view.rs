@@ -683,7 +683,6 @@ fn sites_panel(state: &AppState, vp: &Viewport) -> Option<SitesVm> {
     })
 }
 
-
 /// The frames of the allocation the cursor's event belongs to.
 fn cursor_frames(vm: &mut ViewModel, data: &super::state::TraceData, cursor: usize) {
     let view = data.view();

@@ -136,7 +136,6 @@ pub(super) fn timeline(state: &AppState, vp: &Viewport) -> TimelineVm {
     }
 }
 
-
 /// A snapshot's annotated phases in the window: each `START` paired with the next `END` of
 /// the same name (an unpaired one runs to the edge of the trace).
 fn phases(state: &AppState, span_ns: f64, (zlo, zhi): (f64, f64)) -> Vec<(f64, f64, String)> {

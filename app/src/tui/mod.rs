@@ -116,6 +116,7 @@ where
     B::Error: Send + Sync + 'static,
 {
     let mut areas = render(terminal, state)?;
+    let mut was_scanning = state.scanning();
     while !state.quit && state.reopen.is_none() {
         let mut dirty = false;
         // Redraw at least every 100 ms while loading, for the progress bar.
@@ -143,13 +144,16 @@ where
             dirty = true;
         }
         // While anything is still loading, replaying or reading the whole trace, redraw for
-        // its progress.
+        // its progress (and once more when the read ends).
+        let scanning = state.scanning();
         let busy = state.data.is_none()
-            || state.scanning()
+            || scanning
+            || was_scanning
             || state
                 .policies
                 .iter()
                 .any(|p| matches!(p.status, crate::model::state::RunStatus::Pending));
+        was_scanning = scanning;
         if dirty || busy {
             areas = render(terminal, state)?;
         }
