@@ -566,5 +566,18 @@ fn a_part_read_from_the_scans_resume_point_has_the_tables_read_from_the_start() 
             "{window:?}"
         );
     }
+    // The scan is found again for the same file, and not for a file written anew there.
+    let again = allocview::model::scan::existing(&file).expect("the scan of this file");
+    assert!(std::sync::Arc::ptr_eq(&again, &scan));
+    let out = allocview(&[
+        "splice",
+        "--events",
+        "300000",
+        "--out",
+        file.to_str().unwrap(),
+        sample("python_json.avt").to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    assert!(allocview::model::scan::existing(&file).is_none());
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -69,8 +69,27 @@ struct Found {
 /// A background read of one trace (see the module docs).
 pub struct Scan {
     path: PathBuf,
+    /// The file's length and modification time when the read started: a file written anew
+    /// since (the same path) is read anew, its old points being of another trace.
+    stamp: Option<(u64, std::time::SystemTime)>,
     found: Mutex<Found>,
     cancel: AtomicBool,
+}
+
+/// What tells one version of a file from another.
+fn stamp_of(path: &Path) -> Option<(u64, std::time::SystemTime)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.len(), m.modified().ok()?))
+}
+
+/// The scan of the file at `path` as it is now, if one was started.
+pub fn existing(path: &Path) -> Option<Arc<Scan>> {
+    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let stamp = stamp_of(&key);
+    lock(&SCANS)
+        .iter()
+        .find(|s| s.path == key && s.stamp == stamp)
+        .map(Arc::clone)
 }
 
 /// The scans started by this process (one runs at a time; stopped ones are dropped).
@@ -85,9 +104,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// another file is stopped. `trace_events` sizes the overview's stretches.
 pub fn scan_of(path: &Path, trace_events: u64) -> Arc<Scan> {
     let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let stamp = stamp_of(&key);
     let mut scans = lock(&SCANS);
     scans.retain(|s| {
-        let keep = s.path == key;
+        let keep = s.path == key && s.stamp == stamp;
         if !keep {
             s.cancel.store(true, Ordering::Relaxed);
         }
@@ -99,6 +119,7 @@ pub fn scan_of(path: &Path, trace_events: u64) -> Arc<Scan> {
     let bucket_events = trace_events.div_ceil(OVERVIEW_BUCKETS as u64).max(1);
     let scan = Arc::new(Scan {
         path: key,
+        stamp,
         found: Mutex::new(Found {
             points: Vec::new(),
             overview: Overview {

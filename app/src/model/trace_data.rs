@@ -376,13 +376,13 @@ impl TraceData {
         progress: &AtomicU64,
     ) -> Result<Self, String> {
         let started = std::time::Instant::now();
-        // The whole trace is read once in the background (resume points and an overview);
-        // this part reads from the nearest point found so far before it.
-        let trace_events =
-            crate::cmd::stream::explorer_default_window(path).map_or(0, |(events, _)| events);
-        let scan = super::scan::scan_of(path, trace_events);
+        // The whole trace is read once in the background (resume points and an overview),
+        // started with the first part; a later part reads from the nearest point found so
+        // far before it.
         let spec = window.spec().map_err(|e| format!("{e:#}"))?;
-        let point = spec.and_then(|spec| scan.point_for(&spec));
+        let point = super::scan::existing(path)
+            .zip(spec)
+            .and_then(|(scan, spec)| scan.point_for(&spec));
         let t = crate::cmd::stream_source::window_tables(
             path,
             window,
@@ -391,6 +391,7 @@ impl TraceData {
             point.as_deref(),
         )
         .map_err(|e| format!("{e:#}"))?;
+        let scan = super::scan::scan_of(path, t.trace_events);
         let num_allocs = allocview_loaders::trace_view(&t.events, path)
             .map_err(|e| e.to_string())?
             .num_allocs;
