@@ -54,6 +54,12 @@ fn binary_traces() -> Vec<PathBuf> {
 /// Every event of the stream, and the stream at its end.
 fn stream_all(path: &Path) -> (EventBatch, BinaryEventStream) {
     let mut stream = BinaryEventStream::open(path).unwrap();
+    let all = rest_of(&mut stream);
+    (all, stream)
+}
+
+/// The events `stream` has still to give.
+fn rest_of(stream: &mut BinaryEventStream) -> EventBatch {
     let mut all = EventBatch::default();
     let mut batch = EventBatch::default();
     while stream.next_events(&mut batch).unwrap() {
@@ -69,7 +75,7 @@ fn stream_all(path: &Path) -> (EventBatch, BinaryEventStream) {
             );
         }
     }
-    (all, stream)
+    all
 }
 
 fn loaded(path: &Path) -> MallocTrace {
@@ -277,20 +283,7 @@ fn a_stream_opened_at_a_point_goes_on_as_the_stream_it_was_taken_from() {
             let point: StreamPoint = s.point();
             assert_eq!(point.events(), s.summary().events);
             let mut resumed = BinaryEventStream::open_at(&path, &point).unwrap();
-            let mut rest = EventBatch::default();
-            while resumed.next_events(&mut batch).unwrap() {
-                for k in 0..batch.len() {
-                    rest.push(
-                        batch.t_ns[k],
-                        batch.kind[k],
-                        batch.size_bytes[k],
-                        batch.alloc_id[k],
-                        batch.slot[k],
-                        batch.thread[k],
-                        batch.addr[k],
-                    );
-                }
-            }
+            let rest = rest_of(&mut resumed);
             let what = format!("{} after {after} of {blocks} blocks", path.display());
             let skip = point.events() as usize;
             assert_eq!(rest.len(), all.len() - skip, "{what}");
