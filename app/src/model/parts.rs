@@ -4,6 +4,7 @@
 //! ([`AppState::reopen`]).
 
 use super::state::AppState;
+use super::trace_data::Part;
 use crate::cmd::window::WindowArgs;
 use crate::format;
 
@@ -17,7 +18,7 @@ pub fn open_part(state: &mut AppState, step: i64) {
         );
         return;
     };
-    let len = part.end.saturating_sub(part.start).max(1);
+    let len = grid_len(state, part);
     let start = if step >= 0 {
         part.start
             .saturating_add(len.saturating_mul(step.unsigned_abs()))
@@ -42,10 +43,31 @@ pub fn open_part(state: &mut AppState, step: i64) {
         format::count(end),
         format::count(part.trace_events)
     ));
-    state.reopen = Some(WindowArgs {
-        events: Some(format!("{start}..{end}")),
-        ..WindowArgs::default()
+    state.reopen = Some(grid_window(start, len));
+}
+
+/// The length of the parts' grid: that of the window asked for (`--events A..B`, kept
+/// unclamped when a part is asked for here, so a short last part keeps the grid), else the
+/// part shown's.
+fn grid_len(state: &AppState, part: Part) -> u64 {
+    let asked = state.window.events.as_deref().and_then(|e| {
+        let (a, b) = e.split_once("..")?;
+        let (a, b) = (a.trim().parse::<u64>().ok()?, b.trim().parse::<u64>().ok()?);
+        b.checked_sub(a)
     });
+    asked
+        .filter(|&l| l > 0)
+        .unwrap_or_else(|| part.end.saturating_sub(part.start))
+        .max(1)
+}
+
+/// The part of the grid from `start`, its end left past the trace's last event when it is
+/// the short last part (the window ends there).
+fn grid_window(start: u64, len: u64) -> WindowArgs {
+    WindowArgs {
+        events: Some(format!("{start}..{}", start.saturating_add(len))),
+        ..WindowArgs::default()
+    }
 }
 
 /// Goes to event `n` of the whole trace (`g #N`): in the part shown, the cursor moves there
@@ -72,13 +94,12 @@ pub fn goto_trace_event(state: &mut AppState, n: u64) -> Result<(), String> {
         state.set_cursor(usize::try_from(carried + (n - part.start)).unwrap_or(usize::MAX));
         return Ok(());
     }
-    let len = i128::from(part.end.saturating_sub(part.start).max(1));
+    let grid = grid_len(state, part);
+    let len = i128::from(grid);
     let from = i128::from(part.start);
     let k = (i128::from(n) - from).div_euclid(len);
     let start = u64::try_from((from + k * len).max(0)).unwrap_or(0);
-    let end = u64::try_from(i128::from(start) + len)
-        .unwrap_or(u64::MAX)
-        .min(part.trace_events);
+    let end = start.saturating_add(grid).min(part.trace_events);
     state.message = Some(format!(
         "opening events {}..{} of {}, for event #{}",
         format::count(start),
@@ -86,10 +107,7 @@ pub fn goto_trace_event(state: &mut AppState, n: u64) -> Result<(), String> {
         format::count(part.trace_events),
         format::count(n)
     ));
-    state.reopen = Some(WindowArgs {
-        events: Some(format!("{start}..{end}")),
-        ..WindowArgs::default()
-    });
+    state.reopen = Some(grid_window(start, grid));
     state.reopen_goto = Some(format!("#{n}"));
     Ok(())
 }

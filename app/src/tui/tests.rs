@@ -303,6 +303,16 @@ fn braces_open_the_next_and_previous_parts_of_a_window() {
         s.reopen.take().unwrap().events.as_deref(),
         Some("15000..20000")
     );
+    // The last part of the grid is shorter, and `{` from it keeps the grid.
+    s.window.events = Some("40000..45000".to_owned());
+    load_blocking(&mut s, false, 1).unwrap();
+    let part = s.data.as_ref().unwrap().part.unwrap();
+    assert_eq!((part.start, part.end), (40_000, 40_403));
+    send(&mut s, &key('{'));
+    assert_eq!(
+        s.reopen.take().unwrap().events.as_deref(),
+        Some("35000..40000")
+    );
     // The last part is shorter; past it there is none.
     s.window.events = Some("40000..".to_owned());
     load_blocking(&mut s, false, 1).unwrap();
