@@ -18,6 +18,8 @@ use allocview_loaders::binary::{BinaryEventStream, StreamPoint};
 use allocview_sim::stream::EventBatch;
 use allocview_sim::stream::window::{Before, WindowSpec};
 
+/// The read's niceness (Linux applies it to the thread alone).
+const SCAN_NICE: i32 = 10;
 /// Stretches of the overview.
 pub const OVERVIEW_BUCKETS: usize = 1024;
 /// Spacing of the resume points at first, in events, at most (a 256th of the trace when that
@@ -136,6 +138,9 @@ pub fn scan_of(path: &Path, trace_events: u64) -> Arc<Scan> {
     let started = std::thread::Builder::new()
         .name("allocview-scan".to_owned())
         .spawn(move || {
+            // The read only speeds up later parts: it yields the cores to the part's replays
+            // and the frontend (best effort: a failure leaves it at the usual priority).
+            rustix::process::setpriority_process(Some(rustix::thread::gettid()), SCAN_NICE).ok();
             let result = worker.run();
             let mut found = lock(&worker.found);
             found.overview.done = result.is_ok();
