@@ -13,6 +13,7 @@ use anyhow::{Result, anyhow};
 use eframe::egui::{self, Color32, ColorImage, TextureHandle, TextureOptions};
 
 mod dump;
+mod goto;
 mod panels;
 mod plan;
 mod screenshot;
@@ -134,6 +135,9 @@ struct GuiApp {
     exit_code: Arc<Mutex<Option<String>>>,
     /// `--goto`, applied to the first file opened.
     goto: Option<String>,
+    /// The menu bar's "go to" box, and whether `g` asked for the keyboard to go there.
+    goto_text: String,
+    focus_goto: bool,
 }
 
 impl GuiApp {
@@ -236,6 +240,9 @@ impl GuiApp {
             }
             out
         });
+        if ctx.input(|i| i.key_pressed(egui::Key::G)) {
+            self.focus_goto = true;
+        }
         for m in pressed {
             self.send(m);
         }
@@ -331,6 +338,7 @@ impl GuiApp {
                     ui.label(format!("{k:<16} {d}"));
                 }
             });
+            self.goto_box(ui);
         });
     }
 
@@ -746,6 +754,8 @@ pub fn run(args: &GuiArgs) -> Result<()> {
                 }),
                 exit_code: app_exit,
                 goto,
+                goto_text: String::new(),
+                focus_goto: false,
             };
             for (i, f) in files.iter().enumerate() {
                 app.open(f, i > 0);
