@@ -23,15 +23,10 @@ pub struct BinaryEventStream {
     path: PathBuf,
     file_bytes: u64,
     index: BlockIndex,
-    next_block: usize,
     decoder: BlockDecoder,
     records: Vec<Record>,
-    pairing: Pairing,
-    threads: ThreadIds,
-    summary: LoadSummary,
-    events_per_thread: Vec<u64>,
-    peak_live_bytes: u64,
-    peak_live_event: u64,
+    /// Where the stream stands: all that carries from one block to the next.
+    at: StreamPoint,
 }
 
 /// Where a stream stands between two blocks: all it needs to go on from there (the next
@@ -67,15 +62,7 @@ impl BinaryEventStream {
     /// Where the stream stands now, between two blocks (see [`StreamPoint`]).
     #[must_use]
     pub fn point(&self) -> StreamPoint {
-        StreamPoint {
-            next_block: self.next_block,
-            pairing: self.pairing.clone(),
-            threads: self.threads.clone(),
-            summary: self.summary.clone(),
-            events_per_thread: self.events_per_thread.clone(),
-            peak_live_bytes: self.peak_live_bytes,
-            peak_live_event: self.peak_live_event,
-        }
+        self.at.clone()
     }
 
     /// Opens a binary trace positioned at `point`, taken from a stream of the same file: the
@@ -96,14 +83,7 @@ impl BinaryEventStream {
                 ),
             ));
         }
-        let p = point.clone();
-        s.next_block = p.next_block;
-        s.pairing = p.pairing;
-        s.threads = p.threads;
-        s.summary = p.summary;
-        s.events_per_thread = p.events_per_thread;
-        s.peak_live_bytes = p.peak_live_bytes;
-        s.peak_live_event = p.peak_live_event;
+        s.at = point.clone();
         Ok(s)
     }
 
@@ -120,15 +100,17 @@ impl BinaryEventStream {
             path: path.to_owned(),
             file_bytes,
             index,
-            next_block: 0,
             decoder: BlockDecoder::new(path)?,
             records: Vec::new(),
-            pairing: Pairing::default(),
-            threads: ThreadIds::default(),
-            summary: LoadSummary::default(),
-            events_per_thread: Vec::new(),
-            peak_live_bytes: 0,
-            peak_live_event: 0,
+            at: StreamPoint {
+                next_block: 0,
+                pairing: Pairing::default(),
+                threads: ThreadIds::default(),
+                summary: LoadSummary::default(),
+                events_per_thread: Vec::new(),
+                peak_live_bytes: 0,
+                peak_live_event: 0,
+            },
         })
     }
 
@@ -141,32 +123,32 @@ impl BinaryEventStream {
     /// The loader's counts over the events streamed so far (all of them once the stream ends).
     #[must_use]
     pub fn summary(&self) -> &LoadSummary {
-        &self.summary
+        &self.at.summary
     }
 
     /// Events per thread index (threads numbered by first event), over the events so far.
     #[must_use]
     pub fn events_per_thread(&self) -> &[u64] {
-        &self.events_per_thread
+        &self.at.events_per_thread
     }
 
     /// The peak of live bytes over the events so far (the bound of every policy's footprint).
     #[must_use]
     pub fn peak_live_bytes(&self) -> u64 {
-        self.peak_live_bytes
+        self.at.peak_live_bytes
     }
 
     /// The first event at which [`Self::peak_live_bytes`] is reached (0 when it is 0), as
     /// `TraceView::peak_live` gives it.
     #[must_use]
     pub fn peak_live_event(&self) -> u64 {
-        self.peak_live_event
+        self.at.peak_live_event
     }
 
     /// Thread ids in thread-index order, over the events so far.
     #[must_use]
     pub fn thread_ids(&self) -> &[u64] {
-        &self.threads.order
+        &self.at.threads.order
     }
 
     /// Bytes of the file read so far: where the next block starts (the file's length after
@@ -175,7 +157,7 @@ impl BinaryEventStream {
     pub fn bytes_read(&self) -> u64 {
         self.index
             .blocks
-            .get(self.next_block)
+            .get(self.at.next_block)
             .map_or(self.file_bytes, |b| b.offset)
     }
 
@@ -185,10 +167,10 @@ impl BinaryEventStream {
     /// When a block does not read, or a record breaks a loader limit (as a strict load).
     pub fn next_events(&mut self, out: &mut EventBatch) -> Result<bool, LoadError> {
         out.clear();
-        let Some(block) = self.index.blocks.get(self.next_block).copied() else {
+        let Some(block) = self.index.blocks.get(self.at.next_block).copied() else {
             return Ok(false);
         };
-        self.next_block += 1;
+        self.at.next_block += 1;
         read_block(
             &self.file,
             &self.path,
@@ -209,31 +191,32 @@ impl BinaryEventStream {
                     ),
                 )
             };
-            let thread = self.threads.index(r.tid).map_err(bad)?;
+            let thread = self.at.threads.index(r.tid).map_err(bad)?;
             let p = self
+                .at
                 .pairing
-                .pair(&mut self.summary, r.t_ns.max(0), r.size_bytes, r.addr)
+                .pair(&mut self.at.summary, r.t_ns.max(0), r.size_bytes, r.addr)
                 .map_err(bad)?;
             // As the loader: a file that names calls has the call column.
-            self.summary.has_call_column |= r.call.is_some();
+            self.at.summary.has_call_column |= r.call.is_some();
             let per_thread = usize::from(thread);
-            if self.events_per_thread.len() <= per_thread {
-                self.events_per_thread.resize(per_thread + 1, 0);
+            if self.at.events_per_thread.len() <= per_thread {
+                self.at.events_per_thread.resize(per_thread + 1, 0);
             }
             if let Some((old_id, old_size, old_slot)) = p.displaced {
                 out.push(
                     p.t_ns, EVENT_FREE, old_size, old_id, old_slot, thread, r.addr,
                 );
-                self.summary.events += 1;
-                self.events_per_thread[per_thread] += 1;
+                self.at.summary.events += 1;
+                self.at.events_per_thread[per_thread] += 1;
             }
             out.push(p.t_ns, p.kind.code(), p.size, p.id, p.slot, thread, r.addr);
-            if self.pairing.live_bytes() > self.peak_live_bytes {
-                self.peak_live_bytes = self.pairing.live_bytes();
-                self.peak_live_event = self.summary.events;
+            if self.at.pairing.live_bytes() > self.at.peak_live_bytes {
+                self.at.peak_live_bytes = self.at.pairing.live_bytes();
+                self.at.peak_live_event = self.at.summary.events;
             }
-            self.summary.events += 1;
-            self.events_per_thread[per_thread] += 1;
+            self.at.summary.events += 1;
+            self.at.events_per_thread[per_thread] += 1;
         }
         Ok(true)
     }

@@ -593,11 +593,9 @@ mod tests {
         all
     }
 
-    /// Found as the events come, a window hands out what the window found beforehand does,
-    /// and finds the same bounds.
-    #[test]
-    fn a_window_found_as_the_events_come_is_the_resolved_one() {
-        let specs = [
+    /// Windows by events, by time, and near the end of [`Source`]'s 400 events.
+    fn three_windows() -> [WindowSpec; 3] {
+        [
             WindowSpec {
                 first_event: 50,
                 end_event: Some(120),
@@ -612,8 +610,14 @@ mod tests {
                 first_event: 390,
                 ..WindowSpec::default()
             },
-        ];
-        for spec in specs {
+        ]
+    }
+
+    /// Found as the events come, a window hands out what the window found beforehand does,
+    /// and finds the same bounds.
+    #[test]
+    fn a_window_found_as_the_events_come_is_the_resolved_one() {
+        for spec in three_windows() {
             let w = resolve(&mut Source::new(), &spec).unwrap().unwrap();
             let resolved = all(&mut WindowSource::new(Source::new(), w));
             let mut lazy = WindowSource::as_they_come(Source::new(), spec);
@@ -648,26 +652,12 @@ mod tests {
     /// noted events is refused.
     #[test]
     fn a_window_resumed_after_noted_events_is_the_one_read_from_the_start() {
-        let specs = [
-            WindowSpec {
-                first_event: 50,
-                end_event: Some(120),
-                ..WindowSpec::default()
-            },
-            WindowSpec {
-                from_ns: Some(1001),
-                to_ns: Some(2500),
-                ..WindowSpec::default()
-            },
-            WindowSpec {
-                first_event: 390,
-                ..WindowSpec::default()
-            },
-            WindowSpec {
-                first_event: 1000,
-                ..WindowSpec::default()
-            },
-        ];
+        let mut specs = three_windows().to_vec();
+        // And one past the trace's end: empty.
+        specs.push(WindowSpec {
+            first_event: 1000,
+            ..WindowSpec::default()
+        });
         for spec in specs {
             let mut whole = WindowSource::as_they_come(Source::new(), spec);
             let expected = all(&mut whole);
