@@ -341,17 +341,7 @@ impl<S: EventSource> WindowSource<S> {
     /// ([`EventSource::time_span`] gives the first and last times met so far), so a replay
     /// takes a window found by [`resolve`] ([`Self::new`]).
     pub fn as_they_come(inner: S, spec: WindowSpec) -> Self {
-        Self::with_bounds(
-            inner,
-            Bounds::AsTheyCome {
-                spec,
-                start: None,
-                last: None,
-                ended: false,
-                seen: (0, None, None),
-                carried_in: 0,
-            },
-        )
+        Self::after(inner, spec, Before::default())
     }
 
     /// The window found, once read (`Err`: what was read, for a window that holds no event).
@@ -385,9 +375,13 @@ impl<S: EventSource> WindowSource<S> {
     /// after the events `before` noted (a stream resumed where they end) and the window
     /// starts after them ([`Before::precedes`]; `None` when it does not).
     pub fn resume(inner: S, spec: WindowSpec, before: Before) -> Option<Self> {
-        if !before.precedes(&spec) {
-            return None;
-        }
+        before
+            .precedes(&spec)
+            .then(|| Self::after(inner, spec, before))
+    }
+
+    /// The window `spec`, found as the events come after those `before` noted.
+    fn after(inner: S, spec: WindowSpec, before: Before) -> Self {
         let seen = (before.at, before.t_first_ns, before.t_last_ns);
         let mut w = Self::with_bounds(
             inner,
@@ -401,7 +395,7 @@ impl<S: EventSource> WindowSource<S> {
             },
         );
         w.before = before;
-        Some(w)
+        w
     }
 
     fn with_bounds(inner: S, bounds: Bounds) -> Self {
