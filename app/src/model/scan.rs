@@ -74,6 +74,8 @@ pub struct Scan {
     /// The file's length and modification time when the read started: a file written anew
     /// since (the same path) is read anew, its old points being of another trace.
     stamp: Option<(u64, std::time::SystemTime)>,
+    /// Memory the resume points may take ([`POINTS_BUDGET_BYTES`]).
+    budget_bytes: u64,
     found: Mutex<Found>,
     cancel: AtomicBool,
 }
@@ -118,21 +120,7 @@ pub fn scan_of(path: &Path, trace_events: u64) -> Arc<Scan> {
     if let Some(s) = scans.first() {
         return Arc::clone(s);
     }
-    let bucket_events = trace_events.div_ceil(OVERVIEW_BUCKETS as u64).max(1);
-    let scan = Arc::new(Scan {
-        path: key,
-        stamp,
-        found: Mutex::new(Found {
-            points: Vec::new(),
-            overview: Overview {
-                bucket_events,
-                trace_events,
-                spacing_events: (trace_events / 256).clamp(1, FIRST_SPACING_EVENTS),
-                ..Overview::default()
-            },
-        }),
-        cancel: AtomicBool::new(false),
-    });
+    let scan = Arc::new(Scan::new(key, stamp, trace_events, POINTS_BUDGET_BYTES));
     scans.push(Arc::clone(&scan));
     let worker = Arc::clone(&scan);
     let started = std::thread::Builder::new()
@@ -153,6 +141,29 @@ pub fn scan_of(path: &Path, trace_events: u64) -> Arc<Scan> {
 }
 
 impl Scan {
+    fn new(
+        path: PathBuf,
+        stamp: Option<(u64, std::time::SystemTime)>,
+        trace_events: u64,
+        budget_bytes: u64,
+    ) -> Self {
+        Self {
+            path,
+            stamp,
+            budget_bytes,
+            found: Mutex::new(Found {
+                points: Vec::new(),
+                overview: Overview {
+                    bucket_events: trace_events.div_ceil(OVERVIEW_BUCKETS as u64).max(1),
+                    trace_events,
+                    spacing_events: (trace_events / 256).clamp(1, FIRST_SPACING_EVENTS),
+                    ..Overview::default()
+                },
+            }),
+            cancel: AtomicBool::new(false),
+        }
+    }
+
     /// What the scan has found so far.
     pub fn overview(&self) -> Overview {
         lock(&self.found).overview.clone()
@@ -212,6 +223,13 @@ impl Scan {
     /// Keeps a resume point at event `at`, thinning the points past the budget; returns where
     /// the next one falls.
     fn keep_point(&self, stream: &BinaryEventStream, before: &Before, at: u64) -> u64 {
+        let live = stream.point_live_allocations() + before.live_allocations();
+        if (live as u64).saturating_mul(POINT_BYTES_PER_LIVE) > self.budget_bytes / 2 {
+            // A live set this large would take half the budget on its own: no copy of it is
+            // made (parts then read from an earlier point), and the next try is further on.
+            let spacing = lock(&self.found).overview.spacing_events;
+            return (at / spacing + 1) * spacing;
+        }
         let point = Arc::new(ResumePoint {
             stream: stream.point(),
             before: before.clone(),
@@ -220,7 +238,7 @@ impl Scan {
         found.points.push(point);
         let mut spacing = found.overview.spacing_events;
         while found.points.len() > 1
-            && found.points.iter().map(|p| p.bytes()).sum::<u64>() > POINTS_BUDGET_BYTES
+            && found.points.iter().map(|p| p.bytes()).sum::<u64>() > self.budget_bytes
         {
             spacing = spacing.saturating_mul(2);
             let kept: Vec<Arc<ResumePoint>> = found.points.iter().step_by(2).cloned().collect();
@@ -230,5 +248,43 @@ impl Scan {
         found.overview.points = found.points.len();
         // Points fall on block boundaries: the next is the first boundary past the spacing.
         (at / spacing + 1) * spacing
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/python_json.avt")
+    }
+
+    /// A read keeps a point at the start and one after the block; with a budget that the
+    /// point at the end would fit but take more than half of, it copies no live set and
+    /// keeps the start only (thinning alone would keep both), and reads on to the end all
+    /// the same.
+    #[test]
+    fn a_live_set_too_large_for_the_budget_is_never_copied() {
+        let events = 7_486;
+        let roomy = Scan::new(sample(), None, events, POINTS_BUDGET_BYTES);
+        roomy.run().unwrap();
+        let o = roomy.overview();
+        assert_eq!((o.points, o.scanned_events), (2, events));
+        let last = roomy
+            .point_for(&WindowSpec {
+                first_event: events as usize,
+                ..WindowSpec::default()
+            })
+            .unwrap();
+        let live = last.before.live_allocations() as u64;
+        assert!(live > 10, "{live}");
+        // The point holds the live set twice (the pairing's and the window's): 2 x live.
+        assert_eq!(last.bytes(), 2 * live * POINT_BYTES_PER_LIVE);
+        let tight = Scan::new(sample(), None, events, 3 * live * POINT_BYTES_PER_LIVE);
+        tight.run().unwrap();
+        let o = tight.overview();
+        assert_eq!((o.points, o.scanned_events), (1, events));
+        let first = tight.point_for(&WindowSpec::default()).unwrap();
+        assert_eq!(first.before.events(), 0);
     }
 }

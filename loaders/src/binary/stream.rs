@@ -65,6 +65,12 @@ impl BinaryEventStream {
         self.at.clone()
     }
 
+    /// The live allocations a [`Self::point`] taken now would hold, without taking it.
+    #[must_use]
+    pub fn point_live_allocations(&self) -> usize {
+        self.at.live_allocations()
+    }
+
     /// Opens a binary trace positioned at `point`, taken from a stream of the same file: the
     /// events that follow, with the ids, counts and warnings of a stream read from the start.
     ///
