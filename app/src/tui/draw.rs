@@ -1,20 +1,17 @@
 //! Drawing a [`ViewModel`] with ratatui. Pure: the same view-model draws the same screen.
 
 use ratatui::Frame;
-use ratatui::layout::{Alignment, Constraint, Layout, Rect};
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
-use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{
-    Axis, Block, Borders, Cell, Chart, Clear, Dataset, Gauge, GraphType, Paragraph, Row, Table,
-};
+use ratatui::widgets::{Block, Borders, Cell, Clear, Gauge, Paragraph, Row, Table};
 
 use crate::model::export::cell_char;
 use crate::model::heapmap::CellKind;
 use crate::model::view::{HeapVm, ViewModel, Viewport};
 use crate::theme::{self, Rgb};
 
-fn c(rgb: Rgb) -> Color {
+pub(super) fn c(rgb: Rgb) -> Color {
     Color::Rgb(rgb.0, rgb.1, rgb.2)
 }
 
@@ -35,7 +32,7 @@ pub struct Areas {
 const BINS_WIDTH: u16 = 42;
 
 /// Width of the timeline's y-axis labels (the plot starts after it).
-const Y_LABEL_WIDTH: u16 = 10;
+pub(super) const Y_LABEL_WIDTH: u16 = 10;
 
 /// Splits the screen. Degrades on small terminals: below a minimum the parts shrink to nothing
 /// rather than overlap. `dump_lines`: the screen is a BFC dump with this many rows of text,
@@ -171,7 +168,7 @@ pub fn draw(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
         return;
     }
     if vm.timeline.is_some() {
-        draw_timeline(f, vm, a);
+        super::draw_timeline::draw_timeline(f, vm, a);
     } else {
         let lines: Vec<Line<'_>> = vm
             .dump_lines
@@ -222,136 +219,6 @@ pub fn draw(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
     if let Some(help) = &vm.help {
         draw_help(f, help, area);
     }
-}
-
-fn draw_timeline(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
-    let Some(t) = &vm.timeline else { return };
-    let y_max = t.y_max_bytes.max(1.0) * 1.05;
-    let frag_scaled: Vec<(f64, f64)> = t
-        .fragmentation
-        .as_ref()
-        .map(|l| l.points.iter().map(|&(x, y)| (x, y * y_max)).collect())
-        .unwrap_or_default();
-    let cursor: Vec<(f64, f64)> = t
-        .cursor_x
-        .map(|x| (0..=40).map(|i| (x, y_max * f64::from(i) / 40.0)).collect())
-        .unwrap_or_default();
-    let ooms: Vec<(f64, f64)> = t.oom_x.iter().map(|&x| (x, y_max * 0.98)).collect();
-    // Phase boundaries as dotted verticals.
-    let phase_marks: Vec<(f64, f64)> = t
-        .phases
-        .iter()
-        .flat_map(|&(a, b, _)| [a, b])
-        .filter(|x| (0.0..=1.0).contains(x))
-        .flat_map(|x| (0..=20).map(move |i| (x, y_max * f64::from(i) / 20.0)))
-        .collect();
-    let mut datasets = Vec::new();
-    if !phase_marks.is_empty() {
-        datasets.push(
-            Dataset::default()
-                .marker(Marker::Dot)
-                .graph_type(GraphType::Scatter)
-                .style(Style::new().fg(c(theme::PHASE)))
-                .data(&phase_marks),
-        );
-    }
-    if !frag_scaled.is_empty() {
-        datasets.push(
-            Dataset::default()
-                .marker(Marker::Braille)
-                .graph_type(GraphType::Line)
-                .style(Style::new().fg(c(theme::FRAGMENTATION)))
-                .data(&frag_scaled),
-        );
-    }
-    for line in &t.byte_lines {
-        datasets.push(
-            Dataset::default()
-                .marker(Marker::Braille)
-                .graph_type(GraphType::Line)
-                .style(Style::new().fg(c(theme::series(line.palette))))
-                .data(&line.points),
-        );
-    }
-    if !ooms.is_empty() {
-        datasets.push(
-            Dataset::default()
-                .marker(Marker::Dot)
-                .graph_type(GraphType::Scatter)
-                .style(Style::new().fg(c(theme::OOM)))
-                .data(&ooms),
-        );
-    }
-    datasets.push(
-        Dataset::default()
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Scatter)
-            .style(Style::new().fg(c(theme::CURSOR)))
-            .data(&cursor),
-    );
-    let half = crate::format::bytes((t.y_max_bytes / 2.0) as u64);
-    // The legend goes in the title: ratatui's legend box would cover the plot.
-    let mut title = vec![Span::raw(format!(" {} ", t.title))];
-    for line in &t.byte_lines {
-        title.push(Span::styled(
-            "━ ",
-            Style::new().fg(c(theme::series(line.palette))),
-        ));
-        title.push(Span::raw(format!("{}  ", line.label)));
-    }
-    if t.fragmentation.is_some() {
-        title.push(Span::styled("━ ", Style::new().fg(c(theme::FRAGMENTATION))));
-        title.push(Span::raw("fragmentation (right scale, 0-100%)  "));
-    }
-    if !t.oom_x.is_empty() {
-        title.push(Span::styled("• ", Style::new().fg(c(theme::OOM))));
-        title.push(Span::raw("OOM "));
-    }
-    if let Some((_, _, name)) = t.phases.first() {
-        title.push(Span::styled("┆ ", Style::new().fg(c(theme::PHASE))));
-        title.push(Span::raw(format!(
-            "phases: {} ({} in view) ",
-            name,
-            t.phases.len()
-        )));
-    } else if t.phases_in_view > 0 {
-        title.push(Span::styled("┆ ", Style::new().fg(c(theme::PHASE))));
-        title.push(Span::raw(format!(
-            "{} phases in view, too many to mark: zoom in ",
-            t.phases_in_view
-        )));
-    }
-    let mut block = Block::bordered()
-        .title(Line::from(title))
-        .title_alignment(Alignment::Left)
-        .title_bottom(Line::from(" fragmentation: 100% at top ").right_aligned());
-    if let Some(o) = &vm.overview {
-        block = block.title_bottom(overview_line(o, a.timeline.width));
-    }
-    let chart = Chart::new(datasets)
-        .block(block)
-        .x_axis(
-            Axis::default()
-                .bounds([0.0, 1.0])
-                .labels([t.t_start_label.clone(), t.t_end_label.clone()])
-                .style(Style::new().fg(c(theme::DIM))),
-        )
-        .y_axis(
-            Axis::default()
-                .bounds([0.0, y_max])
-                .labels([
-                    format!("{:>width$}", "0 B", width = usize::from(Y_LABEL_WIDTH)),
-                    format!("{half:>width$}", width = usize::from(Y_LABEL_WIDTH)),
-                    format!(
-                        "{:>width$}",
-                        t.y_max_label,
-                        width = usize::from(Y_LABEL_WIDTH)
-                    ),
-                ])
-                .style(Style::new().fg(c(theme::DIM))),
-        )
-        .legend_position(None);
-    f.render_widget(chart, a.timeline);
 }
 
 /// For a plan: a short text box on top, the picture below it over the rest of the screen.
@@ -731,25 +598,6 @@ fn keep_end(text: &str, room: usize) -> String {
     std::iter::once('…')
         .chain(text.chars().skip(skip))
         .collect()
-}
-
-/// The whole trace's strip in the timeline's bottom border (the part shown in reverse), then
-/// what it is; it leaves room for the border's right-hand title.
-fn overview_line(o: &crate::model::overview::OverviewVm, width: u16) -> Line<'static> {
-    let strip_width = usize::from(width.saturating_sub(4) / 4).clamp(8, 64);
-    let mut spans = vec![Span::raw(" ")];
-    for cell in o.cells(strip_width) {
-        let style = if cell.in_part {
-            Style::new()
-                .fg(c(theme::CURSOR))
-                .add_modifier(Modifier::REVERSED)
-        } else {
-            Style::new().fg(c(theme::DIM))
-        };
-        spans.push(Span::styled(cell.glyph.to_string(), style));
-    }
-    spans.push(Span::raw(format!(" {} ", o.label)));
-    Line::from(spans)
 }
 
 fn draw_status(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {

@@ -2,6 +2,7 @@
 //! to the shared model and draws the view-model; it holds no domain logic.
 
 pub mod draw;
+mod draw_timeline;
 pub mod keys;
 #[cfg(test)]
 mod tests;
