@@ -59,7 +59,8 @@ impl OverviewVm {
         } else {
             format!(
                 "whole trace: {:.0}% read, peak live {} so far",
-                100.0 * o.scanned_events as f64 / total,
+                // An index that understates the trace must not read past 100%.
+                100.0 * (o.scanned_events as f64 / total).min(1.0),
                 format::bytes(peak)
             )
         };

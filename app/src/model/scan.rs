@@ -192,7 +192,9 @@ impl Scan {
         let mut batch = EventBatch::default();
         let bucket_events = lock(&self.found).overview.bucket_events;
         let mut next_point = 0u64;
-        let mut bucket_max: Vec<u64> = Vec::new();
+        // Fixed: the stretches are sized from the index's count, which a damaged or hostile
+        // file may understate; events past the last stretch count in it.
+        let mut bucket_max = vec![0u64; OVERVIEW_BUCKETS];
         loop {
             if self.cancel.load(Ordering::Relaxed) {
                 return Err("stopped: another trace was opened".to_owned());
@@ -205,11 +207,10 @@ impl Scan {
                 return Ok(());
             }
             for j in 0..batch.len() {
-                let bucket = (before.events() as u64 / bucket_events) as usize;
+                let bucket = usize::try_from(before.events() as u64 / bucket_events)
+                    .unwrap_or(usize::MAX)
+                    .min(OVERVIEW_BUCKETS - 1);
                 before.note_event(&batch, j);
-                if bucket_max.len() <= bucket {
-                    bucket_max.resize(bucket + 1, 0);
-                }
                 if let Some(m) = bucket_max.get_mut(bucket) {
                     *m = (*m).max(before.live_bytes());
                 }
@@ -257,6 +258,19 @@ mod tests {
 
     fn sample() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/python_json.avt")
+    }
+
+    /// An index that understates the trace (here: 10 events for 7,486) does not grow the
+    /// overview past its stretches: the events past them count in the last one.
+    #[test]
+    fn an_understated_event_count_keeps_the_overview_bounded() {
+        let scan = Scan::new(sample(), None, 10, POINTS_BUDGET_BYTES);
+        scan.run().unwrap();
+        let o = scan.overview();
+        assert_eq!(o.scanned_events, 7_486);
+        assert_eq!(o.max_live_bytes.len(), OVERVIEW_BUCKETS);
+        let peak = o.max_live_bytes.iter().max().copied().unwrap();
+        assert_eq!(o.max_live_bytes.last().copied(), Some(peak));
     }
 
     /// A read keeps a point at the start and one after the block; with a budget that the
