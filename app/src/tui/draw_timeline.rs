@@ -112,9 +112,11 @@ pub(super) fn draw_timeline(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
     let mut block = Block::bordered()
         .title(Line::from(title))
         .title_alignment(Alignment::Left)
-        .title_bottom(Line::from(" fragmentation: 100% at top ").right_aligned());
+        .title_bottom(Line::from(FRAG_NOTE).right_aligned());
     if let Some(o) = &vm.overview {
-        block = block.title_bottom(overview_line(o, a.timeline.width));
+        // Room left of the right-hand note, inside the corners, with a gap of one.
+        let room = usize::from(a.timeline.width).saturating_sub(FRAG_NOTE.chars().count() + 3);
+        block = block.title_bottom(overview_line(o, room));
     }
     let chart = Chart::new(datasets)
         .block(block)
@@ -142,10 +144,14 @@ pub(super) fn draw_timeline(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
     f.render_widget(chart, a.timeline);
 }
 
-/// The whole trace's strip in the timeline's bottom border (the part shown in reverse), then
-/// what it is; it leaves room for the border's right-hand title.
-fn overview_line(o: &crate::model::overview::OverviewVm, width: u16) -> Line<'static> {
-    let strip_width = usize::from(width.saturating_sub(4) / 4).clamp(8, 64);
+/// What the timeline's bottom border says on its right.
+const FRAG_NOTE: &str = " fragmentation: 100% at top ";
+
+/// The whole trace's strip (the part shown in reverse) and its label, for the timeline's
+/// bottom border, in `room` cells: the strip a third of them (8 to 64 cells), the label cut
+/// to what is left.
+fn overview_line(o: &crate::model::overview::OverviewVm, room: usize) -> Line<'static> {
+    let strip_width = (room / 3).clamp(8, 64);
     let mut spans = vec![Span::raw(" ")];
     for cell in o.cells(strip_width) {
         let style = if cell.in_part {
@@ -157,6 +163,14 @@ fn overview_line(o: &crate::model::overview::OverviewVm, width: u16) -> Line<'st
         };
         spans.push(Span::styled(cell.glyph.to_string(), style));
     }
-    spans.push(Span::raw(format!(" {} ", o.label)));
+    let label_room = room.saturating_sub(strip_width + 3);
+    let label: String = if o.label.chars().count() > label_room {
+        let mut cut: String = o.label.chars().take(label_room.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    } else {
+        o.label.clone()
+    };
+    spans.push(Span::raw(format!(" {label} ")));
     Line::from(spans)
 }
