@@ -21,14 +21,19 @@ fn allocview(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-fn json_of(args: &[&str]) -> Value {
+/// `allocview args`, which must succeed.
+fn allocview_ok(args: &[&str]) -> std::process::Output {
     let out = allocview(args);
     assert!(
         out.status.success(),
         "{args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    out
+}
+
+fn json_of(args: &[&str]) -> Value {
+    serde_json::from_slice(&allocview_ok(args).stdout).unwrap()
 }
 
 /// The JSON without the keys that measure time or say how it was read.
@@ -201,12 +206,7 @@ fn streamed_windows_give_the_loaded_windows_figures() {
         let mut args = vec!["report", "--policy", "bfc", "--events", "2000..6000"];
         args.extend([file.to_str().unwrap(), "--out", out_dir.to_str().unwrap()]);
         args.extend_from_slice(extra);
-        let out = allocview(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = allocview_ok(&args);
         assert!(String::from_utf8_lossy(&out.stderr).contains("carried in"));
         outs.push(out_dir);
     }
@@ -280,12 +280,7 @@ fn a_streamed_report_writes_the_loaded_reports_files() {
             out_dir.to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
-        let out = allocview(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        allocview_ok(&args);
         outs.push(out_dir);
     }
     for name in [
@@ -326,7 +321,7 @@ fn splice_copies_real_traces_shifted_and_frees_their_leftovers() {
     let one_copy = n(&original, "events") + n(&original, "final_live_blocks");
     let out = dir.join("one.avt");
     let o = out.to_str().unwrap();
-    let written = allocview(&[
+    allocview_ok(&[
         "splice",
         "--events",
         &one_copy.to_string(),
@@ -334,11 +329,6 @@ fn splice_copies_real_traces_shifted_and_frees_their_leftovers() {
         o,
         perl.to_str().unwrap(),
     ]);
-    assert!(
-        written.status.success(),
-        "{}",
-        String::from_utf8_lossy(&written.stderr)
-    );
     let s = stats(&out);
     assert_eq!(n(&s, "events"), one_copy);
     assert_eq!(n(&s, "final_live_blocks"), 0);
@@ -347,7 +337,7 @@ fn splice_copies_real_traces_shifted_and_frees_their_leftovers() {
     // (the copies' pointers never meet), and times keep going forward.
     let out = dir.join("many.avt");
     let o = out.to_str().unwrap();
-    let written = allocview(&[
+    allocview_ok(&[
         "splice",
         "--events",
         "80000",
@@ -356,11 +346,6 @@ fn splice_copies_real_traces_shifted_and_frees_their_leftovers() {
         perl.to_str().unwrap(),
         python.to_str().unwrap(),
     ]);
-    assert!(
-        written.status.success(),
-        "{}",
-        String::from_utf8_lossy(&written.stderr)
-    );
     let s = stats(&out);
     assert_eq!(n(&s, "events"), 80_000);
     assert_eq!(n(&s, "frees_unknown"), 0);
@@ -423,18 +408,13 @@ fn loading_commands_work_on_a_window_of_a_trace_too_big_to_load() {
     // Written now, so it has the block index that tells its size before reading it.
     let file = dir.join("python_json.avt");
     let sample = sample("python_json.avt");
-    let out = allocview(&[
+    allocview_ok(&[
         "convert",
         "--to",
         "binary",
         sample.to_str().unwrap(),
         file.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let file = file.to_str().unwrap();
     let small = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_allocview"))
@@ -502,7 +482,7 @@ fn a_part_read_from_the_scans_resume_point_has_the_tables_read_from_the_start() 
     std::fs::create_dir_all(&dir).unwrap();
     // 400,000 records spliced from a real trace: seven blocks.
     let file = dir.join("spliced.avt");
-    let out = allocview(&[
+    allocview_ok(&[
         "splice",
         "--events",
         "400000",
@@ -510,11 +490,6 @@ fn a_part_read_from_the_scans_resume_point_has_the_tables_read_from_the_start() 
         file.to_str().unwrap(),
         sample("python_json.avt").to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let stats = json_of(&["stats", "--json", file.to_str().unwrap()]);
     let events = stats["events"].as_u64().unwrap();
     let scan = scan_of(&file, events);

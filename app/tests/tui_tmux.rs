@@ -42,6 +42,21 @@ fn wait_for(s: &Session, what: &str, pred: impl Fn(&str) -> bool) -> String {
     }
 }
 
+/// A detached tmux session `name` of `width` x `height` running `cmd`.
+fn start(name: String, width: u16, height: u16, cmd: &str) -> Session {
+    let (w, h) = (width.to_string(), height.to_string());
+    let out = Command::new("tmux")
+        .args(["new-session", "-d", "-s", &name, "-x", &w, "-y", &h, cmd])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Session(name)
+}
+
 fn keys(s: &Session, keys: &[&str]) {
     let mut args = vec!["send-keys", "-t", &s.0];
     args.extend_from_slice(keys);
@@ -62,26 +77,7 @@ fn explorer_in_tmux() {
         env!("CARGO_BIN_EXE_allocview"),
         trace.display()
     );
-    let out = Command::new("tmux")
-        .args([
-            "new-session",
-            "-d",
-            "-s",
-            &name,
-            "-x",
-            "150",
-            "-y",
-            "45",
-            &cmd,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s = Session(name);
+    let s = start(name, 150, 45, &cmd);
 
     let screen = wait_for(&s, "all policies replayed", |t| {
         t.contains("(3/3 replayed)")
@@ -163,26 +159,7 @@ fn a_trace_too_big_to_load_opens_on_its_first_events() {
         env!("CARGO_BIN_EXE_allocview"),
         trace.display()
     );
-    let out = Command::new("tmux")
-        .args([
-            "new-session",
-            "-d",
-            "-s",
-            &name,
-            "-x",
-            "200",
-            "-y",
-            "45",
-            &cmd,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s = Session(name);
+    let s = start(name, 200, 45, &cmd);
     // 200,000 / 4 bytes of budget at 64 bytes an event: the first 781 events.
     // The status line says it once.
     let screen = wait_for(&s, "the first events", |t| {
@@ -224,22 +201,7 @@ fn a_pytorch_snapshot_in_tmux() {
     let name = format!("allocview-test-pt-{}", std::process::id());
     // No --policy: a snapshot opens on `pytorch`, its recorded heap.
     let cmd = format!("{} {}", env!("CARGO_BIN_EXE_allocview"), snap.display());
-    let out = Command::new("tmux")
-        .args([
-            "new-session",
-            "-d",
-            "-s",
-            &name,
-            "-x",
-            "170",
-            "-y",
-            "50",
-            &cmd,
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let s = Session(name);
+    let s = start(name, 170, 50, &cmd);
     let n = allocview_sim::policy::registry::POLICY_NAMES.len();
     let all_replayed = format!("({n}/{n} replayed)");
     let screen = wait_for(&s, "all policies replayed", |t| t.contains(&all_replayed));

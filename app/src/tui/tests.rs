@@ -26,6 +26,19 @@ fn specs(names: &[&'static str]) -> Vec<PolicySpec> {
     names.iter().map(|&n| PolicySpec::plain(n)).collect()
 }
 
+/// `path` opened on the window `events` with first-fit, loaded and replayed, the cursor sent
+/// to `goto` as the frontends send a part's.
+fn windowed(path: &Path, events: &str, goto: Option<String>) -> AppState {
+    let mut s = AppState::new(path, &specs(&["first-fit"]), PolicyConfig::default());
+    s.window = crate::cmd::window::WindowArgs {
+        events: Some(events.to_owned()),
+        ..Default::default()
+    };
+    s.initial_goto = goto;
+    load_blocking(&mut s, false, 1).unwrap();
+    s
+}
+
 fn loaded(trace: &str, policies: &[&'static str]) -> AppState {
     // Paths in snapshots must not depend on where the checkout lives.
     let mut state = AppState::new(&sample(trace), &specs(policies), PolicyConfig::default());
@@ -188,12 +201,7 @@ fn the_explorer_loads_only_the_window_with_its_live_blocks_carried_in() {
     let path = sample("find_usr_include.trace.gz");
     let mut whole = AppState::new(&path, &specs(&["first-fit"]), PolicyConfig::default());
     load_blocking(&mut whole, false, 1).unwrap();
-    let mut s = AppState::new(&path, &specs(&["first-fit"]), PolicyConfig::default());
-    s.window = crate::cmd::window::WindowArgs {
-        events: Some("20000..25000".to_owned()),
-        ..Default::default()
-    };
-    load_blocking(&mut s, false, 1).unwrap();
+    let s = windowed(&path, "20000..25000", None);
     let live_at = |st: &AppState, event: usize| {
         let (_, c) = st
             .selected_replay()
@@ -220,12 +228,7 @@ fn the_explorer_loads_only_the_window_with_its_live_blocks_carried_in() {
 #[test]
 fn goto_an_event_of_the_whole_trace_opens_its_part() {
     let path = sample("find_usr_include.trace.gz");
-    let mut s = AppState::new(&path, &specs(&["first-fit"]), PolicyConfig::default());
-    s.window = crate::cmd::window::WindowArgs {
-        events: Some("20000..25000".to_owned()),
-        ..Default::default()
-    };
-    load_blocking(&mut s, false, 1).unwrap();
+    let mut s = windowed(&path, "20000..25000", None);
     let carried = s.events() - 5_000;
     assert!(carried > 0);
     send(&mut s, &key('g'));
@@ -258,13 +261,7 @@ fn goto_an_event_of_the_whole_trace_opens_its_part() {
     );
     // The asked part opened as the frontends open it: the cursor on event #33,333, the
     // same event as in the whole trace.
-    let mut next = AppState::new(&path, &specs(&["first-fit"]), PolicyConfig::default());
-    next.window = crate::cmd::window::WindowArgs {
-        events: Some("30000..35000".to_owned()),
-        ..Default::default()
-    };
-    next.initial_goto = goto;
-    load_blocking(&mut next, false, 1).unwrap();
+    let next = windowed(&path, "30000..35000", goto);
     let carried = next.events() - 5_000;
     assert_eq!(next.cursor, carried + 3_333);
     let whole = loaded("find_usr_include.trace.gz", &["first-fit"]);
@@ -281,12 +278,7 @@ fn goto_an_event_of_the_whole_trace_opens_its_part() {
 #[test]
 fn braces_open_the_next_and_previous_parts_of_a_window() {
     let path = sample("find_usr_include.trace.gz");
-    let mut s = AppState::new(&path, &specs(&["first-fit"]), PolicyConfig::default());
-    s.window = crate::cmd::window::WindowArgs {
-        events: Some("20000..25000".to_owned()),
-        ..Default::default()
-    };
-    load_blocking(&mut s, false, 1).unwrap();
+    let mut s = windowed(&path, "20000..25000", None);
     let part = s.data.as_ref().unwrap().part.unwrap();
     assert_eq!(
         (part.start, part.end, part.trace_events),
