@@ -29,10 +29,14 @@
 //! whether the actual token is first, among the first three, or of the heaviest label: no token
 //! can gain more than that mass. In a confident context that is after the first order. The
 //! probability of the actual token is always summed over every order.
+//!
+//! **Frozen.** A model that moves a history on without learning answers each context once,
+//! with the whole blend, and keeps the answer for the context's returns ([`super::memo`]).
 
+use super::memo::Memo;
 use super::table::{Ctx, Dense, Table};
 use super::tokens::{NUM_SEED_LABELS, NUM_TOKENS, seed_label};
-use super::{Model, Prediction};
+use super::{Model, Prediction, insert_top3};
 
 /// Highest supported order: 8 tokens of 6 bits fill the 48 bits of a key.
 pub const MAX_ORDER: usize = 8;
@@ -94,6 +98,14 @@ pub struct ContextModel {
     ahead: Vec<History>,
     /// Whether calls are announced ahead, so `predict` and `observe` need not fetch.
     looking_ahead: bool,
+    /// Whether the model has moved a history on without learning since it last learnt: it is
+    /// frozen, and answers from [`Self::memo`].
+    frozen: bool,
+    /// A frozen model's answers by context ([`super::memo`]).
+    memo: Memo,
+    /// Off only in tests, which compare the memo's answers with the blend's.
+    #[cfg(test)]
+    use_memo: bool,
 }
 
 impl ContextModel {
@@ -109,6 +121,10 @@ impl ContextModel {
             cached_for: None,
             ahead: Vec::new(),
             looking_ahead: false,
+            frozen: false,
+            memo: Memo::default(),
+            #[cfg(test)]
+            use_memo: true,
         }
     }
 
@@ -143,6 +159,7 @@ impl ContextModel {
 
     /// The statistics of context order `k` of `h` (a table index for the hashed orders), if
     /// it has been seen.
+    #[inline(always)] // a call per order in `predict`'s hot loop: out of line, 5% of online
     fn ctx(&self, h: History, k: usize) -> Option<(u32, Ctx<'_>)> {
         if k <= DENSE_ORDERS {
             let d = self.dense.get(h.dense_index(k))?;
@@ -164,6 +181,67 @@ impl ContextModel {
             table.prefetch(h.key(k));
         }
     }
+
+    /// Whether `predict` answers from the memo: when frozen (tests can turn the memo off).
+    fn answers_from_memo(&self) -> bool {
+        #[cfg(test)]
+        if !self.use_memo {
+            return false;
+        }
+        self.frozen
+    }
+
+    /// The key of `h`'s context of order `kmax`, under which the memo keeps its answer (order 0
+    /// too: its key is the order's alone).
+    fn memo_key(h: History, kmax: usize) -> u64 {
+        USED | ((kmax as u64) << 48) | (h.bits & ((1u64 << (TOKEN_BITS * kmax as u32)) - 1))
+    }
+
+    /// The whole blend of `h`'s contexts up to order `kmax`: its three first tokens, its
+    /// heaviest label and every token's probability. Each is the number `predict` finds for
+    /// it: the probabilities are summed order by order in `predict`'s order, and the tokens
+    /// and label are ranked as [`Blend::final_verdict`] ranks them.
+    fn answer(&self, h: History, kmax: usize) -> ([u8; 3], u8, [f64; NUM_TOKENS]) {
+        let mut blend = Blend::new();
+        let mut rest = 1.0f64;
+        for k in (0..=kmax).rev() {
+            let Some((_, ctx)) = self.ctx(h, k) else {
+                continue;
+            };
+            let (total, distinct) = (ctx.total(), ctx.distinct());
+            if total == 0 {
+                continue;
+            }
+            let inv = 1.0 / f64::from(total + distinct);
+            blend.add(rest * inv, ctx);
+            rest *= f64::from(distinct) * inv;
+        }
+        let mut top: [(f64, u8); 3] = [(-1.0, 0); 3];
+        for (tok, &q) in (0u8..).zip(blend.acc.iter()) {
+            insert_top3(&mut top, q, tok);
+        }
+        let uniform = rest / NUM_TOKENS as f64;
+        (
+            top.map(|(_, t)| t),
+            blend.best_label(rest),
+            blend.acc.map(|a| a + uniform),
+        )
+    }
+
+    /// `predict`'s answer from the memo, blending `h`'s context there first if it is new.
+    fn predict_frozen(&mut self, h: History, kmax: usize, actual: u8) -> Prediction {
+        let key = Self::memo_key(h, kmax);
+        if let Some(a) = self.memo.find(key) {
+            return Prediction::from_guesses(a.top3, a.label, actual, self.memo.p(a, actual));
+        }
+        if !self.looking_ahead {
+            self.prefetch(h, kmax);
+        }
+        let (top3, label, dist) = self.answer(h, kmax);
+        let p_actual = dist.get(usize::from(actual)).copied().unwrap_or(0.0);
+        self.memo.insert(key, top3, label, dist);
+        Prediction::from_guesses(top3, label, actual, p_actual)
+    }
 }
 
 /// The running sums of the blend while the decisions are still open.
@@ -175,6 +253,14 @@ struct Blend {
 }
 
 impl Blend {
+    fn new() -> Self {
+        Self {
+            acc: [0.0; NUM_TOKENS],
+            touched: 0,
+            labels: [0.0; 8],
+        }
+    }
+
     fn add(&mut self, coef: f64, ctx: Ctx<'_>) {
         let Self {
             acc,
@@ -234,6 +320,15 @@ impl Blend {
             .filter(|&x| x != actual)
             .filter(|&x| self.acc[x] > a || (self.acc[x] == a && x < actual))
             .count();
+        (
+            beaten_by == 0,
+            beaten_by < 3,
+            self.best_label(rest) == seed_label(actual as u8),
+        )
+    }
+
+    /// The heaviest collapsed label once `rest` is spread uniformly (ties to the lower label).
+    fn best_label(&self, rest: f64) -> u8 {
         let mut labels = self.labels;
         for (l, v) in labels.iter_mut().enumerate().take(NUM_SEED_LABELS) {
             // Label l holds 2^(l-1) tokens (label 0 one).
@@ -244,12 +339,7 @@ impl Blend {
             };
             *v += rest * tokens / NUM_TOKENS as f64;
         }
-        let best = super::argmax(labels.get(..NUM_SEED_LABELS).unwrap_or_default());
-        (
-            beaten_by == 0,
-            beaten_by < 3,
-            best == seed_label(actual as u8),
-        )
+        super::argmax(labels.get(..NUM_SEED_LABELS).unwrap_or_default())
     }
 }
 
@@ -272,11 +362,10 @@ impl Model for ContextModel {
     fn predict(&mut self, thread: u16, actual: u8) -> Prediction {
         let h = self.history(thread);
         let kmax = self.order.min(usize::from(h.len));
-        let mut blend = Blend {
-            acc: [0.0; NUM_TOKENS],
-            touched: 0,
-            labels: [0.0; 8],
-        };
+        if self.answers_from_memo() {
+            return self.predict_frozen(h, kmax, actual);
+        }
+        let mut blend = Blend::new();
         let mut rest = 1.0f64;
         let mut p_actual = 0.0f64;
         let mut settled = None;
@@ -319,6 +408,10 @@ impl Model for ContextModel {
     fn observe(&mut self, thread: u16, token: u8, learn: bool) {
         let h = self.history(thread);
         if learn {
+            if self.frozen {
+                self.frozen = false;
+                self.memo.clear();
+            }
             let kmax = self.order.min(usize::from(h.len));
             // A table that grows only invalidates its own cached index, which is not used.
             let cache_valid = self.cached_for == Some((thread, h.bits, h.len));
@@ -339,6 +432,8 @@ impl Model for ContextModel {
                 };
                 table.add(i, token);
             }
+        } else {
+            self.frozen = true;
         }
         self.cached_for = None;
         self.history_mut(thread).push(token);
@@ -354,8 +449,16 @@ impl Model for ContextModel {
         };
         let before = *h;
         h.push(token);
-        self.prefetch(before, self.order.min(usize::from(before.len)));
+        let kmax = self.order.min(usize::from(before.len));
         self.looking_ahead = true;
+        // Frozen, a context answered before needs only its answer's line; a new one its blend.
+        if self.answers_from_memo()
+            && let Some(a) = self.memo.find(Self::memo_key(before, kmax))
+        {
+            self.memo.prefetch_p(a, token);
+            return;
+        }
+        self.prefetch(before, kmax);
     }
 
     fn reset_history(&mut self) {
@@ -455,6 +558,53 @@ mod tests {
         let mut sum = 0;
         order0.for_each(|_, c| sum += u32::from(c));
         assert_eq!(order0.total(), sum);
+    }
+
+    /// Frozen, the memo's answers are the blend's: for every token after every context of a
+    /// held-out stream, hit or miss, and after the model learns again.
+    #[test]
+    fn the_memo_answers_as_the_blend_does() {
+        let mut x = 11u64;
+        let mut next = |i: u32| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            if i.is_multiple_of(4) {
+                (x >> 59) as u8
+            } else {
+                (i % 5) as u8 * 9
+            }
+        };
+        let mut memo = ContextModel::new(6);
+        for i in 0..4000u32 {
+            memo.observe((i % 3) as u16, next(i), true);
+        }
+        let mut blend = memo.clone();
+        blend.use_memo = false;
+        let mut compared = 0;
+        for round in 0..2u32 {
+            for i in 0..600u32 {
+                let (thread, tok) = ((i % 3) as u16, next(i));
+                for t in 0..64u8 {
+                    let (a, b) = (memo.predict(thread, t), blend.predict(thread, t));
+                    assert_eq!(a, b, "round {round}, call {i}, token {t}");
+                    compared += 1;
+                }
+                memo.observe(thread, tok, false);
+                blend.observe(thread, tok, false);
+            }
+            assert!(
+                memo.memo.len() > 50,
+                "{} contexts answered",
+                memo.memo.len()
+            );
+            assert!(memo.memo.len() < 600, "contexts came back");
+            for i in 0..500u32 {
+                let tok = next(i);
+                memo.observe(0, tok, true);
+                blend.observe(0, tok, true);
+            }
+            assert!(memo.memo.is_empty(), "learning empties the memo");
+        }
+        assert_eq!(compared, 2 * 600 * 64);
     }
 
     #[test]

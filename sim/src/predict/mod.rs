@@ -3,7 +3,7 @@
 //!
 //! - [`tokens`]: the article's 64-class token stream, per thread, and its collapsed 7-class label;
 //! - [`context`]: order-K context models (an interpolated blend with PPM escapes over flat
-//!   hashed count tables);
+//!   hashed count tables), whose answers a frozen model keeps by context (`memo`);
 //! - [`baselines`]: majority class, last token, one period ago;
 //! - [`eval`]: the time-ordered split, online (prequential) and cross-run evaluations and their
 //!   figures;
@@ -13,6 +13,7 @@ pub mod baselines;
 pub mod context;
 pub mod eval;
 pub mod lifetime;
+mod memo;
 mod table;
 pub mod tokens;
 
