@@ -229,6 +229,8 @@ impl ContextModel {
     }
 
     /// `predict`'s answer from the memo, blending `h`'s context there first if it is new.
+    /// Out of line, so the online pass's `predict` stays as it was.
+    #[inline(never)]
     fn predict_frozen(&mut self, h: History, kmax: usize, actual: u8) -> Prediction {
         let key = Self::memo_key(h, kmax);
         if let Some(a) = self.memo.find(key) {

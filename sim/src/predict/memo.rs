@@ -18,6 +18,8 @@ use super::tokens::NUM_TOKENS;
 /// Contexts the memo answers at most.
 pub const MAX_ANSWERS: usize = 1 << 17;
 const INITIAL_LOG2: u32 = 10;
+/// Distributions to a chunk (256 KiB).
+const CHUNK: usize = 512;
 
 /// One context's answer: its three first tokens (ties to the lower token), its heaviest
 /// collapsed label, and where its distribution is.
@@ -40,7 +42,9 @@ struct Slot {
 #[derive(Clone, Debug)]
 pub struct Memo {
     slots: Vec<Slot>,
-    dists: Vec<[f64; NUM_TOKENS]>,
+    /// The distributions, [`CHUNK`] to a vector, so that growing never copies them.
+    dists: Vec<Vec<[f64; NUM_TOKENS]>>,
+    answers: usize,
     /// `64 - log2(slots)`, for multiplicative hashing.
     shift: u32,
 }
@@ -50,6 +54,7 @@ impl Default for Memo {
         Self {
             slots: vec![Slot::default(); 1 << INITIAL_LOG2],
             dists: Vec::new(),
+            answers: 0,
             shift: 64 - INITIAL_LOG2,
         }
     }
@@ -64,12 +69,12 @@ impl Memo {
     #[cfg(test)]
     #[must_use]
     pub fn len(&self) -> usize {
-        self.dists.len()
+        self.answers
     }
 
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.dists.is_empty()
+        self.answers == 0
     }
 
     /// Forgets every answer (the model has learnt).
@@ -99,28 +104,33 @@ impl Memo {
     /// The probability `answer`'s context gives `token`.
     #[must_use]
     pub fn p(&self, answer: Answer, token: u8) -> f64 {
-        let dist = self.dists.get(answer.dist as usize);
-        dist.and_then(|d| d.get(usize::from(token)).copied())
+        self.dist(answer)
+            .and_then(|d| d.get(usize::from(token)).copied())
             .unwrap_or(0.0)
+    }
+
+    fn dist(&self, answer: Answer) -> Option<&[f64; NUM_TOKENS]> {
+        let i = answer.dist as usize;
+        self.dists.get(i / CHUNK)?.get(i % CHUNK)
     }
 
     /// Starts fetching the line of `answer`'s distribution that holds `token`.
     pub fn prefetch_p(&self, answer: Answer, token: u8) {
         let line = usize::from(token) / 8;
-        if let Some(d) = self.dists.get(answer.dist as usize) {
+        if let Some(d) = self.dist(answer) {
             prefetch_index::prefetch_index(d, line * 8);
         }
     }
 
     /// Keeps the answer for `key` (non-zero, not kept yet), unless the memo is full.
     pub fn insert(&mut self, key: u64, top3: [u8; 3], label: u8, dist: [f64; NUM_TOKENS]) {
-        if self.dists.len() >= MAX_ANSWERS {
+        if self.answers >= MAX_ANSWERS {
             return;
         }
-        if (self.dists.len() + 1) * 2 > self.slots.len() {
+        if (self.answers + 1) * 2 > self.slots.len() {
             self.grow();
         }
-        let Ok(index) = u32::try_from(self.dists.len()) else {
+        let Ok(index) = u32::try_from(self.answers) else {
             return;
         };
         let answer = Answer {
@@ -128,9 +138,18 @@ impl Memo {
             label,
             dist: index,
         };
-        if self.place(key, answer) {
-            self.dists.push(dist);
+        if !self.place(key, answer) {
+            return;
         }
+        match self.dists.last_mut() {
+            Some(chunk) if chunk.len() < CHUNK => chunk.push(dist),
+            _ => {
+                let mut chunk = Vec::with_capacity(CHUNK);
+                chunk.push(dist);
+                self.dists.push(chunk);
+            }
+        }
+        self.answers += 1;
     }
 
     /// Puts `answer` in `key`'s first free slot; false when `key` is kept already.
