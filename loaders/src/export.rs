@@ -98,14 +98,7 @@ impl EventBatcher {
     /// # Errors
     /// What the loader would refuse (too many threads or allocations, an unknown call code).
     pub fn push(&mut self, r: &Record) -> Result<(), &'static str> {
-        self.builder.push(&crate::malloc_trace::Line {
-            t_ns: r.t_ns.max(0),
-            tid: r.tid,
-            size_bytes: r.size_bytes,
-            addr: r.addr,
-            call: r.call,
-            stack: r.stack,
-        })
+        self.builder.push(&crate::malloc_trace::Line::of_record(r))
     }
 
     /// Rows appended since the last batch (a displaced allocation adds a free row).

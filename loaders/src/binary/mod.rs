@@ -119,7 +119,7 @@ use spool::read_spool;
 pub use spool::{LivePoll, LiveSpool};
 pub use stacks::{Location, NativeModule, NativeStack, NativeStacks, SourceFrame, StackEnd};
 pub use stream::{BinaryEventStream, StreamPoint};
-use trace::read_trace;
+use trace::{read_trace, read_trace_staged};
 pub use write::BinaryWriter;
 
 /// The first eight bytes of every allocview binary file.
@@ -302,6 +302,42 @@ pub fn read_records_with(
 ///
 /// # Errors
 /// See [`read_records`]; in strict mode also when a record breaks a loader limit.
+/// Reads every record of `path` into `b`. A trace's records are paired on the thread that
+/// decodes its blocks while `b`'s columns are filled here (see [`read_trace_staged`]); a
+/// spool's streams are merged first, so its records go through [`Builder::push`].
+fn read_into(
+    path: &Path,
+    strictness: Strictness,
+    b: &mut Builder,
+) -> Result<BinaryInfo, LoadError> {
+    let bytes = std::fs::read(path).map_err(|e| LoadError::io(path, e))?;
+    let kind = read_header(path, &bytes)?;
+    let frames = bytes.get(10..).unwrap_or(&[]);
+    if kind == FileKind::Spool {
+        return read_spool(
+            path,
+            Frames {
+                bytes: frames,
+                pos: 0,
+            },
+            TimeBase::default(),
+            &mut |r| b.push(&Line::of_record(r)),
+        );
+    }
+    let (mut maker, mut summary) = b.split();
+    let read = read_trace_staged(
+        path,
+        frames,
+        strictness,
+        |r: &Record, out: &mut Vec<_>| {
+            maker.make(&mut summary, &Line::of_record(r), |row| out.push(row))
+        },
+        &mut |row| b.push_row(row),
+    );
+    b.rejoin(maker, summary);
+    read
+}
+
 pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadError> {
     let started = Instant::now();
     let file_bytes = std::fs::metadata(path)
@@ -310,17 +346,7 @@ pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
     // About 2.5 bytes an event compressed (5 in a spool); the builder's vectors grow if needed.
     let expected = usize::try_from(file_bytes / 2).unwrap_or(1 << 20) + 1024;
     let mut b = Builder::with_capacity(expected);
-    let info = read_records_with(path, TimeBase::default(), opts.strictness, |r| {
-        let line = Line {
-            t_ns: r.t_ns.max(0),
-            tid: r.tid,
-            size_bytes: r.size_bytes,
-            addr: r.addr,
-            call: r.call,
-            stack: r.stack,
-        };
-        b.push(&line)
-    });
+    let info = read_into(path, opts.strictness, &mut b);
     let info = match (info, opts.strictness) {
         (Ok(info), _) => info,
         (Err(e), Strictness::Strict) => return Err(e),

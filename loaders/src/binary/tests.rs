@@ -330,3 +330,58 @@ fn the_writer_refuses_a_thread_the_loader_could_not_hold() {
     assert_eq!(t.threads.height(), MAX_THREADS);
     assert_eq!(t.summary.mallocs, MAX_THREADS as u64 + 1);
 }
+
+/// A record the pairing refuses, in a later block: the pairing runs on the thread decoding the
+/// blocks, yet the error names the record and its block as before, and a lenient load keeps
+/// every event before it and nothing of it.
+#[test]
+fn a_refused_record_in_a_later_block_is_named_and_what_precedes_it_loads() {
+    let refused_at = u64::from(BLOCK_EVENTS) + 3;
+    let recs: Vec<Record> = (0..u64::from(BLOCK_EVENTS) * 2 + 5)
+        .map(|i| Record {
+            t_ns: i as i64,
+            tid: 1 + i % 2,
+            // Past the 16 EiB a live set can hold, with 8 bytes already live.
+            size_bytes: Some(if i == refused_at { u64::MAX } else { 8 }),
+            // At a live address: the size check counts the block it would displace.
+            addr: if i == refused_at { 0x10 } else { 0x10 + i * 16 },
+            call: None,
+            stack: None,
+        })
+        .collect();
+    let dir = std::env::temp_dir().join(format!("allocview-binary-refused-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("refused.avt");
+    let mut w = BinaryWriter::new(Vec::new(), &[]).unwrap();
+    for r in &recs {
+        w.push(r).unwrap();
+    }
+    std::fs::write(&path, w.finish().unwrap()).unwrap();
+    let strict = load_binary(&path, &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    let lenient = load_binary(
+        &path,
+        &LoadOptions {
+            strictness: Strictness::Lenient,
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(
+        strict.contains(&format!(
+            "record {refused_at} (in the events block at byte "
+        )),
+        "{strict}"
+    );
+    assert!(strict.contains("below 2^64"), "{strict}");
+    let truncated = lenient.summary.truncated.clone().unwrap_or_default();
+    assert!(
+        truncated.contains(&format!("record {refused_at} ")),
+        "{truncated}"
+    );
+    assert_eq!(lenient.summary.mallocs, refused_at);
+    // The events before the refused one, and nothing of it.
+    assert_eq!(lenient.events.height() as u64, refused_at);
+}

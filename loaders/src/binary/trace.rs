@@ -306,12 +306,150 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Event blocks decoded ahead of the records being handed out.
+const BLOCKS_AHEAD: usize = 4;
+
 /// Reads a trace's frames (`bytes`: the file after its header), calling `f` on each record.
+///
+/// The frames are read and their blocks decompressed and decoded on a thread of their own, a
+/// few blocks ahead of `f`: reading takes the longer of the two instead of their sum. `f`
+/// sees the same records in the same order, and a refusal of `f` or damage is reported as
+/// before: `f`'s refusal first, since it comes first in the file.
 pub(super) fn read_trace(
     path: &Path,
     bytes: &[u8],
     strictness: Strictness,
     f: &mut dyn FnMut(&Record) -> Result<(), &'static str>,
+) -> Result<BinaryInfo, LoadError> {
+    let mut handed = 0u64;
+    pipeline(
+        path,
+        bytes,
+        strictness,
+        &mut |block: &mut Vec<Record>, _, _, out: &mut Vec<Record>| {
+            std::mem::swap(block, out);
+            Ok(())
+        },
+        &mut |rec, pos| {
+            f(rec).map_err(|why| refused(path, handed, pos, why))?;
+            handed += 1;
+            Ok(())
+        },
+    )
+}
+
+/// [`read_trace`] with the records made into `T`s by `stage` (which may refuse one) on the
+/// reading thread, and `f` taking the `T`s: a loader's sequential pairing runs beside the
+/// columns it fills. On a refusal, `f` still gets what `stage` made before it.
+pub(super) fn read_trace_staged<T, S>(
+    path: &Path,
+    bytes: &[u8],
+    strictness: Strictness,
+    mut stage: S,
+    f: &mut dyn FnMut(&T),
+) -> Result<BinaryInfo, LoadError>
+where
+    T: Send,
+    S: FnMut(&Record, &mut Vec<T>) -> Result<(), &'static str> + Send,
+{
+    pipeline(
+        path,
+        bytes,
+        strictness,
+        &mut |block: &mut Vec<Record>, before, pos, out: &mut Vec<T>| {
+            for (i, rec) in (before..).zip(block.iter()) {
+                stage(rec, out).map_err(|why| refused(path, i, pos, why))?;
+            }
+            Ok(())
+        },
+        &mut |item, _| {
+            f(item);
+            Ok(())
+        },
+    )
+}
+
+/// The error for a record refused at index `record`, in the block at `pos`.
+fn refused(path: &Path, record: u64, pos: usize, why: &str) -> LoadError {
+    LoadError::format(
+        path,
+        format!(
+            "record {record} (in the events block at byte {}): {why}",
+            pos as u64 + HEADER_BYTES
+        ),
+    )
+}
+
+/// What the reading thread makes of a block: `stage(block, records before it, its position,
+/// out)`.
+type Stage<'s, T> =
+    dyn FnMut(&mut Vec<Record>, u64, usize, &mut Vec<T>) -> Result<(), LoadError> + Send + 's;
+
+/// Reads the frames on a thread of their own, making each block into `T`s with `stage` there,
+/// and hands the `T`s to `f` here, with their block's position, in file order. The first
+/// error in file order is returned: `f`'s, else `stage`'s (after `f` got what was made
+/// before it), else the read's.
+fn pipeline<T: Send>(
+    path: &Path,
+    bytes: &[u8],
+    strictness: Strictness,
+    stage: &mut Stage<'_, T>,
+    f: &mut dyn FnMut(&T, usize) -> Result<(), LoadError>,
+) -> Result<BinaryInfo, LoadError> {
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(Vec<T>, usize)>(BLOCKS_AHEAD);
+    let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<T>>();
+    std::thread::scope(|scope| {
+        let reader = std::thread::Builder::new()
+            .name("allocview-blocks".into())
+            .spawn_scoped(scope, move || {
+                let mut failed = None;
+                let mut before = 0u64;
+                let read = read_frames(path, bytes, strictness, &mut |block, pos| {
+                    let mut out = empty_rx.try_recv().unwrap_or_default();
+                    let records = block.len() as u64;
+                    let made = stage(block, before, pos, &mut out);
+                    before += records;
+                    let taken = full_tx.send((out, pos)).is_ok();
+                    match made {
+                        Ok(()) => taken,
+                        Err(e) => {
+                            failed = Some(e);
+                            false
+                        }
+                    }
+                });
+                failed.map_or(read, Err)
+            })
+            .map_err(|e| LoadError::io(path, e))?;
+        let mut first_error = None;
+        'blocks: for (mut items, pos) in full_rx.iter() {
+            for item in &items {
+                if let Err(e) = f(item, pos) {
+                    first_error = Some(e);
+                    break 'blocks;
+                }
+            }
+            items.clear();
+            // The reader may have finished: a buffer it will not take is simply dropped.
+            let _ = empty_tx.send(items);
+        }
+        // Stops the reader if `f` refused (its next block finds no taker).
+        drop(full_rx);
+        let read = reader.join();
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        read.map_err(|_| LoadError::format(path, "the thread decoding its blocks failed"))?
+    })
+}
+
+/// Reads a trace's frames, handing each decoded events block to `emit` with its position
+/// (`emit` may take the records; it returns false to stop the read).
+fn read_frames(
+    path: &Path,
+    bytes: &[u8],
+    strictness: Strictness,
+    emit: &mut dyn FnMut(&mut Vec<Record>, usize) -> bool,
 ) -> Result<BinaryInfo, LoadError> {
     let mut info = BinaryInfo::empty(FileKind::Trace);
     let mut r = Reader {
@@ -401,18 +539,9 @@ pub(super) fn read_trace(
             Parsed::Meta(meta) => info.meta.extend(meta),
             Parsed::Threads(ids) => r.threads.extend(ids),
             Parsed::Events => {
-                for rec in &r.decoded {
-                    f(rec).map_err(|why| {
-                        LoadError::format(
-                            path,
-                            format!(
-                                "record {} (in the events block at byte {}): {why}",
-                                info.records,
-                                offset(pos)
-                            ),
-                        )
-                    })?;
-                    info.records += 1;
+                info.records += r.decoded.len() as u64;
+                if !emit(&mut r.decoded, pos) {
+                    return Ok(info);
                 }
             }
             Parsed::End(total) => {

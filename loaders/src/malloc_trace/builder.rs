@@ -50,8 +50,7 @@ pub(crate) struct Builder {
     /// The file's stack ids, created on the first line with one, back-filled with
     /// [`NO_STACK`](crate::sites::NO_STACK).
     stack: Option<Vec<u32>>,
-    pairing: Pairing,
-    threads: ThreadIds,
+    maker: RowMaker,
     pub(crate) summary: LoadSummary,
 }
 
@@ -238,6 +237,97 @@ fn take_slot(free_slots: &mut Vec<u32>, next_slot: &mut u32) -> u32 {
     })
 }
 
+/// One row of the event columns, as [`RowMaker::make`] makes it from a record.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Row {
+    t_ns: i64,
+    size: u64,
+    addr: u64,
+    id: u32,
+    stack: u32,
+    thread: u16,
+    kind: EventKind,
+    call: u8,
+    /// The record named its call: the call column is kept.
+    named_call: bool,
+}
+
+/// The sequential part of building the event columns: each thread's index and the pairing.
+#[derive(Default)]
+pub(crate) struct RowMaker {
+    pairing: Pairing,
+    threads: ThreadIds,
+}
+
+impl RowMaker {
+    /// The rows of one record, counted in `summary`, handed to `emit`: the free of a block the
+    /// allocation found live (a missed free) first, then the record's own event. On a refusal
+    /// after the pairing, the missed free has been handed out (what came before a refused
+    /// record is loaded).
+    #[inline(always)] // the loaders' per-record path: `emit` must inline into it
+    pub(crate) fn make(
+        &mut self,
+        summary: &mut LoadSummary,
+        line: &Line,
+        mut emit: impl FnMut(Row),
+    ) -> Result<(), &'static str> {
+        let thread = self.threads.index(line.tid)?;
+        let Paired {
+            t_ns,
+            kind,
+            size,
+            id,
+            displaced,
+            ..
+        } = self
+            .pairing
+            .pair(summary, line.t_ns, line.size_bytes, line.addr)?;
+        if let Some((old_id, old_size, _)) = displaced {
+            summary.events += 1;
+            emit(Row {
+                t_ns,
+                size: old_size,
+                addr: line.addr,
+                id: old_id,
+                stack: crate::sites::NO_STACK,
+                thread,
+                kind: EventKind::Free,
+                call: CALL_FREE,
+                named_call: false,
+            });
+        }
+        let call = match line.call {
+            Some(code) => {
+                if usize::from(code) >= CALL_NAMES.len() {
+                    return Err("a known call code");
+                }
+                summary.has_call_column = true;
+                code
+            }
+            None if kind.is_free() => CALL_FREE,
+            None => CALL_MALLOC,
+        };
+        summary.events += 1;
+        emit(Row {
+            t_ns,
+            size,
+            addr: line.addr,
+            id,
+            stack: line.stack.unwrap_or(crate::sites::NO_STACK),
+            thread,
+            kind,
+            call,
+            named_call: line.call.is_some(),
+        });
+        Ok(())
+    }
+
+    /// The thread ids in the order of their indices.
+    pub(crate) fn thread_order(&self) -> &[u64] {
+        &self.threads.order
+    }
+}
+
 /// Thread ids numbered in the order of their first event: the `thread` column's indices.
 #[derive(Clone, Default)]
 pub(crate) struct ThreadIds {
@@ -279,84 +369,65 @@ impl Builder {
             size_class: Vec::with_capacity(events),
             call: None,
             stack: None,
-            pairing: Pairing::default(),
-            threads: ThreadIds::default(),
+            maker: RowMaker::default(),
             summary: LoadSummary::default(),
         }
     }
 
     pub(crate) fn push(&mut self, line: &Line) -> Result<(), &'static str> {
-        let thread = self.threads.index(line.tid)?;
-        let Paired {
-            t_ns,
-            kind,
-            size,
-            id,
-            displaced,
-            ..
-        } = self
-            .pairing
-            .pair(&mut self.summary, line.t_ns, line.size_bytes, line.addr)?;
-        if let Some((old_id, old_size, _)) = displaced {
-            self.push_row(
-                t_ns,
-                thread,
-                EventKind::Free,
-                old_size,
-                line.addr,
-                old_id,
-                CALL_FREE,
-                crate::sites::NO_STACK,
-            );
-        }
-        let call = match line.call {
-            Some(code) => {
-                if usize::from(code) >= CALL_NAMES.len() {
-                    return Err("a known call code");
-                }
-                if self.call.is_none() {
-                    self.summary.has_call_column = true;
-                    self.call = Some(default_calls(&self.kind));
-                }
-                code
+        // At most two rows: the rows are pushed once the maker is done with `self`.
+        let mut rows = [None, None];
+        let mut n = 0;
+        let made = self.maker.make(&mut self.summary, line, |row| {
+            if let Some(slot) = rows.get_mut(n) {
+                *slot = Some(row);
             }
-            None if kind.is_free() => CALL_FREE,
-            None => CALL_MALLOC,
-        };
-        let stack = line.stack.unwrap_or(crate::sites::NO_STACK);
-        self.push_row(t_ns, thread, kind, size, line.addr, id, call, stack);
-        Ok(())
+            n += 1;
+        });
+        for row in rows.iter().flatten() {
+            self.push_row(row);
+        }
+        made
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn push_row(
-        &mut self,
-        t_ns: i64,
-        thread: u16,
-        kind: EventKind,
-        size: u64,
-        addr: u64,
-        id: u32,
-        call: u8,
-        stack: u32,
-    ) {
-        if let Some(calls) = self.call.as_mut() {
-            calls.push(call);
+    /// Splits off the sequential part of [`Self::push`] (threads, pairing and the summary's
+    /// counts), so that it can run on another thread while this builder takes its rows with
+    /// [`Self::push_row`]; [`Self::rejoin`] puts it back.
+    pub(crate) fn split(&mut self) -> (RowMaker, LoadSummary) {
+        (
+            std::mem::take(&mut self.maker),
+            std::mem::take(&mut self.summary),
+        )
+    }
+
+    /// Puts back what [`Self::split`] took, with what it counted.
+    pub(crate) fn rejoin(&mut self, maker: RowMaker, summary: LoadSummary) {
+        self.maker = maker;
+        self.summary = summary;
+    }
+
+    /// Appends one row made by [`RowMaker::make`] (counted there).
+    #[inline]
+    pub(crate) fn push_row(&mut self, row: &Row) {
+        if row.named_call && self.call.is_none() {
+            self.call = Some(default_calls(&self.kind));
         }
-        if stack != crate::sites::NO_STACK && self.stack.is_none() {
+        if let Some(calls) = self.call.as_mut() {
+            calls.push(row.call);
+        }
+        if row.stack != crate::sites::NO_STACK && self.stack.is_none() {
             self.stack = Some(vec![crate::sites::NO_STACK; self.kind.len()]);
         }
         if let Some(stacks) = self.stack.as_mut() {
-            stacks.push(stack);
+            stacks.push(row.stack);
         }
-        self.t_ns.push(t_ns);
-        self.thread.push(thread);
-        self.kind.push(kind.code());
-        self.size_bytes.push(size);
-        self.address.push(addr);
-        self.alloc_id.push(id);
-        self.size_class.push(size_class(size));
-        self.summary.events += 1;
+        self.t_ns.push(row.t_ns);
+        self.thread.push(row.thread);
+        self.kind.push(row.kind.code());
+        self.size_bytes.push(row.size);
+        self.address.push(row.addr);
+        self.alloc_id.push(row.id);
+        self.size_class.push(size_class(row.size));
     }
 
     /// The file's stack id of every row so far ([`NO_STACK`](crate::sites::NO_STACK) where
@@ -404,7 +475,7 @@ impl Builder {
 
     /// The threads table of the threads seen so far.
     pub(crate) fn threads_frame(&self) -> PolarsResult<DataFrame> {
-        threads_frame(self.threads.order.clone())
+        threads_frame(self.maker.thread_order().to_vec())
     }
 
     pub(crate) fn finish(self) -> Result<(DataFrame, DataFrame, LoadSummary), LoadError> {
@@ -417,11 +488,11 @@ impl Builder {
             alloc_id,
             size_class,
             call,
-            threads,
+            maker,
             summary,
             ..
         } = self;
-        let tid_order = threads.order;
+        let tid_order = maker.threads.order;
         let height = kind.len();
         let has_null_ids = alloc_id.contains(&NO_ALLOC_ID);
         let alloc_id_col = if has_null_ids {

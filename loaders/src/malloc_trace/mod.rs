@@ -261,6 +261,20 @@ pub(crate) struct Line {
     pub(crate) stack: Option<u32>,
 }
 
+impl Line {
+    /// The loader's line for a binary record: times before 0 are clamped to 0.
+    pub(crate) fn of_record(r: &Record) -> Self {
+        Self {
+            t_ns: r.t_ns.max(0),
+            tid: r.tid,
+            size_bytes: r.size_bytes,
+            addr: r.addr,
+            call: r.call,
+            stack: r.stack,
+        }
+    }
+}
+
 /// One call as written in a trace file, before any pairing or clamping: what `allocview
 /// convert` copies between the text and binary forms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
