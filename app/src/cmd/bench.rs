@@ -276,24 +276,81 @@ const LIBC_HARNESS: &str = include_str!("../../benches/libc_replay.c");
 
 /// Replays the trace through the C library (a harness compiled here with `cc -O2`) and through
 /// each policy: bare `alloc`/`free` calls (what the libc figure measures), the full replay with
-/// metrics and series as `compare` makes it, and the same with the explorers' checkpoints.
-/// Best of `runs` for each.
+/// metrics and series as `compare` makes it, and the same with the default checkpoints (every
+/// 16,384 events; the explorers also keep a layout index, which this leaves out). Best of
+/// `runs` for each.
 fn replay_rates(args: &BenchArgs) -> Result<()> {
     use allocview_sim::policy::registry;
-    use allocview_sim::replay::{ReplayOptions, replay};
-    use allocview_sim::trace::EventKind;
-    use std::io::Write as _;
 
     let loaded = super::load::load_input(&args.file, &super::load::InputArgs::default())?;
     let ev = super::load::require_events(&loaded, &args.file, "bench replay")?;
     let view = allocview_loaders::trace_view(ev.events, &args.file)?;
     let n = view.len();
+    let libc_rate = n as f64 / libc_seconds(&view, args.runs)?;
+    outln!(
+        "{}: {} events; libc malloc/free {:.1} M events/s (best of {})",
+        args.file.display(),
+        crate::format::count(n as u64),
+        libc_rate / 1e6,
+        args.runs
+    );
+    outln!(
+        "  {:<10} {:>14} {:>9} {:>15} {:>9} {:>18} {:>9}",
+        "policy",
+        "calls M ev/s",
+        "vs libc",
+        "compare M ev/s",
+        "vs libc",
+        "replay M ev/s",
+        "vs libc"
+    );
+    let config = super::compare::config_for_input(&loaded, args.policies.config()?);
+    for spec in args.policies.specs()? {
+        let name = spec.label();
+        let config = spec.apply(&config).map_err(anyhow::Error::msg)?;
+        let build = || registry::build(spec.name, &config, &view).map_err(anyhow::Error::msg);
+        let bare_best = match bare_calls_seconds(&view, &build, config.align_bytes, args.runs) {
+            Ok(secs) => secs,
+            Err(e) => {
+                outln!("  {name:<10} not run: {e}");
+                continue;
+            }
+        };
+        // The full replays run after all the bare ones, so that each bare run follows another
+        // rather than a replay's metrics and checkpoints: first with the checkpoints, then as
+        // `compare`, `report` and `diff` replay (the initial state the only checkpoint). In the
+        // other order bfc's checkpointed replay of the python trace measured 15 M events/s
+        // instead of 28, the same code after other replays' frees (not looked into further).
+        let default_every = allocview_sim::replay::ReplayOptions::default().checkpoint_every;
+        let full_best =
+            replay_seconds(&view, &build, config.align_bytes, default_every, args.runs)?;
+        let compare_best = replay_seconds(&view, &build, config.align_bytes, 0, args.runs)?;
+        let rate = |secs: f64| n as f64 / secs;
+        outln!(
+            "  {:<10} {:>14.1} {:>9.2} {:>15.1} {:>9.2} {:>18.1} {:>9.2}",
+            name,
+            rate(bare_best) / 1e6,
+            rate(bare_best) / libc_rate,
+            rate(compare_best) / 1e6,
+            rate(compare_best) / libc_rate,
+            rate(full_best) / 1e6,
+            rate(full_best) / libc_rate
+        );
+    }
+    Ok(())
+}
+
+/// The best of `runs` of the C library's malloc/free on the trace's calls: the trace's arrays
+/// in a file, replayed by a harness compiled here with `cc -O2`.
+fn libc_seconds(view: &allocview_sim::trace::TraceView<'_>, runs: usize) -> Result<f64> {
+    use std::io::Write as _;
+
     let dir = std::env::temp_dir().join(format!("allocview-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let arrays = dir.join("arrays.bin");
     {
         let mut f = std::io::BufWriter::new(std::fs::File::create(&arrays)?);
-        f.write_all(&(n as u64).to_le_bytes())?;
+        f.write_all(&(view.len() as u64).to_le_bytes())?;
         f.write_all(&u64::from(view.num_allocs).to_le_bytes())?;
         f.write_all(view.kind)?;
         for id in view.alloc_id {
@@ -315,8 +372,8 @@ fn replay_rates(args: &BenchArgs) -> Result<()> {
     if !cc.success() {
         bail!("cc failed to build the libc harness");
     }
-    let mut libc_best = f64::INFINITY;
-    for _ in 0..args.runs.max(1) {
+    let mut best = f64::INFINITY;
+    for _ in 0..runs.max(1) {
         let out = std::process::Command::new(&exe).arg(&arrays).output()?;
         let text = String::from_utf8_lossy(&out.stdout);
         let secs: f64 = text
@@ -324,108 +381,71 @@ fn replay_rates(args: &BenchArgs) -> Result<()> {
             .nth(1)
             .and_then(|s| s.parse().ok())
             .context("the libc harness printed nothing")?;
-        libc_best = libc_best.min(secs);
+        best = best.min(secs);
     }
     std::fs::remove_dir_all(&dir).ok();
-    let libc_rate = n as f64 / libc_best;
-    outln!(
-        "{}: {} events; libc malloc/free {:.1} M events/s (best of {})",
-        args.file.display(),
-        crate::format::count(n as u64),
-        libc_rate / 1e6,
-        args.runs
-    );
-    outln!(
-        "  {:<10} {:>14} {:>9} {:>15} {:>9} {:>18} {:>9}",
-        "policy",
-        "calls M ev/s",
-        "vs libc",
-        "compare M ev/s",
-        "vs libc",
-        "replay M ev/s",
-        "vs libc"
-    );
-    let config = super::compare::config_for_input(&loaded, args.policies.config()?);
+    Ok(best)
+}
+
+/// The best of `runs` of the bare `alloc`/`free` calls of a policy from `build` on the trace.
+fn bare_calls_seconds(
+    view: &allocview_sim::trace::TraceView<'_>,
+    build: &dyn Fn() -> Result<Box<dyn allocview_sim::policy::Policy>>,
+    align_bytes: u64,
+    runs: usize,
+) -> Result<f64> {
+    use allocview_sim::trace::EventKind;
+
+    let mut best = f64::INFINITY;
+    for _ in 0..runs.max(1) {
+        let mut policy = build()?;
+        let mut addrs = vec![u64::MAX; view.num_allocs as usize];
+        let t = Instant::now();
+        for ((&k, &id), &size) in view.kind.iter().zip(view.alloc_id).zip(view.size_bytes) {
+            if k == EventKind::Alloc.code() {
+                let req = allocview_sim::policy::Request {
+                    id,
+                    size_bytes: size,
+                    align_bytes,
+                };
+                if let (Ok(p), Some(slot)) = (policy.alloc(req), addrs.get_mut(id as usize)) {
+                    *slot = p.addr;
+                }
+            } else if k == EventKind::Free.code()
+                && let Some(&a) = addrs.get(id as usize)
+                && a != u64::MAX
+            {
+                policy.free(a).ok();
+            }
+        }
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(best)
+}
+
+/// The best of `runs` of the full replay of a policy from `build`, with a checkpoint every
+/// `checkpoint_every` events (0: the initial state only).
+fn replay_seconds(
+    view: &allocview_sim::trace::TraceView<'_>,
+    build: &dyn Fn() -> Result<Box<dyn allocview_sim::policy::Policy>>,
+    align_bytes: u64,
+    checkpoint_every: usize,
+    runs: usize,
+) -> Result<f64> {
+    use allocview_sim::replay::{ReplayOptions, replay};
+
     let opts = ReplayOptions {
-        align_bytes: config.align_bytes,
+        align_bytes,
+        checkpoint_every,
         ..ReplayOptions::default()
     };
-    for spec in args.policies.specs()? {
-        let name = spec.label();
-        let config = spec.apply(&config).map_err(anyhow::Error::msg)?;
-        let mut bare_best = f64::INFINITY;
-        let mut full_best = f64::INFINITY;
-        let mut failed = None;
-        for _ in 0..args.runs.max(1) {
-            let mut policy = match registry::build(spec.name, &config, &view) {
-                Ok(p) => p,
-                Err(e) => {
-                    failed = Some(e.to_string());
-                    break;
-                }
-            };
-            let mut addrs = vec![u64::MAX; view.num_allocs as usize];
-            let t = Instant::now();
-            for ((&k, &id), &size) in view.kind.iter().zip(view.alloc_id).zip(view.size_bytes) {
-                if k == EventKind::Alloc.code() {
-                    let req = allocview_sim::policy::Request {
-                        id,
-                        size_bytes: size,
-                        align_bytes: config.align_bytes,
-                    };
-                    if let (Ok(p), Some(slot)) = (policy.alloc(req), addrs.get_mut(id as usize)) {
-                        *slot = p.addr;
-                    }
-                } else if k == EventKind::Free.code()
-                    && let Some(&a) = addrs.get(id as usize)
-                    && a != u64::MAX
-                {
-                    policy.free(a).ok();
-                }
-            }
-            bare_best = bare_best.min(t.elapsed().as_secs_f64());
-        }
-        if let Some(e) = failed {
-            outln!("  {name:<10} not run: {e}");
-            continue;
-        }
-        // The full replays run after all the bare ones, so that each bare run follows another
-        // rather than a replay's metrics and checkpoints: first as the explorers replay, then
-        // as `compare`, `report` and `diff` do (the initial state the only checkpoint). In the
-        // other order bfc's checkpointed replay of the python trace measured 15 M events/s
-        // instead of 28, the same code after other replays' frees (not looked into further).
-        let mut compare_best = f64::INFINITY;
-        for (best, checkpoint_every) in [
-            (&mut full_best, opts.checkpoint_every),
-            (&mut compare_best, 0),
-        ] {
-            for _ in 0..args.runs.max(1) {
-                let policy =
-                    registry::build(spec.name, &config, &view).map_err(anyhow::Error::msg)?;
-                let t = Instant::now();
-                let opts = ReplayOptions {
-                    align_bytes: config.align_bytes,
-                    checkpoint_every,
-                    ..opts.clone()
-                };
-                let r = replay(&view, policy, &opts);
-                *best = best.min(t.elapsed().as_secs_f64());
-                drop(r);
-            }
-        }
-        let bare = n as f64 / bare_best;
-        let compared = n as f64 / compare_best;
-        let full = n as f64 / full_best;
-        outln!(
-            "  {:<10} {:>14.1} {:>9.2} {:>15.1} {:>9.2} {:>18.1} {:>9.2}",
-            name,
-            bare / 1e6,
-            bare / libc_rate,
-            compared / 1e6,
-            compared / libc_rate,
-            full / 1e6,
-            full / libc_rate
-        );
+    let mut best = f64::INFINITY;
+    for _ in 0..runs.max(1) {
+        let policy = build()?;
+        let t = Instant::now();
+        let r = replay(view, policy, &opts);
+        best = best.min(t.elapsed().as_secs_f64());
+        drop(r);
     }
-    Ok(())
+    Ok(best)
 }

@@ -66,18 +66,13 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     let bucketing = allocview_sim::series::Bucketing::for_trace(&view, BUCKETS);
     let classes = ClassSeries::build(&view, bucketing, 16_384);
     let (_, peak) = view.peak_live();
-    let mut heaps = Vec::new();
-    if view.is_empty() {
+    let heaps = if view.is_empty() {
         // Nothing was replayed, so there is no moment to draw a heap at.
         eprintln!("note: the trace has no events: no heap maps");
+        Vec::new()
     } else {
-        for (name, rep) in &done {
-            let heap = rep
-                .state_at(&view, peak)
-                .map_err(|e| anyhow!("{name}: seeking to event {peak}: {e}"))?;
-            heaps.push(heap);
-        }
-    }
+        states_at(&done, &view, peak, jobs)?
+    };
     write_report(
         args,
         size,
@@ -99,6 +94,42 @@ fn chart_size(text: &str) -> Result<(u32, u32)> {
 }
 
 /// The policies that replayed (the others are noted on stderr); an error when none did.
+/// Each replay's state just after `event`, `jobs` at a time: the replays keep no checkpoints
+/// but their first state (`run_policies`), so each seek replays from the start, and the seeks
+/// share the cores as the replays did.
+fn states_at(
+    done: &[(&str, &Replay)],
+    view: &allocview_sim::trace::TraceView<'_>,
+    event: usize,
+    jobs: usize,
+) -> Result<Vec<(Box<dyn Policy>, Counters)>> {
+    let mut heaps = Vec::with_capacity(done.len());
+    for chunk in done.chunks(jobs.max(1)) {
+        let found: Vec<Result<_>> = std::thread::scope(|s| {
+            let seeks: Vec<_> = chunk
+                .iter()
+                .map(|&(name, rep)| {
+                    s.spawn(move || {
+                        rep.state_at(view, event)
+                            .map_err(|e| anyhow!("{name}: seeking to event {event}: {e}"))
+                    })
+                })
+                .collect();
+            seeks
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow!("a seek's thread panicked")))
+                })
+                .collect()
+        });
+        for heap in found {
+            heaps.push(heap?);
+        }
+    }
+    Ok(heaps)
+}
+
 pub(super) fn replayed(runs: &[super::compare::PolicyRun]) -> Result<Vec<(&str, &Replay)>> {
     let done: Vec<(&str, &Replay)> = runs
         .iter()

@@ -222,6 +222,8 @@ fn pinned_free(
     let p = allocview_sim::policy::registry::build(spec.name, &config, view)?;
     let opts = ReplayOptions {
         align_bytes: config.align_bytes,
+        // One seek: it replays from the first state rather than from copies made all along.
+        checkpoint_every: 0,
         ..ReplayOptions::default()
     };
     let r = replay(view, p, &opts);

@@ -298,10 +298,6 @@ pub fn read_records_with(
     }
 }
 
-/// Loads a binary trace or spool into the same event DataFrame as the text loader.
-///
-/// # Errors
-/// See [`read_records`]; in strict mode also when a record breaks a loader limit.
 /// Reads every record of `path` into `b`. A trace's records are paired on the thread that
 /// decodes its blocks while `b`'s columns are filled here (see [`read_trace_staged`]); a
 /// spool's streams are merged first, so its records go through [`Builder::push`].
@@ -338,6 +334,10 @@ fn read_into(
     read
 }
 
+/// Loads a binary trace or spool into the same event DataFrame as the text loader.
+///
+/// # Errors
+/// See [`read_records`]; in strict mode also when a record breaks a loader limit.
 pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadError> {
     let started = Instant::now();
     let file_bytes = std::fs::metadata(path)

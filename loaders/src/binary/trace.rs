@@ -396,31 +396,24 @@ fn pipeline<T: Send>(
     stage: &mut Stage<'_, T>,
     f: &mut dyn FnMut(&T, usize) -> Result<(), LoadError>,
 ) -> Result<BinaryInfo, LoadError> {
-    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(Vec<T>, usize)>(BLOCKS_AHEAD);
-    let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<T>>();
-    std::thread::scope(|scope| {
-        let reader = std::thread::Builder::new()
+    let threaded = std::thread::scope(|scope| {
+        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(Vec<T>, usize)>(BLOCKS_AHEAD);
+        let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<T>>();
+        let stage = &mut *stage;
+        let spawned = std::thread::Builder::new()
             .name("allocview-blocks".into())
             .spawn_scoped(scope, move || {
-                let mut failed = None;
-                let mut before = 0u64;
-                let read = read_frames(path, bytes, strictness, &mut |block, pos| {
-                    let mut out = empty_rx.try_recv().unwrap_or_default();
-                    let records = block.len() as u64;
-                    let made = stage(block, before, pos, &mut out);
-                    before += records;
-                    let taken = full_tx.send((out, pos)).is_ok();
-                    match made {
-                        Ok(()) => taken,
-                        Err(e) => {
-                            failed = Some(e);
-                            false
-                        }
-                    }
-                });
-                failed.map_or(read, Err)
-            })
-            .map_err(|e| LoadError::io(path, e))?;
+                produce(
+                    path,
+                    bytes,
+                    strictness,
+                    stage,
+                    &mut |items, pos| full_tx.send((items, pos)).is_ok(),
+                    &mut || empty_rx.try_recv().unwrap_or_default(),
+                )
+            });
+        // No thread to be had: the same work is done below, on this one.
+        let reader = spawned.ok()?;
         let mut first_error = None;
         'blocks: for (mut items, pos) in full_rx.iter() {
             for item in &items {
@@ -435,12 +428,64 @@ fn pipeline<T: Send>(
         }
         // Stops the reader if `f` refused (its next block finds no taker).
         drop(full_rx);
-        let read = reader.join();
-        if let Some(e) = first_error {
-            return Err(e);
+        let read = match reader.join() {
+            Ok(read) => read,
+            // A panic there is one here, as when this thread did the reading.
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        Some(first_error.map_or(read, Err))
+    });
+    if let Some(result) = threaded {
+        return result;
+    }
+    let mut first_error = None;
+    let read = produce(
+        path,
+        bytes,
+        strictness,
+        stage,
+        &mut |items, pos| {
+            for item in &items {
+                if let Err(e) = f(item, pos) {
+                    first_error = Some(e);
+                    return false;
+                }
+            }
+            true
+        },
+        &mut Vec::new,
+    );
+    first_error.map_or(read, Err)
+}
+
+/// Reads the frames, makes each block into `T`s with `stage` (in a buffer from `spare`) and
+/// hands them to `sink` with the block's position; `sink` returns false to stop. A refusal of
+/// `stage` is returned after `sink` got what was made before it.
+fn produce<T>(
+    path: &Path,
+    bytes: &[u8],
+    strictness: Strictness,
+    stage: &mut Stage<'_, T>,
+    sink: &mut dyn FnMut(Vec<T>, usize) -> bool,
+    spare: &mut dyn FnMut() -> Vec<T>,
+) -> Result<BinaryInfo, LoadError> {
+    let mut failed = None;
+    let mut before = 0u64;
+    let read = read_frames(path, bytes, strictness, &mut |block, pos| {
+        let mut out = spare();
+        let records = block.len() as u64;
+        let made = stage(block, before, pos, &mut out);
+        before += records;
+        let taken = sink(out, pos);
+        match made {
+            Ok(()) => taken,
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
         }
-        read.map_err(|_| LoadError::format(path, "the thread decoding its blocks failed"))?
-    })
+    });
+    failed.map_or(read, Err)
 }
 
 /// Reads a trace's frames, handing each decoded events block to `emit` with its position
@@ -472,68 +517,14 @@ fn read_frames(
         });
         let (parsed, next) = match read {
             Ok(ok) => ok,
-            Err(problem) => {
-                let Some(q) = r.resync(pos + 1) else {
-                    if problem.past_end {
-                        info.truncated = Some(format!("{} at byte {}", problem.what, offset(pos)));
-                        break;
-                    }
-                    // Damage with nothing readable after it.
-                    if strictness == Strictness::Strict {
-                        return Err(corrupt(
-                            path,
-                            offset(pos),
-                            &format!("{}; nothing after it reads", problem.what),
-                        ));
-                    }
-                    info.damaged.push(Damage {
-                        offset: offset(pos),
-                        skipped_bytes: (bytes.len() - pos) as u64,
-                        what: format!("{}; nothing after it reads", problem.what),
-                        repaired: false,
-                    });
-                    break;
-                };
-                // Was only the length wrong? Then the frame ends where the next one starts.
-                let tag = bytes.get(pos).copied().unwrap_or(0);
-                let repaired = bytes
-                    .get(pos + FRAME_HEADER_BYTES..q)
-                    .and_then(|payload| r.parse(tag, payload).ok())
-                    .filter(|p| !matches!(p, Parsed::Unknown | Parsed::End(_)));
-                if strictness == Strictness::Strict {
-                    let hint = if repaired.is_some() {
-                        "only its length is wrong: --lenient reads it in full"
-                    } else {
-                        "--lenient skips the damage and reads the rest"
-                    };
-                    return Err(corrupt(
-                        path,
-                        offset(pos),
-                        &format!(
-                            "{}; the file reads again at byte {} ({hint})",
-                            problem.what,
-                            offset(q)
-                        ),
-                    ));
+            Err(problem) => match recover(&mut r, path, pos, problem, strictness, &mut info)? {
+                Recovery::Stop => break,
+                Recovery::SkipTo(q) => {
+                    pos = q;
+                    continue;
                 }
-                info.damaged.push(Damage {
-                    offset: offset(pos),
-                    skipped_bytes: if repaired.is_some() {
-                        0
-                    } else {
-                        (q - pos) as u64
-                    },
-                    what: problem.what,
-                    repaired: repaired.is_some(),
-                });
-                match repaired {
-                    Some(parsed) => (parsed, q),
-                    None => {
-                        pos = q;
-                        continue;
-                    }
-                }
-            }
+                Recovery::Repaired(parsed, q) => (parsed, q),
+            },
         };
         match parsed {
             Parsed::Meta(meta) => info.meta.extend(meta),
@@ -567,37 +558,127 @@ fn read_frames(
         }
         pos = next;
     }
-    match end_total {
-        None => {
-            if info.truncated.is_none() && info.damaged.is_empty() {
-                info.truncated =
-                    Some("the file has no end frame (the writer was interrupted)".into());
-            }
-        }
-        Some((total, at)) => {
-            if total != info.records && info.damaged.is_empty() {
-                // Every frame read, yet the count disagrees: damage no check saw (an events
-                // frame whose tag was hit reads as an unknown frame, which is skipped).
-                let what = format!(
-                    "the end frame counts {total} events, the blocks hold {}",
-                    info.records
-                );
-                if strictness == Strictness::Strict {
-                    return Err(corrupt(path, offset(at), &what));
-                }
-                info.damaged.push(Damage {
-                    offset: offset(at),
-                    skipped_bytes: 0,
-                    what,
-                    repaired: false,
-                });
-            }
-            if !info.damaged.is_empty() {
-                info.events_lost = Some(total.saturating_sub(info.records));
-            }
-        }
-    }
+    check_end(path, strictness, end_total, &mut info)?;
     Ok(info)
+}
+
+/// What reading goes on with after the frame at `pos` did not read.
+enum Recovery {
+    /// Nothing after it reads (the file was cut, or lenient: damage to its end).
+    Stop,
+    /// Lenient: the damage up to this position is skipped.
+    SkipTo(usize),
+    /// Lenient: the frame reads in full once it ends where the next frame starts.
+    Repaired(Parsed, usize),
+}
+
+/// Where the file reads again after the frame at `pos` did not read (see the module docs):
+/// in strict mode an error when it does, in lenient mode the damage noted in `info`.
+fn recover(
+    r: &mut Reader<'_>,
+    path: &Path,
+    pos: usize,
+    problem: Problem,
+    strictness: Strictness,
+    info: &mut BinaryInfo,
+) -> Result<Recovery, LoadError> {
+    let offset = |pos: usize| pos as u64 + HEADER_BYTES;
+    let Some(q) = r.resync(pos + 1) else {
+        if problem.past_end {
+            info.truncated = Some(format!("{} at byte {}", problem.what, offset(pos)));
+            return Ok(Recovery::Stop);
+        }
+        // Damage with nothing readable after it.
+        if strictness == Strictness::Strict {
+            return Err(corrupt(
+                path,
+                offset(pos),
+                &format!("{}; nothing after it reads", problem.what),
+            ));
+        }
+        info.damaged.push(Damage {
+            offset: offset(pos),
+            skipped_bytes: (r.bytes.len() - pos) as u64,
+            what: format!("{}; nothing after it reads", problem.what),
+            repaired: false,
+        });
+        return Ok(Recovery::Stop);
+    };
+    // Was only the length wrong? Then the frame ends where the next one starts.
+    let tag = r.bytes.get(pos).copied().unwrap_or(0);
+    let repaired = r
+        .bytes
+        .get(pos + FRAME_HEADER_BYTES..q)
+        .and_then(|payload| r.parse(tag, payload).ok())
+        .filter(|p| !matches!(p, Parsed::Unknown | Parsed::End(_)));
+    if strictness == Strictness::Strict {
+        let hint = if repaired.is_some() {
+            "only its length is wrong: --lenient reads it in full"
+        } else {
+            "--lenient skips the damage and reads the rest"
+        };
+        return Err(corrupt(
+            path,
+            offset(pos),
+            &format!(
+                "{}; the file reads again at byte {} ({hint})",
+                problem.what,
+                offset(q)
+            ),
+        ));
+    }
+    info.damaged.push(Damage {
+        offset: offset(pos),
+        skipped_bytes: if repaired.is_some() {
+            0
+        } else {
+            (q - pos) as u64
+        },
+        what: problem.what,
+        repaired: repaired.is_some(),
+    });
+    Ok(match repaired {
+        Some(parsed) => Recovery::Repaired(parsed, q),
+        None => Recovery::SkipTo(q),
+    })
+}
+
+/// Checks the END frame's count (`end_total`: the count and the frame's position) against
+/// the records read, or notes that there was none.
+fn check_end(
+    path: &Path,
+    strictness: Strictness,
+    end_total: Option<(u64, usize)>,
+    info: &mut BinaryInfo,
+) -> Result<(), LoadError> {
+    let Some((total, at)) = end_total else {
+        if info.truncated.is_none() && info.damaged.is_empty() {
+            info.truncated = Some("the file has no end frame (the writer was interrupted)".into());
+        }
+        return Ok(());
+    };
+    if total != info.records && info.damaged.is_empty() {
+        // Every frame read, yet the count disagrees: damage no check saw (an events frame
+        // whose tag was hit reads as an unknown frame, which is skipped).
+        let what = format!(
+            "the end frame counts {total} events, the blocks hold {}",
+            info.records
+        );
+        let at = at as u64 + HEADER_BYTES;
+        if strictness == Strictness::Strict {
+            return Err(corrupt(path, at, &what));
+        }
+        info.damaged.push(Damage {
+            offset: at,
+            skipped_bytes: 0,
+            what,
+            repaired: false,
+        });
+    }
+    if !info.damaged.is_empty() {
+        info.events_lost = Some(total.saturating_sub(info.records));
+    }
+    Ok(())
 }
 
 fn frame_name(tag: u8) -> String {

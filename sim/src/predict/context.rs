@@ -228,13 +228,19 @@ impl ContextModel {
         )
     }
 
-    /// `predict`'s answer from the memo, blending `h`'s context there first if it is new.
-    /// Out of line, so the online pass's `predict` stays as it was.
+    /// `predict`'s answer from the memo, blending `h`'s context there first if it is new;
+    /// `None` for a new context once the memo is full (the usual blend, which stops early, is
+    /// then cheaper than the whole one). Out of line, so the online pass's `predict` stays as
+    /// it was.
     #[inline(never)]
-    fn predict_frozen(&mut self, h: History, kmax: usize, actual: u8) -> Prediction {
+    fn predict_frozen(&mut self, h: History, kmax: usize, actual: u8) -> Option<Prediction> {
         let key = Self::memo_key(h, kmax);
         if let Some(a) = self.memo.find(key) {
-            return Prediction::from_guesses(a.top3, a.label, actual, self.memo.p(a, actual));
+            let p_actual = self.memo.p(a, actual);
+            return Some(Prediction::from_guesses(a.top3, a.label, actual, p_actual));
+        }
+        if self.memo.is_full() {
+            return None;
         }
         if !self.looking_ahead {
             self.prefetch(h, kmax);
@@ -242,7 +248,7 @@ impl ContextModel {
         let (top3, label, dist) = self.answer(h, kmax);
         let p_actual = dist.get(usize::from(actual)).copied().unwrap_or(0.0);
         self.memo.insert(key, top3, label, dist);
-        Prediction::from_guesses(top3, label, actual, p_actual)
+        Some(Prediction::from_guesses(top3, label, actual, p_actual))
     }
 }
 
@@ -364,8 +370,10 @@ impl Model for ContextModel {
     fn predict(&mut self, thread: u16, actual: u8) -> Prediction {
         let h = self.history(thread);
         let kmax = self.order.min(usize::from(h.len));
-        if self.answers_from_memo() {
-            return self.predict_frozen(h, kmax, actual);
+        if self.answers_from_memo()
+            && let Some(p) = self.predict_frozen(h, kmax, actual)
+        {
+            return p;
         }
         let mut blend = Blend::new();
         let mut rest = 1.0f64;

@@ -10,8 +10,8 @@
 //! figures do not move by a bit.
 //!
 //! Learning changes the blends, so the model empties the memo when it learns. The memo holds at
-//! most [`MAX_ANSWERS`] contexts (64 MiB of distributions); past that, the model blends as it
-//! would without one.
+//! most [`MAX_ANSWERS`] contexts (64 MiB of distributions); past that, a context it does not
+//! hold is blended as without a memo (stopping as soon as the decisions are certain).
 
 use super::tokens::NUM_TOKENS;
 
@@ -77,6 +77,12 @@ impl Memo {
         self.answers == 0
     }
 
+    /// Whether it keeps no more answers.
+    #[must_use]
+    pub fn is_full(&self) -> bool {
+        self.answers >= MAX_ANSWERS
+    }
+
     /// Forgets every answer (the model has learnt).
     pub fn clear(&mut self) {
         if !self.is_empty() {
@@ -124,7 +130,7 @@ impl Memo {
 
     /// Keeps the answer for `key` (non-zero, not kept yet), unless the memo is full.
     pub fn insert(&mut self, key: u64, top3: [u8; 3], label: u8, dist: [f64; NUM_TOKENS]) {
-        if self.answers >= MAX_ANSWERS {
+        if self.is_full() {
             return;
         }
         if (self.answers + 1) * 2 > self.slots.len() {
