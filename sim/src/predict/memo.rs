@@ -16,7 +16,7 @@
 use super::tokens::NUM_TOKENS;
 
 /// Contexts the memo answers at most.
-pub const MAX_ANSWERS: usize = 1 << 17;
+pub(crate) const MAX_ANSWERS: usize = 1 << 17;
 const INITIAL_LOG2: u32 = 10;
 /// Distributions to a chunk (256 KiB).
 const CHUNK: usize = 512;
