@@ -9,8 +9,8 @@ use super::*;
 /// How often the clock thread advances [`NOW_NS`]: the resolution of event times. It costs
 /// the process one wake-up per period (measured in issue 8's closing note).
 pub(crate) const CLOCK_PERIOD_NS: i64 = 1_000_000;
-/// Clock periods between two flushes of every buffer by the clock thread (100 ms).
-pub(crate) const FLUSH_EVERY_PERIODS: u32 = 100;
+/// Clock periods between two flushes of every buffer by the clock thread (20 ms).
+pub(crate) const FLUSH_EVERY_PERIODS: u32 = 20;
 
 /// `CLOCK_MONOTONIC` nanoseconds as of the clock thread's latest tick, in its high bits
 /// (what events carry: [`tick_of`]), and the period's owner in its low [`OWNER_BITS`] (see

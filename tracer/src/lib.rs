@@ -41,7 +41,7 @@
 //! - Flushing: the owner thread publishes the end of its last complete event with a release
 //!   store; any thread may flush another's buffer up to that point under the buffer's lock
 //!   (the owner only ever writes beyond it). The clock thread flushes every buffer every
-//!   100 ms, so an idle thread's events reach the file too. Everything is flushed at `exit` (an
+//!   20 ms, so an idle thread's events reach the file too. Everything is flushed at `exit` (an
 //!   `atexit` handler and a `.fini_array` destructor), `_exit`/`_Exit`, before `execve`/
 //!   `execv`/`execvp`/`execvpe`/`fexecve`, at thread exit (a `pthread_key` destructor, which
 //!   also returns the buffer to a pool), and on fatal signals (`SIGTERM`, `SIGHUP`, `SIGQUIT`,
@@ -50,7 +50,7 @@
 //!   re-raises).
 //! - What can be lost: events of the last moments of a process killed by `SIGKILL`, or by
 //!   `SIGINT` when the program does not handle it (not caught: programs such as Python only
-//!   install their own handler when `SIGINT` has its default action): at most the last 100 ms;
+//!   install their own handler when `SIGINT` has its default action): at most the last 20 ms;
 //!   events of other threads racing with `exit` after its final flush; events after the
 //!   `.fini_array` destructor; events before `exec` through `execl`, `execlp` and `execle`,
 //!   which glibc routes to `execve` internally (the periodic flush bounds that loss as above).
