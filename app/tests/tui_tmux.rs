@@ -42,18 +42,20 @@ fn wait_for(s: &Session, what: &str, pred: impl Fn(&str) -> bool) -> String {
     }
 }
 
-/// A detached tmux session `name` of `width` x `height` running `cmd`.
-fn start(name: String, width: u16, height: u16, cmd: &str) -> Session {
-    let (w, h) = (width.to_string(), height.to_string());
-    let out = Command::new("tmux")
-        .args(["new-session", "-d", "-s", &name, "-x", &w, "-y", &h, cmd])
-        .output()
-        .unwrap();
+/// Runs `cmd`, which must succeed (its error output is the failure's message).
+fn run_ok(cmd: &mut Command) {
+    let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A detached tmux session `name` of `width` x `height` running `cmd`.
+fn start(name: String, width: u16, height: u16, cmd: &str) -> Session {
+    let (w, h) = (width.to_string(), height.to_string());
+    run_ok(Command::new("tmux").args(["new-session", "-d", "-s", &name, "-x", &w, "-y", &h, cmd]));
     Session(name)
 }
 
@@ -143,15 +145,10 @@ fn a_trace_too_big_to_load_opens_on_its_first_events() {
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("python_json.avt");
     let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/python_json.avt");
-    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .args(["convert", "--to", "binary"])
-        .args([&sample, &trace])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_allocview"))
+            .args(["convert", "--to", "binary"])
+            .args([&sample, &trace]),
     );
     let name = format!("allocview-test-big-{}", std::process::id());
     let cmd = format!(

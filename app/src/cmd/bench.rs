@@ -387,6 +387,24 @@ fn libc_seconds(view: &allocview_sim::trace::TraceView<'_>, runs: usize) -> Resu
     Ok(best)
 }
 
+/// The shortest of `runs` timings of `run`, each on what a fresh `setup` makes; neither the
+/// setup nor dropping what `run` returns is timed.
+fn best_of<S, R>(
+    runs: usize,
+    mut setup: impl FnMut() -> Result<S>,
+    mut run: impl FnMut(S) -> R,
+) -> Result<f64> {
+    let mut best = f64::INFINITY;
+    for _ in 0..runs.max(1) {
+        let state = setup()?;
+        let t = Instant::now();
+        let out = run(state);
+        best = best.min(t.elapsed().as_secs_f64());
+        drop(out);
+    }
+    Ok(best)
+}
+
 /// The best of `runs` of the bare `alloc`/`free` calls of a policy from `build` on the trace.
 fn bare_calls_seconds(
     view: &allocview_sim::trace::TraceView<'_>,
@@ -396,11 +414,8 @@ fn bare_calls_seconds(
 ) -> Result<f64> {
     use allocview_sim::trace::EventKind;
 
-    let mut best = f64::INFINITY;
-    for _ in 0..runs.max(1) {
-        let mut policy = build()?;
-        let mut addrs = vec![u64::MAX; view.num_allocs as usize];
-        let t = Instant::now();
+    let setup = || Ok((build()?, vec![u64::MAX; view.num_allocs as usize]));
+    best_of(runs, setup, |(mut policy, mut addrs)| {
         for ((&k, &id), &size) in view.kind.iter().zip(view.alloc_id).zip(view.size_bytes) {
             if k == EventKind::Alloc.code() {
                 let req = allocview_sim::policy::Request {
@@ -418,9 +433,9 @@ fn bare_calls_seconds(
                 policy.free(a).ok();
             }
         }
-        best = best.min(t.elapsed().as_secs_f64());
-    }
-    Ok(best)
+        // Dropped after the timing, as the replay is.
+        (policy, addrs)
+    })
 }
 
 /// The best of `runs` of the full replay of a policy from `build`, with a checkpoint every
@@ -439,13 +454,5 @@ fn replay_seconds(
         checkpoint_every,
         ..ReplayOptions::default()
     };
-    let mut best = f64::INFINITY;
-    for _ in 0..runs.max(1) {
-        let policy = build()?;
-        let t = Instant::now();
-        let r = replay(view, policy, &opts);
-        best = best.min(t.elapsed().as_secs_f64());
-        drop(r);
-    }
-    Ok(best)
+    best_of(runs, build, |policy| replay(view, policy, &opts))
 }

@@ -281,11 +281,29 @@ pub fn read_records_with(
     strictness: Strictness,
     mut f: impl FnMut(&Record) -> Result<(), &'static str>,
 ) -> Result<BinaryInfo, LoadError> {
+    let (bytes, kind) = read_file(path)?;
+    read_frames_of(path, &bytes, kind, base, strictness, &mut f)
+}
+
+/// The whole file and its kind (its header checked).
+fn read_file(path: &Path) -> Result<(Vec<u8>, FileKind), LoadError> {
     let bytes = std::fs::read(path).map_err(|e| LoadError::io(path, e))?;
     let kind = read_header(path, &bytes)?;
+    Ok((bytes, kind))
+}
+
+/// [`read_records_with`] on the file's bytes, read already.
+fn read_frames_of(
+    path: &Path,
+    bytes: &[u8],
+    kind: FileKind,
+    base: TimeBase,
+    strictness: Strictness,
+    f: &mut dyn FnMut(&Record) -> Result<(), &'static str>,
+) -> Result<BinaryInfo, LoadError> {
     let frames = bytes.get(10..).unwrap_or(&[]);
     match kind {
-        FileKind::Trace => read_trace(path, frames, strictness, &mut f),
+        FileKind::Trace => read_trace(path, frames, strictness, f),
         FileKind::Spool => read_spool(
             path,
             Frames {
@@ -293,7 +311,7 @@ pub fn read_records_with(
                 pos: 0,
             },
             base,
-            &mut f,
+            f,
         ),
     }
 }
@@ -306,24 +324,16 @@ fn read_into(
     strictness: Strictness,
     b: &mut Builder,
 ) -> Result<BinaryInfo, LoadError> {
-    let bytes = std::fs::read(path).map_err(|e| LoadError::io(path, e))?;
-    let kind = read_header(path, &bytes)?;
-    let frames = bytes.get(10..).unwrap_or(&[]);
+    let (bytes, kind) = read_file(path)?;
     if kind == FileKind::Spool {
-        return read_spool(
-            path,
-            Frames {
-                bytes: frames,
-                pos: 0,
-            },
-            TimeBase::default(),
-            &mut |r| b.push(&Line::of_record(r)),
-        );
+        let base = TimeBase::default();
+        let push = &mut |r: &Record| b.push(&Line::of_record(r));
+        return read_frames_of(path, &bytes, kind, base, strictness, push);
     }
     let (mut maker, mut summary) = b.split();
     let read = read_trace_staged(
         path,
-        frames,
+        bytes.get(10..).unwrap_or(&[]),
         strictness,
         |r: &Record, out: &mut Vec<_>| {
             maker.make(&mut summary, &Line::of_record(r), |row| out.push(row))
