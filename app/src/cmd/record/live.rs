@@ -14,6 +14,7 @@ use allocview_loaders::stats::{RecordingStats, RecordingSummary};
 use anyhow::{Context as _, Result};
 
 use super::super::convert::{Form, RecordWriter};
+use super::pipe::{Pipe, Written};
 use super::{list_spools, per_process_name, trace_meta};
 
 /// How long the converter waits between looks at the spools.
@@ -24,9 +25,9 @@ struct LiveTrace {
     pid: u32,
     generation: u32,
     reader: LiveSpool,
-    /// Created once the spool's header is read (the trace's META comes from it).
-    writer: Option<RecordWriter>,
-    stats: RecordingStats,
+    /// The summary and the trace's writer, on their own thread; started once the spool's
+    /// header is read (the trace's META comes from it).
+    pipe: Option<Pipe>,
 }
 
 /// The spools of a recording, converted while the command runs.
@@ -88,8 +89,7 @@ impl<'a> Converter<'a> {
                                 pid: spool.pid,
                                 generation: spool.generation,
                                 reader,
-                                writer: None,
-                                stats: RecordingStats::default(),
+                                pipe: None,
                             });
                     self.traces.insert(spool.path, trace);
                 }
@@ -100,9 +100,13 @@ impl<'a> Converter<'a> {
         for (path, slot) in &mut self.traces {
             let Some(trace) = slot else { continue };
             if let Err(e) = trace.step(program, output, form, protected) {
-                // The spool stays; it is converted from the finished file.
-                *slot = None;
-                self.given_up.insert(path.clone(), format!("{e:#}"));
+                // The spool stays; it is converted from the finished file. The writing
+                // thread's own error, if it stopped, says more than "it stopped".
+                let why = match slot.take().and_then(|t| t.pipe) {
+                    Some(pipe) => pipe.close().err().unwrap_or_else(|| format!("{e:#}")),
+                    None => format!("{e:#}"),
+                };
+                self.given_up.insert(path.clone(), why);
             }
         }
     }
@@ -121,16 +125,10 @@ impl<'a> Converter<'a> {
         stacks: &mut dyn FnMut(&mut RecordWriter, BinaryInfo) -> Result<()>,
     ) -> Option<RecordingSummary> {
         let mut trace = self.traces.remove(spool).flatten()?;
-        let mut writer = trace.writer.take()?;
+        let mut pipe = trace.pipe.take()?;
+        let info = trace.reader.finish(&mut |r| pipe.push(r)).ok()?;
+        let Written { mut writer, stats } = pipe.close().ok()?;
         writer.retarget(path, self.protected).ok()?;
-        let mut stats = trace.stats;
-        let info = trace
-            .reader
-            .finish(&mut |r| {
-                stats.push(r)?;
-                writer.push(r).map_err(|_| "a writable output")
-            })
-            .ok()?;
         stacks(&mut writer, info).ok()?;
         writer.finish().ok()?;
         Some(stats.finish())
@@ -146,23 +144,25 @@ impl LiveTrace {
         protected: &[&Path],
     ) -> Result<()> {
         self.reader.read()?;
-        if self.writer.is_none() {
+        if self.pipe.is_none() {
             let meta = self.reader.meta();
             if meta.is_empty() {
                 return Ok(());
             }
             let meta = trace_meta(meta, program);
             let path = per_process_name(output, self.pid, self.generation);
-            self.writer = Some(RecordWriter::create(&path, form, &meta, protected)?);
+            let writer = RecordWriter::create(&path, form, &meta, protected)?;
+            self.pipe = Some(
+                Pipe::start(writer, RecordingStats::default())
+                    .context("cannot start the trace's writing thread")?,
+            );
         }
-        let Some(writer) = self.writer.as_mut() else {
+        let Some(pipe) = self.pipe.as_mut() else {
             return Ok(());
         };
-        let stats = &mut self.stats;
-        let poll = self.reader.emit(&mut |r| {
-            stats.push(r)?;
-            writer.push(r).map_err(|_| "a writable output")
-        })?;
+        let poll = self.reader.emit(&mut |r| pipe.push(r))?;
+        // What this look found goes to the writing thread now, not when a batch fills.
+        pipe.flush().map_err(anyhow::Error::msg)?;
         if poll == LivePoll::Late {
             anyhow::bail!("an event came in late");
         }

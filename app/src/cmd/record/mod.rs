@@ -32,6 +32,7 @@ use crate::format;
 use crate::safe_write;
 
 mod live;
+mod pipe;
 
 /// The tracer shared object, compiled by `build.rs`.
 static TRACER_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/liballocview_tracer.so"));
