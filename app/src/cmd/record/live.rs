@@ -25,9 +25,9 @@ struct LiveTrace {
     pid: u32,
     generation: u32,
     reader: LiveSpool,
-    /// The summary and the trace's writer, on their own thread; started once the spool's
-    /// header is read (the trace's META comes from it).
-    pipe: Option<Pipe>,
+    /// Created once the spool's header is read (the trace's META comes from it).
+    writer: Option<RecordWriter>,
+    stats: RecordingStats,
 }
 
 /// The spools of a recording, converted while the command runs.
@@ -89,7 +89,8 @@ impl<'a> Converter<'a> {
                                 pid: spool.pid,
                                 generation: spool.generation,
                                 reader,
-                                pipe: None,
+                                writer: None,
+                                stats: RecordingStats::default(),
                             });
                     self.traces.insert(spool.path, trace);
                 }
@@ -100,13 +101,9 @@ impl<'a> Converter<'a> {
         for (path, slot) in &mut self.traces {
             let Some(trace) = slot else { continue };
             if let Err(e) = trace.step(program, output, form, protected) {
-                // The spool stays; it is converted from the finished file. The writing
-                // thread's own error, if it stopped, says more than "it stopped".
-                let why = match slot.take().and_then(|t| t.pipe) {
-                    Some(pipe) => pipe.close().err().unwrap_or_else(|| format!("{e:#}")),
-                    None => format!("{e:#}"),
-                };
-                self.given_up.insert(path.clone(), why);
+                // The spool stays; it is converted from the finished file.
+                *slot = None;
+                self.given_up.insert(path.clone(), format!("{e:#}"));
             }
         }
     }
@@ -125,7 +122,10 @@ impl<'a> Converter<'a> {
         stacks: &mut dyn FnMut(&mut RecordWriter, BinaryInfo) -> Result<()>,
     ) -> Option<RecordingSummary> {
         let mut trace = self.traces.remove(spool).flatten()?;
-        let mut pipe = trace.pipe.take()?;
+        let writer = trace.writer.take()?;
+        // While the command ran, its threads had the cores; what it left is converted on two:
+        // this thread reads and merges the spool, the pipe's counts and writes.
+        let mut pipe = Pipe::start(writer, trace.stats).ok()?;
         let info = trace.reader.finish(&mut |r| pipe.push(r)).ok()?;
         let Written { mut writer, stats } = pipe.close().ok()?;
         writer.retarget(path, self.protected).ok()?;
@@ -144,25 +144,23 @@ impl LiveTrace {
         protected: &[&Path],
     ) -> Result<()> {
         self.reader.read()?;
-        if self.pipe.is_none() {
+        if self.writer.is_none() {
             let meta = self.reader.meta();
             if meta.is_empty() {
                 return Ok(());
             }
             let meta = trace_meta(meta, program);
             let path = per_process_name(output, self.pid, self.generation);
-            let writer = RecordWriter::create(&path, form, &meta, protected)?;
-            self.pipe = Some(
-                Pipe::start(writer, RecordingStats::default())
-                    .context("cannot start the trace's writing thread")?,
-            );
+            self.writer = Some(RecordWriter::create(&path, form, &meta, protected)?);
         }
-        let Some(pipe) = self.pipe.as_mut() else {
+        let Some(writer) = self.writer.as_mut() else {
             return Ok(());
         };
-        let poll = self.reader.emit(&mut |r| pipe.push(r))?;
-        // What this look found goes to the writing thread now, not when a batch fills.
-        pipe.flush().map_err(anyhow::Error::msg)?;
+        let stats = &mut self.stats;
+        let poll = self.reader.emit(&mut |r| {
+            stats.push(r)?;
+            writer.push(r).map_err(|_| "a writable output")
+        })?;
         if poll == LivePoll::Late {
             anyhow::bail!("an event came in late");
         }

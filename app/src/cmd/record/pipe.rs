@@ -1,8 +1,10 @@
 //! A live trace's writing on a thread of its own ([`Pipe`]): the recording's summary and the
 //! trace file's encoding and compression take the records in batches, while the converter's
-//! thread reads and merges the spool. Once the command has exited, what is left of its spool
-//! is converted on both cores instead of one (the program leaves a backlog when it allocates
-//! faster than one core converts).
+//! thread reads and merges the spool. Used once the command has exited, for the backlog it
+//! leaves when it allocates faster than one core converts: that part is then converted on both
+//! cores instead of one. While the command runs the converter stays on one thread: a second
+//! one took CPU from the command's own threads (`record` of the C++ stacks workload took
+//! 1.92-2.09 s that way, against 1.82-1.99 s).
 
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::thread::JoinHandle;
