@@ -51,6 +51,38 @@ fn binary_traces() -> Vec<PathBuf> {
     out
 }
 
+/// Five copies of a real trace one after the other, each shifted in time and to pointers of
+/// its own, the allocations a copy leaves live staying live: six blocks, with live
+/// allocations and freed slots at every block boundary.
+fn spliced_trace() -> PathBuf {
+    let path = temp_dir().join("spliced.avt");
+    let mut records = Vec::new();
+    read_text_records(
+        &sample("python_fragments.trace.gz"),
+        &LoadOptions::default(),
+        |r| {
+            records.push(*r);
+            Ok(())
+        },
+    )
+    .unwrap();
+    let span = records.last().unwrap().t_ns + 1;
+    let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let mut w = BinaryWriter::new(file, &[]).unwrap();
+    for copy in 0..5u64 {
+        for r in &records {
+            let mut r = *r;
+            r.t_ns += span * i64::try_from(copy).unwrap();
+            if r.addr != 0 {
+                r.addr += copy << 44;
+            }
+            w.push(&r).unwrap();
+        }
+    }
+    w.finish().unwrap();
+    path
+}
+
 /// Every event of the stream, and the stream at its end.
 fn stream_all(path: &Path) -> (EventBatch, BinaryEventStream) {
     let mut stream = BinaryEventStream::open(path).unwrap();
@@ -267,24 +299,42 @@ fn files_without_an_index_are_scanned_and_stream_the_same() {
 }
 
 /// A stream opened at a point taken between two blocks goes on exactly as the stream it was
-/// taken from: the same events after it, and the same counts, threads and peak at the end.
+/// taken from: the same events after it (slots included, which the free slots' order decides),
+/// and the same counts, threads and peak at the end; so does one opened at the point packed
+/// and unpacked (what a whole-trace scan keeps).
 #[test]
 fn a_stream_opened_at_a_point_goes_on_as_the_stream_it_was_taken_from() {
     use allocview_loaders::binary::StreamPoint;
-    for path in binary_traces() {
+    let spliced = spliced_trace();
+    for path in binary_traces().into_iter().chain([spliced.clone()]) {
         let (all, whole) = stream_all(&path);
         let blocks = whole.index().blocks.len();
-        for after in [0, 1, blocks / 2, blocks] {
+        let points = if path == spliced {
+            assert_eq!(blocks, 6);
+            (0..=blocks).collect()
+        } else {
+            vec![0, 1, blocks / 2, blocks]
+        };
+        for (after, packed) in points.into_iter().flat_map(|a| [(a, false), (a, true)]) {
             let mut s = BinaryEventStream::open(&path).unwrap();
             let mut batch = EventBatch::default();
             for _ in 0..after {
                 assert!(s.next_events(&mut batch).unwrap());
             }
-            let point: StreamPoint = s.point();
+            let mut point: StreamPoint = s.point();
+            if packed {
+                let p = point.pack();
+                assert_eq!(p.events(), point.events());
+                point = p.unpack().unwrap();
+            }
             assert_eq!(point.events(), s.summary().events);
             let mut resumed = BinaryEventStream::open_at(&path, &point).unwrap();
             let rest = rest_of(&mut resumed);
-            let what = format!("{} after {after} of {blocks} blocks", path.display());
+            let what = format!(
+                "{} after {after} of {blocks} blocks{}",
+                path.display(),
+                if packed { ", packed" } else { "" }
+            );
             let skip = point.events() as usize;
             assert_eq!(rest.len(), all.len() - skip, "{what}");
             for k in 0..rest.len() {

@@ -118,7 +118,7 @@ pub use index::{BlockEntry, BlockIndex, read_index, read_index_frame};
 use spool::read_spool;
 pub use spool::{LivePoll, LiveSpool};
 pub use stacks::{Location, NativeModule, NativeStack, NativeStacks, SourceFrame, StackEnd};
-pub use stream::{BinaryEventStream, StreamPoint};
+pub use stream::{BinaryEventStream, PackedStreamPoint, StreamPoint};
 use trace::{read_trace, read_trace_staged};
 pub use write::BinaryWriter;
 

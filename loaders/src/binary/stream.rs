@@ -58,6 +58,67 @@ impl StreamPoint {
     }
 }
 
+/// A [`StreamPoint`] packed small ([`StreamPoint::pack`]): the pairing's live pointers and
+/// free slots as varints (see `allocview_sim::stream::packed`), the rest as it is.
+#[derive(Clone)]
+pub struct PackedStreamPoint {
+    rest: StreamPoint,
+    live: Box<[u8]>,
+}
+
+impl StreamPoint {
+    /// This, packed small.
+    #[must_use]
+    pub fn pack(&self) -> PackedStreamPoint {
+        let (pairing, live) = self.pairing.pack();
+        PackedStreamPoint {
+            rest: Self {
+                next_block: self.next_block,
+                pairing,
+                threads: self.threads.clone(),
+                summary: self.summary.clone(),
+                events_per_thread: self.events_per_thread.clone(),
+                peak_live_bytes: self.peak_live_bytes,
+                peak_live_event: self.peak_live_event,
+            },
+            live,
+        }
+    }
+}
+
+impl PackedStreamPoint {
+    /// The point packed; `None` if the bytes do not hold what [`StreamPoint::pack`] wrote
+    /// (never, for bytes it wrote).
+    #[must_use]
+    pub fn unpack(&self) -> Option<StreamPoint> {
+        let r = &self.rest;
+        Some(StreamPoint {
+            next_block: r.next_block,
+            pairing: Pairing::unpack(&r.pairing, &self.live)?,
+            threads: r.threads.clone(),
+            summary: r.summary.clone(),
+            events_per_thread: r.events_per_thread.clone(),
+            peak_live_bytes: r.peak_live_bytes,
+            peak_live_event: r.peak_live_event,
+        })
+    }
+
+    /// Events streamed before the point.
+    #[must_use]
+    pub fn events(&self) -> u64 {
+        self.rest.events()
+    }
+
+    /// Bytes this takes: the packed allocations, and the threads and counts beside them.
+    #[must_use]
+    pub fn bytes(&self) -> usize {
+        self.live.len()
+            + std::mem::size_of::<Self>()
+            + self.rest.events_per_thread.len() * 8
+            + self.rest.threads.order.len() * 32
+    }
+}
+
 impl BinaryEventStream {
     /// Where the stream stands now, between two blocks (see [`StreamPoint`]).
     #[must_use]

@@ -113,6 +113,62 @@ impl Default for Pairing {
 }
 
 impl Pairing {
+    /// This without its live allocations and free slots, and those packed as varints (by
+    /// address, each address as the step from the one before; the free slots in their order,
+    /// which decides which slot the next allocation takes): what a resume point keeps.
+    pub(crate) fn pack(&self) -> (Self, Box<[u8]>) {
+        use allocview_sim::stream::packed::{delta, put};
+        let mut live: Vec<(u64, LiveAlloc)> = self.live.iter().map(|(&p, &a)| (p, a)).collect();
+        live.sort_unstable_by_key(|&(p, _)| p);
+        let mut out = Vec::with_capacity(live.len() * 12 + self.free_slots.len() * 3 + 8);
+        put(&mut out, live.len() as u64);
+        let mut prev = 0;
+        for (addr, a) in live {
+            put(&mut out, delta(prev, addr));
+            put(&mut out, u64::from(a.id));
+            put(&mut out, u64::from(a.slot));
+            put(&mut out, a.size);
+            prev = addr;
+        }
+        put(&mut out, self.free_slots.len() as u64);
+        for &slot in &self.free_slots {
+            put(&mut out, u64::from(slot));
+        }
+        let rest = Self {
+            live: PtrMap::default(),
+            free_slots: Vec::new(),
+            ..*self
+        };
+        (rest, out.into_boxed_slice())
+    }
+
+    /// `rest` with the live allocations and free slots [`Self::pack`] packed into `bytes`;
+    /// `None` if they do not hold what it wrote.
+    pub(crate) fn unpack(rest: &Self, bytes: &[u8]) -> Option<Self> {
+        use allocview_sim::stream::packed::{get, undelta};
+        let mut bytes = bytes;
+        let n = usize::try_from(get(&mut bytes)?).ok()?;
+        let mut live = PtrMap::default();
+        live.reserve(n);
+        let mut addr = 0;
+        for _ in 0..n {
+            addr = undelta(addr, get(&mut bytes)?);
+            let id = u32::try_from(get(&mut bytes)?).ok()?;
+            let slot = u32::try_from(get(&mut bytes)?).ok()?;
+            let size = get(&mut bytes)?;
+            live.insert(addr, LiveAlloc { id, slot, size });
+        }
+        let n_free = usize::try_from(get(&mut bytes)?).ok()?;
+        let free_slots = (0..n_free)
+            .map(|_| u32::try_from(get(&mut bytes)?).ok())
+            .collect::<Option<Vec<u32>>>()?;
+        bytes.is_empty().then_some(Self {
+            live,
+            free_slots,
+            ..*rest
+        })
+    }
+
     /// Pairs one record (`size_bytes` `None` for a free), counting in `summary`.
     pub(crate) fn pair(
         &mut self,

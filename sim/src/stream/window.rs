@@ -176,11 +176,11 @@ impl Bounds {
 
 /// An allocation live before the window: its id in the trace, bytes, thread and slot.
 #[derive(Clone, Copy)]
-struct Live {
-    size_bytes: u64,
-    thread: u16,
-    slot: u32,
-    addr: u64,
+pub(super) struct Live {
+    pub(super) size_bytes: u64,
+    pub(super) thread: u16,
+    pub(super) slot: u32,
+    pub(super) addr: u64,
 }
 
 /// What a window keeps of the events before it: how many were read, the times of the first
@@ -190,11 +190,11 @@ struct Live {
 /// trace's first event: what is carried in is the same.
 #[derive(Clone, Default)]
 pub struct Before {
-    at: usize,
-    t_first_ns: Option<i64>,
-    t_last_ns: Option<i64>,
-    live: std::collections::BTreeMap<u32, Live>,
-    live_bytes: u64,
+    pub(super) at: usize,
+    pub(super) t_first_ns: Option<i64>,
+    pub(super) t_last_ns: Option<i64>,
+    pub(super) live: std::collections::BTreeMap<u32, Live>,
+    pub(super) live_bytes: u64,
 }
 
 impl Before {
@@ -227,10 +227,7 @@ impl Before {
     /// every event read is earlier than that time (times never go back).
     #[must_use]
     pub fn precedes(&self, spec: &WindowSpec) -> bool {
-        spec.first_event >= self.at
-            || spec
-                .from_ns
-                .is_some_and(|from| self.t_last_ns.is_none_or(|t| t < from))
+        precedes(self.at, self.t_last_ns, spec)
     }
 
     /// Notes the events of `batch`, the next ones of the trace.
@@ -272,6 +269,15 @@ impl Before {
             self.live_bytes = self.live_bytes.saturating_sub(old.size_bytes);
         }
     }
+}
+
+/// Whether window `spec` starts at or after `at` events read, the last at `t_last_ns`
+/// ([`Before::precedes`]).
+pub(super) fn precedes(at: usize, t_last_ns: Option<i64>, spec: &WindowSpec) -> bool {
+    spec.first_event >= at
+        || spec
+            .from_ns
+            .is_some_and(|from| t_last_ns.is_none_or(|t| t < from))
 }
 
 /// The events of a resolved window of `S` (see the module docs).
