@@ -8,6 +8,7 @@
 //! number of buckets, only the initial state is kept as a checkpoint, and at most
 //! [`STREAM_OOMS_KEPT`] failed allocations are kept in full (all are counted).
 
+pub mod packed;
 pub mod window;
 
 use std::time::Instant;
