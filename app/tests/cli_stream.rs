@@ -556,3 +556,44 @@ fn a_part_read_from_the_scans_resume_point_has_the_tables_read_from_the_start() 
     assert!(allocview::model::scan::existing(&file).is_none());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `bench hops` on a trace made too big to load: the explorer shows its first part, waits for
+/// the background read, then goes to events all over the trace, each from the nearest resume
+/// point; it fails if the cursor does not land on the event asked for.
+#[test]
+fn bench_hops_lands_on_every_event_it_goes_to() {
+    let dir = std::env::temp_dir().join(format!("allocview-cli-hops-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("spliced.avt");
+    allocview_ok(&[
+        "splice",
+        "--events",
+        "400000",
+        "--out",
+        file.to_str().unwrap(),
+        sample("python_json.avt").to_str().unwrap(),
+    ]);
+    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        // 2 MB: parts of 7,812 events, a quarter of it at 64 bytes an event.
+        .env("ALLOCVIEW_AVAILABLE_MEMORY", "2000000")
+        .args(["bench", "hops", "--seeks", "12", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("first part 0..7,812 shown"), "{stdout}");
+    assert!(stdout.contains("resume points"), "{stdout}");
+    assert!(
+        stdout.contains("go to an event (12 of them, 12 in another part)"),
+        "{stdout}"
+    );
+    // A trace that fits is shown whole: no parts to go between.
+    let whole = allocview(&["bench", "hops", file.to_str().unwrap()]);
+    assert!(!whole.status.success());
+    assert!(String::from_utf8_lossy(&whole.stderr).contains("fits in memory"));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -15,16 +15,18 @@ use crate::tui;
 /// Arguments of `allocview bench`.
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
-    /// What to measure: `explorer` (seek + redraw of the terminal explorer), `replay` (each
-    /// policy's replay rate against the C library's malloc/free on the same trace), `load`
-    /// (load time, rate and peak resident memory against the file size) or `stream` (a binary
-    /// trace replayed from its blocks against loaded then replayed, per policy).
+    /// What to measure: `explorer` (seek + redraw of the terminal explorer), `hops` (the
+    /// terminal explorer on a trace too big to load, going to events all over it once its
+    /// background read is done), `replay` (each policy's replay rate against the C library's
+    /// malloc/free on the same trace), `load` (load time, rate and peak resident memory against
+    /// the file size) or `stream` (a binary trace replayed from its blocks against loaded then
+    /// replayed, per policy).
     pub what: String,
     /// The trace.
     pub file: PathBuf,
     #[command(flatten)]
     pub policies: super::compare::PolicyArgs,
-    /// Number of random seeks.
+    /// Number of random seeks (`explorer`) or events to go to (`hops`).
     #[arg(long, default_value_t = 200)]
     pub seeks: usize,
     /// Screen size for the redraw, columns x rows.
@@ -39,10 +41,11 @@ pub struct BenchArgs {
 pub fn run(args: &BenchArgs) -> Result<()> {
     match args.what.as_str() {
         "explorer" => explorer(args),
+        "hops" => super::bench_hops::hops(args),
         "replay" => replay_rates(args),
         "load" => load(args),
         "stream" => stream(args),
-        other => bail!("unknown benchmark {other:?}; known: explorer, replay, load, stream"),
+        other => bail!("unknown benchmark {other:?}; known: explorer, hops, replay, load, stream"),
     }
 }
 
@@ -145,29 +148,37 @@ fn stream(args: &BenchArgs) -> Result<()> {
 }
 
 /// The process's peak resident memory so far (`VmHWM` of /proc/self/status).
-fn peak_rss_bytes() -> Option<u64> {
+pub(super) fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(super) fn percentile(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted.get(i).copied().unwrap_or(0.0)
 }
 
-fn explorer(args: &BenchArgs) -> Result<()> {
-    let (w, h) = args
-        .size
-        .split_once('x')
+/// `--size` as columns and rows.
+pub(super) fn screen_size(size: &str) -> Result<(u16, u16)> {
+    size.split_once('x')
         .and_then(|(w, h)| Some((w.parse::<u16>().ok()?, h.parse::<u16>().ok()?)))
-        .context("--size must look like 200x60")?;
-    let names = if args.policies.policy.is_empty() {
-        vec![PolicySpec::plain("bfc")]
+        .context("--size must look like 200x60")
+}
+
+/// The explorer benchmarks' policies: those asked for, or bfc alone.
+pub(super) fn explorer_policies(args: &BenchArgs) -> Result<Vec<PolicySpec>> {
+    if args.policies.policy.is_empty() {
+        Ok(vec![PolicySpec::plain("bfc")])
     } else {
-        args.policies.specs()?
-    };
+        args.policies.specs()
+    }
+}
+
+fn explorer(args: &BenchArgs) -> Result<()> {
+    let (w, h) = screen_size(&args.size)?;
+    let names = explorer_policies(args)?;
     let config = args.policies.config()?;
     let mut state = AppState::new(&args.file, &names, config);
     let started = Instant::now();
@@ -265,7 +276,7 @@ fn process_cpu_ticks() -> Option<u64> {
 }
 
 /// Current resident set size, from /proc (Linux).
-fn rss_bytes() -> Option<u64> {
+pub(super) fn rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

@@ -10,6 +10,7 @@ macro_rules! outln {
 }
 
 pub mod bench;
+mod bench_hops;
 pub mod compare;
 pub mod convert;
 pub mod convert_parquet;

@@ -112,16 +112,25 @@ pub fn refuse_if_too_big(file: &Path) -> Result<()> {
 const EXPLORER_WINDOW_BYTES_MAX: u64 = 2 << 30;
 const EXPLORER_BYTES_PER_EVENT: u64 = 64;
 
+/// Events of the parts an explorer shows of a trace too big to load, at most: a part, and so
+/// each move to another one (`g #N`, `{`, `}`), is read from the nearest resume point, replayed
+/// and drawn in under 100 ms (`allocview bench hops`: p99 88 ms on the 2-billion-event trace),
+/// where parts of 33.5 million events took 3 to 5 s.
+const EXPLORER_PART_EVENTS_MAX: u64 = 1 << 18;
+
 /// For a binary trace too big to load whole: its events, and how many of them an explorer
 /// opens by default, from its start (a quarter of the available memory, at most 2 GiB, at 64
-/// bytes an event). `None` when the trace can be loaded.
+/// bytes an event, and at most [`EXPLORER_PART_EVENTS_MAX`]). `None` when the trace can be
+/// loaded.
 #[must_use]
 pub fn explorer_default_window(file: &Path) -> Option<(u64, u64)> {
     let (records, _, avail) = too_big(file)?;
     let budget = (avail / 4).min(EXPLORER_WINDOW_BYTES_MAX);
     Some((
         records,
-        (budget / EXPLORER_BYTES_PER_EVENT).clamp(1, records.max(1)),
+        (budget / EXPLORER_BYTES_PER_EVENT)
+            .min(EXPLORER_PART_EVENTS_MAX)
+            .clamp(1, records.max(1)),
     ))
 }
 

@@ -1,21 +1,25 @@
 //! The whole of a trace too big to load, read once in the background while the explorers show
-//! a part of it ([`Scan`]). The read keeps a resume point every few million events (where the
-//! block stream stands, and the allocations live there), so that any part opens by reading
-//! from the nearest point before it rather than from the trace's first event: a part at the
-//! end of a 2-billion-event trace costs the part, not the trace. It also gathers an overview:
-//! the highest live bytes in each of [`OVERVIEW_BUCKETS`] equal stretches of the trace.
+//! a part of it ([`Scan`]). The read keeps a resume point every few hundred thousand events
+//! (where the block stream stands, and the allocations live there), so that any part opens by
+//! reading from the nearest point before it rather than from the trace's first event: a part
+//! at the end of a 2-billion-event trace costs the part, not the trace, and a short part
+//! anywhere opens in a fraction of a second. It also gathers an overview: the highest live
+//! bytes in each of [`OVERVIEW_BUCKETS`] equal stretches of the trace.
 //!
 //! Memory: a point holds the live allocations twice (the stream's pairing and the window's
-//! carried-in set), about [`POINT_BYTES_PER_LIVE`] bytes each. Past [`POINTS_BUDGET_BYTES`]
-//! every other point is dropped and the spacing doubles, so the points' memory stays bounded
-//! whatever the trace's length. One scan runs at a time: opening another trace stops it.
+//! carried-in set), packed as varints (`allocview_sim::stream::packed`): about 25 bytes an
+//! allocation instead of the 200 of the maps they unpack to when a part opens. Past
+//! [`POINTS_BUDGET_BYTES`] every other point is dropped and the spacing doubles, so the points'
+//! memory stays bounded whatever the trace's length. One scan runs at a time: opening another
+//! trace stops it.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use allocview_loaders::binary::{BinaryEventStream, StreamPoint};
+use allocview_loaders::binary::{BinaryEventStream, PackedStreamPoint, StreamPoint};
 use allocview_sim::stream::EventBatch;
+use allocview_sim::stream::packed::PackedBefore;
 use allocview_sim::stream::window::{Before, WindowSpec};
 
 /// The read's niceness (Linux applies it to the thread alone).
@@ -23,13 +27,10 @@ const SCAN_NICE: i32 = 10;
 /// Stretches of the overview.
 pub const OVERVIEW_BUCKETS: usize = 1024;
 /// Spacing of the resume points at first, in events, at most (a 256th of the trace when that
-/// is less: points fall between blocks, so a small trace has one at each).
-const FIRST_SPACING_EVENTS: u64 = 4 << 20;
+/// is less: points fall between blocks of 65,536 events, so a small trace has one at each).
+const FIRST_SPACING_EVENTS: u64 = 1 << 18;
 /// Memory the resume points may take.
-const POINTS_BUDGET_BYTES: u64 = 256 << 20;
-/// What a point costs per live allocation (a pairing entry and a carried-in entry, with the
-/// tables' overheads).
-const POINT_BYTES_PER_LIVE: u64 = 100;
+const POINTS_BUDGET_BYTES: u64 = 1 << 30;
 
 /// Where a read of the trace can go on from: the block stream's state and the allocations
 /// live after the events before it.
@@ -38,10 +39,22 @@ pub struct ResumePoint {
     pub before: Before,
 }
 
-impl ResumePoint {
+/// A [`ResumePoint`] as the scan keeps it: packed.
+struct KeptPoint {
+    stream: PackedStreamPoint,
+    before: PackedBefore,
+}
+
+impl KeptPoint {
     fn bytes(&self) -> u64 {
-        let live = self.stream.live_allocations() + self.before.live_allocations();
-        (live as u64).saturating_mul(POINT_BYTES_PER_LIVE)
+        (self.stream.bytes() + self.before.bytes()) as u64
+    }
+
+    fn unpack(&self) -> Option<ResumePoint> {
+        Some(ResumePoint {
+            stream: self.stream.unpack()?,
+            before: self.before.unpack()?,
+        })
     }
 }
 
@@ -64,7 +77,9 @@ pub struct Overview {
 
 #[derive(Default)]
 struct Found {
-    points: Vec<Arc<ResumePoint>>,
+    points: Vec<Arc<KeptPoint>>,
+    /// Bytes the points take.
+    points_bytes: u64,
     overview: Overview,
 }
 
@@ -153,6 +168,7 @@ impl Scan {
             budget_bytes,
             found: Mutex::new(Found {
                 points: Vec::new(),
+                points_bytes: 0,
                 overview: Overview {
                     bucket_events: trace_events.div_ceil(OVERVIEW_BUCKETS as u64).max(1),
                     trace_events,
@@ -175,14 +191,16 @@ impl Scan {
         !found.overview.done && found.overview.error.is_none()
     }
 
-    /// The latest resume point a read of window `spec` can start from, if any.
-    pub fn point_for(&self, spec: &WindowSpec) -> Option<Arc<ResumePoint>> {
-        lock(&self.found)
+    /// The latest resume point a read of window `spec` can start from, if any, unpacked.
+    pub fn point_for(&self, spec: &WindowSpec) -> Option<ResumePoint> {
+        let kept = lock(&self.found)
             .points
             .iter()
             .rev()
             .find(|p| p.before.precedes(spec))
-            .map(Arc::clone)
+            .map(Arc::clone)?;
+        // Unpacked outside the lock: the scan goes on meanwhile.
+        kept.unpack()
     }
 
     /// Reads the whole trace, keeping points and the overview up to date.
@@ -224,26 +242,27 @@ impl Scan {
     /// Keeps a resume point at event `at`, thinning the points past the budget; returns where
     /// the next one falls.
     fn keep_point(&self, stream: &BinaryEventStream, before: &Before, at: u64) -> u64 {
+        // Packed at about 25 bytes an allocation, twice: a live set that would take half the
+        // budget on its own is not packed at all (parts then read from an earlier point), and
+        // the next try is further on.
         let live = stream.point_live_allocations() + before.live_allocations();
-        if (live as u64).saturating_mul(POINT_BYTES_PER_LIVE) > self.budget_bytes / 2 {
-            // A live set this large would take half the budget on its own: no copy of it is
-            // made (parts then read from an earlier point), and the next try is further on.
+        if (live as u64).saturating_mul(25) > self.budget_bytes / 2 {
             let spacing = lock(&self.found).overview.spacing_events;
             return (at / spacing + 1) * spacing;
         }
-        let point = Arc::new(ResumePoint {
-            stream: stream.point(),
-            before: before.clone(),
+        let point = Arc::new(KeptPoint {
+            stream: stream.packed_point(),
+            before: before.pack(),
         });
         let mut found = lock(&self.found);
+        found.points_bytes += point.bytes();
         found.points.push(point);
         let mut spacing = found.overview.spacing_events;
-        while found.points.len() > 1
-            && found.points.iter().map(|p| p.bytes()).sum::<u64>() > self.budget_bytes
-        {
+        while found.points.len() > 1 && found.points_bytes > self.budget_bytes {
             spacing = spacing.saturating_mul(2);
-            let kept: Vec<Arc<ResumePoint>> = found.points.iter().step_by(2).cloned().collect();
+            let kept: Vec<Arc<KeptPoint>> = found.points.iter().step_by(2).cloned().collect();
             found.points = kept;
+            found.points_bytes = found.points.iter().map(|p| p.bytes()).sum();
         }
         found.overview.spacing_events = spacing;
         found.overview.points = found.points.len();
@@ -273,10 +292,10 @@ mod tests {
         assert_eq!(o.max_live_bytes.last().copied(), Some(peak));
     }
 
-    /// A read keeps a point at the start and one after the block; with a budget that the
-    /// point at the end would fit but take more than half of, it copies no live set and
-    /// keeps the start only (thinning alone would keep both), and reads on to the end all
-    /// the same.
+    /// A read keeps a point at the start and one after the block, packed to about 25 bytes
+    /// an allocation, twice; with a budget that the point at the end would fit but take more
+    /// than half of, it packs no live set and keeps the start only (thinning alone would keep
+    /// both), and reads on to the end all the same.
     #[test]
     fn a_live_set_too_large_for_the_budget_is_never_copied() {
         let events = 7_486;
@@ -292,9 +311,13 @@ mod tests {
             .unwrap();
         let live = last.before.live_allocations() as u64;
         assert!(live > 10, "{live}");
-        // The point holds the live set twice (the pairing's and the window's): 2 x live.
-        assert_eq!(last.bytes(), 2 * live * POINT_BYTES_PER_LIVE);
-        let tight = Scan::new(sample(), None, events, 3 * live * POINT_BYTES_PER_LIVE);
+        assert_eq!(last.stream.live_allocations() as u64, live);
+        let kept_bytes = lock(&roomy.found).points.last().unwrap().bytes();
+        assert!(
+            kept_bytes < 2 * live * 25 + 1024,
+            "{kept_bytes} bytes for {live}"
+        );
+        let tight = Scan::new(sample(), None, events, 3 * live * 25);
         tight.run().unwrap();
         let o = tight.overview();
         assert_eq!((o.points, o.scanned_events), (1, events));

@@ -388,7 +388,7 @@ impl TraceData {
             window,
             Some(progress),
             false,
-            point.as_deref(),
+            point.as_ref(),
         )
         .map_err(|e| format!("{e:#}"))?;
         let scan = super::scan::scan_of(path, t.trace_events);

@@ -126,6 +126,12 @@ impl BinaryEventStream {
         self.at.clone()
     }
 
+    /// [`Self::point`], packed (without copying the live allocations unpacked first).
+    #[must_use]
+    pub fn packed_point(&self) -> PackedStreamPoint {
+        self.at.pack()
+    }
+
     /// The live allocations a [`Self::point`] taken now would hold, without taking it.
     #[must_use]
     pub fn point_live_allocations(&self) -> usize {
