@@ -23,7 +23,9 @@ pub fn hops(args: &BenchArgs) -> Result<()> {
         let mut state = AppState::new(&args.file, &names, config.clone());
         state.window = window;
         state.initial_goto = goto;
-        load_blocking(&mut state, false, 1).map_err(anyhow::Error::msg)?;
+        // One replay at a time unless asked (`--jobs`): a hop is done when every policy is.
+        load_blocking(&mut state, false, args.policies.jobs.unwrap_or(1))
+            .map_err(anyhow::Error::msg)?;
         Ok(state)
     };
     let started = Instant::now();
