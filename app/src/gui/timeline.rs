@@ -12,8 +12,10 @@ use crate::theme;
 
 impl GuiApp {
     pub(super) fn timeline_ui(&mut self, ui: &mut egui::Ui, vms: &[ViewModel]) {
-        if let Some(o) = vms.first().and_then(|vm| vm.overview.as_ref()) {
-            overview_strip(ui, o);
+        if let Some(o) = vms.first().and_then(|vm| vm.overview.as_ref())
+            && let Some(f) = overview_strip(ui, o)
+        {
+            self.send(Msg::GotoTraceFraction(f));
         }
         let mut lines = Vec::new();
         // Each series' points, for the hover: the value of every series at the pointer's time.
@@ -122,10 +124,15 @@ fn timeline_hover(t_s: f64, series: &[(String, Vec<[f64; 2]>)]) -> String {
     text
 }
 
-/// The whole trace's strip above the timeline (the part shown highlighted), then what it is.
-fn overview_strip(ui: &mut egui::Ui, o: &crate::model::overview::OverviewVm) {
+/// Cells of the strip above the desktop timeline.
+const STRIP_CELLS: usize = 128;
+
+/// The whole trace's strip above the timeline (the part shown highlighted), then what it is;
+/// returns where in the trace a click on the strip asks to go (a fraction of it, the middle of
+/// the clicked cell's stretch).
+fn overview_strip(ui: &mut egui::Ui, o: &crate::model::overview::OverviewVm) -> Option<f64> {
     ui.horizontal(|ui| {
-        let cells = o.cells(128);
+        let cells = o.cells(STRIP_CELLS);
         let mut job = egui::text::LayoutJob::default();
         let font = egui::FontId::monospace(11.0);
         for cell in cells {
@@ -145,9 +152,16 @@ fn overview_strip(ui: &mut egui::Ui, o: &crate::model::overview::OverviewVm) {
                 },
             );
         }
-        ui.label(job);
+        let strip = ui
+            .add(egui::Label::new(job).sense(egui::Sense::click()))
+            .on_hover_text("click: go to that part of the whole trace");
         ui.small(&o.label);
-    });
+        let at = strip.interact_pointer_pos().filter(|_| strip.clicked())?;
+        let width = strip.rect.width().max(1.0);
+        let cell = ((at.x - strip.rect.left()) / width * STRIP_CELLS as f32).floor();
+        Some((f64::from(cell.clamp(0.0, (STRIP_CELLS - 1) as f32)) + 0.5) / STRIP_CELLS as f64)
+    })
+    .inner
 }
 
 #[cfg(test)]

@@ -239,6 +239,9 @@ pub enum Msg {
     ToggleSites,
     /// Open the next (+1) or previous (-1) part of the trace, a window of the same length.
     OpenPart(i64),
+    /// Go to the event at a fraction of the whole trace (a click on the overview strip of a
+    /// trace shown in parts): the part that holds it opens with the cursor on it.
+    GotoTraceFraction(f64),
     /// Select the next / previous site of the panel, or a row of it.
     CycleSite(i64),
     SelectSite(usize),
@@ -661,6 +664,15 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
         Msg::Quit if state.help => state.help = false,
         Msg::Quit => state.quit = true,
         Msg::PageRows(r) => state.page_rows = r.max(1),
+        Msg::GotoTraceFraction(f) => {
+            if let Some(part) = state.data.as_ref().and_then(|d| d.part) {
+                let n = (f.clamp(0.0, 1.0) * part.trace_events as f64) as u64;
+                let n = n.min(part.trace_events.saturating_sub(1));
+                if let Err(e) = super::parts::goto_trace_event(state, n) {
+                    state.message = Some(e);
+                }
+            }
+        }
         Msg::Loaded(Ok(data)) => {
             if let Some(w) = data.warnings.first() {
                 state.message = Some(format!("warning: {w}"));

@@ -21,6 +21,9 @@ pub struct Areas {
     pub timeline: Rect,
     /// The plot inside the timeline's border and axes, for mouse scrubbing.
     pub timeline_plot: Rect,
+    /// The whole trace's strip in the timeline's bottom border (drawn for a trace shown in
+    /// parts), for a click to go there.
+    pub overview_strip: Rect,
     pub heap: Rect,
     pub side: Rect,
     pub events: Rect,
@@ -84,6 +87,7 @@ pub fn layout(area: Rect, compare: bool, dump_lines: Option<usize>) -> Areas {
     Areas {
         timeline,
         timeline_plot,
+        overview_strip: super::draw_timeline::overview_strip_area(timeline),
         heap,
         side,
         events,

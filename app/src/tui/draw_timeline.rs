@@ -2,7 +2,7 @@
 //! a chart, the legend in its title, and the whole trace's strip in its bottom border.
 
 use ratatui::Frame;
-use ratatui::layout::Alignment;
+use ratatui::layout::{Alignment, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
@@ -114,9 +114,7 @@ pub(super) fn draw_timeline(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
         .title_alignment(Alignment::Left)
         .title_bottom(Line::from(FRAG_NOTE).right_aligned());
     if let Some(o) = &vm.overview {
-        // Room left of the right-hand note, inside the corners, with a gap of one.
-        let room = usize::from(a.timeline.width).saturating_sub(FRAG_NOTE.chars().count() + 3);
-        block = block.title_bottom(overview_line(o, room));
+        block = block.title_bottom(overview_line(o, overview_room(a.timeline)));
     }
     let chart = Chart::new(datasets)
         .block(block)
@@ -147,11 +145,35 @@ pub(super) fn draw_timeline(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
 /// What the timeline's bottom border says on its right.
 const FRAG_NOTE: &str = " fragmentation: 100% at top ";
 
+/// Room for the whole trace's strip and its label in the bottom border of `timeline`: left of
+/// the right-hand note, inside the corners, with a gap of one.
+fn overview_room(timeline: Rect) -> usize {
+    usize::from(timeline.width).saturating_sub(FRAG_NOTE.chars().count() + 3)
+}
+
+/// Cells of the strip in `room`: a third of it, 8 to 64.
+fn strip_width(room: usize) -> usize {
+    (room / 3).clamp(8, 64)
+}
+
+/// Where the strip is drawn on screen, for a click on it: the bottom border of `timeline`,
+/// after its corner and a space.
+#[must_use]
+pub(super) fn overview_strip_area(timeline: Rect) -> Rect {
+    let width = u16::try_from(strip_width(overview_room(timeline))).unwrap_or(u16::MAX);
+    Rect {
+        x: timeline.x.saturating_add(2),
+        y: timeline.bottom().saturating_sub(1),
+        width: width.min(timeline.width.saturating_sub(2)),
+        height: u16::from(timeline.height > 0),
+    }
+}
+
 /// The whole trace's strip (the part shown in reverse) and its label, for the timeline's
 /// bottom border, in `room` cells: the strip a third of them (8 to 64 cells), the label cut
 /// to what is left.
 fn overview_line(o: &crate::model::overview::OverviewVm, room: usize) -> Line<'static> {
-    let strip_width = (room / 3).clamp(8, 64);
+    let strip_width = strip_width(room);
     let mut spans = vec![Span::raw(" ")];
     for cell in o.cells(strip_width) {
         let style = if cell.in_part {
@@ -173,4 +195,41 @@ fn overview_line(o: &crate::model::overview::OverviewVm, room: usize) -> Line<'s
     };
     spans.push(Span::raw(format!(" {label} ")));
     Line::from(spans)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::overview::OverviewVm;
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+
+    /// The strip a click is looked for in is where the bottom border draws it: its cells,
+    /// with the border's corner and a space before them and the label's space after.
+    #[test]
+    fn the_strip_area_is_where_the_strip_is_drawn() {
+        for width in [40u16, 120, 300] {
+            let vm = OverviewVm {
+                max_live_bytes: vec![Some(7); crate::model::scan::OVERVIEW_BUCKETS],
+                part: (0.0, 0.0),
+                label: "label".to_owned(),
+            };
+            let area = Rect::new(3, 1, width, 6);
+            let mut t = Terminal::new(TestBackend::new(width + 5, 8)).unwrap();
+            t.draw(|f| {
+                let block = Block::bordered().title_bottom(overview_line(&vm, overview_room(area)));
+                f.render_widget(block, area);
+            })
+            .unwrap();
+            let strip = overview_strip_area(area);
+            let buf = t.backend().buffer();
+            let symbol = |x: u16| buf[(x, strip.y)].symbol().to_owned();
+            assert_eq!(strip.y, area.bottom() - 1);
+            assert_eq!(symbol(strip.x - 1), " ", "width {width}");
+            for x in strip.x..strip.x + strip.width {
+                assert_eq!(symbol(x), "█", "width {width}, column {x}");
+            }
+            assert_eq!(symbol(strip.x + strip.width), " ", "width {width}");
+        }
+    }
 }

@@ -8,12 +8,28 @@ use ratatui::layout::Rect;
 use crate::model::state::{Msg, PromptKind};
 
 /// Maps a terminal event to a message. `timeline` is where the timeline's plot area is on
-/// screen (for mouse scrubbing); `prompt_open` routes keys to the prompt.
+/// screen (for mouse scrubbing) and `strip` the whole trace's strip (a click goes to that part
+/// of the trace); `prompt_open` routes keys to the prompt.
 #[must_use]
-pub fn to_msg(ev: &Event, prompt_open: bool, timeline: Option<Rect>) -> Option<Msg> {
+pub fn to_msg(
+    ev: &Event,
+    prompt_open: bool,
+    timeline: Option<Rect>,
+    strip: Option<Rect>,
+) -> Option<Msg> {
     match ev {
         Event::Key(k) if k.kind != KeyEventKind::Release => key(k, prompt_open),
         Event::Mouse(m) => {
+            if let Some(s) = strip
+                && m.kind == MouseEventKind::Down(MouseButton::Left)
+                && m.row == s.y
+                && m.column >= s.x
+                && m.column < s.x + s.width
+            {
+                // The middle of the stretch the clicked cell stands for.
+                let cell = f64::from(m.column - s.x) + 0.5;
+                return Some(Msg::GotoTraceFraction(cell / f64::from(s.width)));
+            }
             let area = timeline?;
             let inside = m.column >= area.x
                 && m.column < area.x + area.width

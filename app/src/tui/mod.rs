@@ -123,8 +123,12 @@ where
         // Redraw at least every 100 ms while loading, for the progress bar.
         if crossterm::event::poll(Duration::from_millis(100)).context("polling the terminal")? {
             let ev = crossterm::event::read().context("reading the terminal")?;
-            if let Some(msg) = keys::to_msg(&ev, state.prompt.is_some(), Some(areas.timeline_plot))
-            {
+            if let Some(msg) = keys::to_msg(
+                &ev,
+                state.prompt.is_some(),
+                Some(areas.timeline_plot),
+                Some(areas.overview_strip),
+            ) {
                 apply(state, msg);
             }
             // Coalesce a burst (key repeat, mouse drag) into one redraw.
@@ -132,9 +136,12 @@ where
                 let Ok(ev) = crossterm::event::read() else {
                     break;
                 };
-                if let Some(msg) =
-                    keys::to_msg(&ev, state.prompt.is_some(), Some(areas.timeline_plot))
-                {
+                if let Some(msg) = keys::to_msg(
+                    &ev,
+                    state.prompt.is_some(),
+                    Some(areas.timeline_plot),
+                    Some(areas.overview_strip),
+                ) {
                     apply(state, msg);
                 }
             }

@@ -63,7 +63,13 @@ fn key(c: char) -> Event {
 }
 
 fn send(state: &mut AppState, ev: &Event) {
-    if let Some(msg) = keys::to_msg(ev, state.prompt.is_some(), Some(Rect::new(10, 2, 100, 10))) {
+    send_with_strip(state, ev, None);
+}
+
+/// [`send`], with the whole trace's strip at `strip` on screen.
+fn send_with_strip(state: &mut AppState, ev: &Event, strip: Option<Rect>) {
+    let timeline = Some(Rect::new(10, 2, 100, 10));
+    if let Some(msg) = keys::to_msg(ev, state.prompt.is_some(), timeline, strip) {
         let mut next = Some(msg);
         while let Some(m) = next.take() {
             next = update(state, m);
@@ -220,6 +226,45 @@ fn the_explorer_loads_only_the_window_with_its_live_blocks_carried_in() {
             "event {j}"
         );
     }
+}
+
+/// A click on the whole trace's strip goes to the middle of the stretch its cell stands for:
+/// the part of the same grid that holds that event opens with the cursor on it. A click
+/// beside the strip does not.
+#[test]
+fn a_click_on_the_whole_trace_strip_opens_that_part() {
+    use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
+    let path = sample("find_usr_include.trace.gz");
+    let mut s = windowed(&path, "20000..25000", None);
+    let strip = Rect::new(2, 12, 8, 1);
+    let click = |column: u16, row: u16| {
+        Event::Mouse(MouseEvent {
+            kind: MouseEventKind::Down(MouseButton::Left),
+            column,
+            row,
+            modifiers: KeyModifiers::NONE,
+        })
+    };
+    // Cell 6 of 8: 6.5 / 8 of 40,403 events is event 32,827.
+    send_with_strip(&mut s, &click(8, 12), Some(strip));
+    assert_eq!(
+        s.reopen.take().unwrap().events.as_deref(),
+        Some("30000..35000")
+    );
+    assert_eq!(s.reopen_goto.take().as_deref(), Some("#32827"));
+    // Cell 4: event 22,726, in the part shown: the cursor moves there.
+    let carried = s.events() - 5_000;
+    send_with_strip(&mut s, &click(6, 12), Some(strip));
+    assert!(s.reopen.is_none());
+    assert_eq!(s.cursor, carried + 2_726);
+    // Past the strip's end, and on the row above it.
+    send_with_strip(&mut s, &click(10, 12), Some(strip));
+    send_with_strip(&mut s, &click(8, 11), Some(strip));
+    assert!(s.reopen.is_none());
+    // A trace shown whole has no strip to go by.
+    let mut whole = loaded("find_usr_include.trace.gz", &["first-fit"]);
+    send_with_strip(&mut whole, &click(8, 12), Some(strip));
+    assert!(whole.reopen.is_none());
 }
 
 /// `g #N` goes to event N of the whole trace: inside the part shown the cursor moves there
