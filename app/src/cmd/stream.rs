@@ -107,31 +107,32 @@ pub fn refuse_if_too_big(file: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Memory an explorer may give a window of a trace too big to load, and what an event of it
-/// takes there once replayed (the event table, a replay's addresses and index, with room).
-const EXPLORER_WINDOW_BYTES_MAX: u64 = 2 << 30;
+/// What an event of an explorer's part takes once replayed (the event table, a replay's
+/// addresses and index, with room).
 const EXPLORER_BYTES_PER_EVENT: u64 = 64;
 
 /// Events of the parts an explorer shows of a trace too big to load, at most: a part, and so
 /// each move to another one (`g #N`, `{`, `}`), is read from the nearest resume point, replayed
-/// and drawn in under 100 ms (`allocview bench hops`: p99 88 ms on the 2-billion-event trace),
-/// where parts of 33.5 million events took 3 to 5 s.
+/// by one policy and drawn in under 100 ms (`allocview bench hops`, bfc: p99 85.6 ms on the
+/// 2-billion-event trace), where parts of 33.5 million events took 3 to 5 s.
 const EXPLORER_PART_EVENTS_MAX: u64 = 1 << 18;
 
 /// For a binary trace too big to load whole: its events, and how many of them an explorer
-/// opens by default, from its start (a quarter of the available memory, at most 2 GiB, at 64
-/// bytes an event, and at most [`EXPLORER_PART_EVENTS_MAX`]). `None` when the trace can be
+/// opens by default, from its start ([`default_part_events`]). `None` when the trace can be
 /// loaded.
 #[must_use]
 pub fn explorer_default_window(file: &Path) -> Option<(u64, u64)> {
     let (records, _, avail) = too_big(file)?;
-    let budget = (avail / 4).min(EXPLORER_WINDOW_BYTES_MAX);
-    Some((
-        records,
-        (budget / EXPLORER_BYTES_PER_EVENT)
-            .min(EXPLORER_PART_EVENTS_MAX)
-            .clamp(1, records.max(1)),
-    ))
+    Some((records, default_part_events(records, avail)))
+}
+
+/// Events of an explorer's part of a trace of `records` events with `avail_bytes` of memory:
+/// [`EXPLORER_PART_EVENTS_MAX`], or fewer where they would not fit in a quarter of the memory
+/// at [`EXPLORER_BYTES_PER_EVENT`]; one at least, the trace's at most.
+fn default_part_events(records: u64, avail_bytes: u64) -> u64 {
+    (avail_bytes / 4 / EXPLORER_BYTES_PER_EVENT)
+        .min(EXPLORER_PART_EVENTS_MAX)
+        .clamp(1, records.max(1))
 }
 
 /// True for a binary trace (a spool is loaded: its threads are merged in memory).
@@ -290,4 +291,22 @@ pub fn compare(args: &CompareArgs, specs: &[PolicySpec]) -> Result<()> {
         super::compare::print_table(&args.file.display().to_string(), events, max_live, &rows)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parts are capped at 262,144 events, narrowed where memory is short, and never empty
+    /// or longer than the trace.
+    #[test]
+    fn an_explorers_part_is_capped_and_fits_the_memory() {
+        let gib = 1u64 << 30;
+        assert_eq!(default_part_events(2_000_000_000, 20 * gib), 1 << 18);
+        // A quarter of 20 MB at 64 bytes an event.
+        assert_eq!(default_part_events(2_000_000_000, 20_000_000), 78_125);
+        assert_eq!(default_part_events(2_000_000_000, 0), 1);
+        assert_eq!(default_part_events(1000, 20 * gib), 1000);
+        assert_eq!(default_part_events(0, 20 * gib), 1);
+    }
 }

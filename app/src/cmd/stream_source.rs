@@ -190,7 +190,7 @@ pub fn window_tables(
     args: &WindowArgs,
     progress: Option<&std::sync::atomic::AtomicU64>,
     announce: bool,
-    resume: Option<&crate::model::scan::ResumePoint>,
+    resume: Option<crate::model::scan::ResumePoint>,
 ) -> Result<WindowTables> {
     use polars::prelude::*;
     let Some(spec) = args.spec()? else {
@@ -202,7 +202,7 @@ pub fn window_tables(
         Some(r) => {
             let stream = BinaryEventStream::open_at(file, &r.stream)
                 .with_context(|| format!("while opening {}", file.display()))?;
-            WindowSource::resume(stream, spec, r.before.clone())
+            WindowSource::resume(stream, spec, r.before)
         }
         None => None,
     };

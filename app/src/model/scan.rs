@@ -8,7 +8,8 @@
 //!
 //! Memory: a point holds the live allocations twice (the stream's pairing and the window's
 //! carried-in set), packed as varints (`allocview_sim::stream::packed`): about 25 bytes an
-//! allocation instead of the 200 of the maps they unpack to when a part opens. Past
+//! allocation for both copies, instead of the 200 of the maps they unpack to when a part
+//! opens. Past
 //! [`POINTS_BUDGET_BYTES`] every other point is dropped and the spacing doubles, so the points'
 //! memory stays bounded whatever the trace's length. One scan runs at a time: opening another
 //! trace stops it.
@@ -31,9 +32,15 @@ pub const OVERVIEW_BUCKETS: usize = 1024;
 const FIRST_SPACING_EVENTS: u64 = 1 << 18;
 /// Memory the resume points may take.
 const POINTS_BUDGET_BYTES: u64 = 1 << 30;
+/// What a live allocation costs a point, about, in each of its two packed copies (the
+/// pairing's and the carried-in set's: varints of about a dozen bytes in all), and a free slot
+/// of the pairing.
+const PACKED_BYTES_PER_LIVE_COPY: u64 = 14;
+const PACKED_BYTES_PER_FREE_SLOT: u64 = 3;
 
 /// Where a read of the trace can go on from: the block stream's state and the allocations
 /// live after the events before it.
+#[derive(Clone)]
 pub struct ResumePoint {
     pub stream: StreamPoint,
     pub before: Before,
@@ -144,7 +151,9 @@ pub fn scan_of(path: &Path, trace_events: u64) -> Arc<Scan> {
             // The read only speeds up later parts: it yields the cores to the part's replays
             // and the frontend (best effort: a failure leaves it at the usual priority).
             rustix::process::setpriority_process(Some(rustix::thread::gettid()), SCAN_NICE).ok();
-            let result = worker.run();
+            // A panic in the read ends it with an error, so that nobody waits for it.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.run()))
+                .unwrap_or_else(|_| Err("the read stopped on an internal error".to_owned()));
             let mut found = lock(&worker.found);
             found.overview.done = result.is_ok();
             found.overview.error = result.err();
@@ -242,11 +251,15 @@ impl Scan {
     /// Keeps a resume point at event `at`, thinning the points past the budget; returns where
     /// the next one falls.
     fn keep_point(&self, stream: &BinaryEventStream, before: &Before, at: u64) -> u64 {
-        // Packed at about 25 bytes an allocation, twice: a live set that would take half the
-        // budget on its own is not packed at all (parts then read from an earlier point), and
-        // the next try is further on.
-        let live = stream.point_live_allocations() + before.live_allocations();
-        if (live as u64).saturating_mul(25) > self.budget_bytes / 2 {
+        // A live set that would take half the budget on its own is not packed at all (parts
+        // then read from an earlier point), and the next try is further on.
+        let live = (stream.point_live_allocations() + before.live_allocations()) as u64;
+        let estimate = live
+            .saturating_mul(PACKED_BYTES_PER_LIVE_COPY)
+            .saturating_add(
+                (stream.point_free_slots() as u64).saturating_mul(PACKED_BYTES_PER_FREE_SLOT),
+            );
+        if estimate > self.budget_bytes / 2 {
             let spacing = lock(&self.found).overview.spacing_events;
             return (at / spacing + 1) * spacing;
         }
@@ -292,10 +305,11 @@ mod tests {
         assert_eq!(o.max_live_bytes.last().copied(), Some(peak));
     }
 
-    /// A read keeps a point at the start and one after the block, packed to about 25 bytes
-    /// an allocation, twice; with a budget that the point at the end would fit but take more
-    /// than half of, it packs no live set and keeps the start only (thinning alone would keep
-    /// both), and reads on to the end all the same.
+    /// A read keeps a point at the start and one after the block, packed to about a dozen
+    /// bytes an allocation in each of its two copies; with a budget whose half the point at
+    /// the end would exceed, by the estimate the scan makes before packing, it packs no live
+    /// set and keeps the start only (thinning alone would keep both), and reads on to the end
+    /// all the same.
     #[test]
     fn a_live_set_too_large_for_the_budget_is_never_copied() {
         let events = 7_486;
@@ -312,12 +326,35 @@ mod tests {
         let live = last.before.live_allocations() as u64;
         assert!(live > 10, "{live}");
         assert_eq!(last.stream.live_allocations() as u64, live);
-        let kept_bytes = lock(&roomy.found).points.last().unwrap().bytes();
+        // What the live set adds to a point: the point at the end against the one at the
+        // start (nothing live; the same counts and threads beside).
+        let (first, last_bytes) = {
+            let found = lock(&roomy.found);
+            (found.points[0].bytes(), found.points[1].bytes())
+        };
+        let added = last_bytes - first;
+        let before_bytes = {
+            let found = lock(&roomy.found);
+            (found.points[1].before.bytes() - found.points[0].before.bytes()) as u64
+        };
+        // The carried-in copy in id order: 8 bytes an allocation here; the pairing's by
+        // address, ids as they are, with the free slots: 2 bytes each here.
+        let free = last.stream.free_slots() as u64;
+        assert!(free > 100, "{free}");
+        assert!(before_bytes <= live * 10, "{before_bytes} for {live}");
+        let pairing_bytes = added - before_bytes;
         assert!(
-            kept_bytes < 2 * live * 25 + 1024,
-            "{kept_bytes} bytes for {live}"
+            pairing_bytes <= live * 12 + free * 2 + 64,
+            "{pairing_bytes} for {live} live and {free} free slots"
         );
-        let tight = Scan::new(sample(), None, events, 3 * live * 25);
+        // Below the estimate of the point at the end (2 x live x 14 and its free slots, over
+        // half the budget), above the one at the start (nothing live).
+        let tight = Scan::new(
+            sample(),
+            None,
+            events,
+            3 * live * PACKED_BYTES_PER_LIVE_COPY,
+        );
         tight.run().unwrap();
         let o = tight.overview();
         assert_eq!((o.points, o.scanned_events), (1, events));

@@ -383,14 +383,9 @@ impl TraceData {
         let point = super::scan::existing(path)
             .zip(spec)
             .and_then(|(scan, spec)| scan.point_for(&spec));
-        let t = crate::cmd::stream_source::window_tables(
-            path,
-            window,
-            Some(progress),
-            false,
-            point.as_ref(),
-        )
-        .map_err(|e| format!("{e:#}"))?;
+        let t =
+            crate::cmd::stream_source::window_tables(path, window, Some(progress), false, point)
+                .map_err(|e| format!("{e:#}"))?;
         let scan = super::scan::scan_of(path, t.trace_events);
         let num_allocs = allocview_loaders::trace_view(&t.events, path)
             .map_err(|e| e.to_string())?

@@ -56,6 +56,12 @@ impl StreamPoint {
     pub fn live_allocations(&self) -> usize {
         self.pairing.live_allocations()
     }
+
+    /// Slots freed and not reused yet at this point (they are kept, in order).
+    #[must_use]
+    pub fn free_slots(&self) -> usize {
+        self.pairing.free_slots()
+    }
 }
 
 /// A [`StreamPoint`] packed small ([`StreamPoint::pack`]): the pairing's live pointers and
@@ -109,7 +115,8 @@ impl PackedStreamPoint {
         self.rest.events()
     }
 
-    /// Bytes this takes: the packed allocations, and the threads and counts beside them.
+    /// Bytes this takes: the packed allocations, and the threads and counts beside them (not
+    /// the counts' list of damaged lines, empty for a sound file).
     #[must_use]
     pub fn bytes(&self) -> usize {
         self.live.len()
@@ -126,10 +133,17 @@ impl BinaryEventStream {
         self.at.clone()
     }
 
-    /// [`Self::point`], packed (without copying the live allocations unpacked first).
+    /// [`Self::point`], packed, without cloning the pairing's map first (packing sorts a list
+    /// of the live allocations, 24 bytes each, for as long as it takes).
     #[must_use]
     pub fn packed_point(&self) -> PackedStreamPoint {
         self.at.pack()
+    }
+
+    /// The free slots a [`Self::point`] taken now would hold, without taking it.
+    #[must_use]
+    pub fn point_free_slots(&self) -> usize {
+        self.at.pairing.free_slots()
     }
 
     /// The live allocations a [`Self::point`] taken now would hold, without taking it.

@@ -149,7 +149,8 @@ impl Pairing {
         let mut bytes = bytes;
         let n = usize::try_from(get(&mut bytes)?).ok()?;
         let mut live = PtrMap::default();
-        live.reserve(n);
+        // Each entry takes four bytes at least: damaged bytes cannot ask for more room.
+        live.reserve(n.min(bytes.len() / 4));
         let mut addr = 0;
         for _ in 0..n {
             addr = undelta(addr, get(&mut bytes)?);
@@ -275,6 +276,11 @@ impl Pairing {
     /// Allocations live now.
     pub(crate) fn live_allocations(&self) -> usize {
         self.live.len()
+    }
+
+    /// Slots freed and not reused yet.
+    pub(crate) fn free_slots(&self) -> usize {
+        self.free_slots.len()
     }
 
     /// Bytes of the allocations live now.

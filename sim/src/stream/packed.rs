@@ -23,7 +23,11 @@ pub fn get(bytes: &mut &[u8]) -> Option<u64> {
     for shift in (0..64).step_by(7) {
         let (&b, rest) = bytes.split_first()?;
         *bytes = rest;
-        v |= u64::from(b & 0x7f).checked_shl(shift)?;
+        // The tenth byte holds bit 63 only: anything more would be cut off by the shift.
+        if shift == 63 && b > 1 {
+            return None;
+        }
+        v |= u64::from(b & 0x7f) << shift;
         if b < 0x80 {
             return Some(v);
         }
@@ -166,9 +170,14 @@ mod tests {
         }
         assert!(bytes.is_empty());
         assert_eq!(get(&mut bytes), None, "no bytes left");
-        // Eleven continuation bytes run past 64 bits.
+        // Eleven continuation bytes run past 64 bits, and so does a tenth byte above 1.
         let mut long: &[u8] = &[0xff; 11];
         assert_eq!(get(&mut long), None);
+        let mut wide = vec![0xff; 9];
+        wide.push(0x02);
+        assert_eq!(get(&mut wide.as_slice()), None);
+        wide[9] = 0x01;
+        assert_eq!(get(&mut wide.as_slice()), Some(u64::MAX));
         for (a, b) in [
             (0, u64::MAX),
             (u64::MAX, 0),

@@ -185,7 +185,7 @@ pub(super) struct Live {
 
 /// What a window keeps of the events before it: how many were read, the times of the first
 /// and the last, and the allocations live after them (by their id in the trace). Taken after
-/// any prefix of a trace (a whole-trace scan keeps one every few million events), it lets a
+/// any prefix of a trace (a whole-trace scan keeps one every few hundred thousand events), it lets a
 /// window that starts later be read from there ([`WindowSource::resume`]) instead of from the
 /// trace's first event: what is carried in is the same.
 #[derive(Clone, Default)]

@@ -114,7 +114,8 @@ impl<'a> Converter<'a> {
     }
 
     /// Finishes the live conversion of `spool` into `path`: the trace's stacks (`None` when
-    /// the spool has none) and summary, or `None` when it is to be converted from the file.
+    /// the spool has none) and summary, or `None` when it is to be converted from the file
+    /// (why is then in [`Self::given_up`]).
     pub(super) fn finish(
         &mut self,
         spool: &Path,
@@ -123,16 +124,44 @@ impl<'a> Converter<'a> {
     ) -> Option<RecordingSummary> {
         let mut trace = self.traces.remove(spool).flatten()?;
         let writer = trace.writer.take()?;
-        // While the command ran, its threads had the cores; what it left is converted on two:
-        // this thread reads and merges the spool, the pipe's counts and writes.
-        let mut pipe = Pipe::start(writer, trace.stats).ok()?;
-        let info = trace.reader.finish(&mut |r| pipe.push(r)).ok()?;
-        let Written { mut writer, stats } = pipe.close().ok()?;
-        writer.retarget(path, self.protected).ok()?;
-        stacks(&mut writer, info).ok()?;
-        writer.finish().ok()?;
-        Some(stats.finish())
+        match finish_trace(trace, writer, path, self.protected, stacks) {
+            Ok(summary) => Some(summary),
+            Err(why) => {
+                self.given_up.insert(spool.to_path_buf(), why);
+                None
+            }
+        }
     }
+}
+
+/// The rest of `trace` into `writer`, the file put at `path`.
+fn finish_trace(
+    trace: LiveTrace,
+    mut writer: RecordWriter,
+    path: &Path,
+    protected: &[&Path],
+    stacks: &mut dyn FnMut(&mut RecordWriter, BinaryInfo) -> Result<()>,
+) -> std::result::Result<RecordingSummary, String> {
+    // Refused before the backlog is converted rather than after.
+    writer
+        .retarget(path, protected)
+        .map_err(|e| format!("{e:#}"))?;
+    // While the command ran, its threads had the cores; what it left is converted on two:
+    // this thread reads and merges the spool, the pipe's counts and writes.
+    let mut pipe = Pipe::start(writer, trace.stats)
+        .map_err(|e| format!("cannot start the trace's writing thread: {e}"))?;
+    let read = trace.reader.finish(&mut |r| pipe.push(r));
+    let written = pipe.close();
+    // A record the writing thread refused stops the reading too: its error says why.
+    let info = match (read, &written) {
+        (Ok(info), _) => info,
+        (Err(_), Err(why)) => return Err(why.clone()),
+        (Err(e), Ok(_)) => return Err(e.to_string()),
+    };
+    let Written { mut writer, stats } = written?;
+    stacks(&mut writer, info).map_err(|e| format!("{e:#}"))?;
+    writer.finish().map_err(|e| format!("{e:#}"))?;
+    Ok(stats.finish())
 }
 
 impl LiveTrace {

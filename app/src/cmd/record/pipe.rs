@@ -210,6 +210,34 @@ mod tests {
         std::fs::remove_dir_all(dir).ok();
     }
 
+    /// When the writing thread stops at a record the summary refuses (two live allocations
+    /// whose sizes add up past 2^64), the converter's pushes fail instead of waiting on the
+    /// full channel, and closing says which record it was; no file is left.
+    #[test]
+    fn a_refused_record_stops_the_pipe_and_close_says_why() {
+        let dir = scratch("refused");
+        let path = dir.join("t.avt");
+        let writer = RecordWriter::create(&path, Form::Binary, &[], &[]).unwrap();
+        let mut pipe = Pipe::start(writer, RecordingStats::default()).unwrap();
+        let huge = |i: u64| Record {
+            size_bytes: Some(1 << 63),
+            addr: 0x1000 * (i + 1),
+            ..record(0)
+        };
+        pipe.push(&huge(0)).unwrap();
+        pipe.push(&huge(1)).unwrap();
+        pipe.flush().unwrap();
+        // More batches than the channel holds: a push fails once the thread is gone.
+        let pushed = (0..(BATCHES_IN_FLIGHT + 2) * BATCH_RECORDS)
+            .map(|i| pipe.push(&record(2 * i as u64)))
+            .position(|r| r.is_err());
+        assert!(pushed.is_some(), "every push was taken");
+        let why = pipe.close().err().unwrap();
+        assert!(why.contains("a record the summary refused"), "{why}");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "no file left");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
     /// A pipe dropped without being closed leaves no trace file behind.
     #[test]
     fn a_pipe_given_up_leaves_no_file() {
