@@ -113,8 +113,8 @@ const EXPLORER_BYTES_PER_EVENT: u64 = 64;
 
 /// Events of the parts an explorer shows of a trace too big to load, at most: a part, and so
 /// each move to another one (`g #N`, `{`, `}`), is read from the nearest resume point, replayed
-/// by one policy and drawn in under 100 ms (`allocview bench hops`, bfc: p99 85.6 ms on the
-/// 2-billion-event trace), where parts of 33.5 million events took 3 to 5 s.
+/// by one policy and drawn in under 100 ms (`allocview bench hops`, bfc: p99 86 to 88 ms on
+/// the 2-billion-event trace), where parts of 33.5 million events took 3 to 5 s.
 const EXPLORER_PART_EVENTS_MAX: u64 = 1 << 18;
 
 /// For a binary trace too big to load whole: its events, and how many of them an explorer
