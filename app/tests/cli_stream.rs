@@ -56,15 +56,68 @@ fn without_timings(mut v: Value) -> Value {
 
 #[test]
 fn streamed_stats_and_compare_print_what_the_loaded_trace_gives() {
-    for name in ["perl_hash.avt", "python_json.avt", "xz_T2_libc.avt"] {
-        let file = sample(name);
-        let file = file.to_str().unwrap();
+    // A trace of two threads with thousands of events, converted: `predictive`'s features
+    // follow each thread's calls.
+    let dir = std::env::temp_dir().join(format!("allocview-cli-streamcmp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let xz = dir.join("xz_T2_8KiB_blocks.avt");
+    allocview_ok(&[
+        "convert",
+        "--to",
+        "binary",
+        sample("xz_T2_8KiB_blocks.trace.gz").to_str().unwrap(),
+        xz.to_str().unwrap(),
+    ]);
+    // Two threads taking turns, each with its own pattern of sizes and lifetimes: a feature
+    // from the wrong thread's calls would class allocations otherwise.
+    let two = dir.join("two_threads.trace");
+    let mut text = String::new();
+    let mut live: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+    for i in 0..30_000u64 {
+        let t = usize::from((i / 7) % 2 == 1);
+        let tid = 100 + t as u64;
+        let us = i;
+        if live[t].len() > 3 + (i % 5) as usize {
+            let p = if t == 0 {
+                live[t].remove(0)
+            } else {
+                live[t].pop().unwrap()
+            };
+            text.push_str(&format!("0.{us:06}\t{tid}\t-1\t0x{p:x}\n"));
+        } else {
+            let size = if t == 0 {
+                16 + (i % 3) * 48
+            } else {
+                4096 + (i % 11) * 512
+            };
+            let p = 0x10_0000 * (t as u64 + 1) + (i % 4096) * 0x10 + (i / 4096) * 0x1_0000_0000;
+            live[t].push(p);
+            text.push_str(&format!("0.{us:06}\t{tid}\t{size}\t0x{p:x}\n"));
+        }
+    }
+    std::fs::write(&two, text).unwrap();
+    let two_avt = dir.join("two_threads.avt");
+    allocview_ok(&[
+        "convert",
+        "--to",
+        "binary",
+        two.to_str().unwrap(),
+        two_avt.to_str().unwrap(),
+    ]);
+    let files = ["perl_hash.avt", "python_json.avt", "xz_T2_libc.avt"]
+        .map(sample)
+        .into_iter()
+        .chain([xz, two_avt]);
+    for path in files {
+        let name = path.display().to_string();
+        let file = path.to_str().unwrap();
         let loaded = json_of(&["stats", "--json", file]);
         let streamed = json_of(&["stats", "--json", "--stream", file]);
         assert_eq!(streamed["streamed"], Value::Bool(true));
         assert_eq!(without_timings(streamed), without_timings(loaded), "{name}");
         for extra in [&[][..], &["--limit", "64KiB"][..]] {
-            let mut args = vec!["compare", "--json", "--policy", "bfc,glibc,first-fit", file];
+            let policies = "bfc,glibc,first-fit,predictive,predictive:short_allocs=16";
+            let mut args = vec!["compare", "--json", "--policy", policies, file];
             args.extend_from_slice(extra);
             let loaded = json_of(&args);
             args.push("--stream");
@@ -76,6 +129,7 @@ fn streamed_stats_and_compare_print_what_the_loaded_trace_gives() {
             );
         }
     }
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// `predict` streamed reads each pass from the file: the same figures as loaded, cross-run
@@ -139,8 +193,10 @@ fn streaming_refuses_what_it_cannot_do_and_says_why() {
     assert!(err.contains("allocview convert"), "{err}");
     let bin = sample("perl_hash.avt");
     let bin = bin.to_str().unwrap();
-    let err = failure(&["compare", "--stream", "--policy", "oracle", bin]);
-    assert!(err.contains("whole trace's future"), "{err}");
+    for offline in ["oracle", "predictive:lifetimes=true"] {
+        let err = failure(&["compare", "--stream", "--policy", offline, bin]);
+        assert!(err.contains("whole trace's future"), "{offline}: {err}");
+    }
     let err = failure(&["stats", "--stream", "--events", "90000..", bin]);
     assert!(err.contains("the window selects no events"), "{err}");
     let err = failure(&["stats", "--stream", "--from", "2s", "--to", "1s", bin]);

@@ -6,11 +6,14 @@
 //! for a binary trace whose events would not fit in half the memory available.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use allocview_loaders::binary;
 use allocview_loaders::stats::StatsAccumulator;
+use allocview_sim::policy::predictive::Predictive;
 use allocview_sim::policy::registry::{self, PolicyConfig};
 use allocview_sim::policy::spec::PolicySpec;
+use allocview_sim::predict::streamed::{StreamedFeatures, Tapped};
 use allocview_sim::replay::{Replay, ReplayOptions};
 use allocview_sim::stream::{EventBatch, EventSource as _, Prefetched, replay_stream_until};
 use allocview_sim::trace::OwnedTrace;
@@ -194,15 +197,23 @@ pub fn stats(args: &StatsArgs) -> Result<()> {
     Ok(())
 }
 
-/// Policies that plan from the whole trace's future and so need it in memory.
-const OFFLINE: [&str; 2] = ["oracle", "predictive"];
+/// Whether `spec` plans from the whole trace's future and so needs it in memory: `oracle`,
+/// and `predictive` told the true lifetimes (`lifetimes=true`). Plain `predictive` learns as
+/// it goes: a stream gives it its features as the events come.
+fn offline(spec: &PolicySpec) -> bool {
+    spec.name == "oracle"
+        || (spec.name == "predictive"
+            && spec
+                .apply(&PolicyConfig::default())
+                .is_ok_and(|c| c.predictive_true_lifetimes))
+}
 
 /// The online policies of `specs`: an offline one is an error when named (`explicit`), else
 /// skipped with a note.
 pub(super) fn online_specs(specs: &[PolicySpec], explicit: bool) -> Result<Vec<PolicySpec>> {
     let mut online = Vec::new();
     for spec in specs {
-        if OFFLINE.contains(&spec.name) {
+        if offline(spec) {
             let why = format!(
                 "{} plans from the whole trace's future, which a streamed replay does not hold",
                 spec.label()
@@ -212,6 +223,13 @@ pub(super) fn online_specs(specs: &[PolicySpec], explicit: bool) -> Result<Vec<P
             }
             eprintln!("note: skipping {why}");
             continue;
+        }
+        if spec.name == "predictive" {
+            eprintln!(
+                "note: {} streamed learns without allocation sites (a stream carries no call \
+                 stacks); loaded, it also uses a recorded trace's stacks",
+                spec.label()
+            );
         }
         online.push(spec.clone());
     }
@@ -227,15 +245,25 @@ pub(super) fn replay_one(
     last_event: usize,
 ) -> Result<(Replay, u64)> {
     let cfg = spec.apply(config)?;
-    // Online policies never look at the trace they are built for.
-    let empty = OwnedTrace::new();
-    let policy = registry::build(spec.name, &cfg, &empty.view()?)?;
     let opts = ReplayOptions {
         align_bytes: cfg.align_bytes,
         ..ReplayOptions::default()
     };
     let mut stream = Prefetched::start(input.open()?);
-    let replay = replay_stream_until(&mut stream, policy, &opts, None, last_event)
+    let replayed = if spec.name == "predictive" {
+        // Its features come from the events as the replay reads them.
+        let features = Arc::new(StreamedFeatures::default());
+        let policy =
+            Predictive::streamed(&cfg, Arc::clone(&features)).map_err(anyhow::Error::msg)?;
+        let mut tapped = Tapped::new(&mut stream, features);
+        replay_stream_until(&mut tapped, Box::new(policy), &opts, None, last_event)
+    } else {
+        // Online policies never look at the trace they are built for.
+        let empty = OwnedTrace::new();
+        let policy = registry::build(spec.name, &cfg, &empty.view()?)?;
+        replay_stream_until(&mut stream, policy, &opts, None, last_event)
+    };
+    let replay = replayed
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("while replaying {}", input.file.display()))?;
     let stream = stream

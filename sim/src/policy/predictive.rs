@@ -28,6 +28,7 @@ use super::best_fit::BestFit;
 use super::registry::PolicyConfig;
 use super::{Addr, AllocError, Block, Counters, FreeError, Placement, Policy, Request};
 use crate::predict::lifetime::{AllocFeatures, LifetimeLearner, true_short};
+use crate::predict::streamed::{StreamedFeatures, streamed_keys};
 use crate::trace::TraceView;
 
 /// Base address of the short-lived arena.
@@ -45,13 +46,22 @@ pub struct ClassCounts {
     pub spilled: u64,
 }
 
+/// Where the features of the allocations come from.
+#[derive(Clone, Debug)]
+enum Features {
+    /// Computed for the whole trace beforehand.
+    Whole(Arc<AllocFeatures>),
+    /// Queued as a streamed replay's events come (no sites).
+    Streamed(Arc<StreamedFeatures>),
+}
+
 /// The `predictive` policy; see the module docs.
 #[derive(Clone, Debug)]
 pub struct Predictive {
     arenas: [BestFit; 2],
     limit_bytes: Option<u64>,
     learner: LifetimeLearner,
-    features: Arc<AllocFeatures>,
+    features: Features,
     /// Per allocation id, its true class (`lifetimes=true` only).
     truth: Option<Arc<Vec<bool>>>,
     classes: ClassCounts,
@@ -76,8 +86,34 @@ impl Predictive {
             arenas: [BestFit::new(config)?, BestFit::new(config)?],
             limit_bytes: config.limit_bytes,
             learner: LifetimeLearner::new(short_allocs),
-            features,
+            features: Features::Whole(features),
             truth,
+            classes: ClassCounts::default(),
+        })
+    }
+
+    /// The policy for a replay that streams its trace, its features queued in `features` as
+    /// the events come ([`crate::predict::streamed::Tapped`]).
+    ///
+    /// # Errors
+    /// `lifetimes=true`, which reads the trace's future; as [`Self::new`].
+    pub fn streamed(
+        config: &PolicyConfig,
+        features: Arc<StreamedFeatures>,
+    ) -> Result<Self, String> {
+        if config.predictive_true_lifetimes {
+            return Err(
+                "lifetimes=true reads each allocation's true lifetime from the trace's future, \
+                 which a streamed replay does not hold"
+                    .to_owned(),
+            );
+        }
+        Ok(Self {
+            arenas: [BestFit::new(config)?, BestFit::new(config)?],
+            limit_bytes: config.limit_bytes,
+            learner: LifetimeLearner::new(config.predictive_short_allocs),
+            features: Features::Streamed(features),
+            truth: None,
             classes: ClassCounts::default(),
         })
     }
@@ -122,7 +158,10 @@ impl Policy for Predictive {
     }
 
     fn alloc(&mut self, req: Request) -> Result<Placement, AllocError> {
-        let keys = AllocFeatures::keys(Some(&self.features), req.id, req.size_bytes);
+        let keys = match &self.features {
+            Features::Whole(f) => AllocFeatures::keys(Some(f), req.id, req.size_bytes),
+            Features::Streamed(f) => streamed_keys(f, req.id, req.size_bytes),
+        };
         let short = match &self.truth {
             Some(t) => t.get(req.id as usize).copied().unwrap_or(false),
             None => self.learner.predict_short(keys),

@@ -14,6 +14,7 @@ pub mod context;
 pub mod eval;
 pub mod lifetime;
 mod memo;
+pub mod streamed;
 mod table;
 pub mod tokens;
 
