@@ -240,7 +240,12 @@ fn streamed_windows_give_the_loaded_windows_figures() {
         ] {
             for cmd in [
                 &["stats", "--json"][..],
-                &["compare", "--json", "--policy", "bfc,glibc,first-fit"],
+                &[
+                    "compare",
+                    "--json",
+                    "--policy",
+                    "bfc,glibc,first-fit,predictive",
+                ],
                 &["predict", "--json", "--model", "majority,order-4"],
             ] {
                 let mut args = cmd.to_vec();
