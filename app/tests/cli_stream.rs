@@ -54,30 +54,22 @@ fn without_timings(mut v: Value) -> Value {
     v
 }
 
-#[test]
-fn streamed_stats_and_compare_print_what_the_loaded_trace_gives() {
-    // A trace of two threads with thousands of events, converted: `predictive`'s features
-    // follow each thread's calls.
-    let dir = std::env::temp_dir().join(format!("allocview-cli-streamcmp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let xz = dir.join("xz_T2_8KiB_blocks.avt");
-    allocview_ok(&[
-        "convert",
-        "--to",
-        "binary",
-        sample("xz_T2_8KiB_blocks.trace.gz").to_str().unwrap(),
-        xz.to_str().unwrap(),
-    ]);
-    // Two threads taking turns, each with its own pattern of sizes and lifetimes: a feature
-    // from the wrong thread's calls would class allocations otherwise.
+/// A binary trace of two threads taking turns, each with its own pattern of sizes and
+/// lifetimes, written into `dir`: `predictive`'s features from the wrong thread's calls would
+/// class its allocations otherwise.
+fn two_thread_trace(dir: &Path) -> PathBuf {
     let two = dir.join("two_threads.trace");
     let mut text = String::new();
     let mut live: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
     for i in 0..30_000u64 {
-        let t = usize::from((i / 7) % 2 == 1);
+        // Turns of one call each, the same sizes on both threads: only each thread's own
+        // calls tell thread 0's long-lived blocks (freed oldest first, after many) from
+        // thread 1's short-lived ones (freed newest first, after few).
+        let t = (i % 2) as usize;
         let tid = 100 + t as u64;
         let us = i;
-        if live[t].len() > 3 + (i % 5) as usize {
+        let cap = if t == 0 { 40 } else { 2 + (i / 2 % 3) as usize };
+        if live[t].len() > cap || (t == 1 && i % 6 == 5) {
             let p = if t == 0 {
                 live[t].remove(0)
             } else {
@@ -85,11 +77,7 @@ fn streamed_stats_and_compare_print_what_the_loaded_trace_gives() {
             };
             text.push_str(&format!("0.{us:06}\t{tid}\t-1\t0x{p:x}\n"));
         } else {
-            let size = if t == 0 {
-                16 + (i % 3) * 48
-            } else {
-                4096 + (i % 11) * 512
-            };
+            let size = 16 + (i / 2 % 4) * 48;
             let p = 0x10_0000 * (t as u64 + 1) + (i % 4096) * 0x10 + (i / 4096) * 0x1_0000_0000;
             live[t].push(p);
             text.push_str(&format!("0.{us:06}\t{tid}\t{size}\t0x{p:x}\n"));
@@ -104,6 +92,24 @@ fn streamed_stats_and_compare_print_what_the_loaded_trace_gives() {
         two.to_str().unwrap(),
         two_avt.to_str().unwrap(),
     ]);
+    two_avt
+}
+
+#[test]
+fn streamed_stats_and_compare_print_what_the_loaded_trace_gives() {
+    // A trace of two threads with thousands of events, converted: `predictive`'s features
+    // follow each thread's calls.
+    let dir = std::env::temp_dir().join(format!("allocview-cli-streamcmp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let xz = dir.join("xz_T2_8KiB_blocks.avt");
+    allocview_ok(&[
+        "convert",
+        "--to",
+        "binary",
+        sample("xz_T2_8KiB_blocks.trace.gz").to_str().unwrap(),
+        xz.to_str().unwrap(),
+    ]);
+    let two_avt = two_thread_trace(&dir);
     let files = ["perl_hash.avt", "python_json.avt", "xz_T2_libc.avt"]
         .map(sample)
         .into_iter()
@@ -328,44 +334,54 @@ fn a_trace_too_big_to_load_is_refused_with_the_commands_that_stream_it() {
 #[test]
 fn a_streamed_report_writes_the_loaded_reports_files() {
     let dir = std::env::temp_dir().join(format!("allocview-cli-report-{}", std::process::id()));
-    let file = sample("python_json.avt");
-    let mut outs = Vec::new();
-    for (k, extra) in [&[][..], &["--stream"][..]].iter().enumerate() {
-        let out_dir = dir.join(k.to_string());
-        let mut args = vec![
-            "report",
-            "--policy",
-            "bfc,first-fit",
-            file.to_str().unwrap(),
-            "--out",
-            out_dir.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        allocview_ok(&args);
-        outs.push(out_dir);
-    }
-    for name in [
-        "timeline.csv",
-        "classes.csv",
-        "timeline.png",
-        "fragmentation.png",
-        "classes.png",
-        "heapmap_bfc.png",
-        "heapmap_first-fit.png",
+    std::fs::create_dir_all(&dir).unwrap();
+    // `predictive` on two threads: loaded and streamed, it learns from each thread's calls.
+    let two = two_thread_trace(&dir);
+    for (file, policies) in [
+        (sample("python_json.avt"), "bfc,first-fit"),
+        (two, "bfc,predictive"),
     ] {
-        let a = std::fs::read(outs[0].join(name)).unwrap();
-        let b = std::fs::read(outs[1].join(name)).unwrap();
-        assert!(a == b, "{name} differs");
+        let mut outs = Vec::new();
+        for (k, extra) in [&[][..], &["--stream"][..]].iter().enumerate() {
+            let out_dir = dir.join(format!("{policies}-{k}"));
+            let mut args = vec![
+                "report",
+                "--policy",
+                policies,
+                file.to_str().unwrap(),
+                "--out",
+                out_dir.to_str().unwrap(),
+            ];
+            args.extend_from_slice(extra);
+            allocview_ok(&args);
+            outs.push(out_dir);
+        }
+        let heapmaps = policies.split(',').map(|p| format!("heapmap_{p}.png"));
+        for name in [
+            "timeline.csv",
+            "classes.csv",
+            "timeline.png",
+            "fragmentation.png",
+            "classes.png",
+        ]
+        .map(str::to_owned)
+        .into_iter()
+        .chain(heapmaps)
+        {
+            let a = std::fs::read(outs[0].join(&name)).unwrap();
+            let b = std::fs::read(outs[1].join(&name)).unwrap();
+            assert!(a == b, "{policies}: {name} differs");
+        }
+        // The summary's last column is the replay speed.
+        let rows = |d: &Path| -> Vec<String> {
+            std::fs::read_to_string(d.join("summary.csv"))
+                .unwrap()
+                .lines()
+                .map(|l| l.rsplit_once(',').unwrap().0.to_owned())
+                .collect()
+        };
+        assert_eq!(rows(&outs[0]), rows(&outs[1]), "{policies}");
     }
-    // The summary's last column is the replay speed.
-    let rows = |d: &Path| -> Vec<String> {
-        std::fs::read_to_string(d.join("summary.csv"))
-            .unwrap()
-            .lines()
-            .map(|l| l.rsplit_once(',').unwrap().0.to_owned())
-            .collect()
-    };
-    assert_eq!(rows(&outs[0]), rows(&outs[1]));
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -7,9 +7,13 @@ use std::path::{Path, PathBuf};
 
 use allocview_loaders::binary::{BinaryEventStream, BinaryWriter, load_binary, read_index};
 use allocview_loaders::malloc_trace::read_text_records;
+use allocview_loaders::stats::thread_indices;
 use allocview_loaders::stats::{StatsAccumulator, TraceStats, events_per_thread};
 use allocview_loaders::{LoadOptions, MallocTrace};
+use allocview_sim::policy::predictive::Predictive;
 use allocview_sim::policy::registry::{POLICY_NAMES, PolicyConfig, build};
+use allocview_sim::predict::lifetime::AllocFeatures;
+use allocview_sim::predict::streamed::{StreamedFeatures, Tapped};
 use allocview_sim::replay::{Replay, ReplayOptions, replay};
 use allocview_sim::stream::{EventBatch, replay_stream};
 
@@ -212,19 +216,34 @@ fn streamed_replays_equal_loaded_replays_for_every_online_policy() {
                 ..PolicyConfig::default()
             };
             for &name in POLICY_NAMES {
-                if matches!(name, "oracle" | "predictive") {
-                    continue; // they plan from the whole trace: not streamed
+                if name == "oracle" {
+                    continue; // it plans from the whole trace: not streamed
                 }
                 let opts = ReplayOptions::default();
-                let in_memory = replay(&view, build(name, &config, &view).unwrap(), &opts);
                 let mut stream = BinaryEventStream::open(&path).unwrap();
-                let streamed = replay_stream(
-                    &mut stream,
-                    build(name, &config, &view).unwrap(),
-                    &opts,
-                    None,
-                )
-                .unwrap();
+                let (in_memory, streamed) = if name == "predictive" {
+                    // Loaded: each thread's calls computed beforehand; streamed: as they come.
+                    let threads = thread_indices(&trace.events).unwrap();
+                    let features = AllocFeatures::from_trace(&view, Some(&threads), None);
+                    let with_features = PolicyConfig {
+                        alloc_features: Some(std::sync::Arc::new(features)),
+                        ..config.clone()
+                    };
+                    let policy = build(name, &with_features, &view).unwrap();
+                    let in_memory = replay(&view, policy, &opts);
+                    let queue = std::sync::Arc::new(StreamedFeatures::default());
+                    let policy = Predictive::streamed(&config, queue.clone()).unwrap();
+                    let mut tapped = Tapped::new(&mut stream, queue);
+                    let streamed = replay_stream(&mut tapped, Box::new(policy), &opts, None);
+                    (in_memory, streamed.unwrap())
+                } else {
+                    let in_memory = replay(&view, build(name, &config, &view).unwrap(), &opts);
+                    let policy = build(name, &config, &view).unwrap();
+                    (
+                        in_memory,
+                        replay_stream(&mut stream, policy, &opts, None).unwrap(),
+                    )
+                };
                 let what = format!("{name} with limit {limit:?} on {}", path.display());
                 assert_same_replay(&in_memory, &streamed, &what);
                 assert!(streamed.state_at(&view, 0).is_err(), "{what}: cannot seek");

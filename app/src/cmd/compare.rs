@@ -222,12 +222,11 @@ pub fn evaluate(
     replayed: &AtomicU64,
 ) -> Result<Compared> {
     let specs = args.policies.specs()?;
-    let mut config = config_for_input(loaded, args.policies.config()?);
+    let config = config_for_input(loaded, args.policies.config()?);
     let ev = require_events(loaded, &args.file, "compare")?;
     let view = allocview_loaders::trace_view(ev.events, &args.file)?;
-    if specs.iter().any(|s| s.name == "predictive") {
-        config.alloc_features = Some(super::predict::alloc_features(loaded, &view, &args.file)?);
-    }
+    let config =
+        super::predict::with_predictive_features(config, &specs, loaded, &view, &args.file)?;
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });

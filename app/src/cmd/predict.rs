@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use allocview_loaders::Loaded;
-use allocview_loaders::site_stats::SiteKind;
+use allocview_loaders::site_stats::{EventSites, SiteKind};
 use allocview_loaders::stats::thread_indices;
 use allocview_sim::predict::eval::{
     Calls, Figures, InMemory, ModelReport, default_models, evaluate_calls, make_model,
@@ -119,13 +119,40 @@ fn features_for(loaded: &Loaded, view: &TraceView<'_>, threads: &[u16]) -> Alloc
     // A malloc trace without stacks has no sites: skip building its size-class stand-ins.
     let sites = match loaded {
         Loaded::MallocTrace(t) if t.stacks.is_none() => None,
-        _ => sites_of(loaded).filter(|s| s.kind != SiteKind::SizeClasses),
+        _ => sites_of(loaded),
     };
-    AllocFeatures::from_trace(
-        view,
-        Some(threads),
-        sites.as_ref().map(|s| &s.event_stack[..]),
-    )
+    features_with(view, threads, sites.as_ref())
+}
+
+/// [`features_for`] from the events' threads and sites (the size classes that stand in for
+/// the sites of a trace without any are not sites): the one rule of `compare`, `report` and
+/// the explorers.
+#[must_use]
+pub fn features_with(
+    view: &TraceView<'_>,
+    threads: &[u16],
+    sites: Option<&EventSites>,
+) -> AllocFeatures {
+    let sites = sites.filter(|s| s.kind != SiteKind::SizeClasses);
+    AllocFeatures::from_trace(view, Some(threads), sites.map(|s| &s.event_stack[..]))
+}
+
+/// `config` with `predictive`'s features for `loaded` when `specs` has it (other policies do
+/// not read them).
+///
+/// # Errors
+/// When the event table's thread column cannot be read.
+pub fn with_predictive_features(
+    mut config: allocview_sim::policy::registry::PolicyConfig,
+    specs: &[allocview_sim::policy::spec::PolicySpec],
+    loaded: &Loaded,
+    view: &TraceView<'_>,
+    path: &Path,
+) -> Result<allocview_sim::policy::registry::PolicyConfig> {
+    if specs.iter().any(|s| s.name == "predictive") {
+        config.alloc_features = Some(alloc_features(loaded, view, path)?);
+    }
+    Ok(config)
 }
 
 /// The `predictive` policy's features for `loaded` (for `compare`).

@@ -58,6 +58,9 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     let config = config_for_input(&loaded, args.policies.config()?);
     let ev = require_events(&loaded, &args.file, "report")?;
     let view = allocview_loaders::trace_view(ev.events, &args.file)?;
+    // The features `compare` gives `predictive` (each thread's calls, the sites).
+    let config =
+        super::predict::with_predictive_features(config, &specs, &loaded, &view, &args.file)?;
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });

@@ -424,6 +424,27 @@ impl TraceData {
         config
     }
 
+    /// `config` with the features `compare` gives `predictive`: each thread's recent calls and
+    /// the allocation sites where the input has them (a malloc trace without stacks has none:
+    /// its size-class stand-ins are not built). Without a readable thread column, unchanged:
+    /// `predictive` then sees one thread.
+    #[must_use]
+    pub fn with_predictive_features(&self, mut config: PolicyConfig) -> PolicyConfig {
+        let Ok(threads) = allocview_loaders::stats::thread_indices(&self.events) else {
+            return config;
+        };
+        let sites = if self.format == "malloc-trace" && self.site_stacks.is_none() {
+            None
+        } else {
+            self.sites()
+        };
+        let view = self.view();
+        config.alloc_features = Some(Arc::new(crate::cmd::predict::features_with(
+            &view, &threads, sites,
+        )));
+        config
+    }
+
     /// The call stack of allocation `id` (the frames its `alloc` recorded), innermost first;
     /// empty when the input records none.
     #[must_use]

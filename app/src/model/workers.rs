@@ -61,6 +61,12 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
         }
         // A PyTorch snapshot's own settings and rebuilt start state go to `pytorch`.
         let config = data.policy_config(config);
+        // `predictive` learns from what `compare` gives it (each thread's calls, the sites).
+        let config = if specs.iter().any(|s| s.name == "predictive") {
+            data.with_predictive_features(config)
+        } else {
+            config
+        };
         // Replays in order of the list, `jobs` at a time, each reported as soon as it is done.
         let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let workers: Vec<_> = (0..jobs.max(1))

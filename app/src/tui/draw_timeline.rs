@@ -157,15 +157,19 @@ fn strip_width(room: usize) -> usize {
 }
 
 /// Where the strip is drawn on screen, for a click on it: the bottom border of `timeline`,
-/// after its corner and a space.
+/// after its corner and a space; nothing when the border cuts the strip short (a timeline
+/// under 11 columns), as a click could not tell which stretch a cell stands for.
 #[must_use]
 pub(super) fn overview_strip_area(timeline: Rect) -> Rect {
     let width = u16::try_from(strip_width(overview_room(timeline))).unwrap_or(u16::MAX);
+    if timeline.height == 0 || width > timeline.width.saturating_sub(3) {
+        return Rect::default();
+    }
     Rect {
         x: timeline.x.saturating_add(2),
         y: timeline.bottom().saturating_sub(1),
-        width: width.min(timeline.width.saturating_sub(2)),
-        height: u16::from(timeline.height > 0),
+        width,
+        height: 1,
     }
 }
 

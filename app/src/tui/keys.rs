@@ -22,7 +22,8 @@ pub fn to_msg(
         Event::Mouse(m) => {
             if let Some(s) = strip
                 && m.kind == MouseEventKind::Down(MouseButton::Left)
-                && m.row == s.y
+                && m.row >= s.y
+                && m.row < s.y.saturating_add(s.height)
                 && m.column >= s.x
                 && m.column < s.x + s.width
             {

@@ -47,7 +47,7 @@ where
                 .map(|l| l.chars().count().div_ceil(text_width).max(1))
                 .sum()
         });
-    let areas = draw::layout(area, compare, dump_lines);
+    let mut areas = draw::layout(area, compare, dump_lines);
     let panels = if compare { state.policies.len() } else { 1 };
     let vp = draw::viewport(&areas, compare, panels);
     if state.page_rows != vp.event_rows.max(1) {
@@ -57,6 +57,10 @@ where
     terminal
         .draw(|f| draw::draw(f, &vm, &areas))
         .context("drawing the terminal")?;
+    if vm.overview.is_none() {
+        // No strip is drawn (a trace shown whole, or a window of a loaded one): no clicks.
+        areas.overview_strip = ratatui::layout::Rect::default();
+    }
     Ok(areas)
 }
 

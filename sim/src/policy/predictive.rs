@@ -51,7 +51,9 @@ pub struct ClassCounts {
 enum Features {
     /// Computed for the whole trace beforehand.
     Whole(Arc<AllocFeatures>),
-    /// Queued as a streamed replay's events come (no sites).
+    /// Queued as a streamed replay's events come (no sites). Clones share the queue and take
+    /// from it: only the original may allocate (a streamed replay keeps no checkpoint it
+    /// replays from, and its final and first-OOM states are only drawn).
     Streamed(Arc<StreamedFeatures>),
 }
 
@@ -82,14 +84,7 @@ impl Predictive {
         let truth = config
             .predictive_true_lifetimes
             .then(|| Arc::new(true_short(trace, short_allocs)));
-        Ok(Self {
-            arenas: [BestFit::new(config)?, BestFit::new(config)?],
-            limit_bytes: config.limit_bytes,
-            learner: LifetimeLearner::new(short_allocs),
-            features: Features::Whole(features),
-            truth,
-            classes: ClassCounts::default(),
-        })
+        Self::with(config, Features::Whole(features), truth)
     }
 
     /// The policy for a replay that streams its trace, its features queued in `features` as
@@ -108,12 +103,20 @@ impl Predictive {
                     .to_owned(),
             );
         }
+        Self::with(config, Features::Streamed(features), None)
+    }
+
+    fn with(
+        config: &PolicyConfig,
+        features: Features,
+        truth: Option<Arc<Vec<bool>>>,
+    ) -> Result<Self, String> {
         Ok(Self {
             arenas: [BestFit::new(config)?, BestFit::new(config)?],
             limit_bytes: config.limit_bytes,
             learner: LifetimeLearner::new(config.predictive_short_allocs),
-            features: Features::Streamed(features),
-            truth: None,
+            features,
+            truth,
             classes: ClassCounts::default(),
         })
     }
