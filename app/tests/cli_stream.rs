@@ -547,6 +547,20 @@ fn loading_commands_work_on_a_window_of_a_trace_too_big_to_load() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// 400,000 records spliced from a real trace (seven blocks), written into `dir`.
+fn spliced_python(dir: &Path) -> PathBuf {
+    let file = dir.join("spliced.avt");
+    allocview_ok(&[
+        "splice",
+        "--events",
+        "400000",
+        "--out",
+        file.to_str().unwrap(),
+        sample("python_json.avt").to_str().unwrap(),
+    ]);
+    file
+}
+
 /// The explorers' background scan of a trace too big to load: it reads the whole trace once,
 /// keeping resume points and an overview whose highest stretch is the trace's peak; a part
 /// read from the nearest point before it has exactly the tables read from the trace's start.
@@ -557,16 +571,7 @@ fn a_part_read_from_the_scans_resume_point_has_the_tables_read_from_the_start() 
     use allocview::model::scan::{OVERVIEW_BUCKETS, scan_of};
     let dir = std::env::temp_dir().join(format!("allocview-cli-scan-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    // 400,000 records spliced from a real trace: seven blocks.
-    let file = dir.join("spliced.avt");
-    allocview_ok(&[
-        "splice",
-        "--events",
-        "400000",
-        "--out",
-        file.to_str().unwrap(),
-        sample("python_json.avt").to_str().unwrap(),
-    ]);
+    let file = spliced_python(&dir);
     let stats = json_of(&["stats", "--json", file.to_str().unwrap()]);
     let events = stats["events"].as_u64().unwrap();
     let scan = scan_of(&file, events);
@@ -642,15 +647,7 @@ fn a_part_read_from_the_scans_resume_point_has_the_tables_read_from_the_start() 
 fn bench_hops_lands_on_every_event_it_goes_to() {
     let dir = std::env::temp_dir().join(format!("allocview-cli-hops-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("spliced.avt");
-    allocview_ok(&[
-        "splice",
-        "--events",
-        "400000",
-        "--out",
-        file.to_str().unwrap(),
-        sample("python_json.avt").to_str().unwrap(),
-    ]);
+    let file = spliced_python(&dir);
     let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
         // 2 MB: parts of 7,812 events, a quarter of it at 64 bytes an event.
         .env("ALLOCVIEW_AVAILABLE_MEMORY", "2000000")

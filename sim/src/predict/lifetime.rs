@@ -57,17 +57,11 @@ impl AllocFeatures {
         };
         let mut recent = RecentCalls::default();
         for (i, (&code, &size)) in trace.kind.iter().zip(trace.size_bytes).enumerate() {
-            let Some(kind) = EventKind::from_code(code) else {
-                continue;
-            };
             let t = thread.and_then(|th| th.get(i).copied()).unwrap_or(0);
-            if kind == EventKind::Alloc {
-                f.recent.push(recent.get(t));
+            if let Some(r) = recent.note(code, size, t) {
+                f.recent.push(r);
                 f.site
                     .push(site.and_then(|s| s.get(i).copied()).unwrap_or(NO_SITE));
-            }
-            if let Some(tok) = token_of(kind, size) {
-                recent.push(t, tok);
             }
         }
         f
@@ -371,6 +365,18 @@ impl RecentCalls {
     pub fn get(&self, thread: u16) -> u16 {
         let (bits, n) = self.0.get(usize::from(thread)).copied().unwrap_or((0, 0));
         if n >= 2 { bits | 1 << 12 } else { bits }
+    }
+
+    /// Takes in an event of kind `code`, `size_bytes`, made by `thread`: for an allocation,
+    /// the thread's last two tokens before it (its feature); then the event's own token, if it
+    /// has one, becomes the thread's latest.
+    pub fn note(&mut self, code: u8, size_bytes: u64, thread: u16) -> Option<u16> {
+        let kind = EventKind::from_code(code)?;
+        let feature = (kind == EventKind::Alloc).then(|| self.get(thread));
+        if let Some(tok) = token_of(kind, size_bytes) {
+            self.push(thread, tok);
+        }
+        feature
     }
 
     /// Thread `thread` made a call of token `token`.

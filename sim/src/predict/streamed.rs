@@ -12,9 +12,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::lifetime::{AllocFeatures, RecentCalls};
-use super::tokens::token_of;
 use crate::stream::{EventBatch, EventSource};
-use crate::trace::{EventKind, NO_ALLOC_ID};
+use crate::trace::NO_ALLOC_ID;
 
 /// Allocations' features, by allocation id, queued in allocation order.
 #[derive(Debug, Default)]
@@ -45,14 +44,11 @@ impl StreamedFeatures {
         let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         for j in 0..batch.len() {
             let Some(e) = batch.row(j) else { continue };
-            let Some(kind) = EventKind::from_code(e.kind) else {
-                continue;
-            };
-            if kind == EventKind::Alloc && e.alloc_id != NO_ALLOC_ID {
-                q.push_back((e.alloc_id, recent.get(e.thread)));
-            }
-            if let Some(tok) = token_of(kind, e.size_bytes) {
-                recent.push(e.thread, tok);
+            // `AllocFeatures::from_trace`'s rule, event by event.
+            if let Some(r) = recent.note(e.kind, e.size_bytes, e.thread)
+                && e.alloc_id != NO_ALLOC_ID
+            {
+                q.push_back((e.alloc_id, r));
             }
         }
     }
@@ -101,7 +97,7 @@ pub fn streamed_keys(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::TraceView;
+    use crate::trace::{EventKind, TraceView};
 
     /// The columns of a trace of three threads with every kind of event, allocation ids dense.
     struct Columns {

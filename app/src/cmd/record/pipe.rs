@@ -160,6 +160,15 @@ mod tests {
         dir
     }
 
+    /// A pipe to a binary trace `t.avt` in a fresh directory: the directory, the path, the pipe.
+    fn pipe_in(name: &str) -> (std::path::PathBuf, std::path::PathBuf, Pipe) {
+        let dir = scratch(name);
+        let path = dir.join("t.avt");
+        let writer = RecordWriter::create(&path, Form::Binary, &[], &[]).unwrap();
+        let pipe = Pipe::start(writer, RecordingStats::default()).unwrap();
+        (dir, path, pipe)
+    }
+
     fn record(i: u64) -> Record {
         Record {
             t_ns: i64::try_from(i).unwrap(),
@@ -215,10 +224,7 @@ mod tests {
     /// full channel, and closing says which record it was; no file is left.
     #[test]
     fn a_refused_record_stops_the_pipe_and_close_says_why() {
-        let dir = scratch("refused");
-        let path = dir.join("t.avt");
-        let writer = RecordWriter::create(&path, Form::Binary, &[], &[]).unwrap();
-        let mut pipe = Pipe::start(writer, RecordingStats::default()).unwrap();
+        let (dir, _, mut pipe) = pipe_in("refused");
         let huge = |i: u64| Record {
             size_bytes: Some(1 << 63),
             addr: 0x1000 * (i + 1),
@@ -241,10 +247,7 @@ mod tests {
     /// A pipe dropped without being closed leaves no trace file behind.
     #[test]
     fn a_pipe_given_up_leaves_no_file() {
-        let dir = scratch("dropped");
-        let path = dir.join("t.avt");
-        let writer = RecordWriter::create(&path, Form::Binary, &[], &[]).unwrap();
-        let mut pipe = Pipe::start(writer, RecordingStats::default()).unwrap();
+        let (dir, path, mut pipe) = pipe_in("dropped");
         pipe.push(&record(0)).unwrap();
         drop(pipe);
         assert!(!path.exists());
