@@ -122,7 +122,7 @@ fn streamed_stats_and_compare_print_what_the_loaded_trace_gives() {
         assert_eq!(streamed["streamed"], Value::Bool(true));
         assert_eq!(without_timings(streamed), without_timings(loaded), "{name}");
         for extra in [&[][..], &["--limit", "64KiB"][..]] {
-            let policies = "bfc,glibc,first-fit,predictive,predictive:short_allocs=16";
+            let policies = "bfc,glibc,first-fit,predictive,predictive:short_allocs=16,oracle";
             let mut args = vec!["compare", "--json", "--policy", policies, file];
             args.extend_from_slice(extra);
             let loaded = json_of(&args);
@@ -199,10 +199,14 @@ fn streaming_refuses_what_it_cannot_do_and_says_why() {
     assert!(err.contains("allocview convert"), "{err}");
     let bin = sample("perl_hash.avt");
     let bin = bin.to_str().unwrap();
-    for offline in ["oracle", "predictive:lifetimes=true"] {
-        let err = failure(&["compare", "--stream", "--policy", offline, bin]);
-        assert!(err.contains("whole trace's future"), "{offline}: {err}");
-    }
+    let err = failure(&[
+        "compare",
+        "--stream",
+        "--policy",
+        "predictive:lifetimes=true",
+        bin,
+    ]);
+    assert!(err.contains("whole trace's future"), "{err}");
     let err = failure(&["stats", "--stream", "--events", "90000..", bin]);
     assert!(err.contains("the window selects no events"), "{err}");
     let err = failure(&["stats", "--stream", "--from", "2s", "--to", "1s", bin]);
@@ -250,7 +254,7 @@ fn streamed_windows_give_the_loaded_windows_figures() {
                     "compare",
                     "--json",
                     "--policy",
-                    "bfc,glibc,first-fit,predictive",
+                    "bfc,glibc,first-fit,predictive,oracle",
                 ],
                 &["predict", "--json", "--model", "majority,order-4"],
             ] {
@@ -338,7 +342,7 @@ fn a_streamed_report_writes_the_loaded_reports_files() {
     // `predictive` on two threads: loaded and streamed, it learns from each thread's calls.
     let two = two_thread_trace(&dir);
     for (file, policies) in [
-        (sample("python_json.avt"), "bfc,first-fit"),
+        (sample("python_json.avt"), "bfc,first-fit,oracle"),
         (two, "bfc,predictive"),
     ] {
         let mut outs = Vec::new();
@@ -429,6 +433,32 @@ fn splice_copies_real_traces_shifted_and_frees_their_leftovers() {
     assert_eq!(n(&s, "mallocs_of_live_ptr"), 0);
     assert_eq!(n(&s, "timestamps_non_monotonic"), 0);
     assert!(s["duration_s"].as_f64().unwrap() > 2.0 * original["duration_s"].as_f64().unwrap());
+    // Every copy empties its heap, so `oracle` streamed plans the copies as pieces of their
+    // own, on two threads, and still gives the loaded plan's figures, limit or not.
+    for extra in [&[][..], &["--limit", "96KiB"][..]] {
+        let mut args = vec!["compare", "--json", "--policy", "oracle,bfc", o];
+        args.extend_from_slice(extra);
+        let loaded = json_of(&args);
+        args.push("--stream");
+        let out = allocview_ok(&args);
+        let note = String::from_utf8_lossy(&out.stderr);
+        let pieces: u64 = note
+            .split(" allocations planned in ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|p| p.replace(',', "").parse().ok())
+            .unwrap_or_else(|| panic!("{note}"));
+        assert!(pieces >= 3, "{note}");
+        let streamed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            without_timings(streamed),
+            without_timings(loaded.clone()),
+            "{extra:?}"
+        );
+        if !extra.is_empty() {
+            assert!(loaded["policies"][0]["ooms"].as_u64().unwrap() > 0);
+        }
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -34,6 +34,7 @@ pub mod splice;
 pub mod stats;
 pub mod stats_pytorch;
 pub mod stream;
+mod stream_oracle;
 pub mod stream_report;
 pub mod stream_source;
 pub mod window;

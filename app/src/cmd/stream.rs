@@ -5,8 +5,9 @@
 //! allocations and each policy's heap, not by the trace. Chosen by `--stream`, or on its own
 //! for a binary trace whose events would not fit in half the memory available.
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use allocview_loaders::binary;
 use allocview_loaders::stats::StatsAccumulator;
@@ -23,6 +24,7 @@ use serde_json::json;
 use super::compare::{CompareArgs, Row};
 use super::load::InputArgs;
 use super::stats::StatsArgs;
+use super::stream_oracle::SpilledPlan;
 pub(super) use super::stream_source::StreamInput;
 
 /// The `--stream` flag of the commands that can stream.
@@ -197,15 +199,47 @@ pub fn stats(args: &StatsArgs) -> Result<()> {
     Ok(())
 }
 
-/// Whether `spec` plans from the whole trace's future and so needs it in memory: `oracle`,
-/// and `predictive` told the true lifetimes (`lifetimes=true`). Plain `predictive` learns as
-/// it goes: a stream gives it its features as the events come.
+/// Whether `spec` needs the whole trace in memory: `predictive` told the true lifetimes
+/// (`lifetimes=true`). Plain `predictive` learns as it goes: a stream gives it its features as
+/// the events come; `oracle` plans the stream in a first pass (`stream_oracle.rs`).
 fn offline(spec: &PolicySpec) -> bool {
-    spec.name == "oracle"
-        || (spec.name == "predictive"
-            && spec
-                .apply(&PolicyConfig::default())
-                .is_ok_and(|c| c.predictive_true_lifetimes))
+    spec.name == "predictive"
+        && spec
+            .apply(&PolicyConfig::default())
+            .is_ok_and(|c| c.predictive_true_lifetimes)
+}
+
+/// The oracle plans made for a streamed command, by policy label: `report` replays each policy
+/// twice and plans once.
+#[derive(Default)]
+pub(super) struct OraclePlans(Mutex<HashMap<String, Arc<SpilledPlan>>>);
+
+impl OraclePlans {
+    /// The plan of `spec` for `input`, made on first use.
+    fn get(
+        &self,
+        input: &StreamInput,
+        spec: &PolicySpec,
+        config: &PolicyConfig,
+    ) -> Result<Arc<SpilledPlan>> {
+        let label = spec.label();
+        let known = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&label)
+            .cloned();
+        if let Some(plan) = known {
+            return Ok(plan);
+        }
+        let jobs = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        let plan = Arc::new(super::stream_oracle::plan(input, config, jobs)?);
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(label, Arc::clone(&plan));
+        Ok(plan)
+    }
 }
 
 /// The online policies of `specs`: an offline one is an error when named (`explicit`), else
@@ -242,6 +276,7 @@ pub(super) fn replay_one(
     input: &StreamInput,
     spec: &PolicySpec,
     config: &PolicyConfig,
+    plans: &OraclePlans,
     last_event: usize,
 ) -> Result<(Replay, u64)> {
     let cfg = spec.apply(config)?;
@@ -249,8 +284,16 @@ pub(super) fn replay_one(
         align_bytes: cfg.align_bytes,
         ..ReplayOptions::default()
     };
+    // Planned before the replay's own read of the file starts.
+    let oracle = if spec.name == "oracle" {
+        Some(plans.get(input, spec, &cfg)?.oracle(&cfg)?)
+    } else {
+        None
+    };
     let mut stream = Prefetched::start(input.open()?);
-    let replayed = if spec.name == "predictive" {
+    let replayed = if let Some(oracle) = oracle {
+        replay_stream_until(&mut stream, Box::new(oracle), &opts, None, last_event)
+    } else if spec.name == "predictive" {
         // Its features come from the events as the replay reads them.
         let features = Arc::new(StreamedFeatures::default());
         let policy =
@@ -284,8 +327,9 @@ pub fn compare(args: &CompareArgs, specs: &[PolicySpec]) -> Result<()> {
     });
     let online = online_specs(specs, explicit)?;
     let input = StreamInput::new(&args.file, &args.input.window)?;
+    let plans = OraclePlans::default();
     let runs = super::compare::per_spec(&online, jobs, |spec| {
-        replay_one(&input, spec, &config, usize::MAX).map_err(|e| format!("{e:#}"))
+        replay_one(&input, spec, &config, &plans, usize::MAX).map_err(|e| format!("{e:#}"))
     });
     let mut rows = Vec::new();
     let mut max_live = 0;

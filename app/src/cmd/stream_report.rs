@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result};
 
 use super::compare::{PolicyRun, per_spec};
 use super::report::{BUCKETS, Gathered, ReportArgs, replayed, write_report};
-use super::stream::{StreamInput, online_specs, replay_one};
+use super::stream::{OraclePlans, StreamInput, online_specs, replay_one};
 
 /// Runs `report` streamed.
 pub fn run(args: &ReportArgs, specs: &[PolicySpec], size: (u32, u32)) -> Result<()> {
@@ -43,8 +43,9 @@ pub fn run(args: &ReportArgs, specs: &[PolicySpec], size: (u32, u32)) -> Result<
     let peak_event = usize::try_from(stream.peak_live_event()).unwrap_or(usize::MAX);
     let max_live = stream.peak_live_bytes();
 
+    let plans = OraclePlans::default();
     let replays = per_spec(&online, jobs, |spec| {
-        replay_one(&input, spec, &config, usize::MAX)
+        replay_one(&input, spec, &config, &plans, usize::MAX)
             .map(|(r, _)| r)
             .map_err(|e| format!("{e:#}"))
     });
@@ -63,7 +64,7 @@ pub fn run(args: &ReportArgs, specs: &[PolicySpec], size: (u32, u32)) -> Result<
             .filter(|s| done.iter().any(|(name, _)| *name == s.label()))
             .collect();
         for spec in at_peak {
-            let (r, _) = replay_one(&input, spec, &config, peak_event)?;
+            let (r, _) = replay_one(&input, spec, &config, &plans, peak_event)?;
             let counters = r.final_state.counters();
             heaps.push((r.final_state, counters));
         }

@@ -33,6 +33,7 @@ pub mod greedy_by_size;
 mod interval_index;
 pub mod naive;
 mod occupancy;
+pub mod pieces;
 pub mod pushdown;
 pub mod search;
 pub mod shared_objects;

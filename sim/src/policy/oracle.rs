@@ -12,6 +12,12 @@
 //! puts beyond it fails with out-of-memory. [`Oracle::lower_bound_bytes`] is the exact bound the
 //! plan is measured against: the trace's maximum live bytes.
 //!
+//! The plan is made in pieces, between the moments where nothing is live, on every core
+//! ([`crate::plan::pieces`]: each piece's plan is the whole plan's offsets for it). A replay that
+//! streams its trace cannot hold a plan of every allocation: [`Oracle::streamed`] takes the plan
+//! from a [`PlanFeed`] instead, one allocation at a time in allocation order, with the whole
+//! plan's size known beforehand (the caller plans the stream's pieces in a first pass).
+//!
 //! A request the plan does not cover (unknown id, larger than planned, an alignment the offset
 //! breaks, or a range that meets a live allocation because the replay left the trace's order)
 //! is refused as unsupported. Live allocations are keyed by address; the free gaps between them
@@ -20,21 +26,63 @@
 //! O(log n); planning is greedy-by-size's cost.
 
 use std::any::Any;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::fit_common::{AddrChunks, AddrMap, FreeIndex};
 use super::registry::PolicyConfig;
 use super::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Policy, Request};
-use crate::plan::{PlanError, greedy_by_size};
+use crate::plan::{PlanError, pieces};
 use crate::trace::TraceView;
+
+/// Where a streamed [`Oracle`] finds its plan.
+pub trait PlanFeed: Send {
+    /// The next allocation of the plan, in allocation order: its id and planned offset (its
+    /// planned size is its request, one byte for zero); `None` after the last.
+    ///
+    /// # Errors
+    /// When the plan cannot be read.
+    fn next_planned(&mut self) -> Result<Option<(u32, u64)>, String>;
+}
 
 /// The plan, shared by every clone (checkpoints copy only the live state).
 #[derive(Debug)]
 struct Planned {
+    /// By allocation id; empty for a streamed plan.
     offsets: Vec<u64>,
     sizes: Vec<u64>,
+    /// A streamed plan's allocations, in allocation order.
+    feed: Option<Feed>,
     total_bytes: u64,
     max_live_bytes: u64,
+}
+
+struct Feed(Mutex<Box<dyn PlanFeed>>);
+
+impl std::fmt::Debug for Feed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Feed")
+    }
+}
+
+impl Planned {
+    /// The planned offset and size of allocation `id` of `size_bytes`.
+    fn lookup(&self, id: u32, size_bytes: u64) -> Result<(u64, u64), String> {
+        let Some(Feed(feed)) = &self.feed else {
+            return match (self.offsets.get(id as usize), self.sizes.get(id as usize)) {
+                (Some(&addr), Some(&planned)) => Ok((addr, planned)),
+                _ => Err(format!("allocation {id} is not in the plan")),
+            };
+        };
+        let mut feed = feed.lock().unwrap_or_else(PoisonError::into_inner);
+        match feed.next_planned()? {
+            Some((planned_id, addr)) if planned_id == id => Ok((addr, size_bytes.max(1))),
+            Some((planned_id, _)) => Err(format!(
+                "allocation {id} comes where the plan has allocation {planned_id} (the replay is \
+                 not the planned trace)"
+            )),
+            None => Err(format!("allocation {id} comes after the plan's last")),
+        }
+    }
 }
 
 /// A free gap, `(addr, len)`.
@@ -78,12 +126,48 @@ impl Oracle {
     pub fn new_observed(
         trace: &TraceView<'_>,
         config: &PolicyConfig,
-        progress: Option<&greedy_by_size::Progress>,
+        progress: Option<&crate::plan::greedy_by_size::Progress>,
     ) -> Result<Self, PlanError> {
         let buffers = crate::plan::trace_buffers(trace);
         let (max_live, _) = trace.peak_live();
-        let plan = greedy_by_size::plan_observed(&buffers, config.align_bytes, progress)?;
+        let jobs = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        let plan = pieces::plan_in_pieces(&buffers, config.align_bytes, jobs, progress)?;
         let sizes = buffers.iter().map(|b| b.size_bytes).collect();
+        Ok(Self::with_plan(
+            Planned {
+                offsets: plan.offsets,
+                sizes,
+                feed: None,
+                total_bytes: plan.total_bytes,
+                max_live_bytes: max_live,
+            },
+            config,
+        ))
+    }
+
+    /// The oracle of a streamed trace whose plan (see the module docs) is `total_bytes` large
+    /// and whose maximum live bytes are `max_live_bytes`, its allocations' offsets read from
+    /// `feed` as they come.
+    #[must_use]
+    pub fn streamed(
+        config: &PolicyConfig,
+        total_bytes: u64,
+        max_live_bytes: u64,
+        feed: Box<dyn PlanFeed>,
+    ) -> Self {
+        Self::with_plan(
+            Planned {
+                offsets: Vec::new(),
+                sizes: Vec::new(),
+                feed: Some(Feed(Mutex::new(feed))),
+                total_bytes,
+                max_live_bytes,
+            },
+            config,
+        )
+    }
+
+    fn with_plan(plan: Planned, config: &PolicyConfig) -> Self {
         let footprint_bytes = config
             .limit_bytes
             .map_or(plan.total_bytes, |l| l.min(plan.total_bytes));
@@ -91,13 +175,8 @@ impl Oracle {
         if footprint_bytes > 0 {
             gaps.insert(0, footprint_bytes, 0);
         }
-        Ok(Self {
-            plan: Arc::new(Planned {
-                offsets: plan.offsets,
-                sizes,
-                total_bytes: plan.total_bytes,
-                max_live_bytes: max_live,
-            }),
+        Self {
+            plan: Arc::new(plan),
             limit_bytes: config.limit_bytes,
             live: AddrMap::default(),
             gaps,
@@ -108,7 +187,7 @@ impl Oracle {
                 largest_free_bytes: footprint_bytes,
                 ..Counters::default()
             },
-        })
+        }
     }
 
     /// The exact lower bound of any plan of this trace: its maximum live (requested) bytes.
@@ -123,7 +202,7 @@ impl Oracle {
         self.plan.total_bytes
     }
 
-    /// The planned offset of allocation `id`.
+    /// The planned offset of allocation `id` (`None` for a streamed plan, read once).
     #[must_use]
     pub fn planned_offset(&self, id: u32) -> Option<u64> {
         self.plan.offsets.get(id as usize).copied()
@@ -153,11 +232,9 @@ impl Policy for Oracle {
     fn alloc(&mut self, req: Request) -> Result<Placement, AllocError> {
         let unsupported = |why: String| Err(AllocError::Unsupported(why));
         let id = req.id;
-        let (Some(&addr), Some(&planned)) = (
-            self.plan.offsets.get(id as usize),
-            self.plan.sizes.get(id as usize),
-        ) else {
-            return unsupported(format!("allocation {id} is not in the plan"));
+        let (addr, planned) = match self.plan.lookup(id, req.size_bytes) {
+            Ok(found) => found,
+            Err(why) => return unsupported(why),
         };
         if req.size_bytes > planned {
             return unsupported(format!(
@@ -304,7 +381,8 @@ impl Policy for Oracle {
             prev_end = b.end();
             match b.state {
                 BlockState::Used { id, .. } => {
-                    if self.planned_offset(id) != Some(b.addr) {
+                    // A streamed plan is read once: its blocks are where it said.
+                    if self.plan.feed.is_none() && self.planned_offset(id) != Some(b.addr) {
                         return Err(format!("allocation {id} at {:#x} is off its plan", b.addr));
                     }
                 }
