@@ -21,14 +21,40 @@ impl ByteProgress {
     /// Starts a bar for `total_bytes` that polls `counter`, or does nothing when stderr is not
     /// a terminal or the file is small.
     pub fn start(label: &str, total_bytes: u64, counter: Arc<AtomicU64>) -> Self {
-        let done = Arc::new(AtomicBool::new(false));
-        if !std::io::stderr().is_terminal() || total_bytes < MIN_BYTES_FOR_BAR {
-            return Self { done, worker: None };
-        }
-        let bar = ProgressBar::new(total_bytes);
-        let style = ProgressStyle::with_template(
+        let shown = total_bytes >= MIN_BYTES_FOR_BAR;
+        Self::with_template(
+            label,
+            total_bytes,
+            counter,
+            shown,
             "{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
         )
+    }
+
+    /// [`Self::start`] for a count of events (shown from a million on).
+    pub fn start_events(label: &str, total_events: u64, counter: Arc<AtomicU64>) -> Self {
+        Self::with_template(
+            label,
+            total_events,
+            counter,
+            total_events >= 1 << 20,
+            "{msg} [{bar:40}] {human_pos}/{human_len} events ({per_sec}, {eta})",
+        )
+    }
+
+    fn with_template(
+        label: &str,
+        total: u64,
+        counter: Arc<AtomicU64>,
+        shown: bool,
+        template: &str,
+    ) -> Self {
+        let done = Arc::new(AtomicBool::new(false));
+        if !std::io::stderr().is_terminal() || !shown {
+            return Self { done, worker: None };
+        }
+        let bar = ProgressBar::new(total);
+        let style = ProgressStyle::with_template(template)
         .map(|s| s.progress_chars("=> "))
         .unwrap_or_else(|_| ProgressStyle::default_bar());
         bar.set_style(style);

@@ -17,6 +17,7 @@ use std::fs::File;
 use std::io::{BufWriter, Read, Write as _};
 use std::os::unix::fs::FileExt as _;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use allocview_sim::plan::pieces::{StreamPlan, plan_stream};
@@ -27,6 +28,7 @@ use allocview_sim::stream::packed::{delta, get, put, undelta};
 use anyhow::{Context as _, Result};
 
 use super::stream_source::StreamInput;
+use crate::progress::ByteProgress;
 
 /// Allocations one piece may hold. Planning takes about 200 bytes an allocation, and up to
 /// `2 * jobs + 1` pieces are held at once, so this bounds the plan to about 4.5 GiB on two
@@ -54,13 +56,22 @@ pub(super) fn plan(input: &StreamInput, config: &PolicyConfig, jobs: usize) -> R
         .with_context(|| format!("while starting the plan's file {}", path.display()))?;
     let mut bytes = Vec::with_capacity(1 << 16);
     let mut prev_id = 0u64;
-    let mut stream = Prefetched::start(input.open()?);
+    let source = input.open()?;
+    let events = input.events_hint(&source);
+    eprintln!(
+        "note: oracle streamed: planning {} events in pieces between the moments where \
+         nothing is live, on {jobs} threads, before its replay",
+        crate::format::count(events)
+    );
+    let read = Arc::new(AtomicU64::new(0));
+    let bar = ByteProgress::start_events("planning oracle", events, Arc::clone(&read));
+    let mut stream = Prefetched::start(source);
     let planned = plan_stream(
         &mut stream,
         config.align_bytes,
         jobs,
         MAX_PIECE_ALLOCATIONS,
-        None,
+        Some(&read),
         &mut |ids, offsets| {
             bytes.clear();
             for (&id, &offset) in ids.iter().zip(offsets) {
@@ -73,6 +84,7 @@ pub(super) fn plan(input: &StreamInput, config: &PolicyConfig, jobs: usize) -> R
                 .map_err(|e| format!("while writing the plan to {}: {e}", path.display()))
         },
     );
+    drop(bar);
     let source = stream
         .finish()
         .context("the thread reading the trace failed")?;
@@ -88,10 +100,11 @@ pub(super) fn plan(input: &StreamInput, config: &PolicyConfig, jobs: usize) -> R
         .with_context(|| format!("while reading the size of {}", path.display()))?
         .len();
     eprintln!(
-        "note: oracle streamed: {} allocations planned in {} pieces (largest {}) in {:.1} s; \
+        "note: oracle streamed: {} allocations planned in {} piece{} (largest {}) in {:.1} s; \
          the plan takes {} in a temporary file",
         crate::format::count(plan.allocations),
         crate::format::count(plan.pieces),
+        if plan.pieces == 1 { "" } else { "s" },
         crate::format::count(plan.largest_piece_allocations),
         started.elapsed().as_secs_f64(),
         crate::format::bytes(file_bytes),

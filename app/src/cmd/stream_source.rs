@@ -43,6 +43,15 @@ impl StreamInput {
         })
     }
 
+    /// How many events `source` (a read of this input) hands out: the file's, or the
+    /// window's with the allocations carried into it.
+    pub(super) fn events_hint(&self, source: &Source) -> u64 {
+        match self.window {
+            Some(w) => w.carried_in + (w.end - w.start) as u64,
+            None => source.stream().index().records(),
+        }
+    }
+
     /// A new read of the trace from its start.
     pub(super) fn open(&self) -> Result<Source> {
         let stream = BinaryEventStream::open(&self.file)

@@ -18,7 +18,7 @@
 //! the whole plan gives them. Input with overwrite chains is planned whole.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use super::greedy_by_size::{self, Progress};
 use super::{Buffer, Plan, PlanError};
@@ -261,7 +261,7 @@ pub fn plan_stream(
     align_bytes: u64,
     jobs: usize,
     max_piece_allocations: usize,
-    progress: Option<&AtomicUsize>,
+    progress: Option<&AtomicU64>,
     sink: &mut PlanSink<'_>,
 ) -> Result<StreamPlan, String> {
     use std::sync::mpsc;
@@ -350,14 +350,14 @@ impl InOrder<'_> {
 fn feed_pieces(
     source: &mut dyn crate::stream::EventSource,
     max_piece_allocations: usize,
-    progress: Option<&AtomicUsize>,
+    progress: Option<&AtomicU64>,
     to_plan: &std::sync::mpsc::SyncSender<(u64, Piece)>,
     out: &mut StreamPlan,
     mut between: impl FnMut(&mut StreamPlan) -> Result<(), String>,
 ) -> Result<(), String> {
     let mut cutter = PieceCutter::default();
     let mut batch = crate::stream::EventBatch::default();
-    let mut events = 0usize;
+    let mut events = 0u64;
     let send = |piece: Piece, out: &mut StreamPlan| {
         out.allocations += piece.ids.len() as u64;
         out.largest_piece_allocations = out.largest_piece_allocations.max(piece.ids.len() as u64);
@@ -381,7 +381,7 @@ fn feed_pieces(
                 ));
             }
         }
-        events += batch.len();
+        events += batch.len() as u64;
         if let Some(p) = progress {
             p.store(events, Relaxed);
         }
