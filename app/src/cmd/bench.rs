@@ -88,9 +88,9 @@ fn stream(args: &BenchArgs) -> Result<()> {
     let runs = args.runs.max(1);
     for spec in &specs {
         if matches!(spec.name, "oracle" | "predictive") {
-            // The one plans from the whole trace; the other needs its features from the
-            // events (`compare --stream` gives them): this measures the policies that need
-            // nothing but the requests.
+            // The one plans first, the other needs its features from the events
+            // (`compare --stream` gives both: a planning pass, a tap on the stream): this
+            // measures the policies that need nothing but the requests.
             outln!("  {:<10} not measured here", spec.label());
             continue;
         }
