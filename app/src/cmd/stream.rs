@@ -209,12 +209,21 @@ fn offline(spec: &PolicySpec) -> bool {
             .is_ok_and(|c| c.predictive_true_lifetimes)
 }
 
-/// The oracle plans made for a streamed command, by policy label: `report` replays each policy
-/// twice and plans once.
-#[derive(Default)]
-pub(super) struct OraclePlans(Mutex<HashMap<String, Arc<SpilledPlan>>>);
+/// The oracle plans made for a streamed command, by policy label (`report` replays each policy
+/// twice and plans once), each on `jobs` threads.
+pub(super) struct OraclePlans {
+    made: Mutex<HashMap<String, Arc<SpilledPlan>>>,
+    jobs: usize,
+}
 
 impl OraclePlans {
+    pub(super) fn new(jobs: usize) -> Self {
+        Self {
+            made: Mutex::default(),
+            jobs: jobs.max(1),
+        }
+    }
+
     /// The plan of `spec` for `input`, made on first use.
     fn get(
         &self,
@@ -224,7 +233,7 @@ impl OraclePlans {
     ) -> Result<Arc<SpilledPlan>> {
         let label = spec.label();
         let known = self
-            .0
+            .made
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&label)
@@ -232,9 +241,12 @@ impl OraclePlans {
         if let Some(plan) = known {
             return Ok(plan);
         }
-        let jobs = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-        let plan = Arc::new(super::stream_oracle::plan(input, config, jobs)?);
-        self.0
+        let max_piece =
+            super::stream_oracle::max_piece_allocations(self.jobs, available_memory_bytes());
+        let plan = Arc::new(super::stream_oracle::plan(
+            input, config, self.jobs, max_piece,
+        )?);
+        self.made
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(label, Arc::clone(&plan));
@@ -285,10 +297,11 @@ pub(super) fn replay_one(
         ..ReplayOptions::default()
     };
     // Planned before the replay's own read of the file starts.
-    let oracle = if spec.name == "oracle" {
-        Some(plans.get(input, spec, &cfg)?.oracle(&cfg)?)
+    let (oracle, feed_error) = if spec.name == "oracle" {
+        let (oracle, error) = plans.get(input, spec, &cfg)?.oracle(&cfg)?;
+        (Some(oracle), Some(error))
     } else {
-        None
+        (None, None)
     };
     let mut stream = Prefetched::start(input.open()?);
     let replayed = if let Some(oracle) = oracle {
@@ -309,6 +322,11 @@ pub(super) fn replay_one(
     let replay = replayed
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("while replaying {}", input.file.display()))?;
+    if let Some(error) = feed_error
+        && let Some(e) = error.lock().unwrap_or_else(PoisonError::into_inner).take()
+    {
+        bail!("{e} (while replaying {})", input.file.display());
+    }
     let stream = stream
         .finish()
         .context("the thread reading the trace failed")?;
@@ -327,7 +345,7 @@ pub fn compare(args: &CompareArgs, specs: &[PolicySpec]) -> Result<()> {
     });
     let online = online_specs(specs, explicit)?;
     let input = StreamInput::new(&args.file, &args.input.window)?;
-    let plans = OraclePlans::default();
+    let plans = OraclePlans::new(jobs);
     let runs = super::compare::per_spec(&online, jobs, |spec| {
         replay_one(&input, spec, &config, &plans, usize::MAX).map_err(|e| format!("{e:#}"))
     });

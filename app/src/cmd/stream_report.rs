@@ -43,7 +43,7 @@ pub fn run(args: &ReportArgs, specs: &[PolicySpec], size: (u32, u32)) -> Result<
     let peak_event = usize::try_from(stream.peak_live_event()).unwrap_or(usize::MAX);
     let max_live = stream.peak_live_bytes();
 
-    let plans = OraclePlans::default();
+    let plans = OraclePlans::new(jobs);
     let replays = per_spec(&online, jobs, |spec| {
         replay_one(&input, spec, &config, &plans, usize::MAX)
             .map(|(r, _)| r)

@@ -18,10 +18,35 @@
 //! the whole plan gives them. Input with overwrite chains is planned whole.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
 use super::greedy_by_size::{self, Progress};
-use super::{Buffer, Plan, PlanError};
+use super::{Buffer, Plan, PlanError, align_up};
+
+/// Pieces are planned at least this many buffers at a time: consecutive pieces together are
+/// still a set no other buffer meets, and a trace that empties its heap after every
+/// allocation would otherwise cost a planner's set-up per allocation.
+pub const MIN_PIECE_BUFFERS: usize = 4096;
+
+/// The overflow check [`super::units`] makes of a whole input (every buffer that needs memory,
+/// rounded up to its alignment plus one alignment of slack, in input order), made as the
+/// buffers come, so that a plan in pieces fails exactly where the whole plan would.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct NaiveTotal(u64);
+
+impl NaiveTotal {
+    pub(crate) fn add(&mut self, b: &Buffer, min_align_bytes: u64) -> Result<(), PlanError> {
+        if b.lower >= b.upper || b.size_bytes == 0 {
+            return Ok(());
+        }
+        let align = b.align_bytes.max(min_align_bytes);
+        self.0 = align_up(self.0, align)
+            .and_then(|t| t.checked_add(b.size_bytes))
+            .and_then(|t| t.checked_add(align))
+            .ok_or(PlanError::Overflow)?;
+        Ok(())
+    }
+}
 
 /// The buffers of each piece, by index, each list in increasing index order; pieces in time
 /// order. Buffers with an empty lifetime are in none.
@@ -47,9 +72,25 @@ pub fn pieces(buffers: &[Buffer]) -> Vec<Vec<usize>> {
     out
 }
 
+/// `cut`'s consecutive pieces joined until each has at least `min_buffers` (the last may have
+/// fewer), each list in increasing index order.
+fn joined(cut: Vec<Vec<usize>>, min_buffers: usize) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    for piece in cut {
+        match out.last_mut() {
+            Some(last) if last.len() < min_buffers => last.extend(piece),
+            _ => out.push(piece),
+        }
+    }
+    for piece in &mut out {
+        piece.sort_unstable();
+    }
+    out
+}
+
 /// Greedy-by-size of `buffers` ([`greedy_by_size::plan_observed`]'s plan, the same offsets and
-/// size), its pieces planned on up to `jobs` threads. `progress` counts buffers of finished
-/// pieces (and a lone piece's planning units as they are placed).
+/// size, or the same error), its pieces planned on up to `jobs` threads. `progress` counts
+/// buffers of finished pieces (and a lone piece's planning units as they are placed).
 ///
 /// # Errors
 /// As [`greedy_by_size::plan`].
@@ -59,23 +100,44 @@ pub fn plan_in_pieces(
     jobs: usize,
     progress: Option<&Progress>,
 ) -> Result<Plan, PlanError> {
+    plan_in_pieces_of(buffers, align_bytes, jobs, MIN_PIECE_BUFFERS, progress)
+}
+
+/// [`plan_in_pieces`] with pieces of at least `min_buffers` where the input allows.
+fn plan_in_pieces_of(
+    buffers: &[Buffer],
+    align_bytes: u64,
+    jobs: usize,
+    min_buffers: usize,
+    progress: Option<&Progress>,
+) -> Result<Plan, PlanError> {
     let cut = if buffers.iter().any(|b| b.overwrite.is_some()) {
         Vec::new()
     } else {
-        pieces(buffers)
+        joined(pieces(buffers), min_buffers)
     };
     if cut.len() <= 1 {
         return greedy_by_size::plan_observed(buffers, align_bytes, progress);
+    }
+    // The whole input's checks, which no piece sees whole.
+    if !align_bytes.is_power_of_two() {
+        return Err(PlanError::BadAlignOption(align_bytes));
+    }
+    super::units::structure(buffers)?;
+    let mut naive = NaiveTotal::default();
+    for b in buffers {
+        naive.add(b, align_bytes)?;
     }
     if let Some(p) = progress {
         p.total.store(buffers.len(), Relaxed);
     }
     let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
     let planned: Mutex<Vec<Option<Result<Plan, PlanError>>>> =
         Mutex::new((0..cut.len()).map(|_| None).collect());
     let work = || {
         let mut mine = Vec::new();
-        loop {
+        while !failed.load(Relaxed) {
             let k = next.fetch_add(1, Relaxed);
             let Some(piece) = cut.get(k) else { break };
             let own: Vec<Buffer> = piece
@@ -83,7 +145,9 @@ pub fn plan_in_pieces(
                 .filter_map(|&i| buffers.get(i))
                 .copied()
                 .collect();
-            mine.push((k, greedy_by_size::plan(&own, align_bytes)));
+            let plan = greedy_by_size::plan(&own, align_bytes);
+            failed.fetch_or(plan.is_err(), Relaxed);
+            mine.push((k, plan));
             if let Some(p) = progress {
                 p.done.fetch_add(piece.len(), Relaxed);
             }
@@ -110,9 +174,12 @@ pub fn plan_in_pieces(
         offsets: vec![0; buffers.len()],
         total_bytes: 0,
     };
+    // The first failed piece's error; pieces after it may not have been planned.
+    if let Some(e) = planned.iter().flatten().find_map(|p| p.as_ref().err()) {
+        return Err(e.clone());
+    }
     for (piece, plan) in cut.iter().zip(planned) {
-        // A worker that panicked leaves its pieces unplanned; the scope has re-raised that.
-        let plan = plan.ok_or(PlanError::Overflow)??;
+        let plan = plan.ok_or_else(|| PlanError::Internal("a piece was not planned".into()))??;
         whole.total_bytes = whole.total_bytes.max(plan.total_bytes);
         for (&i, &off) in piece.iter().zip(&plan.offsets) {
             if let Some(o) = whole.offsets.get_mut(i) {
@@ -199,12 +266,29 @@ pub(crate) mod tests {
             let t = trace(seed, 3_000, 61, leak);
             let buffers = crate::plan::trace_buffers(&t.view().unwrap());
             let whole = greedy_by_size::plan(&buffers, 16).unwrap();
-            for jobs in [1, 2, 3] {
+            for (jobs, min_buffers) in [(1, 1), (2, 1), (3, 1), (2, 200)] {
                 let progress = Progress::default();
-                let split = plan_in_pieces(&buffers, 16, jobs, Some(&progress)).unwrap();
-                assert_eq!(split, whole, "seed {seed}, {jobs} jobs");
-                assert_eq!(progress.done.load(Relaxed), buffers.len());
+                let split =
+                    plan_in_pieces_of(&buffers, 16, jobs, min_buffers, Some(&progress)).unwrap();
+                assert_eq!(split, whole, "seed {seed}, {jobs} jobs, {min_buffers}");
+                assert_eq!(
+                    progress.total.load(Relaxed),
+                    buffers.len(),
+                    "split, not whole"
+                );
             }
+            // Pieces joined up to 200 buffers: fewer, none under 200 but the last.
+            let few = joined(pieces(&buffers), 200);
+            assert!(
+                few.len() > 3 && few.len() < pieces(&buffers).len(),
+                "{}",
+                few.len()
+            );
+            assert!(
+                few[..few.len() - 1]
+                    .iter()
+                    .all(|p| p.len() >= 200 && p.is_sorted())
+            );
             // The pieces do differ from one another: the largest is not every piece's size.
             let cut = pieces(&buffers);
             let sizes: Vec<u64> = cut

@@ -56,7 +56,12 @@ struct Planned {
     max_live_bytes: u64,
 }
 
-struct Feed(Mutex<Box<dyn PlanFeed>>);
+/// A streamed plan, read once: the feed and the record read ahead of the allocation it
+/// belongs to (one the replay has not reached).
+struct Feed(Mutex<(Box<dyn PlanFeed>, Option<Record>)>);
+
+/// A plan's record: an allocation id and its planned offset.
+type Record = (u32, u64);
 
 impl std::fmt::Debug for Feed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -73,14 +78,31 @@ impl Planned {
                 _ => Err(format!("allocation {id} is not in the plan")),
             };
         };
-        let mut feed = feed.lock().unwrap_or_else(PoisonError::into_inner);
-        match feed.next_planned()? {
-            Some((planned_id, addr)) if planned_id == id => Ok((addr, size_bytes.max(1))),
-            Some((planned_id, _)) => Err(format!(
-                "allocation {id} comes where the plan has allocation {planned_id} (the replay is \
-                 not the planned trace)"
-            )),
-            None => Err(format!("allocation {id} comes after the plan's last")),
+        let mut guard = feed.lock().unwrap_or_else(PoisonError::into_inner);
+        let (feed, ahead) = &mut *guard;
+        // Ids grow in allocation order. The plan's records of allocations the replay never
+        // asked for (a request refused before the policy sees it) are passed over; a record
+        // of a later allocation waits for it.
+        loop {
+            let record = match ahead.take() {
+                Some(r) => Some(r),
+                None => feed.next_planned()?,
+            };
+            match record {
+                Some((planned_id, addr)) if planned_id == id => {
+                    return Ok((addr, size_bytes.max(1)));
+                }
+                Some((planned_id, _)) if planned_id < id => {}
+                Some(later) => {
+                    *ahead = Some(later);
+                    return Err(format!(
+                        "allocation {id} is not in the plan, which goes on with allocation {} \
+                         (the replay is not the planned trace)",
+                        later.0
+                    ));
+                }
+                None => return Err(format!("allocation {id} comes after the plan's last")),
+            }
         }
     }
 }
@@ -106,6 +128,9 @@ pub struct Oracle {
     /// alone, so every one carries handle 0.
     gaps: AddrChunks,
     counters: Counters,
+    /// False in the copies `clone_box` makes (checkpoints, the state at the first OOM): a
+    /// streamed plan is read once, by the oracle the replay drives.
+    reads_plan: bool,
 }
 
 impl Oracle {
@@ -159,7 +184,7 @@ impl Oracle {
             Planned {
                 offsets: Vec::new(),
                 sizes: Vec::new(),
-                feed: Some(Feed(Mutex::new(feed))),
+                feed: Some(Feed(Mutex::new((feed, None)))),
                 total_bytes,
                 max_live_bytes,
             },
@@ -187,6 +212,7 @@ impl Oracle {
                 largest_free_bytes: footprint_bytes,
                 ..Counters::default()
             },
+            reads_plan: true,
         }
     }
 
@@ -232,6 +258,13 @@ impl Policy for Oracle {
     fn alloc(&mut self, req: Request) -> Result<Placement, AllocError> {
         let unsupported = |why: String| Err(AllocError::Unsupported(why));
         let id = req.id;
+        if self.plan.feed.is_some() && !self.reads_plan {
+            return unsupported(
+                "a copy of a streamed oracle's state cannot allocate: its plan is read once, \
+                 by the replay"
+                    .to_owned(),
+            );
+        }
         let (addr, planned) = match self.plan.lookup(id, req.size_bytes) {
             Ok(found) => found,
             Err(why) => return unsupported(why),
@@ -366,6 +399,7 @@ impl Policy for Oracle {
     fn clone_box(&self) -> Box<dyn Policy> {
         let mut c = self.clone();
         c.live.shrink_to_fit();
+        c.reads_plan = false;
         Box::new(c)
     }
 

@@ -3,7 +3,7 @@
 //! planned alone on one of `jobs` threads while the file is read on.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use super::super::greedy_by_size;
 use super::super::{Buffer, Plan, PlanError};
@@ -27,6 +27,9 @@ pub struct Piece {
 /// live allocations is indexed by the stream's slots.
 #[derive(Debug, Default)]
 pub struct PieceCutter {
+    /// A piece ends only once it has this many allocations (consecutive pieces together are
+    /// still a set no other allocation meets).
+    min_allocations: usize,
     /// Events seen.
     events: u64,
     open: Piece,
@@ -39,6 +42,16 @@ pub struct PieceCutter {
 const EMPTY: u32 = u32::MAX;
 
 impl PieceCutter {
+    /// A cutter whose pieces end at the first moment nothing is live once they have
+    /// `min_allocations` allocations (the default cutter ends them at every such moment).
+    #[must_use]
+    pub fn new(min_allocations: usize) -> Self {
+        Self {
+            min_allocations,
+            ..Self::default()
+        }
+    }
+
     /// Takes the next event; returns the piece it ends, if it leaves nothing live.
     ///
     /// # Errors
@@ -55,7 +68,10 @@ impl PieceCutter {
             if self.by_slot.len() <= slot {
                 self.by_slot.resize(slot + 1, EMPTY);
             }
-            let index = u32::try_from(self.open.buffers.len()).map_err(|_| {
+            let index = u32::try_from(self.open.buffers.len())
+                .ok()
+                .filter(|&i| i < EMPTY);
+            let index = index.ok_or_else(|| {
                 format!("event {at}: more than {EMPTY} allocations without a moment where nothing is live")
             })?;
             match self.by_slot.get_mut(slot) {
@@ -86,7 +102,7 @@ impl PieceCutter {
                 b.upper = at - self.open.first_event;
             }
             self.live -= 1;
-            if self.live == 0 {
+            if self.live == 0 && self.open.buffers.len() >= self.min_allocations {
                 return Ok(Some(std::mem::take(&mut self.open)));
             }
         }
@@ -129,20 +145,22 @@ pub struct StreamPlan {
     pub largest_piece_allocations: u64,
 }
 
-/// Greedy-by-size of a stream, piece by piece ([`PieceCutter`]) on `jobs` threads while the
-/// stream is read: `sink` gets every allocation's id and planned offset, piece after piece, in
-/// allocation order. Memory holds the pieces being cut and planned (at most `2 * jobs + 1`), each
-/// of at most `max_piece_allocations` allocations. `progress` counts the events read.
+/// Greedy-by-size of a stream, piece by piece ([`PieceCutter`], pieces of at least
+/// `piece_allocations.start()` allocations where the stream allows, [`super::MIN_PIECE_BUFFERS`]
+/// is a good choice) on `jobs` threads while the stream is read: `sink` gets every allocation's
+/// id and planned offset, piece after piece, in allocation order. Memory holds at most
+/// `2 * jobs + 1` pieces (queued, being planned, or planned and waiting for an earlier one),
+/// each of at most `piece_allocations.end()` allocations. `progress` counts the events read.
 ///
 /// # Errors
-/// When the source or `sink` fails, when a piece has more than `max_piece_allocations`
+/// When the source or `sink` fails, when a piece has more than `piece_allocations.end()`
 /// allocations (the stream goes that long without a moment where nothing is live), or when a
-/// piece cannot be planned.
+/// piece cannot be planned (the whole plan's checks, made as the pieces come).
 pub fn plan_stream(
     source: &mut dyn crate::stream::EventSource,
     align_bytes: u64,
     jobs: usize,
-    max_piece_allocations: usize,
+    piece_allocations: std::ops::RangeInclusive<usize>,
     progress: Option<&AtomicU64>,
     sink: &mut PlanSink<'_>,
 ) -> Result<StreamPlan, String> {
@@ -153,12 +171,18 @@ pub fn plan_stream(
     // sending to it fails instead of waiting forever.
     let queue = std::sync::Arc::new(Mutex::new(queue));
     let (done, results) = mpsc::channel::<Planned>();
+    // Set on an error: the planners drop what is queued instead of planning it.
+    let stop = AtomicBool::new(false);
     let planner = |queue: std::sync::Arc<Mutex<mpsc::Receiver<(u64, Piece)>>>,
                    done: mpsc::Sender<Planned>| {
+        let stop = &stop;
         move || {
             loop {
                 let next = queue.lock().map(|q| q.recv());
                 let Ok(Ok((seq, piece))) = next else { break };
+                if stop.load(Relaxed) {
+                    break;
+                }
                 let plan = greedy_by_size::plan(&piece.buffers, align_bytes);
                 if done.send((seq, piece.ids, plan)).is_err() {
                     break;
@@ -172,36 +196,53 @@ pub fn plan_stream(
         flushed: 0,
         sink,
     };
-    std::thread::scope(|s| {
+    let in_flight = 2 * jobs as u64;
+    let mut naive = super::NaiveTotal::default();
+    let planned = std::thread::scope(|s| {
         for _ in 0..jobs {
             s.spawn(planner(std::sync::Arc::clone(&queue), done.clone()));
         }
         drop(queue);
         drop(done);
+        let stopped = || "a planning thread stopped".to_owned();
         let fed = feed_pieces(
             source,
-            max_piece_allocations,
+            &piece_allocations,
             progress,
-            &to_plan,
-            &mut out,
-            |out| {
+            |piece, out| {
+                for b in &piece.buffers {
+                    naive
+                        .add(b, align_bytes)
+                        .map_err(|e| format!("piece {} of the plan: {e}", out.pieces))?;
+                }
                 for planned in results.try_iter() {
                     in_order.take(planned, out)?;
                 }
-                Ok(())
+                // Planned pieces wait for the earliest: bound how far ahead the others may get.
+                while out.pieces >= in_order.flushed + in_flight {
+                    in_order.take(results.recv().map_err(|_| stopped())?, out)?;
+                }
+                out.allocations += piece.ids.len() as u64;
+                out.largest_piece_allocations =
+                    out.largest_piece_allocations.max(piece.ids.len() as u64);
+                let seq = out.pieces;
+                out.pieces += 1;
+                to_plan.send((seq, piece)).map_err(|_| stopped())
             },
+            &mut out,
         );
+        let rest = fed.and_then(|()| {
+            while in_order.flushed < out.pieces {
+                in_order.take(results.recv().map_err(|_| stopped())?, &mut out)?;
+            }
+            Ok(())
+        });
+        stop.store(rest.is_err(), Relaxed);
         // The planners stop once the queue is empty and closed.
         drop(to_plan);
-        fed?;
-        while in_order.flushed < out.pieces {
-            let planned = results
-                .recv()
-                .map_err(|_| "a planning thread stopped".to_owned())?;
-            in_order.take(planned, &mut out)?;
-        }
-        Ok(out)
-    })
+        rest
+    });
+    planned.map(|()| out)
 }
 
 /// A planned piece: its place in the stream, its allocations' ids and its plan.
@@ -227,33 +268,23 @@ impl InOrder<'_> {
     }
 }
 
-/// Reads `source`, cutting its events into pieces sent to `to_plan`, and calls `between` after
-/// every batch.
+/// Reads `source`, cutting its events into pieces handed to `deliver`.
 fn feed_pieces(
     source: &mut dyn crate::stream::EventSource,
-    max_piece_allocations: usize,
+    piece_allocations: &std::ops::RangeInclusive<usize>,
     progress: Option<&AtomicU64>,
-    to_plan: &std::sync::mpsc::SyncSender<(u64, Piece)>,
+    mut deliver: impl FnMut(Piece, &mut StreamPlan) -> Result<(), String>,
     out: &mut StreamPlan,
-    mut between: impl FnMut(&mut StreamPlan) -> Result<(), String>,
 ) -> Result<(), String> {
-    let mut cutter = PieceCutter::default();
+    let mut cutter = PieceCutter::new(*piece_allocations.start());
+    let max_piece_allocations = *piece_allocations.end();
     let mut batch = crate::stream::EventBatch::default();
     let mut events = 0u64;
-    let send = |piece: Piece, out: &mut StreamPlan| {
-        out.allocations += piece.ids.len() as u64;
-        out.largest_piece_allocations = out.largest_piece_allocations.max(piece.ids.len() as u64);
-        let seq = out.pieces;
-        out.pieces += 1;
-        to_plan
-            .send((seq, piece))
-            .map_err(|_| "the planning threads stopped".to_owned())
-    };
     while source.next_batch(&mut batch)? {
         for j in 0..batch.len() {
             let Some(e) = batch.row(j) else { continue };
             if let Some(piece) = cutter.push(&e)? {
-                send(piece, out)?;
+                deliver(piece, out)?;
             } else if cutter.open_allocations() > max_piece_allocations {
                 let first = cutter.open.first_event;
                 return Err(format!(
@@ -267,10 +298,9 @@ fn feed_pieces(
         if let Some(p) = progress {
             p.store(events, Relaxed);
         }
-        between(out)?;
     }
     if let Some(piece) = cutter.finish() {
-        send(piece, out)?;
+        deliver(piece, out)?;
     }
     Ok(())
 }
@@ -400,15 +430,29 @@ mod tests {
         use crate::policy::oracle::Oracle;
         use crate::policy::registry::{PolicyConfig, build};
         use crate::replay::{ReplayOptions, replay};
-        for (seed, leak) in [(13, false), (17, true)] {
-            let t = trace(seed, 4_000, 89, leak);
+        for (seed, leak, min_piece, huge) in [
+            (13, false, 1, false),
+            (17, true, 1, false),
+            (13, false, 300, false),
+            (23, false, 1, true),
+        ] {
+            let mut t = trace(seed, 4_000, 89, leak);
+            if huge {
+                // A request past what any policy serves fails before the policy sees it: the
+                // streamed plan must not lose its place.
+                let n = t.kind.len() as i64;
+                let big = t.alloc(n + 1, 1 << 49);
+                t.free(n + 2, big);
+                let small = t.alloc(n + 3, 100);
+                t.free(n + 4, small);
+            }
             let view = t.view().unwrap();
             let mut planned = Vec::new();
             let summary = plan_stream(
                 &mut source(&view, 211),
                 16,
                 2,
-                usize::MAX,
+                min_piece..=usize::MAX,
                 None,
                 &mut |ids, offs| {
                     planned.extend(ids.iter().copied().zip(offs.iter().copied()));
@@ -416,7 +460,12 @@ mod tests {
                 },
             )
             .unwrap();
-            assert!(summary.pieces > 20, "{summary:?}");
+            if min_piece == 1 {
+                assert!(summary.pieces > 20, "{summary:?}");
+            } else {
+                assert!((3..=14).contains(&summary.pieces), "{summary:?}");
+                assert!(summary.largest_piece_allocations >= 300, "{summary:?}");
+            }
             assert_eq!(summary.allocations, view.num_allocs as u64);
             let (max_live, _) = view.peak_live();
             for limit in [None, Some(summary.total_bytes * 3 / 4)] {
@@ -452,7 +501,7 @@ mod tests {
                 loaded.final_state.blocks(&mut b);
                 assert_eq!(a, b);
                 streamed.final_state.check_invariants().unwrap();
-                if limit.is_some() {
+                if limit.is_some() || huge {
                     assert!(loaded.summary.oom_count > 0, "the limit bites");
                 }
             }
@@ -465,8 +514,10 @@ mod tests {
     fn a_piece_past_the_bound_is_refused() {
         let t = trace(19, 500, 1_000, false);
         let view = t.view().unwrap();
-        let err =
-            plan_stream(&mut source(&view, 64), 16, 2, 100, None, &mut |_, _| Ok(())).unwrap_err();
+        let err = plan_stream(&mut source(&view, 64), 16, 2, 1..=100, None, &mut |_, _| {
+            Ok(())
+        })
+        .unwrap_err();
         assert!(
             err.contains("on, more than 100 allocations come without"),
             "{err}"
@@ -475,7 +526,7 @@ mod tests {
             &mut source(&view, 64),
             3,
             2,
-            usize::MAX,
+            1..=usize::MAX,
             None,
             &mut |_, _| Ok(()),
         )
@@ -485,7 +536,7 @@ mod tests {
             &mut source(&view, 64),
             16,
             1,
-            usize::MAX,
+            1..=usize::MAX,
             None,
             &mut |_, _| Err("disk full".to_owned()),
         )
