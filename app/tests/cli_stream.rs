@@ -122,7 +122,8 @@ fn streamed_stats_and_compare_print_what_the_loaded_trace_gives() {
         assert_eq!(streamed["streamed"], Value::Bool(true));
         assert_eq!(without_timings(streamed), without_timings(loaded), "{name}");
         for extra in [&[][..], &["--limit", "64KiB"][..]] {
-            let policies = "bfc,glibc,first-fit,predictive,predictive:short_allocs=16,oracle";
+            let policies = "bfc,glibc,first-fit,predictive,predictive:short_allocs=16,oracle,\
+                            predictive:lifetimes=true,predictive:lifetimes=true:short_allocs=3";
             let mut args = vec!["compare", "--json", "--policy", policies, file];
             args.extend_from_slice(extra);
             let loaded = json_of(&args);
@@ -199,14 +200,6 @@ fn streaming_refuses_what_it_cannot_do_and_says_why() {
     assert!(err.contains("allocview convert"), "{err}");
     let bin = sample("perl_hash.avt");
     let bin = bin.to_str().unwrap();
-    let err = failure(&[
-        "compare",
-        "--stream",
-        "--policy",
-        "predictive:lifetimes=true",
-        bin,
-    ]);
-    assert!(err.contains("whole trace's future"), "{err}");
     let err = failure(&["stats", "--stream", "--events", "90000..", bin]);
     assert!(err.contains("the window selects no events"), "{err}");
     let err = failure(&["stats", "--stream", "--from", "2s", "--to", "1s", bin]);
@@ -254,7 +247,7 @@ fn streamed_windows_give_the_loaded_windows_figures() {
                     "compare",
                     "--json",
                     "--policy",
-                    "bfc,glibc,first-fit,predictive,oracle",
+                    "bfc,glibc,first-fit,predictive,oracle,predictive:lifetimes=true",
                 ],
                 &["predict", "--json", "--model", "majority,order-4"],
             ] {

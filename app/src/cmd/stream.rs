@@ -15,6 +15,7 @@ use allocview_sim::policy::predictive::Predictive;
 use allocview_sim::policy::registry::{self, PolicyConfig};
 use allocview_sim::policy::spec::PolicySpec;
 use allocview_sim::predict::streamed::{StreamedFeatures, Tapped};
+use allocview_sim::predict::truth_tap::{StreamedTruth, TruthTap};
 use allocview_sim::replay::{Replay, ReplayOptions};
 use allocview_sim::stream::{EventBatch, EventSource as _, Prefetched, replay_stream_until};
 use allocview_sim::trace::OwnedTrace;
@@ -199,16 +200,6 @@ pub fn stats(args: &StatsArgs) -> Result<()> {
     Ok(())
 }
 
-/// Whether `spec` needs the whole trace in memory: `predictive` told the true lifetimes
-/// (`lifetimes=true`). Plain `predictive` learns as it goes: a stream gives it its features as
-/// the events come; `oracle` plans the stream in a first pass (`stream_oracle.rs`).
-fn offline(spec: &PolicySpec) -> bool {
-    spec.name == "predictive"
-        && spec
-            .apply(&PolicyConfig::default())
-            .is_ok_and(|c| c.predictive_true_lifetimes)
-}
-
 /// The oracle plans made for a streamed command, by policy label (`report` replays each policy
 /// twice and plans once), each on `jobs` threads.
 pub(super) struct OraclePlans {
@@ -254,23 +245,16 @@ impl OraclePlans {
     }
 }
 
-/// The online policies of `specs`: an offline one is an error when named (`explicit`), else
-/// skipped with a note.
-pub(super) fn online_specs(specs: &[PolicySpec], explicit: bool) -> Result<Vec<PolicySpec>> {
+/// `specs`, said on stderr where a streamed replay differs from a loaded one: every policy
+/// streams (`oracle` plans the file in a first pass, `predictive` learns as the events come or,
+/// with `lifetimes=true`, looks a bounded distance ahead for the true classes).
+pub(super) fn stream_specs(specs: &[PolicySpec]) -> Result<Vec<PolicySpec>> {
     let mut online = Vec::new();
     for spec in specs {
-        if offline(spec) {
-            let why = format!(
-                "{} plans from the whole trace's future, which a streamed replay does not hold",
-                spec.label()
-            );
-            if explicit {
-                bail!("policy {why}");
-            }
-            eprintln!("note: skipping {why}");
-            continue;
-        }
-        if spec.name == "predictive" {
+        let knows_lifetimes = spec
+            .apply(&PolicyConfig::default())?
+            .predictive_true_lifetimes;
+        if spec.name == "predictive" && !knows_lifetimes {
             eprintln!(
                 "note: {} streamed learns without allocation sites (a stream carries no call \
                  stacks); loaded, it also uses a recorded trace's stacks",
@@ -306,6 +290,13 @@ pub(super) fn replay_one(
     let mut stream = Prefetched::start(input.open()?);
     let replayed = if let Some(oracle) = oracle {
         replay_stream_until(&mut stream, Box::new(oracle), &opts, None, last_event)
+    } else if spec.name == "predictive" && cfg.predictive_true_lifetimes {
+        // Each allocation's true class, known a bounded distance ahead.
+        let truth = Arc::new(StreamedTruth::default());
+        let policy =
+            Predictive::streamed_true(&cfg, Arc::clone(&truth)).map_err(anyhow::Error::msg)?;
+        let mut tapped = TruthTap::new(&mut stream, cfg.predictive_short_allocs, truth);
+        replay_stream_until(&mut tapped, Box::new(policy), &opts, None, last_event)
     } else if spec.name == "predictive" {
         // Its features come from the events as the replay reads them.
         let features = Arc::new(StreamedFeatures::default());
@@ -343,7 +334,7 @@ pub fn compare(args: &CompareArgs, specs: &[PolicySpec]) -> Result<()> {
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    let online = online_specs(specs, explicit)?;
+    let online = stream_specs(specs)?;
     let input = StreamInput::new(&args.file, &args.input.window)?;
     let plans = OraclePlans::new(jobs);
     let runs = super::compare::per_spec(&online, jobs, |spec| {

@@ -11,12 +11,12 @@ use anyhow::{Context as _, Result};
 
 use super::compare::{PolicyRun, per_spec};
 use super::report::{BUCKETS, Gathered, ReportArgs, replayed, write_report};
-use super::stream::{OraclePlans, StreamInput, online_specs, replay_one};
+use super::stream::{OraclePlans, StreamInput, replay_one, stream_specs};
 
 /// Runs `report` streamed.
 pub fn run(args: &ReportArgs, specs: &[PolicySpec], size: (u32, u32)) -> Result<()> {
     let config = args.policies.config()?;
-    let online = online_specs(specs, !args.policies.policy.is_empty())?;
+    let online = stream_specs(specs)?;
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });

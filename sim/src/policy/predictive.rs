@@ -29,6 +29,7 @@ use super::registry::PolicyConfig;
 use super::{Addr, AllocError, Block, Counters, FreeError, Placement, Policy, Request};
 use crate::predict::lifetime::{AllocFeatures, LifetimeLearner, true_short};
 use crate::predict::streamed::{StreamedFeatures, streamed_keys};
+use crate::predict::truth_tap::StreamedTruth;
 use crate::trace::TraceView;
 
 /// Base address of the short-lived arena.
@@ -57,6 +58,16 @@ enum Features {
     Streamed(Arc<StreamedFeatures>),
 }
 
+/// Where the true classes of `lifetimes=true` come from.
+#[derive(Clone, Debug)]
+enum Truth {
+    /// Per allocation id, from the whole trace.
+    Whole(Arc<Vec<bool>>),
+    /// Queued as a streamed replay's events come ([`TruthTap`](crate::predict::truth_tap::TruthTap));
+    /// only the original may allocate, as with streamed features.
+    Streamed(Arc<StreamedTruth>),
+}
+
 /// The `predictive` policy; see the module docs.
 #[derive(Clone, Debug)]
 pub struct Predictive {
@@ -64,8 +75,8 @@ pub struct Predictive {
     limit_bytes: Option<u64>,
     learner: LifetimeLearner,
     features: Features,
-    /// Per allocation id, its true class (`lifetimes=true` only).
-    truth: Option<Arc<Vec<bool>>>,
+    /// Each allocation's true class (`lifetimes=true` only).
+    truth: Option<Truth>,
     classes: ClassCounts,
 }
 
@@ -83,8 +94,19 @@ impl Predictive {
         let short_allocs = config.predictive_short_allocs;
         let truth = config
             .predictive_true_lifetimes
-            .then(|| Arc::new(true_short(trace, short_allocs)));
+            .then(|| Truth::Whole(Arc::new(true_short(trace, short_allocs))));
         Self::with(config, Features::Whole(features), truth)
+    }
+
+    /// `lifetimes=true` for a replay that streams its trace through a
+    /// [`TruthTap`](crate::predict::truth_tap::TruthTap) queueing the classes in `truth`.
+    ///
+    /// # Errors
+    /// As [`Self::new`].
+    pub fn streamed_true(config: &PolicyConfig, truth: Arc<StreamedTruth>) -> Result<Self, String> {
+        // The learner's features are not used when the classes are known.
+        let features = Features::Streamed(Arc::new(StreamedFeatures::default()));
+        Self::with(config, features, Some(Truth::Streamed(truth)))
     }
 
     /// The policy for a replay that streams its trace, its features queued in `features` as
@@ -98,8 +120,7 @@ impl Predictive {
     ) -> Result<Self, String> {
         if config.predictive_true_lifetimes {
             return Err(
-                "lifetimes=true reads each allocation's true lifetime from the trace's future, \
-                 which a streamed replay does not hold"
+                "lifetimes=true needs the classes of a TruthTap: use Predictive::streamed_true"
                     .to_owned(),
             );
         }
@@ -109,7 +130,7 @@ impl Predictive {
     fn with(
         config: &PolicyConfig,
         features: Features,
-        truth: Option<Arc<Vec<bool>>>,
+        truth: Option<Truth>,
     ) -> Result<Self, String> {
         Ok(Self {
             arenas: [BestFit::new(config)?, BestFit::new(config)?],
@@ -166,7 +187,8 @@ impl Policy for Predictive {
             Features::Streamed(f) => streamed_keys(f, req.id, req.size_bytes),
         };
         let short = match &self.truth {
-            Some(t) => t.get(req.id as usize).copied().unwrap_or(false),
+            Some(Truth::Whole(t)) => t.get(req.id as usize).copied().unwrap_or(false),
+            Some(Truth::Streamed(t)) => t.take(req.id),
             None => self.learner.predict_short(keys),
         };
         let preferred = if short { SHORT } else { LONG };

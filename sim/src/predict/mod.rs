@@ -17,6 +17,7 @@ mod memo;
 pub mod streamed;
 mod table;
 pub mod tokens;
+pub mod truth_tap;
 
 use tokens::{NUM_SEED_LABELS, NUM_TOKENS, seed_label};
 
