@@ -33,7 +33,9 @@ pub(crate) struct Run {
     next_checkpoint: usize,
     peak_footprint: u64,
     peak_footprint_event: Option<usize>,
-    frag_at_peak: f64,
+    /// The most live bytes at the peak footprint: the least fragmented moment there (a
+    /// division for the figure once, not one an event at the peak).
+    live_at_peak: u64,
     peak_live: u64,
     peak_live_event: Option<usize>,
     peak_allocated: u64,
@@ -97,7 +99,7 @@ impl Run {
             next_checkpoint: 0,
             peak_footprint: 0,
             peak_footprint_event: None,
-            frag_at_peak: 0.0,
+            live_at_peak: 0,
             peak_live: 0,
             peak_live_event: None,
             peak_allocated: 0,
@@ -206,11 +208,13 @@ impl Run {
         if counters.footprint_bytes > self.peak_footprint || self.peak_footprint_event.is_none() {
             self.peak_footprint = counters.footprint_bytes;
             self.peak_footprint_event = Some(i);
-            self.frag_at_peak = metrics::fragmentation(&counters);
+            self.live_at_peak = counters.live_bytes;
         } else if counters.footprint_bytes == self.peak_footprint {
             // A policy that never shrinks reaches its peak early (BFC's first region, almost
-            // empty): judge the peak by its best-used moment, not its first.
-            self.frag_at_peak = self.frag_at_peak.min(metrics::fragmentation(&counters));
+            // empty): judge the peak by its best-used moment, not its first. Fragmentation at
+            // one footprint falls as live bytes grow (and so does its rounding), so the most
+            // live bytes give the least fragmentation, to the bit.
+            self.live_at_peak = self.live_at_peak.max(counters.live_bytes);
         }
         if counters.live_bytes > self.peak_live || self.peak_live_event.is_none() {
             self.peak_live = counters.live_bytes;
@@ -249,7 +253,11 @@ impl Run {
             peak_live_bytes: self.peak_live,
             peak_live_event: self.peak_live_event,
             peak_allocated_bytes: self.peak_allocated,
-            fragmentation_at_peak: self.frag_at_peak,
+            fragmentation_at_peak: metrics::fragmentation(&Counters {
+                live_bytes: self.live_at_peak,
+                footprint_bytes: self.peak_footprint,
+                ..Counters::default()
+            }),
             mean_fragmentation: if n == 0 {
                 0.0
             } else {
