@@ -55,8 +55,8 @@ impl ByteProgress {
         }
         let bar = ProgressBar::new(total);
         let style = ProgressStyle::with_template(template)
-        .map(|s| s.progress_chars("=> "))
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
+            .map(|s| s.progress_chars("=> "))
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
         bar.set_style(style);
         bar.set_message(label.to_owned());
         let flag = Arc::clone(&done);

@@ -95,6 +95,21 @@ impl EventBatch {
     }
 }
 
+impl EventBatch {
+    /// Appends `e`.
+    pub fn push_row(&mut self, e: &EventRow) {
+        self.push(
+            e.t_ns,
+            e.kind,
+            e.size_bytes,
+            e.alloc_id,
+            e.slot,
+            e.thread,
+            e.addr,
+        );
+    }
+}
+
 /// One event of an [`EventBatch`] (its columns' values at one row).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EventRow {

@@ -15,33 +15,57 @@ use super::lifetime::{AllocFeatures, RecentCalls};
 use crate::stream::{EventBatch, EventSource};
 use crate::trace::NO_ALLOC_ID;
 
-/// Allocations' features, by allocation id, queued in allocation order.
-#[derive(Debug, Default)]
-pub struct StreamedFeatures {
-    queue: Mutex<VecDeque<(u32, u16)>>,
+/// Values by allocation id, queued in allocation order by a tap on the stream and taken by the
+/// policy as the replay reaches each allocation.
+#[derive(Debug)]
+pub struct ByIdQueue<T>(Mutex<VecDeque<(u32, T)>>);
+
+impl<T> Default for ByIdQueue<T> {
+    fn default() -> Self {
+        Self(Mutex::new(VecDeque::new()))
+    }
 }
 
-impl StreamedFeatures {
-    /// The recent calls of allocation `id`, taken off the queue with every allocation before
-    /// it (an allocation the replay did not ask about leaves nothing behind); `None` when the
-    /// queue does not hold it.
-    pub fn take(&self, id: u32) -> Option<u16> {
-        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+impl<T: Copy> ByIdQueue<T> {
+    /// The value of allocation `id`, taken off the queue with every allocation before it (an
+    /// allocation the replay did not ask about leaves nothing behind); `None` when the queue
+    /// does not hold it.
+    pub fn take(&self, id: u32) -> Option<T> {
+        let mut q = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         while q.front().is_some_and(|&(front, _)| front < id) {
             q.pop_front();
         }
         match q.front() {
-            Some(&(front, recent)) if front == id => {
+            Some(&(front, v)) if front == id => {
                 q.pop_front();
-                Some(recent)
+                Some(v)
             }
             _ => None,
         }
     }
 
+    /// Queues `v` for allocation `id`, after the allocations before it.
+    pub fn push(&self, id: u32, v: T) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_back((id, v));
+    }
+}
+
+/// Allocations' features, by allocation id, queued in allocation order.
+#[derive(Debug, Default)]
+pub struct StreamedFeatures(ByIdQueue<u16>);
+
+impl StreamedFeatures {
+    /// The recent calls of allocation `id` ([`ByIdQueue::take`]).
+    pub fn take(&self, id: u32) -> Option<u16> {
+        self.0.take(id)
+    }
+
     /// The features of `batch`'s allocations, after those of the batches before it.
     fn note(&self, recent: &mut RecentCalls, batch: &EventBatch) {
-        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut q = self.0.0.lock().unwrap_or_else(PoisonError::into_inner);
         for j in 0..batch.len() {
             let Some(e) = batch.row(j) else { continue };
             // `AllocFeatures::from_trace`'s rule, event by event.

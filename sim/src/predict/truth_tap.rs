@@ -8,39 +8,21 @@
 //! its class: memory is the events of about `short_allocs` allocations.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
+use super::streamed::ByIdQueue;
 use crate::stream::{EventBatch, EventRow, EventSource};
 use crate::trace::{EventKind, NO_ALLOC_ID};
 
 /// Allocations' true classes (short-lived or not), queued in allocation order.
 #[derive(Debug, Default)]
-pub struct StreamedTruth {
-    queue: Mutex<VecDeque<(u32, bool)>>,
-}
+pub struct StreamedTruth(ByIdQueue<bool>);
 
 impl StreamedTruth {
     /// Whether allocation `id` is short-lived, taken off the queue with every allocation before
     /// it; `false` (long) when the queue does not hold it, as for a never-freed allocation.
     pub fn take(&self, id: u32) -> bool {
-        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        while q.front().is_some_and(|&(front, _)| front < id) {
-            q.pop_front();
-        }
-        match q.front() {
-            Some(&(front, short)) if front == id => {
-                q.pop_front();
-                short
-            }
-            _ => false,
-        }
-    }
-
-    fn push(&self, id: u32, short: bool) {
-        self.queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push_back((id, short));
+        self.0.take(id).unwrap_or(false)
     }
 }
 
@@ -133,18 +115,10 @@ impl EventSource for TruthTap<'_> {
                     self.read()?;
                     continue;
                 };
-                self.out.push(e.alloc_id, short);
+                self.out.0.push(e.alloc_id, short);
             }
             self.held.pop_front();
-            out.push(
-                e.t_ns,
-                e.kind,
-                e.size_bytes,
-                e.alloc_id,
-                e.slot,
-                e.thread,
-                e.addr,
-            );
+            out.push_row(&e);
         }
         Ok(!out.is_empty())
     }

@@ -579,15 +579,7 @@ mod tests {
         let (mut all, mut b) = (EventBatch::default(), EventBatch::default());
         while s.next_batch(&mut b).unwrap() {
             for e in (0..b.len()).filter_map(|k| b.row(k)) {
-                all.push(
-                    e.t_ns,
-                    e.kind,
-                    e.size_bytes,
-                    e.alloc_id,
-                    e.slot,
-                    e.thread,
-                    e.addr,
-                );
+                all.push_row(&e);
             }
         }
         all

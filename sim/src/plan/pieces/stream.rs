@@ -390,15 +390,7 @@ mod tests {
             out.clear();
             let end = (self.at + self.per_batch).min(self.rows.len());
             for r in &self.rows[self.at..end] {
-                out.push(
-                    r.t_ns,
-                    r.kind,
-                    r.size_bytes,
-                    r.alloc_id,
-                    r.slot,
-                    r.thread,
-                    r.addr,
-                );
+                out.push_row(r);
             }
             self.at = end;
             Ok(!out.is_empty())
