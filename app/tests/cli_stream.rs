@@ -117,8 +117,9 @@ fn streamed_stats_and_compare_print_what_the_loaded_trace_gives() {
     for path in files {
         let name = path.display().to_string();
         let file = path.to_str().unwrap();
-        let loaded = json_of(&["stats", "--json", file]);
-        let streamed = json_of(&["stats", "--json", "--stream", file]);
+        let loaded = json_of(&["stats", "--json", "--no-stream", file]);
+        assert!(loaded.get("streamed").is_none(), "{name}: loaded");
+        let streamed = json_of(&["stats", "--json", file]);
         assert_eq!(streamed["streamed"], Value::Bool(true));
         assert_eq!(without_timings(streamed), without_timings(loaded), "{name}");
         for extra in [&[][..], &["--limit", "64KiB"][..]] {
@@ -242,7 +243,7 @@ fn streamed_windows_give_the_loaded_windows_figures() {
             &["--from", "0.02", "--to", "0.12"],
         ] {
             for cmd in [
-                &["stats", "--json"][..],
+                &["stats", "--json", "--no-stream"][..],
                 &[
                     "compare",
                     "--json",
@@ -255,6 +256,7 @@ fn streamed_windows_give_the_loaded_windows_figures() {
                 args.extend_from_slice(window);
                 args.push(file);
                 let loaded = json_of(&args);
+                args.retain(|&a| a != "--no-stream");
                 args.push("--stream");
                 let streamed = json_of(&args);
                 assert_eq!(streamed["streamed"], Value::Bool(true), "{args:?}");

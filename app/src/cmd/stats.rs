@@ -29,7 +29,7 @@ pub struct StatsArgs {
 
 /// Runs `allocview stats`.
 pub fn run(args: &StatsArgs) -> Result<()> {
-    if args.stream.applies(&args.file, &args.input)? {
+    if args.stream.applies_to_stats(&args.file, &args.input)? {
         return super::stream::stats(args);
     }
     let loaded = load_input(&args.file, &args.input)?;
