@@ -9,6 +9,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use allocview_sim::stream::{EventBatch, EventSource};
 
@@ -23,10 +24,62 @@ pub struct BinaryEventStream {
     path: PathBuf,
     file_bytes: u64,
     index: BlockIndex,
-    decoder: BlockDecoder,
+    /// Decodes the blocks after the one being paired, on a thread of its own (started at the
+    /// first read, from the stream's block then).
+    ahead: Option<ReadAhead>,
     records: Vec<Record>,
     /// Where the stream stands: all that carries from one block to the next.
     at: StreamPoint,
+}
+
+/// Blocks decoded ahead: reading and decompressing a block need nothing of the blocks before
+/// it, only the pairing does, so a thread decodes the next blocks while the stream pairs this
+/// one (the loader decodes its blocks in parallel the same way).
+struct ReadAhead {
+    blocks: Receiver<Result<Vec<Record>, LoadError>>,
+    /// Record buffers handed back for reuse.
+    spent: SyncSender<Vec<Record>>,
+}
+
+/// Blocks decoded ahead of the pairing.
+const BLOCKS_AHEAD: usize = 2;
+
+impl ReadAhead {
+    fn start(stream: &BinaryEventStream) -> Result<Self, LoadError> {
+        let path = stream.path.clone();
+        let file = stream
+            .file
+            .try_clone()
+            .map_err(|e| LoadError::io(&path, e))?;
+        let mut decoder = BlockDecoder::new(&path)?;
+        let index = stream.index.clone();
+        let (file_bytes, first) = (stream.file_bytes, stream.at.next_block);
+        let (send, blocks) = sync_channel(BLOCKS_AHEAD);
+        let (spent, returned) = sync_channel::<Vec<Record>>(BLOCKS_AHEAD + 2);
+        std::thread::Builder::new()
+            .name("allocview-decode".into())
+            .spawn(move || {
+                for block in index.blocks.iter().skip(first) {
+                    let mut records = returned.try_recv().unwrap_or_default();
+                    let read = read_block(
+                        &file,
+                        &path,
+                        file_bytes,
+                        &index,
+                        block,
+                        &mut decoder,
+                        &mut records,
+                    );
+                    let failed = read.is_err();
+                    // The stream has gone (dropped, or failed): stop.
+                    if send.send(read.map(|()| records)).is_err() || failed {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| LoadError::io(&stream.path, e))?;
+        Ok(Self { blocks, spent })
+    }
 }
 
 /// Where a stream stands between two blocks: all it needs to go on from there (the next
@@ -187,7 +240,7 @@ impl BinaryEventStream {
             path: path.to_owned(),
             file_bytes,
             index,
-            decoder: BlockDecoder::new(path)?,
+            ahead: None,
             records: Vec::new(),
             at: StreamPoint {
                 next_block: 0,
@@ -257,16 +310,26 @@ impl BinaryEventStream {
         let Some(block) = self.index.blocks.get(self.at.next_block).copied() else {
             return Ok(false);
         };
+        if self.ahead.is_none() {
+            self.ahead = Some(ReadAhead::start(self)?);
+        }
+        let Some(ahead) = &self.ahead else {
+            return Ok(false);
+        };
+        let records = ahead.blocks.recv().map_err(|_| {
+            LoadError::format(
+                &self.path,
+                format!(
+                    "the thread decoding its blocks stopped before the block at byte {}",
+                    block.offset
+                ),
+            )
+        })??;
+        // A full return queue only means the decoder has buffers enough.
+        let _ = ahead
+            .spent
+            .try_send(std::mem::replace(&mut self.records, records));
         self.at.next_block += 1;
-        read_block(
-            &self.file,
-            &self.path,
-            self.file_bytes,
-            &self.index,
-            &block,
-            &mut self.decoder,
-            &mut self.records,
-        )?;
         for (k, r) in self.records.iter().enumerate() {
             let bad = |why: &str| {
                 LoadError::format(
