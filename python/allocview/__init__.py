@@ -131,7 +131,7 @@ def load(path: Union[str, "os.PathLike[str]"], *, lenient: bool = False,
 
 
 def stats(source: Source, *, progress: Progress = None) -> dict:
-    """What ``allocview stats FILE --json`` prints."""
+    """What ``allocview stats FILE --json --no-stream`` prints (the trace is loaded)."""
     return json.loads(_native.stats(_native_trace(source, progress)))
 
 

@@ -112,7 +112,7 @@ fn load(
     })
 }
 
-/// `allocview stats FILE --json`, as JSON text.
+/// `allocview stats FILE --json --no-stream` (the trace is loaded), as JSON text.
 #[pyfunction]
 fn stats(py: Python<'_>, trace: &Trace) -> PyResult<String> {
     let loaded = Arc::clone(&trace.loaded);
