@@ -57,6 +57,9 @@ pub struct BlockIndex {
     pub blocks: Vec<BlockEntry>,
     /// True when read from the file's INDEX frame, false when built by scanning its frames.
     pub from_frame: bool,
+    /// Why a scan stopped before the file's END frame (a cut file: the blocks before the cut
+    /// are indexed), for the stream to say so as the loader does.
+    pub cut: Option<String>,
 }
 
 impl BlockIndex {
@@ -154,6 +157,7 @@ impl BlockIndex {
             threads,
             blocks,
             from_frame: true,
+            cut: None,
         })
     }
 }
@@ -295,9 +299,14 @@ fn scan_index(file: &File, path: &Path, file_bytes: u64) -> Result<BlockIndex, L
     let mut records: Vec<Record> = Vec::new();
     let mut offset = HEADER_BYTES;
     let mut first_record = 0u64;
+    let mut ended = false;
     while offset + FRAME_HEADER_BYTES <= file_bytes {
-        let Ok((tag, payload)) = frame_payload_at(file, path, offset, file_bytes) else {
-            break;
+        let (tag, payload) = match frame_payload_at(file, path, offset, file_bytes) {
+            Ok(frame) => frame,
+            Err(e) => {
+                index.cut = Some(e.to_string());
+                break;
+            }
         };
         match tag {
             FRAME_THREADS => {
@@ -327,10 +336,18 @@ fn scan_index(file: &File, path: &Path, file_bytes: u64) -> Result<BlockIndex, L
                     first_record += records.len() as u64;
                 }
             }
-            FRAME_END => break,
+            FRAME_END => {
+                ended = true;
+                break;
+            }
             _ => {}
         }
         offset += FRAME_HEADER_BYTES + payload.len() as u64;
+    }
+    if !ended && index.cut.is_none() {
+        index.cut = Some(format!(
+            "the file ends at byte {offset} without its END frame"
+        ));
     }
     Ok(index)
 }

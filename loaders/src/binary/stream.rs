@@ -4,8 +4,9 @@
 //! Each block is read at the offset its index entry gives, decompressed, decoded, and its
 //! records paired with earlier allocations exactly as the loader pairs them (the same
 //! [`Pairing`]), so the events, ids and counts are the loader's. What it holds does not grow
-//! with the trace: one block's records and events, the block index (about 20 bytes per 65,536
-//! events), and the pairing's live pointers (bounded by the live allocations).
+//! with the trace: a few blocks' records (decoded ahead, [`ReadAhead`]) and one block's
+//! events, the block index (about 20 bytes per 65,536 events), and the pairing's live
+//! pointers (bounded by the live allocations).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -41,7 +42,7 @@ struct ReadAhead {
     spent: SyncSender<Vec<Record>>,
 }
 
-/// Blocks decoded ahead of the pairing.
+/// Blocks queued decoded ahead of the pairing (one more may be decoded, waiting for room).
 const BLOCKS_AHEAD: usize = 2;
 
 impl ReadAhead {
@@ -233,6 +234,7 @@ impl BinaryEventStream {
     /// When the file cannot be read or is not a binary trace (a spool is refused: convert it).
     pub fn open(path: &Path) -> Result<Self, LoadError> {
         let index = read_index(path)?;
+        let cut = index.cut.clone();
         let file = File::open(path).map_err(|e| LoadError::io(path, e))?;
         let file_bytes = file.metadata().map_err(|e| LoadError::io(path, e))?.len();
         Ok(Self {
@@ -246,7 +248,10 @@ impl BinaryEventStream {
                 next_block: 0,
                 pairing: Pairing::default(),
                 threads: ThreadIds::default(),
-                summary: LoadSummary::default(),
+                summary: LoadSummary {
+                    truncated: cut,
+                    ..LoadSummary::default()
+                },
                 events_per_thread: Vec::new(),
                 peak_live_bytes: 0,
                 peak_live_event: 0,
@@ -314,7 +319,10 @@ impl BinaryEventStream {
             self.ahead = Some(ReadAhead::start(self)?);
         }
         let Some(ahead) = &self.ahead else {
-            return Ok(false);
+            return Err(LoadError::format(
+                &self.path,
+                "the block reader did not start".to_owned(),
+            ));
         };
         let records = ahead.blocks.recv().map_err(|_| {
             LoadError::format(
