@@ -3,7 +3,8 @@
 //! block from the file ([`BinaryEventStream`]) and replayed as they come
 //! ([`allocview_sim::stream::replay_stream`]), so memory is bounded by a block, the live
 //! allocations and each policy's heap, not by the trace. Chosen by `--stream`, or on its own
-//! for a binary trace whose events would not fit in half the memory available.
+//! for a binary trace whose events would not fit in half the memory available (`stats`: for
+//! every whole, finished binary trace, `StreamArgs::applies_to_stats`).
 
 use std::collections::HashMap;
 use std::path::Path;
