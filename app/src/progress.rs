@@ -38,7 +38,8 @@ impl ByteProgress {
             total_events,
             counter,
             total_events >= 1 << 20,
-            "{msg} [{bar:40}] {human_pos}/{human_len} events ({per_sec}, {eta})",
+            // No rate or time left: what reads the events may run ahead of what uses them.
+            "{msg} [{bar:40}] {human_pos}/{human_len} events read",
         )
     }
 

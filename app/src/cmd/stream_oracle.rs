@@ -65,11 +65,12 @@ pub(super) fn plan(
     max_piece_allocations: usize,
 ) -> Result<SpilledPlan> {
     let started = Instant::now();
+    // The input first: no plan file for a trace that does not open.
+    let source = input.open()?;
     let (file, path) = temporary_file()?;
     let file = Arc::new(file);
     let mut writer = PlanWriter::new(Arc::clone(&file))
         .with_context(|| format!("while starting the plan's file {}", path.display()))?;
-    let source = input.open()?;
     let events = input.events_hint(&source);
     eprintln!(
         "note: oracle streamed: planning {} events in pieces between the moments where \
