@@ -115,8 +115,9 @@ const MAX_EVENT_BYTES: usize = 1
     + SHORT_U64_STORE_BYTES
     + PREFIX_VARINT_STORE_BYTES
     + PREFIX_VARINT_STORE_BYTES;
-/// Where the event bytes start in a buffer's block (the [`Buf`] header takes the first page).
-const DATA_OFFSET_BYTES: usize = 4096;
+/// Where the event bytes start in a buffer's block: the [`Buf`] header and the owner's stack
+/// memo (`stacks::ThreadMemo`, 18 KiB) take the pages before.
+const DATA_OFFSET_BYTES: usize = 20 << 10;
 const BLOCK_BYTES: usize = BUF_BYTES + DATA_OFFSET_BYTES;
 
 /// One thread's buffer, at the start of its own `mmap`ed block with the event bytes after it;

@@ -47,26 +47,47 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static TRACER_LO: AtomicU64 = AtomicU64::new(0);
 static TRACER_HI: AtomicU64 = AtomicU64::new(0);
 
-/// What a thread's captures remember between calls, kept in its buffer's header page (see
-/// [`MEMO_OFFSET`]): the rules of its previous walk, and its previous stack's hash and id.
+/// Stack ids a thread keeps for itself (16 bytes each: 8 KiB), by hash.
+const THREAD_ID_SLOTS: usize = 1 << 9;
+
+/// What a thread's captures remember between calls, kept in its buffer's header pages (see
+/// [`MEMO_OFFSET`]): the rules its walks met, and the ids of the stacks it captured, so that
+/// a stack met again costs no read of the shared table (16 MiB, written by every thread).
 #[repr(C)]
 pub struct ThreadMemo {
     frames: unwind::Memo,
-    last_hash: u64,
-    last_id: u64,
+    /// `[hash, id]`, direct-mapped by the hash's low bits.
+    ids: [[u64; 2]; THREAD_ID_SLOTS],
+}
+
+impl ThreadMemo {
+    /// The id this thread took for the stack with hash `h`, if it still remembers it.
+    #[inline(always)]
+    fn known_id(&self, h: u64) -> Option<u64> {
+        match self.ids.get((h as usize) & (THREAD_ID_SLOTS - 1)) {
+            Some(&[seen, id]) if seen == h && id != 0 => Some(id),
+            _ => None,
+        }
+    }
+
+    fn note_id(&mut self, h: u64, id: u64) {
+        if let Some(slot) = self.ids.get_mut((h as usize) & (THREAD_ID_SLOTS - 1)) {
+            *slot = [h, id];
+        }
+    }
 }
 
 /// Where a [`ThreadMemo`] sits in a buffer's block: after the [`Buf`] header, inside the
-/// header page (the event data starts at `DATA_OFFSET_BYTES`).
+/// header pages (the event data starts at `DATA_OFFSET_BYTES`).
 const MEMO_OFFSET: usize = 512;
 const _: () = assert!(std::mem::size_of::<Buf>() <= MEMO_OFFSET);
 const _: () = assert!(MEMO_OFFSET + std::mem::size_of::<ThreadMemo>() <= crate::DATA_OFFSET_BYTES);
 
-/// The memo in `b`'s header page. Only the buffer's owner uses it, between `enter` and
+/// The memo in `b`'s header pages. Only the buffer's owner uses it, between `enter` and
 /// `leave` (so never re-entered).
 #[allow(clippy::mut_from_ref)]
 fn memo_of(b: &Buf) -> &mut ThreadMemo {
-    // SAFETY: the header page is mapped with the buffer, zero-filled at first (an empty
+    // SAFETY: the header pages are mapped with the buffer, zero-filled at first (an empty
     // memo), page-aligned, and no other code touches the bytes from MEMO_OFFSET on.
     unsafe {
         &mut *std::ptr::from_ref(b)
@@ -77,11 +98,13 @@ fn memo_of(b: &Buf) -> &mut ThreadMemo {
     }
 }
 
-/// Forgets a buffer's previous stack id (a fork child's ids start again).
-pub fn forget_last_stack(b: &Buf) {
-    let m = memo_of(b);
-    m.last_hash = 0;
-    m.last_id = 0;
+/// Forgets a buffer's stack ids (a fork child's ids start again).
+pub fn forget_stack_ids(b: &Buf) {
+    forget_stack_ids_of(memo_of(b));
+}
+
+fn forget_stack_ids_of(memo: &mut ThreadMemo) {
+    memo.ids.fill([0; 2]);
 }
 
 /// In a fork child: ids start again (its spool has none of the parent's definitions).
@@ -237,7 +260,7 @@ pub fn capture(t: &ThreadState, b: &Buf, mut cursor: *mut u8) -> (*mut u8, u64) 
     // Not zeroed: 768 bytes a call would cost more than a short walk.
     let mut pcs = [std::mem::MaybeUninit::<u64>::uninit(); MAX_DEPTH];
     let memo = memo_of(b);
-    let (n, end) = unwind::walk(
+    let walked = unwind::walk(
         regs,
         lo,
         hi,
@@ -246,28 +269,19 @@ pub fn capture(t: &ThreadState, b: &Buf, mut cursor: *mut u8) -> (*mut u8, u64) 
         &mut memo.frames,
         emit_module,
     );
-    // SAFETY: `walk` wrote the first `n` entries (n <= MAX_DEPTH).
-    let pcs = unsafe { std::slice::from_raw_parts(pcs.as_ptr().cast::<u64>(), n.min(MAX_DEPTH)) };
-    let h = hash(pcs, end);
-    if h == memo.last_hash && memo.last_id != 0 {
-        return (cursor, memo.last_id);
+    let h = walked.hash;
+    if let Some(id) = memo.known_id(h) {
+        return (cursor, id);
     }
     let (id, new) = intern(h);
-    memo.last_hash = h;
-    memo.last_id = id;
+    memo.note_id(h, id);
     if new {
-        cursor = write_def(b, cursor, id, end, pcs);
+        let n = walked.frames.min(MAX_DEPTH);
+        // SAFETY: `walk` wrote the first `walked.frames` entries (at most MAX_DEPTH).
+        let pcs = unsafe { std::slice::from_raw_parts(pcs.as_ptr().cast::<u64>(), n) };
+        cursor = write_def(b, cursor, id, walked.end, pcs);
     }
     (cursor, id)
-}
-
-fn hash(pcs: &[u64], end: End) -> u64 {
-    let mut h = 0x243F_6A88_85A3_08D3u64 ^ (end as u64);
-    for &pc in pcs {
-        h = (h.rotate_left(23) ^ pc).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-    h ^= h >> 31;
-    h.max(1)
 }
 
 fn table() -> *mut Slot {
@@ -363,5 +377,30 @@ fn write_def(b: &Buf, mut cursor: *mut u8, id: u64, end: End, pcs: &[u64]) -> *m
             prev = pc;
         }
         crate::commit(b, cursor.add(n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_remembers_stack_ids_by_their_whole_hash() {
+        // SAFETY: a memo is integers only; zeroed is empty.
+        let mut memo: Box<ThreadMemo> = Box::new(unsafe { std::mem::zeroed() });
+        let (a, b) = (
+            0x1234_5678_0000_0005,
+            0x1234_5678_0000_0005 + THREAD_ID_SLOTS as u64,
+        );
+        assert_eq!(memo.known_id(a), None);
+        memo.note_id(a, 10);
+        assert_eq!(memo.known_id(a), Some(10));
+        // Same slot, another stack: not its id.
+        assert_eq!(memo.known_id(b), None);
+        memo.note_id(b, 11);
+        assert_eq!(memo.known_id(b), Some(11));
+        assert_eq!(memo.known_id(a), None);
+        forget_stack_ids_of(&mut memo);
+        assert_eq!(memo.known_id(b), None);
     }
 }

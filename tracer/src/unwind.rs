@@ -9,7 +9,8 @@
 //! program (`def_cfa*`, `offset*`, `advance_loc*`, `remember`/`restore_state`, `restore*`,
 //! `same_value`, `undefined`, `GNU_args_size`) and kept in a fixed-size lock-free table
 //! ([`CACHE_SLOTS`] entries, each a key word and a rule word whose XOR checks that a reader
-//! did not see halves of two writes), so a program's repeated stacks cost a table read and a
+//! did not see halves of two writes). Each thread also keeps the rules it met in a small table
+//! of its own ([`Memo`]), so a program's repeated stacks cost a read of that table and a
 //! stack read per frame.
 //!
 //! What stops a walk (and is recorded with the stack as its end): an undefined return
@@ -159,7 +160,8 @@ fn pack(s: &crate::cfi::Row) -> Rule {
     };
     let (bp_saved, bp_off) = match s.bp {
         Reg::Same => (0, 0),
-        Reg::Offset(o) if i64::from(o as i16) == o => (1, o as i16),
+        // Whole words, so that one alignment check of the CFA covers both reads.
+        Reg::Offset(o) if i64::from(o as i16) == o && o % 8 == 0 => (1, o as i16),
         _ => return Rule::stop(End::Unsupported),
     };
     let Ok(cfa_off) = i32::try_from(s.cfa_off) else {
@@ -176,16 +178,26 @@ fn pack(s: &crate::cfi::Row) -> Rule {
 
 // ---- the walk ----
 
-/// Frames a [`Memo`] remembers.
+/// Frames of a thread's previous walk that [`Memo`] remembers.
 const MEMO_DEPTH: usize = MAX_DEPTH + 8;
+/// Rules a thread keeps for itself by return address (16 bytes each: 8 KiB).
+const MEMO_SLOTS: usize = 1 << 9;
 
-/// A thread's rules of its previous walk, by depth: consecutive stacks of a thread share most
-/// of their frames, and this array stays in the L1 cache where the shared table may not.
+/// A thread's own rules, in two levels before the shared [`CACHE`] (1 MiB, written by every
+/// thread, and on a Python program the walk's most expensive read):
+/// - the rules of its previous walk, by depth: consecutive stacks of a thread share most of
+///   their frames, and the read does not wait for the frame's return address (the processor
+///   runs ahead on the predicted match), so a frame costs little more than its stack read;
+/// - a direct-mapped table of the return addresses it met, for stacks that differ from the
+///   previous one in more than their innermost frames.
+///
 /// Zeroed memory is an empty memo (no frame is at address 0).
 #[repr(C)]
 pub struct Memo {
     pcs: [u64; MEMO_DEPTH],
     rules: [u64; MEMO_DEPTH],
+    /// `[pc, rule]`.
+    slots: [[u64; 2]; MEMO_SLOTS],
 }
 
 impl Memo {
@@ -198,27 +210,49 @@ impl Memo {
         if *p == pc && *r != 0 {
             return Rule(*r);
         }
-        let rule = rule_for(pc, emit);
+        let i = (pc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 55) as usize;
+        let rule = match self.slots.get_mut(i) {
+            Some(slot) if slot[0] == pc && slot[1] != 0 => Rule(slot[1]),
+            Some(slot) => {
+                let rule = rule_for(pc, emit);
+                *slot = [pc, rule.0];
+                rule
+            }
+            None => rule_for(pc, emit),
+        };
         *p = pc;
         *r = rule.0;
         rule
     }
 }
 
-/// Reads the stack word at `addr` when it lies in `[lo, hi)`.
+/// Mixes one frame into a stack's hash. Done during the walk, where its multiply overlaps the
+/// walk's own memory reads instead of following them.
 #[inline(always)]
-fn read_stack(addr: u64, lo: u64, hi: u64) -> Option<u64> {
-    if addr < lo || addr.checked_add(8)? > hi || !addr.is_multiple_of(8) {
-        return None;
+fn mix(h: u64, word: u64) -> u64 {
+    (h.rotate_left(23) ^ word).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// A walk's result: frames stored, why it ended, and the hash of both (never 0).
+pub struct Walked {
+    pub frames: usize,
+    pub end: End,
+    pub hash: u64,
+}
+
+fn walked(frames: usize, end: End, h: u64) -> Walked {
+    let h = mix(h, end as u64);
+    Walked {
+        frames,
+        end,
+        hash: (h ^ (h >> 31)).max(1),
     }
-    // SAFETY: inside the thread's stack, checked above.
-    Some(unsafe { (addr as *const u64).read() })
 }
 
 /// Walks from `regs` (the first pc exact, as read by the caller) and stores the return
-/// addresses in `out` (the first of the returned count are written), starting with the first frame outside `[skip_lo, skip_hi)` (the
-/// tracer's own frames). `[stack_lo, stack_hi)` bounds every stack read. Returns the frames
-/// stored and why the walk ended.
+/// addresses in `out` (the first [`Walked::frames`] entries are written), starting with the
+/// first frame outside `[skip_lo, skip_hi)` (the tracer's own frames, at most 8 of them).
+/// `[stack_lo, stack_hi)` bounds every stack read.
 pub fn walk(
     mut regs: Regs,
     stack_lo: u64,
@@ -227,56 +261,180 @@ pub fn walk(
     out: &mut [std::mem::MaybeUninit<u64>; MAX_DEPTH],
     memo: &mut Memo,
     emit: fn(&Module),
-) -> (usize, End) {
-    let mut n = 0;
-    let mut exact = true;
-    let mut skipping = true;
-    for depth in 0..MAX_DEPTH + 8 {
-        if skipping && !(regs.pc >= skip.0 && regs.pc < skip.1) {
-            skipping = false;
-        }
-        if !skipping {
-            let Some(slot) = out.get_mut(n) else {
-                return (n, End::DepthCap);
-            };
-            slot.write(regs.pc);
-            n += 1;
-        }
-        let lookup = if exact { regs.pc } else { regs.pc - 1 };
-        exact = false;
+) -> Walked {
+    let mut h = 0x243F_6A88_85A3_08D3u64;
+    let mut lookup = regs.pc;
+    let mut depth = 0;
+    while depth < 8 && regs.pc >= skip.0 && regs.pc < skip.1 {
         let rule = memo.rule(depth, lookup, emit);
-        let base = match rule.cfa_reg() {
-            CFA_RSP => regs.sp,
-            CFA_RBP => regs.bp,
-            _ => return (n, rule.end()),
-        };
-        match step(regs, base, rule, stack_lo, stack_hi) {
-            Some(next) if next.pc == 0 => return (n, End::Complete),
-            Some(next) => regs = next,
-            None => return (n, End::BadFrame),
+        if let Err(end) = step(&mut regs, rule, stack_lo, stack_hi) {
+            return walked(0, end, h);
         }
+        depth += 1;
+        lookup = regs.pc - 1;
     }
-    (n, End::DepthCap)
+    for (n, slot) in out.iter_mut().enumerate() {
+        slot.write(regs.pc);
+        h = mix(h, regs.pc);
+        let rule = memo.rule(depth + n, lookup, emit);
+        if let Err(end) = step(&mut regs, rule, stack_lo, stack_hi) {
+            return walked(n + 1, end, h);
+        }
+        lookup = regs.pc - 1;
+    }
+    walked(MAX_DEPTH, End::DepthCap, h)
 }
 
-/// One frame outward, every read checked.
+/// One frame outward by `rule`, every read checked; `Err` says why the walk ends there (the
+/// outermost frame is a caller at address 0).
 #[inline(always)]
-fn step(regs: Regs, base: u64, rule: Rule, lo: u64, hi: u64) -> Option<Regs> {
+fn step(regs: &mut Regs, rule: Rule, lo: u64, hi: u64) -> Result<(), End> {
+    let base = match rule.cfa_reg() {
+        CFA_RSP => regs.sp,
+        CFA_RBP => regs.bp,
+        _ => return Err(rule.end()),
+    };
     let cfa = base.wrapping_add_signed(i64::from(rule.0 as u32 as i32));
-    // The caller's frame lies above this one (stacks grow down).
-    if cfa <= regs.sp || cfa > hi {
-        return None;
+    // The caller's frame lies above this one (stacks grow down); the saved words are whole
+    // words at whole-word offsets from it.
+    if cfa <= regs.sp || cfa > hi || !cfa.is_multiple_of(8) {
+        return Err(End::BadFrame);
     }
     // Never below this frame's stack pointer: the thread's stack is mapped from there up
-    // (below it, the main thread's stack may not be mapped yet).
+    // (below it, the main thread's stack may not be mapped yet). A word at `a` may be read
+    // when `lo <= a` and `a + 8 <= hi`: one unsigned comparison.
     let lo = lo.max(regs.sp);
-    let ra_off = i64::from((rule.0 >> 56) as u8 as i8) * 8;
-    let pc = read_stack(cfa.wrapping_add_signed(ra_off), lo, hi)?;
-    let bp = if (rule.0 >> 34) & 1 == 1 {
-        let off = i64::from((rule.0 >> 40) as u16 as i16);
-        read_stack(cfa.wrapping_add_signed(off), lo, hi)?
-    } else {
-        regs.bp
+    let room = (hi - lo).saturating_sub(7);
+    let read = |a: u64| -> Result<u64, End> {
+        if a.wrapping_sub(lo) >= room {
+            return Err(End::BadFrame);
+        }
+        // SAFETY: a whole, aligned word inside the thread's stack, checked above.
+        Ok(unsafe { (a as *const u64).read() })
     };
-    Some(Regs { pc, sp: cfa, bp })
+    let ra_off = i64::from((rule.0 >> 56) as u8 as i8) * 8;
+    let pc = read(cfa.wrapping_add_signed(ra_off))?;
+    if (rule.0 >> 34) & 1 == 1 {
+        regs.bp = read(cfa.wrapping_add_signed(i64::from((rule.0 >> 40) as u16 as i16)))?;
+    }
+    if pc == 0 {
+        return Err(End::Complete);
+    }
+    regs.pc = pc;
+    regs.sp = cfa;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::MaybeUninit;
+
+    /// A rule: the CFA `cfa_off` bytes above the stack pointer, the return address in the word
+    /// below it.
+    fn rsp_rule(cfa_off: u32) -> Rule {
+        Rule(u64::from(cfa_off) | CFA_RSP << 32 | u64::from((-1i8) as u8) << 56)
+    }
+
+    fn no_module(_: &Module) {}
+
+    fn memo_slot(pc: u64) -> u64 {
+        pc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 55
+    }
+
+    fn cache_slot(pc: u64) -> u64 {
+        (pc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 48) & (CACHE_SLOTS as u64 - 1)
+    }
+
+    /// A stack whose frames have the given CFA offsets: the first frame's pc is `first`
+    /// (looked up exactly), each later one the return address left below its caller's CFA;
+    /// the outermost returns to 0.
+    fn build(first: u64, frames: &[(u64, u32)]) -> (Vec<u64>, Regs) {
+        let words: usize = frames
+            .iter()
+            .map(|&(_, off)| off as usize / 8)
+            .sum::<usize>()
+            + 2;
+        let mut stack = vec![0u64; words];
+        let base = stack.as_ptr() as u64;
+        let mut at = 0usize;
+        for (i, &(_, off)) in frames.iter().enumerate() {
+            at += off as usize / 8;
+            // The caller's return address, or 0 for the outermost frame.
+            stack[at - 1] = frames.get(i + 1).map_or(0, |&(pc, _)| pc);
+        }
+        let regs = Regs {
+            pc: first,
+            sp: base,
+            bp: 0,
+        };
+        (stack, regs)
+    }
+
+    fn walk_all(stack: &[u64], regs: Regs, memo: &mut Memo) -> (Vec<u64>, End) {
+        let lo = stack.as_ptr() as u64;
+        let hi = lo + 8 * stack.len() as u64;
+        let mut out = [MaybeUninit::<u64>::uninit(); MAX_DEPTH];
+        let w = walk(regs, lo, hi, (0, 0), &mut out, memo, no_module);
+        let pcs = out[..w.frames]
+            .iter()
+            .map(|p| unsafe { p.assume_init() })
+            .collect();
+        (pcs, w.end)
+    }
+
+    #[test]
+    fn frames_met_again_at_other_depths_keep_their_own_rules() {
+        // Two return addresses that share a slot of the thread's table but not of the shared
+        // cache, with different frame sizes, met at the same depth in turn.
+        let a = 0x7000_0000_1000u64;
+        let mut b = a + 16;
+        while memo_slot(b - 1) != memo_slot(a - 1) || cache_slot(b - 1) == cache_slot(a - 1) {
+            b += 16;
+        }
+        let (first, outer) = (0x7000_0000_0100u64, 0x7000_0000_9000u64);
+        for (pc, off) in [(first, 16), (a - 1, 32), (b - 1, 48), (outer - 1, 16)] {
+            remember(pc, rsp_rule(off));
+        }
+        // SAFETY: a memo is integers only; zeroed is empty.
+        let mut memo: Box<Memo> = Box::new(unsafe { std::mem::zeroed() });
+        let (sa, ra) = build(first, &[(first, 16), (a, 32), (outer, 16)]);
+        let (sb, rb) = build(first, &[(first, 16), (b, 48), (outer, 16)]);
+        for _ in 0..3 {
+            assert_eq!(
+                walk_all(&sa, ra, &mut memo),
+                (vec![first, a, outer], End::Complete)
+            );
+            assert_eq!(
+                walk_all(&sb, rb, &mut memo),
+                (vec![first, b, outer], End::Complete)
+            );
+        }
+        // Once the shared cache forgets them, the thread's own table still knows.
+        for pc in [a - 1, b - 1] {
+            let s = slot_of(pc);
+            s.rule.store(0, Ordering::Relaxed);
+            s.key.store(0, Ordering::Relaxed);
+        }
+        memo.pcs = [0; MEMO_DEPTH];
+        assert_eq!(
+            walk_all(&sb, rb, &mut memo),
+            (vec![first, b, outer], End::Complete)
+        );
+    }
+
+    #[test]
+    fn reads_outside_the_stack_end_the_walk() {
+        let (first, next) = (0x7100_0000_0100u64, 0x7100_0000_2000u64);
+        remember(first, rsp_rule(16));
+        remember(next - 1, rsp_rule(4096));
+        // SAFETY: as above.
+        let mut memo: Box<Memo> = Box::new(unsafe { std::mem::zeroed() });
+        let (stack, regs) = build(first, &[(first, 16), (next, 16)]);
+        // The second frame's CFA is far above the stack's end.
+        assert_eq!(
+            walk_all(&stack, regs, &mut memo),
+            (vec![first, next], End::BadFrame)
+        );
+    }
 }
