@@ -1,5 +1,6 @@
-//! Symbolization of recorded call stacks, after the traced program has exited (the tracer
-//! only records addresses: module + offset).
+//! Symbolization of recorded call stacks, outside the traced program (the tracer only records
+//! addresses: module + offset): `record` reads the modules while the program runs
+//! ([`Prefetch`]) and symbolizes the stacks once it has exited.
 //!
 //! Each module is read from the path the tracer recorded and checked against the build id it
 //! recorded (a file rebuilt or upgraded since is not used: its frames stay module + offset).
@@ -13,6 +14,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 
 use allocview_loaders::binary::{Location, NativeModule, NativeStacks, SourceFrame, StackEnd};
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
@@ -90,6 +92,13 @@ enum Opened {
 }
 
 impl Symbolizer {
+    /// Reads `file` unless it was read before.
+    pub fn open(&mut self, file: &NativeModule) {
+        self.modules
+            .entry((file.path.clone(), file.build_id.clone()))
+            .or_insert_with(|| Resolver::open(file));
+    }
+
     /// Symbolizes every location of `stacks` in place (its `symbols`).
     pub fn symbolize_stacks(&mut self, stacks: &mut NativeStacks) -> Report {
         let (symbols, mut report) = self.symbolize(&stacks.modules, &stacks.locations);
@@ -126,9 +135,7 @@ impl Symbolizer {
             if used.insert(m)
                 && let Some(file) = modules.get(m as usize)
             {
-                self.modules
-                    .entry((file.path.clone(), file.build_id.clone()))
-                    .or_insert_with(|| Resolver::open(file));
+                self.open(file);
             }
         }
         let keys: Vec<Option<(String, Vec<u8>)>> = modules
@@ -168,6 +175,72 @@ impl Symbolizer {
             frames.push(found);
         }
         (frames, report)
+    }
+}
+
+/// A [`Symbolizer`] that reads modules on a thread of its own while the traced program runs:
+/// `record` sends it each module as the tracer first meets it, and finds them read when the
+/// program exits (the C library's debug information alone takes some 50 ms to read), instead
+/// of reading them all after.
+pub struct Prefetch {
+    tx: mpsc::Sender<Prefetched>,
+    thread: Option<std::thread::JoinHandle<Symbolizer>>,
+}
+
+/// Sends modules to a [`Prefetch`]'s thread.
+pub struct ModuleFeed(mpsc::Sender<Prefetched>);
+
+impl ModuleFeed {
+    /// Reads `file` on the thread (unless it was read).
+    pub fn read(&self, file: &NativeModule) {
+        // The reading needs no segments. A send fails only once the thread has stopped: the
+        // module is then read when the stacks are symbolized.
+        let file = NativeModule {
+            segments: Vec::new(),
+            ..file.clone()
+        };
+        self.0.send(Prefetched::Module(file)).ok();
+    }
+}
+
+enum Prefetched {
+    Module(NativeModule),
+    Done,
+}
+
+impl Prefetch {
+    /// Starts the reading thread (none when it cannot start: the modules are then read
+    /// after the run, as without prefetching).
+    #[must_use]
+    pub fn start() -> Self {
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("allocview-symbols".into())
+            .spawn(move || {
+                let mut symbolizer = Symbolizer::default();
+                while let Ok(Prefetched::Module(m)) = rx.recv() {
+                    symbolizer.open(&m);
+                }
+                symbolizer
+            })
+            .ok();
+        Self { tx, thread }
+    }
+
+    /// Where to send the modules to read.
+    #[must_use]
+    pub fn feed(&self) -> ModuleFeed {
+        ModuleFeed(self.tx.clone())
+    }
+
+    /// Waits for the modules sent so far, and hands over what was read.
+    #[must_use]
+    pub fn finish(mut self) -> Symbolizer {
+        self.tx.send(Prefetched::Done).ok();
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
     }
 }
 
@@ -370,5 +443,35 @@ mod tests {
         );
         assert_eq!(frames, vec![Vec::<SourceFrame>::new()]);
         assert_eq!(report.unreadable.len(), 1);
+    }
+
+    #[test]
+    fn modules_sent_to_a_prefetch_are_read_on_its_thread_once() {
+        let exe = std::env::current_exe().unwrap().display().to_string();
+        let module = |path: &str| NativeModule {
+            path: path.to_owned(),
+            segments: vec![(0x1000, 0x2000)],
+            ..NativeModule::default()
+        };
+        let prefetch = Prefetch::start();
+        let feed = prefetch.feed();
+        feed.read(&module(&exe));
+        feed.read(&module(&exe));
+        feed.read(&module("/nonexistent/liby.so"));
+        let mut symbolizer = prefetch.finish();
+        assert_eq!(symbolizer.modules.len(), 2);
+        assert!(matches!(
+            symbolizer.modules.get(&(exe.clone(), Vec::new())),
+            Some(Opened::Read(_))
+        ));
+        let Some(Opened::Read(r)) = symbolizer.modules.get(&(exe.clone(), Vec::new())) else {
+            unreachable!()
+        };
+        assert!(!r.symbols.is_empty());
+        // Read once: the symbolization does not read it again.
+        symbolizer.open(&module(&exe));
+        assert_eq!(symbolizer.modules.len(), 2);
+        // A feed that outlives its prefetch sends to no one, and does not fail.
+        feed.read(&module("/nonexistent/libz.so"));
     }
 }

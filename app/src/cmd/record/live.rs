@@ -1,6 +1,8 @@
 //! Converting spools while the command runs: each spool the tracer writes is read as it
 //! grows ([`LiveSpool`]) and its events, once no thread can add to their time, go straight
 //! into the trace being written, so that little is left to convert when the command ends.
+//! A step converts at most [`STEP_RECORDS`] before the converter looks again whether the
+//! command has exited; once it has, the rest is converted on two threads ([`super::pipe`]).
 //! Anything unusual (an event that came in late, a damaged frame, an error writing) drops
 //! that spool's live conversion: it is converted from the finished file instead, as before.
 
@@ -16,15 +18,22 @@ use anyhow::{Context as _, Result};
 use super::super::convert::{Form, RecordWriter};
 use super::pipe::{Pipe, Written};
 use super::{list_spools, per_process_name, trace_meta};
+use crate::symbolize::ModuleFeed;
 
 /// How long the converter waits between looks at the spools.
 const POLL: Duration = Duration::from_millis(10);
+/// Records a step converts at most (some 50 ms of work) before the converter looks whether
+/// the command has exited: after that, the rest is converted on two threads, so a long step
+/// running on one would hold up the end.
+const STEP_RECORDS: u64 = 1 << 20;
 
 /// One spool being converted.
 struct LiveTrace {
     pid: u32,
     generation: u32,
     reader: LiveSpool,
+    /// Modules of `reader` sent to be read.
+    modules_sent: usize,
     /// Created once the spool's header is read (the trace's META comes from it).
     writer: Option<RecordWriter>,
     stats: RecordingStats,
@@ -42,6 +51,8 @@ pub(super) struct Converter<'a> {
     traces: HashMap<PathBuf, Option<LiveTrace>>,
     /// Why a spool's live conversion was given up, by spool path.
     given_up: HashMap<PathBuf, String>,
+    /// Where the modules of the stacks go to be read while the command runs.
+    modules: Option<ModuleFeed>,
 }
 
 impl<'a> Converter<'a> {
@@ -52,6 +63,7 @@ impl<'a> Converter<'a> {
         form: Form,
         base: TimeBase,
         protected: &'a [&'a Path],
+        modules: Option<ModuleFeed>,
     ) -> Self {
         Self {
             dir,
@@ -62,6 +74,7 @@ impl<'a> Converter<'a> {
             protected,
             traces: HashMap::new(),
             given_up: HashMap::new(),
+            modules,
         }
     }
 
@@ -69,16 +82,21 @@ impl<'a> Converter<'a> {
     pub(super) fn run_until_exit(&mut self, child: &mut Child) -> Result<ExitStatus> {
         loop {
             let exited = child.try_wait().context("cannot wait for the command")?;
-            self.step();
+            // Once the command is gone, what its spools hold is converted by `finish`, on two
+            // threads; here the spools are only opened and read.
+            let more = self.step(exited.is_none());
             if let Some(status) = exited {
                 return Ok(status);
             }
-            std::thread::sleep(POLL);
+            if !more {
+                std::thread::sleep(POLL);
+            }
         }
     }
 
-    /// One look at the spools: new ones are opened, every live one read and emitted.
-    fn step(&mut self) {
+    /// One look at the spools: new ones are opened, every live one read, and its events
+    /// emitted when `emit` ([`STEP_RECORDS`] at most); returns whether more are ready.
+    fn step(&mut self, emit: bool) -> bool {
         if let Ok(found) = list_spools(self.dir) {
             for spool in found {
                 if !self.traces.contains_key(&spool.path) {
@@ -89,6 +107,7 @@ impl<'a> Converter<'a> {
                                 pid: spool.pid,
                                 generation: spool.generation,
                                 reader,
+                                modules_sent: 0,
                                 writer: None,
                                 stats: RecordingStats::default(),
                             });
@@ -98,14 +117,26 @@ impl<'a> Converter<'a> {
         }
         let (program, output, form, protected) =
             (self.program, self.output, self.form, self.protected);
+        let mut more = false;
         for (path, slot) in &mut self.traces {
             let Some(trace) = slot else { continue };
-            if let Err(e) = trace.step(program, output, form, protected) {
-                // The spool stays; it is converted from the finished file.
-                *slot = None;
-                self.given_up.insert(path.clone(), format!("{e:#}"));
+            match trace.step(program, output, form, protected, emit) {
+                Ok(m) => more |= m,
+                Err(e) => {
+                    // The spool stays; it is converted from the finished file.
+                    *slot = None;
+                    self.given_up.insert(path.clone(), format!("{e:#}"));
+                    continue;
+                }
+            }
+            if let Some(feed) = &self.modules {
+                for m in trace.reader.modules().iter().skip(trace.modules_sent) {
+                    feed.read(m);
+                }
+                trace.modules_sent = trace.reader.modules().len();
             }
         }
+        more
     }
 
     /// Why the live conversion of `spool` was given up, if it was.
@@ -171,28 +202,32 @@ impl LiveTrace {
         output: &Path,
         form: Form,
         protected: &[&Path],
-    ) -> Result<()> {
+        emit: bool,
+    ) -> Result<bool> {
         self.reader.read()?;
         if self.writer.is_none() {
             let meta = self.reader.meta();
             if meta.is_empty() {
-                return Ok(());
+                return Ok(false);
             }
             let meta = trace_meta(meta, program);
             let path = per_process_name(output, self.pid, self.generation);
             self.writer = Some(RecordWriter::create(&path, form, &meta, protected)?);
         }
-        let Some(writer) = self.writer.as_mut() else {
-            return Ok(());
+        let (Some(writer), true) = (self.writer.as_mut(), emit) else {
+            return Ok(false);
         };
         let stats = &mut self.stats;
-        let poll = self.reader.emit(&mut |r| {
-            stats.push(r)?;
-            writer.push(r).map_err(|_| "a writable output")
-        })?;
+        let poll = self.reader.emit_at_most(
+            &mut |r| {
+                stats.push(r)?;
+                writer.push(r).map_err(|_| "a writable output")
+            },
+            STEP_RECORDS,
+        )?;
         if poll == LivePoll::Late {
             anyhow::bail!("an event came in late");
         }
-        Ok(())
+        Ok(poll == LivePoll::More)
     }
 }

@@ -13,8 +13,9 @@
 //!
 //! Every allocation's call stack is captured by default (x86-64; `--no-stacks` turns it off,
 //! and `--text` too, the text form having no place for stacks): the tracer records return
-//! addresses and the module map, and the stacks are symbolized here, after the command has
-//! exited (`crate::symbolize`), and written into the binary trace.
+//! addresses and the module map; the modules are read here while the command runs
+//! (`crate::symbolize::Prefetch`), and the stacks symbolized once it has exited and written
+//! into the binary trace.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -137,6 +138,8 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         .env("ALLOCVIEW_STACKS", if stacks { "1" } else { "0" })
         .spawn()
         .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
+    // The modules of the stacks are read while the command runs.
+    let prefetch = stacks.then(crate::symbolize::Prefetch::start);
     let mut live = live::Converter::new(
         &spools.path,
         &program_name,
@@ -144,6 +147,7 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         form,
         base,
         &protected_refs,
+        prefetch.as_ref().map(crate::symbolize::Prefetch::feed),
     );
     let status = live.run_until_exit(&mut child)?;
     drop(ignored);
@@ -160,7 +164,9 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     let single = found.len() == 1;
     let mut written = Vec::new();
     // Shared by the processes: each module is read once.
-    let mut symbolizer = crate::symbolize::Symbolizer::default();
+    let mut symbolizer = prefetch
+        .map(crate::symbolize::Prefetch::finish)
+        .unwrap_or_default();
     for spool in &found {
         let path = if single {
             output.clone()

@@ -11,6 +11,7 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use super::super::frames::{Next, frame_at, read_header};
+use super::super::stacks::NativeModule;
 use super::super::{BinaryInfo, FileKind, TimeBase};
 use super::SpoolState;
 use crate::error::LoadError;
@@ -36,6 +37,8 @@ pub struct LiveSpool {
 pub enum LivePoll {
     /// The events emitted so far are the file's.
     Going,
+    /// As `Going`, and the step stopped at its most records: more are ready.
+    More,
     /// An event came in late (see the module documentation): read the finished file instead.
     Late,
 }
@@ -65,6 +68,13 @@ impl LiveSpool {
         self.state.meta()
     }
 
+    /// The modules read so far, in the order the tracer met them (the modules of the
+    /// process's stacks: the tracer writes a module when a walk first meets it).
+    #[must_use]
+    pub fn modules(&self) -> &[NativeModule] {
+        self.state.modules()
+    }
+
     /// Takes in what the tracer wrote since the last step.
     ///
     /// # Errors
@@ -81,11 +91,32 @@ impl LiveSpool {
         &mut self,
         f: &mut dyn FnMut(&Record) -> Result<(), &'static str>,
     ) -> Result<LivePoll, LoadError> {
-        if self.header_read {
-            self.state.emit_written(f)?;
-        }
+        self.emit_some(f, None)
+    }
+
+    /// As [`Self::emit`], stopping at the end of the time in which `max_records` are
+    /// reached ([`LivePoll::More`]), so that a caller can look at other things between steps.
+    ///
+    /// # Errors
+    /// As [`Self::emit`].
+    pub fn emit_at_most(
+        &mut self,
+        f: &mut dyn FnMut(&Record) -> Result<(), &'static str>,
+        max_records: u64,
+    ) -> Result<LivePoll, LoadError> {
+        self.emit_some(f, Some(max_records))
+    }
+
+    fn emit_some(
+        &mut self,
+        f: &mut dyn FnMut(&Record) -> Result<(), &'static str>,
+        max_records: Option<u64>,
+    ) -> Result<LivePoll, LoadError> {
+        let more = self.header_read && self.state.emit_written(f, max_records)?;
         Ok(if self.state.is_late() {
             LivePoll::Late
+        } else if more {
+            LivePoll::More
         } else {
             LivePoll::Going
         })

@@ -32,6 +32,10 @@ pub(super) struct Merge {
     pub(super) live_dropped: bool,
     /// The time of the first group with a keyed stream.
     first_keyed_tick: Option<u64>,
+    /// A step stops once [`Self::records`] reaches this, at the end of a time, and says so
+    /// in [`Self::stopped`]: the next step goes on from there.
+    pub(super) stop_at: Option<u64>,
+    pub(super) stopped: bool,
 }
 
 /// How long after the first keyed event the live pointers are kept (the period in which
@@ -54,6 +58,8 @@ impl Merge {
         Self {
             live: None,
             records: 0,
+            stop_at: None,
+            stopped: false,
             emitted_below: 0,
             late: false,
             may_drop_live: false,
@@ -130,6 +136,7 @@ impl Merge {
         }
         let mut group: Vec<usize> = Vec::new();
         let mut runs: Vec<Vec<SpoolEvent>> = Vec::new();
+        self.stopped = false;
         while let Some(&std::cmp::Reverse((tick, first))) = heap.peek() {
             if bound.is_some_and(|b| tick >= b) {
                 break;
@@ -170,6 +177,13 @@ impl Merge {
             }
             if self.may_drop_live && self.live.is_some() {
                 self.maybe_drop_live(tick);
+            }
+            if self.stop_at.is_some_and(|n| self.records >= n) {
+                // Every event of this time and before is out: an event of such a time that
+                // comes in later is late, as for a bound.
+                self.emitted_below = self.emitted_below.max(tick.saturating_add(1));
+                self.stopped = true;
+                return Ok(());
             }
         }
         if let Some(b) = bound {

@@ -72,6 +72,10 @@ impl<'a> SpoolState<'a> {
         &self.info.meta
     }
 
+    pub(super) fn modules(&self) -> &[NativeModule] {
+        &self.modules
+    }
+
     /// Takes in one frame (`at`: its file offset, for errors).
     pub(super) fn frame(
         &mut self,
@@ -190,20 +194,27 @@ impl<'a> SpoolState<'a> {
     /// certain, those before the next-to-last flush mark (the last one leaves a period for
     /// calls that read the time before the mark and wrote their event after it). Nothing
     /// with a TSC clock, whose tick length is known only at the end.
+    /// Emits the events no thread can still add to, at most about `max_records` of them
+    /// (whole times); returns whether some were left for the next step.
     pub(super) fn emit_written(
         &mut self,
         f: &mut dyn FnMut(&Record) -> Result<(), &'static str>,
-    ) -> Result<(), LoadError> {
+        max_records: Option<u64>,
+    ) -> Result<bool, LoadError> {
         let Some(bound) = self.flushed[0] else {
-            return Ok(());
+            return Ok(false);
         };
         // A bound met before still runs the merge: it finds a late event among the new ones.
         if self.tsc() || self.merge.late {
-            return Ok(());
+            return Ok(false);
         }
         // The live set is kept from the first event: a second thread may start any time.
         self.merge.live.get_or_insert_with(PtrSet::default);
-        self.emit(Some(bound), f)
+        self.merge.stop_at = max_records.map(|n| self.merge.records.saturating_add(n));
+        let emitted = self.emit(Some(bound), f);
+        self.merge.stop_at = None;
+        emitted?;
+        Ok(self.merge.stopped)
     }
 
     fn emit(

@@ -350,6 +350,17 @@ fn spool_streams_merge_by_time_across_segments() {
 /// `chunk` bytes (cutting frames anywhere) and each step reads and emits. Returns the
 /// records, how many were emitted before the end, and how the last step went.
 fn read_live(bytes: &[u8], chunk: usize, name: &str) -> (Vec<Record>, usize, LivePoll) {
+    read_live_in_steps(bytes, chunk, name, None)
+}
+
+/// As [`read_live`], each step emitting at most about `max_records` (one step per write: the
+/// steps may fall behind the writes).
+fn read_live_in_steps(
+    bytes: &[u8],
+    chunk: usize,
+    name: &str,
+    max_records: Option<u64>,
+) -> (Vec<Record>, usize, LivePoll) {
     use std::io::Write as _;
     let dir = std::env::temp_dir().join(format!("allocview-live-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -361,18 +372,20 @@ fn read_live(bytes: &[u8], chunk: usize, name: &str) -> (Vec<Record>, usize, Liv
     for part in bytes.chunks(chunk) {
         file.write_all(part).unwrap();
         live.read().unwrap();
-        poll = live
-            .emit(&mut |r| {
-                out.push(*r);
-                Ok(())
-            })
-            .unwrap();
+        let mut push = |r: &Record| {
+            out.push(*r);
+            Ok(())
+        };
+        poll = match max_records {
+            None => live.emit(&mut push).unwrap(),
+            Some(n) => live.emit_at_most(&mut push, n).unwrap(),
+        };
         if poll == LivePoll::Late {
             break;
         }
     }
     let before_end = out.len();
-    if poll == LivePoll::Going {
+    if poll != LivePoll::Late {
         live.finish(&mut |r| {
             out.push(*r);
             Ok(())
@@ -444,6 +457,29 @@ fn a_spool_read_while_written_gives_the_whole_files_records() {
 }
 
 #[test]
+fn a_spool_read_in_short_steps_gives_the_whole_files_records() {
+    let bytes = handover_spool();
+    let (whole, _) = read(&bytes);
+    for max_records in [1, 3, 19, 20, 1000] {
+        for chunk in [7, 4096, bytes.len()] {
+            let (live, before_end, poll) =
+                read_live_in_steps(&bytes, chunk, "steps", Some(max_records));
+            let at = format!("chunk {chunk}, steps of {max_records}");
+            assert_ne!(poll, LivePoll::Late, "{at}");
+            assert_eq!(live, whole, "{at}");
+            // Steps fall behind the writes when they are short; never ahead of the marks.
+            assert!(before_end <= 36 * 5 * 4, "{at}");
+            if chunk == bytes.len() {
+                // One step: the records of the times it took, whole.
+                let expected = (max_records as usize).div_ceil(20).min(36) * 20;
+                assert_eq!(before_end, expected, "{at}");
+                assert_eq!(poll == LivePoll::More, expected < 36 * 20, "{at}");
+            }
+        }
+    }
+}
+
+#[test]
 fn an_event_written_after_its_time_was_emitted_is_reported_not_merged() {
     // Thread 20's event of period 0 is written only after two marks: a thread held up
     // between reading the time and writing its event.
@@ -462,12 +498,57 @@ fn an_event_written_after_its_time_was_emitted_is_reported_not_merged() {
     let (_, before_end, poll) = read_live(&out, 1, "late");
     assert_eq!(poll, LivePoll::Late);
     assert_eq!(before_end, 1, "only the event before the next-to-last mark");
+    // Also when the steps stop at every time: the time emitted counts as a bound.
+    let (_, before_end, poll) = read_live_in_steps(&out, 1, "late-steps", Some(1));
+    assert_eq!(poll, LivePoll::Late);
+    assert_eq!(before_end, 1);
     // The whole file reads in order.
     let (whole, _) = read(&out);
     assert_eq!(
         whole.iter().map(|r| r.tid).collect::<Vec<_>>(),
         vec![10, 20, 10]
     );
+}
+
+#[test]
+fn an_event_before_a_time_a_short_step_emitted_is_late() {
+    use std::io::Write as _;
+    // Thread 10's events at 1000, 2.5 ms and 3 ms, marks up to 6 ms: a step of two records
+    // stops after 2.5 ms. Thread 20's event of 2.2 ms, written after, must not follow it.
+    let mut first = MAGIC.to_vec();
+    first.extend([VERSION, KIND_SPOOL]);
+    write_frame(&mut first, FRAME_META, &[COMPACT_META.as_bytes()]).unwrap();
+    let (mut a, mut pa) = (Vec::new(), (0, 0));
+    compact_event(&mut a, &mut pa, 0, 1000, 16, 0x1000);
+    compact_event(&mut a, &mut pa, 0, 2_500_000, 16, 0x2000);
+    compact_event(&mut a, &mut pa, 0, 3_000_000, 16, 0x3000);
+    segment_frame(&mut first, 0, 10, 0, &a);
+    for mark in [2_000_000, 4_000_000, 6_000_000] {
+        flush_mark(&mut first, mark);
+    }
+    let (mut rest, mut b, mut pb) = (Vec::new(), Vec::new(), (0, 0));
+    compact_event(&mut b, &mut pb, 0, 2_200_000, 16, 0x4000);
+    segment_frame(&mut rest, 1, 20, 0, &b);
+
+    let dir = std::env::temp_dir().join(format!("allocview-live-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("late-after-step.spool");
+    let mut file = std::fs::File::create(&path).unwrap();
+    file.write_all(&first).unwrap();
+    let mut live = LiveSpool::open(&path, TimeBase::default()).unwrap();
+    live.read().unwrap();
+    let mut times = Vec::new();
+    let mut push = |r: &Record| {
+        times.push(r.t_ns);
+        Ok(())
+    };
+    assert_eq!(live.emit_at_most(&mut push, 2).unwrap(), LivePoll::More);
+    file.write_all(&rest).unwrap();
+    live.read().unwrap();
+    assert_eq!(live.emit_at_most(&mut push, 2).unwrap(), LivePoll::Late);
+    // The first two events (times count from the first).
+    assert_eq!(times, [0, 2_499_000]);
+    std::fs::remove_file(&path).ok();
 }
 
 #[test]
