@@ -247,11 +247,13 @@ pub(crate) fn stack_of(t: &ThreadState, cursor: *mut u8) -> (*mut u8, Option<u64
     }
 }
 
-/// Records an allocation with its stack (stacks on); `p` is returned.
+/// Records an allocation with its stack (stacks on); `p` is returned. The capture is inlined
+/// here, and `malloc` tail-calls this: the walk starts with one frame of the tracer's
+/// instead of three.
 #[inline(never)]
 pub(crate) fn record_alloc_stacked(call: u8, size: usize, p: *mut c_void) -> *mut c_void {
     match enter() {
-        Some((t, cursor)) => finish_alloc(t, cursor, call, size, p),
+        Some((t, cursor)) => finish_alloc_here(t, cursor, call, size, p),
         None => p,
     }
 }
@@ -282,6 +284,17 @@ pub(crate) unsafe fn free_slow(f: FreeFn, p: *mut c_void, word: u64) {
 /// Ends an allocation-like call entered before its real call: records it, returns `p`.
 #[inline(never)]
 pub(crate) fn finish_alloc(
+    t: &ThreadState,
+    cursor: *mut u8,
+    call: u8,
+    size: usize,
+    p: *mut c_void,
+) -> *mut c_void {
+    finish_alloc_here(t, cursor, call, size, p)
+}
+
+#[inline(always)]
+fn finish_alloc_here(
     t: &ThreadState,
     cursor: *mut u8,
     call: u8,

@@ -136,7 +136,11 @@ fn thread_stack(t: &ThreadState, sp: u64) -> (u64, u64) {
 }
 
 /// The mapping of `/proc/self/maps` that holds `addr`: start, end, and whether it is the
-/// main thread's `[stack]`. Reads with plain system calls into a stack buffer.
+/// main thread's `[stack]`. Reads with plain system calls into a stack buffer. Never inlined:
+/// its 8 KiB buffer would make the frame of every capture that large (two stack pages
+/// probed per allocation).
+#[cold]
+#[inline(never)]
 fn mapping_of(addr: u64) -> Option<(u64, u64, bool)> {
     // SAFETY: a plain open of a procfs file.
     let fd = unsafe {
@@ -249,7 +253,7 @@ fn current_regs() -> Regs {
 /// Captures the calling thread's stack (leaving out the tracer's frames), interns it, and
 /// writes its definition at `cursor` when it is new. Call between `enter` and `leave`.
 /// Returns the new cursor and the stack id (0 when the thread's stack is unknown).
-#[inline(never)]
+#[inline(always)]
 pub fn capture(t: &ThreadState, b: &Buf, mut cursor: *mut u8) -> (*mut u8, u64) {
     let regs = current_regs();
     let (lo, hi) = thread_stack(t, regs.sp);
