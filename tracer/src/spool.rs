@@ -144,6 +144,11 @@ pub(crate) unsafe fn write_header(fd: c_int, pid: c_int) -> bool {
     } else {
         w.put_dec(SPOOL_EVENTS_ENCODING);
     }
+    if crate::clock::KEYS_USABLE.load(Ordering::Relaxed) {
+        // Keys order the threads' events once several record: a reader then knows that after
+        // that moment no period has events without keys from two threads.
+        w.put(b"\norder_keys=tsc");
+    }
     w.put(b"\ntracer=allocview_tracer ");
     w.put(TRACER_VERSION.as_bytes());
     // The command line, one `arg=` line per argument (newlines inside become spaces).

@@ -72,7 +72,11 @@
 //!   `0x0c`) and to keys again (`0x0e`), any number of times: once several threads record,
 //!   the first thread to record in a clock period owns it and records without keys until
 //!   another thread records in the period; from then on every event of the period has a key.
-//!   Within a time, each stream's events without a key come before its keyed ones.
+//!   Within a time, each stream's events without a key come before its keyed ones. With the
+//!   META line `order_keys=tsc` (the machine's keys order every thread's events, so keys
+//!   start as soon as a second thread records), no time after that start has events without
+//!   a key from two threads: a reading while the tracer writes then keeps no live pointers
+//!   past it, even when no period is ever shared.
 //!
 //! Reading a spool converts ticks to nanoseconds with the line through (`tick0`, `mono_ns0`)
 //! and the segment calibration point with the largest tick (slope 1 unless `clock=tsc`), then

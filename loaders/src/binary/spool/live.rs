@@ -68,6 +68,12 @@ impl LiveSpool {
         self.state.meta()
     }
 
+    /// The reading no longer keeps the live pointers (see `Merge::may_drop_live`).
+    #[cfg(test)]
+    pub(super) fn live_dropped(&self) -> bool {
+        self.state.live_dropped()
+    }
+
     /// The modules read so far, in the order the tracer met them (the modules of the
     /// process's stacks: the tracer writes a module when a walk first meets it).
     #[must_use]

@@ -32,6 +32,14 @@ pub(super) struct Merge {
     pub(super) live_dropped: bool,
     /// The time of the first group with a keyed stream.
     first_keyed_tick: Option<u64>,
+    /// The spool's threads own clock periods once several record (events `5` or `6` with
+    /// `order_keys`): from then on no period has events without keys from two threads, so
+    /// the live pointers may also be dropped a little after a second thread's first event,
+    /// though no period is ever shared (one thread allocates while the others wait).
+    pub(super) owners_ordered: bool,
+    /// The first thread emitted, and the time of the first event of another.
+    first_tid: Option<u64>,
+    second_thread_tick: Option<u64>,
     /// A step stops once [`Self::records`] reaches this, at the end of a time, and says so
     /// in [`Self::stopped`]: the next step goes on from there.
     pub(super) stop_at: Option<u64>,
@@ -65,6 +73,9 @@ impl Merge {
             may_drop_live: false,
             live_dropped: false,
             first_keyed_tick: None,
+            owners_ordered: false,
+            first_tid: None,
+            second_thread_tick: None,
         }
     }
 
@@ -110,6 +121,13 @@ impl Merge {
         .map_err(|e| corrupt(out.path, 0, e))?;
         if ev.key.is_some() && self.first_keyed_tick.is_none() {
             self.first_keyed_tick = Some(ev.tick);
+        }
+        if self.second_thread_tick.is_none() {
+            match self.first_tid {
+                None => self.first_tid = Some(tid),
+                Some(first) if first != tid => self.second_thread_tick = Some(ev.tick),
+                Some(_) => {}
+            }
         }
         self.records += 1;
         Ok(())
@@ -195,11 +213,18 @@ impl Merge {
     /// Drops the live pointers once the period in which keys start is over (see
     /// [`Self::may_drop_live`]); `tick` is the time just emitted.
     fn maybe_drop_live(&mut self, tick: u64) {
-        // The first keyed event emitted, not the streams' states: a stream's state is that of
-        // its next event, which may lie far ahead of what is emitted (a thread started later,
-        // read in a segment the reading has not reached), and the period in which keys start
-        // (the first thread besides the main one: both without keys) comes after this tick.
-        if let Some(first) = self.first_keyed_tick
+        // The first keyed event emitted (or, where threads own periods, the first event of a
+        // second thread: keys start as it takes its buffer), not the streams' states: a
+        // stream's state is that of its next event, which may lie far ahead of what is
+        // emitted (a thread started later, read in a segment the reading has not reached),
+        // and the period in which keys start (the first thread besides the main one: both
+        // without keys) comes after this tick.
+        let second = self.second_thread_tick.filter(|_| self.owners_ordered);
+        let start = match (self.first_keyed_tick, second) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(first) = start
             && tick >= first.saturating_add(KEYS_STARTING_TICKS)
         {
             self.live = None;

@@ -68,6 +68,12 @@ impl<'a> SpoolState<'a> {
         self.merge.may_drop_live = true;
     }
 
+    /// The live reading no longer keeps the live pointers.
+    #[cfg(test)]
+    pub(super) fn live_dropped(&self) -> bool {
+        self.merge.live_dropped
+    }
+
     pub(super) fn meta(&self) -> &[(String, String)] {
         &self.info.meta
     }
@@ -210,6 +216,8 @@ impl<'a> SpoolState<'a> {
         }
         // The live set is kept from the first event: a second thread may start any time.
         self.merge.live.get_or_insert_with(PtrSet::default);
+        self.merge.owners_ordered = matches!(meta_i64(&self.info.meta, "events"), Some(5 | 6))
+            && self.info.meta_value("order_keys") == Some("tsc");
         self.merge.stop_at = max_records.map(|n| self.merge.records.saturating_add(n));
         let emitted = self.emit(Some(bound), f);
         self.merge.stop_at = None;

@@ -551,6 +551,78 @@ fn an_event_before_a_time_a_short_step_emitted_is_late() {
     std::fs::remove_file(&path).ok();
 }
 
+/// Events `5` with `order_keys`: thread 10 alone for 20 periods, then thread 20 alone, each
+/// owning its periods (no key anywhere), a flush mark every period; `shared_at_end` adds a
+/// last period in which both threads record without keys, which that tracer never writes.
+fn owned_periods_spool(order_keys: bool, shared_at_end: bool) -> Vec<u8> {
+    let mut out = MAGIC.to_vec();
+    out.extend([VERSION, KIND_SPOOL]);
+    let meta = KEYED_META.replace("events=3", "events=5")
+        + if order_keys { "order_keys=tsc\n" } else { "" };
+    write_frame(&mut out, FRAME_META, &[meta.as_bytes()]).unwrap();
+    let (mut p10, mut p20) = ((0, 0), (0, 0));
+    for period in 0..40u64 {
+        let tick = 1000 + period * 1_000_000;
+        let (stream, tid, prev) = if period < 20 {
+            (0, 10, &mut p10)
+        } else {
+            (1, 20, &mut p20)
+        };
+        let mut ev = Vec::new();
+        for i in 0..4u64 {
+            let x = 0x10_0000 + (period * 4 + i) * 0x40;
+            compact_event(&mut ev, prev, 0, tick, 32, x);
+            compact_event(&mut ev, prev, 3 | OP_FREE, tick, 0, x);
+        }
+        segment_frame(&mut out, stream, tid, tick, &ev);
+        flush_mark(&mut out, tick + 1);
+    }
+    if shared_at_end {
+        let tick = 1000 + 40 * 1_000_000;
+        for (stream, tid, prev) in [(0, 10, &mut p10), (1, 20, &mut p20)] {
+            let mut ev = Vec::new();
+            compact_event(&mut ev, prev, 0, tick, 8, 0x9000 + tid);
+            segment_frame(&mut out, stream, tid, tick, &ev);
+        }
+        flush_mark(&mut out, tick + 1);
+        flush_mark(&mut out, tick + 2);
+    }
+    out
+}
+
+#[test]
+fn threads_that_own_their_periods_need_no_live_pointers_once_keys_could_start() {
+    use std::io::Write as _;
+    for order_keys in [true, false] {
+        let bytes = owned_periods_spool(order_keys, false);
+        let (whole, _) = read(&bytes);
+        let (live, _, poll) = read_live(&bytes, 97, "owned");
+        assert_eq!(poll, LivePoll::Going);
+        assert_eq!(live, whole);
+        // Read live to the last mark: dropped 10 ms after thread 20's first event, where
+        // keys are known to start then; kept otherwise (no event ever has a key).
+        let dir = std::env::temp_dir().join(format!("allocview-live-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("owned-{order_keys}.spool"));
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(&bytes)
+            .unwrap();
+        let mut reader = LiveSpool::open(&path, TimeBase::default()).unwrap();
+        reader.read().unwrap();
+        assert_eq!(reader.emit(&mut |_| Ok(())).unwrap(), LivePoll::Going);
+        assert_eq!(reader.live_dropped(), order_keys);
+        std::fs::remove_file(&path).ok();
+    }
+    // A period shared without keys after that (which such a tracer never writes) is not
+    // merged without the live pointers: the reading says so, and the whole file is read.
+    let bytes = owned_periods_spool(true, true);
+    let (_, _, poll) = read_live(&bytes, 97, "owned-shared");
+    assert_eq!(poll, LivePoll::Late);
+    let (whole, _) = read(&bytes);
+    assert_eq!(whole.len(), 40 * 8 + 2);
+}
+
 #[test]
 fn a_period_without_keys_after_every_stream_was_keyed_is_read_from_the_whole_file() {
     use std::io::Write as _;
