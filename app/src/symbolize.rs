@@ -179,9 +179,9 @@ impl Symbolizer {
 }
 
 /// A [`Symbolizer`] that reads modules on a thread of its own while the traced program runs:
-/// `record` sends it each module as the tracer first meets it, and finds them read when the
-/// program exits (the C library's debug information alone takes some 50 ms to read), instead
-/// of reading them all after.
+/// `record` sends it each module a stack uses as its conversion meets the first such stack,
+/// and finds them read when the program exits (the C library's debug information alone takes
+/// some 50 ms to read), instead of reading them all after.
 pub struct Prefetch {
     tx: mpsc::Sender<Prefetched>,
     thread: Option<std::thread::JoinHandle<Symbolizer>>,
@@ -458,6 +458,7 @@ mod tests {
         feed.read(&module(&exe));
         feed.read(&module(&exe));
         feed.read(&module("/nonexistent/liby.so"));
+        // What the thread read comes back with `finish`: this symbolizer opened nothing itself.
         let mut symbolizer = prefetch.finish();
         assert_eq!(symbolizer.modules.len(), 2);
         assert!(matches!(
@@ -468,7 +469,7 @@ mod tests {
             unreachable!()
         };
         assert!(!r.symbols.is_empty());
-        // Read once: the symbolization does not read it again.
+        // The symbolization's own open finds it there.
         symbolizer.open(&module(&exe));
         assert_eq!(symbolizer.modules.len(), 2);
         // A feed that outlives its prefetch sends to no one, and does not fail.

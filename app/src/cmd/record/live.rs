@@ -32,8 +32,6 @@ struct LiveTrace {
     pid: u32,
     generation: u32,
     reader: LiveSpool,
-    /// Modules of `reader` sent to be read.
-    modules_sent: usize,
     /// Created once the spool's header is read (the trace's META comes from it).
     writer: Option<RecordWriter>,
     stats: RecordingStats,
@@ -107,7 +105,6 @@ impl<'a> Converter<'a> {
                                 pid: spool.pid,
                                 generation: spool.generation,
                                 reader,
-                                modules_sent: 0,
                                 writer: None,
                                 stats: RecordingStats::default(),
                             });
@@ -130,10 +127,9 @@ impl<'a> Converter<'a> {
                 }
             }
             if let Some(feed) = &self.modules {
-                for m in trace.reader.modules().iter().skip(trace.modules_sent) {
-                    feed.read(m);
+                for m in trace.reader.new_modules_in_use() {
+                    feed.read(&m);
                 }
-                trace.modules_sent = trace.reader.modules().len();
             }
         }
         more

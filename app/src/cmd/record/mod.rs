@@ -13,9 +13,9 @@
 //!
 //! Every allocation's call stack is captured by default (x86-64; `--no-stacks` turns it off,
 //! and `--text` too, the text form having no place for stacks): the tracer records return
-//! addresses and the module map; the modules are read here while the command runs
-//! (`crate::symbolize::Prefetch`), and the stacks symbolized once it has exited and written
-//! into the binary trace.
+//! addresses and the module map; the modules its stacks use are read here while the command
+//! runs (`crate::symbolize::Prefetch`), and the stacks symbolized once it has exited and
+//! written into the binary trace.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -37,7 +37,7 @@ pub struct LiveSpool {
 pub enum LivePoll {
     /// The events emitted so far are the file's.
     Going,
-    /// As `Going`, and the step stopped at its most records: more are ready.
+    /// As `Going`, and the step stopped at its most records: more may be ready.
     More,
     /// An event came in late (see the module documentation): read the finished file instead.
     Late,
@@ -74,11 +74,10 @@ impl LiveSpool {
         self.state.live_dropped()
     }
 
-    /// The modules read so far, in the order the tracer met them (the modules of the
-    /// process's stacks: the tracer writes a module when a walk first meets it).
-    #[must_use]
-    pub fn modules(&self) -> &[NativeModule] {
-        self.state.modules()
+    /// The modules that the stacks emitted since the last call use, and no earlier one did
+    /// (the tracer writes every module it finds loaded, used or not).
+    pub fn new_modules_in_use(&mut self) -> Vec<NativeModule> {
+        self.state.new_modules_in_use()
     }
 
     /// Takes in what the tracer wrote since the last step.

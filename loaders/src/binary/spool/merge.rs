@@ -25,9 +25,10 @@ pub(super) struct Merge {
     /// An event of such a time came in afterwards: the merge stopped.
     pub(super) late: bool,
     /// Reading while the tracer writes: the live pointers may be dropped a little after the
-    /// first keyed event (the tracer keys every event once several threads record, so keys
-    /// order every later period and causality is not needed); a period that then needs it
-    /// stops the merge as [`Self::late`] does, and the file is read whole instead.
+    /// first keyed event, or where threads own periods ([`Self::owners_ordered`]) a second
+    /// thread's first event (the tracer keys events once several threads record, so keys
+    /// order every later period shared, and causality is not needed); a period that then
+    /// needs it stops the merge as [`Self::late`] does, and the file is read whole instead.
     pub(super) may_drop_live: bool,
     pub(super) live_dropped: bool,
     /// The time of the first group with a keyed stream.
@@ -46,9 +47,12 @@ pub(super) struct Merge {
     pub(super) stopped: bool,
 }
 
-/// How long after the first keyed event the live pointers are kept (the period in which
-/// keys start: events that read the flag before it was set may still be written), in ticks
-/// (nanoseconds: a spool is read live only with a nanosecond clock).
+/// How long after the first keyed event (or a second thread's first) the live pointers are
+/// kept (the period in which keys start: events that read the flag before it was set may
+/// still be written), in ticks (nanoseconds: a spool is read live only with a nanosecond
+/// clock). A second thread's first event may carry a time read up to a buffer's mapping
+/// before it set the flag; should that exceed this, a shared period without keys may follow
+/// the drop, and the reading reports itself late (the file is then read whole).
 const KEYS_STARTING_TICKS: u64 = 10_000_000;
 
 /// Where a step of the merge sends its events, and how it reads them.

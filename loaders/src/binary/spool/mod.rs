@@ -14,6 +14,7 @@ use super::{BinaryInfo, OP_CALL_MASK, OP_FREE, TimeBase};
 use crate::error::LoadError;
 use crate::malloc_trace::Record;
 
+mod in_use;
 mod live;
 mod merge;
 mod order;

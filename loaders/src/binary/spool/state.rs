@@ -39,6 +39,7 @@ pub(super) struct SpoolState<'a> {
     base: TimeBase,
     info: BinaryInfo,
     modules: Vec<NativeModule>,
+    in_use: super::in_use::ModulesInUse,
     streams: Vec<Stream<'a>>,
     by_id: HashMap<u32, usize>,
     /// The latest calibration point (tick, `CLOCK_MONOTONIC` ns) of the segment headers.
@@ -55,6 +56,7 @@ impl<'a> SpoolState<'a> {
             base,
             info: BinaryInfo::empty(FileKind::Spool),
             modules: Vec::new(),
+            in_use: super::in_use::ModulesInUse::default(),
             streams: Vec::new(),
             by_id: HashMap::new(),
             calib_last: None,
@@ -78,8 +80,13 @@ impl<'a> SpoolState<'a> {
         &self.info.meta
     }
 
-    pub(super) fn modules(&self) -> &[NativeModule] {
-        &self.modules
+    /// Modules that a stack read since the last call uses and no earlier one did.
+    pub(super) fn new_modules_in_use(&mut self) -> Vec<NativeModule> {
+        self.in_use
+            .take_new(&self.modules, &self.streams)
+            .into_iter()
+            .filter_map(|i| self.modules.get(i).cloned())
+            .collect()
     }
 
     /// Takes in one frame (`at`: its file offset, for errors).
@@ -198,10 +205,9 @@ impl<'a> SpoolState<'a> {
 
     /// While the tracer still writes: emits the events every thread has written out for
     /// certain, those before the next-to-last flush mark (the last one leaves a period for
-    /// calls that read the time before the mark and wrote their event after it). Nothing
-    /// with a TSC clock, whose tick length is known only at the end.
-    /// Emits the events no thread can still add to, at most about `max_records` of them
-    /// (whole times); returns whether some were left for the next step.
+    /// calls that read the time before the mark and wrote their event after it), at most
+    /// about `max_records` of them (whole times); returns whether the step stopped there.
+    /// Nothing with a TSC clock, whose tick length is known only at the end.
     pub(super) fn emit_written(
         &mut self,
         f: &mut dyn FnMut(&Record) -> Result<(), &'static str>,
@@ -214,8 +220,12 @@ impl<'a> SpoolState<'a> {
         if self.tsc() || self.merge.late {
             return Ok(false);
         }
-        // The live set is kept from the first event: a second thread may start any time.
-        self.merge.live.get_or_insert_with(PtrSet::default);
+        // The live set is kept from the first event: a second thread may start any time. Once
+        // dropped it stays dropped: a new, empty one would merge a shared period against no
+        // pointers instead of reporting it.
+        if !self.merge.live_dropped {
+            self.merge.live.get_or_insert_with(PtrSet::default);
+        }
         self.merge.owners_ordered = matches!(meta_i64(&self.info.meta, "events"), Some(5 | 6))
             && self.info.meta_value("order_keys") == Some("tsc");
         self.merge.stop_at = max_records.map(|n| self.merge.records.saturating_add(n));
