@@ -94,7 +94,9 @@ pub(crate) unsafe extern "C" fn after_fork_child() {
         b.committed.store(0, Ordering::Relaxed);
         b.flushed.store(0, Ordering::Relaxed);
         #[cfg(target_arch = "x86_64")]
-        stacks::forget_stack_ids(b);
+        if stacks_on() {
+            stacks::forget_stack_ids(b);
+        }
         if p != mine {
             b.in_use.store(false, Ordering::Relaxed);
         }

@@ -248,8 +248,8 @@ pub(crate) fn stack_of(t: &ThreadState, cursor: *mut u8) -> (*mut u8, Option<u64
 }
 
 /// Records an allocation with its stack (stacks on); `p` is returned. The capture is inlined
-/// here, and `malloc` tail-calls this: the walk starts with one frame of the tracer's
-/// instead of three.
+/// here: the walk starts with two frames of the tracer's (this one and `malloc`'s) instead of
+/// four.
 #[inline(never)]
 pub(crate) fn record_alloc_stacked(call: u8, size: usize, p: *mut c_void) -> *mut c_void {
     match enter() {

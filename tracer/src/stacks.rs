@@ -261,7 +261,7 @@ pub fn capture(t: &ThreadState, b: &Buf, mut cursor: *mut u8) -> (*mut u8, u64) 
         // Another stack (sigaltstack), or an unknown one.
         return (cursor, 0);
     }
-    // Not zeroed: 768 bytes a call would cost more than a short walk.
+    // Not zeroed: 1 KiB a call would cost more than a short walk.
     let mut pcs = [std::mem::MaybeUninit::<u64>::uninit(); MAX_DEPTH];
     let memo = memo_of(b);
     let walked = unwind::walk(

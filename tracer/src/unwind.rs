@@ -73,6 +73,12 @@ impl Rule {
         (self.0 >> 32) & 3
     }
 
+    /// Code without unwind information, which may be mapped later (see [`compute_rule`]):
+    /// never kept in a thread's tables.
+    fn is_no_info(self) -> bool {
+        self.0 == Self::stop(End::NoInfo).0
+    }
+
     fn end(self) -> End {
         match (self.0 >> 8) as u8 {
             0 => End::Complete,
@@ -215,13 +221,17 @@ impl Memo {
             Some(slot) if slot[0] == pc && slot[1] != 0 => Rule(slot[1]),
             Some(slot) => {
                 let rule = rule_for(pc, emit);
-                *slot = [pc, rule.0];
+                if !rule.is_no_info() {
+                    *slot = [pc, rule.0];
+                }
                 rule
             }
             None => rule_for(pc, emit),
         };
-        *p = pc;
-        *r = rule.0;
+        if !rule.is_no_info() {
+            *p = pc;
+            *r = rule.0;
+        }
         rule
     }
 }
@@ -304,7 +314,7 @@ fn step(regs: &mut Regs, rule: Rule, lo: u64, hi: u64) -> Result<(), End> {
     // (below it, the main thread's stack may not be mapped yet). A word at `a` may be read
     // when `lo <= a` and `a + 8 <= hi`: one unsigned comparison.
     let lo = lo.max(regs.sp);
-    let room = (hi - lo).saturating_sub(7);
+    let room = hi.saturating_sub(lo).saturating_sub(7);
     let read = |a: u64| -> Result<u64, End> {
         if a.wrapping_sub(lo) >= room {
             return Err(End::BadFrame);
@@ -420,6 +430,55 @@ mod tests {
         assert_eq!(
             walk_all(&sb, rb, &mut memo),
             (vec![first, b, outer], End::Complete)
+        );
+    }
+
+    #[test]
+    fn code_without_unwind_information_is_looked_up_again_later() {
+        // In no module: no rule, and none kept, since the module may be mapped later.
+        let (first, next) = (0x7200_0000_0100u64, 0x7200_0000_2000u64);
+        remember(first, rsp_rule(16));
+        // SAFETY: as above.
+        let mut memo: Box<Memo> = Box::new(unsafe { std::mem::zeroed() });
+        let (stack, regs) = build(first, &[(first, 16), (next, 16)]);
+        assert_eq!(
+            walk_all(&stack, regs, &mut memo),
+            (vec![first, next], End::NoInfo)
+        );
+        // Its module mapped (the shared table knows the rule now): the thread sees it.
+        remember(next - 1, rsp_rule(16));
+        assert_eq!(
+            walk_all(&stack, regs, &mut memo),
+            (vec![first, next], End::Complete)
+        );
+    }
+
+    #[test]
+    fn the_last_word_of_the_stack_is_read_and_the_word_past_it_is_not() {
+        let (first, outer) = (0x7300_0000_0100u64, 0x7300_0000_2000u64);
+        // The outermost frame's CFA is the stack's end: its return address is the last word.
+        remember(first, rsp_rule(16));
+        remember(outer - 1, rsp_rule(16));
+        // SAFETY: as above.
+        let mut memo: Box<Memo> = Box::new(unsafe { std::mem::zeroed() });
+        let mut stack = vec![0u64; 4];
+        stack[1] = outer;
+        let regs = Regs {
+            pc: first,
+            sp: stack.as_ptr() as u64,
+            bp: 0,
+        };
+        assert_eq!(
+            walk_all(&stack, regs, &mut memo),
+            (vec![first, outer], End::Complete)
+        );
+        // A return address at the CFA itself, which is the stack's end: one word past it.
+        let past = 0x7300_0000_3000u64;
+        stack[1] = past;
+        remember(past - 1, Rule(16 | CFA_RSP << 32));
+        assert_eq!(
+            walk_all(&stack, regs, &mut memo),
+            (vec![first, past], End::BadFrame)
         );
     }
 
