@@ -69,26 +69,17 @@ mod tests {
     use crate::binary::stacks::StackDef;
 
     fn stream(defs: Vec<Vec<u64>>) -> Stream<'static> {
-        Stream {
-            id: 0,
-            tid: 1,
-            segments: Default::default(),
-            pos: 0,
-            tick: 0,
-            addr: 0,
-            keyed: false,
-            key: 0,
-            head: None,
-            defs: defs
-                .into_iter()
-                .zip(1..)
-                .map(|(pcs, id)| StackDef {
-                    id,
-                    end: StackEnd::Complete,
-                    pcs,
-                })
-                .collect(),
-        }
+        let mut s = Stream::new(0, 1);
+        s.defs = defs
+            .into_iter()
+            .zip(1..)
+            .map(|(pcs, id)| StackDef {
+                id,
+                end: StackEnd::Complete,
+                pcs,
+            })
+            .collect();
+        s
     }
 
     fn module(path: &str, segments: Vec<(u64, u64)>) -> NativeModule {

@@ -89,6 +89,24 @@ pub(super) struct SpoolEvent {
     stack: Option<u32>,
 }
 
+impl<'a> Stream<'a> {
+    /// The stream numbered `id` (the tracer's) of thread `tid`, before its first segment.
+    fn new(id: u32, tid: u64) -> Self {
+        Self {
+            id,
+            tid,
+            segments: VecDeque::new(),
+            pos: 0,
+            tick: 0,
+            addr: 0,
+            keyed: false,
+            key: 0,
+            head: None,
+            defs: Vec::new(),
+        }
+    }
+}
+
 impl Stream<'_> {
     /// Decodes the stream's next event into `head`, moving to its next segment as needed.
     pub(super) fn advance(&mut self, encoding: SpoolEncoding) -> Result<(), &'static str> {

@@ -133,18 +133,7 @@ impl<'a> SpoolState<'a> {
             }
         };
         let idx = *self.by_id.entry(stream).or_insert_with(|| {
-            self.streams.push(Stream {
-                id: stream,
-                tid,
-                segments: Default::default(),
-                pos: 0,
-                tick: 0,
-                addr: 0,
-                keyed: false,
-                key: 0,
-                head: None,
-                defs: Vec::new(),
-            });
+            self.streams.push(Stream::new(stream, tid));
             self.streams.len() - 1
         });
         if let Some(s) = self.streams.get_mut(idx) {
