@@ -132,6 +132,11 @@ fn published() -> &'static [Module] {
     all.get(..n).unwrap_or(&[])
 }
 
+/// How many modules are known: a rule found for code in no module holds until it grows.
+pub fn generation() -> u64 {
+    TABLE.count.load(Ordering::Acquire) as u64
+}
+
 /// The module that maps `addr`, among those known.
 #[inline]
 pub fn find(addr: u64) -> Option<&'static Module> {
@@ -148,24 +153,26 @@ pub fn find_or_refresh(addr: u64, emit: fn(&Module)) -> Option<&'static Module> 
     find(addr)
 }
 
-/// Adds the modules `dl_iterate_phdr` reports that the table lacks, calling `emit` for each.
+/// Adds the modules `dl_iterate_phdr` reports that the table lacks, calling `emit` for each;
+/// false when it did not look.
 ///
 /// When another thread is adding modules, this one does not wait (the caller's frame is then
 /// left unresolved): that thread may itself be waiting in `dl_iterate_phdr` for the dynamic
 /// loader's lock, which this thread may hold (a `malloc` made inside the program's own
 /// `dl_iterate_phdr` callback).
-pub fn refresh(emit: fn(&Module)) {
+pub fn refresh(emit: fn(&Module)) -> bool {
     if TABLE
         .lock
         .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
     {
-        return;
+        return false;
     }
     let mut emit = emit;
     // SAFETY: the callback only reads what the dynamic loader hands it.
     unsafe { dl_iterate_phdr(add_module, (&raw mut emit).cast()) };
     crate::unlock(&TABLE.lock);
+    true
 }
 
 /// Writes every known module again (a fork child's new spool).

@@ -11,7 +11,8 @@ pub(crate) const FORMAT_VERSION: u8 = 1;
 pub(crate) const FILE_KIND_SPOOL: u8 = 1;
 pub(crate) const FRAME_META: u8 = 0x01;
 pub(crate) const FRAME_SEGMENT: u8 = 0x10;
-/// A module of the process (see `modules.rs`), written when the unwinder first meets it.
+/// A module of the process (see `modules.rs`), written when the tracer first finds it loaded
+/// (the first walk that meets an address in no known module looks at the loaded modules).
 #[cfg(target_arch = "x86_64")]
 pub(crate) const FRAME_MODULE: u8 = 0x11;
 /// A flush mark: the time (u64) read before the clock thread wrote out every buffer.

@@ -63,6 +63,9 @@ struct Rule(u64);
 
 const CFA_RSP: u64 = 1;
 const CFA_RBP: u64 = 2;
+/// The generation of a [`Rule::no_module`] whose module table was not looked at again (its
+/// lock was busy): stale at once.
+const NO_GENERATION: u64 = (1 << 20) - 1;
 
 impl Rule {
     fn stop(end: End) -> Self {
@@ -73,10 +76,18 @@ impl Rule {
         (self.0 >> 32) & 3
     }
 
-    /// Code without unwind information, which may be mapped later (see [`compute_rule`]):
-    /// never kept in a thread's tables.
-    fn is_no_info(self) -> bool {
-        self.0 == Self::stop(End::NoInfo).0
+    /// Code in no known module, as of module [`generation`](modules::generation) `known`
+    /// (bit 35 marks it, bits 36-55 hold the generation; [`NO_GENERATION`] when the module
+    /// table was not looked at again): such a module may be mapped later.
+    fn no_module(known: u64) -> Self {
+        Self(Self::stop(End::NoInfo).0 | 1 << 35 | (known.min(NO_GENERATION) << 36))
+    }
+
+    /// A [`Self::no_module`] rule from before the module table last grew.
+    fn is_stale(self) -> bool {
+        self.cfa_reg() == 0
+            && (self.0 >> 35) & 1 == 1
+            && (self.0 >> 36) & NO_GENERATION != modules::generation().min(NO_GENERATION - 1)
     }
 
     fn end(self) -> End {
@@ -139,9 +150,18 @@ fn rule_for(pc: u64, emit: fn(&Module)) -> Rule {
 #[cold]
 #[inline(never)]
 fn compute_rule(pc: u64, emit: fn(&Module)) -> Rule {
-    let Some(m) = modules::find_or_refresh(pc, emit) else {
-        // Not cached: the module may be mapped later.
-        return Rule::stop(End::NoInfo);
+    let m = match modules::find(pc) {
+        Some(m) => m,
+        None => {
+            let looked = modules::refresh(emit);
+            match modules::find(pc) {
+                Some(m) => m,
+                // Not in the shared cache: the module may be mapped later. The threads keep it
+                // until the module table grows (see `Memo::forget_stale`).
+                None if looked => return Rule::no_module(modules::generation()),
+                None => return Rule::no_module(NO_GENERATION),
+            }
+        }
     };
     let rule = crate::cfi::compute(m, pc).map_or(Rule::stop(End::NoInfo), |s| pack(&s));
     remember(pc, rule);
@@ -221,18 +241,39 @@ impl Memo {
             Some(slot) if slot[0] == pc && slot[1] != 0 => Rule(slot[1]),
             Some(slot) => {
                 let rule = rule_for(pc, emit);
-                if !rule.is_no_info() {
-                    *slot = [pc, rule.0];
-                }
+                *slot = [pc, rule.0];
                 rule
             }
             None => rule_for(pc, emit),
         };
-        if !rule.is_no_info() {
-            *p = pc;
-            *r = rule.0;
-        }
+        *p = pc;
+        *r = rule.0;
         rule
+    }
+
+    /// After a walk that ended at code in no module (`pc`, met at `depth`): forgets that rule
+    /// if the module table grew since it was found, and says whether it did, so the walk is
+    /// tried again. Done once per walk that ends so, not per frame: the hits stay as cheap.
+    #[cold]
+    fn forget_stale(&mut self, depth: usize, pc: u64) -> bool {
+        let mut forgot = false;
+        if let (Some(p), Some(r)) = (self.pcs.get_mut(depth), self.rules.get_mut(depth))
+            && *p == pc
+            && Rule(*r).is_stale()
+        {
+            *p = 0;
+            *r = 0;
+            forgot = true;
+        }
+        let i = (pc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 55) as usize;
+        if let Some(slot) = self.slots.get_mut(i)
+            && slot[0] == pc
+            && Rule(slot[1]).is_stale()
+        {
+            *slot = [0, 0];
+            forgot = true;
+        }
+        forgot
     }
 }
 
@@ -248,14 +289,17 @@ pub struct Walked {
     pub frames: usize,
     pub end: End,
     pub hash: u64,
+    /// Where the walk ended: the depth and the address looked up.
+    last: (usize, u64),
 }
 
-fn walked(frames: usize, end: End, h: u64) -> Walked {
+fn walked(frames: usize, end: End, h: u64, last: (usize, u64)) -> Walked {
     let h = mix(h, end as u64);
     Walked {
         frames,
         end,
         hash: (h ^ (h >> 31)).max(1),
+        last,
     }
 }
 
@@ -264,6 +308,25 @@ fn walked(frames: usize, end: End, h: u64) -> Walked {
 /// first frame outside `[skip_lo, skip_hi)` (the tracer's own frames, at most 8 of them).
 /// `[stack_lo, stack_hi)` bounds every stack read.
 pub fn walk(
+    regs: Regs,
+    stack_lo: u64,
+    stack_hi: u64,
+    skip: (u64, u64),
+    out: &mut [std::mem::MaybeUninit<u64>; MAX_DEPTH],
+    memo: &mut Memo,
+    emit: fn(&Module),
+) -> Walked {
+    let w = walk_once(regs, stack_lo, stack_hi, skip, out, memo, emit);
+    // Ended at code in no module: if the module table grew since that was found, the
+    // module may be known now.
+    if w.end == End::NoInfo && memo.forget_stale(w.last.0, w.last.1) {
+        return walk_once(regs, stack_lo, stack_hi, skip, out, memo, emit);
+    }
+    w
+}
+
+#[inline(always)]
+fn walk_once(
     mut regs: Regs,
     stack_lo: u64,
     stack_hi: u64,
@@ -278,7 +341,7 @@ pub fn walk(
     while depth < 8 && regs.pc >= skip.0 && regs.pc < skip.1 {
         let rule = memo.rule(depth, lookup, emit);
         if let Err(end) = step(&mut regs, rule, stack_lo, stack_hi) {
-            return walked(0, end, h);
+            return walked(0, end, h, (depth, lookup));
         }
         depth += 1;
         lookup = regs.pc - 1;
@@ -288,11 +351,11 @@ pub fn walk(
         h = mix(h, regs.pc);
         let rule = memo.rule(depth + n, lookup, emit);
         if let Err(end) = step(&mut regs, rule, stack_lo, stack_hi) {
-            return walked(n + 1, end, h);
+            return walked(n + 1, end, h, (depth + n, lookup));
         }
         lookup = regs.pc - 1;
     }
-    walked(MAX_DEPTH, End::DepthCap, h)
+    walked(MAX_DEPTH, End::DepthCap, h, (0, 0))
 }
 
 /// One frame outward by `rule`, every read checked; `Err` says why the walk ends there (the
@@ -434,23 +497,36 @@ mod tests {
     }
 
     #[test]
-    fn code_without_unwind_information_is_looked_up_again_later() {
-        // In no module: no rule, and none kept, since the module may be mapped later.
+    fn code_in_no_module_is_looked_up_again_once_the_module_table_grows() {
         let (first, next) = (0x7200_0000_0100u64, 0x7200_0000_2000u64);
         remember(first, rsp_rule(16));
+        let (stack, regs) = build(first, &[(first, 16), (next, 16)]);
+        let stopped = (vec![first, next], End::NoInfo);
+        let whole = (vec![first, next], End::Complete);
+        // Found in no module as things stand: the thread keeps that, and does not look the
+        // address up again on each walk (the module's rule appearing in the shared cache is
+        // not seen).
         // SAFETY: as above.
         let mut memo: Box<Memo> = Box::new(unsafe { std::mem::zeroed() });
-        let (stack, regs) = build(first, &[(first, 16), (next, 16)]);
-        assert_eq!(
-            walk_all(&stack, regs, &mut memo),
-            (vec![first, next], End::NoInfo)
-        );
-        // Its module mapped (the shared table knows the rule now): the thread sees it.
+        remember(next - 1, Rule::no_module(modules::generation()));
+        assert_eq!(walk_all(&stack, regs, &mut memo), stopped);
         remember(next - 1, rsp_rule(16));
-        assert_eq!(
-            walk_all(&stack, regs, &mut memo),
-            (vec![first, next], End::Complete)
-        );
+        assert_eq!(walk_all(&stack, regs, &mut memo), stopped);
+        // Found so before the module table last grew: looked up again, and the module's rule
+        // is found.
+        // SAFETY: as above.
+        let mut memo: Box<Memo> = Box::new(unsafe { std::mem::zeroed() });
+        remember(next - 1, Rule::no_module(modules::generation() + 1));
+        assert_eq!(walk_all(&stack, regs, &mut memo), stopped);
+        remember(next - 1, rsp_rule(16));
+        assert_eq!(walk_all(&stack, regs, &mut memo), whole);
+        // So is one found while the module table was busy, whatever its generation.
+        // SAFETY: as above.
+        let mut memo: Box<Memo> = Box::new(unsafe { std::mem::zeroed() });
+        remember(next - 1, Rule::no_module(NO_GENERATION));
+        assert_eq!(walk_all(&stack, regs, &mut memo), stopped);
+        remember(next - 1, rsp_rule(16));
+        assert_eq!(walk_all(&stack, regs, &mut memo), whole);
     }
 
     #[test]

@@ -100,10 +100,11 @@ mod tests {
         let mut in_use = ModulesInUse::default();
         let mut streams = vec![stream(vec![vec![0x1010, 0x6100], vec![0x1020]])];
         assert_eq!(in_use.take_new(&modules, &streams), vec![0, 2]);
-        // Nothing new: an address between segments, one in no module, one of a used module.
+        // Nothing new: an address between segments (just past the unused module's), one in no
+        // module, one of a used module.
         streams[0]
             .defs
-            .extend(stream(vec![vec![0x5900, 0x9000, 0x1fff]]).defs);
+            .extend(stream(vec![vec![0x4800, 0x9000, 0x1fff]]).defs);
         assert_eq!(in_use.take_new(&modules, &streams), Vec::<usize>::new());
         // A module read later, used by a stack of a new stream.
         modules.push(module("/d", vec![(0x8000, 0x8800)]));

@@ -130,7 +130,7 @@ impl LiveSpool {
     /// Once the tracer is done with the file: takes in the rest and emits every event left.
     ///
     /// # Errors
-    /// As [`Self::poll`], and when an event came in late.
+    /// As [`Self::emit`], and when an event came in late.
     pub fn finish(
         mut self,
         f: &mut dyn FnMut(&Record) -> Result<(), &'static str>,

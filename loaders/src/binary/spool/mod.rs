@@ -105,9 +105,7 @@ impl<'a> Stream<'a> {
             defs: Vec::new(),
         }
     }
-}
 
-impl Stream<'_> {
     /// Decodes the stream's next event into `head`, moving to its next segment as needed.
     pub(super) fn advance(&mut self, encoding: SpoolEncoding) -> Result<(), &'static str> {
         self.head = None;
