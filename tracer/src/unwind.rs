@@ -226,6 +226,12 @@ pub struct Memo {
     slots: [[u64; 2]; MEMO_SLOTS],
 }
 
+/// A return address's place in [`Memo`]'s table by address.
+#[inline(always)]
+fn memo_slot(pc: u64) -> usize {
+    (pc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 55) as usize
+}
+
 impl Memo {
     /// The rule for `pc`, met at `depth` of a walk.
     #[inline(always)]
@@ -236,8 +242,7 @@ impl Memo {
         if *p == pc && *r != 0 {
             return Rule(*r);
         }
-        let i = (pc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 55) as usize;
-        let rule = match self.slots.get_mut(i) {
+        let rule = match self.slots.get_mut(memo_slot(pc)) {
             Some(slot) if slot[0] == pc && slot[1] != 0 => Rule(slot[1]),
             Some(slot) => {
                 let rule = rule_for(pc, emit);
@@ -265,8 +270,7 @@ impl Memo {
             *r = 0;
             forgot = true;
         }
-        let i = (pc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 55) as usize;
-        if let Some(slot) = self.slots.get_mut(i)
+        if let Some(slot) = self.slots.get_mut(memo_slot(pc))
             && slot[0] == pc
             && Rule(slot[1]).is_stale()
         {
@@ -411,8 +415,9 @@ mod tests {
 
     fn no_module(_: &Module) {}
 
-    fn memo_slot(pc: u64) -> u64 {
-        pc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 55
+    fn empty_memo() -> Box<Memo> {
+        // SAFETY: a memo is integers only; zeroed is empty.
+        Box::new(unsafe { std::mem::zeroed() })
     }
 
     fn cache_slot(pc: u64) -> u64 {
@@ -469,8 +474,7 @@ mod tests {
         for (pc, off) in [(first, 16), (a - 1, 32), (b - 1, 48), (outer - 1, 16)] {
             remember(pc, rsp_rule(off));
         }
-        // SAFETY: a memo is integers only; zeroed is empty.
-        let mut memo: Box<Memo> = Box::new(unsafe { std::mem::zeroed() });
+        let mut memo = empty_memo();
         let (sa, ra) = build(first, &[(first, 16), (a, 32), (outer, 16)]);
         let (sb, rb) = build(first, &[(first, 16), (b, 48), (outer, 16)]);
         for _ in 0..3 {
@@ -506,23 +510,20 @@ mod tests {
         // Found in no module as things stand: the thread keeps that, and does not look the
         // address up again on each walk (the module's rule appearing in the shared cache is
         // not seen).
-        // SAFETY: as above.
-        let mut memo: Box<Memo> = Box::new(unsafe { std::mem::zeroed() });
+        let mut memo = empty_memo();
         remember(next - 1, Rule::no_module(modules::generation()));
         assert_eq!(walk_all(&stack, regs, &mut memo), stopped);
         remember(next - 1, rsp_rule(16));
         assert_eq!(walk_all(&stack, regs, &mut memo), stopped);
         // Found so before the module table last grew: looked up again, and the module's rule
         // is found.
-        // SAFETY: as above.
-        let mut memo: Box<Memo> = Box::new(unsafe { std::mem::zeroed() });
+        let mut memo = empty_memo();
         remember(next - 1, Rule::no_module(modules::generation() + 1));
         assert_eq!(walk_all(&stack, regs, &mut memo), stopped);
         remember(next - 1, rsp_rule(16));
         assert_eq!(walk_all(&stack, regs, &mut memo), whole);
         // So is one found while the module table was busy, whatever its generation.
-        // SAFETY: as above.
-        let mut memo: Box<Memo> = Box::new(unsafe { std::mem::zeroed() });
+        let mut memo = empty_memo();
         remember(next - 1, Rule::no_module(NO_GENERATION));
         assert_eq!(walk_all(&stack, regs, &mut memo), stopped);
         remember(next - 1, rsp_rule(16));
@@ -535,8 +536,7 @@ mod tests {
         // The outermost frame's CFA is the stack's end: its return address is the last word.
         remember(first, rsp_rule(16));
         remember(outer - 1, rsp_rule(16));
-        // SAFETY: as above.
-        let mut memo: Box<Memo> = Box::new(unsafe { std::mem::zeroed() });
+        let mut memo = empty_memo();
         let mut stack = vec![0u64; 4];
         stack[1] = outer;
         let regs = Regs {
@@ -563,8 +563,7 @@ mod tests {
         let (first, next) = (0x7100_0000_0100u64, 0x7100_0000_2000u64);
         remember(first, rsp_rule(16));
         remember(next - 1, rsp_rule(4096));
-        // SAFETY: as above.
-        let mut memo: Box<Memo> = Box::new(unsafe { std::mem::zeroed() });
+        let mut memo = empty_memo();
         let (stack, regs) = build(first, &[(first, 16), (next, 16)]);
         // The second frame's CFA is far above the stack's end.
         assert_eq!(

@@ -156,22 +156,41 @@ pub(super) fn read_module_frame(payload: &[u8]) -> Option<NativeModule> {
     })
 }
 
+/// The mapped segments of a spool's modules, sorted: which module holds an address.
+#[derive(Default)]
+pub(super) struct ModuleRanges(Vec<(u64, u64, u32)>);
+
+impl ModuleRanges {
+    pub(super) fn new(modules: &[NativeModule]) -> Self {
+        let mut ranges: Vec<(u64, u64, u32)> = modules
+            .iter()
+            .zip(0u32..)
+            .flat_map(|(m, i)| m.segments.iter().map(move |&(lo, hi)| (lo, hi, i)))
+            .collect();
+        ranges.sort_unstable();
+        Self(ranges)
+    }
+
+    /// The index of the module whose segment holds `pc`.
+    pub(super) fn module_of(&self, pc: u64) -> Option<u32> {
+        let i = self.0.partition_point(|r| r.0 <= pc);
+        match i.checked_sub(1).and_then(|i| self.0.get(i)) {
+            Some(&(_, hi, m)) if pc < hi => Some(m),
+            _ => None,
+        }
+    }
+}
+
 /// Places a spool's stack definitions in its modules: locations deduplicated.
 pub(super) fn from_spool(modules: Vec<NativeModule>, defs: Vec<StackDef>) -> NativeStacks {
-    let mut ranges: Vec<(u64, u64, u32)> = modules
-        .iter()
-        .zip(0u32..)
-        .flat_map(|(m, i)| m.segments.iter().map(move |&(lo, hi)| (lo, hi, i)))
-        .collect();
-    ranges.sort_unstable();
+    let ranges = ModuleRanges::new(&modules);
     let place = |pc: u64| -> Location {
-        let i = ranges.partition_point(|r| r.0 <= pc);
-        match i.checked_sub(1).and_then(|i| ranges.get(i)) {
-            Some(&(_, hi, m)) if pc < hi => Location {
+        match ranges.module_of(pc) {
+            Some(m) => Location {
                 module: Some(m),
                 offset: pc.wrapping_sub(modules.get(m as usize).map_or(0, |m| m.bias)),
             },
-            _ => Location {
+            None => Location {
                 module: None,
                 offset: pc,
             },

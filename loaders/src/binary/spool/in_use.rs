@@ -5,11 +5,12 @@
 
 use super::Stream;
 use crate::binary::NativeModule;
+use crate::binary::stacks::ModuleRanges;
 
 #[derive(Default)]
 pub(super) struct ModulesInUse {
-    /// `(start, end, module)` of every segment, sorted; rebuilt when modules come in.
-    ranges: Vec<(u64, u64, usize)>,
+    /// Rebuilt when modules come in.
+    ranges: ModuleRanges,
     /// Modules `ranges` was built from.
     ranges_of: usize,
     used: Vec<bool>,
@@ -26,12 +27,7 @@ impl ModulesInUse {
         streams: &[Stream<'_>],
     ) -> Vec<usize> {
         if modules.len() != self.ranges_of {
-            self.ranges = modules
-                .iter()
-                .enumerate()
-                .flat_map(|(i, m)| m.segments.iter().map(move |&(lo, hi)| (lo, hi, i)))
-                .collect();
-            self.ranges.sort_unstable();
+            self.ranges = ModuleRanges::new(modules);
             self.ranges_of = modules.len();
             self.used.resize(modules.len(), false);
         }
@@ -42,13 +38,10 @@ impl ModulesInUse {
         for (s, seen) in streams.iter().zip(&mut self.seen) {
             for def in s.defs.get(*seen..).unwrap_or(&[]) {
                 for &pc in &def.pcs {
-                    let i = self.ranges.partition_point(|r| r.0 <= pc);
-                    let Some(&(_, hi, m)) = i.checked_sub(1).and_then(|i| self.ranges.get(i))
-                    else {
+                    let Some(m) = self.ranges.module_of(pc).map(|m| m as usize) else {
                         continue;
                     };
                     if let Some(used) = self.used.get_mut(m)
-                        && pc < hi
                         && !*used
                     {
                         *used = true;
