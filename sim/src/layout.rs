@@ -32,7 +32,7 @@ use crate::policy::{Addr, Block, BlockState, Counters, Policy};
 
 mod columns;
 
-use columns::{Lengths, Tier};
+use columns::{Addrs, Lengths, Tier};
 
 /// Allocations per skip run.
 const CHUNK: usize = 256;
@@ -42,6 +42,8 @@ const PARALLEL_WORK: usize = 200_000;
 /// lookup sorts at most this many. Short traces use a 64th of their length, so both tiers
 /// carry allocations in small tests too.
 const SHORT_LIFE_MAX: u32 = 32_768;
+// Short lives are kept in 16 bits.
+const _: () = assert!(SHORT_LIFE_MAX <= u16::MAX as u32);
 /// Range deltas between two copies of the whole range set, at least (see `finish`).
 const RANGE_SNAPSHOT_EVERY: usize = 1024;
 /// "Never freed" as a death position.
@@ -142,7 +144,13 @@ impl LayoutRecorder {
     }
 
     /// Called after every event: records the held ranges when they may have changed.
-    pub fn after_event(&mut self, event: usize, policy: &dyn Policy, counters: &Counters) {
+    #[inline]
+    pub fn after_event<P: Policy + ?Sized>(
+        &mut self,
+        event: usize,
+        policy: &P,
+        counters: &Counters,
+    ) {
         let epoch = policy.held_ranges_epoch();
         if epoch == self.epoch && counters.footprint_bytes == self.footprint_bytes {
             return;
@@ -172,8 +180,8 @@ impl LayoutRecorder {
             served.partition(|&i| self.death[i].saturating_sub(self.birth[i]) <= short_life);
         short.sort_unstable_by_key(|&i| self.birth[i]);
         long.sort_unstable_by_key(|&i| (self.addr[i], self.birth[i]));
-        let short = self.tier(&short);
-        let long = self.tier(&long);
+        let short = self.tier(&short, true);
+        let long = self.tier(&long, false);
         let chunk_birth = long
             .birth
             .chunks(CHUNK)
@@ -201,16 +209,29 @@ impl LayoutRecorder {
         }
     }
 
-    fn tier(&self, order: &[usize]) -> Tier {
+    /// The tier of allocations `order`, in that order, with lives instead of deaths when
+    /// `short` (every allocation then lives at most [`SHORT_LIFE_MAX`] events).
+    fn tier(&self, order: &[usize], short: bool) -> Tier {
+        let death = order.iter().map(|&i| self.death[i]);
+        let (death, life) = if short {
+            let life = order.iter().map(|&i| {
+                let life = self.death[i].saturating_sub(self.birth[i]);
+                u16::try_from(life).unwrap_or(u16::MAX)
+            });
+            (Vec::new(), life.collect())
+        } else {
+            (death.collect(), Vec::new())
+        };
         Tier {
-            addr: order.iter().map(|&i| self.addr[i]).collect(),
+            addr: Addrs::of(order.iter().map(|&i| self.addr[i])),
             lengths: Lengths::gather(&self.lengths, order),
             id: order
                 .iter()
                 .filter_map(|&i| u32::try_from(i).ok())
                 .collect(),
             birth: order.iter().map(|&i| self.birth[i]).collect(),
-            death: order.iter().map(|&i| self.death[i]).collect(),
+            death,
+            life,
         }
     }
 }
@@ -416,7 +437,7 @@ impl LayoutIndex {
             let mid = ranges.len() / 2;
             let split_addr = ranges.get(mid)?.0;
             let held_before: u64 = ranges.get(..mid)?.iter().map(|&(_, l)| l).sum();
-            let long_split = self.long.addr.partition_point(|&a| a < split_addr);
+            let long_split = self.long.addr.first_at_or_above(split_addr);
             let short_split = short.partition_point(|&(a, _)| a < split_addr);
             let (first, later) = std::thread::scope(|scope| {
                 let later = scope.spawn(|| {
@@ -452,8 +473,8 @@ impl LayoutIndex {
             .partition_point(|&b| b <= pos.saturating_sub(self.short_life));
         let last = s.birth.partition_point(|&b| b <= pos);
         let mut short: Vec<(Addr, usize)> = (first..last)
-            .filter(|&i| pos < s.death[i] && addrs.contains(&s.addr[i]))
-            .map(|i| (s.addr[i], i))
+            .filter(|&i| pos < s.death_at(i) && addrs.contains(&s.addr.at(i)))
+            .map(|i| (s.addr.at(i), i))
             .collect();
         short.sort_unstable();
         short
@@ -482,8 +503,7 @@ impl LayoutIndex {
         let addr = ra + (offset - (from - rl));
         let end = ra + rl;
         let short = self.live_short(pos, ra..end);
-        let long = self.long.addr.partition_point(|&a| a < ra)
-            ..self.long.addr.partition_point(|&a| a < end);
+        let long = self.long.addr.first_at_or_above(ra)..self.long.addr.first_at_or_above(end);
         let mut blocks = Vec::new();
         self.fill(pos, ranges.get(r..=r)?, &short, long, &mut blocks)?;
         blocks
@@ -525,7 +545,7 @@ impl LayoutIndex {
                 while bits != 0 {
                     let i = from + w * 64 + bits.trailing_zeros() as usize;
                     bits &= bits - 1;
-                    while let Some((_, j)) = short.next_if(|&(a, _)| a < l.addr[i]) {
+                    while let Some((_, j)) = short.next_if(|&(a, _)| a < l.addr.at(i)) {
                         emit.used(s.block(j))?;
                     }
                     emit.used(l.block(i))?;

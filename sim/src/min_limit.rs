@@ -91,7 +91,7 @@ pub fn run_until_failure(
     let mut peak = policy.counters().footprint_bytes;
     let events = trace.kind.iter().zip(trace.alloc_id).zip(trace.size_bytes);
     for (i, ((&code, &id), &size)) in events.enumerate() {
-        match apply(policy.as_mut(), code, id, id, size, align_bytes, &addrs) {
+        match apply(policy.as_mut(), code, id, id, size, align_bytes, &addrs[..]) {
             Ok(Some(placement)) => {
                 if let Some(slot) = addrs.get_mut(id as usize) {
                     *slot = placement.addr;

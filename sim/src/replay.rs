@@ -27,9 +27,11 @@ use crate::policy::{Addr, AllocError, Block, Counters, FreeError, Placement, Pol
 use crate::series::{Bucketing, Series};
 use crate::trace::{EventKind, TraceView};
 
+mod addrs;
 mod run;
+pub(crate) use addrs::{AddrLookup, AddrTable};
 pub(crate) use run::Run;
-pub use run::STREAM_OOMS_KEPT;
+pub use run::{Meter, STREAM_OOMS_KEPT, Span};
 
 /// Knobs of a replay.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -162,7 +164,7 @@ pub struct Replay {
     pub final_state: Box<dyn Policy>,
     checkpoints: Vec<Checkpoint>,
     checkpoint_every: usize,
-    addrs: Vec<Addr>,
+    addrs: AddrTable,
     align_bytes: u64,
     layout: Option<LayoutIndex>,
     /// Replayed from a stream ([`crate::stream`]): no address table nor checkpoints to seek
@@ -173,15 +175,15 @@ pub struct Replay {
 /// Applies event `i` to `policy`, with the addresses from `addrs` (the allocation's at
 /// `slot`). Returns the failure of an
 /// allocation, if any; `Ok(Some(placement))` for a served allocation.
-#[inline]
-pub(crate) fn apply(
-    policy: &mut dyn Policy,
+#[inline(always)]
+pub(crate) fn apply<P: Policy + ?Sized, A: AddrLookup + ?Sized>(
+    policy: &mut P,
     code: u8,
     id: u32,
     slot: u32,
     size_bytes: u64,
     align_bytes: u64,
-    addrs: &[Addr],
+    addrs: &A,
 ) -> Result<Option<Placement>, Result<AllocError, FreeError>> {
     if code == EventKind::Alloc as u8 {
         let req = Request {
@@ -195,7 +197,7 @@ pub(crate) fn apply(
         };
     }
     if code == EventKind::Free as u8 {
-        let addr = addrs.get(slot as usize).copied().unwrap_or(FAILED);
+        let addr = addrs.addr_at(slot);
         if addr != FAILED {
             policy.free(addr).map_err(Err)?;
         }
@@ -240,23 +242,28 @@ pub fn replay_cancellable(
     let bucketing = Bucketing::for_trace(trace, opts.buckets);
     let mut run = Run::new(policy, opts, bucketing, trace.num_allocs as usize, Some(n));
     let started = Instant::now();
-    let events = trace
-        .kind
-        .iter()
-        .zip(trace.alloc_id)
-        .zip(trace.size_bytes)
-        .zip(trace.t_ns);
-    for (i, (((&code, &id), &size), &t)) in events.enumerate() {
-        if i % PROGRESS_EVERY == 0 {
-            if cancel.load(std::sync::atomic::Ordering::Relaxed) {
-                return (run.finish(i, started.elapsed().as_secs_f64(), false), true);
-            }
-            if let Some(p) = progress {
-                p.store(i, std::sync::atomic::Ordering::Relaxed);
-            }
+    let mut from = 0;
+    while from < n {
+        if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            return (
+                run.finish(from, started.elapsed().as_secs_f64(), false),
+                true,
+            );
         }
+        if let Some(p) = progress {
+            p.store(from, std::sync::atomic::Ordering::Relaxed);
+        }
+        let to = (from + PROGRESS_EVERY).min(n);
         // In memory, allocation ids are dense: each has its own slot of the address table.
-        run.step(i, code, id, id, size, t);
+        run.run(&Span {
+            first: from,
+            kind: trace.kind.get(from..to).unwrap_or_default(),
+            alloc_id: trace.alloc_id.get(from..to).unwrap_or_default(),
+            slot: None,
+            size_bytes: trace.size_bytes.get(from..to).unwrap_or_default(),
+            t_ns: trace.t_ns.get(from..to).unwrap_or_default(),
+        });
+        from = to;
     }
     if let Some(p) = progress {
         p.store(n, std::sync::atomic::Ordering::Relaxed);
@@ -284,10 +291,7 @@ impl Replay {
         if self.streamed {
             return None;
         }
-        self.addrs
-            .get(id as usize)
-            .copied()
-            .filter(|&a| a != FAILED)
+        Some(self.addrs.addr_at(id)).filter(|&a| a != FAILED)
     }
 
     /// Fills `out` with the blocks just after `event` from the layout index, without
@@ -535,7 +539,7 @@ mod tests {
                     view.alloc_id[i],
                     view.size_bytes[i],
                     16,
-                    &addrs,
+                    addrs.as_slice(),
                 );
                 if let Ok(Some(a)) = out {
                     addrs[view.alloc_id[i] as usize] = a.addr;

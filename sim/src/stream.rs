@@ -171,18 +171,27 @@ pub fn replay_stream_until(
     let mut i = 0usize;
     let started = Instant::now();
     while i <= last_event && source.next_batch(&mut batch)? {
-        let events = batch
-            .kind
-            .iter()
-            .zip(&batch.alloc_id)
-            .zip(&batch.slot)
-            .zip(&batch.size_bytes)
-            .zip(&batch.t_ns)
-            .take(last_event.saturating_sub(i).saturating_add(1));
-        for ((((&code, &id), &slot), &size), &t) in events {
-            run.step(i, code, id, slot, size, t);
-            i += 1;
-        }
+        // The columns are of one length; the shortest bounds them all the same.
+        let len = [
+            batch.kind.len(),
+            batch.alloc_id.len(),
+            batch.slot.len(),
+            batch.size_bytes.len(),
+            batch.t_ns.len(),
+        ]
+        .into_iter()
+        .min()
+        .unwrap_or(0)
+        .min(last_event.saturating_sub(i).saturating_add(1));
+        run.run(&crate::replay::Span {
+            first: i,
+            kind: batch.kind.get(..len).unwrap_or_default(),
+            alloc_id: batch.alloc_id.get(..len).unwrap_or_default(),
+            slot: Some(batch.slot.get(..len).unwrap_or_default()),
+            size_bytes: batch.size_bytes.get(..len).unwrap_or_default(),
+            t_ns: batch.t_ns.get(..len).unwrap_or_default(),
+        });
+        i += len;
         if let Some(p) = progress {
             p.store(i, std::sync::atomic::Ordering::Relaxed);
         }

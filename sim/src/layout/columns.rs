@@ -7,18 +7,30 @@ use crate::policy::{Addr, Block, BlockState};
 /// Allocations, one column per field.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Tier {
-    pub(super) addr: Vec<Addr>,
+    pub(super) addr: Addrs,
     pub(super) lengths: Lengths,
     pub(super) id: Vec<u32>,
     pub(super) birth: Vec<u32>,
+    /// Death positions; empty when the tier keeps lives instead.
     pub(super) death: Vec<u32>,
+    /// Death minus birth, for a tier of short lives (at most `SHORT_LIFE_MAX`): half the bytes
+    /// of a death position.
+    pub(super) life: Vec<u16>,
 }
 
 impl Tier {
+    /// Allocation `i`'s death position.
+    pub(super) fn death_at(&self, i: usize) -> u32 {
+        match (self.life.get(i), self.birth.get(i)) {
+            (Some(&life), Some(&birth)) => birth.saturating_add(u32::from(life)),
+            _ => self.death.get(i).copied().unwrap_or(0),
+        }
+    }
+
     pub(super) fn block(&self, i: usize) -> Block {
         let (len_bytes, requested_bytes) = self.lengths.get(i);
         Block {
-            addr: self.addr[i],
+            addr: self.addr.at(i),
             len_bytes,
             state: BlockState::Used {
                 id: self.id[i],
@@ -28,17 +40,67 @@ impl Tier {
     }
 }
 
+/// A tier's addresses: 4 bytes each when every one fits in 32 bits (policies place from address
+/// 0, so nearly always), else 8.
+#[derive(Clone, Debug)]
+pub(super) enum Addrs {
+    Narrow(Vec<u32>),
+    Wide(Vec<Addr>),
+}
+
+impl Default for Addrs {
+    fn default() -> Self {
+        Self::Narrow(Vec::new())
+    }
+}
+
+impl Addrs {
+    /// `addrs`, narrowed when every one fits.
+    pub(super) fn of(addrs: impl Iterator<Item = Addr> + Clone) -> Self {
+        if addrs.clone().all(|a| u32::try_from(a).is_ok()) {
+            Self::Narrow(addrs.filter_map(|a| u32::try_from(a).ok()).collect())
+        } else {
+            Self::Wide(addrs.collect())
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Self::Narrow(v) => v.len(),
+            Self::Wide(v) => v.len(),
+        }
+    }
+
+    /// Address `i` (`i < len`).
+    #[inline]
+    pub(super) fn at(&self, i: usize) -> Addr {
+        match self {
+            Self::Narrow(v) => Addr::from(v[i]),
+            Self::Wide(v) => v[i],
+        }
+    }
+
+    /// The first index whose address is not below `addr`, in a tier sorted by address.
+    pub(super) fn first_at_or_above(&self, addr: Addr) -> usize {
+        match self {
+            Self::Narrow(v) => v.partition_point(|&a| Addr::from(a) < addr),
+            Self::Wide(v) => v.partition_point(|&a| a < addr),
+        }
+    }
+}
+
 /// Marks a block whose lengths are kept in [`Lengths::wide`].
 const WIDE: u32 = u32::MAX;
 
-/// Each block's reserved and requested bytes in 8 bytes: the length as a `u32`, and what it
-/// leaves over the request as another (a policy reserves at most a little more than asked).
-/// The rare block that does not fit (4 GiB or more, or more than that over its request) is
-/// kept aside by index. Millions of allocations make the index's size, so it counts.
+/// Each block's reserved and requested bytes in 6 bytes: the length as a `u32`, and what it
+/// leaves over the request as a `u16` (a policy reserves at most a little more than asked:
+/// rounding, a header, a remainder too small to split off). The rare block that does not fit
+/// (4 GiB or more, or 64 KiB or more over its request) is kept aside by index. Millions of
+/// allocations make the index's size, so it counts.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Lengths {
     len: Vec<u32>,
-    slack: Vec<u32>,
+    slack: Vec<u16>,
     wide: BTreeMap<usize, (u64, u64)>,
 }
 
@@ -71,7 +133,7 @@ impl Lengths {
         let narrow = u32::try_from(len_bytes).ok().filter(|&l| l != WIDE).zip(
             len_bytes
                 .checked_sub(requested_bytes)
-                .and_then(|s| u32::try_from(s).ok()),
+                .and_then(|s| u16::try_from(s).ok()),
         );
         let (Some(len), Some(slack)) = (self.len.get_mut(i), self.slack.get_mut(i)) else {
             return;
@@ -107,6 +169,23 @@ mod tests {
 
     /// Lengths that fit in 32 bits are kept in 8 bytes; the others aside, by index, exactly.
     #[test]
+    fn addresses_narrow_only_when_every_one_fits() {
+        let small = [0, 7, Addr::from(u32::MAX)];
+        let a = Addrs::of(small.iter().copied());
+        assert!(matches!(a, Addrs::Narrow(_)));
+        let big = [0, 7, Addr::from(u32::MAX) + 1];
+        let b = Addrs::of(big.iter().copied());
+        assert!(matches!(b, Addrs::Wide(_)));
+        for (t, want) in [(&a, &small), (&b, &big)] {
+            assert_eq!(t.len(), 3);
+            assert_eq!((0..3).map(|i| t.at(i)).collect::<Vec<_>>(), want.to_vec());
+            assert_eq!(t.first_at_or_above(7), 1);
+            assert_eq!(t.first_at_or_above(8), 2);
+            assert_eq!(t.first_at_or_above(Addr::MAX), 3);
+        }
+    }
+
+    #[test]
     fn lengths_keep_narrow_and_wide_values_exactly() {
         let cases = [
             (256, 200),
@@ -116,6 +195,9 @@ mod tests {
             (1 << 40, (1 << 40) - 3),
             (1 << 40, 1),
             (10, 20),
+            (70_000, 65_535),
+            (70_000, 4_464),
+            (70_000, 4_465),
             (u64::MAX, u64::MAX),
         ];
         let mut l = Lengths::zeroed(cases.len());
@@ -125,11 +207,16 @@ mod tests {
         for (i, &c) in cases.iter().enumerate() {
             assert_eq!(l.get(i), c, "case {i}");
         }
-        assert_eq!(l.wide.len(), 5, "{:?}", l.wide);
+        // Aside: lengths of 4 GiB or more, requests above their lengths, and slack of 64 KiB or
+        // more (cases 2 and 8; case 9 is 65,535 over, which fits).
+        assert_eq!(
+            l.wide.keys().copied().collect::<Vec<_>>(),
+            [2, 3, 4, 5, 6, 8, 10]
+        );
         // Overwritten narrow, a wide entry goes.
         l.set(3, 7, 7);
         assert_eq!(l.get(3), (7, 7));
-        assert_eq!(l.wide.len(), 4);
+        assert_eq!(l.wide.len(), 6);
         let order = [7, 0, 4];
         let g = Lengths::gather(&l, &order);
         assert_eq!(

@@ -44,7 +44,11 @@ pub const MAX_REQUEST_BYTES: u64 = 1 << 48;
 ///
 /// # Errors
 /// The policy's, or out of memory for a request past the cap.
-pub fn alloc_capped(policy: &mut dyn Policy, req: Request) -> Result<Placement, AllocError> {
+#[inline(always)]
+pub fn alloc_capped<P: Policy + ?Sized>(
+    policy: &mut P,
+    req: Request,
+) -> Result<Placement, AllocError> {
     if req.size_bytes > MAX_REQUEST_BYTES {
         let c = policy.counters();
         return Err(AllocError::OutOfMemory {
@@ -223,6 +227,12 @@ pub trait Policy: Send + Sync {
     fn check_invariants(&self) -> Result<(), String>;
     /// Downcasting hook, so a frontend can draw policy-specific views (BFC bins).
     fn as_any(&self) -> &dyn Any;
+    /// The replay engine's loop over `span`. Not for overriding: the default is compiled for
+    /// each policy type, which makes the policy's calls in the loop direct ones.
+    #[doc(hidden)]
+    fn replay_span(&mut self, meter: &mut crate::replay::Meter, span: &crate::replay::Span<'_>) {
+        meter.replay_span(self, span);
+    }
 }
 
 impl Clone for Box<dyn Policy> {

@@ -1,7 +1,14 @@
 //! The replay loop's state and step ([`Run`]), shared by the in-memory replay and the
 //! streaming one ([`crate::stream`]).
+//!
+//! The loop runs inside the policy's own [`Policy::replay_span`], instantiated for each policy
+//! type, so that its `alloc`, `free` and `counters` are direct calls the compiler inlines into
+//! the measurement: through the trait object they were three calls an event whose returned
+//! counters went through memory. Only checkpoints, taken between spans, use the trait object.
 
-use super::{Checkpoint, FAILED, FreeFailure, Oom, Replay, ReplayOptions, Summary, apply};
+use super::{
+    AddrTable, Checkpoint, FAILED, FreeFailure, Oom, Replay, ReplayOptions, Summary, apply,
+};
 use crate::layout::LayoutRecorder;
 use crate::metrics;
 use crate::policy::{Addr, Counters, Policy, Request};
@@ -13,6 +20,45 @@ use crate::trace::EventKind;
 /// streaming one ([`crate::stream::replay_stream`]), so both give the same figures.
 pub(crate) struct Run {
     policy: Box<dyn Policy>,
+    meter: Meter,
+}
+
+/// A stretch of consecutive events for [`Policy::replay_span`]: columns of equal length, the
+/// first being event number `first`.
+#[derive(Clone, Copy)]
+pub struct Span<'a> {
+    pub(crate) first: usize,
+    pub(crate) kind: &'a [u8],
+    pub(crate) alloc_id: &'a [u32],
+    /// Each event's slot of the address table; `None` when it is the allocation id (in memory).
+    pub(crate) slot: Option<&'a [u32]>,
+    pub(crate) size_bytes: &'a [u64],
+    pub(crate) t_ns: &'a [i64],
+}
+
+impl Span<'_> {
+    pub(crate) fn len(&self) -> usize {
+        self.kind.len()
+    }
+
+    /// Events `from..to` of the span.
+    fn part(&self, from: usize, to: usize) -> Self {
+        let cut = |n: usize| n.min(to).max(from);
+        let (a, b) = (cut(from), cut(to));
+        Span {
+            first: self.first + a,
+            kind: self.kind.get(a..b).unwrap_or_default(),
+            alloc_id: self.alloc_id.get(a..b).unwrap_or_default(),
+            slot: self.slot.map(|s| s.get(a..b).unwrap_or_default()),
+            size_bytes: self.size_bytes.get(a..b).unwrap_or_default(),
+            t_ns: self.t_ns.get(a..b).unwrap_or_default(),
+        }
+    }
+}
+
+/// What a replay measures, apart from the policy: the state [`Policy::replay_span`] updates.
+/// Only the replay engine makes one.
+pub struct Meter {
     align_bytes: u64,
     series: SeriesBuilder,
     /// Address of each allocation slot (its id in memory; a recycled slot when streaming).
@@ -78,7 +124,7 @@ impl Run {
             opts.checkpoint_budget_bytes
         };
         let counters = policy.counters();
-        Self {
+        let meter = Meter {
             align_bytes: opts.align_bytes,
             series: SeriesBuilder::new(bucketing),
             addrs: vec![FAILED; num_allocs],
@@ -109,18 +155,41 @@ impl Run {
             run_states: 0,
             counters,
             layout,
-            policy,
-        }
+        };
+        Self { policy, meter }
     }
 
-    fn checkpoint(&mut self, i: usize) {
-        let approx = self.policy.state_bytes();
+    /// Replays `span` (events in order, the next ones of the run), with a checkpoint where one
+    /// falls due.
+    pub(crate) fn run(&mut self, span: &Span<'_>) {
+        let mut from = 0;
+        while from < span.len() {
+            let i = span.first + from;
+            if i == self.meter.next_checkpoint {
+                self.meter.checkpoint(i, self.policy.as_ref());
+            }
+            // The part runs up to the next checkpoint, which is past `i` now.
+            let to = if self.meter.next_checkpoint > i {
+                (self.meter.next_checkpoint - span.first).min(span.len())
+            } else {
+                span.len()
+            };
+            self.policy
+                .replay_span(&mut self.meter, &span.part(from, to));
+            from = to;
+        }
+    }
+}
+
+impl Meter {
+    fn checkpoint(&mut self, i: usize, policy: &dyn Policy) {
+        let approx = policy.state_bytes();
         // A copy that alone would overrun the budget is not made (the initial state's
         // always is): a buddy heap of terabytes holds gigabytes of bitmaps.
         if self.checkpoints.is_empty() || approx <= self.checkpoint_budget_bytes {
             self.checkpoints.push(Checkpoint {
                 next_event: i,
-                policy: self.policy.clone_box(),
+                policy: policy.clone_box(),
                 approx_bytes: approx,
             });
             self.checkpoint_bytes += approx;
@@ -137,20 +206,59 @@ impl Run {
             .saturating_mul(self.interval);
     }
 
+    /// Replays `span` through `policy`, which [`Policy::replay_span`] calls with its own type
+    /// so that the policy's calls are direct. The caller takes the checkpoints.
+    #[inline]
+    pub(crate) fn replay_span<P: Policy + ?Sized>(&mut self, policy: &mut P, span: &Span<'_>) {
+        let events = span
+            .kind
+            .iter()
+            .zip(span.alloc_id)
+            .zip(span.size_bytes)
+            .zip(span.t_ns)
+            .enumerate();
+        match span.slot {
+            None => {
+                for (k, (((&code, &id), &size), &t)) in events {
+                    self.step(policy, span.first + k, code, id, id, size, t);
+                }
+            }
+            Some(slots) => {
+                for ((k, (((&code, &id), &size), &t)), &slot) in events.zip(slots) {
+                    self.step(policy, span.first + k, code, id, slot, size, t);
+                }
+            }
+        }
+    }
+
     /// Applies event `i` (allocation `id`, whose address goes in `slot` of the table) and
     /// measures the state after it.
-    #[inline]
-    pub(crate) fn step(&mut self, i: usize, code: u8, id: u32, slot: u32, size: u64, t: i64) {
-        if i == self.next_checkpoint {
-            self.checkpoint(i);
-        }
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn step<P: Policy + ?Sized>(
+        &mut self,
+        policy: &mut P,
+        i: usize,
+        code: u8,
+        id: u32,
+        slot: u32,
+        size: u64,
+        t: i64,
+    ) {
         if self.grow_addrs && slot as usize >= self.addrs.len() && slot != crate::trace::NO_ALLOC_ID
         {
             self.addrs.resize(slot as usize + 1, FAILED);
         }
         let mut failed = false;
-        let policy = self.policy.as_mut();
-        match apply(policy, code, id, slot, size, self.align_bytes, &self.addrs) {
+        match apply(
+            policy,
+            code,
+            id,
+            slot,
+            size,
+            self.align_bytes,
+            self.addrs.as_slice(),
+        ) {
             Ok(Some(p)) => {
                 if let Some(a) = self.addrs.get_mut(slot as usize) {
                     *a = p.addr;
@@ -180,7 +288,7 @@ impl Run {
                     *a = FAILED;
                 }
                 if self.first_oom_state.is_none() {
-                    self.first_oom_state = Some(self.policy.clone_box());
+                    self.first_oom_state = Some(policy.clone_box());
                 }
                 self.oom_count += 1;
                 if self.ooms.len() < self.max_ooms_kept {
@@ -193,16 +301,16 @@ impl Run {
                             align_bytes: self.align_bytes,
                         },
                         error,
-                        counters_at_failure: self.policy.counters(),
+                        counters_at_failure: policy.counters(),
                     });
                 }
             }
             Err(Err(error)) => self.free_failures.push(FreeFailure { event: i, error }),
         }
-        let counters = self.policy.counters();
+        let counters = policy.counters();
         self.counters = counters;
         if let Some(l) = &mut self.layout {
-            l.after_event(i, self.policy.as_ref(), &counters);
+            l.after_event(i, policy, &counters);
         }
         self.series.push(t, &counters, failed);
         if counters.footprint_bytes > self.peak_footprint || self.peak_footprint_event.is_none() {
@@ -231,39 +339,40 @@ impl Run {
         self.run_live_sum += u128::from(counters.live_bytes);
         self.run_states += 1;
     }
+}
 
+impl Run {
     /// The replay after `n` events, the loop having taken `replay_seconds`.
-    pub(crate) fn finish(mut self, n: usize, replay_seconds: f64, streamed: bool) -> Replay {
-        self.frag_sum +=
-            metrics::fragmentation_sum(self.run_live_sum, self.run_states, self.run_footprint);
-        let layout = self.layout.map(LayoutRecorder::finish);
-        if self.checkpoints.is_empty() {
-            self.checkpoints.push(Checkpoint {
+    pub(crate) fn finish(self, n: usize, replay_seconds: f64, streamed: bool) -> Replay {
+        let Run {
+            policy,
+            meter: mut m,
+        } = self;
+        m.frag_sum += metrics::fragmentation_sum(m.run_live_sum, m.run_states, m.run_footprint);
+        let layout = m.layout.map(LayoutRecorder::finish);
+        if m.checkpoints.is_empty() {
+            m.checkpoints.push(Checkpoint {
                 next_event: 0,
-                policy: self.policy.clone_box(),
-                approx_bytes: self.policy.state_bytes(),
+                policy: policy.clone_box(),
+                approx_bytes: policy.state_bytes(),
             });
         }
-        let counters = self.counters;
+        let counters = m.counters;
         let summary = Summary {
             events: n,
-            peak_footprint_bytes: self.peak_footprint,
-            peak_footprint_event: self.peak_footprint_event,
+            peak_footprint_bytes: m.peak_footprint,
+            peak_footprint_event: m.peak_footprint_event,
             final_footprint_bytes: counters.footprint_bytes,
-            peak_live_bytes: self.peak_live,
-            peak_live_event: self.peak_live_event,
-            peak_allocated_bytes: self.peak_allocated,
+            peak_live_bytes: m.peak_live,
+            peak_live_event: m.peak_live_event,
+            peak_allocated_bytes: m.peak_allocated,
             fragmentation_at_peak: metrics::fragmentation(&Counters {
-                live_bytes: self.live_at_peak,
-                footprint_bytes: self.peak_footprint,
+                live_bytes: m.live_at_peak,
+                footprint_bytes: m.peak_footprint,
                 ..Counters::default()
             }),
-            mean_fragmentation: if n == 0 {
-                0.0
-            } else {
-                self.frag_sum / n as f64
-            },
-            oom_count: self.oom_count,
+            mean_fragmentation: if n == 0 { 0.0 } else { m.frag_sum / n as f64 },
+            oom_count: m.oom_count,
             replay_seconds,
             events_per_second: if replay_seconds > 0.0 {
                 n as f64 / replay_seconds
@@ -273,17 +382,17 @@ impl Run {
             final_counters: counters,
         };
         Replay {
-            policy_name: self.policy.name(),
+            policy_name: policy.name(),
             summary,
-            series: self.series.finish(),
-            ooms: self.ooms,
-            first_oom_state: self.first_oom_state,
-            free_failures: self.free_failures,
-            final_state: self.policy,
-            checkpoints: self.checkpoints,
-            checkpoint_every: self.interval,
-            addrs: if streamed { Vec::new() } else { self.addrs },
-            align_bytes: self.align_bytes,
+            series: m.series.finish(),
+            ooms: m.ooms,
+            first_oom_state: m.first_oom_state,
+            free_failures: m.free_failures,
+            final_state: policy,
+            checkpoints: m.checkpoints,
+            checkpoint_every: m.interval,
+            addrs: AddrTable::finished(if streamed { Vec::new() } else { m.addrs }),
+            align_bytes: m.align_bytes,
             layout,
             streamed,
         }
