@@ -17,8 +17,11 @@ pub struct TraceData {
     pub path: PathBuf,
     /// `malloc-trace`, `tf-memory-log` or `tf-bfc-dump` (shown in the status line).
     pub format: &'static str,
-    /// The event table (empty for a BFC dump, which is one moment, not a history).
+    /// The event table (empty for a BFC dump, which is one moment, not a history), without its
+    /// `address` column when that is kept compact in [`Self::addresses`].
     pub events: DataFrame,
+    /// The `address` column, compact (a column with nulls stays in the table).
+    addresses: Option<super::addresses::Addresses>,
     /// The threads table (thread index -> id in the file).
     #[allow(dead_code)]
     pub threads: DataFrame,
@@ -323,6 +326,7 @@ impl TraceData {
                     path: path.to_path_buf(),
                     format: "memory-plan",
                     events: DataFrame::empty(),
+                    addresses: None,
                     threads: DataFrame::empty(),
                     load_seconds: p.load_seconds,
                     num_allocs: 0,
@@ -345,10 +349,13 @@ impl TraceData {
                 .map_err(|e| e.to_string())?
                 .num_allocs
         };
+        let mut events = events;
+        let addresses = slim_events(&mut events);
         Ok(Self {
             path: path.to_path_buf(),
             format,
             events,
+            addresses,
             threads,
             load_seconds,
             num_allocs,
@@ -390,10 +397,13 @@ impl TraceData {
         let num_allocs = allocview_loaders::trace_view(&t.events, path)
             .map_err(|e| e.to_string())?
             .num_allocs;
+        let mut events = t.events;
+        let addresses = slim_events(&mut events);
         Ok(Self {
             path: path.to_path_buf(),
             format: "malloc-trace",
-            events: t.events,
+            events,
+            addresses,
             threads: t.threads,
             load_seconds: started.elapsed().as_secs_f64(),
             num_allocs,
@@ -577,6 +587,9 @@ impl TraceData {
     /// Address of event `i`.
     #[must_use]
     pub fn address_at(&self, i: usize) -> u64 {
+        if let Some(a) = &self.addresses {
+            return a.get(i).unwrap_or(0);
+        }
         self.events
             .column("address")
             .ok()
@@ -584,4 +597,23 @@ impl TraceData {
             .and_then(|a| a.get(i))
             .unwrap_or(0)
     }
+}
+
+/// Slims the explorers' copy of the event table: drops the columns nothing of theirs reads
+/// (`size_class` follows from the size; `call` is shown nowhere) and moves `address` into
+/// compact form ([`super::addresses`]), a column with nulls or of another type staying in the
+/// table. On a 27-million-event trace this took 10 of the table's 36 bytes an event.
+fn slim_events(events: &mut DataFrame) -> Option<super::addresses::Addresses> {
+    for unread in ["size_class", "call"] {
+        // Absent in inputs that do not have them: nothing to drop.
+        let _ = events.drop_in_place(unread);
+    }
+    let column = events.column("address").ok()?.u64().ok()?;
+    if column.null_count() > 0 {
+        return None;
+    }
+    let addresses = super::addresses::Addresses::encode(column.into_no_null_iter());
+    // Dropped only once encoded: the table keeps the column when anything above failed.
+    events.drop_in_place("address").ok()?;
+    Some(addresses)
 }
