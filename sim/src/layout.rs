@@ -32,7 +32,7 @@ use crate::policy::{Addr, Block, BlockState, Counters, Policy};
 
 mod columns;
 
-use columns::{Addrs, Lengths, Tier};
+use columns::{Addrs, Lengths, Tier, U32s};
 
 /// Allocations per skip run.
 const CHUNK: usize = 256;
@@ -184,6 +184,8 @@ impl LayoutRecorder {
         let long = self.tier(&long, false);
         let chunk_birth = long
             .birth
+            .as_slice()
+            .unwrap_or_default()
             .chunks(CHUNK)
             .map(|c| c.iter().copied().min().unwrap_or(UNBORN))
             .collect();
@@ -209,9 +211,18 @@ impl LayoutRecorder {
         }
     }
 
-    /// The tier of allocations `order`, in that order, with lives instead of deaths when
-    /// `short` (every allocation then lives at most [`SHORT_LIFE_MAX`] events).
+    /// The tier of allocations `order`, in that order. When `short` (in birth order, every one
+    /// living at most [`SHORT_LIFE_MAX`] events) it keeps lives instead of deaths, and its
+    /// births and ids stepped ([`U32s`]); the long tier keeps its births plain, for the slices
+    /// its lookups read.
     fn tier(&self, order: &[usize], short: bool) -> Tier {
+        let column = |values: Vec<u32>| -> U32s {
+            if short {
+                U32s::compact(values)
+            } else {
+                U32s::Plain(values)
+            }
+        };
         let death = order.iter().map(|&i| self.death[i]);
         let (death, life) = if short {
             let life = order.iter().map(|&i| {
@@ -225,11 +236,13 @@ impl LayoutRecorder {
         Tier {
             addr: Addrs::of(order.iter().map(|&i| self.addr[i])),
             lengths: Lengths::gather(&self.lengths, order),
-            id: order
-                .iter()
-                .filter_map(|&i| u32::try_from(i).ok())
-                .collect(),
-            birth: order.iter().map(|&i| self.birth[i]).collect(),
+            id: column(
+                order
+                    .iter()
+                    .map(|&i| u32::try_from(i).unwrap_or(u32::MAX))
+                    .collect(),
+            ),
+            birth: column(order.iter().map(|&i| self.birth[i]).collect()),
             death,
             life,
         }
@@ -470,8 +483,8 @@ impl LayoutIndex {
         let s = &self.short;
         let first = s
             .birth
-            .partition_point(|&b| b <= pos.saturating_sub(self.short_life));
-        let last = s.birth.partition_point(|&b| b <= pos);
+            .partition_point(|b| b <= pos.saturating_sub(self.short_life));
+        let last = s.birth.partition_point(|b| b <= pos);
         let mut short: Vec<(Addr, usize)> = (first..last)
             .filter(|&i| pos < s.death_at(i) && addrs.contains(&s.addr.at(i)))
             .map(|i| (s.addr.at(i), i))
@@ -533,7 +546,7 @@ impl LayoutIndex {
             }
             let from = (c * CHUNK).max(long.start);
             let to = ((c + 1) * CHUNK).min(long.end);
-            let births = l.birth.get(from..to)?;
+            let births = l.birth.as_slice()?.get(from..to)?;
             let deaths = l.death.get(from..to)?;
             // Which of the run are live, as bits: a branch per allocation would be mispredicted
             // about as often as not where live and dead ones mix.

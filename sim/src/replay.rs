@@ -18,7 +18,7 @@
 //!
 //! Where the policy allows it and [`ReplayOptions::layout_index`] asks for it, the replay also
 //! keeps a [`LayoutIndex`], from which [`Replay::blocks_at`] gives the block list at any event
-//! without replaying; checkpoints then get an eighth of the budget.
+//! without replaying; checkpoints then get a 64th of the budget.
 
 use std::time::Instant;
 

@@ -1,7 +1,7 @@
 //! The explorer's model and view-model, shared by the terminal and desktop frontends. No
 //! terminal or desktop UI types in here: CI greps for their crate names.
 
-pub mod addresses;
+pub mod compact;
 pub mod export;
 pub mod heapmap;
 pub mod heaps;

@@ -17,11 +17,11 @@ pub struct TraceData {
     pub path: PathBuf,
     /// `malloc-trace`, `tf-memory-log` or `tf-bfc-dump` (shown in the status line).
     pub format: &'static str,
-    /// The event table (empty for a BFC dump, which is one moment, not a history), without its
-    /// `address` column when that is kept compact in [`Self::addresses`].
+    /// The event table (empty for a BFC dump, which is one moment, not a history), without the
+    /// columns kept compact beside it ([`slim_events`]).
     pub events: DataFrame,
-    /// The `address` column, compact (a column with nulls stays in the table).
-    addresses: Option<super::addresses::Addresses>,
+    /// The `address` and `stack_id` columns, compact (see [`super::compact`]).
+    compact: CompactColumns,
     /// The threads table (thread index -> id in the file).
     #[allow(dead_code)]
     pub threads: DataFrame,
@@ -326,7 +326,7 @@ impl TraceData {
                     path: path.to_path_buf(),
                     format: "memory-plan",
                     events: DataFrame::empty(),
-                    addresses: None,
+                    compact: CompactColumns::default(),
                     threads: DataFrame::empty(),
                     load_seconds: p.load_seconds,
                     num_allocs: 0,
@@ -350,12 +350,12 @@ impl TraceData {
                 .num_allocs
         };
         let mut events = events;
-        let addresses = slim_events(&mut events);
+        let compact = slim_events(&mut events);
         Ok(Self {
             path: path.to_path_buf(),
             format,
             events,
-            addresses,
+            compact,
             threads,
             load_seconds,
             num_allocs,
@@ -398,12 +398,12 @@ impl TraceData {
             .map_err(|e| e.to_string())?
             .num_allocs;
         let mut events = t.events;
-        let addresses = slim_events(&mut events);
+        let compact = slim_events(&mut events);
         Ok(Self {
             path: path.to_path_buf(),
             format: "malloc-trace",
             events,
-            addresses,
+            compact,
             threads: t.threads,
             load_seconds: started.elapsed().as_secs_f64(),
             num_allocs,
@@ -465,13 +465,16 @@ impl TraceData {
         let Some((birth, _)) = self.lifetime(id) else {
             return Vec::new();
         };
-        let stack = self
-            .events
-            .column("stack_id")
-            .ok()
-            .and_then(|c| c.u32().ok())
-            .and_then(|c| c.get(birth))
-            .unwrap_or(allocview_loaders::sites::NO_STACK);
+        let stack = match &self.compact.stack_id {
+            Some(ids) => ids.get(birth).and_then(|v| u32::try_from(v).ok()),
+            None => self
+                .events
+                .column("stack_id")
+                .ok()
+                .and_then(|c| c.u32().ok())
+                .and_then(|c| c.get(birth)),
+        }
+        .unwrap_or(allocview_loaders::sites::NO_STACK);
         stacks.site_lines(stack, MAX_FRAME_LINES, true)
     }
 
@@ -482,10 +485,20 @@ impl TraceData {
             return None;
         }
         Some(self.sites.get_or_init(|| {
-            allocview_loaders::site_stats::EventSites::from_events(
-                &self.events,
-                self.site_stacks.as_ref(),
-            )
+            use allocview_loaders::site_stats::{EventSites, SiteKind};
+            match (&self.site_stacks, &self.compact.stack_id) {
+                // What `from_events` makes of the column, from its compact form.
+                (Some(stacks), Some(ids)) => EventSites {
+                    kind: SiteKind::Stacks,
+                    stacks: stacks.clone(),
+                    event_stack: ids
+                        .all()
+                        .into_iter()
+                        .map(|v| u32::try_from(v).unwrap_or(allocview_loaders::sites::NO_STACK))
+                        .collect(),
+                },
+                _ => EventSites::from_events(&self.events, self.site_stacks.as_ref()),
+            }
         }))
     }
 
@@ -587,7 +600,7 @@ impl TraceData {
     /// Address of event `i`.
     #[must_use]
     pub fn address_at(&self, i: usize) -> u64 {
-        if let Some(a) = &self.addresses {
+        if let Some(a) = &self.compact.address {
             return a.get(i).unwrap_or(0);
         }
         self.events
@@ -599,21 +612,50 @@ impl TraceData {
     }
 }
 
+/// The event columns [`TraceData`] keeps compact; `None` for one left in the table.
+#[derive(Debug, Default)]
+struct CompactColumns {
+    address: Option<super::compact::Compact>,
+    stack_id: Option<super::compact::Compact>,
+}
+
 /// Slims the explorers' copy of the event table: drops the columns nothing of theirs reads
-/// (`size_class` follows from the size; `call` is shown nowhere) and moves `address` into
-/// compact form ([`super::addresses`]), a column with nulls or of another type staying in the
-/// table. On a 27-million-event trace this took 10 of the table's 36 bytes an event.
-fn slim_events(events: &mut DataFrame) -> Option<super::addresses::Addresses> {
+/// (`size_class` follows from the size; `call` is shown nowhere) and moves `address` and
+/// `stack_id` into compact form ([`super::compact`]); an address column with nulls, or a column
+/// of another type, stays in the table. On a 27-million-event trace this took 14 of the
+/// table's 36 bytes an event.
+fn slim_events(events: &mut DataFrame) -> CompactColumns {
     for unread in ["size_class", "call"] {
         // Absent in inputs that do not have them: nothing to drop.
         let _ = events.drop_in_place(unread);
     }
-    let column = events.column("address").ok()?.u64().ok()?;
-    if column.null_count() > 0 {
-        return None;
+    let address = events
+        .column("address")
+        .ok()
+        .and_then(|c| c.u64().ok())
+        .filter(|c| c.null_count() == 0)
+        .map(|c| super::compact::Compact::addresses(c.into_no_null_iter()));
+    // A null stack id is "no stack", as everywhere else.
+    let stack_id = events
+        .column("stack_id")
+        .ok()
+        .and_then(|c| c.u32().ok())
+        .map(|c| {
+            super::compact::Compact::ids(
+                c.iter()
+                    .map(|v| v.unwrap_or(allocview_loaders::sites::NO_STACK)),
+            )
+        });
+    // Dropped only once encoded: a column that was not stays in the table.
+    if address.is_some() {
+        let _ = events.drop_in_place("address");
     }
-    let addresses = super::addresses::Addresses::encode(column.into_no_null_iter());
-    // Dropped only once encoded: the table keeps the column when anything above failed.
-    events.drop_in_place("address").ok()?;
-    Some(addresses)
+    if stack_id.is_some() {
+        let _ = events.drop_in_place("stack_id");
+    }
+    CompactColumns { address, stack_id }
 }
+
+#[cfg(test)]
+#[path = "trace_data_tests.rs"]
+mod tests;

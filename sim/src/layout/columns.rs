@@ -9,8 +9,9 @@ use crate::policy::{Addr, Block, BlockState};
 pub(super) struct Tier {
     pub(super) addr: Addrs,
     pub(super) lengths: Lengths,
-    pub(super) id: Vec<u32>,
-    pub(super) birth: Vec<u32>,
+    pub(super) id: U32s,
+    /// Birth positions (kept plain in the long tier, whose lookups read them as a slice).
+    pub(super) birth: U32s,
     /// Death positions; empty when the tier keeps lives instead.
     pub(super) death: Vec<u32>,
     /// Death minus birth, for a tier of short lives (at most `SHORT_LIFE_MAX`): half the bytes
@@ -22,7 +23,7 @@ impl Tier {
     /// Allocation `i`'s death position.
     pub(super) fn death_at(&self, i: usize) -> u32 {
         match (self.life.get(i), self.birth.get(i)) {
-            (Some(&life), Some(&birth)) => birth.saturating_add(u32::from(life)),
+            (Some(&life), Some(birth)) => birth.saturating_add(u32::from(life)),
             _ => self.death.get(i).copied().unwrap_or(0),
         }
     }
@@ -33,7 +34,7 @@ impl Tier {
             addr: self.addr.at(i),
             len_bytes,
             state: BlockState::Used {
-                id: self.id[i],
+                id: self.id.at(i),
                 requested_bytes,
             },
         }
@@ -85,6 +86,93 @@ impl Addrs {
         match self {
             Self::Narrow(v) => v.partition_point(|&a| Addr::from(a) < addr),
             Self::Wide(v) => v.partition_point(|&a| a < addr),
+        }
+    }
+}
+
+/// Values in a group of [`U32s::Stepped`].
+const STEP: usize = 64;
+
+/// A column of `u32`s. An ascending one whose values grow by less than 65,536 over each group
+/// of [`STEP`] is kept as each group's first value plus 16-bit offsets: a little over 2 bytes
+/// a value. The short tier's births and ids are such (allocations in birth order, ids given
+/// in allocation order), and they are most of the index.
+#[derive(Clone, Debug)]
+pub(super) enum U32s {
+    Plain(Vec<u32>),
+    Stepped { base: Vec<u32>, offset: Vec<u16> },
+}
+
+impl Default for U32s {
+    fn default() -> Self {
+        Self::Plain(Vec::new())
+    }
+}
+
+impl U32s {
+    /// `values`, stepped when they allow it.
+    pub(super) fn compact(values: Vec<u32>) -> Self {
+        let mut base = Vec::with_capacity(values.len().div_ceil(STEP));
+        let mut offset = Vec::with_capacity(values.len());
+        for group in values.chunks(STEP) {
+            let first = group.first().copied().unwrap_or(0);
+            base.push(first);
+            let mut prev = first;
+            for &v in group {
+                match u16::try_from(v.wrapping_sub(first)) {
+                    Ok(o) if v >= prev => offset.push(o),
+                    _ => return Self::Plain(values),
+                }
+                prev = v;
+            }
+        }
+        Self::Stepped { base, offset }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Self::Plain(v) => v.len(),
+            Self::Stepped { offset, .. } => offset.len(),
+        }
+    }
+
+    /// Value `i` (`i < len`).
+    #[inline]
+    pub(super) fn at(&self, i: usize) -> u32 {
+        match self {
+            Self::Plain(v) => v[i],
+            Self::Stepped { base, offset } => base[i / STEP] + u32::from(offset[i]),
+        }
+    }
+
+    /// Value `i`, `None` past the end.
+    pub(super) fn get(&self, i: usize) -> Option<u32> {
+        (i < self.len()).then(|| self.at(i))
+    }
+
+    /// The plain values; `None` when stepped.
+    pub(super) fn as_slice(&self) -> Option<&[u32]> {
+        match self {
+            Self::Plain(v) => Some(v),
+            Self::Stepped { .. } => None,
+        }
+    }
+
+    /// The index of the first value for which `pred` is false, `pred` being true for a prefix
+    /// of the values (as [`slice::partition_point`]).
+    pub(super) fn partition_point(&self, pred: impl Fn(u32) -> bool) -> usize {
+        match self {
+            Self::Plain(v) => v.partition_point(|&x| pred(x)),
+            Self::Stepped { base, offset } => {
+                // The groups whose first value passes; the answer lies in the last of them.
+                let groups = base.partition_point(|&b| pred(b));
+                let Some(g) = groups.checked_sub(1) else {
+                    return 0;
+                };
+                let (b, from) = (base[g], g * STEP);
+                let to = (from + STEP).min(offset.len());
+                from + offset[from..to].partition_point(|&o| pred(b + u32::from(o)))
+            }
         }
     }
 }
@@ -168,6 +256,52 @@ mod tests {
     use super::*;
 
     /// Lengths that fit in 32 bits are kept in 8 bytes; the others aside, by index, exactly.
+    #[test]
+    fn u32s_step_ascending_values_and_search_them_exactly() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut v = 7u32;
+        let ascending: Vec<u32> = (0..1000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Mostly small steps, some repeated values, a few of up to 1,000.
+                v += [0, 1, 3, (x % 1000) as u32][(x % 4) as usize];
+                v
+            })
+            .collect();
+        let stepped = U32s::compact(ascending.clone());
+        assert!(matches!(stepped, U32s::Stepped { .. }));
+        // A group that grows by 65,536 or more, or a value that falls, keeps the column plain.
+        let mut jump = ascending.clone();
+        jump[130] += 70_000;
+        jump.iter_mut().skip(131).for_each(|x| *x += 70_000);
+        let mut fall = ascending.clone();
+        fall[500] = 0;
+        for (values, stepped_expected) in [(ascending, true), (jump, false), (fall, false)] {
+            let c = U32s::compact(values.clone());
+            assert_eq!(matches!(c, U32s::Stepped { .. }), stepped_expected);
+            assert_eq!(c.len(), values.len());
+            assert!((0..values.len()).all(|i| c.get(i) == Some(values[i])));
+            assert_eq!(c.get(values.len()), None);
+            if stepped_expected {
+                for probe in [
+                    0,
+                    7,
+                    8,
+                    100,
+                    values[64],
+                    values[64] + 1,
+                    values[999],
+                    u32::MAX,
+                ] {
+                    let want = values.partition_point(|&x| x <= probe);
+                    assert_eq!(c.partition_point(|x| x <= probe), want, "probe {probe}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn addresses_narrow_only_when_every_one_fits() {
         let small = [0, 7, Addr::from(u32::MAX)];

@@ -117,9 +117,10 @@ impl Run {
             Some(n) if opts.layout_index => LayoutRecorder::start(policy.as_ref(), num_allocs, n),
             _ => None,
         };
-        // With a layout index, seeks for the block list do not need checkpoints: keep an eighth.
+        // With a layout index, seeks for the block list do not need checkpoints (the explorers
+        // seek no other way): keep a 64th, for a caller that asks for the policy's own state.
         let checkpoint_budget_bytes = if layout.is_some() {
-            opts.checkpoint_budget_bytes / 8
+            opts.checkpoint_budget_bytes / 64
         } else {
             opts.checkpoint_budget_bytes
         };
