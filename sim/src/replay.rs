@@ -9,12 +9,13 @@
 //!
 //! Seeking: a `clone_box()` checkpoint of the policy is kept every `checkpoint_every` events, so
 //! [`Replay::state_at`] replays at most that many events from the nearest one. Addresses never
-//! move, so the id → address table of the full run (8 bytes per allocation) resolves every free
-//! of the replayed stretch. Checkpoint memory is bounded by
-//! [`ReplayOptions::checkpoint_budget_bytes`]: each checkpoint is charged the policy's estimate
-//! of its size ([`Policy::state_bytes`]), and when the total exceeds the budget the interval
-//! doubles and every other checkpoint is dropped, so a seek then replays up to twice as many
-//! events. A copy that alone would exceed the budget is not made.
+//! move, so the id → address table of the full run (4 bytes per allocation when every address
+//! fits in 32 bits, else 8: `replay/addrs.rs`) resolves every free of the replayed stretch.
+//! Checkpoint memory is bounded by [`ReplayOptions::checkpoint_budget_bytes`]: each checkpoint
+//! is charged the policy's estimate of its size ([`Policy::state_bytes`]), and when the total
+//! exceeds the budget the interval doubles and every other checkpoint is dropped, so a seek
+//! then replays up to twice as many events. A copy that alone would exceed the budget is not
+//! made.
 //!
 //! Where the policy allows it and [`ReplayOptions::layout_index`] asks for it, the replay also
 //! keeps a [`LayoutIndex`], from which [`Replay::blocks_at`] gives the block list at any event

@@ -252,8 +252,10 @@ impl SeriesBuilder {
         }
     }
 
-    /// Records the state `c` after the next event, which happened at `t_ns`.
-    #[inline]
+    /// Records the state `c` after the next event, which happened at `t_ns`. Always inlined into
+    /// the replay loop, where the counters are still in registers: as a call it cost the
+    /// python trace's `compare` replay of bfc 29.8 instead of 33.9 M events/s.
+    #[inline(always)]
     pub(crate) fn push(&mut self, t_ns: i64, c: &Counters, oom: bool) {
         if t_ns >= self.next_start_ns && self.bucket + 1 < self.series.bucketing.buckets {
             self.advance_to(self.series.bucketing.bucket_of(t_ns));
