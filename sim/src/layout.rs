@@ -21,11 +21,12 @@
 //! threads. A seek thus costs a pass over the long-lived allocations' birth and death (8 bytes
 //! each) and the output, instead of a policy replay. The result is checked against the policy's
 //! own [`Policy::blocks`] by the conformance suite. The columns are kept small, as millions of
-//! allocations make the index's size (`layout/columns.rs`): about 16 bytes an allocation where
-//! addresses fit in 32 bits and the short-lived tier's births and ids step by less than 65,536
-//! over 64 allocations, 26 at most (and the rare lengths kept aside). Where the index cannot
-//! be built (a policy without held ranges, an initial state holding allocations, more than
-//! `u32::MAX` events) the replay keeps only its checkpoints.
+//! allocations make the index's size (`layout/columns.rs`): about 14 bytes a short-lived
+//! allocation and 20 a long-lived one where addresses fit in 32 bits, lengths in 16 bits (in
+//! units of their largest common power of two) and the short tier's births and ids step by
+//! less than 65,536 over 64 allocations; 28 at most (and the rare lengths kept aside). Where
+//! the index cannot be built (a policy without held ranges, an initial state holding
+//! allocations, more than `u32::MAX` events) the replay keeps only its checkpoints.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -35,7 +36,7 @@ use crate::policy::{Addr, Block, BlockState, Counters, Policy};
 
 mod columns;
 
-use columns::{Addrs, Lengths, Tier, U32s};
+use columns::{Lengths, Tier};
 
 /// Allocations per skip run.
 const CHUNK: usize = 256;
@@ -183,8 +184,17 @@ impl LayoutRecorder {
             served.partition(|&i| self.death[i].saturating_sub(self.birth[i]) <= short_life);
         short.sort_unstable_by_key(|&i| self.birth[i]);
         long.sort_unstable_by_key(|&i| (self.addr[i], self.birth[i]));
-        let short = self.tier(&short, true);
-        let long = self.tier(&long, false);
+        let gather = |order: &[usize], short| {
+            Tier::gather(
+                order,
+                short,
+                &self.addr,
+                &self.lengths,
+                &self.birth,
+                &self.death,
+            )
+        };
+        let (short, long) = (gather(&short, true), gather(&long, false));
         let chunk_birth = long
             .birth
             .as_slice()
@@ -211,43 +221,6 @@ impl LayoutRecorder {
             snapshots,
             snapshot_every: every,
             scratch: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// The tier of allocations `order`, in that order. When `short` (in birth order, every one
-    /// living at most [`SHORT_LIFE_MAX`] events) it keeps lives instead of deaths, and its
-    /// births and ids stepped ([`U32s`]); the long tier keeps its births plain, for the slices
-    /// its lookups read.
-    fn tier(&self, order: &[usize], short: bool) -> Tier {
-        let column = |values: Vec<u32>| -> U32s {
-            if short {
-                U32s::compact(values)
-            } else {
-                U32s::Plain(values)
-            }
-        };
-        let death = order.iter().map(|&i| self.death[i]);
-        let (death, life) = if short {
-            let life = order.iter().map(|&i| {
-                let life = self.death[i].saturating_sub(self.birth[i]);
-                u16::try_from(life).unwrap_or(u16::MAX)
-            });
-            (Vec::new(), life.collect())
-        } else {
-            (death.collect(), Vec::new())
-        };
-        Tier {
-            addr: Addrs::of(order.iter().map(|&i| self.addr[i])),
-            lengths: Lengths::gather(&self.lengths, order),
-            id: column(
-                order
-                    .iter()
-                    .map(|&i| u32::try_from(i).unwrap_or(u32::MAX))
-                    .collect(),
-            ),
-            birth: column(order.iter().map(|&i| self.birth[i]).collect()),
-            death,
-            life,
         }
     }
 }

@@ -32,7 +32,10 @@ mod addrs;
 mod run;
 pub(crate) use addrs::{AddrLookup, AddrTable};
 pub(crate) use run::Run;
-pub use run::{Meter, STREAM_OOMS_KEPT, Span};
+pub use run::STREAM_OOMS_KEPT;
+// In `Policy::replay_span`'s signature only: the engine's, not for use elsewhere.
+#[doc(hidden)]
+pub use run::{Meter, Span};
 
 /// Knobs of a replay.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -239,7 +242,16 @@ pub fn replay_cancellable(
     progress: Option<&std::sync::atomic::AtomicUsize>,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> (Replay, bool) {
-    let n = trace.len();
+    // The columns are of one length in a valid view; the shortest bounds them all the same.
+    let n = [
+        trace.kind.len(),
+        trace.alloc_id.len(),
+        trace.size_bytes.len(),
+        trace.t_ns.len(),
+    ]
+    .into_iter()
+    .min()
+    .unwrap_or(0);
     let bucketing = Bucketing::for_trace(trace, opts.buckets);
     let mut run = Run::new(policy, opts, bucketing, trace.num_allocs as usize, Some(n));
     let started = Instant::now();

@@ -102,20 +102,25 @@ impl Compact {
     #[must_use]
     pub fn all(&self) -> Vec<u64> {
         let mut out = Vec::with_capacity(self.len);
+        self.for_each(|v| out.push(v));
+        out
+    }
+
+    /// Calls `f` with every value, in event order, decoding as it goes.
+    pub fn for_each(&self, mut f: impl FnMut(u64)) {
         let mut bytes = &self.bytes[..];
         let mut value = 0u64;
-        while out.len() < self.len {
+        for i in 0..self.len {
             let Some((v, rest)) = read_varint(bytes) else {
                 break;
             };
-            if out.len() % GROUP_EVENTS == 0 {
+            if i % GROUP_EVENTS == 0 {
                 value = 0;
             }
             value = self.decoded(value, v);
-            out.push(value);
+            f(value);
             bytes = rest;
         }
-        out
     }
 
     /// The value coded as `v` after `prev`.

@@ -488,15 +488,18 @@ impl TraceData {
             use allocview_loaders::site_stats::{EventSites, SiteKind};
             match (&self.site_stacks, &self.compact.stack_id) {
                 // What `from_events` makes of the column, from its compact form.
-                (Some(stacks), Some(ids)) => EventSites {
-                    kind: SiteKind::Stacks,
-                    stacks: stacks.clone(),
-                    event_stack: ids
-                        .all()
-                        .into_iter()
-                        .map(|v| u32::try_from(v).unwrap_or(allocview_loaders::sites::NO_STACK))
-                        .collect(),
-                },
+                (Some(stacks), Some(ids)) => {
+                    let mut event_stack = Vec::with_capacity(ids.len());
+                    ids.for_each(|v| {
+                        event_stack
+                            .push(u32::try_from(v).unwrap_or(allocview_loaders::sites::NO_STACK));
+                    });
+                    EventSites {
+                        kind: SiteKind::Stacks,
+                        stacks: stacks.clone(),
+                        event_stack,
+                    }
+                }
                 _ => EventSites::from_events(&self.events, self.site_stacks.as_ref()),
             }
         }))

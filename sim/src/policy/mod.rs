@@ -227,8 +227,9 @@ pub trait Policy: Send + Sync {
     fn check_invariants(&self) -> Result<(), String>;
     /// Downcasting hook, so a frontend can draw policy-specific views (BFC bins).
     fn as_any(&self) -> &dyn Any;
-    /// The replay engine's loop over `span`. Not for overriding: the default is compiled for
-    /// each policy type, which makes the policy's calls in the loop direct ones.
+    /// The replay engine's loop over `span`. Not for overriding (an override would replay and
+    /// measure nothing): the default is compiled for each policy type, which makes the
+    /// policy's calls in the loop direct ones.
     #[doc(hidden)]
     fn replay_span(&mut self, meter: &mut crate::replay::Meter, span: &crate::replay::Span<'_>) {
         meter.replay_span(self, span);

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::layout::LayoutRecorder;
 use crate::metrics;
-use crate::policy::{Addr, Counters, Policy, Request};
+use crate::policy::{Addr, AllocError, Counters, Policy, Request};
 use crate::series::{Bucketing, SeriesBuilder};
 use crate::trace::EventKind;
 
@@ -43,8 +43,7 @@ impl Span<'_> {
 
     /// Events `from..to` of the span.
     fn part(&self, from: usize, to: usize) -> Self {
-        let cut = |n: usize| n.min(to).max(from);
-        let (a, b) = (cut(from), cut(to));
+        let (a, b) = (from, to.max(from));
         Span {
             first: self.first + a,
             kind: self.kind.get(a..b).unwrap_or_default(),
@@ -283,37 +282,58 @@ impl Meter {
             }
             Err(Ok(error)) => {
                 failed = true;
-                if self.grow_addrs
-                    && let Some(a) = self.addrs.get_mut(slot as usize)
-                {
-                    *a = FAILED;
-                }
-                if self.first_oom_state.is_none() {
-                    self.first_oom_state = Some(policy.clone_box());
-                }
-                self.oom_count += 1;
-                if self.ooms.len() < self.max_ooms_kept {
-                    self.ooms.push(Oom {
-                        event: i,
-                        t_ns: t,
-                        request: Request {
-                            id,
-                            size_bytes: size,
-                            align_bytes: self.align_bytes,
-                        },
-                        error,
-                        counters_at_failure: policy.counters(),
-                    });
-                }
+                let request = Request {
+                    id,
+                    size_bytes: size,
+                    align_bytes: self.align_bytes,
+                };
+                self.failed_alloc(policy, i, t, slot, request, error);
             }
             Err(Err(error)) => self.free_failures.push(FreeFailure { event: i, error }),
         }
         let counters = policy.counters();
-        self.counters = counters;
         if let Some(l) = &mut self.layout {
             l.after_event(i, policy, &counters);
         }
-        self.series.push(t, &counters, failed);
+        self.measure(i, t, counters, failed);
+    }
+
+    /// Records allocation `request`'s failure at event `i`.
+    #[cold]
+    fn failed_alloc<P: Policy + ?Sized>(
+        &mut self,
+        policy: &P,
+        i: usize,
+        t_ns: i64,
+        slot: u32,
+        request: Request,
+        error: AllocError,
+    ) {
+        if self.grow_addrs
+            && let Some(a) = self.addrs.get_mut(slot as usize)
+        {
+            *a = FAILED;
+        }
+        if self.first_oom_state.is_none() {
+            self.first_oom_state = Some(policy.clone_box());
+        }
+        self.oom_count += 1;
+        if self.ooms.len() < self.max_ooms_kept {
+            self.ooms.push(Oom {
+                event: i,
+                t_ns,
+                request,
+                error,
+                counters_at_failure: policy.counters(),
+            });
+        }
+    }
+
+    /// Measures the state after event `i`, whose counters are `counters`.
+    #[inline(always)]
+    fn measure(&mut self, i: usize, t_ns: i64, counters: Counters, failed: bool) {
+        self.counters = counters;
+        self.series.push(t_ns, &counters, failed);
         if counters.footprint_bytes > self.peak_footprint || self.peak_footprint_event.is_none() {
             self.peak_footprint = counters.footprint_bytes;
             self.peak_footprint_event = Some(i);
