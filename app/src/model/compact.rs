@@ -9,6 +9,8 @@
 //! near one another, so most take two or three bytes), a stack id as itself plus one (a free's
 //! "no stack", `u32::MAX`, takes one byte; a program's few thousand stacks two).
 
+use allocview_loaders::binary::codec::{Cursor, put_varint, unzigzag, zigzag};
+
 /// Events in a group: one value decodes at most this many varints.
 pub const GROUP_EVENTS: usize = 128;
 
@@ -57,10 +59,10 @@ impl Compact {
                 prev = 0;
             }
             let coded = match coding {
-                Coding::Deltas => zigzag(v.wrapping_sub(prev)),
+                Coding::Deltas => zigzag(v.wrapping_sub(prev).cast_signed()),
                 Coding::IdsPlusOne => v.wrapping_add(1) & u64::from(u32::MAX),
             };
-            push_varint(&mut out.bytes, coded);
+            put_varint(&mut out.bytes, coded);
             prev = v;
             out.len = i + 1;
         }
@@ -88,30 +90,20 @@ impl Compact {
             return None;
         }
         let start = usize::try_from(*self.group_starts.get(i / GROUP_EVENTS)?).ok()?;
-        let mut bytes = self.bytes.get(start..)?;
+        let mut cursor = Cursor::new(self.bytes.get(start..)?);
         let mut value = 0u64;
         for _ in 0..=i % GROUP_EVENTS {
-            let (v, rest) = read_varint(bytes)?;
-            value = self.decoded(value, v);
-            bytes = rest;
+            value = self.decoded(value, cursor.varint()?);
         }
         Some(value)
     }
 
-    /// Every value, in event order.
-    #[must_use]
-    pub fn all(&self) -> Vec<u64> {
-        let mut out = Vec::with_capacity(self.len);
-        self.for_each(|v| out.push(v));
-        out
-    }
-
     /// Calls `f` with every value, in event order, decoding as it goes.
     pub fn for_each(&self, mut f: impl FnMut(u64)) {
-        let mut bytes = &self.bytes[..];
+        let mut cursor = Cursor::new(&self.bytes);
         let mut value = 0u64;
         for i in 0..self.len {
-            let Some((v, rest)) = read_varint(bytes) else {
+            let Some(v) = cursor.varint() else {
                 break;
             };
             if i % GROUP_EVENTS == 0 {
@@ -119,52 +111,27 @@ impl Compact {
             }
             value = self.decoded(value, v);
             f(value);
-            bytes = rest;
         }
     }
 
     /// The value coded as `v` after `prev`.
     fn decoded(&self, prev: u64, v: u64) -> u64 {
         match self.coding {
-            Coding::Deltas => prev.wrapping_add(unzigzag(v)),
+            Coding::Deltas => prev.wrapping_add(unzigzag(v).cast_unsigned()),
             Coding::IdsPlusOne => v.wrapping_sub(1) & u64::from(u32::MAX),
         }
     }
 }
 
-fn zigzag(d: u64) -> u64 {
-    // The difference as a signed number, small in magnitude either way.
-    let s = d.cast_signed();
-    ((s << 1) ^ (s >> 63)).cast_unsigned()
-}
-
-fn unzigzag(z: u64) -> u64 {
-    (z >> 1) ^ (z & 1).wrapping_neg()
-}
-
-fn push_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-/// The varint at the start of `bytes` and what follows it; `None` when cut short.
-fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
-    let mut v = 0u64;
-    for (k, &b) in bytes.iter().enumerate().take(10) {
-        v |= u64::from(b & 0x7f) << (7 * k);
-        if b < 0x80 {
-            return Some((v, bytes.get(k + 1..)?));
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn all(c: &Compact) -> Vec<u64> {
+        let mut out = Vec::new();
+        c.for_each(|v| out.push(v));
+        out
+    }
 
     #[test]
     fn every_address_comes_back_across_groups_and_extremes() {
@@ -184,7 +151,7 @@ mod tests {
             assert_eq!(a.get(i), Some(want), "event {i}");
         }
         assert_eq!(a.get(addrs.len()), None);
-        assert_eq!(a.all(), addrs);
+        assert_eq!(all(&a), addrs);
         // Near neighbours take a few bytes, not eight.
         assert!(a.bytes.len() < addrs.len() * 4, "{} bytes", a.bytes.len());
     }
@@ -199,8 +166,8 @@ mod tests {
         for (i, &want) in ids.iter().enumerate() {
             assert_eq!(c.get(i), Some(u64::from(want)), "event {i}");
         }
-        let all: Vec<u64> = ids.iter().map(|&v| u64::from(v)).collect();
-        assert_eq!(c.all(), all);
+        let want_all: Vec<u64> = ids.iter().map(|&v| u64::from(v)).collect();
+        assert_eq!(all(&c), want_all);
         // 151 nones of one byte, 150 ids below 2,100 of at most two, and the three last.
         assert!(
             c.bytes.len() <= 151 + 2 * 150 + 1 + 5 + 1,
@@ -214,6 +181,6 @@ mod tests {
         let a = Compact::addresses(std::iter::empty());
         assert!(a.is_empty());
         assert_eq!(a.get(0), None);
-        assert!(a.all().is_empty());
+        assert!(all(&a).is_empty());
     }
 }

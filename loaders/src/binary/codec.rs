@@ -2,13 +2,14 @@
 //! the spool's prefix varints and short little-endian integers.
 
 /// A cursor over decoded bytes.
-pub(super) struct Cursor<'a> {
+pub struct Cursor<'a> {
     pub(super) bytes: &'a [u8],
     pub(super) pos: usize,
 }
 
 impl<'a> Cursor<'a> {
-    pub(super) fn new(bytes: &'a [u8]) -> Self {
+    #[must_use]
+    pub fn new(bytes: &'a [u8]) -> Self {
         Self { bytes, pos: 0 }
     }
 
@@ -36,8 +37,9 @@ impl<'a> Cursor<'a> {
         Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
 
+    /// The LEB128 varint at the cursor; `None` when cut short or over 64 bits.
     #[inline]
-    pub(super) fn varint(&mut self) -> Option<u64> {
+    pub fn varint(&mut self) -> Option<u64> {
         let mut v: u64 = 0;
         let mut shift = 0u32;
         loop {
@@ -57,14 +59,16 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// A zigzag-coded varint.
     #[inline]
-    pub(super) fn zigzag(&mut self) -> Option<i64> {
+    pub fn zigzag(&mut self) -> Option<i64> {
         Some(unzigzag(self.varint()?))
     }
 }
 
+/// Appends `v` as a LEB128 varint.
 #[inline]
-pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -72,7 +76,9 @@ pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-pub(super) fn zigzag(v: i64) -> u64 {
+/// `v` with its sign in the low bit, small in magnitude either way.
+#[must_use]
+pub fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
 
@@ -121,6 +127,8 @@ impl Cursor<'_> {
     }
 }
 
-pub(super) fn unzigzag(v: u64) -> i64 {
+/// The inverse of [`zigzag`].
+#[must_use]
+pub fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }

@@ -106,7 +106,7 @@ use crate::error::LoadError;
 use crate::malloc_trace::{Builder, Line, LoadOptions, MallocTrace, Record, Strictness};
 use crate::sites::{NO_STACK, stack_id_column};
 
-mod codec;
+pub mod codec;
 mod frames;
 mod index;
 mod spool;

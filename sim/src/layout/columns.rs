@@ -3,11 +3,13 @@
 use std::collections::BTreeMap;
 
 use crate::policy::{Addr, Block, BlockState};
+use crate::replay::AddrTable;
 
 /// Allocations, one column per field.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Tier {
-    pub(super) addr: Addrs,
+    /// Addresses, in 32 bits when they all fit.
+    pub(super) addr: AddrTable,
     pub(super) lengths: Lengths,
     pub(super) id: U32s,
     /// Birth positions (kept plain in the long tier, whose lookups read them as a slice).
@@ -49,7 +51,7 @@ impl Tier {
             (order.iter().map(|&i| death[i]).collect(), Vec::new())
         };
         Self {
-            addr: Addrs::of(order.iter().map(|&i| addr[i])),
+            addr: AddrTable::of(order.iter().map(|&i| addr[i])),
             lengths: Lengths::gather(lengths, order),
             id: column(
                 order
@@ -80,55 +82,6 @@ impl Tier {
                 id: self.id.at(i),
                 requested_bytes,
             },
-        }
-    }
-}
-
-/// A tier's addresses: 4 bytes each when every one fits in 32 bits (policies place from address
-/// 0, so nearly always), else 8.
-#[derive(Clone, Debug)]
-pub(super) enum Addrs {
-    Narrow(Vec<u32>),
-    Wide(Vec<Addr>),
-}
-
-impl Default for Addrs {
-    fn default() -> Self {
-        Self::Narrow(Vec::new())
-    }
-}
-
-impl Addrs {
-    /// `addrs`, narrowed when every one fits.
-    pub(super) fn of(addrs: impl Iterator<Item = Addr> + Clone) -> Self {
-        if addrs.clone().all(|a| u32::try_from(a).is_ok()) {
-            Self::Narrow(addrs.filter_map(|a| u32::try_from(a).ok()).collect())
-        } else {
-            Self::Wide(addrs.collect())
-        }
-    }
-
-    pub(super) fn len(&self) -> usize {
-        match self {
-            Self::Narrow(v) => v.len(),
-            Self::Wide(v) => v.len(),
-        }
-    }
-
-    /// Address `i` (`i < len`).
-    #[inline]
-    pub(super) fn at(&self, i: usize) -> Addr {
-        match self {
-            Self::Narrow(v) => Addr::from(v[i]),
-            Self::Wide(v) => v[i],
-        }
-    }
-
-    /// The first index whose address is not below `addr`, in a tier sorted by address.
-    pub(super) fn first_at_or_above(&self, addr: Addr) -> usize {
-        match self {
-            Self::Narrow(v) => v.partition_point(|&a| Addr::from(a) < addr),
-            Self::Wide(v) => v.partition_point(|&a| a < addr),
         }
     }
 }
@@ -428,25 +381,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn addresses_narrow_only_when_every_one_fits() {
-        let small = [0, 7, Addr::from(u32::MAX)];
-        let a = Addrs::of(small.iter().copied());
-        assert!(matches!(a, Addrs::Narrow(_)));
-        let big = [0, 7, Addr::from(u32::MAX) + 1];
-        let b = Addrs::of(big.iter().copied());
-        assert!(matches!(b, Addrs::Wide(_)));
-        for (t, want) in [(&a, &small), (&b, &big)] {
-            assert_eq!(t.len(), 3);
-            assert_eq!((0..3).map(|i| t.at(i)).collect::<Vec<_>>(), want.to_vec());
-            assert_eq!(t.first_at_or_above(7), 1);
-            assert_eq!(t.first_at_or_above(8), 2);
-            assert_eq!(t.first_at_or_above(Addr::MAX), 3);
-        }
-    }
-
-    /// A recorder's lengths that fit in 32 bits are kept in 8 bytes; the others aside, by
-    /// index, exactly; gathered, the same values come back.
     #[test]
     fn lengths_keep_narrow_and_wide_values_exactly() {
         let cases = [
