@@ -29,6 +29,7 @@ use crate::series::{Bucketing, Series};
 use crate::trace::{EventKind, TraceView};
 
 mod addrs;
+mod peaks;
 mod run;
 pub(crate) use addrs::{AddrLookup, AddrTable};
 pub(crate) use run::Run;

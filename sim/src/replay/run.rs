@@ -6,13 +6,14 @@
 //! the measurement: through the trait object they were three calls an event whose returned
 //! counters went through memory. Only checkpoints, taken between spans, use the trait object.
 
+use super::peaks::Peaks;
 use super::{
     AddrTable, Checkpoint, FAILED, FreeFailure, Oom, Replay, ReplayOptions, Summary, apply,
 };
 use crate::layout::LayoutRecorder;
 use crate::metrics;
 use crate::policy::{Addr, AllocError, Counters, Policy, Request};
-use crate::series::{Bucketing, SeriesBuilder};
+use crate::series::{Bucketing, SeriesBuilder, State};
 use crate::trace::EventKind;
 
 /// The replay loop's state: the policy, what is measured after every event, and the
@@ -76,22 +77,15 @@ pub struct Meter {
     checkpoint_budget_bytes: u64,
     interval: usize,
     next_checkpoint: usize,
-    peak_footprint: u64,
-    peak_footprint_event: Option<usize>,
-    /// The most live bytes at the peak footprint: the least fragmented moment there (a
-    /// division for the figure once, not one an event at the peak).
-    live_at_peak: u64,
-    peak_live: u64,
-    peak_live_event: Option<usize>,
-    peak_allocated: u64,
-    frag_sum: f64,
-    // States since the footprint last changed: their fragmentations are summed in one go.
-    run_footprint: u64,
-    run_live_sum: u128,
-    run_states: u64,
-    counters: Counters,
+    peaks: Peaks,
+    /// The states after the events of the stretch in progress, measured at its end.
+    states: Vec<State>,
     layout: Option<LayoutRecorder>,
 }
+
+/// Events replayed before their states are measured (see [`Meter::measure`]): their states
+/// stay in the first-level cache.
+const STRETCH: usize = 256;
 
 /// [`Oom`]s a streaming replay keeps (the count stays exact).
 pub const STREAM_OOMS_KEPT: usize = 1 << 16;
@@ -123,7 +117,6 @@ impl Run {
         } else {
             opts.checkpoint_budget_bytes
         };
-        let counters = policy.counters();
         let meter = Meter {
             align_bytes: opts.align_bytes,
             series: SeriesBuilder::new(bucketing),
@@ -143,17 +136,8 @@ impl Run {
             checkpoint_budget_bytes,
             interval,
             next_checkpoint: 0,
-            peak_footprint: 0,
-            peak_footprint_event: None,
-            live_at_peak: 0,
-            peak_live: 0,
-            peak_live_event: None,
-            peak_allocated: 0,
-            frag_sum: 0.0,
-            run_footprint: 0,
-            run_live_sum: 0,
-            run_states: 0,
-            counters,
+            peaks: Peaks::default(),
+            states: Vec::with_capacity(STRETCH),
             layout,
         };
         Self { policy, meter }
@@ -210,24 +194,32 @@ impl Meter {
     /// so that the policy's calls are direct. The caller takes the checkpoints.
     #[inline]
     pub(crate) fn replay_span<P: Policy + ?Sized>(&mut self, policy: &mut P, span: &Span<'_>) {
-        let events = span
-            .kind
-            .iter()
-            .zip(span.alloc_id)
-            .zip(span.size_bytes)
-            .zip(span.t_ns)
-            .enumerate();
-        match span.slot {
-            None => {
-                for (k, (((&code, &id), &size), &t)) in events {
-                    self.step(policy, span.first + k, code, id, id, size, t);
+        let mut from = 0;
+        while from < span.len() {
+            let to = (from + STRETCH).min(span.len());
+            let part = span.part(from, to);
+            self.states.clear();
+            let events = part
+                .kind
+                .iter()
+                .zip(part.alloc_id)
+                .zip(part.size_bytes)
+                .zip(part.t_ns)
+                .enumerate();
+            match part.slot {
+                None => {
+                    for (k, (((&code, &id), &size), &t)) in events {
+                        self.step(policy, part.first + k, code, id, id, size, t);
+                    }
+                }
+                Some(slots) => {
+                    for ((k, (((&code, &id), &size), &t)), &slot) in events.zip(slots) {
+                        self.step(policy, part.first + k, code, id, slot, size, t);
+                    }
                 }
             }
-            Some(slots) => {
-                for ((k, (((&code, &id), &size), &t)), &slot) in events.zip(slots) {
-                    self.step(policy, span.first + k, code, id, slot, size, t);
-                }
-            }
+            self.measure(part.first, part.t_ns);
+            from = to;
         }
     }
 
@@ -295,7 +287,7 @@ impl Meter {
         if let Some(l) = &mut self.layout {
             l.after_event(i, policy, &counters);
         }
-        self.measure(i, t, counters, failed);
+        self.states.push(State::of(&counters, failed));
     }
 
     /// Records allocation `request`'s failure at event `i`.
@@ -329,36 +321,20 @@ impl Meter {
         }
     }
 
-    /// Measures the state after event `i`, whose counters are `counters`.
-    #[inline(always)]
-    fn measure(&mut self, i: usize, t_ns: i64, counters: Counters, failed: bool) {
-        self.counters = counters;
-        self.series.push(t_ns, &counters, failed);
-        if counters.footprint_bytes > self.peak_footprint || self.peak_footprint_event.is_none() {
-            self.peak_footprint = counters.footprint_bytes;
-            self.peak_footprint_event = Some(i);
-            self.live_at_peak = counters.live_bytes;
-        } else if counters.footprint_bytes == self.peak_footprint {
-            // A policy that never shrinks reaches its peak early (BFC's first region, almost
-            // empty): judge the peak by its best-used moment, not its first. Fragmentation at
-            // one footprint falls as live bytes grow (and so does its rounding), so the most
-            // live bytes give the least fragmentation, to the bit.
-            self.live_at_peak = self.live_at_peak.max(counters.live_bytes);
+    /// Measures the states after the events from `first` on, collected by [`Self::step`],
+    /// which happened at `t_ns`: run by run of one time bucket, so that the running extremes
+    /// stay in registers instead of being loaded and stored around every policy call.
+    fn measure(&mut self, first: usize, t_ns: &[i64]) {
+        let n = self.states.len().min(t_ns.len());
+        let t_ns = t_ns.get(..n).unwrap_or_default();
+        let mut from = 0;
+        while from < n {
+            let to = self.series.bucket_run_end(t_ns, from);
+            let run = self.states.get(from..to).unwrap_or_default();
+            let extremes = self.series.absorb(run);
+            self.peaks.absorb(first + from, run, &extremes);
+            from = to;
         }
-        if counters.live_bytes > self.peak_live || self.peak_live_event.is_none() {
-            self.peak_live = counters.live_bytes;
-            self.peak_live_event = Some(i);
-        }
-        self.peak_allocated = self.peak_allocated.max(counters.allocated_bytes);
-        if counters.footprint_bytes != self.run_footprint {
-            self.frag_sum +=
-                metrics::fragmentation_sum(self.run_live_sum, self.run_states, self.run_footprint);
-            self.run_footprint = counters.footprint_bytes;
-            self.run_live_sum = 0;
-            self.run_states = 0;
-        }
-        self.run_live_sum += u128::from(counters.live_bytes);
-        self.run_states += 1;
     }
 }
 
@@ -369,7 +345,6 @@ impl Run {
             policy,
             meter: mut m,
         } = self;
-        m.frag_sum += metrics::fragmentation_sum(m.run_live_sum, m.run_states, m.run_footprint);
         let layout = m.layout.map(LayoutRecorder::finish);
         if m.checkpoints.is_empty() {
             m.checkpoints.push(Checkpoint {
@@ -378,21 +353,26 @@ impl Run {
                 approx_bytes: policy.state_bytes(),
             });
         }
-        let counters = m.counters;
+        let counters = policy.counters();
+        let p = &m.peaks;
         let summary = Summary {
             events: n,
-            peak_footprint_bytes: m.peak_footprint,
-            peak_footprint_event: m.peak_footprint_event,
+            peak_footprint_bytes: p.footprint_bytes,
+            peak_footprint_event: p.footprint_event,
             final_footprint_bytes: counters.footprint_bytes,
-            peak_live_bytes: m.peak_live,
-            peak_live_event: m.peak_live_event,
-            peak_allocated_bytes: m.peak_allocated,
+            peak_live_bytes: p.live_bytes,
+            peak_live_event: p.live_event,
+            peak_allocated_bytes: p.allocated_bytes,
             fragmentation_at_peak: metrics::fragmentation(&Counters {
-                live_bytes: m.live_at_peak,
-                footprint_bytes: m.peak_footprint,
+                live_bytes: p.live_at_peak_bytes,
+                footprint_bytes: p.footprint_bytes,
                 ..Counters::default()
             }),
-            mean_fragmentation: if n == 0 { 0.0 } else { m.frag_sum / n as f64 },
+            mean_fragmentation: if n == 0 {
+                0.0
+            } else {
+                p.fragmentation_sum() / n as f64
+            },
             oom_count: m.oom_count,
             replay_seconds,
             events_per_second: if replay_seconds > 0.0 {
