@@ -567,6 +567,31 @@ mod tests {
         ));
     }
 
+    /// Addresses that pass 4 GiB midway widen the replay's address table without losing the
+    /// addresses placed before: every free still finds its block, and the table answers for
+    /// each allocation.
+    #[test]
+    fn addresses_past_4_gib_widen_the_table_midway() {
+        let mut t = OwnedTrace::new();
+        let small = t.alloc(0, 64);
+        let big = t.alloc(1, 5 << 30);
+        let high = t.alloc(2, 64);
+        t.free(3, small);
+        t.free(4, high);
+        t.free(5, big);
+        let view = t.view().unwrap();
+        let r = replay(
+            &view,
+            build("first-fit", &PolicyConfig::default(), &view).unwrap(),
+            &ReplayOptions::default(),
+        );
+        assert!(r.free_failures.is_empty());
+        assert_eq!(r.summary.final_counters.live_allocs, 0);
+        assert_eq!(r.addr_of(small), Some(0));
+        assert_eq!(r.addr_of(big), Some(64));
+        assert_eq!(r.addr_of(high), Some(64 + (5 << 30)));
+    }
+
     /// A cancelled replay stops at its next check and says so; one never cancelled is the
     /// plain replay.
     #[test]

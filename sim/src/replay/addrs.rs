@@ -1,11 +1,12 @@
 //! A column of addresses kept in 4 bytes each where they allow it ([`AddrTable`]): a finished
 //! replay's id → address table, and the layout index's addresses.
 //!
-//! The replay fills a table of 8-byte addresses (the loop writes one an allocation); a replay
-//! kept for seeking holds it for good, and with millions of allocations that was a tenth of the
-//! explorer's memory, as the layout index's addresses were another. Policies place from
-//! address 0, so their addresses nearly always fit in 32 bits: the column is narrowed then, and
-//! stays wide otherwise.
+//! The replay fills the table as it goes (the loop writes one address an allocation); a replay
+//! kept for seeking holds it for good, and with millions of allocations 8-byte addresses were a
+//! tenth of the explorer's memory, as the layout index's addresses were another. Policies place
+//! from address 0, so their addresses nearly always fit in 32 bits: the table starts narrow and
+//! widens, once, at the first address that does not fit. Half the bytes to fill, to touch
+//! beside the policy's own, and no narrowing pass at the end.
 
 use super::FAILED;
 use crate::policy::Addr;
@@ -49,12 +50,53 @@ fn narrowed(a: Addr) -> u32 {
 }
 
 impl AddrTable {
-    /// The table of a finished replay, narrowed when every address fits.
-    pub(crate) fn finished(addrs: Vec<Addr>) -> Self {
-        if addrs.iter().all(|&a| fits(a)) {
-            Self::Narrow(addrs.into_iter().map(narrowed).collect())
-        } else {
-            Self::Wide(addrs)
+    /// A table of `n` slots, none placed.
+    pub(crate) fn unplaced(n: usize) -> Self {
+        Self::Narrow(vec![NARROW_FAILED; n])
+    }
+
+    /// Places slot `i` at `a` ([`FAILED`]: none); a slot past the end is ignored.
+    #[inline(always)]
+    pub(crate) fn set(&mut self, i: usize, a: Addr) {
+        match self {
+            Self::Narrow(v) if fits(a) => {
+                if let Some(slot) = v.get_mut(i) {
+                    *slot = narrowed(a);
+                }
+            }
+            Self::Narrow(_) => self.widen_and_set(i, a),
+            Self::Wide(v) => {
+                if let Some(slot) = v.get_mut(i) {
+                    *slot = a;
+                }
+            }
+        }
+    }
+
+    #[cold]
+    fn widen_and_set(&mut self, i: usize, a: Addr) {
+        if let Self::Narrow(v) = self {
+            let wide = v
+                .iter()
+                .map(|&x| {
+                    if x == NARROW_FAILED {
+                        FAILED
+                    } else {
+                        Addr::from(x)
+                    }
+                })
+                .collect();
+            *self = Self::Wide(wide);
+        }
+        self.set(i, a);
+    }
+
+    /// Grows the table to `n` slots (new ones unplaced); never shrinks it.
+    pub(crate) fn grow_to(&mut self, n: usize) {
+        match self {
+            Self::Narrow(v) if v.len() < n => v.resize(n, NARROW_FAILED),
+            Self::Wide(v) if v.len() < n => v.resize(n, FAILED),
+            _ => {}
         }
     }
 
@@ -110,7 +152,7 @@ mod tests {
     #[test]
     fn narrow_when_every_address_fits_and_exact_either_way() {
         let small = vec![0, 16, FAILED, Addr::from(u32::MAX) - 1];
-        let t = AddrTable::finished(small.clone());
+        let t = AddrTable::of(small.iter().copied());
         assert!(matches!(t, AddrTable::Narrow(_)));
         for (slot, &a) in (0u32..).zip(&small) {
             assert_eq!(t.addr_at(slot), a);
@@ -119,12 +161,48 @@ mod tests {
 
         // u32::MAX itself would read as "failed" narrowed: it keeps the table wide.
         let big = vec![0, Addr::from(u32::MAX), FAILED, 1 << 40];
-        let t = AddrTable::finished(big.clone());
+        let t = AddrTable::of(big.iter().copied());
         assert!(matches!(t, AddrTable::Wide(_)));
         for (slot, &a) in (0u32..).zip(&big) {
             assert_eq!(t.addr_at(slot), a);
         }
         assert_eq!(t.addr_at(9), FAILED);
+    }
+
+    #[test]
+    fn a_table_filled_in_place_widens_at_the_first_address_that_does_not_fit() {
+        let mut t = AddrTable::unplaced(4);
+        t.set(0, 16);
+        t.set(1, Addr::from(u32::MAX) - 1);
+        t.set(9, 32); // past the end: ignored
+        assert!(matches!(t, AddrTable::Narrow(_)));
+        assert_eq!(
+            (0..5).map(|i| t.at(i)).collect::<Vec<_>>(),
+            [16, Addr::from(u32::MAX) - 1, FAILED, FAILED, FAILED]
+        );
+        t.set(2, Addr::from(u32::MAX));
+        assert!(matches!(t, AddrTable::Wide(_)));
+        t.set(3, 1 << 40);
+        t.set(0, FAILED);
+        t.grow_to(6);
+        t.set(5, 48);
+        let want = [
+            FAILED,
+            Addr::from(u32::MAX) - 1,
+            Addr::from(u32::MAX),
+            1 << 40,
+            FAILED,
+            48,
+        ];
+        assert_eq!(t.len(), 6);
+        assert_eq!((0..6).map(|i| t.at(i)).collect::<Vec<_>>(), want);
+        let mut n = AddrTable::unplaced(1);
+        n.grow_to(3);
+        n.set(2, 7);
+        assert_eq!(
+            (0..3).map(|i| n.at(i)).collect::<Vec<_>>(),
+            [FAILED, FAILED, 7]
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::layout::LayoutRecorder;
 use crate::metrics;
-use crate::policy::{Addr, AllocError, Counters, Policy, Request};
+use crate::policy::{AllocError, Counters, Policy, Request};
 use crate::series::{Bucketing, SeriesBuilder, State};
 use crate::trace::EventKind;
 
@@ -62,7 +62,7 @@ pub struct Meter {
     align_bytes: u64,
     series: SeriesBuilder,
     /// Address of each allocation slot (its id in memory; a recycled slot when streaming).
-    addrs: Vec<Addr>,
+    addrs: AddrTable,
     /// The address table grows with the slots seen (streaming) instead of being sized upfront.
     grow_addrs: bool,
     ooms: Vec<Oom>,
@@ -120,7 +120,7 @@ impl Run {
         let meter = Meter {
             align_bytes: opts.align_bytes,
             series: SeriesBuilder::new(bucketing),
-            addrs: vec![FAILED; num_allocs],
+            addrs: AddrTable::unplaced(num_allocs),
             grow_addrs: events.is_none(),
             ooms: Vec::new(),
             oom_count: 0,
@@ -239,22 +239,12 @@ impl Meter {
     ) {
         if self.grow_addrs && slot as usize >= self.addrs.len() && slot != crate::trace::NO_ALLOC_ID
         {
-            self.addrs.resize(slot as usize + 1, FAILED);
+            self.addrs.grow_to(slot as usize + 1);
         }
         let mut failed = false;
-        match apply(
-            policy,
-            code,
-            id,
-            slot,
-            size,
-            self.align_bytes,
-            self.addrs.as_slice(),
-        ) {
+        match apply(policy, code, id, slot, size, self.align_bytes, &self.addrs) {
             Ok(Some(p)) => {
-                if let Some(a) = self.addrs.get_mut(slot as usize) {
-                    *a = p.addr;
-                }
+                self.addrs.set(slot as usize, p.addr);
                 if let Some(l) = &mut self.layout {
                     l.on_alloc(i, id, p.addr, p.reserved_bytes, size);
                 }
@@ -264,11 +254,9 @@ impl Meter {
                     if let Some(l) = &mut self.layout {
                         l.on_free(i, id);
                     }
-                    if self.grow_addrs
-                        && let Some(a) = self.addrs.get_mut(slot as usize)
-                    {
+                    if self.grow_addrs {
                         // The slot is reused by a later allocation, which may fail.
-                        *a = FAILED;
+                        self.addrs.set(slot as usize, FAILED);
                     }
                 }
             }
@@ -301,10 +289,8 @@ impl Meter {
         request: Request,
         error: AllocError,
     ) {
-        if self.grow_addrs
-            && let Some(a) = self.addrs.get_mut(slot as usize)
-        {
-            *a = FAILED;
+        if self.grow_addrs {
+            self.addrs.set(slot as usize, FAILED);
         }
         if self.first_oom_state.is_none() {
             self.first_oom_state = Some(policy.clone_box());
@@ -392,7 +378,11 @@ impl Run {
             final_state: policy,
             checkpoints: m.checkpoints,
             checkpoint_every: m.interval,
-            addrs: AddrTable::finished(if streamed { Vec::new() } else { m.addrs }),
+            addrs: if streamed {
+                AddrTable::default()
+            } else {
+                m.addrs
+            },
             align_bytes: m.align_bytes,
             layout,
             streamed,
