@@ -567,6 +567,112 @@ mod tests {
         ));
     }
 
+    /// The replay, which measures stretches of events in runs of one time bucket, gives the
+    /// series and the summary that event-by-event shadows give on the states after each event
+    /// (one fresh policy replayed by hand): for traces longer than a stretch, with checkpoints
+    /// cutting the spans, out-of-memory failures, and times that stall.
+    #[test]
+    fn the_replay_measures_as_event_by_event_shadows_do() {
+        use crate::replay::peaks::tests::shadow as peaks_shadow;
+        use crate::series::State;
+        use crate::series::tests::shadow as series_shadow;
+
+        let mut t = OwnedTrace::new();
+        let (mut x, mut live, mut time) = (12345u64, Vec::new(), 0i64);
+        for _ in 0..1500 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            time += (x >> 61) as i64;
+            if x % 3 != 0 || live.is_empty() {
+                live.push(t.alloc(time, 1 + (x >> 20) % 70_000));
+            } else {
+                let id = live.swap_remove((x >> 7) as usize % live.len());
+                t.free(time, id);
+            }
+        }
+        let view = t.view().unwrap();
+        for (name, limit) in [
+            ("first-fit", None),
+            ("best-fit", Some(3 << 20)),
+            ("bfc", Some(4 << 20)),
+            ("buddy", Some(8 << 20)),
+            ("glibc", None),
+        ] {
+            let config = PolicyConfig {
+                limit_bytes: limit,
+                ..PolicyConfig::default()
+            };
+            let opts = ReplayOptions {
+                checkpoint_every: 97,
+                buckets: 37,
+                ..ReplayOptions::default()
+            };
+            let r = replay(&view, build(name, &config, &view).unwrap(), &opts);
+            let mut fresh = build(name, &config, &view).unwrap();
+            let mut addrs = vec![FAILED; view.num_allocs as usize];
+            let mut states = Vec::new();
+            for i in 0..view.kind.len() {
+                let id = view.alloc_id[i];
+                let out = apply(
+                    fresh.as_mut(),
+                    view.kind[i],
+                    id,
+                    id,
+                    view.size_bytes[i],
+                    opts.align_bytes,
+                    addrs.as_slice(),
+                );
+                if let Ok(Some(p)) = out {
+                    addrs[id as usize] = p.addr;
+                }
+                states.push(State::of(&fresh.counters(), matches!(out, Err(Ok(_)))));
+            }
+            let ooms = states.iter().filter(|s| s.failed).count();
+            assert_eq!(r.summary.oom_count, ooms as u64, "{name}");
+            assert_eq!(
+                limit.is_some(),
+                ooms > 0,
+                "{name}: the limits are meant to bind"
+            );
+            let b = Bucketing::for_trace(&view, opts.buckets);
+            assert_eq!(r.series, series_shadow(b, view.t_ns, &states), "{name}");
+            let (fp, fp_event, live_at, live, live_event, allocated, frag) = peaks_shadow(&states);
+            let s = &r.summary;
+            assert_eq!(
+                (s.peak_footprint_bytes, s.peak_footprint_event),
+                (fp, fp_event),
+                "{name}"
+            );
+            assert_eq!(
+                (s.peak_live_bytes, s.peak_live_event),
+                (live, live_event),
+                "{name}"
+            );
+            assert_eq!(s.peak_allocated_bytes, allocated, "{name}");
+            let at_peak = crate::metrics::fragmentation(&Counters {
+                live_bytes: live_at,
+                footprint_bytes: fp,
+                ..Counters::default()
+            });
+            assert_eq!(
+                s.fragmentation_at_peak.to_bits(),
+                at_peak.to_bits(),
+                "{name}"
+            );
+            let mean = frag / view.kind.len() as f64;
+            assert_eq!(s.mean_fragmentation.to_bits(), mean.to_bits(), "{name}");
+            assert_eq!(s.final_counters, fresh.counters(), "{name}");
+            for id in 0..view.num_allocs {
+                assert_eq!(
+                    r.addr_of(id),
+                    Some(addrs[id as usize]).filter(|&a| a != FAILED),
+                    "{name}"
+                );
+            }
+        }
+    }
+
     /// Addresses that pass 4 GiB midway widen the replay's address table without losing the
     /// addresses placed before: every free still finds its block, and the table answers for
     /// each allocation.

@@ -374,8 +374,11 @@ impl SeriesBuilder {
         }
         // Over a run of one footprint the live/footprint ratio is extreme where live bytes are,
         // and over a run of one largest free block the largest/free ratio is extreme where the
-        // free bytes are: two comparisons for the run instead of two an event. (No free bytes
-        // means a largest block of 0, whose ratio counts as 1: still the extreme there.)
+        // free bytes are: two comparisons for the run instead of two an event. A state with no
+        // free bytes has the ratio 1; with a largest block of 0 the others have 0, so the
+        // extremes are still at the run's least and most free bytes (a policy's counters always
+        // pair them so, but a largest block above 0 with nothing free would not).
+        let one_largest = largest_lo == largest_hi && (largest_lo == 0 || free_lo > 0);
         if lo[FOOTPRINT] == hi[FOOTPRINT] {
             self.note_live(Ratio::new(lo[LIVE], lo[FOOTPRINT]));
             self.note_live(Ratio::new(hi[LIVE], lo[FOOTPRINT]));
@@ -384,7 +387,7 @@ impl SeriesBuilder {
                 self.note_live(Ratio::new(s.live_bytes, s.footprint_bytes));
             }
         }
-        if largest_lo == largest_hi {
+        if one_largest {
             self.note_largest(Ratio::new(largest_lo, free_lo));
             self.note_largest(Ratio::new(largest_lo, free_hi));
         } else {
@@ -507,7 +510,7 @@ impl SeriesBuilder {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::trace::OwnedTrace;
     use proptest::prelude::*;
@@ -621,7 +624,7 @@ mod tests {
     /// The series as the replay measured it before runs: event by event, each fragmentation a
     /// float of its own (exact here: every value is under 2^40, so the floats order as the
     /// ratios do).
-    fn shadow(b: Bucketing, t_ns: &[i64], states: &[State]) -> Series {
+    pub(crate) fn shadow(b: Bucketing, t_ns: &[i64], states: &[State]) -> Series {
         let mut buckets: Vec<Vec<(usize, State)>> = vec![Vec::new(); b.buckets];
         let mut bucket = 0;
         for (i, (&t, s)) in t_ns.iter().zip(states).enumerate() {
@@ -695,12 +698,12 @@ mod tests {
     }
 
     /// States that hold one footprint or one largest free block for a while, as real ones
-    /// do, with times that sometimes go backwards.
+    /// do, sometimes full or empty, with times that sometimes go backwards.
     fn states_strategy() -> impl Strategy<Value = (Vec<i64>, Vec<State>)> {
         prop::collection::vec(
             (
                 0i64..40,
-                0u64..4,
+                0u64..6,
                 0u64..1000,
                 0u64..3,
                 0u64..500,
@@ -722,10 +725,21 @@ mod tests {
                         4096
                     };
                 }
+                if change == 3 {
+                    // Everything released: a zero footprint.
+                    footprint = 0;
+                }
                 let live = live.min(footprint);
-                let allocated = (live + waste).min(footprint);
+                // Sometimes full: no free bytes, and so a largest free block of 0.
+                let allocated = if change == 2 {
+                    footprint
+                } else {
+                    (live + waste).min(footprint)
+                };
                 let free = footprint - allocated;
-                if change == 1 || largest > free {
+                // Sometimes the largest block is kept past the free bytes: counters no policy
+                // gives, which the replay still measures as they are.
+                if change == 1 || (largest > free && change < 4) {
                     largest = free_part.min(free);
                 }
                 times.push(t);

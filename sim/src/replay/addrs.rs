@@ -55,10 +55,12 @@ impl AddrTable {
         Self::Narrow(vec![NARROW_FAILED; n])
     }
 
-    /// Places slot `i` at `a` ([`FAILED`]: none); a slot past the end is ignored.
+    /// Places slot `i` at `a` ([`FAILED`]: none); a slot past the end is ignored (and does
+    /// not widen the table).
     #[inline(always)]
     pub(crate) fn set(&mut self, i: usize, a: Addr) {
         match self {
+            _ if i >= self.len() => {}
             Self::Narrow(v) if fits(a) => {
                 if let Some(slot) = v.get_mut(i) {
                     *slot = narrowed(a);

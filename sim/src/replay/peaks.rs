@@ -110,20 +110,21 @@ impl Peaks {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::series::{Bucketing, SeriesBuilder};
     use proptest::prelude::*;
 
     /// The summary's scalars as the replay measured them before runs, event by event:
     /// (peak footprint, its event, live bytes at it, peak live, its event, peak allocated,
-    /// fragmentation sum).
-    type Scalars = (u64, Option<usize>, u64, u64, Option<usize>, u64, f64);
+    /// fragmentation sum). The fragmentation sum is grouped as it was, one term for each stretch
+    /// of states of one footprint, so that its bits can be compared.
+    pub(crate) type Scalars = (u64, Option<usize>, u64, u64, Option<usize>, u64, f64);
 
-    fn shadow(states: &[State]) -> Scalars {
+    pub(crate) fn shadow(states: &[State]) -> Scalars {
         let (mut fp, mut fp_event, mut live_at) = (0, None, 0);
         let (mut live, mut live_event, mut allocated) = (0, None, 0);
-        let mut frag = 0.0;
+        let (mut frag, mut run_fp, mut run_sum, mut run_states) = (0.0, 0, 0u128, 0);
         for (i, s) in states.iter().enumerate() {
             if s.footprint_bytes > fp || fp_event.is_none() {
                 (fp, fp_event, live_at) = (s.footprint_bytes, Some(i), s.live_bytes);
@@ -134,18 +135,33 @@ mod tests {
                 (live, live_event) = (s.live_bytes, Some(i));
             }
             allocated = allocated.max(s.allocated_bytes);
-            frag += metrics::fragmentation(&crate::policy::Counters {
-                live_bytes: s.live_bytes,
-                footprint_bytes: s.footprint_bytes,
-                ..Default::default()
-            });
+            if s.footprint_bytes != run_fp {
+                frag += metrics::fragmentation_sum(run_sum, run_states, run_fp);
+                (run_fp, run_sum, run_states) = (s.footprint_bytes, 0, 0);
+            }
+            run_sum += u128::from(s.live_bytes);
+            run_states += 1;
         }
+        frag += metrics::fragmentation_sum(run_sum, run_states, run_fp);
         (fp, fp_event, live_at, live, live_event, allocated, frag)
+    }
+
+    /// `peaks`' scalars, in [`shadow`]'s order.
+    pub(crate) fn scalars(peaks: &Peaks) -> Scalars {
+        (
+            peaks.footprint_bytes,
+            peaks.footprint_event,
+            peaks.live_at_peak_bytes,
+            peaks.live_bytes,
+            peaks.live_event,
+            peaks.allocated_bytes,
+            peaks.fragmentation_sum(),
+        )
     }
 
     proptest! {
         /// Runs of states, as the replay cuts them, give the scalars the shadow measures event
-        /// by event (the fragmentation sum to rounding: the shadow adds one float an event).
+        /// by event, the fragmentation sum to the bit.
         #[test]
         fn runs_measure_as_events_do(
             steps in prop::collection::vec((0u64..6, 0u64..600, 0u64..8), 1..400),
@@ -183,18 +199,9 @@ mod tests {
                     from = to;
                 }
             }
-            let want = shadow(&states);
-            let got = (
-                peaks.footprint_bytes,
-                peaks.footprint_event,
-                peaks.live_at_peak_bytes,
-                peaks.live_bytes,
-                peaks.live_event,
-                peaks.allocated_bytes,
-            );
-            prop_assert_eq!(got, (want.0, want.1, want.2, want.3, want.4, want.5));
-            let frag = peaks.fragmentation_sum();
-            prop_assert!((frag - want.6).abs() <= 1e-9 * states.len() as f64, "{frag} vs {}", want.6);
+            let (got, want) = (scalars(&peaks), shadow(&states));
+            prop_assert_eq!(got.6.to_bits(), want.6.to_bits(), "{} vs {}", got.6, want.6);
+            prop_assert_eq!(got, want);
         }
     }
 }

@@ -2,9 +2,11 @@
 //! streaming one ([`crate::stream`]).
 //!
 //! The loop runs inside the policy's own [`Policy::replay_span`], instantiated for each policy
-//! type, so that its `alloc`, `free` and `counters` are direct calls the compiler inlines into
-//! the measurement: through the trait object they were three calls an event whose returned
-//! counters went through memory. Only checkpoints, taken between spans, use the trait object.
+//! type, so that its `alloc`, `free` and `counters` are direct calls: through the trait object
+//! they were three calls an event. Only checkpoints, taken between spans, use the trait object.
+//! The loop keeps the state after each event of a stretch of 256 and measures the stretch
+//! afterwards ([`Meter::measure`]), in runs of one time bucket, where the running extremes stay
+//! in registers instead of being loaded and stored around every call into the policy.
 
 use super::peaks::Peaks;
 use super::{
@@ -224,7 +226,7 @@ impl Meter {
     }
 
     /// Applies event `i` (allocation `id`, whose address goes in `slot` of the table) and
-    /// measures the state after it.
+    /// returns the state after it, for [`Self::measure`].
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn step<P: Policy + ?Sized>(
