@@ -243,16 +243,16 @@ pub fn replay_cancellable(
     progress: Option<&std::sync::atomic::AtomicUsize>,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> (Replay, bool) {
-    // The columns are of one length in a valid view; the shortest bounds them all the same.
-    let n = [
-        trace.kind.len(),
-        trace.alloc_id.len(),
-        trace.size_bytes.len(),
-        trace.t_ns.len(),
-    ]
-    .into_iter()
-    .min()
-    .unwrap_or(0);
+    // In memory, allocation ids are dense: each has its own slot of the address table.
+    let all = Span::new(
+        0,
+        trace.kind,
+        trace.alloc_id,
+        None,
+        trace.size_bytes,
+        trace.t_ns,
+    );
+    let n = all.len();
     let bucketing = Bucketing::for_trace(trace, opts.buckets);
     let mut run = Run::new(policy, opts, bucketing, trace.num_allocs as usize, Some(n));
     let started = Instant::now();
@@ -268,15 +268,7 @@ pub fn replay_cancellable(
             p.store(from, std::sync::atomic::Ordering::Relaxed);
         }
         let to = (from + PROGRESS_EVERY).min(n);
-        // In memory, allocation ids are dense: each has its own slot of the address table.
-        run.run(&Span {
-            first: from,
-            kind: trace.kind.get(from..to).unwrap_or_default(),
-            alloc_id: trace.alloc_id.get(from..to).unwrap_or_default(),
-            slot: None,
-            size_bytes: trace.size_bytes.get(from..to).unwrap_or_default(),
-            t_ns: trace.t_ns.get(from..to).unwrap_or_default(),
-        });
+        run.run(&all.part(from, to));
         from = to;
     }
     if let Some(p) = progress {

@@ -171,26 +171,18 @@ pub fn replay_stream_until(
     let mut i = 0usize;
     let started = Instant::now();
     while i <= last_event && source.next_batch(&mut batch)? {
-        // The columns are of one length; the shortest bounds them all the same.
-        let len = [
-            batch.kind.len(),
-            batch.alloc_id.len(),
-            batch.slot.len(),
-            batch.size_bytes.len(),
-            batch.t_ns.len(),
-        ]
-        .into_iter()
-        .min()
-        .unwrap_or(0)
-        .min(last_event.saturating_sub(i).saturating_add(1));
-        run.run(&crate::replay::Span {
-            first: i,
-            kind: batch.kind.get(..len).unwrap_or_default(),
-            alloc_id: batch.alloc_id.get(..len).unwrap_or_default(),
-            slot: Some(batch.slot.get(..len).unwrap_or_default()),
-            size_bytes: batch.size_bytes.get(..len).unwrap_or_default(),
-            t_ns: batch.t_ns.get(..len).unwrap_or_default(),
-        });
+        let span = crate::replay::Span::new(
+            i,
+            &batch.kind,
+            &batch.alloc_id,
+            Some(&batch.slot),
+            &batch.size_bytes,
+            &batch.t_ns,
+        );
+        let len = span
+            .len()
+            .min(last_event.saturating_sub(i).saturating_add(1));
+        run.run(&span.part(0, len));
         i += len;
         if let Some(p) = progress {
             p.store(i, std::sync::atomic::Ordering::Relaxed);

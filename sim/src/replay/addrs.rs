@@ -60,7 +60,6 @@ impl AddrTable {
     #[inline(always)]
     pub(crate) fn set(&mut self, i: usize, a: Addr) {
         match self {
-            _ if i >= self.len() => {}
             Self::Narrow(v) if fits(a) => {
                 if let Some(slot) = v.get_mut(i) {
                     *slot = narrowed(a);
@@ -77,6 +76,9 @@ impl AddrTable {
 
     #[cold]
     fn widen_and_set(&mut self, i: usize, a: Addr) {
+        if i >= self.len() {
+            return;
+        }
         if let Self::Narrow(v) = self {
             let wide = v
                 .iter()

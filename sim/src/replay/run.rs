@@ -39,13 +39,39 @@ pub struct Span<'a> {
     pub(crate) t_ns: &'a [i64],
 }
 
-impl Span<'_> {
+impl<'a> Span<'a> {
+    /// The events from `first` on in these columns, as many as the shortest holds (the
+    /// columns are of one length in a valid trace or batch).
+    pub(crate) fn new(
+        first: usize,
+        kind: &'a [u8],
+        alloc_id: &'a [u32],
+        slot: Option<&'a [u32]>,
+        size_bytes: &'a [u64],
+        t_ns: &'a [i64],
+    ) -> Self {
+        let n = [kind.len(), alloc_id.len(), size_bytes.len(), t_ns.len()]
+            .into_iter()
+            .chain(slot.map(<[u32]>::len))
+            .min()
+            .unwrap_or(0);
+        Span {
+            first,
+            kind,
+            alloc_id,
+            slot,
+            size_bytes,
+            t_ns,
+        }
+        .part(0, n)
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.kind.len()
     }
 
     /// Events `from..to` of the span.
-    fn part(&self, from: usize, to: usize) -> Self {
+    pub(crate) fn part(&self, from: usize, to: usize) -> Self {
         let (a, b) = (from, to.max(from));
         Span {
             first: self.first + a,
