@@ -149,8 +149,8 @@ impl<I: FreeIndex> FitHeap<I> {
     }
 
     /// Renumbers the slab densely in address order and drops spare capacity. A clone copies
-    /// whole tables, and the slab and the address map never shrink after the heap's busiest
-    /// moment: replay checkpoints call this so each costs memory for its current blocks only.
+    /// the whole slab, which never shrinks after the heap's busiest moment: replay checkpoints
+    /// call this so each costs memory for its current blocks only.
     pub(crate) fn compact(&mut self) {
         let order = self.order();
         let mut new_of = vec![NIL; self.slab.len()];

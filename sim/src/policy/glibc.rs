@@ -1053,11 +1053,9 @@ impl Policy for Glibc {
     }
 
     fn clone_box(&self) -> Box<dyn Policy> {
-        // A hash map's clone copies its whole table, which never shrinks after the busiest
-        // moment: checkpoints keep only what the live entries need.
-        let mut c = self.clone();
-        c.live_heap.shrink_to_fit();
-        Box::new(c)
+        // The address map's copy is sized to its entries (see `AddrMap`'s `Clone`), so a
+        // checkpoint keeps only what the live entries need.
+        Box::new(self.clone())
     }
 
     fn check_invariants(&self) -> Result<(), String> {

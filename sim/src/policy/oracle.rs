@@ -397,8 +397,8 @@ impl Policy for Oracle {
     }
 
     fn clone_box(&self) -> Box<dyn Policy> {
+        // The address map's copy is sized to its entries (see `AddrMap`'s `Clone`).
         let mut c = self.clone();
-        c.live.shrink_to_fit();
         c.reads_plan = false;
         Box::new(c)
     }
