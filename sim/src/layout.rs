@@ -35,8 +35,11 @@ use std::sync::Mutex;
 use crate::policy::{Addr, Block, BlockState, Counters, Policy};
 
 mod columns;
+mod emit;
 
 use columns::{Lengths, Tier};
+pub use emit::BlockSink;
+use emit::Emitter;
 
 /// Allocations per skip run.
 const CHUNK: usize = 256;
@@ -85,6 +88,9 @@ pub struct LayoutRecorder {
     events: u32,
     epoch: u64,
     footprint_bytes: u64,
+    /// The policy holds `[0, end of its highest live allocation)` ([`Policy::holds_up_to_top`]):
+    /// no range is recorded.
+    to_top: bool,
 }
 
 impl LayoutRecorder {
@@ -98,7 +104,8 @@ impl LayoutRecorder {
             return None;
         }
         let mut ranges = Vec::new();
-        if !policy.held_ranges(&mut ranges) {
+        let to_top = policy.holds_up_to_top();
+        if !to_top && !policy.held_ranges(&mut ranges) {
             return None;
         }
         let mut blocks = Vec::new();
@@ -118,6 +125,7 @@ impl LayoutRecorder {
             events,
             epoch: policy.held_ranges_epoch(),
             footprint_bytes: policy.counters().footprint_bytes,
+            to_top,
         })
     }
 
@@ -155,6 +163,9 @@ impl LayoutRecorder {
         policy: &P,
         counters: &Counters,
     ) {
+        if self.to_top {
+            return;
+        }
         let epoch = policy.held_ranges_epoch();
         if epoch == self.epoch && counters.footprint_bytes == self.footprint_bytes {
             return;
@@ -220,6 +231,7 @@ impl LayoutRecorder {
             deltas: self.deltas,
             snapshots,
             snapshot_every: every,
+            to_top: self.to_top,
             scratch: Mutex::new(Vec::new()),
         }
     }
@@ -294,6 +306,8 @@ pub struct LayoutIndex {
     /// The range set before delta `k · snapshot_every`, sorted.
     snapshots: Vec<Vec<(Addr, u64)>>,
     snapshot_every: usize,
+    /// The held range is `[0, end of the highest live allocation)` (no deltas are kept).
+    to_top: bool,
     /// The second half's blocks of a two-thread lookup, kept between lookups: a fresh vector of
     /// tens of MB costs its page faults and regrowth every seek.
     scratch: Mutex<Vec<Block>>,
@@ -310,6 +324,7 @@ impl Clone for LayoutIndex {
             deltas: self.deltas.clone(),
             snapshots: self.snapshots.clone(),
             snapshot_every: self.snapshot_every,
+            to_top: self.to_top,
             scratch: Mutex::new(Vec::new()),
         }
     }
@@ -319,6 +334,10 @@ impl LayoutIndex {
     /// The held ranges at position `pos`, sorted: the nearest copy, merged with the changes
     /// since (the last change of an address wins).
     fn ranges_at(&self, pos: u32) -> Cow<'_, [(Addr, u64)]> {
+        if self.to_top {
+            let top = self.top_at(pos);
+            return Cow::Owned(if top > 0 { vec![(0, top)] } else { Vec::new() });
+        }
         let upto = self.deltas.partition_point(|d| d.pos <= pos);
         // The copy before delta `upto` exists only when a delta follows it.
         let k = (upto / self.snapshot_every).min(self.snapshots.len().saturating_sub(1));
@@ -453,6 +472,39 @@ impl LayoutIndex {
         Some((second, counters))
     }
 
+    /// The end of the highest allocation live at `pos` (0 when none is): the long tier, in
+    /// address order, is searched from its top, skipping runs with nothing live, and the short
+    /// tier's allocations born within its life span are looked at.
+    fn top_at(&self, pos: u32) -> Addr {
+        let s = &self.short;
+        let first = s
+            .birth
+            .partition_point(|b| b <= pos.saturating_sub(self.short_life));
+        let last = s.birth.partition_point(|b| b <= pos);
+        let short_top = (first..last)
+            .filter(|&i| pos < s.death_at(i))
+            .map(|i| s.addr.at(i) + s.lengths.get(i).0)
+            .max()
+            .unwrap_or(0);
+        let l = &self.long;
+        let n_long = l.addr.len();
+        for c in (0..n_long.div_ceil(CHUNK)).rev() {
+            let (Some(&cb), Some(&cd)) = (self.chunk_birth.get(c), self.chunk_death.get(c)) else {
+                continue;
+            };
+            if cb > pos || cd <= pos {
+                continue;
+            }
+            let highest_live = (c * CHUNK..((c + 1) * CHUNK).min(n_long))
+                .rev()
+                .find(|&i| l.birth.at(i) <= pos && l.death.get(i).is_some_and(|&d| pos < d));
+            if let Some(i) = highest_live {
+                return short_top.max(l.addr.at(i) + l.lengths.get(i).0);
+            }
+        }
+        short_top
+    }
+
     /// The short-lived allocations live at `pos` whose address is in `addrs`, as (address,
     /// index in the short tier), sorted by address.
     fn live_short(&self, pos: u32, addrs: impl std::ops::RangeBounds<Addr>) -> Vec<(Addr, usize)> {
@@ -548,174 +600,6 @@ impl LayoutIndex {
     }
 }
 
-/// Receives a heap's blocks in address order (see [`LayoutIndex::fold_blocks_at`]).
-pub trait BlockSink {
-    fn block(&mut self, b: Block);
-
-    /// Whole held ranges with nothing live in them, in address order: each is one free block
-    /// (none for an empty range), and together they lie back to back in the held space.
-    #[inline]
-    fn free_ranges(&mut self, ranges: &[(Addr, u64)]) {
-        for &(addr, len_bytes) in ranges {
-            if len_bytes > 0 {
-                self.block(Block {
-                    addr,
-                    len_bytes,
-                    state: BlockState::Free,
-                });
-            }
-        }
-    }
-}
-
-impl BlockSink for Vec<Block> {
-    #[inline]
-    fn block(&mut self, b: Block) {
-        self.push(b);
-    }
-}
-
-impl<T: BlockSink + ?Sized> BlockSink for &mut T {
-    #[inline]
-    fn block(&mut self, b: Block) {
-        (**self).block(b);
-    }
-
-    #[inline]
-    fn free_ranges(&mut self, ranges: &[(Addr, u64)]) {
-        (**self).free_ranges(ranges);
-    }
-}
-
-/// A sink that drops the blocks: their counters only.
-impl BlockSink for () {
-    #[inline]
-    fn block(&mut self, _: Block) {}
-
-    #[inline]
-    fn free_ranges(&mut self, _: &[(Addr, u64)]) {}
-}
-
-/// Lays live blocks, in address order, into the held ranges, with the gaps as free blocks.
-struct Emitter<'a, S: BlockSink + ?Sized> {
-    ranges: &'a [(Addr, u64)],
-    out: &'a mut S,
-    /// The range being filled.
-    r: usize,
-    /// Start of the space not yet emitted in range `r`.
-    cursor: Addr,
-    /// [`Counters::from_blocks`] of `out`, kept as it grows (one pass fewer over millions).
-    counters: Counters,
-}
-
-impl<'a, S: BlockSink + ?Sized> Emitter<'a, S> {
-    fn new(ranges: &'a [(Addr, u64)], out: &'a mut S) -> Self {
-        let cursor = ranges.first().map_or(0, |&(a, _)| a);
-        Self {
-            ranges,
-            out,
-            r: 0,
-            cursor,
-            counters: Counters::default(),
-        }
-    }
-
-    /// `None` when the block is outside every range or overlaps the previous one.
-    #[inline]
-    fn used(&mut self, b: Block) -> Option<()> {
-        // Close the range being filled if it ends before this block, and pass the whole
-        // ranges between as they are (free).
-        if let Some(&(ra, rl)) = self.ranges.get(self.r)
-            && b.addr >= ra.saturating_add(rl)
-        {
-            self.close(ra + rl);
-            self.skip_empty(b.addr);
-        }
-        let &(ra, rl) = self.ranges.get(self.r)?;
-        if b.addr < ra.max(self.cursor) || b.addr + b.len_bytes > ra + rl {
-            return None;
-        }
-        self.free(b.addr);
-        self.cursor = b.addr + b.len_bytes;
-        if let BlockState::Used {
-            requested_bytes, ..
-        } = b.state
-        {
-            self.counters.live_allocs += 1;
-            self.counters.live_bytes += requested_bytes;
-            self.counters.allocated_bytes += b.len_bytes;
-        }
-        self.out.block(b);
-        Some(())
-    }
-
-    /// Emits the gap from the cursor to `to`, if any, as a free block.
-    fn free(&mut self, to: Addr) {
-        if to > self.cursor {
-            let len_bytes = to - self.cursor;
-            self.counters.free_bytes += len_bytes;
-            self.counters.free_blocks += 1;
-            self.counters.largest_free_bytes = self.counters.largest_free_bytes.max(len_bytes);
-            self.out.block(Block {
-                addr: self.cursor,
-                len_bytes,
-                state: BlockState::Free,
-            });
-        }
-    }
-
-    fn close(&mut self, range_end: Addr) {
-        self.free(range_end);
-        self.r += 1;
-        self.cursor = self.ranges.get(self.r).map_or(0, |&(a, _)| a);
-    }
-
-    /// Passes the whole ranges from the current one that end at or before `before` (none of
-    /// them holds a live block) to the sink at once. A snapshot of two million segments has
-    /// most of them empty at most events; they are found by galloping, so a block that skips
-    /// none costs one comparison.
-    fn skip_empty(&mut self, before: Addr) {
-        let rest = self.ranges.get(self.r..).unwrap_or(&[]);
-        let ends_before = |i: usize| {
-            rest.get(i)
-                .is_some_and(|&(a, l)| a.saturating_add(l) <= before)
-        };
-        if !ends_before(0) {
-            return;
-        }
-        let mut hi = 1;
-        while ends_before(hi) {
-            hi *= 2;
-        }
-        let lo = hi / 2;
-        let n = lo
-            + rest.get(lo..hi.min(rest.len())).map_or(0, |w| {
-                w.partition_point(|&(a, l)| a.saturating_add(l) <= before)
-            });
-        let empty = rest.get(..n).unwrap_or(&[]);
-        for &(_, l) in empty {
-            if l > 0 {
-                self.counters.free_bytes += l;
-                self.counters.free_blocks += 1;
-                self.counters.largest_free_bytes = self.counters.largest_free_bytes.max(l);
-            }
-        }
-        self.out.free_ranges(empty);
-        self.r += n;
-        self.cursor = self.ranges.get(self.r).map_or(0, |&(a, _)| a);
-    }
-
-    /// Closes the remaining ranges; the counters of the blocks, but the footprint.
-    fn finish(mut self) -> Counters {
-        if let Some(&(ra, rl)) = self.ranges.get(self.r) {
-            self.cursor = self.cursor.max(ra);
-            self.close(ra + rl);
-            self.skip_empty(Addr::MAX);
-        }
-        self.counters
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -769,6 +653,7 @@ mod tests {
                 snapshots: range_snapshots(initial.clone(), &deltas, every),
                 deltas: deltas.clone(),
                 snapshot_every: every,
+                to_top: false,
                 scratch: Mutex::new(Vec::new()),
             };
             let mut plain: BTreeMap<Addr, u64> = initial.iter().copied().collect();

@@ -68,6 +68,12 @@ impl Policy for BestFit {
         self.heap.blocks(out);
     }
 
+    fn holds_up_to_top(&self) -> bool {
+        // See `fit_common`: the blocks tile [0, top), the topmost is in use, and a freed block
+        // merges with both free neighbours.
+        true
+    }
+
     fn clone_box(&self) -> Box<dyn Policy> {
         let mut c = self.clone();
         c.heap.compact();

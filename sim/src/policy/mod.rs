@@ -211,6 +211,16 @@ pub trait Policy: Send + Sync {
     fn held_ranges_epoch(&self) -> u64 {
         0
     }
+    /// True when the policy holds one range, from address 0 to the end of its highest live
+    /// allocation, and its free space is exactly the gaps between live allocations there: a
+    /// heap that tiles `[0, top)`, coalesces every free block with its free neighbours and
+    /// lowers its top when the topmost block is freed (first-fit's and best-fit's). Then a
+    /// block list can be rebuilt from the allocations alone ([`crate::layout`]) without a
+    /// record of the held range, which moves at most events. [`Self::held_ranges`] stays false
+    /// for such a policy.
+    fn holds_up_to_top(&self) -> bool {
+        false
+    }
     /// About how many bytes a copy of the policy takes, for the replay's checkpoint budget. The
     /// default charges 64 bytes per live allocation and per free block, plus 256; a policy
     /// whose state grows otherwise (buddy's bitmaps grow with the footprint) says so.
