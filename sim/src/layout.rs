@@ -91,6 +91,8 @@ pub struct LayoutRecorder {
     /// The policy holds `[0, end of its highest live allocation)` ([`Policy::holds_up_to_top`]):
     /// no range is recorded.
     to_top: bool,
+    /// [`Policy::gap_block_max_bytes`].
+    gap_max: Option<u64>,
 }
 
 impl LayoutRecorder {
@@ -126,6 +128,7 @@ impl LayoutRecorder {
             epoch: policy.held_ranges_epoch(),
             footprint_bytes: policy.counters().footprint_bytes,
             to_top,
+            gap_max: policy.gap_block_max_bytes(),
         })
     }
 
@@ -232,6 +235,7 @@ impl LayoutRecorder {
             snapshots,
             snapshot_every: every,
             to_top: self.to_top,
+            gap_max: self.gap_max,
             scratch: Mutex::new(Vec::new()),
         }
     }
@@ -308,6 +312,8 @@ pub struct LayoutIndex {
     snapshot_every: usize,
     /// The held range is `[0, end of the highest live allocation)` (no deltas are kept).
     to_top: bool,
+    /// How gaps split into free blocks ([`Policy::gap_block_max_bytes`]).
+    gap_max: Option<u64>,
     /// The second half's blocks of a two-thread lookup, kept between lookups: a fresh vector of
     /// tens of MB costs its page faults and regrowth every seek.
     scratch: Mutex<Vec<Block>>,
@@ -325,6 +331,7 @@ impl Clone for LayoutIndex {
             snapshots: self.snapshots.clone(),
             snapshot_every: self.snapshot_every,
             to_top: self.to_top,
+            gap_max: self.gap_max,
             scratch: Mutex::new(Vec::new()),
         }
     }
@@ -564,7 +571,7 @@ impl LayoutIndex {
     ) -> Option<Counters> {
         let (s, l) = (&self.short, &self.long);
         let mut short = short.iter().copied().peekable();
-        let mut emit = Emitter::new(ranges, out);
+        let mut emit = Emitter::new(ranges, out, self.gap_max);
         let first_chunk = long.start / CHUNK;
         let last_chunk = long.end.div_ceil(CHUNK);
         for c in first_chunk..last_chunk {
@@ -654,6 +661,7 @@ mod tests {
                 deltas: deltas.clone(),
                 snapshot_every: every,
                 to_top: false,
+                gap_max: None,
                 scratch: Mutex::new(Vec::new()),
             };
             let mut plain: BTreeMap<Addr, u64> = initial.iter().copied().collect();

@@ -272,6 +272,15 @@ fn layout_index_agrees_with_the_policy(name: &str) {
         bfc_garbage_collection: true,
         ..PolicyConfig::default()
     });
+    // Buddy with 256 KiB top-level blocks: the arena grows block by block, gaps span several
+    // top-level blocks (free blocks stop at their size), and requests up to 1 MiB take runs.
+    for limit_bytes in [None, Some(24 * MIB)] {
+        configs.push(PolicyConfig {
+            limit_bytes,
+            buddy_max_order: 10,
+            ..PolicyConfig::default()
+        });
+    }
     for config in configs {
         let Some(policy) = build_available(name, &config, &view).unwrap() else {
             return;
@@ -282,7 +291,7 @@ fn layout_index_agrees_with_the_policy(name: &str) {
             ..ReplayOptions::default()
         };
         let r = replay(&view, policy, &opts);
-        if ["pytorch", "bfc", "first-fit", "best-fit"].contains(&name) {
+        if ["pytorch", "bfc", "first-fit", "best-fit", "buddy"].contains(&name) {
             assert!(r.has_layout_index(), "{name} keeps a layout index");
         }
         if !r.has_layout_index() {

@@ -1,6 +1,9 @@
 //! The layout index's output side: [`BlockSink`], which receives a heap's blocks in address
 //! order, and the [`Emitter`] that lays live blocks into the held ranges with the gaps between
-//! them as free blocks, counting as it goes.
+//! them as free blocks, counting as it goes. A gap is one free block, or, for a buddy
+//! allocator ([`crate::policy::Policy::gap_block_max_bytes`]), the largest aligned
+//! power-of-two blocks that tile it: with every pair of free buddies merged, as a buddy
+//! allocator keeps them, that tiling is the only one.
 
 use crate::policy::{Addr, Block, BlockState, Counters};
 
@@ -62,10 +65,12 @@ pub(super) struct Emitter<'a, S: BlockSink + ?Sized> {
     cursor: Addr,
     /// [`Counters::from_blocks`] of `out`, kept as it grows (one pass fewer over millions).
     counters: Counters,
+    /// Largest free block of a buddy allocator's tiling of the gaps; `None`: a gap is one block.
+    gap_max: Option<u64>,
 }
 
 impl<'a, S: BlockSink + ?Sized> Emitter<'a, S> {
-    pub(super) fn new(ranges: &'a [(Addr, u64)], out: &'a mut S) -> Self {
+    pub(super) fn new(ranges: &'a [(Addr, u64)], out: &'a mut S, gap_max: Option<u64>) -> Self {
         let cursor = ranges.first().map_or(0, |&(a, _)| a);
         Self {
             ranges,
@@ -73,6 +78,7 @@ impl<'a, S: BlockSink + ?Sized> Emitter<'a, S> {
             r: 0,
             cursor,
             counters: Counters::default(),
+            gap_max,
         }
     }
 
@@ -105,19 +111,31 @@ impl<'a, S: BlockSink + ?Sized> Emitter<'a, S> {
         Some(())
     }
 
-    /// Emits the gap from the cursor to `to`, if any, as a free block.
+    /// Emits the gap from the cursor to `to`, if any, as free blocks.
     fn free(&mut self, to: Addr) {
-        if to > self.cursor {
-            let len_bytes = to - self.cursor;
-            self.counters.free_bytes += len_bytes;
-            self.counters.free_blocks += 1;
-            self.counters.largest_free_bytes = self.counters.largest_free_bytes.max(len_bytes);
-            self.out.block(Block {
-                addr: self.cursor,
-                len_bytes,
-                state: BlockState::Free,
-            });
+        let Some(max) = self.gap_max else {
+            if to > self.cursor {
+                self.free_block(self.cursor, to - self.cursor);
+            }
+            return;
+        };
+        let mut at = self.cursor;
+        while at < to {
+            let len_bytes = buddy_block_bytes(at, to - at, max);
+            self.free_block(at, len_bytes);
+            at += len_bytes;
         }
+    }
+
+    fn free_block(&mut self, addr: Addr, len_bytes: u64) {
+        self.counters.free_bytes += len_bytes;
+        self.counters.free_blocks += 1;
+        self.counters.largest_free_bytes = self.counters.largest_free_bytes.max(len_bytes);
+        self.out.block(Block {
+            addr,
+            len_bytes,
+            state: BlockState::Free,
+        });
     }
 
     fn close(&mut self, range_end: Addr) {
@@ -149,6 +167,16 @@ impl<'a, S: BlockSink + ?Sized> Emitter<'a, S> {
                 w.partition_point(|&(a, l)| a.saturating_add(l) <= before)
             });
         let empty = rest.get(..n).unwrap_or(&[]);
+        if self.gap_max.is_some() {
+            // Each range in buddy blocks, not whole.
+            for &(a, l) in empty {
+                self.cursor = a;
+                self.free(a.saturating_add(l));
+            }
+            self.r += n;
+            self.cursor = self.ranges.get(self.r).map_or(0, |&(a, _)| a);
+            return;
+        }
         for &(_, l) in empty {
             if l > 0 {
                 self.counters.free_bytes += l;
@@ -169,5 +197,63 @@ impl<'a, S: BlockSink + ?Sized> Emitter<'a, S> {
             self.skip_empty(Addr::MAX);
         }
         self.counters
+    }
+}
+
+/// The free block a buddy allocator holds at `addr` in a gap of `room` bytes from there: the
+/// largest power of two that `addr` is aligned to, that fits, and is at most `max` (its
+/// top-level block). Gaps lie between blocks of at least the buddy's smallest size, so this is
+/// never below it; `room` is at least 1.
+fn buddy_block_bytes(addr: Addr, room: u64, max: u64) -> u64 {
+    let aligned = if addr == 0 {
+        u64::MAX
+    } else {
+        1 << addr.trailing_zeros()
+    };
+    let fits = 1 << room.ilog2();
+    aligned.min(fits).min(max.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buddy_gaps_tile_into_their_largest_aligned_blocks() {
+        let mut out: Vec<Block> = Vec::new();
+        // One range of 4 top blocks of 1 KiB; a live 64 B block at 0x140.
+        let ranges = [(0, 4096)];
+        let mut e = Emitter::new(&ranges, &mut out, Some(1024));
+        e.used(Block {
+            addr: 0x140,
+            len_bytes: 64,
+            state: BlockState::Used {
+                id: 1,
+                requested_bytes: 50,
+            },
+        });
+        let c = e.finish();
+        let blocks: Vec<(Addr, u64)> = out.iter().map(|b| (b.addr, b.len_bytes)).collect();
+        assert_eq!(
+            blocks,
+            vec![
+                (0, 256),
+                (256, 64),
+                (320, 64),
+                (384, 128),
+                (512, 512),
+                (1024, 1024),
+                (2048, 1024),
+                (3072, 1024)
+            ]
+        );
+        assert_eq!(
+            (c.free_blocks, c.free_bytes, c.largest_free_bytes),
+            (7, 4032, 1024)
+        );
+        assert_eq!(
+            (c.live_allocs, c.live_bytes, c.allocated_bytes),
+            (1, 50, 64)
+        );
     }
 }

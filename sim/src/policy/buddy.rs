@@ -478,6 +478,24 @@ impl Policy for Buddy {
         }
     }
 
+    fn held_ranges(&self, out: &mut Vec<(Addr, u64)>) -> bool {
+        // The arena [0, top-level blocks × T), whose free space is the buddy tiling of the gaps
+        // between live blocks (free buddies always merge, below the top level).
+        let arena_bytes = self.top_blocks * self.top_block_bytes;
+        if arena_bytes > 0 {
+            out.push((0, arena_bytes));
+        }
+        true
+    }
+
+    fn held_ranges_epoch(&self) -> u64 {
+        self.top_blocks
+    }
+
+    fn gap_block_max_bytes(&self) -> Option<u64> {
+        Some(self.top_block_bytes)
+    }
+
     fn state_bytes(&self) -> u64 {
         let bitmaps: usize = self
             .free

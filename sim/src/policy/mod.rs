@@ -202,7 +202,8 @@ pub trait Policy: Send + Sync {
     /// them (every free block coalesced with its free neighbours, none shared between two
     /// ranges): then a block list can be rebuilt from the allocations alone
     /// ([`crate::layout`]). The default, false, is for policies whose free lists keep
-    /// neighbours apart (buddy, glibc's fast bins) or that hold dead space.
+    /// neighbours apart (glibc's fast bins) or that hold dead space. A buddy allocator's free
+    /// blocks are not whole gaps, but follow from them ([`Self::gap_block_max_bytes`]).
     fn held_ranges(&self, out: &mut Vec<(Addr, u64)>) -> bool {
         let _ = out;
         false
@@ -220,6 +221,15 @@ pub trait Policy: Send + Sync {
     /// for such a policy.
     fn holds_up_to_top(&self) -> bool {
         false
+    }
+    /// How the free space between live allocations is cut into free blocks, for the layout
+    /// index: `None` (the default), each gap is one block, as in a policy that coalesces every
+    /// free block with its free neighbours; `Some(max)`, as a binary buddy allocator holds it,
+    /// into the largest blocks of a power-of-two size aligned to their size (from address 0)
+    /// and at most `max` bytes. With [`Self::held_ranges`] true, such a policy's block list
+    /// then follows from its allocations too.
+    fn gap_block_max_bytes(&self) -> Option<u64> {
+        None
     }
     /// About how many bytes a copy of the policy takes, for the replay's checkpoint budget. The
     /// default charges 64 bytes per live allocation and per free block, plus 256; a policy
