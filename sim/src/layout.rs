@@ -5,7 +5,10 @@
 //! seconds a seek. For policies whose free space is exactly the gaps between live allocations
 //! inside the ranges they hold (every free block coalesced with its free neighbours, as in
 //! PyTorch's caching allocator: [`Policy::held_ranges`]), the block list at an event follows
-//! from two records the replay keeps anyway:
+//! from two records the replay keeps anyway. Two variants: a heap that holds `[0, end of its
+//! highest live allocation)` (first-fit, best-fit: [`Policy::holds_up_to_top`]) records no
+//! range, its top being found at each lookup from the live allocations; a buddy allocator cuts
+//! each gap into the buddy blocks that tile it ([`Policy::gap_block_max_bytes`]). The records:
 //! - every served allocation: address, reserved length, requested bytes, and the events it was
 //!   born and freed at;
 //! - every change of the held ranges (a segment allocated, freed, mapped or unmapped), which
@@ -25,8 +28,9 @@
 //! allocation and 20 a long-lived one where addresses fit in 32 bits, lengths in 16 bits (in
 //! units of their largest common power of two) and the short tier's births and ids step by
 //! less than 65,536 over 64 allocations; 28 at most (and the rare lengths kept aside). Where
-//! the index cannot be built (a policy without held ranges, an initial state holding
-//! allocations, more than `u32::MAX` events) the replay keeps only its checkpoints.
+//! the index cannot be built (a policy without held ranges, such as glibc's with its fast bins,
+//! an initial state holding allocations, more than `u32::MAX` events) the replay keeps only its
+//! checkpoints.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
