@@ -396,6 +396,15 @@ impl Policy for Oracle {
         }
     }
 
+    fn held_ranges(&self, out: &mut Vec<(Addr, u64)>) -> bool {
+        // The static pool, held whole from the first event to the last; the free blocks are
+        // the gaps between the live allocations in it.
+        if self.counters.footprint_bytes > 0 {
+            out.push((0, self.counters.footprint_bytes));
+        }
+        true
+    }
+
     fn clone_box(&self) -> Box<dyn Policy> {
         // The address map's copy is sized to its entries (see `AddrMap`'s `Clone`).
         let mut c = self.clone();
