@@ -5,9 +5,10 @@
 //! seconds a seek. For policies whose free space is exactly the gaps between live allocations
 //! inside the ranges they hold (every free block coalesced with its free neighbours, as in
 //! PyTorch's caching allocator: [`Policy::held_ranges`]), the block list at an event follows
-//! from two records the replay keeps anyway. Two variants: a heap that holds `[0, end of its
-//! highest live allocation)` (first-fit, best-fit: [`Policy::holds_up_to_top`]) records no
-//! range, its top being found at each lookup from the live allocations; a buddy allocator cuts
+//! from two records the replay keeps anyway. Two variants: heaps that hold `[base, end of their
+//! highest live allocation)` (first-fit, best-fit, predictive: [`Policy::held_up_to_tops`])
+//! record no range, their tops being found at each lookup from the live allocations; a buddy
+//! allocator cuts
 //! each gap into the buddy blocks that tile it ([`Policy::gap_block_max_bytes`]). The records:
 //! - every served allocation: address, reserved length, requested bytes, and the events it was
 //!   born and freed at;
@@ -92,9 +93,9 @@ pub struct LayoutRecorder {
     events: u32,
     epoch: u64,
     footprint_bytes: u64,
-    /// The policy holds `[0, end of its highest live allocation)` ([`Policy::holds_up_to_top`]):
-    /// no range is recorded.
-    to_top: bool,
+    /// The policy holds `[base, end of its highest live allocation)` from each of these
+    /// ([`Policy::held_up_to_tops`]): no range is recorded.
+    top_bases: Option<Vec<Addr>>,
     /// [`Policy::gap_block_max_bytes`].
     gap_max: Option<u64>,
 }
@@ -110,8 +111,9 @@ impl LayoutRecorder {
             return None;
         }
         let mut ranges = Vec::new();
-        let to_top = policy.holds_up_to_top();
-        if !to_top && !policy.held_ranges(&mut ranges) {
+        let mut bases = Vec::new();
+        let top_bases = policy.held_up_to_tops(&mut bases).then_some(bases);
+        if top_bases.is_none() && !policy.held_ranges(&mut ranges) {
             return None;
         }
         let mut blocks = Vec::new();
@@ -131,7 +133,7 @@ impl LayoutRecorder {
             events,
             epoch: policy.held_ranges_epoch(),
             footprint_bytes: policy.counters().footprint_bytes,
-            to_top,
+            top_bases,
             gap_max: policy.gap_block_max_bytes(),
         })
     }
@@ -170,7 +172,7 @@ impl LayoutRecorder {
         policy: &P,
         counters: &Counters,
     ) {
-        if self.to_top {
+        if self.top_bases.is_some() {
             return;
         }
         let epoch = policy.held_ranges_epoch();
@@ -238,7 +240,7 @@ impl LayoutRecorder {
             deltas: self.deltas,
             snapshots,
             snapshot_every: every,
-            to_top: self.to_top,
+            top_bases: self.top_bases.clone(),
             gap_max: self.gap_max,
             scratch: Mutex::new(Vec::new()),
         }
@@ -314,8 +316,9 @@ pub struct LayoutIndex {
     /// The range set before delta `k · snapshot_every`, sorted.
     snapshots: Vec<Vec<(Addr, u64)>>,
     snapshot_every: usize,
-    /// The held range is `[0, end of the highest live allocation)` (no deltas are kept).
-    to_top: bool,
+    /// The held ranges are `[base, end of the highest live allocation below the next base)`
+    /// from each of these (no deltas are kept).
+    top_bases: Option<Vec<Addr>>,
     /// How gaps split into free blocks ([`Policy::gap_block_max_bytes`]).
     gap_max: Option<u64>,
     /// The second half's blocks of a two-thread lookup, kept between lookups: a fresh vector of
@@ -334,7 +337,7 @@ impl Clone for LayoutIndex {
             deltas: self.deltas.clone(),
             snapshots: self.snapshots.clone(),
             snapshot_every: self.snapshot_every,
-            to_top: self.to_top,
+            top_bases: self.top_bases.clone(),
             gap_max: self.gap_max,
             scratch: Mutex::new(Vec::new()),
         }
@@ -345,9 +348,13 @@ impl LayoutIndex {
     /// The held ranges at position `pos`, sorted: the nearest copy, merged with the changes
     /// since (the last change of an address wins).
     fn ranges_at(&self, pos: u32) -> Cow<'_, [(Addr, u64)]> {
-        if self.to_top {
-            let top = self.top_at(pos);
-            return Cow::Owned(if top > 0 { vec![(0, top)] } else { Vec::new() });
+        if let Some(bases) = &self.top_bases {
+            let ranges = bases.iter().enumerate().filter_map(|(k, &base)| {
+                let below = bases.get(k + 1).copied().unwrap_or(Addr::MAX);
+                let top = self.top_at(pos, base, below);
+                (top > base).then(|| (base, top - base))
+            });
+            return Cow::Owned(ranges.collect());
         }
         let upto = self.deltas.partition_point(|d| d.pos <= pos);
         // The copy before delta `upto` exists only when a delta follows it.
@@ -483,31 +490,36 @@ impl LayoutIndex {
         Some((second, counters))
     }
 
-    /// The end of the highest allocation live at `pos` (0 when none is): the long tier, in
-    /// address order, is searched from its top, skipping runs with nothing live, and the short
-    /// tier's allocations born within its life span are looked at.
-    fn top_at(&self, pos: u32) -> Addr {
+    /// The end of the highest allocation live at `pos` in `[base, below)` (`base` when none
+    /// is): the long tier, in address order, is searched down from `below`, skipping runs with
+    /// nothing live, and the short tier's allocations born within its life span are looked at.
+    fn top_at(&self, pos: u32, base: Addr, below: Addr) -> Addr {
         let s = &self.short;
         let first = s
             .birth
             .partition_point(|b| b <= pos.saturating_sub(self.short_life));
         let last = s.birth.partition_point(|b| b <= pos);
         let short_top = (first..last)
-            .filter(|&i| pos < s.death_at(i))
+            .filter(|&i| pos < s.death_at(i) && (base..below).contains(&s.addr.at(i)))
             .map(|i| s.addr.at(i) + s.lengths.get(i).0)
             .max()
-            .unwrap_or(0);
+            .unwrap_or(base);
         let l = &self.long;
-        let n_long = l.addr.len();
-        for c in (0..n_long.div_ceil(CHUNK)).rev() {
+        let upto = l.addr.first_at_or_above(below);
+        for c in (0..upto.div_ceil(CHUNK)).rev() {
+            let (from, to) = (c * CHUNK, ((c + 1) * CHUNK).min(upto));
+            if to == 0 || l.addr.at(to - 1) < base {
+                break;
+            }
             let (Some(&cb), Some(&cd)) = (self.chunk_birth.get(c), self.chunk_death.get(c)) else {
                 continue;
             };
             if cb > pos || cd <= pos {
                 continue;
             }
-            let highest_live = (c * CHUNK..((c + 1) * CHUNK).min(n_long))
+            let highest_live = (from..to)
                 .rev()
+                .take_while(|&i| l.addr.at(i) >= base)
                 .find(|&i| l.birth.at(i) <= pos && l.death.get(i).is_some_and(|&d| pos < d));
             if let Some(i) = highest_live {
                 return short_top.max(l.addr.at(i) + l.lengths.get(i).0);
@@ -664,7 +676,7 @@ mod tests {
                 snapshots: range_snapshots(initial.clone(), &deltas, every),
                 deltas: deltas.clone(),
                 snapshot_every: every,
-                to_top: false,
+                top_bases: None,
                 gap_max: None,
                 scratch: Mutex::new(Vec::new()),
             };

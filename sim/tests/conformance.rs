@@ -291,7 +291,17 @@ fn layout_index_agrees_with_the_policy(name: &str) {
             ..ReplayOptions::default()
         };
         let r = replay(&view, policy, &opts);
-        if ["pytorch", "bfc", "first-fit", "best-fit", "buddy", "oracle"].contains(&name) {
+        if [
+            "pytorch",
+            "bfc",
+            "first-fit",
+            "best-fit",
+            "buddy",
+            "oracle",
+            "predictive",
+        ]
+        .contains(&name)
+        {
             assert!(r.has_layout_index(), "{name} keeps a layout index");
         }
         if !r.has_layout_index() {

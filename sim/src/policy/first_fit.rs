@@ -67,9 +67,10 @@ impl Policy for FirstFit {
         self.heap.blocks(out);
     }
 
-    fn holds_up_to_top(&self) -> bool {
+    fn held_up_to_tops(&self, bases: &mut Vec<Addr>) -> bool {
         // See `fit_common`: the blocks tile [0, top), the topmost is in use, and a freed block
         // merges with both free neighbours.
+        bases.push(0);
         true
     }
 

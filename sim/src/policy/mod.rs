@@ -212,14 +212,16 @@ pub trait Policy: Send + Sync {
     fn held_ranges_epoch(&self) -> u64 {
         0
     }
-    /// True when the policy holds one range, from address 0 to the end of its highest live
-    /// allocation, and its free space is exactly the gaps between live allocations there: a
-    /// heap that tiles `[0, top)`, coalesces every free block with its free neighbours and
-    /// lowers its top when the topmost block is freed (first-fit's and best-fit's). Then a
-    /// block list can be rebuilt from the allocations alone ([`crate::layout`]) without a
-    /// record of the held range, which moves at most events. [`Self::held_ranges`] stays false
-    /// for such a policy.
-    fn holds_up_to_top(&self) -> bool {
+    /// True when the policy holds, from each address it appends to `bases` (ascending), one
+    /// range up to the end of its highest live allocation below the next base, and its free
+    /// space is exactly the gaps between live allocations there: heaps that tile `[base, top)`,
+    /// coalesce every free block with its free neighbours and lower their top when the topmost
+    /// block is freed (first-fit's and best-fit's from 0, `predictive`'s two arenas). Then a
+    /// block list can be rebuilt from the allocations alone ([`crate::layout`]) without a record
+    /// of the held ranges, which move at most events. [`Self::held_ranges`] stays false for
+    /// such a policy.
+    fn held_up_to_tops(&self, bases: &mut Vec<Addr>) -> bool {
+        let _ = bases;
         false
     }
     /// How the free space between live allocations is cut into free blocks, for the layout

@@ -272,6 +272,12 @@ impl Policy for Predictive {
         }
     }
 
+    fn held_up_to_tops(&self, bases: &mut Vec<Addr>) -> bool {
+        // Two best-fit heaps, each tiling [its base, its top).
+        bases.extend([0, SHORT_BASE]);
+        true
+    }
+
     fn clone_box(&self) -> Box<dyn Policy> {
         Box::new(self.clone())
     }
