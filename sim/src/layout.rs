@@ -8,8 +8,8 @@
 //! from two records the replay keeps anyway. Two variants: heaps that hold `[base, end of their
 //! highest live allocation)` (first-fit, best-fit, predictive: [`Policy::held_up_to_tops`])
 //! record no range, their tops being found at each lookup from the live allocations; a buddy
-//! allocator cuts
-//! each gap into the buddy blocks that tile it ([`Policy::gap_block_max_bytes`]). The records:
+//! allocator cuts each gap into the buddy blocks that tile it
+//! ([`Policy::gap_block_max_bytes`]). The records:
 //! - every served allocation: address, reserved length, requested bytes, and the events it was
 //!   born and freed at;
 //! - every change of the held ranges (a segment allocated, freed, mapped or unmapped), which

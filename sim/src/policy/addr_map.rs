@@ -9,9 +9,9 @@
 //! slot; it is never a block address, since a block of at least one byte must end inside the
 //! address space.
 //!
-//! A table in use grows when it is more than a quarter full: at half full, a free's deletion
-//! shifts back two entries on average and every probe run is longer, and the map was the
-//! most expensive part of bfc's free (half its samples in `perf annotate`). A copy (a
+//! A table in use grows when it is more than a quarter full: fuller, probe runs are longer and
+//! a deletion walks further to close its gap, and the map was the most expensive part of
+//! bfc's free (about half its samples in `perf annotate`, most of them the deletion's walk). A copy (a
 //! checkpoint) is sized for at most half full instead, as memory matters more than speed there,
 //! and grows again at its first insertions. Growing at a quarter instead of a half took bfc's
 //! `compare` replay of the python trace from 33.1-34.7 to 35.5-36.8 M events/s and buddy's of
