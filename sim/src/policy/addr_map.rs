@@ -115,6 +115,12 @@ impl<V: Copy + Default> AddrMap<V> {
         self.len
     }
 
+    /// Slots of the table.
+    #[cfg(test)]
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
     #[inline]
     pub(crate) fn get(&self, addr: &Addr) -> Option<&V> {
         match self.probe(*addr) {
@@ -200,8 +206,8 @@ impl<V: Copy + Default> AddrMap<V> {
         self.len += 1;
     }
 
-    /// Shrinks the table to the size its entries need (checkpoint copies call this: a clone
-    /// copies the whole table, which never shrinks by itself after the busiest moment).
+    /// Shrinks the table to a copy's size, at most half full (a final state kept for good
+    /// calls this: the table never shrinks by itself after the busiest moment).
     pub(crate) fn shrink_to_fit(&mut self) {
         let n = Self::slots_for(self.len);
         if n < self.slots.len() {

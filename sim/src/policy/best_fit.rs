@@ -75,6 +75,10 @@ impl Policy for BestFit {
         true
     }
 
+    fn shrink_to_fit(&mut self) {
+        self.heap.shrink_to_fit();
+    }
+
     fn clone_box(&self) -> Box<dyn Policy> {
         let mut c = self.clone();
         c.heap.compact();

@@ -811,6 +811,10 @@ impl Policy for Bfc {
         bytes as u64
     }
 
+    fn shrink_to_fit(&mut self) {
+        self.in_use_by_addr.shrink_to_fit();
+    }
+
     fn clone_box(&self) -> Box<dyn Policy> {
         // The address map's copy is sized to its entries (see `AddrMap`'s `Clone`), so a
         // checkpoint keeps only what the live entries need.

@@ -506,6 +506,10 @@ impl Policy for Buddy {
         (bitmaps as u64) * 8 + self.counters.live_allocs * 2 * 48 + 256
     }
 
+    fn shrink_to_fit(&mut self) {
+        self.used.shrink_to_fit();
+    }
+
     fn clone_box(&self) -> Box<dyn Policy> {
         // The address map's copy is sized to its entries (see `AddrMap`'s `Clone`), so a
         // checkpoint keeps only what the live entries need.

@@ -74,6 +74,10 @@ impl Policy for FirstFit {
         true
     }
 
+    fn shrink_to_fit(&mut self) {
+        self.heap.shrink_to_fit();
+    }
+
     fn clone_box(&self) -> Box<dyn Policy> {
         let mut c = self.clone();
         c.heap.compact();

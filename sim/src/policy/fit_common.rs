@@ -171,7 +171,6 @@ impl<I: FreeIndex> FitHeap<I> {
         for h in self.used.values_mut() {
             *h = remap(*h);
         }
-        self.used.shrink_to_fit();
         self.index.remap_handles(&new_of);
         self.last = remap(self.last);
         self.slab = slab;
@@ -188,6 +187,11 @@ impl<I: FreeIndex> FitHeap<I> {
         }
         out.reverse();
         out
+    }
+
+    /// Gives back the address map's spare room (see [`crate::policy::Policy::shrink_to_fit`]).
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.used.shrink_to_fit();
     }
 
     /// Changes the footprint limit (a policy that shares one limit between heaps gives each

@@ -1052,6 +1052,10 @@ impl Policy for Glibc {
         self.blocks_impl(out);
     }
 
+    fn shrink_to_fit(&mut self) {
+        self.live_heap.shrink_to_fit();
+    }
+
     fn clone_box(&self) -> Box<dyn Policy> {
         // The address map's copy is sized to its entries (see `AddrMap`'s `Clone`), so a
         // checkpoint keeps only what the live entries need.

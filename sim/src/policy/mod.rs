@@ -242,6 +242,10 @@ pub trait Policy: Send + Sync {
     }
     /// A deep copy, for replay checkpoints.
     fn clone_box(&self) -> Box<dyn Policy>;
+    /// Gives back the room the policy keeps for speed (its address map is sized for at most a
+    /// quarter full, and never shrinks after the busiest moment): a replay kept for seeking
+    /// calls it on its final state, which the explorers hold for good.
+    fn shrink_to_fit(&mut self) {}
     /// Full self-check of the internal structures; slow, for tests.
     ///
     /// # Errors

@@ -405,6 +405,10 @@ impl Policy for Oracle {
         true
     }
 
+    fn shrink_to_fit(&mut self) {
+        self.live.shrink_to_fit();
+    }
+
     fn clone_box(&self) -> Box<dyn Policy> {
         // The address map's copy is sized to its entries (see `AddrMap`'s `Clone`).
         let mut c = self.clone();

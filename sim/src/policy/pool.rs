@@ -243,6 +243,10 @@ impl Policy for Pool {
         }
     }
 
+    fn shrink_to_fit(&mut self) {
+        self.used.shrink_to_fit();
+    }
+
     fn clone_box(&self) -> Box<dyn Policy> {
         // A hash map's clone copies its whole table, which never shrinks after the busiest
         // moment: checkpoints keep only what the live entries need.

@@ -278,6 +278,12 @@ impl Policy for Predictive {
         true
     }
 
+    fn shrink_to_fit(&mut self) {
+        for a in &mut self.arenas {
+            a.shrink_to_fit();
+        }
+    }
+
     fn clone_box(&self) -> Box<dyn Policy> {
         Box::new(self.clone())
     }

@@ -356,9 +356,13 @@ impl Run {
     /// The replay after `n` events, the loop having taken `replay_seconds`.
     pub(crate) fn finish(self, n: usize, replay_seconds: f64, streamed: bool) -> Replay {
         let Run {
-            policy,
+            mut policy,
             meter: mut m,
         } = self;
+        // A replay kept for seeking (the explorers') holds its final state for good.
+        if m.layout.is_some() || m.checkpoints.len() > 1 {
+            policy.shrink_to_fit();
+        }
         let layout = m.layout.map(LayoutRecorder::finish);
         if m.checkpoints.is_empty() {
             m.checkpoints.push(Checkpoint {

@@ -140,3 +140,31 @@ fn bins_of_halves_merged_equal_bins_of_the_whole() {
         assert_eq!(x.merge(y).finish(), whole, "cut at {cut}");
     }
 }
+
+/// A replay kept for seeking gives back its final state's map headroom; `compare`'s does not
+/// spend the time.
+#[test]
+fn a_replay_kept_for_seeking_shrinks_its_final_address_map() {
+    use crate::replay::{ReplayOptions, replay};
+    use crate::trace::OwnedTrace;
+    let mut t = OwnedTrace::new();
+    let ids: Vec<u32> = (0..20_000).map(|i| t.alloc(i, 300)).collect();
+    for (k, &id) in ids.iter().enumerate().skip(100) {
+        t.free(20_000 + k as i64, id);
+    }
+    let view = t.view().unwrap();
+    let slots = |layout_index| {
+        let opts = ReplayOptions {
+            layout_index,
+            checkpoint_every: 0,
+            ..ReplayOptions::default()
+        };
+        let r = replay(&view, Box::new(Bfc::default()), &opts);
+        let bfc = r.final_state.as_any().downcast_ref::<Bfc>().unwrap();
+        assert_eq!(bfc.in_use_by_addr.len(), 100);
+        bfc.in_use_by_addr.slot_count()
+    };
+    // Grown for 20,000 at most a quarter full, then shrunk for 100 at most half full.
+    assert!(slots(false) >= 80_000);
+    assert!(slots(true) <= 256, "{} slots", slots(true));
+}
