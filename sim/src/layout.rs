@@ -41,6 +41,7 @@ use crate::policy::{Addr, Block, BlockState, Counters, Policy};
 
 mod columns;
 mod emit;
+mod point;
 
 use columns::{Lengths, Tier};
 pub use emit::BlockSink;
@@ -490,44 +491,6 @@ impl LayoutIndex {
         Some((second, counters))
     }
 
-    /// The end of the highest allocation live at `pos` in `[base, below)` (`base` when none
-    /// is): the long tier, in address order, is searched down from `below`, skipping runs with
-    /// nothing live, and the short tier's allocations born within its life span are looked at.
-    fn top_at(&self, pos: u32, base: Addr, below: Addr) -> Addr {
-        let s = &self.short;
-        let first = s
-            .birth
-            .partition_point(|b| b <= pos.saturating_sub(self.short_life));
-        let last = s.birth.partition_point(|b| b <= pos);
-        let short_top = (first..last)
-            .filter(|&i| pos < s.death_at(i) && (base..below).contains(&s.addr.at(i)))
-            .map(|i| s.addr.at(i) + s.lengths.get(i).0)
-            .max()
-            .unwrap_or(base);
-        let l = &self.long;
-        let upto = l.addr.first_at_or_above(below);
-        for c in (0..upto.div_ceil(CHUNK)).rev() {
-            let (from, to) = (c * CHUNK, ((c + 1) * CHUNK).min(upto));
-            if to == 0 || l.addr.at(to - 1) < base {
-                break;
-            }
-            let (Some(&cb), Some(&cd)) = (self.chunk_birth.get(c), self.chunk_death.get(c)) else {
-                continue;
-            };
-            if cb > pos || cd <= pos {
-                continue;
-            }
-            let highest_live = (from..to)
-                .rev()
-                .take_while(|&i| l.addr.at(i) >= base)
-                .find(|&i| l.birth.at(i) <= pos && l.death.get(i).is_some_and(|&d| pos < d));
-            if let Some(i) = highest_live {
-                return short_top.max(l.addr.at(i) + l.lengths.get(i).0);
-            }
-        }
-        short_top
-    }
-
     /// The short-lived allocations live at `pos` whose address is in `addrs`, as (address,
     /// index in the short tier), sorted by address.
     fn live_short(&self, pos: u32, addrs: impl std::ops::RangeBounds<Addr>) -> Vec<(Addr, usize)> {
@@ -553,7 +516,9 @@ impl LayoutIndex {
     }
 
     /// The block holding byte `offset` of the held space (the ranges laid end to end) just
-    /// after `event`: one range's blocks are laid out, not the heap's. `None` past the end.
+    /// after `event`: the live allocations next to it are looked up, and no more is laid out
+    /// than the gap between them (the pointer's hover, every frame: laying out the range cost a
+    /// millisecond a frame on a heap of 58,000 blocks held in one range). `None` past the end.
     #[must_use]
     pub fn block_at_offset(&self, event: usize, offset: u64) -> Option<Block> {
         let pos = position(event)?;
@@ -565,11 +530,16 @@ impl LayoutIndex {
         })?;
         let &(ra, rl) = ranges.get(r)?;
         let addr = ra + (offset - (from - rl));
-        let end = ra + rl;
-        let short = self.live_short(pos, ra..end);
-        let long = self.long.addr.first_at_or_above(ra)..self.long.addr.first_at_or_above(end);
+        let (below, above) = self.live_around(pos, addr, ra..ra + rl);
+        if let Some(b) = below
+            && addr - b.addr < b.len_bytes
+        {
+            return Some(b);
+        }
+        let gap_from = below.map_or(ra, |b| b.addr + b.len_bytes);
+        let gap = [(gap_from, above.unwrap_or(ra + rl).saturating_sub(gap_from))];
         let mut blocks = Vec::new();
-        self.fill(pos, ranges.get(r..=r)?, &short, long, &mut blocks)?;
+        Emitter::new(&gap, &mut blocks, self.gap_max).finish();
         blocks
             .into_iter()
             .find(|b| addr >= b.addr && addr - b.addr < b.len_bytes)

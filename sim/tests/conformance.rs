@@ -274,20 +274,39 @@ fn layout_index_agrees_with_the_policy(name: &str) {
     });
     // Buddy with 256 KiB top-level blocks: the arena grows block by block, gaps span several
     // top-level blocks (free blocks stop at their size), and requests up to 1 MiB take runs.
-    for limit_bytes in [None, Some(24 * MIB)] {
-        configs.push(PolicyConfig {
-            limit_bytes,
-            buddy_max_order: 10,
-            ..PolicyConfig::default()
-        });
+    if name == "buddy" {
+        for limit_bytes in [None, Some(24 * MIB)] {
+            configs.push(PolicyConfig {
+                limit_bytes,
+                buddy_max_order: 10,
+                ..PolicyConfig::default()
+            });
+        }
     }
-    for config in configs {
+    // Requests aligned past the policy's own 16 bytes: padding blocks in the fit heaps, runs
+    // and arena gaps in buddy (when they exceed its 256 KiB top-level block).
+    let mut over_aligned = vec![(PolicyConfig::default(), 4096)];
+    if name == "buddy" {
+        over_aligned.push((
+            PolicyConfig {
+                buddy_max_order: 10,
+                ..PolicyConfig::default()
+            },
+            1 << 20,
+        ));
+    }
+    let runs = configs
+        .into_iter()
+        .map(|c| (c, None))
+        .chain(over_aligned.into_iter().map(|(c, a)| (c, Some(a))));
+    for (config, align_bytes) in runs {
         let Some(policy) = build_available(name, &config, &view).unwrap() else {
             return;
         };
         let opts = ReplayOptions {
             layout_index: true,
             checkpoint_every: 64,
+            align_bytes: align_bytes.unwrap_or(ReplayOptions::default().align_bytes),
             ..ReplayOptions::default()
         };
         let r = replay(&view, policy, &opts);
