@@ -15,7 +15,7 @@
 //! buffer, and a query costs the size of the unions it reads (small unless memory is very
 //! fragmented), so the plan is about O(n log n).
 
-use super::occupancy::Occupancy;
+use super::occupancy::{Occupancy, Source};
 use super::units::{Unit, prepare};
 use super::{Buffer, Plan, PlanError, align_up};
 
@@ -99,7 +99,8 @@ fn unit_offsets_with(
     let grain = units.iter().map(|u| u.align_bytes).min().unwrap_or(1);
     let mut offsets = vec![0u64; units.len()];
     let mut sources = Vec::new();
-    let mut taken: Vec<(u64, u64)> = Vec::new();
+    let mut cursors: Vec<(Source, usize)> = Vec::new();
+    let mut loose: Vec<(u64, u64)> = Vec::new();
     for (k, i) in order.into_iter().enumerate() {
         if k % CLOCK_EVERY == CLOCK_EVERY - 1
             && deadline.is_some_and(|d| std::time::Instant::now() >= d)
@@ -112,19 +113,13 @@ fn unit_offsets_with(
             p.done.store(k, Relaxed);
         }
         let Some(u) = units.get(i) else { continue };
-        taken.clear();
-        occupancy.taken(i, &mut sources, &mut taken);
-        for &s in &sources {
-            taken.extend_from_slice(occupancy.ranges(s));
-        }
-        // A concatenation of sorted runs: the stable sort merges runs, O(m log runs).
-        taken.sort_by_key(|r| r.0);
+        loose.clear();
+        let second_run = occupancy.taken(i, &mut sources, &mut loose);
+        cursors.clear();
+        cursors.extend(sources.iter().map(|&s| (s, 0)));
         let mut fit = BestFit::new(u.size_bytes, u.align_bytes);
-        for &(off, end) in &taken {
-            if !fit.visit(off, end) {
-                break;
-            }
-        }
+        let (first_run, second_run) = loose.split_at(second_run.min(loose.len()));
+        visit_union(&mut fit, &occupancy, &mut cursors, [first_run, second_run]);
         let offset = fit.offset().ok_or(PlanError::Overflow)?;
         if let Some(o) = offsets.get_mut(i) {
             *o = offset;
@@ -136,6 +131,67 @@ fn unit_offsets_with(
         p.done.store(units.len(), Relaxed);
     }
     Ok(Some(offsets))
+}
+
+/// Feeds `fit`, in offset order, the ranges of the `sources` (each sorted and disjoint: a
+/// source and its next range) and of two `loose` runs (each sorted by offset, overlapping one
+/// another and the sources), passing over every range that
+/// ends within what `fit` has already covered: it changes nothing, since a hole only opens past
+/// the covered end. The sources repeat one another (a long-lived buffer is in the unions of
+/// several nodes): planning a 2-million-event window of a recorded Python program met 393
+/// million ranges, of which 56 million start past the covered end. Merging them all, copied and
+/// sorted, was half the plan's time.
+fn visit_union(
+    fit: &mut BestFit,
+    occupancy: &Occupancy,
+    sources: &mut [(Source, usize)],
+    mut loose: [&[(u64, u64)]; 2],
+) {
+    loop {
+        let covered = fit.prev_end;
+        // (offset, end, source index; `sources.len()` for the loose ranges)
+        let mut next: Option<(u64, u64, usize)> = None;
+        for (k, (source, at)) in sources.iter_mut().enumerate() {
+            let ranges = occupancy.ranges(*source);
+            let rest = ranges.get(*at..).unwrap_or(&[]);
+            if rest.first().is_some_and(|r| r.1 <= covered) {
+                // A source's ends ascend with its offsets.
+                *at += rest.partition_point(|r| r.1 <= covered);
+            }
+            if let Some(&(off, end)) = ranges.get(*at)
+                && next.is_none_or(|n| off < n.0)
+            {
+                next = Some((off, end, k));
+            }
+        }
+        for (k, run) in loose.iter_mut().enumerate() {
+            // Ends need not ascend in a loose run: only its head is passed over.
+            while let Some((r, rest)) = run.split_first()
+                && r.1 <= covered
+            {
+                *run = rest;
+            }
+            if let Some(&(off, end)) = run.first()
+                && next.is_none_or(|n| off < n.0)
+            {
+                next = Some((off, end, sources.len() + k));
+            }
+        }
+        let Some((off, end, k)) = next else {
+            return;
+        };
+        match sources.get_mut(k) {
+            Some((_, at)) => *at += 1,
+            None => {
+                if let Some(run) = loose.get_mut(k - sources.len()) {
+                    *run = run.get(1..).unwrap_or(&[]);
+                }
+            }
+        }
+        if !fit.visit(off, end) {
+            return;
+        }
+    }
 }
 
 /// The best-fit rule, fed byte ranges in increasing offset order (the placed buffers a new one

@@ -69,7 +69,8 @@ pub(crate) struct Occupancy {
     up: Vec<RangeSet>,
     /// Scratch space of `place`.
     scratch: Vec<usize>,
-    /// Per bucket: placed intervals that cover it only in part.
+    /// Per bucket: placed intervals that cover it only in part, in the order of their offsets
+    /// (so a query's loose ranges come as two sorted runs, merged without a sort).
     listed: Vec<Vec<u32>>,
 }
 
@@ -220,19 +221,29 @@ impl Occupancy {
             self.add_up(node, off, end);
         }
         for q in parts.into_iter().flatten() {
+            let placed = &self.placed;
             if let Some(list) = self.listed.get_mut(q) {
-                list.push(u32::try_from(id).unwrap_or(u32::MAX));
+                let offset_of = |o: &u32| placed.get(*o as usize).copied().flatten().map(|r| r.0);
+                let at = list.partition_point(|o| offset_of(o) <= Some(off));
+                list.insert(at, u32::try_from(id).unwrap_or(u32::MAX));
             }
             self.add_any(q + self.leaves, off, end);
         }
     }
 
     /// Lists the sorted range sets (`sources`) and loose ranges (`loose`, appended) whose union
-    /// is exactly the union of the placed intervals meeting interval `id`'s lifetime.
-    pub fn taken(&self, id: usize, sources: &mut Vec<Source>, loose: &mut Vec<(u64, u64)>) {
+    /// is exactly the union of the placed intervals meeting interval `id`'s lifetime. The loose
+    /// ranges come in two runs, each sorted by offset: the returned index is where the second
+    /// starts.
+    pub fn taken(
+        &self,
+        id: usize,
+        sources: &mut Vec<Source>,
+        loose: &mut Vec<(u64, u64)>,
+    ) -> usize {
         sources.clear();
         let Some(&(a, b)) = self.ranks.get(id) else {
-            return;
+            return loose.len();
         };
         let ((from, to), parts) = self.split(a, b);
         let mut canonical = [0usize; 2 * usize::BITS as usize];
@@ -280,7 +291,12 @@ impl Occupancy {
                 node /= 2;
             }
         }
-        for q in parts.into_iter().flatten() {
+        let mut second_run = loose.len();
+        for (k, q) in parts.into_iter().enumerate() {
+            if k == 1 {
+                second_run = loose.len();
+            }
+            let Some(q) = q else { continue };
             for &other in self.listed.get(q).map_or(&[][..], Vec::as_slice) {
                 let o = other as usize;
                 let Some(&(oa, ob)) = self.ranks.get(o) else {
@@ -294,6 +310,7 @@ impl Occupancy {
                 }
             }
         }
+        second_run
     }
 
     /// The sorted ranges of one source.
@@ -391,7 +408,13 @@ mod tests {
             }
             for q in 0..ivs.len() {
                 out.clear();
-                occ.taken(q, &mut sources, &mut out);
+                let second = occ.taken(q, &mut sources, &mut out);
+                let (first_run, second_run) = out.split_at(second.min(out.len()));
+                assert!(first_run.is_sorted_by_key(|r| r.0), "loose runs are sorted");
+                assert!(
+                    second_run.is_sorted_by_key(|r| r.0),
+                    "loose runs are sorted"
+                );
                 out.sort_unstable();
                 let mut merged = out.clone();
                 for &src in &sources {

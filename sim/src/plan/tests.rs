@@ -170,6 +170,41 @@ fn tflite_greedy_by_size(bufs: &[Buffer], align: u64) -> Vec<u64> {
     offsets
 }
 
+/// Big enough for the occupancy index's tree to have many nodes, long-lived buffers in the
+/// unions of several of them, and partly covered buckets: the query merges many sources that
+/// repeat one another. Greedy-by-size places as TFLite's quadratic loop does.
+#[test]
+fn greedy_by_size_matches_tflite_on_thousands_of_overlapping_buffers() {
+    for seed in 1..=4u64 {
+        let mut x = seed;
+        let mut next = move || {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            x >> 33
+        };
+        let bufs: Vec<Buffer> = (0..2500u64)
+            .map(|i| {
+                let size = 1 + next() % 4096;
+                let len = match next() % 10 {
+                    0 => 1 + next() % 2500,
+                    1..=3 => 1 + next() % 200,
+                    _ => 1 + next() % 12,
+                };
+                Buffer::new(size, i, i + len)
+            })
+            .collect();
+        for align in [1, 16] {
+            let plan = greedy_by_size::plan(&bufs, align).unwrap();
+            assert_eq!(
+                plan.offsets,
+                tflite_greedy_by_size(&bufs, align),
+                "seed {seed}, align {align}"
+            );
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
