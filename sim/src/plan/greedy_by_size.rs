@@ -53,14 +53,29 @@ pub struct Progress {
 /// Greedy-by-size offsets of planning units.
 #[cfg(test)]
 pub(crate) fn unit_offsets(units: &[Unit]) -> Result<Vec<u64>, PlanError> {
-    unit_offsets_with(units, None, None).map(Option::unwrap_or_default)
+    unit_offsets_with(units, None, None, Occupancy::new).map(Option::unwrap_or_default)
+}
+
+/// [`plan`] over an occupancy index of `bucket` ranks a bucket and `up` unions on `cache_depth`
+/// levels: small shapes give small instances every kind of union a query merges.
+#[cfg(test)]
+pub(crate) fn plan_shaped(
+    buffers: &[Buffer],
+    align_bytes: u64,
+    bucket: usize,
+    cache_depth: u32,
+) -> Result<Plan, PlanError> {
+    let units = prepare(buffers, align_bytes)?;
+    let shape = |spans: &[(u64, u64)]| Occupancy::with_shape(spans, bucket, cache_depth);
+    let offsets = unit_offsets_with(&units.units, None, None, shape)?.unwrap_or_default();
+    units.expand(&offsets, 0)
 }
 
 fn unit_offsets_observed(
     units: &[Unit],
     progress: Option<&Progress>,
 ) -> Result<Vec<u64>, PlanError> {
-    unit_offsets_with(units, progress, None).map(Option::unwrap_or_default)
+    unit_offsets_with(units, progress, None, Occupancy::new).map(Option::unwrap_or_default)
 }
 
 /// Buffers placed between two looks at the clock in [`unit_offsets_until`].
@@ -73,7 +88,7 @@ pub(crate) fn unit_offsets_until(
     units: &[Unit],
     deadline: Option<std::time::Instant>,
 ) -> Result<Option<Vec<u64>>, PlanError> {
-    unit_offsets_with(units, None, deadline)
+    unit_offsets_with(units, None, deadline, Occupancy::new)
 }
 
 /// The greedy-by-size placement, telling `progress` how far it is and giving up at `deadline`.
@@ -81,6 +96,7 @@ fn unit_offsets_with(
     units: &[Unit],
     progress: Option<&Progress>,
     deadline: Option<std::time::Instant>,
+    occupancy_of: impl FnOnce(&[(u64, u64)]) -> Occupancy,
 ) -> Result<Option<Vec<u64>>, PlanError> {
     use std::sync::atomic::Ordering::Relaxed;
     if let Some(p) = progress {
@@ -92,7 +108,7 @@ fn unit_offsets_with(
         size(b).cmp(&size(a))
     });
     let spans: Vec<(u64, u64)> = units.iter().map(|u| (u.lower, u.upper)).collect();
-    let mut occupancy = Occupancy::new(&spans);
+    let mut occupancy = occupancy_of(&spans);
     // Every offset is a multiple of the smallest alignment, so a placed range blocks everything
     // up to its end rounded up to it. Recording it so changes no decision, and lets the ranges of
     // packed buffers touch and merge (with 16-byte alignment, most malloc sizes leave a sliver).
@@ -133,14 +149,14 @@ fn unit_offsets_with(
     Ok(Some(offsets))
 }
 
-/// Feeds `fit`, in offset order, the ranges of the `sources` (each sorted and disjoint: a
-/// source and its next range) and of two `loose` runs (each sorted by offset, overlapping one
-/// another and the sources), passing over every range that
-/// ends within what `fit` has already covered: it changes nothing, since a hole only opens past
-/// the covered end. The sources repeat one another (a long-lived buffer is in the unions of
+/// Feeds `fit`, in offset order, the ranges of the `sources` (each a union: sorted, disjoint,
+/// paired with the index of its next range) and of two `loose` runs (each sorted by offset;
+/// they overlap one another and the sources), passing over every range that ends within what
+/// `fit` has already covered: such a range changes nothing, since a hole only opens past the
+/// covered end. The sources repeat one another (a long-lived buffer is in the unions of
 /// several nodes): planning a 2-million-event window of a recorded Python program met 393
-/// million ranges, of which 56 million start past the covered end. Merging them all, copied and
-/// sorted, was half the plan's time.
+/// million ranges, of which 56 million start past what the ranges before them cover. Merging
+/// them all, copied and sorted, was half the plan's time.
 fn visit_union(
     fit: &mut BestFit,
     occupancy: &Occupancy,
@@ -149,7 +165,7 @@ fn visit_union(
 ) {
     loop {
         let covered = fit.prev_end;
-        // (offset, end, source index; `sources.len()` for the loose ranges)
+        // (offset, end, source index; `sources.len() + k` for loose run `k`)
         let mut next: Option<(u64, u64, usize)> = None;
         for (k, (source, at)) in sources.iter_mut().enumerate() {
             let ranges = occupancy.ranges(*source);

@@ -195,12 +195,18 @@ fn greedy_by_size_matches_tflite_on_thousands_of_overlapping_buffers() {
             })
             .collect();
         for align in [1, 16] {
+            let want = tflite_greedy_by_size(&bufs, align);
             let plan = greedy_by_size::plan(&bufs, align).unwrap();
-            assert_eq!(
-                plan.offsets,
-                tflite_greedy_by_size(&bufs, align),
-                "seed {seed}, align {align}"
-            );
+            assert_eq!(plan.offsets, want, "seed {seed}, align {align}");
+            // Small buckets and few cached levels: queries also merge `full` unions of nodes
+            // below the cached levels, which the default shape only has past 32,768 starts.
+            for (bucket, cache_depth) in [(4, 1), (1, 0), (16, 3)] {
+                let plan = greedy_by_size::plan_shaped(&bufs, align, bucket, cache_depth).unwrap();
+                assert_eq!(
+                    plan.offsets, want,
+                    "seed {seed}, align {align}, bucket {bucket}, cache depth {cache_depth}"
+                );
+            }
         }
     }
 }
