@@ -494,17 +494,26 @@ impl LayoutIndex {
     /// The short-lived allocations live at `pos` whose address is in `addrs`, as (address,
     /// index in the short tier), sorted by address.
     fn live_short(&self, pos: u32, addrs: impl std::ops::RangeBounds<Addr>) -> Vec<(Addr, usize)> {
+        let mut short: Vec<(Addr, usize)> = self.live_short_unsorted(pos, addrs).collect();
+        short.sort_unstable();
+        short
+    }
+
+    /// [`Self::live_short`] in birth order: those born within the short life span before `pos`
+    /// and not dead by then.
+    fn live_short_unsorted(
+        &self,
+        pos: u32,
+        addrs: impl std::ops::RangeBounds<Addr>,
+    ) -> impl Iterator<Item = (Addr, usize)> {
         let s = &self.short;
         let first = s
             .birth
             .partition_point(|b| b <= pos.saturating_sub(self.short_life));
         let last = s.birth.partition_point(|b| b <= pos);
-        let mut short: Vec<(Addr, usize)> = (first..last)
-            .filter(|&i| pos < s.death_at(i) && addrs.contains(&s.addr.at(i)))
+        (first..last)
+            .filter(move |&i| pos < s.death_at(i) && addrs.contains(&s.addr.at(i)))
             .map(|i| (s.addr.at(i), i))
-            .collect();
-        short.sort_unstable();
-        short
     }
 
     /// Bytes held just after `event` (the sum of the held ranges, the footprint), without

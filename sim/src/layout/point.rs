@@ -12,38 +12,16 @@ impl LayoutIndex {
     /// below many long-lived allocations of other times costs a scan of them), and the short
     /// tier's allocations born within its life span are looked at.
     pub(super) fn top_at(&self, pos: u32, base: Addr, below: Addr) -> Addr {
-        let s = &self.short;
-        let first = s
-            .birth
-            .partition_point(|b| b <= pos.saturating_sub(self.short_life));
-        let last = s.birth.partition_point(|b| b <= pos);
-        let short_top = (first..last)
-            .filter(|&i| pos < s.death_at(i) && (base..below).contains(&s.addr.at(i)))
-            .map(|i| s.addr.at(i) + s.lengths.get(i).0)
-            .max()
-            .unwrap_or(base);
-        let l = &self.long;
-        let upto = l.addr.first_at_or_above(below);
-        for c in (0..upto.div_ceil(CHUNK)).rev() {
-            let (from, to) = (c * CHUNK, ((c + 1) * CHUNK).min(upto));
-            if to == 0 || l.addr.at(to - 1) < base {
-                break;
-            }
-            let (Some(&cb), Some(&cd)) = (self.chunk_birth.get(c), self.chunk_death.get(c)) else {
-                continue;
-            };
-            if cb > pos || cd <= pos {
-                continue;
-            }
-            let highest_live = (from..to)
-                .rev()
-                .take_while(|&i| l.addr.at(i) >= base)
-                .find(|&i| l.birth.at(i) <= pos && l.death.get(i).is_some_and(|&d| pos < d));
-            if let Some(i) = highest_live {
-                return short_top.max(l.addr.at(i) + l.lengths.get(i).0);
-            }
-        }
-        short_top
+        let (s, l) = (&self.short, &self.long);
+        let short_top = self
+            .live_short_unsorted(pos, base..below)
+            .map(|(a, j)| a + s.lengths.get(j).0)
+            .max();
+        let within = l.addr.first_at_or_above(base)..l.addr.first_at_or_above(below);
+        let long_top = self
+            .first_live_long(pos, within, true)
+            .map(|i| l.addr.at(i) + l.lengths.get(i).0);
+        short_top.max(long_top).unwrap_or(base)
     }
 
     /// The live allocation at `pos` that starts highest at or below `addr`, and the start of
