@@ -173,18 +173,16 @@ impl<'a, S: BlockSink + ?Sized> Emitter<'a, S> {
                 self.cursor = a;
                 self.free(a.saturating_add(l));
             }
-            self.r += n;
-            self.cursor = self.ranges.get(self.r).map_or(0, |&(a, _)| a);
-            return;
-        }
-        for &(_, l) in empty {
-            if l > 0 {
-                self.counters.free_bytes += l;
-                self.counters.free_blocks += 1;
-                self.counters.largest_free_bytes = self.counters.largest_free_bytes.max(l);
+        } else {
+            for &(_, l) in empty {
+                if l > 0 {
+                    self.counters.free_bytes += l;
+                    self.counters.free_blocks += 1;
+                    self.counters.largest_free_bytes = self.counters.largest_free_bytes.max(l);
+                }
             }
+            self.out.free_ranges(empty);
         }
-        self.out.free_ranges(empty);
         self.r += n;
         self.cursor = self.ranges.get(self.r).map_or(0, |&(a, _)| a);
     }
