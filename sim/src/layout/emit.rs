@@ -128,14 +128,18 @@ impl<'a, S: BlockSink + ?Sized> Emitter<'a, S> {
     }
 
     fn free_block(&mut self, addr: Addr, len_bytes: u64) {
-        self.counters.free_bytes += len_bytes;
-        self.counters.free_blocks += 1;
-        self.counters.largest_free_bytes = self.counters.largest_free_bytes.max(len_bytes);
+        self.count_free(len_bytes);
         self.out.block(Block {
             addr,
             len_bytes,
             state: BlockState::Free,
         });
+    }
+
+    fn count_free(&mut self, len_bytes: u64) {
+        self.counters.free_bytes += len_bytes;
+        self.counters.free_blocks += 1;
+        self.counters.largest_free_bytes = self.counters.largest_free_bytes.max(len_bytes);
     }
 
     fn close(&mut self, range_end: Addr) {
@@ -176,9 +180,7 @@ impl<'a, S: BlockSink + ?Sized> Emitter<'a, S> {
         } else {
             for &(_, l) in empty {
                 if l > 0 {
-                    self.counters.free_bytes += l;
-                    self.counters.free_blocks += 1;
-                    self.counters.largest_free_bytes = self.counters.largest_free_bytes.max(l);
+                    self.count_free(l);
                 }
             }
             self.out.free_ranges(empty);
