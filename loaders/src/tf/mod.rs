@@ -121,7 +121,7 @@ pub fn split_log_line(line: &str) -> LogLine<'_> {
             };
             LogLine {
                 t_ns: Some(
-                    (days * 86_400)
+                    days.saturating_mul(86_400)
                         .saturating_mul(1_000_000_000)
                         .saturating_add(tod_ns),
                 ),
@@ -148,7 +148,9 @@ pub fn split_log_line(line: &str) -> LogLine<'_> {
             // The year is not printed; a day count inside the year keeps logs that cross
             // midnight in order.
             let day_ns = if month >= 1 && day >= 1 {
-                (days_from_civil(1970, month, day) * 86_400).saturating_mul(1_000_000_000)
+                // Year 1970 keeps the count small: it cannot overflow.
+                days_from_civil(1970, month, day)
+                    .map_or(0, |d| (d * 86_400).saturating_mul(1_000_000_000))
             } else {
                 0
             };
@@ -209,23 +211,37 @@ fn parse_date(s: &str) -> Option<i64> {
     let y: i64 = parts.next()?.parse().ok()?;
     let m: i64 = parts.next()?.parse().ok()?;
     let d: i64 = parts.next()?.parse().ok()?;
-    ((1..=12).contains(&m) && (1..=31).contains(&d)).then(|| days_from_civil(y, m, d))
+    if !((1..=12).contains(&m) && (1..=31).contains(&d)) {
+        return None;
+    }
+    days_from_civil(y, m, d)
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm); `None`
+/// for a year so far out that the count overflows (a damaged log line).
+fn days_from_civil(y: i64, m: i64, d: i64) -> Option<i64> {
+    let y = if m <= 2 { y.checked_sub(1)? } else { y };
     let era = y.div_euclid(400);
-    let yoe = y - era * 400;
+    let yoe = y.rem_euclid(400);
     let mp = (m + 9) % 12;
     let doy = (153 * mp + 2) / 5 + d - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    era.checked_mul(146_097)?.checked_add(doe - 719_468)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fuzzed log's date with a year of 19 digits is refused, not a multiplication overflow.
+    #[test]
+    fn dates_far_out_are_refused_and_near_ones_counted() {
+        assert_eq!(parse_date("1970-01-01"), Some(0));
+        assert_eq!(parse_date("2025-01-05"), Some(20_093));
+        assert_eq!(parse_date("1969-12-31"), Some(-1));
+        assert_eq!(parse_date("9223372036854775807-01-05"), None);
+        assert_eq!(parse_date("-9223372036854775808-01-05"), None);
+    }
 
     #[test]
     fn splits_the_three_prefixes() {
@@ -242,7 +258,7 @@ mod tests {
         );
         assert_eq!(l.message, "Allocator (GPU_0_bfc) ran");
         assert_eq!(l.severity, Some('W'));
-        let day = days_from_civil(2017, 11, 6);
+        let day = days_from_civil(2017, 11, 6).unwrap();
         assert_eq!(day, 17_476);
         assert_eq!(
             l.t_ns,
