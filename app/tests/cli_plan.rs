@@ -22,10 +22,12 @@ fn minimalloc(name: &str) -> PathBuf {
     repo(&format!("loaders/tests/data/plans/minimalloc/{name}"))
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("allocview-cli-plan-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+#[path = "../../loaders/tests/scratch/mod.rs"]
+mod scratch;
+use scratch::Scratch;
+
+fn scratch(name: &str) -> Scratch {
+    scratch::scratch("allocview-cli-plan-", name)
 }
 
 fn allocview(args: &[&str]) -> Output {

@@ -68,8 +68,11 @@ fn stats_table_is_readable() {
 
 #[test]
 fn bad_input_fails_with_file_line_and_expectation_and_lenient_recovers() {
-    let dir = std::env::temp_dir().join(format!("allocview-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir_guard = tempfile::Builder::new()
+        .prefix("allocview-cli-")
+        .tempdir()
+        .unwrap();
+    let dir = dir_guard.path().to_path_buf();
     let path = dir.join("bad.trace");
     std::fs::write(
         &path,
@@ -105,7 +108,11 @@ fn unknown_input_and_missing_file_are_clear_errors() {
     assert!(!out.status.success());
     assert!(!String::from_utf8(out.stderr).unwrap().contains("panicked"));
 
-    let path = std::env::temp_dir().join(format!("allocview-cli-{}-text.txt", std::process::id()));
+    let dir = tempfile::Builder::new()
+        .prefix("allocview-cli-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join("text.txt");
     std::fs::write(&path, "hello world\n").unwrap();
     let out = allocview(&["stats", path.to_str().unwrap()]);
     assert!(!out.status.success());

@@ -109,8 +109,11 @@ fn stats_and_compare_of_a_window_are_the_whole_traces_figures_there() {
 fn every_command_that_reads_a_trace_takes_a_window() {
     let trace = sample("find_usr_include.trace.gz");
     let trace = trace.to_str().unwrap();
-    let out_dir = std::env::temp_dir().join(format!("allocview-window-{}", std::process::id()));
-    std::fs::create_dir_all(&out_dir).unwrap();
+    let out_dir_guard = tempfile::Builder::new()
+        .prefix("allocview-window-")
+        .tempdir()
+        .unwrap();
+    let out_dir = out_dir_guard.path().to_path_buf();
     let report = out_dir.join("report");
     let svg = out_dir.join("fg.svg");
     let parquet = out_dir.join("w.parquet");

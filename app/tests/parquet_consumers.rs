@@ -14,10 +14,13 @@ fn sample(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("allocview-parquet-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+#[path = "../../loaders/tests/scratch/mod.rs"]
+mod scratch;
+
+/// A test's own folder: a command's companion files land beside its output, and a refused
+/// command must leave nothing there.
+fn scratch_dir() -> tempfile::TempDir {
+    scratch::scratch_dir("allocview-parquet-")
 }
 
 fn allocview(args: &[&str]) -> std::process::Output {
@@ -75,6 +78,7 @@ const EVENT_SCHEMA: [(&str, &str); 9] = [
 
 #[test]
 fn duckdb_and_pyarrow_read_converted_traces_as_allocview_counts_them() {
+    let tmp = scratch_dir();
     let Some(py) = python() else { return };
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/read_parquet.py");
     // Text streamed in small row groups (so pairing carries across batches), and binary.
@@ -82,8 +86,8 @@ fn duckdb_and_pyarrow_read_converted_traces_as_allocview_counts_them() {
         let trace = sample(name);
         let trace = trace.to_str().unwrap();
         let stem = name.split('.').next().unwrap();
-        let events = scratch(&format!("{stem}.parquet"));
-        let series = scratch(&format!("{stem}.series.parquet"));
+        let events = tmp.path().join(format!("{stem}.parquet"));
+        let series = tmp.path().join(format!("{stem}.series.parquet"));
         let mut convert = vec!["convert", trace, events.to_str().unwrap()];
         let groups = row_group_rows.to_string();
         if row_group_rows > 0 {
@@ -100,7 +104,7 @@ fn duckdb_and_pyarrow_read_converted_traces_as_allocview_counts_them() {
             series.to_str().unwrap(),
             trace,
         ]);
-        let threads = scratch(&format!("{stem}.threads.parquet"));
+        let threads = tmp.path().join(format!("{stem}.threads.parquet"));
         let out = Command::new(&py)
             .arg(&script)
             .args([&events, &threads, &series])
@@ -172,12 +176,13 @@ fn read_parquet(path: &Path) -> DataFrame {
 /// loaded event table (in the exported schema), across row groups.
 #[test]
 fn a_streamed_conversion_equals_the_loaded_event_table() {
+    let tmp = scratch_dir();
     for name in [
         "find_usr_include.trace.gz",
         "python_json.avt",
         "xz_T2_libc.avt",
     ] {
-        let out = scratch(&format!("streamed-{name}.parquet"));
+        let out = tmp.path().join(format!("streamed-{name}.parquet"));
         allocview(&[
             "convert",
             sample(name).to_str().unwrap(),
@@ -204,7 +209,8 @@ fn a_streamed_conversion_equals_the_loaded_event_table() {
 
 #[test]
 fn report_parquet_holds_the_csvs_tables() {
-    let dir = scratch("report");
+    let tmp = scratch_dir();
+    let dir = tmp.path().join("report");
     allocview(&[
         "report",
         sample("xz_T2_8KiB_blocks.trace.gz").to_str().unwrap(),
@@ -240,7 +246,8 @@ fn report_parquet_holds_the_csvs_tables() {
 
 #[test]
 fn a_pytorch_snapshot_converts_with_its_stacks_and_frames() {
-    let out = scratch("lm.parquet");
+    let tmp = scratch_dir();
+    let out = tmp.path().join("lm.parquet");
     allocview(&[
         "convert",
         sample("pytorch/lm_forward_a.pickle").to_str().unwrap(),
@@ -253,8 +260,8 @@ fn a_pytorch_snapshot_converts_with_its_stacks_and_frames() {
         .map(|n| n.as_str())
         .collect();
     assert_eq!(&names[..9], EVENT_SCHEMA.map(|(n, _)| n).as_slice());
-    let stacks = read_parquet(&scratch("lm.stacks.parquet"));
-    let frames = read_parquet(&scratch("lm.frames.parquet"));
+    let stacks = read_parquet(&tmp.path().join("lm.stacks.parquet"));
+    let frames = read_parquet(&tmp.path().join("lm.frames.parquet"));
     // Every stack an event names has rows in the stacks table, whose frames exist.
     let max_frame = stacks.column("frame_id").unwrap().u32().unwrap().max();
     assert!(max_frame.is_some_and(|m| (m as usize) < frames.height()));
@@ -275,21 +282,25 @@ fn a_pytorch_snapshot_converts_with_its_stacks_and_frames() {
         "segment_events",
         "annotations",
     ] {
-        assert!(scratch(&format!("lm.{table}.parquet")).exists(), "{table}");
+        assert!(
+            tmp.path().join(format!("lm.{table}.parquet")).exists(),
+            "{table}"
+        );
     }
 }
 
 #[test]
 fn a_bfc_dump_is_refused_with_what_to_use_instead() {
+    let tmp = scratch_dir();
     let dump = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../loaders/tests/data/tf/mobilenetv2_oom_dump.txt.gz");
     let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
         .args(["convert", dump.to_str().unwrap()])
-        .arg(scratch("dump.parquet"))
+        .arg(tmp.path().join("dump.parquet"))
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("BFC dump") && err.contains("stats"), "{err}");
-    assert!(!scratch("dump.parquet").exists());
+    assert!(!tmp.path().join("dump.parquet").exists());
 }

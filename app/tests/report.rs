@@ -8,7 +8,12 @@ use std::process::Command;
 fn report_writes_csvs_and_charts() {
     let trace =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/find_usr_include.trace.gz");
-    let out = std::env::temp_dir().join(format!("allocview-report-cli-{}", std::process::id()));
+    let out_guard = tempfile::Builder::new()
+        .prefix("allocview-report-cli-")
+        .tempdir()
+        .unwrap();
+    // A folder the command makes, as a user's would be.
+    let out = out_guard.path().join("report");
     let run = Command::new(env!("CARGO_BIN_EXE_allocview"))
         .args([
             "report",

@@ -245,10 +245,10 @@ fn live_at_end_and_threads_interleaved() {
     assert_eq!(s.events_per_thread, vec![10_080, 9, 9]);
 }
 
-fn write_temp(name: &str, content: &[u8]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("allocview-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
+mod scratch;
+
+fn write_temp(name: &str, content: &[u8]) -> scratch::Scratch {
+    let p = scratch::scratch("allocview-test-", name);
     std::fs::write(&p, content).unwrap();
     p
 }
@@ -353,7 +353,7 @@ fn malformed_line_names_file_line_column_and_expectation() {
             assert_eq!(detail.column, 26);
             assert_eq!(detail.field, "size");
             assert_eq!(detail.found, "abc");
-            assert_eq!(p, &path);
+            assert_eq!(p, &*path);
         }
         other => panic!("unexpected {other:?}"),
     }

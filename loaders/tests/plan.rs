@@ -29,13 +29,14 @@ fn data(rel: &str) -> PathBuf {
         .join(rel)
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("allocview-plan-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+mod scratch;
+use scratch::Scratch;
+
+fn scratch(name: &str) -> Scratch {
+    scratch::scratch("allocview-plan-", name)
 }
 
-fn write(name: &str, text: &str) -> PathBuf {
+fn write(name: &str, text: &str) -> Scratch {
     let path = scratch(name);
     std::fs::write(&path, text).unwrap();
     path

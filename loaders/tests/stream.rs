@@ -23,15 +23,16 @@ fn sample(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn temp_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("allocview-stream-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+mod scratch;
+
+fn temp_dir() -> tempfile::TempDir {
+    scratch::scratch_dir("allocview-stream-test-")
 }
 
 /// The real traces of the repository as binary files: the binary samples, and the text ones
-/// converted (written by the current writer, so with a block index).
-fn binary_traces() -> Vec<PathBuf> {
+/// converted (written by the current writer, so with a block index), and the folder that holds
+/// the converted ones.
+fn binary_traces() -> (tempfile::TempDir, Vec<PathBuf>) {
     let mut out: Vec<PathBuf> = ["perl_hash.avt", "python_json.avt", "xz_T2_libc.avt"]
         .iter()
         .map(|n| sample(n))
@@ -42,7 +43,7 @@ fn binary_traces() -> Vec<PathBuf> {
         "xz_T2_8KiB_blocks.trace.gz",
         "python_fragments.trace.gz",
     ] {
-        let path = dir.join(name.replace(".trace.gz", ".avt"));
+        let path = dir.path().join(name.replace(".trace.gz", ".avt"));
         let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
         let mut w = BinaryWriter::new(file, &[]).unwrap();
         read_text_records(&sample(name), &LoadOptions::default(), |r| {
@@ -52,14 +53,14 @@ fn binary_traces() -> Vec<PathBuf> {
         w.finish().unwrap();
         out.push(path);
     }
-    out
+    (dir, out)
 }
 
 /// Five copies of a real trace one after the other, each shifted in time and to pointers of
 /// its own, the allocations a copy leaves live staying live: six blocks, with live
 /// allocations and freed slots at every block boundary.
-fn spliced_trace() -> PathBuf {
-    let path = temp_dir().join("spliced.avt");
+fn spliced_trace() -> scratch::Scratch {
+    let path = scratch::scratch("allocview-stream-test-", "spliced.avt");
     let mut records = Vec::new();
     read_text_records(
         &sample("python_fragments.trace.gz"),
@@ -120,7 +121,8 @@ fn loaded(path: &Path) -> MallocTrace {
 
 #[test]
 fn streamed_events_and_stats_are_the_loaded_ones() {
-    for path in binary_traces() {
+    let (_dir, paths) = binary_traces();
+    for path in paths {
         let trace = loaded(&path);
         let view = allocview_loaders::trace_view(&trace.events, &path).unwrap();
         let (all, stream) = stream_all(&path);
@@ -205,7 +207,8 @@ fn assert_same_replay(a: &Replay, b: &Replay, what: &str) {
 
 #[test]
 fn streamed_replays_equal_loaded_replays_for_every_online_policy() {
-    for path in binary_traces() {
+    let (_dir, paths) = binary_traces();
+    for path in paths {
         let trace = loaded(&path);
         let view = allocview_loaders::trace_view(&trace.events, &path).unwrap();
         let peak = view.peak_live().0;
@@ -272,9 +275,10 @@ fn files_without_an_index_are_scanned_and_stream_the_same() {
     let dir = temp_dir();
     // The binary samples were written before the index existed: they are indexed by a scan.
     assert!(!read_index(&sample("perl_hash.avt")).unwrap().from_frame);
-    for original in binary_traces() {
+    let (_converted, paths) = binary_traces();
+    for original in paths {
         // Written again by the current writer (with an index), and without its index.
-        let path = dir.join(format!(
+        let path = dir.path().join(format!(
             "new-{}",
             original.file_name().unwrap().to_string_lossy()
         ));
@@ -288,7 +292,7 @@ fn files_without_an_index_are_scanned_and_stream_the_same() {
         let bytes = std::fs::read(&path).unwrap();
         let old = without_index(&bytes);
         assert!(old.len() < bytes.len(), "{} has an index", path.display());
-        let old_path = dir.join(format!(
+        let old_path = dir.path().join(format!(
             "old-{}",
             path.file_name().unwrap().to_string_lossy()
         ));
@@ -325,10 +329,11 @@ fn files_without_an_index_are_scanned_and_stream_the_same() {
 fn a_stream_opened_at_a_point_goes_on_as_the_stream_it_was_taken_from() {
     use allocview_loaders::binary::StreamPoint;
     let spliced = spliced_trace();
-    for path in binary_traces().into_iter().chain([spliced.clone()]) {
+    let (_dir, paths) = binary_traces();
+    for path in paths.into_iter().chain([spliced.to_path_buf()]) {
         let (all, whole) = stream_all(&path);
         let blocks = whole.index().blocks.len();
-        let points = if path == spliced {
+        let points = if path == *spliced {
             assert_eq!(blocks, 6);
             (0..=blocks).collect()
         } else {

@@ -753,8 +753,11 @@ mod tests {
             .collect();
         let bucketing = allocview_sim::series::Bucketing::for_trace(&view, BUCKETS);
         let classes = ClassSeries::build(&view, bucketing, 16_384);
-        let dir = std::env::temp_dir().join(format!("allocview-report-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir_guard = tempfile::Builder::new()
+            .prefix("allocview-report-")
+            .tempdir()
+            .unwrap();
+        let dir = dir_guard.path().to_path_buf();
         for (name, mut df) in [
             (
                 "summary",

@@ -411,8 +411,11 @@ fn mouse_scrubs_the_timeline() {
 #[test]
 fn export_writes_series_csv_and_heap_text() {
     let mut s = loaded("find_usr_include.trace.gz", &["first-fit", "bfc"]);
-    let dir = std::env::temp_dir().join(format!("allocview-export-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir_guard = tempfile::Builder::new()
+        .prefix("allocview-export-")
+        .tempdir()
+        .unwrap();
+    let dir = dir_guard.path().to_path_buf();
     s.export_dir = dir.clone();
     update(&mut s, Msg::Step(22_255));
     send(&mut s, &key('e'));
@@ -436,8 +439,11 @@ fn export_writes_series_csv_and_heap_text() {
 
 #[test]
 fn load_error_is_shown_not_panicked() {
-    let dir = std::env::temp_dir().join(format!("allocview-tui-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir_guard = tempfile::Builder::new()
+        .prefix("allocview-tui-")
+        .tempdir()
+        .unwrap();
+    let dir = dir_guard.path().to_path_buf();
     let bad = dir.join("bad.trace");
     std::fs::write(&bad, "0.1\t1\t8\t0x10\n0.2\t1\tx\t0x20\n").unwrap();
     let mut s = AppState::new(&bad, &specs(&["first-fit"]), PolicyConfig::default());

@@ -64,9 +64,11 @@ fn write(records: &[Record]) -> Vec<u8> {
 }
 
 pub(super) fn read(bytes: &[u8]) -> (Vec<Record>, BinaryInfo) {
-    let dir = std::env::temp_dir().join(format!("allocview-binary-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{}.avt", bytes.len()));
+    let dir = tempfile::Builder::new()
+        .prefix("allocview-binary-test-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join(format!("{}.avt", bytes.len()));
     std::fs::write(&path, bytes).unwrap();
     let mut out = Vec::new();
     let info = read_records(&path, TimeBase::default(), |r| {
@@ -178,9 +180,13 @@ fn frames_of(bytes: &[u8]) -> Vec<(usize, u8, usize)> {
 }
 
 fn read_with(bytes: &[u8], strictness: Strictness) -> Result<(Vec<Record>, BinaryInfo), String> {
-    let dir = std::env::temp_dir().join(format!("allocview-binary-damage-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{}-{strictness:?}.avt", bytes.len()));
+    let dir = tempfile::Builder::new()
+        .prefix("allocview-binary-damage-")
+        .tempdir()
+        .unwrap();
+    let path = dir
+        .path()
+        .join(format!("{}-{strictness:?}.avt", bytes.len()));
     std::fs::write(&path, bytes).unwrap();
     let mut out = Vec::new();
     let info = read_records_with(&path, TimeBase::default(), strictness, |r| {

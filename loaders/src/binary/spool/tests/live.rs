@@ -19,9 +19,11 @@ fn read_live_in_steps(
     max_records: Option<u64>,
 ) -> (Vec<Record>, usize, LivePoll) {
     use std::io::Write as _;
-    let dir = std::env::temp_dir().join(format!("allocview-live-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}-{chunk}.spool"));
+    let dir = tempfile::Builder::new()
+        .prefix("allocview-live-test-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join(format!("{name}-{chunk}.spool"));
     let mut file = std::fs::File::create(&path).unwrap();
     let mut live = LiveSpool::open(&path, TimeBase::default()).unwrap();
     let mut out = Vec::new();
@@ -142,9 +144,11 @@ fn an_event_before_a_time_a_short_step_emitted_is_late() {
     compact_event(&mut b, &mut pb, 0, 2_200_000, 16, 0x4000);
     segment_frame(&mut rest, 1, 20, 0, &b);
 
-    let dir = std::env::temp_dir().join(format!("allocview-live-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("late-after-step.spool");
+    let dir = tempfile::Builder::new()
+        .prefix("allocview-live-test-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join("late-after-step.spool");
     let mut file = std::fs::File::create(&path).unwrap();
     file.write_all(&first).unwrap();
     let mut live = LiveSpool::open(&path, TimeBase::default()).unwrap();
@@ -213,9 +217,11 @@ fn threads_that_own_their_periods_need_no_live_pointers_once_keys_could_start() 
         assert_eq!(live, whole);
         // Read live to the last mark: dropped 10 ms after thread 20's first event, where
         // keys are known to start then; kept otherwise (no event ever has a key).
-        let dir = std::env::temp_dir().join(format!("allocview-live-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("owned-{order_keys}.spool"));
+        let dir = tempfile::Builder::new()
+            .prefix("allocview-live-test-")
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join(format!("owned-{order_keys}.spool"));
         std::fs::File::create(&path)
             .unwrap()
             .write_all(&bytes)
@@ -251,9 +257,11 @@ fn a_period_without_keys_after_every_stream_was_keyed_is_read_from_the_whole_fil
         compact_event(&mut ev, &mut prev, 0, tick, 8, 0x7000 + u64::from(stream));
         segment_frame(&mut rest, stream, tid, tick, &ev);
     }
-    let dir = std::env::temp_dir().join(format!("allocview-live-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("unkeyed.spool");
+    let dir = tempfile::Builder::new()
+        .prefix("allocview-live-test-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join("unkeyed.spool");
     let mut file = std::fs::File::create(&path).unwrap();
     file.write_all(&first).unwrap();
     let mut live = LiveSpool::open(&path, TimeBase::default()).unwrap();
