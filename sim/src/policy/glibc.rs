@@ -25,8 +25,10 @@ use super::registry::{PolicyConfig, RegistryError};
 use super::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Policy, Request};
 use crate::trace::NO_ALLOC_ID;
 
+mod check;
 #[cfg(test)]
 mod tests;
+mod views;
 
 /// `MINSIZE`: the smallest chunk.
 pub const MIN_CHUNK_BYTES: u64 = 32;
@@ -768,259 +770,6 @@ impl Glibc {
         self.top_bytes -= extra;
         self.heap_bytes -= extra;
     }
-
-    fn largest_free(&self) -> u64 {
-        let binned = self
-            .free_by_size
-            .last_key_value()
-            .map_or(0, |(&k, _)| (k >> 64) as u64);
-        let tcached = match self.tcache_mask {
-            0 => 0,
-            m => MIN_CHUNK_BYTES + u64::from(63 - m.leading_zeros()) * ALIGN_BYTES,
-        };
-        let fast = match self.fast_mask {
-            0 => 0,
-            m => MIN_CHUNK_BYTES + u64::from(7 - m.leading_zeros()) * ALIGN_BYTES,
-        };
-        binned.max(self.top_bytes).max(tcached).max(fast)
-    }
-
-    fn counters_impl(&self) -> Counters {
-        let footprint = self.heap_bytes + self.mmapped_bytes;
-        let free_blocks =
-            self.free_by_size.len() as u64 + self.cached_chunks + u64::from(self.top_bytes > 0);
-        let free_bytes: u64 = self.heap_bytes - self.heap_used_bytes();
-        Counters {
-            live_allocs: self.live_heap.len() as u64 + self.mapped.len() as u64,
-            live_bytes: self.live_bytes,
-            allocated_bytes: self.allocated_bytes,
-            footprint_bytes: footprint,
-            free_bytes,
-            free_blocks,
-            largest_free_bytes: self.largest_free(),
-        }
-    }
-
-    /// Heap bytes held by live chunks and the tcache struct.
-    fn heap_used_bytes(&self) -> u64 {
-        let meta = if self.tcache_ready {
-            chunk_size(TCACHE_STRUCT_BYTES)
-        } else {
-            0
-        };
-        self.allocated_bytes - self.mmapped_bytes + meta
-    }
-
-    fn blocks_impl(&self, out: &mut Vec<Block>) {
-        let mut h = self.first_handle();
-        while let Some(c) = self.chunks.get(h as usize) {
-            let state = match c.state {
-                State::Used => BlockState::Used {
-                    id: c.request_id,
-                    requested_bytes: c.requested_bytes,
-                },
-                State::Meta => BlockState::Dead,
-                State::Free | State::Tcache | State::Fast => BlockState::Free,
-            };
-            out.push(Block {
-                addr: c.addr,
-                len_bytes: c.size_bytes,
-                state,
-            });
-            h = c.next;
-        }
-        if self.top_bytes > 0 {
-            out.push(Block {
-                addr: self.top_addr,
-                len_bytes: self.top_bytes,
-                state: BlockState::Free,
-            });
-        }
-        for (&addr, m) in &self.mapped {
-            out.push(Block {
-                addr,
-                len_bytes: m.size_bytes,
-                state: BlockState::Used {
-                    id: m.request_id,
-                    requested_bytes: m.requested_bytes,
-                },
-            });
-        }
-    }
-
-    /// The heap's lowest chunk: walk back from the one below the top.
-    fn first_handle(&self) -> u32 {
-        let mut h = self.last;
-        while let Some(c) = self.chunks.get(h as usize) {
-            if c.prev == NONE {
-                return h;
-            }
-            h = c.prev;
-        }
-        NONE
-    }
-
-    fn check(&self) -> Result<(), String> {
-        let base = self.opts.heap_base;
-        if !self.heap_bytes.is_multiple_of(PAGE_BYTES) {
-            return Err(format!("heap of {} B is not whole pages", self.heap_bytes));
-        }
-        let mut cursor = base;
-        let mut prev = NONE;
-        let mut h = self.first_handle();
-        let mut seen = vec![false; self.chunks.len()];
-        let (mut used, mut cached, mut free, mut live) = (0u64, 0u64, 0usize, 0usize);
-        let (mut req, mut meta) = (0u64, 0usize);
-        let mut prev_free = false;
-        while h != NONE {
-            let c = self
-                .chunks
-                .get(h as usize)
-                .ok_or_else(|| format!("dangling handle {h}"))?;
-            match seen.get_mut(h as usize) {
-                Some(s) if !*s => *s = true,
-                _ => return Err(format!("handle {h} reached twice")),
-            }
-            if c.addr != cursor || c.prev != prev {
-                return Err(format!("chunk {h} at {:#x}: heap not tiled", c.addr));
-            }
-            if c.size_bytes < MIN_CHUNK_BYTES || !c.size_bytes.is_multiple_of(ALIGN_BYTES) {
-                return Err(format!("chunk {h} has size {}", c.size_bytes));
-            }
-            let is_free = c.state == State::Free;
-            if is_free && (prev_free || c.next == NONE) {
-                return Err(format!("free chunk at {:#x} not coalesced", c.addr));
-            }
-            match c.state {
-                State::Used => {
-                    if self.live_heap.get(&c.addr) != Some(&h) {
-                        return Err(format!("live chunk at {:#x} not in the map", c.addr));
-                    }
-                    if chunk_size(c.requested_bytes) > c.size_bytes {
-                        return Err(format!("chunk at {:#x} smaller than its request", c.addr));
-                    }
-                    used += c.size_bytes;
-                    req += c.requested_bytes;
-                    live += 1;
-                }
-                State::Tcache | State::Fast => cached += 1,
-                State::Free => {
-                    if self.free_by_size.get(&free_key(c.size_bytes, c.addr)) != Some(&h) {
-                        return Err(format!("free chunk at {:#x} not binned", c.addr));
-                    }
-                    free += 1;
-                }
-                State::Meta => meta += 1,
-            }
-            prev_free = is_free;
-            cursor += c.size_bytes;
-            prev = h;
-            h = c.next;
-        }
-        if prev != self.last {
-            return Err("`last` is not the chunk below the top".into());
-        }
-        if cursor != self.top_addr || self.top_addr + self.top_bytes != base + self.heap_bytes {
-            return Err(format!(
-                "chunks end at {cursor:#x}, top {:#x} + {} B, heap end {:#x}",
-                self.top_addr,
-                self.top_bytes,
-                base + self.heap_bytes
-            ));
-        }
-        if meta != usize::from(self.tcache_ready) {
-            return Err(format!("{meta} tcache structs in the heap"));
-        }
-        if free != self.free_by_size.len() || live != self.live_heap.len() {
-            return Err("free set or live map holds chunks not in the heap".into());
-        }
-        let mut listed = 0u64;
-        for (i, bin) in self.tcache.iter().enumerate() {
-            if bin.len() > self.opts.tcache_count {
-                return Err(format!("tcache bin {i} holds {} chunks", bin.len()));
-            }
-            if (self.tcache_mask >> i & 1 == 1) == bin.is_empty() {
-                return Err(format!("tcache mask wrong for bin {i}"));
-            }
-            for &t in bin {
-                let ok = self.chunks.get(t as usize).is_some_and(|c| {
-                    c.state == State::Tcache && tcache_index(c.size_bytes) == Some(i)
-                });
-                if !ok {
-                    return Err(format!("tcache bin {i} holds a wrong chunk"));
-                }
-                listed += 1;
-            }
-        }
-        for (i, bin) in self.fastbins.iter().enumerate() {
-            if (self.fast_mask >> i & 1 == 1) == bin.is_empty() {
-                return Err(format!("fastbin mask wrong for bin {i}"));
-            }
-            for &f in bin {
-                let ok = self.chunks.get(f as usize).is_some_and(|c| {
-                    c.state == State::Fast && fastbin_index(c.size_bytes) == Some(i)
-                });
-                if !ok {
-                    return Err(format!("fastbin {i} holds a wrong chunk"));
-                }
-                listed += 1;
-            }
-        }
-        if listed != cached || cached != self.cached_chunks {
-            return Err(format!(
-                "{cached} cached chunks in the heap, {listed} in bins, counter {}",
-                self.cached_chunks
-            ));
-        }
-        let mut u = self.unused_head;
-        while u != NONE {
-            match seen.get_mut(u as usize) {
-                Some(s) if !*s => *s = true,
-                _ => return Err(format!("unused handle {u} bad or reached twice")),
-            }
-            u = self.chunks.get(u as usize).map_or(NONE, |c| c.next);
-        }
-        if seen.iter().any(|s| !s) {
-            return Err("a handle is neither in the heap nor unused".into());
-        }
-        let mut end = self.opts.mmap_base;
-        let (mut mapped, mut mreq) = (0u64, 0u64);
-        for (&a, m) in &self.mapped {
-            if a < end || !a.is_multiple_of(PAGE_BYTES) || !m.size_bytes.is_multiple_of(PAGE_BYTES)
-            {
-                return Err(format!("mapping at {a:#x} overlaps or is unaligned"));
-            }
-            end = a + m.size_bytes;
-            mapped += m.size_bytes;
-            mreq += m.requested_bytes;
-        }
-        if end > self.opts.mmap_base && base + self.heap_bytes > self.opts.mmap_base {
-            return Err("heap runs into the mmap area".into());
-        }
-        if mapped != self.mmapped_bytes
-            || used + mapped != self.allocated_bytes
-            || req + mreq != self.live_bytes
-        {
-            return Err(format!(
-                "totals: mapped {mapped}/{}, allocated {}/{}, live {}/{}",
-                self.mmapped_bytes,
-                used + mapped,
-                self.allocated_bytes,
-                req + mreq,
-                self.live_bytes
-            ));
-        }
-        let mut blocks = Vec::new();
-        self.blocks_impl(&mut blocks);
-        let expect = Counters::from_blocks(&blocks, self.heap_bytes + self.mmapped_bytes);
-        if expect != self.counters_impl() {
-            return Err(format!(
-                "counters {:?} disagree with blocks {expect:?}",
-                self.counters_impl()
-            ));
-        }
-        Ok(())
-    }
 }
 
 impl Policy for Glibc {
@@ -1050,6 +799,10 @@ impl Policy for Glibc {
 
     fn blocks(&self, out: &mut Vec<Block>) {
         self.blocks_impl(out);
+    }
+
+    fn state_bytes(&self) -> u64 {
+        self.state_bytes_impl()
     }
 
     fn shrink_to_fit(&mut self) {

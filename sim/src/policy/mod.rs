@@ -39,6 +39,10 @@ pub struct Request {
 /// policy, and the policies that add to a request's size check it themselves.
 pub const MAX_REQUEST_BYTES: u64 = 1 << 48;
 
+/// About what a B-tree map spends per entry beyond the entry itself (its nodes are at least
+/// half full): for the policies' [`Policy::state_bytes`].
+pub(crate) const BTREE_ENTRY_OVERHEAD_BYTES: usize = 24;
+
 /// `policy.alloc(req)`, except that a request past [`MAX_REQUEST_BYTES`] fails as out of
 /// memory without reaching the policy: what every replay of a file's requests calls.
 ///

@@ -39,10 +39,6 @@ pub(super) struct FreeIndex {
     len: usize,
 }
 
-/// About what a B-tree map spends per entry beyond the entry itself (its nodes are at least
-/// half full).
-const BTREE_ENTRY_OVERHEAD_BYTES: usize = 24;
-
 fn large_key(size_bytes: u64, addr: u64) -> u128 {
     (u128::from(size_bytes) << 64) | u128::from(addr)
 }
@@ -84,7 +80,8 @@ impl FreeIndex {
         let heaps: usize = self.buckets.iter().map(|b| b.heap.len()).sum();
         self.buckets.len() * std::mem::size_of::<Bucket>()
             + heaps * std::mem::size_of::<Reverse<(u64, u32)>>()
-            + self.large.len() * (std::mem::size_of::<(u128, u32)>() + BTREE_ENTRY_OVERHEAD_BYTES)
+            + self.large.len()
+                * (std::mem::size_of::<(u128, u32)>() + crate::policy::BTREE_ENTRY_OVERHEAD_BYTES)
             + std::mem::size_of::<Self>()
     }
 

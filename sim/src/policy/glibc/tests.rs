@@ -301,3 +301,23 @@ proptest! {
         prop_assert_eq!(g.stats().mmapped_bytes, 0);
     }
 }
+
+/// A checkpoint copies the whole chunk table, the slots of merged chunks included: the budget
+/// must be charged for them, not for the few blocks a heap has once it is freed.
+#[test]
+fn state_bytes_counts_the_chunk_slots_a_copy_keeps() {
+    let mut g = Glibc::default();
+    // Past the tcache's sizes, so each free merges at once.
+    let addrs: Vec<Addr> = (0..1000).map(|_| malloc(&mut g, 2000).addr).collect();
+    for a in addrs {
+        free(&mut g, a);
+    }
+    let c = g.counters();
+    assert!(c.live_allocs + c.free_blocks < 10, "{c:?}");
+    assert_eq!(g.chunks.len(), 1001);
+    assert!(
+        g.state_bytes() >= 1001 * std::mem::size_of::<Chunk>() as u64,
+        "{} bytes",
+        g.state_bytes()
+    );
+}
