@@ -37,20 +37,26 @@
 //!
 //! `address` is TensorFlow's real pointer (for a free: that of the allocation it ends; 0 when
 //! the log never said).
+//!
+//! The code follows the loader's seams: `lines` (what each line holds), `builder` (the pairing
+//! into events, and the DataFrames).
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
-use allocview_sim::trace::{EventKind, NO_ALLOC_ID, size_class};
+use allocview_sim::trace::EventKind;
 use polars::prelude::*;
-use polars_arrow::bitmap::MutableBitmap;
 
-use super::dump::{BfcDump, col_u64, df_from, parse_bfc_dumps};
-use super::human::{ByteCount, parse_bytes};
-use super::split_log_line;
+use super::dump::{BfcDump, parse_bfc_dumps};
+use super::human::ByteCount;
 use crate::error::LoadError;
 use crate::input::{StreamEnd, read_all};
+
+mod builder;
+mod lines;
+
+use builder::Builder;
+use lines::{Item, Scan, scan_lines};
 
 /// The marker every memory-log record starts with.
 pub const LOG_MEMORY_LABEL: &str = "__LOG_MEMORY__";
@@ -101,7 +107,8 @@ pub struct LogRecord {
     pub thread: u16,
     /// TensorFlow's allocation id (0 for an OOM request).
     pub tf_alloc_id: i64,
-    /// Dense trace id ([`NO_ALLOC_ID`] for events of no known allocation).
+    /// Dense trace id ([`NO_ALLOC_ID`](allocview_sim::trace::NO_ALLOC_ID) for events of no known
+    /// allocation).
     pub alloc_id: u32,
     /// TF's pointer (for a free: of the allocation it ends; 0 when unknown).
     pub ptr: u64,
@@ -281,181 +288,32 @@ impl From<super::dump::DumpError> for ParseError {
     }
 }
 
-/// A record read from a line, before pairing.
-#[derive(Clone, Debug)]
-enum Item {
-    Record {
-        record: RecordKind,
-        allocator: usize,
-        tf_id: i64,
-        ptr: u64,
-        requested: u64,
-        allocated: Option<u64>,
-        step: Option<i64>,
-        kernel: Option<String>,
-    },
-    Output {
-        allocator: usize,
-        tf_id: i64,
-        ptr: u64,
-        requested: u64,
-        allocated: Option<u64>,
-        step: Option<i64>,
-        kernel: Option<String>,
-    },
-    Extend {
-        by: Option<ByteCount>,
-        allocator: String,
-    },
-    Region {
-        base: u64,
-        end: u64,
-    },
-    MemInfo {
-        tag: String,
-        current: u64,
-        peak: u64,
-    },
-    Oom {
-        rounded: u64,
-        allocator: Option<String>,
-        op: Option<String>,
-    },
-}
-
 /// Parses a memory log's text. See [`load_memory_log`].
 ///
 /// # Errors
 /// When there is no record, the allocator is absent, or a DataFrame cannot be built.
 pub fn parse_memory_log(text: &str, opts: &MemlogOptions) -> Result<TfMemoryLog, ParseError> {
-    let mut summary = MemlogSummary::default();
-    let mut names: Vec<String> = Vec::new();
-    let mut name_index: HashMap<String, usize> = HashMap::new();
-    let mut bfc_allocators: Vec<String> = Vec::new();
-    // (line, t_ns, tid, item)
-    let mut items: Vec<(u64, Option<i64>, Option<u64>, Item)> = Vec::new();
     let dumps = parse_bfc_dumps(text)?;
-    let mut oom_lines: HashMap<u64, &BfcDump> = HashMap::new();
-    for d in &dumps {
-        if let Some(o) = &d.oom {
-            oom_lines.insert(o.line, d);
-        }
-    }
-    for (i, raw) in text.lines().enumerate() {
-        let line = i as u64 + 1;
-        summary.lines = line;
-        let l = split_log_line(raw);
-        let m = l.message;
-        if let Some(rest) = m.strip_prefix(LOG_MEMORY_LABEL) {
-            summary.records += 1;
-            match parse_record(rest.trim_start(), &mut names, &mut name_index, &mut summary) {
-                Some(Some(item)) => items.push((line, l.t_ns, l.tid, item)),
-                Some(None) => {}
-                None => {
-                    summary.unreadable_records += 1;
-                    if summary.first_unreadable_lines.len() < 5 {
-                        summary.first_unreadable_lines.push(line);
-                    }
-                }
-            }
-            continue;
-        }
-        if let Some(d) = oom_lines.get(&line) {
-            if let Some(rounded) = d.oom.as_ref().and_then(|o| o.rounded_or_estimate()) {
-                items.push((
-                    line,
-                    l.t_ns,
-                    l.tid,
-                    Item::Oom {
-                        rounded,
-                        allocator: d.allocator.clone(),
-                        op: d.oom.as_ref().and_then(|o| o.op.clone()),
-                    },
-                ));
-            }
-            continue;
-        }
-        if let Some(name) = m.strip_prefix("Creating new BFCAllocator named: ") {
-            bfc_allocators.push(name.trim().to_owned());
-        } else if let Some(rest) = m.strip_prefix("Extending allocation by ") {
-            let (by, rest) = rest.split_once(" bytes for ").unwrap_or((rest, ""));
-            items.push((
-                line,
-                l.t_ns,
-                l.tid,
-                Item::Extend {
-                    by: parse_bytes(by),
-                    allocator: rest.trim().trim_end_matches('.').to_owned(),
-                },
-            ));
-        } else if let Some(rest) = m.strip_prefix("Allocated memory at ") {
-            if let Some((a, b)) = rest.split_once(" to ")
-                && let (Some(base), Some(end)) = (parse_hex(a), parse_hex(b))
-                && end > base
-            {
-                items.push((line, l.t_ns, l.tid, Item::Region { base, end }));
-            }
-        } else if let Some(rest) = m.strip_prefix("MEMINFO ")
-            && let Some((tag, json)) = rest.split_once(' ')
-            && let (Some(current), Some(peak)) = (json_u64(json, "current"), json_u64(json, "peak"))
-        {
-            items.push((
-                line,
-                l.t_ns,
-                l.tid,
-                Item::MemInfo {
-                    tag: tag.to_owned(),
-                    current,
-                    peak,
-                },
-            ));
-        }
-    }
-    if summary.records == 0 {
+    let scan = scan_lines(text, &dumps);
+    if scan.summary.records == 0 {
         return Err(ParseError::Format(
             "no __LOG_MEMORY__ records (TF_CPP_VMODULE=log_memory=2 was not set?)".into(),
         ));
     }
-    // Counts per allocator, and the default choice.
-    let mut counts = vec![0u64; names.len()];
-    for (_, _, _, item) in &items {
-        if let Item::Record { allocator, .. } = item
-            && let Some(c) = counts.get_mut(*allocator)
-        {
-            *c += 1;
-        }
-    }
-    let chosen = match &opts.allocator {
-        Some(name) => name_index.get(name).copied().ok_or_else(|| {
-            ParseError::Format(format!(
-                "allocator {name:?} has no records; the log has {}",
-                names.join(", ")
-            ))
-        })?,
-        None => {
-            let best = |pred: &dyn Fn(&str) -> bool| {
-                (0..names.len())
-                    .filter(|&i| names.get(i).is_some_and(|n| pred(n)))
-                    .filter(|&i| counts.get(i).is_some_and(|&c| c > 0))
-                    .max_by_key(|&i| counts.get(i).copied().unwrap_or(0))
-            };
-            best(&|n| bfc_allocators.iter().any(|b| b == n))
-                .or_else(|| best(&|n| n.to_ascii_lowercase().contains("bfc")))
-                .or_else(|| best(&|_| true))
-                .ok_or_else(|| ParseError::Format("no allocation or deallocation records".into()))?
-        }
-    };
+    let counts = records_per_allocator(&scan);
+    let chosen = choose_allocator(&scan, &counts, opts)?;
+    let names = &scan.allocators.names;
     let allocator = names.get(chosen).cloned().unwrap_or_default();
     let allocator_counts = names.iter().cloned().zip(counts).collect();
-    let mut b = Builder::new(allocator.clone(), summary);
-    for (line, t_ns, tid, item) in items {
+    let mut b = Builder::new(allocator.clone(), scan.summary);
+    for (line, t_ns, tid, item) in scan.items {
         b.push(line, t_ns, tid, item, chosen, &allocator)?;
     }
     let (events, threads) = b.frames()?;
     Ok(TfMemoryLog {
         allocator,
         allocator_counts,
-        bfc_allocators,
+        bfc_allocators: scan.bfc_allocators,
         events,
         threads,
         records: b.records,
@@ -468,601 +326,51 @@ pub fn parse_memory_log(text: &str, opts: &MemlogOptions) -> Result<TfMemoryLog,
     })
 }
 
-fn parse_hex(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let h = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X"))?;
-    u64::from_str_radix(h, 16).ok()
-}
-
-/// `"key": 123` inside a one-line JSON object.
-fn json_u64(json: &str, key: &str) -> Option<u64> {
-    let (_, rest) = json.split_once(&format!("\"{key}\":"))?;
-    let digits: String = rest
-        .trim_start()
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
-}
-
-/// Flattened fields of a short debug string: (dotted path, value), strings unescaped.
-fn proto_fields(body: &str) -> Option<Vec<(String, String)>> {
-    let mut out = Vec::new();
-    let mut path: Vec<String> = Vec::new();
-    let b = body.as_bytes();
-    let mut i = 0;
-    let word_end = |mut j: usize| {
-        while j < b.len() && !b[j].is_ascii_whitespace() && !matches!(b[j], b':' | b'{' | b'}') {
-            j += 1;
+/// Allocation and deallocation records per allocator, indexed as `scan.allocators.names`.
+fn records_per_allocator(scan: &Scan) -> Vec<u64> {
+    let mut counts = vec![0u64; scan.allocators.names.len()];
+    for (_, _, _, item) in &scan.items {
+        if let Item::Record { allocator, .. } = item
+            && let Some(c) = counts.get_mut(*allocator)
+        {
+            *c += 1;
         }
-        j
+    }
+    counts
+}
+
+/// The index of the allocator whose records make the events: `opts.allocator`, else the BFC
+/// allocator the log created, else a name with `bfc` in it, else any; among several, the one
+/// with the most records.
+fn choose_allocator(
+    scan: &Scan,
+    counts: &[u64],
+    opts: &MemlogOptions,
+) -> Result<usize, ParseError> {
+    let names = &scan.allocators.names;
+    if let Some(name) = &opts.allocator {
+        return scan.allocators.index.get(name).copied().ok_or_else(|| {
+            ParseError::Format(format!(
+                "allocator {name:?} has no records; the log has {}",
+                names.join(", ")
+            ))
+        });
+    }
+    let best = |pred: &dyn Fn(&str) -> bool| {
+        (0..names.len())
+            .filter(|&i| names.get(i).is_some_and(|n| pred(n)))
+            .filter(|&i| counts.get(i).is_some_and(|&c| c > 0))
+            .max_by_key(|&i| counts.get(i).copied().unwrap_or(0))
     };
-    let skip_ws = |mut j: usize| {
-        while j < b.len() && b[j].is_ascii_whitespace() {
-            j += 1;
-        }
-        j
-    };
-    loop {
-        i = skip_ws(i);
-        let Some(&c) = b.get(i) else { break };
-        if c == b'}' {
-            path.pop()?;
-            i += 1;
-            continue;
-        }
-        let start = i;
-        i = word_end(i);
-        if i == start {
-            return None;
-        }
-        let name = body.get(start..i)?;
-        i = skip_ws(i);
-        match b.get(i) {
-            Some(b'{') => {
-                path.push(name.to_owned());
-                i += 1;
-            }
-            Some(b':') => {
-                i = skip_ws(i + 1);
-                let (value, next) = if b.get(i) == Some(&b'"') {
-                    read_quoted(body, i)?
-                } else {
-                    let e = word_end(i);
-                    (body.get(i..e)?.to_owned(), e)
-                };
-                i = next;
-                let key = if path.is_empty() {
-                    name.to_owned()
-                } else {
-                    format!("{}.{name}", path.join("."))
-                };
-                out.push((key, value));
-            }
-            // A bare word: the debug-string marker (`goo.gle/debugproto`).
-            _ => {}
-        }
-    }
-    path.is_empty().then_some(out)
-}
-
-/// A C-escaped, double-quoted string starting at `start`; returns it and the index after it.
-fn read_quoted(body: &str, start: usize) -> Option<(String, usize)> {
-    let b = body.as_bytes();
-    let mut out: Vec<u8> = Vec::new();
-    let mut i = start + 1;
-    while let Some(&c) = b.get(i) {
-        match c {
-            b'"' => return Some((String::from_utf8_lossy(&out).into_owned(), i + 1)),
-            b'\\' => {
-                let e = *b.get(i + 1)?;
-                i += 2;
-                match e {
-                    b'n' => out.push(b'\n'),
-                    b't' => out.push(b'\t'),
-                    b'r' => out.push(b'\r'),
-                    b'0'..=b'7' => {
-                        let mut v = u32::from(e - b'0');
-                        let mut k = 0;
-                        while k < 2
-                            && let Some(&d) = b.get(i)
-                            && (b'0'..=b'7').contains(&d)
-                        {
-                            v = v * 8 + u32::from(d - b'0');
-                            i += 1;
-                            k += 1;
-                        }
-                        out.push(u8::try_from(v & 0xff).unwrap_or(0));
-                    }
-                    other => out.push(other),
-                }
-            }
-            _ => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    None
-}
-
-/// One `__LOG_MEMORY__` record (the text after the label). `None` when unreadable,
-/// `Some(None)` for records that make no event (steps, empty tensors, deferred frees).
-fn parse_record(
-    rest: &str,
-    names: &mut Vec<String>,
-    name_index: &mut HashMap<String, usize>,
-    summary: &mut MemlogSummary,
-) -> Option<Option<Item>> {
-    let (message, body) = rest.split_once(' ')?;
-    let body = body.trim().strip_prefix('{')?.strip_suffix('}')?;
-    let fields = proto_fields(body)?;
-    let get = |key: &str| {
-        fields
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    };
-    let int = |key: &str| -> Option<i64> { get(key).map_or(Some(0), |v| v.parse().ok()) };
-    let uint = |key: &str| -> Option<u64> { get(key).map_or(Some(0), |v| v.parse().ok()) };
-    let mut intern = |name: &str| -> usize {
-        if let Some(&i) = name_index.get(name) {
-            return i;
-        }
-        names.push(name.to_owned());
-        name_index.insert(name.to_owned(), names.len() - 1);
-        names.len() - 1
-    };
-    let step = get("step_id").map_or(Some(0), |v| v.parse().ok())?;
-    const AD: &str = "tensor.allocation_description";
-    let item = match message {
-        "MemoryLogStep" => {
-            summary.steps += 1;
-            None
-        }
-        "MemoryLogTensorAllocation" | "MemoryLogTensorOutput" => {
-            let output = message == "MemoryLogTensorOutput";
-            if output {
-                summary.tensor_outputs += 1;
-            } else {
-                summary.tensor_allocations += 1;
-            }
-            let Some(allocator) = get(&format!("{AD}.allocator_name")) else {
-                if !output {
-                    summary.tensors_without_buffer += 1;
-                }
-                return Some(None);
-            };
-            let allocator = intern(allocator);
-            let tf_id = int(&format!("{AD}.allocation_id"))?;
-            let ptr = uint(&format!("{AD}.ptr"))?;
-            let requested = uint(&format!("{AD}.requested_bytes"))?;
-            let allocated = get(&format!("{AD}.allocated_bytes"))
-                .map_or(Some(0), |v| v.parse().ok())
-                .map(Some)?;
-            let kernel = get("kernel_name").map(str::to_owned);
-            if output {
-                Some(Item::Output {
-                    allocator,
-                    tf_id,
-                    ptr,
-                    requested,
-                    allocated,
-                    step: Some(step),
-                    kernel,
-                })
-            } else {
-                Some(Item::Record {
-                    record: RecordKind::TensorAllocation,
-                    allocator,
-                    tf_id,
-                    ptr,
-                    requested,
-                    allocated,
-                    step: Some(step),
-                    kernel,
-                })
-            }
-        }
-        "MemoryLogTensorDeallocation" => {
-            summary.tensor_deallocations += 1;
-            Some(Item::Record {
-                record: RecordKind::TensorDeallocation,
-                allocator: intern(get("allocator_name").unwrap_or("")),
-                tf_id: int("allocation_id")?,
-                ptr: 0,
-                requested: 0,
-                allocated: None,
-                step: None,
-                kernel: None,
-            })
-        }
-        "MemoryLogRawAllocation" => {
-            summary.raw_allocations += 1;
-            Some(Item::Record {
-                record: RecordKind::RawAllocation,
-                allocator: intern(get("allocator_name").unwrap_or("")),
-                tf_id: int("allocation_id")?,
-                ptr: uint("ptr")?,
-                requested: uint("num_bytes")?,
-                allocated: None,
-                step: Some(step),
-                kernel: get("operation").map(str::to_owned),
-            })
-        }
-        "MemoryLogRawDeallocation" => {
-            summary.raw_deallocations += 1;
-            if get("deferred") == Some("true") {
-                summary.raw_deallocations_deferred += 1;
-                return Some(None);
-            }
-            Some(Item::Record {
-                record: RecordKind::RawDeallocation,
-                allocator: intern(get("allocator_name").unwrap_or("")),
-                tf_id: int("allocation_id")?,
-                ptr: 0,
-                requested: 0,
-                allocated: None,
-                step: Some(step),
-                kernel: get("operation").map(str::to_owned),
-            })
-        }
-        _ => return None,
-    };
-    Some(item)
-}
-
-/// A live allocation while pairing.
-#[derive(Clone, Copy)]
-struct Live {
-    alloc_id: u32,
-    ptr: u64,
-    requested: u64,
-    allocated: Option<u64>,
-}
-
-struct Builder {
-    allocator: String,
-    summary: MemlogSummary,
-    records: Vec<LogRecord>,
-    outputs: Vec<TensorOutput>,
-    regions: Vec<RegionGrowth>,
-    meminfo: Vec<MemInfo>,
-    live: HashMap<i64, Live>,
-    ever_allocated: HashMap<i64, ()>,
-    revealed: HashMap<i64, (u64, u64)>,
-    tids: HashMap<u64, u16>,
-    tid_order: Vec<u64>,
-    next_alloc_id: u32,
-    prev_t_ns: i64,
-    pending_extend: Option<(Option<ByteCount>, String)>,
-}
-
-impl Builder {
-    fn new(allocator: String, summary: MemlogSummary) -> Self {
-        Self {
-            allocator,
-            summary,
-            records: Vec::new(),
-            outputs: Vec::new(),
-            regions: Vec::new(),
-            meminfo: Vec::new(),
-            live: HashMap::new(),
-            ever_allocated: HashMap::new(),
-            revealed: HashMap::new(),
-            tids: HashMap::new(),
-            tid_order: Vec::new(),
-            next_alloc_id: 0,
-            prev_t_ns: i64::MIN,
-            pending_extend: None,
-        }
-    }
-
-    fn thread(&mut self, tid: Option<u64>) -> Result<u16, ParseError> {
-        let tid = tid.unwrap_or(0);
-        if let Some(&t) = self.tids.get(&tid) {
-            return Ok(t);
-        }
-        let t = u16::try_from(self.tid_order.len())
-            .map_err(|_| ParseError::Format("more than 65536 threads".into()))?;
-        self.tids.insert(tid, t);
-        self.tid_order.push(tid);
-        Ok(t)
-    }
-
-    fn time(&mut self, t_ns: Option<i64>, line: u64) -> i64 {
-        // Without a timestamp the line index orders the events.
-        let t = t_ns.unwrap_or(i64::try_from(line).unwrap_or(i64::MAX));
-        if t < self.prev_t_ns {
-            self.summary.timestamps_non_monotonic += 1;
-            return self.prev_t_ns;
-        }
-        self.prev_t_ns = t;
-        t
-    }
-
-    fn push(
-        &mut self,
-        line: u64,
-        t_ns: Option<i64>,
-        tid: Option<u64>,
-        item: Item,
-        chosen: usize,
-        chosen_name: &str,
-    ) -> Result<(), ParseError> {
-        let events_before = self.records.len();
-        match item {
-            Item::Record {
-                record,
-                allocator,
-                tf_id,
-                ptr,
-                requested,
-                allocated,
-                step,
-                kernel,
-            } => {
-                if allocator != chosen {
-                    return Ok(());
-                }
-                let thread = self.thread(tid)?;
-                let t = self.time(t_ns, line);
-                let mut rec = LogRecord {
-                    record,
-                    kind: EventKind::Alloc,
-                    line,
-                    t_ns: t,
-                    thread,
-                    tf_alloc_id: tf_id,
-                    alloc_id: NO_ALLOC_ID,
-                    ptr,
-                    requested_bytes: requested,
-                    allocated_bytes: allocated,
-                    step,
-                    kernel,
-                };
-                if record.is_allocation() {
-                    if let Some(old) = self.live.remove(&tf_id) {
-                        self.summary.duplicate_allocation_ids += 1;
-                        self.records.push(LogRecord {
-                            record: RecordKind::TensorDeallocation,
-                            kind: EventKind::Free,
-                            alloc_id: old.alloc_id,
-                            ptr: old.ptr,
-                            requested_bytes: old.requested,
-                            allocated_bytes: old.allocated,
-                            step: None,
-                            kernel: None,
-                            ..rec.clone()
-                        });
-                    }
-                    let id = self.next_alloc_id;
-                    if id == NO_ALLOC_ID - 1 {
-                        return Err(ParseError::Format("too many allocations".into()));
-                    }
-                    self.next_alloc_id += 1;
-                    self.live.insert(
-                        tf_id,
-                        Live {
-                            alloc_id: id,
-                            ptr,
-                            requested,
-                            allocated,
-                        },
-                    );
-                    self.ever_allocated.insert(tf_id, ());
-                    rec.alloc_id = id;
-                } else if let Some(l) = self.live.remove(&tf_id) {
-                    rec.kind = EventKind::Free;
-                    rec.alloc_id = l.alloc_id;
-                    rec.ptr = l.ptr;
-                    rec.requested_bytes = l.requested;
-                    rec.allocated_bytes = l.allocated;
-                } else {
-                    self.summary.frees_unknown += 1;
-                    rec.kind = EventKind::FreeUnknown;
-                    if let Some(&(p, r)) = self.revealed.get(&tf_id) {
-                        rec.ptr = p;
-                        rec.requested_bytes = r;
-                    }
-                }
-                self.records.push(rec);
-            }
-            Item::Output {
-                allocator,
-                tf_id,
-                ptr,
-                requested,
-                allocated,
-                step,
-                kernel,
-            } => {
-                if allocator != chosen || self.ever_allocated.contains_key(&tf_id) {
-                    return Ok(());
-                }
-                if self.revealed.insert(tf_id, (ptr, requested)).is_none() {
-                    self.outputs.push(TensorOutput {
-                        line,
-                        tf_alloc_id: tf_id,
-                        ptr,
-                        requested_bytes: requested,
-                        allocated_bytes: allocated,
-                        kernel,
-                        step,
-                        thread: self.tids.get(&tid.unwrap_or(0)).copied(),
-                        events_before,
-                    });
-                }
-            }
-            Item::Extend { by, allocator } => self.pending_extend = Some((by, allocator)),
-            Item::Region { base, end } => {
-                let (extend_by, allocator) = match self.pending_extend.take() {
-                    Some((by, a)) => (by, Some(a)),
-                    None => (None, None),
-                };
-                if allocator.as_deref().is_none_or(|a| a == chosen_name) {
-                    self.regions.push(RegionGrowth {
-                        line,
-                        base,
-                        size_bytes: end - base,
-                        extend_by,
-                        allocator,
-                        events_before,
-                    });
-                }
-            }
-            Item::MemInfo { tag, current, peak } => {
-                let dup = self.meminfo.last().is_some_and(|m| {
-                    m.tag == tag
-                        && m.current_bytes == current
-                        && m.peak_bytes == peak
-                        && m.events_before == events_before
-                });
-                if !dup {
-                    self.meminfo.push(MemInfo {
-                        line,
-                        tag,
-                        current_bytes: current,
-                        peak_bytes: peak,
-                        events_before,
-                    });
-                }
-            }
-            Item::Oom {
-                rounded,
-                allocator,
-                op,
-            } => {
-                if allocator.as_deref().is_some_and(|a| a != chosen_name) {
-                    return Ok(());
-                }
-                let thread = self.thread(tid)?;
-                let t = self.time(t_ns, line);
-                self.records.push(LogRecord {
-                    record: RecordKind::OomRequest,
-                    kind: EventKind::AllocFailed,
-                    line,
-                    t_ns: t,
-                    thread,
-                    tf_alloc_id: 0,
-                    alloc_id: NO_ALLOC_ID,
-                    ptr: 0,
-                    requested_bytes: rounded,
-                    allocated_bytes: None,
-                    step: None,
-                    kernel: op,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    fn frames(&self) -> Result<(DataFrame, DataFrame), ParseError> {
-        let r = &self.records;
-        let n = r.len();
-        let alloc_ids: Vec<u32> = r.iter().map(|x| x.alloc_id).collect();
-        let alloc_id = if alloc_ids.contains(&NO_ALLOC_ID) {
-            let mut validity = MutableBitmap::with_capacity(n);
-            for &id in &alloc_ids {
-                validity.push(id != NO_ALLOC_ID);
-            }
-            UInt32Chunked::from_vec_validity("alloc_id".into(), alloc_ids, Some(validity.into()))
-        } else {
-            UInt32Chunked::from_vec("alloc_id".into(), alloc_ids)
-        };
-        let size: Vec<u64> = r
-            .iter()
-            .map(|x| match x.kind {
-                EventKind::Alloc | EventKind::Free | EventKind::AllocFailed => x.requested_bytes,
-                _ => 0,
-            })
-            .collect();
-        let thread = if self.tid_order.len() <= 256 {
-            UInt8Chunked::from_vec(
-                "thread".into(),
-                r.iter()
-                    .map(|x| u8::try_from(x.thread).unwrap_or(u8::MAX))
-                    .collect(),
-            )
-            .into_column()
-        } else {
-            UInt16Chunked::from_vec("thread".into(), r.iter().map(|x| x.thread).collect())
-                .into_column()
-        };
-        let events = df_from(vec![
-            Int64Chunked::from_vec("t_ns".into(), r.iter().map(|x| x.t_ns).collect()).into_column(),
-            thread,
-            UInt8Chunked::from_vec("kind".into(), r.iter().map(|x| x.kind.code()).collect())
-                .into_column(),
-            UInt64Chunked::from_vec("size_bytes".into(), size.clone()).into_column(),
-            UInt64Chunked::from_vec("address".into(), r.iter().map(|x| x.ptr).collect())
-                .into_column(),
-            alloc_id.into_column(),
-            UInt8Chunked::from_vec(
-                "size_class".into(),
-                size.iter().map(|&s| size_class(s)).collect(),
-            )
-            .into_column(),
-            UInt8Chunked::from_vec("record".into(), r.iter().map(|x| x.record.code()).collect())
-                .into_column(),
-            UInt64Chunked::from_vec("line".into(), r.iter().map(|x| x.line).collect())
-                .into_column(),
-            Column::new("allocator".into(), vec![self.allocator.as_str(); n]),
-            Int64Chunked::from_iter_options("step".into(), r.iter().map(|x| x.step)).into_column(),
-            StringChunked::from_iter_options(
-                "kernel".into(),
-                r.iter().map(|x| x.kernel.as_deref()),
-            )
-            .into_column(),
-            UInt64Chunked::from_vec(
-                "requested_bytes".into(),
-                r.iter().map(|x| x.requested_bytes).collect(),
-            )
-            .into_column(),
-            col_u64(
-                "allocated_bytes",
-                r.iter().map(|x| x.allocated_bytes).collect(),
-            ),
-            Int64Chunked::from_iter_options(
-                "tf_alloc_id".into(),
-                r.iter()
-                    .map(|x| (x.record != RecordKind::OomRequest).then_some(x.tf_alloc_id)),
-            )
-            .into_column(),
-        ])?;
-        let threads = df_from(vec![
-            UInt16Chunked::from_vec(
-                "thread".into(),
-                (0..self.tid_order.len())
-                    .map(|i| u16::try_from(i).unwrap_or(u16::MAX))
-                    .collect(),
-            )
-            .into_column(),
-            UInt64Chunked::from_vec("tid".into(), self.tid_order.clone()).into_column(),
-        ])?;
-        Ok((events, threads))
-    }
+    best(&|n| scan.bfc_allocators.iter().any(|b| b == n))
+        .or_else(|| best(&|n| n.to_ascii_lowercase().contains("bfc")))
+        .or_else(|| best(&|_| true))
+        .ok_or_else(|| ParseError::Format("no allocation or deallocation records".into()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reads_short_debug_strings_with_the_marker() {
-        let body = r#" goo.gle/debugproto   step_id: -6 kernel_name: "a\"b" tensor { dtype: DT_INT32 shape { dim { size: 2 } } allocation_description { requested_bytes: 8 allocated_bytes: 256 allocator_name: "bfc" allocation_id: 1 has_single_reference: true ptr: 139893623996480 } } "#;
-        let f = proto_fields(body).unwrap();
-        let get = |k: &str| f.iter().find(|(x, _)| x == k).map(|(_, v)| v.as_str());
-        assert_eq!(get("step_id"), Some("-6"));
-        assert_eq!(get("kernel_name"), Some("a\"b"));
-        assert_eq!(get("tensor.shape.dim.size"), Some("2"));
-        assert_eq!(
-            get("tensor.allocation_description.ptr"),
-            Some("139893623996480")
-        );
-        assert!(proto_fields("a { b: 1").is_none());
-        assert!(proto_fields("a: \"open").is_none());
-    }
 
     #[test]
     fn pairs_by_allocator_and_id_and_defaults_omitted_fields() {
