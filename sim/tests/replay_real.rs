@@ -42,6 +42,7 @@ fn sample(name: &str) -> Sample {
 const OPTS: ReplayOptions = ReplayOptions {
     checkpoint_every: 4096,
     checkpoint_budget_bytes: 512 << 20,
+    checkpoint_min_copies: 0,
     buckets: 300,
     align_bytes: 16,
     layout_index: false,

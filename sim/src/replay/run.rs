@@ -103,6 +103,8 @@ pub struct Meter {
     checkpoints: Vec<Checkpoint>,
     checkpoint_bytes: u64,
     checkpoint_budget_bytes: u64,
+    /// See [`ReplayOptions::checkpoint_min_copies`] (0 with a layout index).
+    checkpoint_min_copies: u64,
     interval: usize,
     next_checkpoint: usize,
     peaks: Peaks,
@@ -162,6 +164,11 @@ impl Run {
             checkpoints: Vec::with_capacity(events.map_or(1, |n| n / interval + 1)),
             checkpoint_bytes: 0,
             checkpoint_budget_bytes,
+            checkpoint_min_copies: if layout.is_some() {
+                0
+            } else {
+                opts.checkpoint_min_copies
+            },
             interval,
             next_checkpoint: 0,
             peaks: Peaks::default(),
@@ -196,6 +203,10 @@ impl Run {
 impl Meter {
     fn checkpoint(&mut self, i: usize, policy: &dyn Policy) {
         let approx = policy.state_bytes();
+        let floor = approx
+            .saturating_mul(self.checkpoint_min_copies)
+            .min(super::DEFAULT_CHECKPOINT_BUDGET_BYTES);
+        self.checkpoint_budget_bytes = self.checkpoint_budget_bytes.max(floor);
         // A copy that alone would overrun the budget is not made (the initial state's
         // always is): a buddy heap of terabytes holds gigabytes of bitmaps.
         if self.checkpoints.is_empty() || approx <= self.checkpoint_budget_bytes {
