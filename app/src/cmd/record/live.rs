@@ -1,7 +1,7 @@
 //! Converting spools while the command runs: each spool the tracer writes is read as it
 //! grows ([`LiveSpool`]) and its events, once no thread can add to their time, go straight
 //! into the trace being written, so that little is left to convert when the command ends.
-//! A step converts at most [`STEP_RECORDS`] before the converter looks again whether the
+//! A step converts at most [`step_records`] before the converter looks again whether the
 //! command has exited; once it has, the rest is converted on two threads ([`super::pipe`]).
 //! Anything unusual (an event that came in late, a damaged frame, an error writing) drops
 //! that spool's live conversion: it is converted from the finished file instead, as before.
@@ -22,11 +22,22 @@ use crate::symbolize::ModuleFeed;
 
 /// How long the converter waits between looks at the spools.
 const POLL: Duration = Duration::from_millis(10);
-/// Records a step converts at most (some 4 ms of work) before the converter looks whether
-/// the command has exited: after that, the rest is converted on two threads, so a long step
-/// running on one holds up the end. At 2^20 records (about 70 ms) the end of a two-thread
-/// Python run was seen 68 ms after the command had exited.
+/// Records a step converts at most, for each spool it looks at (at least 2^16, some 4 ms of
+/// work; at most 2^20), before the converter looks whether the command has exited: after that,
+/// the rest is converted on two threads, so a long step running on one holds up the end. At
+/// 2^20 records (about 70 ms) the end of a two-thread Python run was seen 68 ms after the
+/// command had exited. A step also reads every spool of the recording, so a command that ran
+/// a thousand processes keeps steps of 2^20, where those reads stay a few percent of a step.
 const STEP_RECORDS: u64 = 1 << 16;
+const MAX_STEP_RECORDS: u64 = 1 << 20;
+
+/// Records a step converts at most in a recording of `spools` spools: [`STEP_RECORDS`] for
+/// each, within 2^16 and 2^20.
+fn step_records(spools: usize) -> u64 {
+    STEP_RECORDS
+        .saturating_mul(spools as u64)
+        .clamp(STEP_RECORDS, MAX_STEP_RECORDS)
+}
 
 /// One spool being converted.
 struct LiveTrace {
@@ -94,7 +105,7 @@ impl<'a> Converter<'a> {
     }
 
     /// One look at the spools: new ones are opened, every live one read, and its events
-    /// emitted when `emit` ([`STEP_RECORDS`] at most); returns whether more are ready.
+    /// emitted when `emit` ([`step_records`] at most); returns whether more are ready.
     fn step(&mut self, emit: bool) -> bool {
         if let Ok(found) = list_spools(self.dir) {
             for spool in found {
@@ -115,10 +126,11 @@ impl<'a> Converter<'a> {
         }
         let (program, output, form, protected) =
             (self.program, self.output, self.form, self.protected);
+        let records = step_records(self.traces.len());
         let mut more = false;
         for (path, slot) in &mut self.traces {
             let Some(trace) = slot else { continue };
-            match trace.step(program, output, form, protected, emit) {
+            match trace.step(program, output, form, protected, emit.then_some(records)) {
                 Ok(m) => more |= m,
                 Err(e) => {
                     // The spool stays; it is converted from the finished file.
@@ -199,7 +211,7 @@ impl LiveTrace {
         output: &Path,
         form: Form,
         protected: &[&Path],
-        emit: bool,
+        emit: Option<u64>,
     ) -> Result<bool> {
         self.reader.read()?;
         if self.writer.is_none() {
@@ -211,7 +223,7 @@ impl LiveTrace {
             let path = per_process_name(output, self.pid, self.generation);
             self.writer = Some(RecordWriter::create(&path, form, &meta, protected)?);
         }
-        let (Some(writer), true) = (self.writer.as_mut(), emit) else {
+        let (Some(writer), Some(records)) = (self.writer.as_mut(), emit) else {
             return Ok(false);
         };
         let stats = &mut self.stats;
@@ -220,7 +232,7 @@ impl LiveTrace {
                 stats.push(r)?;
                 writer.push(r).map_err(|_| "a writable output")
             },
-            STEP_RECORDS,
+            records,
         )?;
         if poll == LivePoll::Late {
             anyhow::bail!("an event came in late");
