@@ -302,5 +302,7 @@ fn a_bfc_dump_is_refused_with_what_to_use_instead() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("BFC dump") && err.contains("stats"), "{err}");
-    assert!(!tmp.path().join("dump.parquet").exists());
+    // Nothing at all: no table, no companion, no temporary file left behind.
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
 }
