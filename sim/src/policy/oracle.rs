@@ -32,6 +32,7 @@ use super::fit_common::{AddrChunks, AddrMap, FreeIndex};
 use super::registry::PolicyConfig;
 use super::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Policy, Request};
 use crate::plan::{PlanError, pieces};
+use crate::replay::{AddrTable, FAILED};
 use crate::trace::TraceView;
 
 /// Where a streamed [`Oracle`] finds its plan.
@@ -47,9 +48,12 @@ pub trait PlanFeed: Send {
 /// The plan, shared by every clone (checkpoints copy only the live state).
 #[derive(Debug)]
 struct Planned {
-    /// By allocation id; empty for a streamed plan.
-    offsets: Vec<u64>,
-    sizes: Vec<u64>,
+    /// By allocation id; empty for a streamed plan. In 4 bytes each where they all fit, as
+    /// they nearly always do (a plan under 4 GiB of allocations under 4 GiB): the explorers
+    /// hold the plan for good, 16 bytes an allocation when wide. A planned size is never the
+    /// table's "none" (sizes are at most 2^48 B: the replay refuses larger requests).
+    offsets: AddrTable,
+    sizes: AddrTable,
     /// A streamed plan's allocations, in allocation order.
     feed: Option<Feed>,
     total_bytes: u64,
@@ -73,9 +77,11 @@ impl Planned {
     /// The planned offset and size of allocation `id` of `size_bytes`.
     fn lookup(&self, id: u32, size_bytes: u64) -> Result<(u64, u64), String> {
         let Some(Feed(feed)) = &self.feed else {
-            return match (self.offsets.get(id as usize), self.sizes.get(id as usize)) {
-                (Some(&addr), Some(&planned)) => Ok((addr, planned)),
-                _ => Err(format!("allocation {id} is not in the plan")),
+            let (addr, planned) = (self.offsets.at(id as usize), self.sizes.at(id as usize));
+            return if addr == FAILED || planned == FAILED {
+                Err(format!("allocation {id} is not in the plan"))
+            } else {
+                Ok((addr, planned))
             };
         };
         let mut guard = feed.lock().unwrap_or_else(PoisonError::into_inner);
@@ -157,10 +163,10 @@ impl Oracle {
         let (max_live, _) = trace.peak_live();
         let jobs = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
         let plan = pieces::plan_in_pieces(&buffers, config.align_bytes, jobs, progress)?;
-        let sizes = buffers.iter().map(|b| b.size_bytes).collect();
+        let sizes = AddrTable::of(buffers.iter().map(|b| b.size_bytes));
         Ok(Self::with_plan(
             Planned {
-                offsets: plan.offsets,
+                offsets: AddrTable::of(plan.offsets.iter().copied()),
                 sizes,
                 feed: None,
                 total_bytes: plan.total_bytes,
@@ -182,8 +188,8 @@ impl Oracle {
     ) -> Self {
         Self::with_plan(
             Planned {
-                offsets: Vec::new(),
-                sizes: Vec::new(),
+                offsets: AddrTable::default(),
+                sizes: AddrTable::default(),
                 feed: Some(Feed(Mutex::new((feed, None)))),
                 total_bytes,
                 max_live_bytes,
@@ -231,7 +237,7 @@ impl Oracle {
     /// The planned offset of allocation `id` (`None` for a streamed plan, read once).
     #[must_use]
     pub fn planned_offset(&self, id: u32) -> Option<u64> {
-        self.plan.offsets.get(id as usize).copied()
+        Some(self.plan.offsets.at(id as usize)).filter(|&a| a != FAILED)
     }
 
     /// The gap that ends exactly at `addr` and the one that starts exactly at `end`.
