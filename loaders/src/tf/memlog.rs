@@ -330,8 +330,8 @@ pub fn parse_memory_log(text: &str, opts: &MemlogOptions) -> Result<TfMemoryLog,
 fn records_per_allocator(scan: &Scan) -> Vec<u64> {
     let mut counts = vec![0u64; scan.allocators.names.len()];
     for (_, _, _, item) in &scan.items {
-        if let Item::Record { allocator, .. } = item
-            && let Some(c) = counts.get_mut(*allocator)
+        if let Item::Record(_, d) = item
+            && let Some(c) = counts.get_mut(d.allocator)
         {
             *c += 1;
         }

@@ -96,17 +96,8 @@ impl Builder {
     ) -> Result<(), ParseError> {
         let events_before = self.records.len();
         match item {
-            Item::Record {
-                record,
-                allocator,
-                tf_id,
-                ptr,
-                requested,
-                allocated,
-                step,
-                kernel,
-            } => {
-                if allocator != chosen {
+            Item::Record(record, d) => {
+                if d.allocator != chosen {
                     return Ok(());
                 }
                 let thread = self.thread(tid)?;
@@ -117,33 +108,25 @@ impl Builder {
                     line,
                     t_ns: t,
                     thread,
-                    tf_alloc_id: tf_id,
+                    tf_alloc_id: d.tf_id,
                     alloc_id: NO_ALLOC_ID,
-                    ptr,
-                    requested_bytes: requested,
-                    allocated_bytes: allocated,
-                    step,
-                    kernel,
+                    ptr: d.ptr,
+                    requested_bytes: d.requested,
+                    allocated_bytes: d.allocated,
+                    step: d.step,
+                    kernel: d.kernel,
                 })?;
             }
-            Item::Output {
-                allocator,
-                tf_id,
-                ptr,
-                requested,
-                allocated,
-                step,
-                kernel,
-            } => {
-                if allocator == chosen {
+            Item::Output(d) => {
+                if d.allocator == chosen {
                     self.reveal(TensorOutput {
                         line,
-                        tf_alloc_id: tf_id,
-                        ptr,
-                        requested_bytes: requested,
-                        allocated_bytes: allocated,
-                        kernel,
-                        step,
+                        tf_alloc_id: d.tf_id,
+                        ptr: d.ptr,
+                        requested_bytes: d.requested,
+                        allocated_bytes: d.allocated,
+                        kernel: d.kernel,
+                        step: d.step,
                         thread: self.tids.get(&tid.unwrap_or(0)).copied(),
                         events_before,
                     });

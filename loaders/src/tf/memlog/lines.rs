@@ -8,28 +8,26 @@ use crate::tf::dump::BfcDump;
 use crate::tf::human::{ByteCount, parse_bytes};
 use crate::tf::split_log_line;
 
+/// What a record says of an allocation (a deallocation names only its allocator and id).
+#[derive(Clone, Debug)]
+pub(super) struct Described {
+    /// Index into the allocator names.
+    pub(super) allocator: usize,
+    pub(super) tf_id: i64,
+    pub(super) ptr: u64,
+    pub(super) requested: u64,
+    pub(super) allocated: Option<u64>,
+    pub(super) step: Option<i64>,
+    pub(super) kernel: Option<String>,
+}
+
 /// A record read from a line, before pairing.
 #[derive(Clone, Debug)]
 pub(super) enum Item {
-    Record {
-        record: RecordKind,
-        allocator: usize,
-        tf_id: i64,
-        ptr: u64,
-        requested: u64,
-        allocated: Option<u64>,
-        step: Option<i64>,
-        kernel: Option<String>,
-    },
-    Output {
-        allocator: usize,
-        tf_id: i64,
-        ptr: u64,
-        requested: u64,
-        allocated: Option<u64>,
-        step: Option<i64>,
-        kernel: Option<String>,
-    },
+    /// An allocation or deallocation record.
+    Record(RecordKind, Described),
+    /// A tensor output: what a live allocation turned out to hold.
+    Output(Described),
     Extend {
         by: Option<ByteCount>,
         allocator: String,
@@ -326,16 +324,18 @@ fn parse_record(
         }
         "MemoryLogTensorDeallocation" => {
             summary.tensor_deallocations += 1;
-            Some(Some(Item::Record {
-                record: RecordKind::TensorDeallocation,
-                allocator: allocators.intern(fields.get("allocator_name").unwrap_or("")),
-                tf_id: fields.int("allocation_id")?,
-                ptr: 0,
-                requested: 0,
-                allocated: None,
-                step: None,
-                kernel: None,
-            }))
+            Some(Some(Item::Record(
+                RecordKind::TensorDeallocation,
+                Described {
+                    allocator: allocators.intern(fields.get("allocator_name").unwrap_or("")),
+                    tf_id: fields.int("allocation_id")?,
+                    ptr: 0,
+                    requested: 0,
+                    allocated: None,
+                    step: None,
+                    kernel: None,
+                },
+            )))
         }
         "MemoryLogRawAllocation" | "MemoryLogRawDeallocation" => {
             let deallocation = message == "MemoryLogRawDeallocation";
@@ -370,28 +370,19 @@ fn parse_tensor(
     let ptr = fields.uint(&format!("{AD}.ptr"))?;
     let requested = fields.uint(&format!("{AD}.requested_bytes"))?;
     let allocated = Some(fields.uint(&format!("{AD}.allocated_bytes"))?);
-    let kernel = fields.get("kernel_name").map(str::to_owned);
+    let described = Described {
+        allocator,
+        tf_id,
+        ptr,
+        requested,
+        allocated,
+        step: Some(step),
+        kernel: fields.get("kernel_name").map(str::to_owned),
+    };
     Some(Some(if output {
-        Item::Output {
-            allocator,
-            tf_id,
-            ptr,
-            requested,
-            allocated,
-            step: Some(step),
-            kernel,
-        }
+        Item::Output(described)
     } else {
-        Item::Record {
-            record: RecordKind::TensorAllocation,
-            allocator,
-            tf_id,
-            ptr,
-            requested,
-            allocated,
-            step: Some(step),
-            kernel,
-        }
+        Item::Record(RecordKind::TensorAllocation, described)
     }))
 }
 
@@ -423,16 +414,18 @@ fn parse_raw(
         let ptr = fields.uint("ptr")?;
         (RecordKind::RawAllocation, ptr, fields.uint("num_bytes")?)
     };
-    Some(Some(Item::Record {
+    Some(Some(Item::Record(
         record,
-        allocator,
-        tf_id,
-        ptr,
-        requested,
-        allocated: None,
-        step: Some(step),
-        kernel: fields.get("operation").map(str::to_owned),
-    }))
+        Described {
+            allocator,
+            tf_id,
+            ptr,
+            requested,
+            allocated: None,
+            step: Some(step),
+            kernel: fields.get("operation").map(str::to_owned),
+        },
+    )))
 }
 
 #[cfg(test)]
