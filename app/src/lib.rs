@@ -1,14 +1,23 @@
 //! `allocview` as a library: the binary's commands and models, so other frontends (the Python
 //! package in `python/`) call the same code that prints each command's `--json`.
 //!
-//! - `cmd/`: the headless subcommands (`stats`, `compare`, `bench`);
-//! - `model/`: the explorer's state, messages and view-model, shared by the frontends;
-//! - `tui/`: the terminal explorer (`allocview FILE`);
-//! - `format`, `theme`, `units`: formatting, colours and byte-size parsing used everywhere;
+//! The layers, each standing only on those below it (`ARCHITECTURE.md` draws them):
+//!
+//! - `cmd/`: the command line's subcommands, one file or folder each (only `main.rs` uses it);
+//! - `tui/`, `gui/`: the terminal and desktop explorers, drawing `model/`'s view-model;
+//! - `model/`: the explorers' state, messages and view-model, shared by both explorers;
+//! - `answers/`: what the commands compute, as values and JSON, for the commands and Python;
+//! - `session/`: opening an input, its window, loaded or streamed, the policies and their
+//!   replays on threads: what every frontend stands on;
+//! - `trace_file`, `parquet_out`, `symbolize`, `charts`: reading and writing traces, Parquet
+//!   tables, naming recorded addresses, PNG charts;
+//! - `format`, `theme`, `units`, `progress`: formatting, colours, byte sizes, progress bars;
 //! - `safe_write`: every file a command writes goes through it (never over an input, atomically).
 //!
 //! Domain logic lives in `allocview_sim` and `allocview_loaders`.
 
+pub mod answers;
+pub(crate) mod charts;
 pub mod cmd;
 pub mod format;
 #[cfg(feature = "gui")]
@@ -17,7 +26,9 @@ pub mod model;
 pub mod parquet_out;
 pub mod progress;
 pub mod safe_write;
+pub mod session;
 pub mod symbolize;
 pub mod theme;
+pub mod trace_file;
 pub mod tui;
 pub mod units;

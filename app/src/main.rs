@@ -31,9 +31,9 @@ struct Cli {
     #[arg(long, value_name = "WHERE")]
     goto: Option<String>,
     #[command(flatten)]
-    policies: cmd::compare::PolicyArgs,
+    policies: allocview::session::PolicyArgs,
     #[command(flatten)]
-    input: cmd::load::InputArgs,
+    input: allocview::session::InputArgs,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -142,8 +142,8 @@ fn refuse_screenshot_over_input(args: &gui::GuiArgs) -> anyhow::Result<()> {
 
 fn explore(
     file: &std::path::Path,
-    policies: &cmd::compare::PolicyArgs,
-    input: &cmd::load::InputArgs,
+    policies: &allocview::session::PolicyArgs,
+    input: &allocview::session::InputArgs,
     goto: Option<String>,
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;

@@ -485,8 +485,8 @@ fn splice_copies_real_traces_shifted_and_frees_their_leftovers() {
 /// stream does not carry).
 #[test]
 fn the_explorers_streamed_window_has_the_loaded_windows_tables() {
-    use allocview::cmd::window::WindowArgs;
     use allocview::model::state::TraceData;
+    use allocview::session::WindowArgs;
     use std::sync::Arc;
     use std::sync::atomic::AtomicU64;
     for name in ["python_json.avt", "xz_T2_libc.avt", "perl_hash.avt"] {
@@ -618,9 +618,9 @@ fn spliced_python(dir: &Path) -> PathBuf {
 /// read from the nearest point before it has exactly the tables read from the trace's start.
 #[test]
 fn a_part_read_from_the_scans_resume_point_has_the_tables_read_from_the_start() {
-    use allocview::cmd::stream_source::window_tables;
-    use allocview::cmd::window::WindowArgs;
     use allocview::model::scan::{OVERVIEW_BUCKETS, scan_of};
+    use allocview::session::WindowArgs;
+    use allocview::session::source::window_tables;
     let dir = std::env::temp_dir().join(format!("allocview-cli-scan-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = spliced_python(&dir);

@@ -1,8 +1,9 @@
 //! `allocview._native`: the Rust side of the Python package (`python/allocview/` wraps it).
 //!
-//! Every command here runs the code of the `allocview` command of the same name
-//! (`allocview::cmd::*`), so `stats`, `compare`, `sites` and `predict` give exactly the objects
-//! their `--json` prints (as JSON text, which the wrapper parses). Loading and replaying run with
+//! Every command here runs the answer of the `allocview` command of the same name
+//! (`allocview::answers`, on the session of `allocview::session`), so `stats`, `compare`,
+//! `sites` and `predict` give exactly the objects their `--json` prints (as JSON text, which
+//! the wrapper parses). Loading and replaying run with
 //! the GIL released (`Python::detach`); progress goes to an optional Python callable.
 //!
 //! - `arrow`: tables cross into Python through the Arrow C stream interface, without a copy;
@@ -17,10 +18,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use allocview::cmd::compare::{CompareArgs, PolicyArgs};
-use allocview::cmd::load::{InputArgs, load_counted, warnings};
-use allocview::cmd::predict::PredictArgs;
-use allocview::cmd::sites::SitesArgs;
+use allocview::answers::compare::CompareOptions;
+use allocview::answers::predict::PredictOptions;
+use allocview::answers::sites::SitesQuery;
+use allocview::session::InputArgs;
+use allocview::session::input::{load_counted, warnings};
+use allocview::session::{PolicyArgs, StreamArgs};
 use allocview_loaders::Loaded;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -69,7 +72,7 @@ impl Trace {
         let loaded = Arc::clone(&self.loaded);
         let path = self.path.clone();
         let (main, others) = py
-            .detach(move || allocview::cmd::convert_parquet::tables_of(&loaded, &path))
+            .detach(move || allocview::answers::tables::tables_of(&loaded, &path))
             .map_err(|e| to_py(&e))?;
         let main_name = match &*self.loaded {
             Loaded::Plan(_) => "buffers",
@@ -117,7 +120,7 @@ fn load(
 fn stats(py: Python<'_>, trace: &Trace) -> PyResult<String> {
     let loaded = Arc::clone(&trace.loaded);
     let path = trace.path.clone();
-    py.detach(move || allocview::cmd::stats::json(&loaded, &path))
+    py.detach(move || allocview::answers::stats::json(&loaded, &path))
         .map(|v| v.to_string())
         .map_err(|e| to_py(&e))
 }
@@ -137,33 +140,30 @@ fn compare(
     jobs: Option<usize>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<(String, ArrowTable)> {
-    let args = CompareArgs {
-        file: trace.path.clone(),
+    let args = CompareOptions {
         policies: PolicyArgs {
             policy: policies,
             limit: limit_bytes,
             align: align_bytes,
             jobs,
         },
-        json: true,
         from_start: false,
         no_guidance: false,
         min_limit,
-        parquet: None,
-        input: InputArgs::default(),
-        // The trace is loaded already.
-        stream: allocview::cmd::stream::StreamArgs::default(),
+        // The trace is loaded whole.
+        windowed: false,
     };
+    let path = trace.path.clone();
     let n_policies = args.policies.specs().map_err(|e| to_py(&e))?.len() as u64;
     let counter = Arc::new(AtomicU64::new(0));
     let watch = Progress::start(progress, "replay", n_policies, Arc::clone(&counter));
     let loaded = Arc::clone(&trace.loaded);
     let out = py.detach(move || {
-        let out = allocview::cmd::compare::evaluate(&args, &loaded, true, &counter);
+        let out = allocview::answers::compare::evaluate(&path, &args, &loaded, true, &counter);
         // A TensorFlow log's `bfc` at TensorFlow's addresses is not a replay: count it done.
         counter.store(n_policies, std::sync::atomic::Ordering::Relaxed);
         watch.finish();
-        out.map(|c| (c.json(&args.file).to_string(), c.series))
+        out.map(|c| (c.json(&path).to_string(), c.series))
     });
     let (json, series) = out.map_err(|e| to_py(&e))?;
     let series = series.unwrap_or_default();
@@ -180,17 +180,10 @@ fn sites(
     by: String,
     policy: Option<String>,
 ) -> PyResult<String> {
-    let args = SitesArgs {
-        file: trace.path.clone(),
-        at,
-        by,
-        policy,
-        top: 0,
-        json: true,
-        input: InputArgs::default(),
-    };
+    let query = SitesQuery { at, by, policy };
+    let path = trace.path.clone();
     let loaded = Arc::clone(&trace.loaded);
-    py.detach(move || allocview::cmd::sites::sites_json(&args, &loaded))
+    py.detach(move || allocview::answers::sites::sites_json(&path, &query, &loaded))
         .map(|v| v.to_string())
         .map_err(|e| to_py(&e))
 }
@@ -206,18 +199,17 @@ fn predict(
     split: f64,
     train: Option<PathBuf>,
 ) -> PyResult<String> {
-    let args = PredictArgs {
-        file: trace.path.clone(),
+    let args = PredictOptions {
         model,
         order,
         split,
         train,
-        json: true,
         input: InputArgs::default(),
-        stream: Default::default(),
+        stream: StreamArgs::default(),
     };
+    let path = trace.path.clone();
     let loaded = Arc::clone(&trace.loaded);
-    py.detach(move || allocview::cmd::predict::json(&args, &loaded))
+    py.detach(move || allocview::answers::predict::json(&path, &args, &loaded))
         .map(|v| v.to_string())
         .map_err(|e| to_py(&e))
 }

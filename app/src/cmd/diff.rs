@@ -8,10 +8,14 @@ use allocview_loaders::site_stats::{self, GroupBy};
 use anyhow::{Context as _, Result, bail};
 use serde_json::json;
 
-use super::compare::{PolicyArgs, config_for_input, run_policies};
-use super::load::{InputArgs, load_input, require_events};
-use super::sites::{resolve_at, sites_of};
+use crate::answers::sites::resolve_at;
 use crate::format;
+use crate::session::InputArgs;
+use crate::session::PolicyArgs;
+use crate::session::input::sites_of;
+use crate::session::input::{load_input, require_events};
+use crate::session::policies::config_for_input;
+use crate::session::runs::run_policies;
 
 /// Arguments of `allocview diff`.
 #[derive(Debug, clap::Args)]

@@ -1,4 +1,7 @@
-//! Headless subcommands: each prints a table for people or JSON for scripts.
+//! The command line's subcommands, one file or folder each: each parses its own arguments,
+//! asks the session ([`crate::session`]) and the answers ([`crate::answers`]) for its figures,
+//! and prints a table for people or JSON for scripts, or writes files. Nothing outside `main.rs`
+//! imports this folder, and no command imports another.
 
 /// `println!` that returns the write error instead of panicking, so `allocview stats | head`
 /// ends quietly when the pipe closes (`main` treats a broken pipe as success).
@@ -10,31 +13,14 @@ macro_rules! outln {
 }
 
 pub mod bench;
-mod bench_hops;
 pub mod compare;
 pub mod convert;
-pub mod convert_parquet;
 pub mod diff;
-pub mod flamegraph_svg;
-pub mod load;
-pub mod min_limit;
 pub mod plan;
 pub mod predict;
-mod predict_stream;
 pub mod record;
-pub mod record_limit;
 pub mod report;
-pub mod report_heapmap;
-pub mod runs;
 pub mod sites;
 pub mod spill;
-pub mod spill_plot;
-pub mod spill_units;
 pub mod splice;
 pub mod stats;
-pub mod stats_pytorch;
-pub mod stream;
-mod stream_oracle;
-pub mod stream_report;
-pub mod stream_source;
-pub mod window;

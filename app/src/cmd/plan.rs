@@ -15,10 +15,11 @@ use allocview_sim::plan::{
 use anyhow::{Context as _, Result, bail};
 use serde_json::{Value, json};
 
-use super::load::{InputArgs, load_input};
 use crate::format;
 use crate::model::plan_view::{self, PlanCell, PlanGrid};
 use crate::safe_write;
+use crate::session::InputArgs;
+use crate::session::input::load_input;
 
 /// Most buffers on which the default planner set includes `shared-objects`: it compares each
 /// buffer with every shared object (quadratic: 446 s on 100,000 buffers, about 1 s on 5,000),

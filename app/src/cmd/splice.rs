@@ -119,7 +119,7 @@ impl Splice {
         let mut free_call = None;
         let (written, target) = (&mut self.written, self.target);
         let (writer, t_next) = (&mut self.writer, self.t_next_ns);
-        super::convert::read_any(input, false, TimeBase::default(), &mut |r: &Record| {
+        crate::trace_file::read_any(input, false, TimeBase::default(), &mut |r: &Record| {
             if *written >= target {
                 return Ok(());
             }

@@ -34,9 +34,9 @@ pub struct GuiArgs {
     /// Traces to open; the first is explored, the others are overlaid on its timeline.
     pub files: Vec<PathBuf>,
     #[command(flatten)]
-    pub policies: crate::cmd::compare::PolicyArgs,
+    pub policies: crate::session::PolicyArgs,
     #[command(flatten)]
-    pub input: crate::cmd::load::InputArgs,
+    pub input: crate::session::InputArgs,
     /// Once everything is loaded and replayed, save a screenshot of the window to this PNG and
     /// exit (for smoke tests and documentation).
     #[arg(long, value_name = "PNG")]
@@ -78,7 +78,7 @@ impl Run {
         path: &Path,
         names: &[PolicySpec],
         config: &PolicyConfig,
-        input: &crate::cmd::load::InputArgs,
+        input: &crate::session::InputArgs,
         jobs: usize,
         goto: Option<String>,
     ) -> Self {
@@ -122,7 +122,7 @@ struct GuiApp {
     runs: Vec<Run>,
     names: Vec<PolicySpec>,
     config: PolicyConfig,
-    input: crate::cmd::load::InputArgs,
+    input: crate::session::InputArgs,
     jobs: usize,
     /// Heap map zoom: the shown window of the held space, as fractions.
     heap_window: (f64, f64),
@@ -189,7 +189,7 @@ impl GuiApp {
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let path = first.state.path.clone();
         let goto = first.state.reopen_goto.take();
-        let input = crate::cmd::load::InputArgs {
+        let input = crate::session::InputArgs {
             window,
             ..self.input.clone()
         };

@@ -5,8 +5,8 @@
 
 use super::state::AppState;
 use super::trace_data::Part;
-use crate::cmd::window::WindowArgs;
 use crate::format;
+use crate::session::WindowArgs;
 
 /// Asks for the part `step` windows after (or before) the one shown, or says why not.
 pub fn open_part(state: &mut AppState, step: i64) {

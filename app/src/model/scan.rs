@@ -18,10 +18,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use allocview_loaders::binary::{BinaryEventStream, PackedStreamPoint, StreamPoint};
+use allocview_loaders::binary::{BinaryEventStream, PackedStreamPoint};
 use allocview_sim::stream::EventBatch;
 use allocview_sim::stream::packed::PackedBefore;
 use allocview_sim::stream::window::{Before, WindowSpec};
+
+use crate::session::source::ResumePoint;
 
 /// The read's niceness (Linux applies it to the thread alone).
 const SCAN_NICE: i32 = 10;
@@ -37,14 +39,6 @@ const POINTS_BUDGET_BYTES: u64 = 1 << 30;
 /// of the pairing.
 const PACKED_BYTES_PER_LIVE_COPY: u64 = 14;
 const PACKED_BYTES_PER_FREE_SLOT: u64 = 3;
-
-/// Where a read of the trace can go on from: the block stream's state and the allocations
-/// live after the events before it.
-#[derive(Clone)]
-pub struct ResumePoint {
-    pub stream: StreamPoint,
-    pub before: Before,
-}
 
 /// A [`ResumePoint`] as the scan keeps it: packed.
 struct KeptPoint {

@@ -199,14 +199,14 @@ pub struct AppState {
     /// Where to put the cursor once loaded (`--goto`: an event, a time or `peak`).
     pub initial_goto: Option<String>,
     /// `--from`/`--to`/`--events`: the window of the trace to load.
-    pub window: crate::cmd::window::WindowArgs,
+    pub window: crate::session::WindowArgs,
     /// For a plan file: which of its plans is shown (`p` cycles).
     pub plan_index: usize,
     /// The sites panel: memory by allocation site at the cursor.
     pub sites: super::sites::SitesState,
     /// Another part of the trace to open (a window of the same length, asked for with
     /// [`Msg::OpenPart`]): the frontend starts anew on it.
-    pub reopen: Option<crate::cmd::window::WindowArgs>,
+    pub reopen: Option<crate::session::WindowArgs>,
     /// Where the cursor goes in the part [`Self::reopen`] asks for (`g #N` past this part).
     pub reopen_goto: Option<String>,
     /// Set when the frontend moves on from this state: its workers stop their replays.
@@ -300,7 +300,7 @@ impl AppState {
             config,
             export_dir: PathBuf::from("."),
             initial_goto: None,
-            window: crate::cmd::window::WindowArgs::default(),
+            window: crate::session::WindowArgs::default(),
             plan_index: 0,
             sites: super::sites::SitesState::default(),
             reopen: None,

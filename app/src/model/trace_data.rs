@@ -234,7 +234,7 @@ impl TraceData {
     pub fn load(
         path: &Path,
         lenient: bool,
-        window: &crate::cmd::window::WindowArgs,
+        window: &crate::session::WindowArgs,
         progress: Arc<AtomicU64>,
     ) -> Result<Self, String> {
         let opts = LoadOptions {
@@ -245,16 +245,16 @@ impl TraceData {
             },
             progress: Some(Arc::clone(&progress)),
         };
-        if let Some((events, first)) = crate::cmd::stream::explorer_default_window(path) {
+        if let Some((events, first)) = crate::session::mode::explorer_default_window(path) {
             if window.is_set() {
                 // A window of a trace too big to load: read block by block, only the window
                 // kept.
                 return Self::load_streamed_window(path, window, &progress);
             }
             // Too big to load whole and no window asked for: the first events that fit.
-            let window = crate::cmd::window::WindowArgs {
+            let window = crate::session::WindowArgs {
                 events: Some(format!("0..{first}")),
-                ..crate::cmd::window::WindowArgs::default()
+                ..crate::session::WindowArgs::default()
             };
             let mut data = Self::load_streamed_window(path, &window, &progress)?;
             data.warnings.insert(
@@ -275,14 +275,14 @@ impl TraceData {
             Loaded::TfMemoryLog(log) => log.events.height() as u64,
             _ => 0,
         };
-        let part = crate::cmd::window::apply(&mut loaded, window, path)
+        let part = crate::session::window::apply(&mut loaded, window, path)
             .map_err(|e| format!("{e:#}"))?
             .map(|w| Part {
                 start: w.start as u64,
                 end: w.end as u64,
                 trace_events,
             });
-        let warnings = crate::cmd::load::warnings(&loaded);
+        let warnings = crate::session::input::warnings(&loaded);
         let site_stacks = match &loaded {
             Loaded::MallocTrace(t) => t.stacks.clone(),
             Loaded::PytorchSnapshot(s) => Some(s.stacks.clone()),
@@ -372,14 +372,14 @@ impl TraceData {
     }
 
     /// The window `window` of the binary trace `path`, read block by block (see
-    /// [`crate::cmd::stream_source::window_tables`]): memory holds the window, whatever the
+    /// [`crate::session::source::window_tables`]): memory holds the window, whatever the
     /// trace's length. The explorers open a trace too big to load this way.
     ///
     /// # Errors
     /// A readable message naming the file.
     pub fn load_streamed_window(
         path: &Path,
-        window: &crate::cmd::window::WindowArgs,
+        window: &crate::session::WindowArgs,
         progress: &AtomicU64,
     ) -> Result<Self, String> {
         let started = std::time::Instant::now();
@@ -390,9 +390,8 @@ impl TraceData {
         let point = super::scan::existing(path)
             .zip(spec)
             .and_then(|(scan, spec)| scan.point_for(&spec));
-        let t =
-            crate::cmd::stream_source::window_tables(path, window, Some(progress), false, point)
-                .map_err(|e| format!("{e:#}"))?;
+        let t = crate::session::source::window_tables(path, window, Some(progress), false, point)
+            .map_err(|e| format!("{e:#}"))?;
         let scan = super::scan::scan_of(path, t.trace_events);
         let num_allocs = allocview_loaders::trace_view(&t.events, path)
             .map_err(|e| e.to_string())?
@@ -449,7 +448,7 @@ impl TraceData {
             self.sites()
         };
         let view = self.view();
-        config.alloc_features = Some(Arc::new(crate::cmd::predict::features_with(
+        config.alloc_features = Some(Arc::new(crate::session::policies::features_with(
             &view, &threads, sites,
         )));
         config

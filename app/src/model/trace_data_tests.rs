@@ -25,7 +25,7 @@ fn both(
     DataFrame,
     Option<allocview_loaders::sites::StackTable>,
 ) {
-    let window = crate::cmd::window::WindowArgs::default();
+    let window = crate::session::WindowArgs::default();
     let data = TraceData::load(path, false, &window, Arc::new(AtomicU64::new(0))).unwrap();
     let (events, stacks) = match allocview_loaders::load(path, &LoadOptions::default()).unwrap() {
         Loaded::MallocTrace(t) => (t.events, t.stacks),

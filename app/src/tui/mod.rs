@@ -72,7 +72,7 @@ pub fn run(
     path: &Path,
     policies: &[PolicySpec],
     config: PolicyConfig,
-    input: &crate::cmd::load::InputArgs,
+    input: &crate::session::InputArgs,
     jobs: usize,
     goto: Option<String>,
 ) -> Result<()> {

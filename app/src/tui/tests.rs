@@ -30,7 +30,7 @@ pub(super) fn specs(names: &[&'static str]) -> Vec<PolicySpec> {
 /// to `goto` as the frontends send a part's.
 pub(super) fn windowed(path: &Path, events: &str, goto: Option<String>) -> AppState {
     let mut s = AppState::new(path, &specs(&["first-fit"]), PolicyConfig::default());
-    s.window = crate::cmd::window::WindowArgs {
+    s.window = crate::session::WindowArgs {
         events: Some(events.to_owned()),
         ..Default::default()
     };

@@ -15,10 +15,10 @@ use allocview_loaders::binary::{BinaryInfo, LivePoll, LiveSpool, TimeBase};
 use allocview_loaders::stats::{RecordingStats, RecordingSummary};
 use anyhow::{Context as _, Result};
 
-use super::super::convert::{Form, RecordWriter};
 use super::pipe::{Pipe, Written};
-use super::{list_spools, per_process_name, trace_meta};
+use super::spools::{list_spools, per_process_name, trace_meta};
 use crate::symbolize::ModuleFeed;
+use crate::trace_file::{Form, RecordWriter};
 
 /// How long the converter waits between looks at the spools.
 const POLL: Duration = Duration::from_millis(10);

@@ -28,12 +28,16 @@ use allocview_loaders::binary::{BinaryInfo, TimeBase};
 use allocview_loaders::stats::{RecordingStats, RecordingSummary};
 use anyhow::{Context as _, Result, bail};
 
-use super::convert::{Form, RecordWriter, read_any};
 use crate::format;
 use crate::safe_write;
+use crate::trace_file::{Form, RecordWriter, read_any};
 
+mod limit;
 mod live;
 mod pipe;
+mod spools;
+
+use spools::{list_spools, per_process_name, trace_meta};
 
 /// The tracer shared object, compiled by `build.rs`.
 static TRACER_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/liballocview_tracer.so"));
@@ -59,18 +63,10 @@ pub struct RecordArgs {
     #[arg(long)]
     pub no_stacks: bool,
     #[command(flatten)]
-    pub faults: super::record_limit::LimitArgs,
+    pub faults: limit::LimitArgs,
     /// The command and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<OsString>,
-}
-
-/// One spool the tracer wrote: a process image (a pid, and the exec generation within it).
-#[derive(Debug)]
-struct Spool {
-    path: PathBuf,
-    pid: u32,
-    generation: u32,
 }
 
 /// Runs `allocview record`.
@@ -234,7 +230,7 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     }
     if args.faults.any() {
         let paths: Vec<PathBuf> = written.iter().map(|(_, _, p, _)| p.clone()).collect();
-        super::record_limit::report(status, &paths)?;
+        limit::report(status, &paths)?;
     } else if !status.success() {
         eprintln!("note: the command exited with {status}");
     }
@@ -312,33 +308,6 @@ fn spool_header(spool: &Path) -> Vec<(String, String)> {
     lines
 }
 
-/// The META lines of a written trace: the spool header's (pid, command line...) plus where
-/// it came from.
-fn trace_meta(header: &[(String, String)], program: &str) -> Vec<(String, String)> {
-    let mut meta = vec![
-        ("source".to_owned(), "allocview record".to_owned()),
-        ("program".to_owned(), program.to_owned()),
-    ];
-    meta.extend(
-        header
-            .iter()
-            .filter(|(k, _)| {
-                matches!(
-                    k.as_str(),
-                    "pid"
-                        | "ppid"
-                        | "arg"
-                        | "tracer"
-                        | "realtime_ns0"
-                        | "clock"
-                        | "clock_resolution_ns"
-                )
-            })
-            .cloned(),
-    );
-    meta
-}
-
 /// The files a trace must not replace: the program (found as the shell would: a path when
 /// it holds a `/`, else on `PATH`) and every argument that names an existing file.
 fn protected_files(command: &[OsString]) -> Vec<PathBuf> {
@@ -394,53 +363,6 @@ fn keep_spool(spool: &Path, output: &Path) -> String {
         "the recording could not be kept (it was {})",
         spool.display()
     )
-}
-
-/// `trace.avt` -> `trace.<pid>.avt` (`trace.<pid>-<n>.avt` for the n-th exec of the pid).
-fn per_process_name(output: &Path, pid: u32, generation: u32) -> PathBuf {
-    let name = output
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tag = if generation > 0 {
-        format!("{pid}-{generation}")
-    } else {
-        pid.to_string()
-    };
-    let (stem, ext) = match name.find('.') {
-        Some(dot) if dot > 0 => (&name[..dot], &name[dot..]),
-        _ => (name.as_str(), ""),
-    };
-    output.with_file_name(format!("{stem}.{tag}{ext}"))
-}
-
-/// The spools in `dir`: `p.<pid>.spool` and `p.<pid>.<n>.spool`.
-fn list_spools(dir: &Path) -> Result<Vec<Spool>> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(middle) = name
-            .strip_prefix("p.")
-            .and_then(|n| n.strip_suffix(".spool"))
-        else {
-            continue;
-        };
-        let mut parts = middle.split('.');
-        let pid = parts.next().and_then(|p| p.parse().ok());
-        let generation = match parts.next() {
-            None => Some(0),
-            Some(g) => g.parse().ok(),
-        };
-        if let (Some(pid), Some(generation)) = (pid, generation) {
-            out.push(Spool {
-                path: entry.path(),
-                pid,
-                generation,
-            });
-        }
-    }
-    Ok(out)
 }
 
 fn shell_quote(path: &Path) -> String {

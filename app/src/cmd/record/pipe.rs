@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use allocview_loaders::malloc_trace::Record;
 use allocview_loaders::stats::RecordingStats;
 
-use super::super::convert::RecordWriter;
+use crate::trace_file::RecordWriter;
 
 /// Records per batch: large enough that handing one over costs nothing per record, small
 /// enough that the writing thread starts soon after the converter does.
@@ -150,7 +150,7 @@ fn write_batches(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::convert::Form;
+    use crate::trace_file::Form;
     use allocview_loaders::binary::TimeBase;
 
     fn scratch(name: &str) -> std::path::PathBuf {

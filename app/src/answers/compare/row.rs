@@ -1,0 +1,233 @@
+//! One policy's row of `compare`: its figures from a replay, and the notes only some replays
+//! have (requests a policy cannot serve; a PyTorch replay's fidelity to the snapshot).
+
+use allocview_sim::policy::pytorch::{Pytorch, SegmentOpKind};
+use allocview_sim::replay::Replay;
+use serde_json::{Map, Value, json};
+
+use crate::format;
+
+/// Requests the policy cannot serve at all (an alignment it does not support, a size past
+/// what it can model) count among its OOMs; say how many and why, in the table and the JSON
+/// (`unsupported`, `unsupported_reason`), so they are not read as memory running out.
+pub fn note_unsupported(row: &mut Row, rep: &Replay) {
+    use allocview_sim::policy::AllocError;
+    let mut reasons = rep.ooms.iter().filter_map(|o| match &o.error {
+        AllocError::Unsupported(why) => Some(why),
+        AllocError::OutOfMemory { .. } => None,
+    });
+    let Some(first) = reasons.next() else {
+        row.extra.insert("unsupported".into(), json!(0));
+        return;
+    };
+    let count = 1 + reasons.count() as u64;
+    row.extra.insert("unsupported".into(), json!(count));
+    row.extra
+        .insert("unsupported_reason".into(), json!(first.to_string()));
+    row.notes.push(format!(
+        "{} of its {} OOMs are requests it cannot serve at all, not memory running out: {first}",
+        format::count(count),
+        format::count(row.ooms)
+    ));
+}
+
+/// For `pytorch` replaying a snapshot from its rebuilt start: the addresses it chose against
+/// the recorded ones (`fidelity`), and its cudaMalloc/cudaFree counts.
+pub fn pytorch_fidelity(row: &mut Row, rep: &Replay) {
+    let Some(p) = rep.final_state.as_any().downcast_ref::<Pytorch>() else {
+        return;
+    };
+    let segs = p.segment_events();
+    let count = |k: SegmentOpKind| segs.iter().filter(|e| e.op.kind == k).count();
+    row.extra.insert(
+        "segments".into(),
+        json!({
+            "segment_alloc": count(SegmentOpKind::Alloc),
+            "segment_free": count(SegmentOpKind::Free),
+            "segment_map": count(SegmentOpKind::Map),
+            "segment_unmap": count(SegmentOpKind::Unmap),
+        }),
+    );
+    let Some(f) = p.fidelity() else {
+        return;
+    };
+    row.extra.insert(
+        "fidelity".into(),
+        json!({
+            "checked": f.checked,
+            "address_matches": f.address_matches,
+            "segment_allocs_checked": f.segment_allocs_checked,
+            "segment_alloc_matches": f.segment_alloc_matches,
+            "first_divergence": f.first_divergence.as_ref().map(|d| json!({
+                "alloc_id": d.alloc_id,
+                "requested_bytes": d.requested_bytes,
+                "recorded_addr": d.recorded_addr,
+                "policy_addr": d.policy_addr,
+                "what": d.what,
+            })),
+            "divergences": f.divergences,
+        }),
+    );
+    row.notes.push(format!(
+        "replayed from the snapshot's rebuilt start state: {} of {} allocations at their \
+         recorded address, {} of {} new segments where and as large as the trace has them, \
+         {} divergences",
+        format::count(f.address_matches),
+        format::count(f.checked),
+        format::count(f.segment_alloc_matches),
+        format::count(f.segment_allocs_checked),
+        format::count(f.divergences)
+    ));
+    if let Some(d) = &f.first_divergence {
+        row.notes.push(format!(
+            "first divergence at allocation {} ({}): recorded {:#x}, policy {}: {}",
+            d.alloc_id,
+            format::bytes(d.requested_bytes),
+            d.recorded_addr,
+            d.policy_addr
+                .map_or_else(|| "none".to_owned(), |a| format!("{a:#x}")),
+            d.what
+        ));
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
+
+/// One policy's line of the comparison, from the simulator's replay or from the checkpointed
+/// TensorFlow replay.
+pub struct Row {
+    pub name: String,
+    pub peak_footprint_bytes: u64,
+    pub peak_footprint_event: Option<usize>,
+    pub final_footprint_bytes: u64,
+    pub peak_live_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    pub fragmentation_at_peak: f64,
+    pub mean_fragmentation: f64,
+    pub ooms: u64,
+    pub events_per_second: f64,
+    pub first_oom: Option<Map<String, Value>>,
+    /// The first OOM in words, for the table.
+    pub first_oom_text: Option<String>,
+    /// Extra keys (`fidelity`, `replay`) and lines for the table.
+    pub extra: Map<String, Value>,
+    pub notes: Vec<String>,
+}
+
+impl Row {
+    #[must_use]
+    pub fn from_replay(name: &str, r: &Replay) -> Self {
+        let s = &r.summary;
+        let first_oom = r.ooms.first().map(|oom| {
+            let c = &oom.counters_at_failure;
+            let mut m = Map::new();
+            m.insert("event".into(), json!(oom.event));
+            m.insert("t_ns".into(), json!(oom.t_ns));
+            m.insert("request_bytes".into(), json!(oom.request.size_bytes));
+            m.insert("live_bytes".into(), json!(c.live_bytes));
+            m.insert("in_use_chunks".into(), json!(c.live_allocs));
+            m.insert("in_use_bytes".into(), json!(c.allocated_bytes));
+            m.insert("free_chunks".into(), json!(c.free_blocks));
+            m.insert("free_bytes".into(), json!(c.free_bytes));
+            m.insert("largest_free_bytes".into(), json!(c.largest_free_bytes));
+            m.insert("footprint_bytes".into(), json!(c.footprint_bytes));
+            m.insert("error".into(), json!(oom.error.to_string()));
+            if let Some(bfc) = r.first_oom_state.as_ref().and_then(|st| {
+                st.as_any()
+                    .downcast_ref::<allocview_sim::policy::bfc::Bfc>()
+            }) {
+                m.insert(
+                    "rounded_bytes".into(),
+                    json!(allocview_sim::policy::bfc::rounded_bytes(
+                        oom.request.size_bytes
+                    )),
+                );
+                m.insert("regions".into(), json!(bfc.regions().len()));
+                m.insert(
+                    "region_bytes".into(),
+                    json!(bfc.total_region_allocated_bytes()),
+                );
+            }
+            m
+        });
+        let first_oom_text = r.ooms.first().map(|oom| {
+            let c = &oom.counters_at_failure;
+            format!(
+                "first OOM at event {} requesting {}: {} live in {} blocks, {} free in {} blocks \
+                 (largest {}), footprint {}",
+                format::count(oom.event as u64),
+                format::bytes(oom.request.size_bytes),
+                format::bytes(c.live_bytes),
+                format::count(c.live_allocs),
+                format::bytes(c.free_bytes),
+                format::count(c.free_blocks),
+                format::bytes(c.largest_free_bytes),
+                format::bytes(c.footprint_bytes)
+            )
+        });
+        Self {
+            name: name.to_owned(),
+            peak_footprint_bytes: s.peak_footprint_bytes,
+            peak_footprint_event: s.peak_footprint_event,
+            final_footprint_bytes: s.final_footprint_bytes,
+            peak_live_bytes: s.peak_live_bytes,
+            peak_allocated_bytes: s.peak_allocated_bytes,
+            fragmentation_at_peak: s.fragmentation_at_peak,
+            mean_fragmentation: s.mean_fragmentation,
+            ooms: s.oom_count,
+            events_per_second: s.events_per_second,
+            first_oom,
+            first_oom_text,
+            extra: Map::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// The peak footprint over `max_live` bytes (0 when nothing was live).
+    #[must_use]
+    pub fn footprint_over(&self, max_live: u64) -> f64 {
+        ratio(self.peak_footprint_bytes, max_live)
+    }
+
+    /// The `compare --json` object of this policy.
+    #[must_use]
+    pub fn json(&self, max_live: u64) -> Value {
+        let mut m = Map::new();
+        m.insert("name".into(), json!(self.name));
+        m.insert(
+            "peak_footprint_bytes".into(),
+            json!(self.peak_footprint_bytes),
+        );
+        m.insert(
+            "peak_footprint_event".into(),
+            json!(self.peak_footprint_event),
+        );
+        m.insert(
+            "final_footprint_bytes".into(),
+            json!(self.final_footprint_bytes),
+        );
+        m.insert("peak_live_bytes".into(), json!(self.peak_live_bytes));
+        m.insert(
+            "peak_allocated_bytes".into(),
+            json!(self.peak_allocated_bytes),
+        );
+        m.insert(
+            "fragmentation_at_peak".into(),
+            json!(self.fragmentation_at_peak),
+        );
+        m.insert("mean_fragmentation".into(), json!(self.mean_fragmentation));
+        m.insert(
+            "footprint_over_max_live".into(),
+            json!(ratio(self.peak_footprint_bytes, max_live)),
+        );
+        m.insert("ooms".into(), json!(self.ooms));
+        m.insert("first_oom".into(), json!(self.first_oom));
+        m.insert("events_per_second".into(), json!(self.events_per_second));
+        for (k, v) in &self.extra {
+            m.insert(k.clone(), v.clone());
+        }
+        Value::Object(m)
+    }
+}

@@ -1,0 +1,167 @@
+//! `compare`'s `bfc` row for a TensorFlow memory log: the replay at TensorFlow's own addresses
+//! ([`allocview_loaders::tf::fidelity`]), from the checkpoint rebuilt from the log.
+
+use allocview_loaders::tf::fidelity::{self, FidelityOptions};
+use allocview_loaders::tf::memlog::TfMemoryLog;
+use allocview_sim::policy::registry::PolicyConfig;
+use anyhow::Result;
+use serde_json::{Map, json};
+
+use super::Row;
+use crate::format;
+
+/// `bfc` on a TensorFlow memory log: the replay at TensorFlow's own addresses.
+pub(super) fn tf_bfc_row(
+    log: &TfMemoryLog,
+    config: &PolicyConfig,
+    from_start: bool,
+    no_guidance: bool,
+) -> Result<Row> {
+    let opts = FidelityOptions {
+        limit_bytes: config.limit_bytes,
+        allow_growth: None,
+        no_guidance,
+        ..FidelityOptions::default()
+    };
+    let f = if from_start {
+        fidelity::replay_from_start(log, &opts)
+    } else {
+        fidelity::replay_checkpointed(log, &opts)
+    }
+    .map_err(|e| anyhow::anyhow!("replaying bfc against the log: {e}"))?;
+    let m = &f.metrics;
+    let first_oom = f.first_oom.as_ref().map(|o| {
+        let mut j = Map::new();
+        j.insert("event".into(), json!(o.event));
+        j.insert("line".into(), json!(o.line));
+        j.insert("logged".into(), json!(o.logged));
+        j.insert("request_bytes".into(), json!(o.request_bytes));
+        j.insert("rounded_bytes".into(), json!(o.rounded_bytes));
+        j.insert("in_use_chunks".into(), json!(o.in_use_chunks));
+        j.insert("in_use_bytes".into(), json!(o.in_use_bytes));
+        j.insert("free_chunks".into(), json!(o.free_chunks));
+        j.insert("free_bytes".into(), json!(o.free_bytes));
+        j.insert("regions".into(), json!(o.regions));
+        j.insert("region_bytes".into(), json!(o.region_bytes));
+        j.insert(
+            "largest_free_chunk_bytes".into(),
+            json!(o.largest_free_chunk_bytes),
+        );
+        j.insert(
+            "dump_comparison".into(),
+            json!(o.dump_comparison.as_ref().map(|d| json!({
+                "dump_chunks": d.dump_chunks,
+                "replay_chunks": d.replay_chunks,
+                "identical": d.identical,
+                "all_identical": d.all_identical(),
+                "first_difference": d.first_difference,
+            }))),
+        );
+        j
+    });
+    let first_oom_text = f.first_oom.as_ref().map(|o| {
+        format!(
+            "first OOM at event {} (log line {}) requesting {} (rounded to {}): {} in use in {} \
+             chunks, {} free in {} chunks (largest {}), {} regions of {}{}",
+            format::count(o.event as u64),
+            o.line,
+            format::bytes(o.request_bytes),
+            o.rounded_bytes,
+            format::bytes(o.in_use_bytes),
+            format::count(o.in_use_chunks),
+            format::bytes(o.free_bytes),
+            format::count(o.free_chunks),
+            format::bytes(o.largest_free_chunk_bytes),
+            o.regions,
+            format::bytes(o.region_bytes),
+            o.dump_comparison
+                .as_ref()
+                .map_or_else(String::new, |d| format!(
+                    "; chunk map vs the log's dump: {} of {} identical",
+                    d.identical, d.dump_chunks
+                ))
+        )
+    });
+    let mut extra = Map::new();
+    extra.insert(
+        "replay".into(),
+        json!(match f.start {
+            fidelity::ReplayStart::Checkpoint => "checkpoint",
+            fidelity::ReplayStart::FromStart => "process-start",
+        }),
+    );
+    extra.insert(
+        "checkpoint".into(),
+        json!(f.checkpoint.as_ref().map(|c| json!({
+            "event": c.event,
+            "line": c.line,
+            "reason": c.reason,
+            "live_chunks": c.live_logged + c.live_variables + c.live_raw,
+            "bytes_in_use": c.bytes_in_use,
+            "regions": c.regions,
+            "region_bytes": c.region_bytes,
+        }))),
+    );
+    extra.insert(
+        "fidelity".into(),
+        json!({
+            "checked": f.checked,
+            "address_matches": f.address_matches,
+            "size_matches": f.size_matches,
+            "sizes_checked": f.sizes_checked,
+            "first_divergence": f.first_divergence.as_ref().map(|d| json!({
+                "event": d.event,
+                "line": d.line,
+                "tf_alloc_id": d.tf_alloc_id,
+                "requested_bytes": d.requested_bytes,
+                "expected_addr": d.expected_addr,
+                "expected_bytes": d.expected_bytes,
+                "got_addr": d.got_addr,
+                "got_bytes": d.got_bytes,
+            })),
+            "held_back_frees": f.held_back,
+            "guidance": f.guided,
+            "guided_decisions": {
+                "total": f.guided_decisions.total(),
+                "placements_retried": f.guided_decisions.placements_retried,
+                "held_back_frees": f.guided_decisions.held_back_frees,
+                "variables_placed_by_address": f.guided_decisions.variables_placed_by_address,
+                "raw_chunk_sizes_chosen": f.guided_decisions.raw_chunk_sizes_chosen,
+            },
+            "variables_replayed": f.variables_replayed,
+            "logged_oom_reproduced": f.logged_oom_reproduced,
+            "peak_bytes_in_use": f.peak_bytes_in_use,
+            "meminfo": f.meminfo.iter().map(|mi| json!({
+                "tag": mi.tag,
+                "line": mi.line,
+                "tf_current_bytes": mi.tf_current_bytes,
+                "tf_peak_bytes": mi.tf_peak_bytes,
+                "replay_current_bytes": mi.replay_current_bytes,
+                "replay_peak_bytes": mi.replay_peak_bytes,
+            })).collect::<Vec<_>>(),
+            "regions_match": f.regions_match(),
+            "regions_logged": f.regions_logged.len(),
+            "regions_replayed": f.regions_replayed.len(),
+        }),
+    );
+    Ok(Row {
+        name: "bfc".to_owned(),
+        peak_footprint_bytes: m.peak_footprint_bytes,
+        peak_footprint_event: None,
+        final_footprint_bytes: m.final_footprint_bytes,
+        peak_live_bytes: m.peak_live_bytes,
+        peak_allocated_bytes: m.peak_allocated_bytes,
+        fragmentation_at_peak: m.fragmentation_at_peak,
+        mean_fragmentation: m.mean_fragmentation,
+        ooms: f.ooms,
+        events_per_second: if m.replay_seconds > 0.0 {
+            m.events as f64 / m.replay_seconds
+        } else {
+            0.0
+        },
+        first_oom,
+        first_oom_text,
+        extra,
+        notes: f.describe(),
+    })
+}

@@ -1,0 +1,149 @@
+//! `sites`'s answer: the memory live at a moment attributed to the code that asked for it
+//! (stacks, functions or modules), and with a policy, the free holes its live blocks pin; with
+//! the parsing of `--at` and `--by` that `sites`, `leaks`, `flamegraph` and `diff` share.
+
+use std::path::Path;
+
+use allocview_loaders::Loaded;
+use allocview_loaders::site_stats::{self, GroupBy, SiteKind, SiteRow};
+use allocview_loaders::sites::StackTable;
+use allocview_sim::policy::Block;
+use allocview_sim::policy::spec::PolicySpec;
+use allocview_sim::replay::{ReplayOptions, replay};
+use allocview_sim::trace::TraceView;
+use anyhow::{Context as _, Result, anyhow, bail};
+use serde_json::{Value, json};
+
+use crate::session::input::{require_events, sites_of};
+use crate::session::policies::config_for_input;
+
+/// What `sites` is asked, besides the trace.
+#[derive(Clone, Debug)]
+pub struct SitesQuery {
+    /// The moment: `peak` (of live bytes), `end`, an event number, or a time (`1.5s`).
+    pub at: String,
+    /// `stack`, `function` or `module`.
+    pub by: String,
+    /// A policy to replay to the moment, for the free bytes each site's blocks pin.
+    pub policy: Option<String>,
+}
+
+/// `--at`: `peak` (of live bytes), `end`, an event number, or a time (`1.5s`, `20ms`).
+pub fn resolve_at(text: &str, view: &TraceView<'_>) -> Result<usize> {
+    let last = view.len().saturating_sub(1);
+    let t = text.trim();
+    match t {
+        "peak" => return Ok(view.peak_live().1),
+        "end" => return Ok(last),
+        _ => {}
+    }
+    if let Ok(event) = t.replace([',', '_'], "").parse::<usize>() {
+        if event > last {
+            bail!("--at {event}: the trace has events 0 to {last}");
+        }
+        return Ok(event);
+    }
+    let t_ns = allocview_sim::units::parse_duration_ns(t)
+        .map_err(|e| anyhow!("--at expects peak, end, an event number or a time: {e}"))?;
+    let t0 = view.t_ns.first().copied().unwrap_or(0);
+    let target = t0 as f64 + t_ns;
+    // The last event at or before that time.
+    Ok(view
+        .t_ns
+        .partition_point(|&x| (x as f64) <= target)
+        .saturating_sub(1))
+}
+
+/// `--by`: `stack`, `function` or `module`.
+pub fn parse_by(text: &str) -> Result<GroupBy> {
+    Ok(match text {
+        "stack" => GroupBy::Stack,
+        "function" => GroupBy::Function,
+        "module" => GroupBy::Module,
+        other => bail!("--by {other:?}: expected stack, function or module"),
+    })
+}
+
+/// A stack's frames, as `sites --json` gives them.
+#[must_use]
+pub fn frames_json(stacks: &StackTable, stack: u32) -> Value {
+    json!(
+        stacks
+            .frames_of(stack)
+            .map(|f| json!({"function": f.function, "file": f.file, "line": f.line, "module": f.module}))
+            .collect::<Vec<_>>()
+    )
+}
+
+/// The object `sites --json` prints for `loaded` (read from `path`).
+///
+/// # Errors
+/// When the input has no allocations, `--at` or `--by` is not understood, or the policy
+/// cannot replay the trace.
+pub fn sites_json(path: &Path, args: &SitesQuery, loaded: &Loaded) -> Result<Value> {
+    let by = parse_by(&args.by)?;
+    let ev = require_events(loaded, path, "sites")?;
+    let view = allocview_loaders::trace_view(ev.events, path)?;
+    let sites = sites_of(loaded).context("this input has no allocations")?;
+    let at = resolve_at(&args.at, &view)?;
+    let rows = site_stats::by_site(&view, &sites, at, by);
+    let pinned = match &args.policy {
+        Some(p) => Some(pinned_free(loaded, &view, p, at, &rows)?),
+        None => None,
+    };
+    let pin = |i: usize| {
+        pinned
+            .as_ref()
+            .map(|v: &Vec<u64>| v.get(i).copied().unwrap_or(0))
+    };
+    Ok(json!({
+        "file": path.display().to_string(),
+        "at_event": at,
+        "by": by.name(),
+        "site_kind": match sites.kind {
+            SiteKind::Stacks => "stacks",
+            SiteKind::Operations => "operations",
+            SiteKind::SizeClasses => "size_classes",
+        },
+        "policy": args.policy,
+        "sites": rows.iter().enumerate().map(|(i, r)| json!({
+            "name": r.name,
+            "frames": frames_json(&sites.stacks, r.stack),
+            "live_bytes": r.live_bytes,
+            "live_blocks": r.live_blocks,
+            "alloc_count": r.alloc_count,
+            "alloc_bytes": r.alloc_bytes,
+            "pinned_free_bytes": pin(i),
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+/// For each site row: the free bytes of `policy`'s heap at `at` that its live blocks pin
+/// ([`site_stats::pinned_free`]).
+pub fn pinned_free(
+    loaded: &Loaded,
+    view: &TraceView<'_>,
+    policy: &str,
+    at: usize,
+    rows: &[SiteRow],
+) -> Result<Vec<u64>> {
+    let spec = PolicySpec::parse(policy)?;
+    let config = spec.apply(&config_for_input(
+        loaded,
+        allocview_sim::policy::registry::PolicyConfig::default(),
+    ))?;
+    let p = allocview_sim::policy::registry::build(spec.name, &config, view)?;
+    let opts = ReplayOptions {
+        align_bytes: config.align_bytes,
+        // One seek: it replays from the first state rather than from copies made all along.
+        checkpoint_every: 0,
+        ..ReplayOptions::default()
+    };
+    let r = replay(view, p, &opts);
+    let (state, _) = r
+        .state_at(view, at)
+        .map_err(|e| anyhow!("replaying {policy} to event {at}: {e}"))?;
+    let mut blocks: Vec<Block> = Vec::new();
+    state.blocks(&mut blocks);
+    Ok(site_stats::pinned_free(&blocks, rows))
+}

@@ -1,0 +1,117 @@
+//! `compare`'s tables: a row per policy, and with `--min-limit`, each policy's smallest
+//! `--limit` without an OOM ([`crate::answers::compare::for_specs`]) beside the peak live bytes.
+
+use allocview_sim::min_limit::MinLimit;
+use anyhow::Result;
+
+use crate::answers::compare::Row;
+use crate::format;
+
+/// The table of the rows.
+pub(super) fn print_table(file: &str, events: usize, max_live: u64, rows: &[Row]) -> Result<()> {
+    use format::{bytes, count};
+    outln!(
+        "{file}: {} events, max live {}",
+        count(events as u64),
+        bytes(max_live)
+    );
+    outln!();
+    // Variants' labels (`pytorch:max_split_size_mb=128`) widen the first column.
+    let w = rows.iter().map(|r| r.name.len()).max().unwrap_or(0).max(10);
+    outln!(
+        "  {:<w$} {:>11} {:>11} {:>11} {:>11} {:>9} {:>9} {:>9} {:>6} {:>12}",
+        "policy",
+        "peak foot",
+        "final foot",
+        "peak live",
+        "peak alloc",
+        "frag@peak",
+        "mean frag",
+        "foot/live",
+        "OOMs",
+        "events/s"
+    );
+    for r in rows {
+        outln!(
+            "  {:<w$} {:>11} {:>11} {:>11} {:>11} {:>8.1}% {:>8.1}% {:>9.3} {:>6} {:>12}",
+            r.name,
+            bytes(r.peak_footprint_bytes),
+            bytes(r.final_footprint_bytes),
+            bytes(r.peak_live_bytes),
+            bytes(r.peak_allocated_bytes),
+            100.0 * r.fragmentation_at_peak,
+            100.0 * r.mean_fragmentation,
+            r.footprint_over(max_live),
+            count(r.ooms),
+            format::rate(r.events_per_second)
+        );
+    }
+    for r in rows {
+        if !r.notes.is_empty() {
+            outln!();
+            for n in &r.notes {
+                outln!("  {}: {n}", r.name);
+            }
+        }
+        if let Some(t) = &r.first_oom_text {
+            outln!("\n  {}: {t}", r.name);
+        }
+    }
+    Ok(())
+}
+
+/// The table's section: each policy's minimum against the peak live bytes.
+pub(super) fn print_minima(rows: &[(String, MinLimit)], max_live_bytes: u64) -> Result<()> {
+    use format::{bytes, count};
+    outln!();
+    outln!(
+        "  smallest limit without OOM (peak live {}):",
+        bytes(max_live_bytes)
+    );
+    let w = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0).max(10);
+    outln!(
+        "  {:<w$} {:>15} {:>11} {:>9} {:>14} {:>8}",
+        "policy",
+        "min limit (B)",
+        "min limit",
+        "/ live",
+        "method",
+        "replays"
+    );
+    for (name, m) in rows {
+        let (exact, human, ratio) = match m.min_limit_bytes {
+            Some(b) => (
+                b.to_string(),
+                bytes(b),
+                if max_live_bytes == 0 {
+                    "-".to_owned()
+                } else {
+                    format!("{:.3}", b as f64 / max_live_bytes as f64)
+                },
+            ),
+            None => ("none".to_owned(), "-".to_owned(), "-".to_owned()),
+        };
+        outln!(
+            "  {:<w$} {:>15} {:>11} {:>9} {:>14} {:>8}",
+            name,
+            exact,
+            human,
+            ratio,
+            m.method.name(),
+            count(u64::from(m.replays))
+        );
+    }
+    for (name, m) in rows {
+        if let Some(l) = m.larger_limit_failing {
+            outln!(
+                "  {name}: not monotone: a larger limit, {} ({}), fails again",
+                bytes(l),
+                l
+            );
+        }
+        if m.min_limit_bytes.is_none() {
+            outln!("  {name}: fails even without a limit (requests it cannot serve)");
+        }
+    }
+    Ok(())
+}

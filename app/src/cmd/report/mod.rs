@@ -1,0 +1,146 @@
+//! `allocview report FILE [--policy ...] --out DIR`: CSVs and PNG charts for a bug report or a
+//! paper, without any UI. CSVs are written through polars; charts are drawn with plotters.
+
+mod charts;
+mod heapmap;
+mod streamed;
+mod write;
+
+use std::path::PathBuf;
+
+use allocview_sim::classes::ClassSeries;
+use allocview_sim::policy::{Counters, Policy};
+use allocview_sim::replay::Replay;
+use anyhow::{Context as _, Result, anyhow};
+
+use crate::session::InputArgs;
+use crate::session::PolicyArgs;
+use crate::session::StreamArgs;
+use crate::session::input::{load_input, require_events};
+use crate::session::policies::{config_for_input, with_predictive_features};
+use crate::session::runs::{max_live_bytes, run_policies};
+use write::{BUCKETS, Destination, Gathered, replayed, write_report};
+
+/// Arguments of `allocview report`.
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// The trace to report on.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub policies: PolicyArgs,
+    /// Directory to write into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Also write each CSV's table as Parquet beside it (`summary.parquet`, `timeline.parquet`,
+    /// `classes.parquet`).
+    #[arg(long)]
+    pub parquet: bool,
+    /// Chart size in pixels, width x height.
+    #[arg(long, default_value = "1200x700")]
+    pub size: String,
+    #[command(flatten)]
+    pub input: InputArgs,
+    #[command(flatten)]
+    pub stream: StreamArgs,
+}
+
+impl ReportArgs {
+    fn destination(&self) -> Destination<'_> {
+        Destination {
+            file: &self.file,
+            out: &self.out,
+            parquet: self.parquet,
+        }
+    }
+}
+
+/// Runs `allocview report`.
+pub fn run(args: &ReportArgs) -> Result<()> {
+    let size = chart_size(&args.size)?;
+    let specs = args.policies.specs()?;
+    if args.stream.applies(&args.file, &args.input)? {
+        return streamed::run(
+            &args.file,
+            &args.policies,
+            &args.input.window,
+            &args.destination(),
+            &specs,
+            size,
+        );
+    }
+    let loaded = load_input(&args.file, &args.input)?;
+    let config = config_for_input(&loaded, args.policies.config()?);
+    let ev = require_events(&loaded, &args.file, "report")?;
+    let view = allocview_loaders::trace_view(ev.events, &args.file)?;
+    // The features `compare` gives `predictive` (each thread's calls, the sites).
+    let config = with_predictive_features(config, &specs, &loaded, &view, &args.file)?;
+    let jobs = args.policies.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let runs = run_policies(&view, &specs, &config, jobs);
+    let done = replayed(&runs)?;
+    let bucketing = allocview_sim::series::Bucketing::for_trace(&view, BUCKETS);
+    let classes = ClassSeries::build(&view, bucketing, 16_384);
+    let (_, peak) = view.peak_live();
+    let heaps = if view.is_empty() {
+        // Nothing was replayed, so there is no moment to draw a heap at.
+        eprintln!("note: the trace has no events: no heap maps");
+        Vec::new()
+    } else {
+        states_at(&done, &view, peak, jobs)?
+    };
+    write_report(
+        &args.destination(),
+        size,
+        &Gathered {
+            done,
+            classes,
+            max_live: max_live_bytes(&view),
+            peak_event: peak,
+            heaps,
+        },
+    )
+}
+
+/// `--size`, width x height.
+fn chart_size(text: &str) -> Result<(u32, u32)> {
+    text.split_once('x')
+        .and_then(|(w, h)| Some((w.parse::<u32>().ok()?, h.parse::<u32>().ok()?)))
+        .context("--size must look like 1200x700")
+}
+
+/// Each replay's state just after `event`, `jobs` at a time: the replays keep no checkpoints
+/// but their first state (`run_policies`), so each seek replays from the start, and the seeks
+/// share the cores as the replays did.
+fn states_at(
+    done: &[(&str, &Replay)],
+    view: &allocview_sim::trace::TraceView<'_>,
+    event: usize,
+    jobs: usize,
+) -> Result<Vec<(Box<dyn Policy>, Counters)>> {
+    let mut heaps = Vec::with_capacity(done.len());
+    for chunk in done.chunks(jobs.max(1)) {
+        let found: Vec<Result<_>> = std::thread::scope(|s| {
+            let seeks: Vec<_> = chunk
+                .iter()
+                .map(|&(name, rep)| {
+                    s.spawn(move || {
+                        rep.state_at(view, event)
+                            .map_err(|e| anyhow!("{name}: seeking to event {event}: {e}"))
+                    })
+                })
+                .collect();
+            seeks
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow!("a seek's thread panicked")))
+                })
+                .collect()
+        });
+        for heap in found {
+            heaps.push(heap?);
+        }
+    }
+    Ok(heaps)
+}

@@ -1,0 +1,76 @@
+//! `allocview stats FILE [--json]`: a summary of a trace.
+
+mod pytorch;
+mod streamed;
+mod table;
+
+use std::path::PathBuf;
+
+use allocview_loaders::Loaded;
+use allocview_loaders::stats::{TraceStats, events_per_thread};
+use anyhow::Result;
+
+use crate::format;
+use crate::session::InputArgs;
+use crate::session::StreamArgs;
+use crate::session::input::{events_of, load_input};
+use table::{print_dump, print_memlog, print_table};
+
+/// Arguments of `allocview stats`.
+#[derive(Debug, clap::Args)]
+pub struct StatsArgs {
+    /// The file to summarise: a malloc trace (text or binary), a TensorFlow memory log or BFC
+    /// dump, a PyTorch memory snapshot, or a memory plan.
+    pub file: PathBuf,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub input: InputArgs,
+    #[command(flatten)]
+    pub stream: StreamArgs,
+}
+
+/// Runs `allocview stats`.
+pub fn run(args: &StatsArgs) -> Result<()> {
+    if args.stream.applies_to_stats(&args.file, &args.input)? {
+        return streamed::stats(&args.file, &args.input.window, args.json);
+    }
+    let loaded = load_input(&args.file, &args.input)?;
+    if args.json {
+        outln!("{}", crate::answers::stats::json(&loaded, &args.file)?);
+        return Ok(());
+    }
+    let file = args.file.display().to_string();
+    if let Some(ev) = events_of(&loaded) {
+        let view = allocview_loaders::trace_view(ev.events, &args.file)?;
+        let per_thread = events_per_thread(ev.events, ev.threads.height())?;
+        let stats = TraceStats::compute(&view, per_thread, &ev.summary);
+        print_table(&file, &stats, ev.load_seconds)?;
+        if let Loaded::TfMemoryLog(log) = &loaded {
+            print_memlog(log)?;
+        }
+        if let Loaded::PytorchSnapshot(s) = &loaded {
+            pytorch::print_snapshot(s)?;
+        }
+        return Ok(());
+    }
+    match &loaded {
+        Loaded::TfBfcDump(dump) => print_dump(&file, dump)?,
+        Loaded::Plan(plan) => {
+            let buffers = plan.to_buffers()?;
+            let bufs = &buffers.buffers;
+            let naive: u64 = bufs.iter().map(|b| b.size_bytes).sum();
+            let bound = allocview_sim::plan::max_live_bytes(bufs)?;
+            outln!(
+                "{file}: a memory plan of {} buffers",
+                format::count(bufs.len() as u64)
+            );
+            outln!("  sum of sizes        {:>14}", format::bytes(naive));
+            outln!("  max live (bound)    {:>14}", format::bytes(bound));
+            outln!("  run the planners:   allocview plan {file}");
+        }
+        Loaded::MallocTrace(_) | Loaded::TfMemoryLog(_) | Loaded::PytorchSnapshot(_) => {}
+    }
+    Ok(())
+}

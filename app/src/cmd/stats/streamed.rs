@@ -1,0 +1,51 @@
+//! `stats --stream`: the summary of a binary trace read block by block, in one pass.
+
+use std::path::Path;
+
+use allocview_loaders::stats::StatsAccumulator;
+use allocview_sim::stream::{EventBatch, EventSource as _, Prefetched};
+use anyhow::{Context as _, Result};
+use serde_json::json;
+
+use super::table::print_table;
+use crate::answers::stats::stats_json;
+use crate::session::WindowArgs;
+use crate::session::source::StreamInput;
+
+/// Runs `stats --stream` on `file`, whole or the window.
+pub(super) fn stats(file: &Path, window: &WindowArgs, json: bool) -> Result<()> {
+    let started = std::time::Instant::now();
+    let input = StreamInput::new(file, window)?;
+    let mut prefetched = Prefetched::start(input.open()?);
+    let mut acc = StatsAccumulator::default();
+    let mut batch = EventBatch::default();
+    while prefetched
+        .next_batch(&mut batch)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("while reading {}", file.display()))?
+    {
+        acc.push_all(&batch.t_ns, &batch.kind, &batch.size_bytes);
+    }
+    let stream = prefetched
+        .finish()
+        .context("the thread reading the trace failed")?;
+    let summary = stream.summary();
+    for w in summary.warnings() {
+        eprintln!("warning: {w}");
+    }
+    let stats = acc.finish(stream.events_per_thread(), &summary);
+    let file = file.display().to_string();
+    let seconds = started.elapsed().as_secs_f64();
+    if json {
+        let mut obj = stats_json(&stats);
+        obj.insert("file".into(), json!(file));
+        obj.insert("format".into(), json!("malloc-trace"));
+        obj.insert("load_seconds".into(), json!(seconds));
+        obj.insert("truncated".into(), json!(summary.truncated.is_some()));
+        obj.insert("streamed".into(), json!(true));
+        outln!("{}", serde_json::Value::Object(obj));
+    } else {
+        print_table(&file, &stats, seconds)?;
+    }
+    Ok(())
+}

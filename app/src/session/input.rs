@@ -1,0 +1,199 @@
+//! Opening an input: the loader with a progress bar, lenient or strict, its warnings on
+//! stderr, cut to a window (read block by block when the whole would not fit); and the events
+//! or the allocation sites of what was loaded.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use allocview_loaders::site_stats::EventSites;
+use allocview_loaders::{LoadOptions, LoadSummary, Loaded, Strictness};
+use anyhow::{Context as _, Result, bail};
+use polars::prelude::*;
+
+use super::options::InputArgs;
+use crate::progress::ByteProgress;
+
+/// Loads `path`, showing a progress bar on a terminal and printing load warnings to stderr,
+/// and cuts it to the window `args` ask for.
+pub fn load_input(path: &Path, args: &InputArgs) -> Result<Loaded> {
+    if args.window.is_set() && super::mode::refuse_if_too_big(path).is_err() {
+        return load_streamed_window(path, args);
+    }
+    let mut loaded = load_whole(path, args.lenient)?;
+    if let Some(w) = crate::session::window::apply(&mut loaded, &args.window, path)? {
+        eprintln!(
+            "window: events {}..{} of {} ({} allocations live at its start carried in)",
+            crate::format::count(w.start as u64),
+            crate::format::count(w.end as u64),
+            path.display(),
+            crate::format::count(u64::from(w.carried_in)),
+        );
+    }
+    Ok(loaded)
+}
+
+/// The window `args` asks for of a binary trace too big to load whole, read block by block
+/// with only the window kept (`stream_source::window_tables`): the loaded window's tables but
+/// for the call and stack columns, so every command that loads works on a window of it.
+fn load_streamed_window(path: &Path, args: &InputArgs) -> Result<Loaded> {
+    if args.lenient {
+        bail!(
+            "{}: a window of a trace too big to load is read strictly; --lenient repairs damage \
+             in a trace loaded whole",
+            path.display()
+        );
+    }
+    let started = std::time::Instant::now();
+    let counter = Arc::new(AtomicU64::new(0));
+    let file_bytes = std::fs::metadata(path)
+        .with_context(|| format!("cannot open {}", path.display()))?
+        .len();
+    let bar = ByteProgress::start("reading", file_bytes, Arc::clone(&counter));
+    let t = crate::session::source::window_tables(path, &args.window, Some(&counter), true, None)?;
+    drop(bar);
+    for w in t.summary.warnings() {
+        eprintln!("warning: {w}");
+    }
+    Ok(Loaded::MallocTrace(allocview_loaders::MallocTrace {
+        events: t.events,
+        threads: t.threads,
+        summary: t.summary,
+        load_seconds: started.elapsed().as_secs_f64(),
+        stacks: None,
+    }))
+}
+
+/// Loads `path` whole (see [`load_input`]).
+pub fn load_whole(path: &Path, lenient: bool) -> Result<Loaded> {
+    crate::session::mode::refuse_if_too_big(path)?;
+    let counter = Arc::new(AtomicU64::new(0));
+    let file_bytes = std::fs::metadata(path)
+        .with_context(|| format!("cannot open {}", path.display()))?
+        .len();
+    let bar = ByteProgress::start("loading", file_bytes, Arc::clone(&counter));
+    let loaded = load_counted(path, lenient, counter)?;
+    drop(bar);
+    for w in warnings(&loaded) {
+        eprintln!("warning: {w}");
+    }
+    Ok(loaded)
+}
+
+/// Loads `path` whole, setting `counter` to the bytes read so far as it goes, quietly (the
+/// caller shows the progress and the [`warnings`] its own way).
+pub fn load_counted(path: &Path, lenient: bool, counter: Arc<AtomicU64>) -> Result<Loaded> {
+    let opts = LoadOptions {
+        strictness: if lenient {
+            Strictness::Lenient
+        } else {
+            Strictness::Strict
+        },
+        progress: Some(counter),
+    };
+    allocview_loaders::load(path, &opts)
+        .with_context(|| format!("while loading {}", path.display()))
+}
+
+/// What the loader noticed and kept going: skipped lines, unknown frees, cross-check
+/// mismatches, conversions chosen.
+#[must_use]
+pub fn warnings(loaded: &Loaded) -> Vec<String> {
+    match loaded {
+        Loaded::MallocTrace(t) => t.summary.warnings(),
+        Loaded::TfMemoryLog(log) => {
+            let mut w = log.summary.warnings();
+            for d in &log.dumps {
+                w.extend(d.warnings.iter().map(ToString::to_string));
+            }
+            w
+        }
+        Loaded::TfBfcDump(d) => {
+            let mut w: Vec<String> = d.warnings.iter().map(ToString::to_string).collect();
+            if !d.missing.is_empty() {
+                w.push(format!(
+                    "this {} dump lacks: {}",
+                    d.format.name(),
+                    d.missing.join(", ")
+                ));
+            }
+            w
+        }
+        Loaded::Plan(p) => p.notes.clone(),
+        Loaded::PytorchSnapshot(s) => {
+            let mut w = s.warnings.clone();
+            w.extend(s.notes.iter().map(|n| format!("snapshot format: {n}")));
+            w
+        }
+    }
+}
+
+/// An input with an event table the simulator can replay: a malloc trace (text or binary) or
+/// a TensorFlow memory log. Both use the same event columns.
+pub struct Events<'a> {
+    /// `malloc-trace` or `tf-memory-log`.
+    pub format: &'static str,
+    pub events: &'a DataFrame,
+    pub threads: &'a DataFrame,
+    pub load_seconds: f64,
+    /// The loader's counts (for a memory log, derived from its events).
+    pub summary: LoadSummary,
+}
+
+/// The event table of `loaded`, if it has one.
+#[must_use]
+pub fn events_of(loaded: &Loaded) -> Option<Events<'_>> {
+    match loaded {
+        Loaded::MallocTrace(t) => Some(Events {
+            format: "malloc-trace",
+            events: &t.events,
+            threads: &t.threads,
+            load_seconds: t.load_seconds,
+            summary: t.summary.clone(),
+        }),
+        Loaded::TfMemoryLog(log) => Some(Events {
+            format: "tf-memory-log",
+            events: &log.events,
+            threads: &log.threads,
+            load_seconds: log.load_seconds,
+            summary: super::window::summary_from_kinds(&log.events),
+        }),
+        Loaded::PytorchSnapshot(s) => Some(Events {
+            format: "pytorch-snapshot",
+            events: &s.events,
+            threads: &s.threads,
+            load_seconds: s.load_seconds,
+            summary: s.summary.clone(),
+        }),
+        Loaded::TfBfcDump(_) | Loaded::Plan(_) => None,
+    }
+}
+
+/// The event table, or an error that says what the file is and which command reads it.
+pub fn require_events<'a>(loaded: &'a Loaded, path: &Path, command: &str) -> Result<Events<'a>> {
+    events_of(loaded).ok_or_else(|| {
+        let what = match loaded {
+            Loaded::TfBfcDump(_) => {
+                "a TensorFlow BFC dump (a heap at one moment, with no events to replay); \
+                 `allocview stats` summarises it and the explorers draw it"
+            }
+            Loaded::Plan(_) => "a memory plan; `allocview plan` runs the planners on it",
+            _ => "not an event trace",
+        };
+        anyhow::anyhow!(
+            "`allocview {command}` needs allocation events, but {} is {what}",
+            path.display()
+        )
+    })
+}
+
+/// The sites of a loaded input (see [`EventSites`]).
+#[must_use]
+pub fn sites_of(loaded: &Loaded) -> Option<EventSites> {
+    match loaded {
+        Loaded::PytorchSnapshot(s) => Some(EventSites::from_events(&s.events, Some(&s.stacks))),
+        Loaded::TfMemoryLog(log) => Some(EventSites::from_events(&log.events, None)),
+        Loaded::MallocTrace(t) => Some(EventSites::from_events(&t.events, t.stacks.as_ref())),
+        Loaded::TfBfcDump(_) | Loaded::Plan(_) => None,
+    }
+}

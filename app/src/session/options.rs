@@ -1,0 +1,67 @@
+//! The option groups every frontend shares, as flags (each derives `clap::Args`, so a command
+//! flattens the ones it takes) or as plain structs (the explorers, the Python package). What
+//! they do lives beside what they configure: [`super::input`], [`super::window`],
+//! [`super::mode`], [`super::policies`].
+
+/// Loader flags shared by every command that reads a trace.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct InputArgs {
+    /// Skip malformed lines instead of stopping at the first one (they are counted and the
+    /// first few are reported).
+    #[arg(long)]
+    pub lenient: bool,
+    #[command(flatten)]
+    pub window: WindowArgs,
+}
+
+/// The window flags shared by every command that reads a trace.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct WindowArgs {
+    /// Only the events at or after this time, with the allocations live then carried in.
+    /// Times are on the trace's own clock (its `t_ns`, for libtracemalloc and recorded traces
+    /// the time since the start): `1.5s`, `200ms`, `40us`, `12345ns`; a plain number is in
+    /// seconds, as the text form writes times.
+    #[arg(long, value_name = "TIME")]
+    pub from: Option<String>,
+    /// Only the events before this time (see `--from`).
+    #[arg(long, value_name = "TIME")]
+    pub to: Option<String>,
+    /// Only the events numbered A to B-1 (0-based, as `stats` and the explorer number
+    /// them): `A..B`, `A..` or `..B`. With `--from`/`--to`, the events in both.
+    #[arg(long, value_name = "A..B")]
+    pub events: Option<String>,
+}
+
+/// The `--stream` flag of the commands that can stream.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct StreamArgs {
+    /// Read a binary trace block by block instead of loading it (memory bounded by the live
+    /// allocations, not the events); chosen on its own for a binary trace too big for memory.
+    #[arg(long)]
+    pub stream: bool,
+    /// Load the trace even where the command would stream it on its own (`stats` streams every
+    /// binary trace: the same figures, faster and in less memory).
+    #[arg(long, conflicts_with = "stream")]
+    pub no_stream: bool,
+}
+
+/// Policy selection and knobs shared by the commands that replay.
+#[derive(Clone, Debug, clap::Args)]
+pub struct PolicyArgs {
+    /// Policies to replay, comma-separated (default: all). Known: first-fit, best-fit, bfc,
+    /// buddy, pool, glibc, oracle, pytorch. A variant takes parameters after the name, e.g.
+    /// `pytorch:max_split_size_mb=128`, `bfc:allow_growth=false`, `buddy:min_block=4096`
+    /// (`allocview`'s book, "Policies and variants", lists every key); each variant is its own row.
+    #[arg(long, value_name = "NAMES")]
+    pub policy: Vec<String>,
+    /// Memory limit for every policy (e.g. 512MiB, 2GiB); allocations past it fail and are
+    /// reported as OOM events.
+    #[arg(long, value_parser = crate::units::parse_bytes, value_name = "BYTES")]
+    pub limit: Option<u64>,
+    /// Alignment of every request, in bytes (a power of two).
+    #[arg(long, default_value_t = 16, value_name = "BYTES")]
+    pub align: u64,
+    /// Replay at most this many policies at once (default: one per core).
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
+}
