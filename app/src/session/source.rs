@@ -201,58 +201,21 @@ pub fn window_tables(
     announce: bool,
     resume: Option<ResumePoint>,
 ) -> Result<WindowTables> {
-    use polars::prelude::*;
     let Some(spec) = args.spec()? else {
         bail!("{}: no window asked for", file.display());
     };
-    // Found as the events come: one read of the file up to the window's end, from the
-    // resume point given (taken from a read of this file) when the window starts after it.
-    let window = match resume.filter(|r| r.before.precedes(&spec)) {
-        Some(r) => {
-            let stream = BinaryEventStream::open_at(file, &r.stream)
-                .with_context(|| format!("while opening {}", file.display()))?;
-            WindowSource::resume(stream, spec, r.before)
-        }
-        None => None,
-    };
-    let window = match window {
-        Some(w) => w,
-        None => WindowSource::as_they_come(
-            BinaryEventStream::open(file)
-                .with_context(|| format!("while opening {}", file.display()))?,
-            spec,
-        ),
-    };
+    let window = open_window(file, spec, resume)?;
     let threads = window.inner().index().threads.clone();
     let read_from_event = window.inner().summary().events;
     let mut source = Source::Window(window);
     let mut batch = EventBatch::default();
-    let (mut t_ns, mut kind, mut size, mut addr, mut ids, mut classes) = (
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-    );
-    let mut thread: Vec<u16> = Vec::new();
+    let mut columns = WindowColumns::default();
     while source
         .next_batch(&mut batch)
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("while reading {}", file.display()))?
     {
-        t_ns.extend_from_slice(&batch.t_ns);
-        kind.extend_from_slice(&batch.kind);
-        size.extend_from_slice(&batch.size_bytes);
-        addr.extend_from_slice(&batch.addr);
-        ids.extend_from_slice(&batch.alloc_id);
-        thread.extend_from_slice(&batch.thread);
-        classes.extend(
-            batch
-                .size_bytes
-                .iter()
-                .map(|&s| allocview_sim::trace::size_class(s)),
-        );
+        columns.push(&batch);
         if let Some(p) = progress {
             // In bytes of the file, as a loader reports its progress.
             p.store(
@@ -261,59 +224,15 @@ pub fn window_tables(
             );
         }
     }
-    let height = t_ns.len();
-    let id_col = if ids.contains(&allocview_sim::trace::NO_ALLOC_ID) {
-        let validity: Vec<bool> = ids
-            .iter()
-            .map(|&id| id != allocview_sim::trace::NO_ALLOC_ID)
-            .collect();
-        let mut c = UInt32Chunked::from_vec("alloc_id".into(), ids);
-        c = c.with_validity(Some(validity.into_iter().collect()));
-        c
-    } else {
-        UInt32Chunked::from_vec("alloc_id".into(), ids)
-    };
     // As the loader: a thread index in one byte while the file's threads fit.
-    let thread_col = if threads.len().max(source.thread_ids().len()) <= 256 {
-        let narrow: Vec<u8> = thread
-            .iter()
-            .map(|&t| u8::try_from(t).unwrap_or(u8::MAX))
-            .collect();
-        UInt8Chunked::from_vec("thread".into(), narrow).into_column()
-    } else {
-        UInt16Chunked::from_vec("thread".into(), thread).into_column()
-    };
-    let events = DataFrame::new(
-        height,
-        vec![
-            Int64Chunked::from_vec("t_ns".into(), t_ns).into_column(),
-            thread_col,
-            UInt8Chunked::from_vec("kind".into(), kind).into_column(),
-            UInt64Chunked::from_vec("size_bytes".into(), size).into_column(),
-            UInt64Chunked::from_vec("address".into(), addr).into_column(),
-            id_col.into_column(),
-            UInt8Chunked::from_vec("size_class".into(), classes).into_column(),
-        ],
-    )?;
+    let narrow_threads = threads.len().max(source.thread_ids().len()) <= 256;
+    let events = columns.into_frame(narrow_threads)?;
     let tids = if threads.is_empty() {
         source.thread_ids().to_vec()
     } else {
         threads
     };
-    let n = tids.len();
-    let thread_table = DataFrame::new(
-        n,
-        vec![
-            UInt16Chunked::from_vec(
-                "thread".into(),
-                (0..n)
-                    .map(|i| u16::try_from(i).unwrap_or(u16::MAX))
-                    .collect(),
-            )
-            .into_column(),
-            UInt64Chunked::from_vec("tid".into(), tids).into_column(),
-        ],
-    )?;
+    let thread_table = thread_table(tids)?;
     let found = match &source {
         Source::Window(w) => w.found(),
         Source::Whole(_) => Err(EmptyWindow {
@@ -335,6 +254,121 @@ pub fn window_tables(
         trace_events: source.stream().index().records(),
         read_from_event,
     })
+}
+
+/// The window's events as they come: one read of the file up to the window's end, from the
+/// resume point given (taken from a read of this file) when the window starts after it, else
+/// from the file's first event.
+fn open_window(
+    file: &Path,
+    spec: WindowSpec,
+    resume: Option<ResumePoint>,
+) -> Result<WindowSource<BinaryEventStream>> {
+    let resumed = match resume.filter(|r| r.before.precedes(&spec)) {
+        Some(r) => {
+            let stream = BinaryEventStream::open_at(file, &r.stream)
+                .with_context(|| format!("while opening {}", file.display()))?;
+            WindowSource::resume(stream, spec, r.before)
+        }
+        None => None,
+    };
+    match resumed {
+        Some(w) => Ok(w),
+        None => Ok(WindowSource::as_they_come(
+            BinaryEventStream::open(file)
+                .with_context(|| format!("while opening {}", file.display()))?,
+            spec,
+        )),
+    }
+}
+
+/// The event table's columns of a window, gathered batch by batch.
+#[derive(Default)]
+struct WindowColumns {
+    t_ns: Vec<i64>,
+    thread: Vec<u16>,
+    kind: Vec<u8>,
+    size_bytes: Vec<u64>,
+    address: Vec<u64>,
+    alloc_id: Vec<u32>,
+    size_class: Vec<u8>,
+}
+
+impl WindowColumns {
+    fn push(&mut self, batch: &EventBatch) {
+        self.t_ns.extend_from_slice(&batch.t_ns);
+        self.kind.extend_from_slice(&batch.kind);
+        self.size_bytes.extend_from_slice(&batch.size_bytes);
+        self.address.extend_from_slice(&batch.addr);
+        self.alloc_id.extend_from_slice(&batch.alloc_id);
+        self.thread.extend_from_slice(&batch.thread);
+        self.size_class.extend(
+            batch
+                .size_bytes
+                .iter()
+                .map(|&s| allocview_sim::trace::size_class(s)),
+        );
+    }
+
+    /// The columns a loaded trace's window has, in its order and types: `alloc_id` null where
+    /// an event has none, `thread` in one byte when `narrow_threads`.
+    fn into_frame(self, narrow_threads: bool) -> Result<polars::prelude::DataFrame> {
+        use polars::prelude::*;
+        let height = self.t_ns.len();
+        let ids = self.alloc_id;
+        let id_col = if ids.contains(&allocview_sim::trace::NO_ALLOC_ID) {
+            let validity: Vec<bool> = ids
+                .iter()
+                .map(|&id| id != allocview_sim::trace::NO_ALLOC_ID)
+                .collect();
+            let mut c = UInt32Chunked::from_vec("alloc_id".into(), ids);
+            c = c.with_validity(Some(validity.into_iter().collect()));
+            c
+        } else {
+            UInt32Chunked::from_vec("alloc_id".into(), ids)
+        };
+        let thread_col = if narrow_threads {
+            let narrow: Vec<u8> = self
+                .thread
+                .iter()
+                .map(|&t| u8::try_from(t).unwrap_or(u8::MAX))
+                .collect();
+            UInt8Chunked::from_vec("thread".into(), narrow).into_column()
+        } else {
+            UInt16Chunked::from_vec("thread".into(), self.thread).into_column()
+        };
+        Ok(DataFrame::new(
+            height,
+            vec![
+                Int64Chunked::from_vec("t_ns".into(), self.t_ns).into_column(),
+                thread_col,
+                UInt8Chunked::from_vec("kind".into(), self.kind).into_column(),
+                UInt64Chunked::from_vec("size_bytes".into(), self.size_bytes).into_column(),
+                UInt64Chunked::from_vec("address".into(), self.address).into_column(),
+                id_col.into_column(),
+                UInt8Chunked::from_vec("size_class".into(), self.size_class).into_column(),
+            ],
+        )?)
+    }
+}
+
+/// The threads table of a window: each thread index and the file's id of that thread.
+fn thread_table(tids: Vec<u64>) -> Result<polars::prelude::DataFrame> {
+    use polars::prelude::*;
+    let n = tids.len();
+    Ok(DataFrame::new(
+        n,
+        vec![
+            UInt16Chunked::from_vec(
+                "thread".into(),
+                (0..n)
+                    .map(|i| u16::try_from(i).unwrap_or(u16::MAX))
+                    .collect(),
+            )
+            .into_column(),
+            UInt64Chunked::from_vec("tid".into(), tids).into_column(),
+        ],
+    )?)
 }
 
 /// What [`window_tables`] reads.

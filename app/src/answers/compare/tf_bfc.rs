@@ -1,11 +1,11 @@
 //! `compare`'s `bfc` row for a TensorFlow memory log: the replay at TensorFlow's own addresses
 //! ([`allocview_loaders::tf::fidelity`]), from the checkpoint rebuilt from the log.
 
-use allocview_loaders::tf::fidelity::{self, FidelityOptions};
+use allocview_loaders::tf::fidelity::{self, Fidelity, FidelityOptions, FirstOom};
 use allocview_loaders::tf::memlog::TfMemoryLog;
 use allocview_sim::policy::registry::PolicyConfig;
 use anyhow::Result;
-use serde_json::{Map, json};
+use serde_json::{Map, Value, json};
 
 use super::Row;
 use crate::format;
@@ -30,59 +30,93 @@ pub(super) fn tf_bfc_row(
     }
     .map_err(|e| anyhow::anyhow!("replaying bfc against the log: {e}"))?;
     let m = &f.metrics;
-    let first_oom = f.first_oom.as_ref().map(|o| {
-        let mut j = Map::new();
-        j.insert("event".into(), json!(o.event));
-        j.insert("line".into(), json!(o.line));
-        j.insert("logged".into(), json!(o.logged));
-        j.insert("request_bytes".into(), json!(o.request_bytes));
-        j.insert("rounded_bytes".into(), json!(o.rounded_bytes));
-        j.insert("in_use_chunks".into(), json!(o.in_use_chunks));
-        j.insert("in_use_bytes".into(), json!(o.in_use_bytes));
-        j.insert("free_chunks".into(), json!(o.free_chunks));
-        j.insert("free_bytes".into(), json!(o.free_bytes));
-        j.insert("regions".into(), json!(o.regions));
-        j.insert("region_bytes".into(), json!(o.region_bytes));
-        j.insert(
-            "largest_free_chunk_bytes".into(),
-            json!(o.largest_free_chunk_bytes),
-        );
-        j.insert(
-            "dump_comparison".into(),
-            json!(o.dump_comparison.as_ref().map(|d| json!({
-                "dump_chunks": d.dump_chunks,
-                "replay_chunks": d.replay_chunks,
-                "identical": d.identical,
-                "all_identical": d.all_identical(),
-                "first_difference": d.first_difference,
-            }))),
-        );
-        j
-    });
-    let first_oom_text = f.first_oom.as_ref().map(|o| {
-        format!(
-            "first OOM at event {} (log line {}) requesting {} (rounded to {}): {} in use in {} \
-             chunks, {} free in {} chunks (largest {}), {} regions of {}{}",
-            format::count(o.event as u64),
-            o.line,
-            format::bytes(o.request_bytes),
-            o.rounded_bytes,
-            format::bytes(o.in_use_bytes),
-            format::count(o.in_use_chunks),
-            format::bytes(o.free_bytes),
-            format::count(o.free_chunks),
-            format::bytes(o.largest_free_chunk_bytes),
-            o.regions,
-            format::bytes(o.region_bytes),
-            o.dump_comparison
-                .as_ref()
-                .map_or_else(String::new, |d| format!(
-                    "; chunk map vs the log's dump: {} of {} identical",
-                    d.identical, d.dump_chunks
-                ))
-        )
-    });
+    let first_oom = f.first_oom.as_ref().map(first_oom_json);
+    let first_oom_text = f.first_oom.as_ref().map(first_oom_text);
+    let extra = replay_json(&f);
+    Ok(Row {
+        name: "bfc".to_owned(),
+        peak_footprint_bytes: m.peak_footprint_bytes,
+        peak_footprint_event: None,
+        final_footprint_bytes: m.final_footprint_bytes,
+        peak_live_bytes: m.peak_live_bytes,
+        peak_allocated_bytes: m.peak_allocated_bytes,
+        fragmentation_at_peak: m.fragmentation_at_peak,
+        mean_fragmentation: m.mean_fragmentation,
+        ooms: f.ooms,
+        events_per_second: if m.replay_seconds > 0.0 {
+            m.events as f64 / m.replay_seconds
+        } else {
+            0.0
+        },
+        first_oom,
+        first_oom_text,
+        extra,
+        notes: f.describe(),
+    })
+}
+
+/// The row's `first_oom` object: the request, the heap at the failure, and how the replay's
+/// chunk map compares with the dump TensorFlow logged there.
+fn first_oom_json(o: &FirstOom) -> Map<String, Value> {
+    let mut j = Map::new();
+    j.insert("event".into(), json!(o.event));
+    j.insert("line".into(), json!(o.line));
+    j.insert("logged".into(), json!(o.logged));
+    j.insert("request_bytes".into(), json!(o.request_bytes));
+    j.insert("rounded_bytes".into(), json!(o.rounded_bytes));
+    j.insert("in_use_chunks".into(), json!(o.in_use_chunks));
+    j.insert("in_use_bytes".into(), json!(o.in_use_bytes));
+    j.insert("free_chunks".into(), json!(o.free_chunks));
+    j.insert("free_bytes".into(), json!(o.free_bytes));
+    j.insert("regions".into(), json!(o.regions));
+    j.insert("region_bytes".into(), json!(o.region_bytes));
+    j.insert(
+        "largest_free_chunk_bytes".into(),
+        json!(o.largest_free_chunk_bytes),
+    );
+    j.insert(
+        "dump_comparison".into(),
+        json!(o.dump_comparison.as_ref().map(|d| json!({
+            "dump_chunks": d.dump_chunks,
+            "replay_chunks": d.replay_chunks,
+            "identical": d.identical,
+            "all_identical": d.all_identical(),
+            "first_difference": d.first_difference,
+        }))),
+    );
+    j
+}
+
+/// The first OOM in words, for the table.
+fn first_oom_text(o: &FirstOom) -> String {
+    format!(
+        "first OOM at event {} (log line {}) requesting {} (rounded to {}): {} in use in {} \
+         chunks, {} free in {} chunks (largest {}), {} regions of {}{}",
+        format::count(o.event as u64),
+        o.line,
+        format::bytes(o.request_bytes),
+        o.rounded_bytes,
+        format::bytes(o.in_use_bytes),
+        format::count(o.in_use_chunks),
+        format::bytes(o.free_bytes),
+        format::count(o.free_chunks),
+        format::bytes(o.largest_free_chunk_bytes),
+        o.regions,
+        format::bytes(o.region_bytes),
+        o.dump_comparison
+            .as_ref()
+            .map_or_else(String::new, |d| format!(
+                "; chunk map vs the log's dump: {} of {} identical",
+                d.identical, d.dump_chunks
+            ))
+    )
+}
+
+/// The row's extra keys: how the replay started (`replay`, `checkpoint`) and how closely it
+/// followed TensorFlow's addresses (`fidelity`).
+fn replay_json(f: &Fidelity) -> Map<String, Value> {
     let mut extra = Map::new();
+
     extra.insert(
         "replay".into(),
         json!(match f.start {
@@ -144,24 +178,5 @@ pub(super) fn tf_bfc_row(
             "regions_replayed": f.regions_replayed.len(),
         }),
     );
-    Ok(Row {
-        name: "bfc".to_owned(),
-        peak_footprint_bytes: m.peak_footprint_bytes,
-        peak_footprint_event: None,
-        final_footprint_bytes: m.final_footprint_bytes,
-        peak_live_bytes: m.peak_live_bytes,
-        peak_allocated_bytes: m.peak_allocated_bytes,
-        fragmentation_at_peak: m.fragmentation_at_peak,
-        mean_fragmentation: m.mean_fragmentation,
-        ooms: f.ooms,
-        events_per_second: if m.replay_seconds > 0.0 {
-            m.events as f64 / m.replay_seconds
-        } else {
-            0.0
-        },
-        first_oom,
-        first_oom_text,
-        extra,
-        notes: f.describe(),
-    })
+    extra
 }
