@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI's short fuzzing smoke (README, "Fuzzing"): builds every fuzz target (cargo-fuzz, nightly),
+# CI's short fuzzing smoke (docs/src/internals/fuzzing.md): builds every fuzz target (cargo-fuzz, nightly),
 # seeds the corpora (scripts/fuzz-corpus.sh) and runs libFuzzer on each target for SECONDS
 # (default 6), under the campaign's limits: 2 GiB RSS, 10 s an input, debug assertions on.
 # The first crash, timeout or out-of-memory fails the script and leaves the input in a

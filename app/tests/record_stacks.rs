@@ -236,7 +236,8 @@ fn python_stacks_show_the_interpreters_frames() {
     let has = |name: &str| all.iter().any(|s| s.iter().any(|f| f == name));
     let longest = all.iter().max_by_key(|s| s.len()).unwrap();
     // The interpreter loop, named from python's dynamic symbol table (PyObject_Malloc itself
-    // tail-calls the allocator, so its caller holds the return address: see the README).
+    // tail-calls the allocator, so its caller holds the return address: see
+    // docs/src/guide/call-stacks.md).
     assert!(
         has("_PyEval_EvalFrameDefault"),
         "no _PyEval_EvalFrameDefault frame in {longest:#?}"

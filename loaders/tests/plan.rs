@@ -655,14 +655,16 @@ fn frame_has_the_documented_schema() {
 }
 
 #[test]
-fn readme_json_example_means_what_the_readme_says() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .unwrap();
-    let section = &readme[readme.find("**JSON graph plan**").unwrap()..];
+fn book_json_example_means_what_the_book_says() {
+    // The example of the book's memory plan formats page.
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/reference/plan-files.md"),
+    )
+    .unwrap();
+    let section = &page[page.find("**JSON graph plan**").unwrap()..];
     let start = section.find("```json\n").unwrap() + "```json\n".len();
     let end = start + section[start..].find("```").unwrap();
-    let path = write("readme_example.json", &section[start..end]);
+    let path = write("book_example.json", &section[start..end]);
     let pb = buffers(&path);
     let at = index(&pb);
     let span = |id: &str| (pb.buffers[at[id]].lower, pb.buffers[at[id]].upper);

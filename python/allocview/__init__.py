@@ -47,7 +47,7 @@ class Trace:
     """A loaded input (a malloc trace, a TensorFlow memory log, a PyTorch snapshot, a plan).
 
     Its tables are the ones ``allocview convert IN OUT.parquet`` writes, with the same columns
-    (README, "Parquet"): ``events`` (``t_ns``, ``thread``, ``kind``, ``size_bytes``,
+    (docs/src/reference/events.md): ``events`` (``t_ns``, ``thread``, ``kind``, ``size_bytes``,
     ``address``, ``alloc_id``, ``size_class``, ``call``, ``stack_id``, then the input's own),
     ``threads``, and where the input has them ``stacks`` and ``frames`` (the site tables) and a
     snapshot's ``segments``, ``blocks``, ``segment_events``, ``annotations``.

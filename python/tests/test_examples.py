@@ -1,5 +1,5 @@
-"""The README's notebook-style example runs as written, and the CI memory check example passes
-and fails where it should."""
+"""The book's notebook-style example (docs/src/python/package.md) runs as written, and the CI
+memory check example passes and fails where it should."""
 
 import pathlib
 import re
@@ -9,23 +9,20 @@ import sys
 from conftest import REPO
 
 EXAMPLE = REPO / "python" / "examples" / "ci_memory_check.py"
+PACKAGE_PAGE = REPO / "docs" / "src" / "python" / "package.md"
 
 
-def readme_python_blocks(section: str) -> list:
-    text = (REPO / "README.md").read_text()
-    start = text.index(f"## {section}")
-    end = text.find("\n## ", start + 1)
-    body = text[start:end if end >= 0 else len(text)]
-    return re.findall(r"```python\n(.*?)```", body, re.S)
+def page_python_blocks(page: pathlib.Path) -> list:
+    return re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
 
 
-def test_readme_notebook_example_runs(monkeypatch):
-    blocks = readme_python_blocks("Python package")
-    assert blocks, "the README's Python section has no python block"
+def test_book_notebook_example_runs(monkeypatch):
+    blocks = page_python_blocks(PACKAGE_PAGE)
+    assert blocks, "the book's Python package page has no python block"
     monkeypatch.chdir(REPO)
     scope: dict = {}
     for block in blocks:
-        exec(compile(block, "README.md", "exec"), scope)
+        exec(compile(block, str(PACKAGE_PAGE.relative_to(REPO)), "exec"), scope)
     # The example ends by choosing a policy; it must be one the trace was replayed through.
     assert scope["best"]["name"] in {p["name"] for p in scope["result"]["policies"]}
 
