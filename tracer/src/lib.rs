@@ -2,7 +2,7 @@
 //! to `malloc`, `free`, `calloc`, `realloc`, `reallocarray`, `memalign`, `posix_memalign`,
 //! `aligned_alloc`, `valloc` and `pvalloc` into an allocview *spool* file. `allocview record`
 //! embeds it, runs the command with it and turns each spool into a trace; the spool layout is
-//! documented in the README ("allocview binary traces") and in `loaders/src/binary.rs`.
+//! documented in the book (`docs/src/reference/binary-traces.md`) and in `loaders/src/binary/`.
 //!
 //! It is enabled by `ALLOCVIEW_SPOOL=<prefix>`: each process writes `<prefix>.<pid>.spool`
 //! (`<prefix>.<pid>.<n>.spool` when that name exists, e.g. after `exec`, which keeps the pid).

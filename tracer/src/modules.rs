@@ -7,7 +7,7 @@
 //! symbolizer can find each file and check its build id.
 //!
 //! A module that `dlclose` unmaps stays in the table: should another one be mapped at the same
-//! addresses, its frames may be attributed to the first (a limitation, stated in the README).
+//! addresses, its frames may be attributed to the first (a limitation, stated in the book: `docs/src/guide/call-stacks.md`).
 
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_void};

@@ -191,7 +191,7 @@ pub struct PlanVm {
     pub lines: Vec<String>,
 }
 
-/// Keys and what they do, for the help overlay (and the README).
+/// Keys and what they do, for the help overlay (and the book's terminal guide).
 pub const HELP: &[(&str, &str)] = &[
     ("←/→  h/l", "step one event"),
     ("PgUp/PgDn  j/k", "step a screen of events (k/j: up/down)"),

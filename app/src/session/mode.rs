@@ -96,7 +96,7 @@ pub fn refuse_if_too_big(file: &Path) -> Result<()> {
             "{} holds {} events, about {} once loaded, more than the {} of memory available: \
              `allocview stats`, `compare`, `report` and `predict` stream it block by block, whole or \
              a window of it, and the explorers open a window of it (--from/--to/--events) \
-             (allocview's book: Traces larger than memory); this command needs the trace loaded",
+             (docs/src/guide/big-traces.md); this command needs the trace loaded",
             file.display(),
             crate::format::count(records),
             crate::format::bytes(need),
