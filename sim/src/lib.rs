@@ -1,6 +1,8 @@
 //! allocview's allocator simulator.
 //!
 //! - [`trace`]: the event vocabulary ([`trace::TraceView`]) that loaders hand over;
+//! - [`heap`]: the words of a simulated heap (addresses, requests, placements, blocks, counters)
+//!   that the policies, the replay, the [`layout`] index, [`metrics`] and [`series`] share;
 //! - [`policy`]: the [`policy::Policy`] trait and the policies;
 //! - [`replay`]: the replay engine ([`replay::replay`]), with [`metrics`], downsampled [`series`]
 //!   and per-size-class [`classes`];
@@ -12,6 +14,7 @@
 //! This crate knows nothing of files, polars or user interfaces.
 
 pub mod classes;
+pub mod heap;
 pub mod layout;
 pub mod metrics;
 pub mod min_limit;

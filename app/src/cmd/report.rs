@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use allocview_sim::classes::ClassSeries;
-use allocview_sim::policy::{Counters, Policy};
+use allocview_sim::heap::Counters;
+use allocview_sim::policy::Policy;
 use allocview_sim::replay::Replay;
 use allocview_sim::trace::NUM_SIZE_CLASSES;
 use anyhow::{Context as _, Result, anyhow};

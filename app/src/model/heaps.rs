@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use allocview_sim::policy::{Block, Counters};
+use allocview_sim::heap::{Block, Counters};
 use allocview_sim::replay::Replay;
 
 use super::heapmap::{self, HeapMap, SelectedCells};
@@ -250,7 +250,7 @@ impl AppState {
 mod tests {
     use std::path::Path;
 
-    use allocview_sim::policy::BlockState;
+    use allocview_sim::heap::BlockState;
     use allocview_sim::policy::registry::PolicyConfig;
     use allocview_sim::policy::spec::PolicySpec;
 

@@ -9,8 +9,9 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 
 use super::{IoModel, OsSwapStats, PAGE_BYTES, SpillError, Units, swap_remove_at};
+use crate::heap::Request;
+use crate::policy::Policy;
 use crate::policy::pool::AddrHasher;
-use crate::policy::{Policy, Request};
 use crate::trace::{EventKind, NO_ALLOC_ID, TraceView};
 
 /// Most 4 KiB pages the baseline tracks (64 GiB of live blocks): each costs a map entry, and

@@ -3,8 +3,9 @@
 
 use std::collections::HashMap;
 
+use allocview_sim::heap::{AllocError, Counters};
+use allocview_sim::policy::Policy;
 use allocview_sim::policy::bfc::{Bfc, RegionInfo, rounded_bytes};
-use allocview_sim::policy::{AllocError, Counters, Policy};
 use allocview_sim::trace::{EventKind, NO_ALLOC_ID};
 
 use super::super::memlog::{RecordKind, TfMemoryLog};
