@@ -3,7 +3,8 @@
 //! - [`trace`]: the event vocabulary ([`trace::TraceView`]) that loaders hand over;
 //! - [`heap`]: the words of a simulated heap (addresses, requests, placements, blocks, counters)
 //!   that the policies, the replay, the [`layout`] index, [`metrics`] and [`series`] share;
-//! - [`policy`]: the [`policy::Policy`] trait and the policies;
+//! - [`policy`]: the [`policy::Policy`] trait, the policies, the knobs they read
+//!   ([`policy::config`]) and the [`policy::registry`] that builds one by name;
 //! - [`replay`]: the replay engine ([`replay::replay`]), with [`metrics`], downsampled [`series`]
 //!   and per-size-class [`classes`];
 //! - [`stream`]: the same replay over events read in batches, for traces larger than memory;

@@ -5,7 +5,7 @@
 use allocview_loaders::tf::fidelity::{self, FidelityOptions};
 use allocview_loaders::tf::memlog::TfMemoryLog;
 use allocview_sim::min_limit::{Method, MinLimit, min_limit, search};
-use allocview_sim::policy::registry::PolicyConfig;
+use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::spec::PolicySpec;
 use allocview_sim::trace::TraceView;
 use anyhow::Result;

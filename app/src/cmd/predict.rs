@@ -143,12 +143,12 @@ pub fn features_with(
 /// # Errors
 /// When the event table's thread column cannot be read.
 pub fn with_predictive_features(
-    mut config: allocview_sim::policy::registry::PolicyConfig,
+    mut config: allocview_sim::policy::config::PolicyConfig,
     specs: &[allocview_sim::policy::spec::PolicySpec],
     loaded: &Loaded,
     view: &TraceView<'_>,
     path: &Path,
-) -> Result<allocview_sim::policy::registry::PolicyConfig> {
+) -> Result<allocview_sim::policy::config::PolicyConfig> {
     if specs.iter().any(|s| s.name == "predictive") {
         config.alloc_features = Some(alloc_features(loaded, view, path)?);
     }

@@ -729,7 +729,7 @@ fn chart_classes(path: &Path, size: (u32, u32), title: &str, c: &ClassSeries) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use allocview_sim::policy::registry::PolicyConfig;
+    use allocview_sim::policy::config::PolicyConfig;
     use allocview_sim::policy::spec::PolicySpec;
 
     #[test]

@@ -3,7 +3,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use allocview_sim::policy::registry::{self, PolicyConfig};
+use allocview_sim::policy::config::PolicyConfig;
+use allocview_sim::policy::registry;
 use allocview_sim::policy::spec::PolicySpec;
 use allocview_sim::replay::{Replay, ReplayOptions, replay};
 use allocview_sim::trace::TraceView;

@@ -217,7 +217,7 @@ fn pinned_free(
     let spec = PolicySpec::parse(policy)?;
     let config = spec.apply(&config_for_input(
         loaded,
-        allocview_sim::policy::registry::PolicyConfig::default(),
+        allocview_sim::policy::config::PolicyConfig::default(),
     ))?;
     let p = allocview_sim::policy::registry::build(spec.name, &config, view)?;
     let opts = ReplayOptions {

@@ -251,7 +251,7 @@ mod tests {
     use std::path::Path;
 
     use allocview_sim::heap::BlockState;
-    use allocview_sim::policy::registry::PolicyConfig;
+    use allocview_sim::policy::config::PolicyConfig;
     use allocview_sim::policy::spec::PolicySpec;
 
     use super::*;
@@ -319,7 +319,7 @@ mod tests {
 mod next_window_tests {
     use std::path::Path;
 
-    use allocview_sim::policy::registry::PolicyConfig;
+    use allocview_sim::policy::config::PolicyConfig;
     use allocview_sim::policy::spec::PolicySpec;
 
     use super::*;

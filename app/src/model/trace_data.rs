@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicU64;
 
 use allocview_loaders::{LoadOptions, Loaded, Strictness};
 use allocview_sim::heap::Block;
-use allocview_sim::policy::registry::PolicyConfig;
+use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::trace::{EventKind, TraceView};
 use polars::prelude::*;
 

@@ -13,6 +13,7 @@ mod addr_map;
 pub mod best_fit;
 pub mod bfc;
 pub mod buddy;
+pub mod config;
 pub mod first_fit;
 mod fit_common;
 pub mod glibc;

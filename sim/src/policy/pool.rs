@@ -20,8 +20,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::heap::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Request};
 use crate::policy::Policy;
+use crate::policy::config::PolicyConfig;
 use crate::policy::fit_common::{align_up, check_align, oom};
-use crate::policy::registry::PolicyConfig;
 
 /// Multiplicative hasher for addresses: they are multiples of the alignment, so a plain
 /// identity hash would leave the low bits (which pick the bucket) all zero.

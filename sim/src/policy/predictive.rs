@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use super::Policy;
 use super::best_fit::BestFit;
-use super::registry::PolicyConfig;
+use super::config::PolicyConfig;
 use crate::heap::{Addr, AllocError, Block, Counters, FreeError, Placement, Request};
 use crate::predict::lifetime::{AllocFeatures, LifetimeLearner, true_short};
 use crate::predict::streamed::{StreamedFeatures, streamed_keys};

@@ -11,7 +11,8 @@ pub use shadow::{LiveRange, Promises, Shadow, check_block_list, promises_for};
 
 use crate::heap::{AllocError, Block, Placement, Request};
 use crate::policy::Policy;
-use crate::policy::registry::{PolicyConfig, build};
+use crate::policy::config::PolicyConfig;
+use crate::policy::registry::build;
 use crate::replay::Replay;
 use crate::trace::{EventKind, OwnedTrace, TraceView};
 

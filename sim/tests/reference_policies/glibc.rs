@@ -4,7 +4,7 @@
 //! every search is a scan. Nothing is shared with the model's linked chunk handles, size-keyed
 //! free set or bin masks.
 
-use allocview_sim::policy::registry::PolicyConfig;
+use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::testing::{Op, ops_to_trace};
 use proptest::prelude::*;
 

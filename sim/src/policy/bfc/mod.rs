@@ -23,7 +23,7 @@ use std::any::Any;
 use std::collections::VecDeque;
 
 use super::Policy;
-use super::registry::{PolicyConfig, RegistryError};
+use super::config::{PolicyConfig, RegistryError};
 use crate::heap::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Request};
 use crate::trace::NO_ALLOC_ID;
 

@@ -22,7 +22,7 @@ use std::any::Any;
 use std::collections::BTreeMap;
 
 use super::Policy;
-use super::registry::{PolicyConfig, RegistryError};
+use super::config::{PolicyConfig, RegistryError};
 use crate::heap::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Request};
 use crate::trace::NO_ALLOC_ID;
 

@@ -66,7 +66,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use super::Policy;
-use super::registry::PolicyConfig;
+use super::config::PolicyConfig;
 use crate::heap::{Addr, AllocError, Block, Counters, FreeError, Placement, Request};
 
 mod expandable;
