@@ -15,6 +15,7 @@
 //! This crate knows nothing of files, polars or user interfaces.
 
 pub mod classes;
+mod hash;
 pub mod heap;
 pub mod layout;
 pub mod metrics;
