@@ -11,7 +11,8 @@ use std::io::Write as _;
 use std::path::Path;
 
 use crate::LoadError;
-use crate::malloc_trace::{LoadOptions, MallocTrace, Strictness, load_malloc_trace};
+use crate::events::{LoadOptions, MallocTrace, Strictness};
+use crate::malloc_trace::load_malloc_trace;
 use crate::stats::{TraceStats, events_per_thread};
 
 /// One fuzz target: one loader.

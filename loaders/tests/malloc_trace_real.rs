@@ -439,7 +439,7 @@ fn extended_form_with_call_names() {
     let call = column_u8(&t.events, "call");
     let names: Vec<&str> = call
         .iter()
-        .map(|&c| allocview_loaders::malloc_trace::CALL_NAMES[c as usize])
+        .map(|&c| allocview_loaders::events::CALL_NAMES[c as usize])
         .collect();
     assert_eq!(
         names,

@@ -103,7 +103,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::error::LoadError;
-use crate::malloc_trace::{Builder, Line, LoadOptions, MallocTrace, Record, Strictness};
+use crate::events::{Builder, Damage, Line, LoadOptions, MallocTrace, Record, Strictness};
 use crate::sites::{NO_STACK, stack_id_column};
 
 pub mod codec;
@@ -185,38 +185,6 @@ pub struct BinaryInfo {
     pub events_lost: Option<u64>,
     /// The call stacks, for a file recorded with stacks (see `stacks.rs`).
     pub stacks: Option<NativeStacks>,
-}
-
-/// A damaged stretch of a binary trace: a frame that did not read, followed by frames that do.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Damage {
-    /// File offset of the frame that did not read.
-    pub offset: u64,
-    /// Bytes skipped from there to the next frame that reads (0 when repaired).
-    pub skipped_bytes: u64,
-    /// What was wrong with the frame.
-    pub what: String,
-    /// Only the frame's length was wrong: its contents, up to where the next frame starts,
-    /// read in full, so nothing was lost.
-    pub repaired: bool,
-}
-
-impl std::fmt::Display for Damage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.repaired {
-            write!(
-                f,
-                "byte {}: {}; repaired (the frame ends where the next one starts), nothing lost",
-                self.offset, self.what
-            )
-        } else {
-            write!(
-                f,
-                "byte {}: {}; skipped {} bytes",
-                self.offset, self.what, self.skipped_bytes
-            )
-        }
-    }
 }
 
 impl BinaryInfo {

@@ -9,7 +9,7 @@
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::thread::JoinHandle;
 
-use allocview_loaders::malloc_trace::Record;
+use allocview_loaders::events::Record;
 use allocview_loaders::stats::RecordingStats;
 
 use super::super::convert::RecordWriter;
