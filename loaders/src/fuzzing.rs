@@ -11,9 +11,9 @@ use std::io::Write as _;
 use std::path::Path;
 
 use crate::LoadError;
+use crate::analysis::stats::{TraceStats, events_per_thread};
 use crate::events::{LoadOptions, MallocTrace, Strictness};
 use crate::malloc_trace::load_malloc_trace;
-use crate::stats::{TraceStats, events_per_thread};
 
 /// One fuzz target: one loader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

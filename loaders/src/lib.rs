@@ -6,7 +6,8 @@
 //! event table and its builder, the load options and the summary. The formats: [`malloc_trace`] (libtracemalloc
 //! text), [`binary`] (allocview's own traces and the tracer's spools), [`tf`] (TensorFlow BFC
 //! dumps, and memory logs in this event schema), [`pytorch`] (CUDA memory snapshots), [`plan`]
-//! (memory plans).
+//! (memory plans). What is worked out from a loaded input (statistics, sites, the BFC replay
+//! against a TensorFlow log) is in [`analysis`].
 //!
 //! # The event DataFrame
 //!
@@ -30,6 +31,7 @@
 //!
 //! `thread` (UInt16, the index used in the events) and `tid` (UInt64, the id in the file).
 
+pub mod analysis;
 pub mod binary;
 pub mod error;
 pub mod events;
@@ -40,9 +42,7 @@ pub mod input;
 pub mod malloc_trace;
 pub mod plan;
 pub mod pytorch;
-pub mod site_stats;
 pub mod sites;
-pub mod stats;
 pub mod tf;
 pub mod window;
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use allocview_loaders::Loaded;
-use allocview_loaders::tf::fidelity::{self, FidelityOptions};
+use allocview_loaders::analysis::tf_fidelity::{self as fidelity, FidelityOptions};
 use allocview_loaders::tf::memlog::TfMemoryLog;
 use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::pytorch::{Pytorch, SegmentOpKind};

@@ -2,7 +2,7 @@
 //! the trace without an OOM, beside the peak live bytes (the method is
 //! [`allocview_sim::min_limit`]'s).
 
-use allocview_loaders::tf::fidelity::{self, FidelityOptions};
+use allocview_loaders::analysis::tf_fidelity::{self as fidelity, FidelityOptions};
 use allocview_loaders::tf::memlog::TfMemoryLog;
 use allocview_sim::min_limit::{Method, MinLimit, min_limit, search};
 use allocview_sim::policy::config::PolicyConfig;

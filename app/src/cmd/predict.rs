@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use allocview_loaders::Loaded;
-use allocview_loaders::site_stats::{EventSites, SiteKind};
-use allocview_loaders::stats::thread_indices;
+use allocview_loaders::analysis::site_stats::{EventSites, SiteKind};
+use allocview_loaders::analysis::stats::thread_indices;
 use allocview_sim::predict::eval::{
     Calls, Figures, InMemory, ModelReport, default_models, evaluate_calls, make_model,
 };

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use allocview_loaders::Loaded;
-use allocview_loaders::site_stats::{self, EventSites, GroupBy, SiteKind, SiteRow};
+use allocview_loaders::analysis::site_stats::{self, EventSites, GroupBy, SiteKind, SiteRow};
 use allocview_loaders::sites::StackTable;
 use allocview_sim::heap::Block;
 use allocview_sim::policy::spec::PolicySpec;

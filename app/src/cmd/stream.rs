@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use allocview_loaders::analysis::stats::StatsAccumulator;
 use allocview_loaders::binary;
-use allocview_loaders::stats::StatsAccumulator;
 use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::predictive::Predictive;
 use allocview_sim::policy::registry;

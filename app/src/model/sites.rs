@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use allocview_loaders::site_stats::{self, EventSites, GroupBy, SiteRow};
+use allocview_loaders::analysis::site_stats::{self, EventSites, GroupBy, SiteRow};
 use allocview_sim::series::Bucketing;
 use allocview_sim::trace::{EventKind, TraceView};
 
@@ -147,7 +147,7 @@ fn live_series(view: &TraceView<'_>, sites: &EventSites, name: &str, b: Bucketin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use allocview_loaders::site_stats::SiteKind;
+    use allocview_loaders::analysis::site_stats::SiteKind;
     use allocview_loaders::sites::{Frame, StackTable};
     use allocview_sim::trace::OwnedTrace;
 

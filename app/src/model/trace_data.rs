@@ -39,7 +39,7 @@ pub struct TraceData {
     site_stacks: Option<allocview_loaders::sites::StackTable>,
     /// Every event's allocation site (call stacks, operations or size classes), built on
     /// first use: only the sites panel needs it (4 bytes an event).
-    sites: std::sync::OnceLock<allocview_loaders::site_stats::EventSites>,
+    sites: std::sync::OnceLock<allocview_loaders::analysis::site_stats::EventSites>,
     /// Birth and death event of every allocation id, built on first use (8 bytes per
     /// allocation; only the desktop app's hover needs it).
     lifetimes: std::sync::OnceLock<Vec<(u32, u32)>>,
@@ -440,7 +440,7 @@ impl TraceData {
     /// `predictive` then sees one thread.
     #[must_use]
     pub fn with_predictive_features(&self, mut config: PolicyConfig) -> PolicyConfig {
-        let Ok(threads) = allocview_loaders::stats::thread_indices(&self.events) else {
+        let Ok(threads) = allocview_loaders::analysis::stats::thread_indices(&self.events) else {
             return config;
         };
         let sites = if self.format == "malloc-trace" && self.site_stacks.is_none() {
@@ -480,12 +480,12 @@ impl TraceData {
 
     /// Every event's site, built on first use; `None` for an input without events.
     #[must_use]
-    pub fn sites(&self) -> Option<&allocview_loaders::site_stats::EventSites> {
+    pub fn sites(&self) -> Option<&allocview_loaders::analysis::site_stats::EventSites> {
         if self.events.height() == 0 {
             return None;
         }
         Some(self.sites.get_or_init(|| {
-            use allocview_loaders::site_stats::{EventSites, SiteKind};
+            use allocview_loaders::analysis::site_stats::{EventSites, SiteKind};
             match (&self.site_stacks, &self.compact.stack_id) {
                 // What `from_events` makes of the column, from its compact form.
                 (Some(stacks), Some(ids)) => {

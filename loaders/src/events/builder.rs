@@ -61,7 +61,7 @@ pub(crate) struct Builder {
 }
 
 /// Pairs frees with allocations, as the loader does for every record: the state both the
-/// [`Builder`] and a recording's summary (`crate::stats::RecordingStats`) keep.
+/// [`Builder`] and a recording's summary (`crate::analysis::stats::RecordingStats`) keep.
 #[derive(Clone)]
 pub(crate) struct Pairing {
     live: PtrMap<LiveAlloc>,

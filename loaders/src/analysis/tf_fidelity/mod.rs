@@ -37,8 +37,8 @@ use allocview_sim::policy::bfc::{
 };
 use allocview_sim::trace::EventKind;
 
-use super::dump::BfcDump;
-use super::memlog::TfMemoryLog;
+use crate::tf::dump::BfcDump;
+use crate::tf::memlog::TfMemoryLog;
 
 mod checkpoint;
 mod replayer;
