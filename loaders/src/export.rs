@@ -87,7 +87,7 @@ impl EventBatcher {
 
     /// What the pairing counted so far.
     #[must_use]
-    pub fn summary(&self) -> &crate::LoadSummary {
+    pub fn summary(&self) -> &crate::events::LoadSummary {
         &self.builder.summary
     }
 }

@@ -10,8 +10,8 @@
 use std::io::Write as _;
 use std::path::Path;
 
-use crate::LoadError;
 use crate::analysis::stats::{TraceStats, events_per_thread};
+use crate::error::LoadError;
 use crate::events::{LoadOptions, MallocTrace, Strictness};
 use crate::malloc_trace::load_malloc_trace;
 

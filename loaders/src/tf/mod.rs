@@ -31,7 +31,7 @@ pub const DETECT_LIMIT_BYTES: u64 = 256 << 20;
 ///
 /// # Errors
 /// When the file cannot be opened.
-pub fn detect_kind(path: &std::path::Path) -> Result<Option<TfKind>, crate::LoadError> {
+pub fn detect_kind(path: &std::path::Path) -> Result<Option<TfKind>, crate::error::LoadError> {
     use std::io::{BufRead as _, Read as _};
     // Bounded as a whole: one line of a hostile file could otherwise be gigabytes.
     let mut reader = crate::input::open_text(path)?.take(DETECT_LIMIT_BYTES);
