@@ -72,7 +72,7 @@ impl Default for PolicyConfig {
     }
 }
 
-/// Why [`build`] could not make a policy.
+/// Why [`build`](super::registry::build) could not make a policy.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RegistryError {
     #[error("unknown policy {name:?}; known policies: {}", known.join(", "))]
