@@ -19,7 +19,7 @@
 //!   (the first thread introduced is index 0). A thread is introduced before its first event.
 //! - `0x03` EVENTS: codec u8 (0 = stored, 1 = zstd), varint `events`, varint `raw_bytes`,
 //!   then the (compressed) bytes. Decoded, a block holds `events` events, each:
-//!   an op byte (bits 0-3: call code, an index into [`CALL_NAMES`], or 15 for a record
+//!   an op byte (bits 0-3: call code, an index into [`CALL_NAMES`](crate::events::CALL_NAMES), or 15 for a record
 //!   without a call name; bit 4: a free, size -1 in the text form; bit 5: the thread changes;
 //!   bit 6: a stack id follows; bit 7: zero), then the thread index as a varint if bit 5 is
 //!   set, the time as a zigzag varint of its difference from the previous event's, the size as

@@ -1,13 +1,13 @@
 //! The event table every loader builds, and its load options and summary.
 //!
 //! The libtracemalloc text ([`crate::malloc_trace`]) and allocview's binary traces and spools
-//! ([`crate::binary`]) hand their calls over as [`Line`]s or [`Record`]s; the [`Builder`] pairs
+//! ([`crate::binary`]) hand their calls over as `Line`s or [`Record`]s; the `Builder` pairs
 //! frees with allocations and builds the event DataFrame and threads table of the crate docs, a
 //! [`MallocTrace`] (or, in batches, the export schema of [`crate::export`]). The other formats
 //! build the same schema their own way, and share the rest: the [`LoadOptions`] ([`Strictness`])
 //! that [`crate::load`] passes on, the [`LoadSummary`] of a trace's load (with the [`Damage`] a
 //! binary file may show), the `call` column's codes ([`CALL_NAMES`]) and the pointer-keyed maps
-//! ([`PtrMap`], [`PtrSet`]) of the pairing and the formats.
+//! (`PtrMap`, `PtrSet`) of the pairing and the formats.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
