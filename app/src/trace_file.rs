@@ -8,7 +8,8 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use allocview_loaders::binary::{self, BinaryInfo, BinaryWriter, NativeStacks, TimeBase};
-use allocview_loaders::malloc_trace::{self, CALL_NAMES, MAX_THREADS, Record};
+use allocview_loaders::events::{CALL_NAMES, MAX_THREADS, Record};
+use allocview_loaders::malloc_trace;
 use allocview_loaders::{LoadOptions, LoadSummary, Strictness};
 use anyhow::{Context as _, Result};
 

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use allocview_loaders::binary::{self, TimeBase};
-use allocview_loaders::malloc_trace::{self, CALL_NAMES, Record};
+use allocview_loaders::events::{CALL_NAMES, Record};
+use allocview_loaders::malloc_trace;
 use allocview_loaders::{LoadOptions, Loaded, MallocTrace};
 use polars::prelude::*;
 

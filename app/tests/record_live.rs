@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use allocview_loaders::binary::{self, LivePoll, LiveSpool, TimeBase};
-use allocview_loaders::malloc_trace::Record;
+use allocview_loaders::events::Record;
 use allocview_loaders::{LoadOptions, Loaded};
 
 mod common;

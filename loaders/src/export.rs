@@ -15,17 +15,17 @@
 //! | `address` | UInt64 | the pointer (0 for NULL) |
 //! | `alloc_id` | UInt32, nullable | dense 0-based allocation id; a `free` carries the id it ends |
 //! | `size_class` | UInt8 | bit length of `size_bytes` |
-//! | `call` | UInt8 | index into [`CALL_NAMES`](crate::malloc_trace::CALL_NAMES); inputs without call names get 0 (`malloc`) for allocations and 3 (`free`) for frees |
+//! | `call` | UInt8 | index into [`CALL_NAMES`](crate::events::CALL_NAMES); inputs without call names get 0 (`malloc`) for allocations and 3 (`free`) for frees |
 //! | `stack_id` | UInt32, nullable | the allocation's call stack (key of the stacks table); null when none was recorded |
 //!
 //! Columns particular to an input follow (a PyTorch snapshot's `rounded_bytes`, `pool`,
 //! `entry`).
 
-use allocview_sim::trace::{EventKind, NO_ALLOC_ID};
+use allocview_sim::trace::EventKind;
 use polars::prelude::*;
 
-use crate::malloc_trace::{Builder, CALL_FREE, CALL_MALLOC, Record};
-use crate::sites::{NO_STACK, StackTable, stack_id_column};
+use crate::events::{Builder, CALL_FREE, CALL_MALLOC, Record};
+use crate::sites::StackTable;
 
 /// The exported columns, first in this order.
 pub const EVENT_COLUMNS: [&str; 9] = [
@@ -39,44 +39,6 @@ pub const EVENT_COLUMNS: [&str; 9] = [
     "call",
     "stack_id",
 ];
-
-/// The columns of a batch of exported events, before they become a DataFrame.
-pub(crate) struct EventColumns {
-    pub(crate) t_ns: Vec<i64>,
-    pub(crate) thread: Vec<u16>,
-    pub(crate) kind: Vec<u8>,
-    pub(crate) size_bytes: Vec<u64>,
-    pub(crate) address: Vec<u64>,
-    /// [`NO_ALLOC_ID`] where null.
-    pub(crate) alloc_id: Vec<u32>,
-    pub(crate) size_class: Vec<u8>,
-    pub(crate) call: Vec<u8>,
-    /// [`NO_STACK`] where null.
-    pub(crate) stack_id: Vec<u32>,
-}
-
-impl EventColumns {
-    pub(crate) fn into_frame(self) -> PolarsResult<DataFrame> {
-        let height = self.kind.len();
-        DataFrame::new(
-            height,
-            vec![
-                Int64Chunked::from_vec("t_ns".into(), self.t_ns).into_column(),
-                UInt16Chunked::from_vec("thread".into(), self.thread).into_column(),
-                UInt8Chunked::from_vec("kind".into(), self.kind).into_column(),
-                UInt64Chunked::from_vec("size_bytes".into(), self.size_bytes).into_column(),
-                UInt64Chunked::from_vec("address".into(), self.address).into_column(),
-                // The sentinels are the same value, so one null-making helper serves both.
-                stack_id_column("alloc_id", self.alloc_id),
-                UInt8Chunked::from_vec("size_class".into(), self.size_class).into_column(),
-                UInt8Chunked::from_vec("call".into(), self.call).into_column(),
-                stack_id_column("stack_id", self.stack_id),
-            ],
-        )
-    }
-}
-
-const _: () = assert!(NO_ALLOC_ID == NO_STACK);
 
 /// Pairs a malloc trace's records as the loader does and hands out the exported event table
 /// in batches: memory is bounded by the batch and the live allocations, not by the trace.
@@ -98,7 +60,7 @@ impl EventBatcher {
     /// # Errors
     /// What the loader would refuse (too many threads or allocations, an unknown call code).
     pub fn push(&mut self, r: &Record) -> Result<(), &'static str> {
-        self.builder.push(&crate::malloc_trace::Line::of_record(r))
+        self.builder.push(&crate::events::Line::of_record(r))
     }
 
     /// Rows appended since the last batch (a displaced allocation adds a free row).
@@ -125,7 +87,7 @@ impl EventBatcher {
 
     /// What the pairing counted so far.
     #[must_use]
-    pub fn summary(&self) -> &crate::LoadSummary {
+    pub fn summary(&self) -> &crate::events::LoadSummary {
         &self.builder.summary
     }
 }

@@ -10,9 +10,10 @@
 use std::io::Write as _;
 use std::path::Path;
 
-use crate::LoadError;
-use crate::malloc_trace::{LoadOptions, MallocTrace, Strictness, load_malloc_trace};
-use crate::stats::{TraceStats, events_per_thread};
+use crate::analysis::stats::{TraceStats, events_per_thread};
+use crate::error::LoadError;
+use crate::events::{LoadOptions, MallocTrace, Strictness};
+use crate::malloc_trace::load_malloc_trace;
 
 /// One fuzz target: one loader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,8 +2,12 @@
 //!
 //! Entry points: [`load`] (any supported file, kind detected from content),
 //! [`malloc_trace::load_malloc_trace`], and [`trace_view`] to hand an event DataFrame to the
-//! simulator without copying. TensorFlow inputs: [`tf`] (BFC dumps, memory logs in this event
-//! schema, and the BFC replay against them).
+//! simulator without copying. [`events`] holds what the formats share: the [`MallocTrace`]
+//! event table and its builder, the load options and the summary. The formats: [`malloc_trace`] (libtracemalloc
+//! text), [`binary`] (allocview's own traces and the tracer's spools), [`tf`] (TensorFlow BFC
+//! dumps, and memory logs in this event schema), [`pytorch`] (CUDA memory snapshots), [`plan`]
+//! (memory plans). What is worked out from a loaded input (statistics, sites, the BFC replay
+//! against a TensorFlow log) is in [`analysis`].
 //!
 //! # The event DataFrame
 //!
@@ -19,7 +23,7 @@
 //! | `address` | UInt64 | the pointer (0 for NULL) |
 //! | `alloc_id` | UInt32, nullable | dense 0-based id of the allocation, in allocation order; a `free` carries the id it ends; null when the event belongs to no allocation |
 //! | `size_class` | UInt8 | bit length of `size_bytes` (1 -> 1, 2..3 -> 2, 4..7 -> 3, ...) |
-//! | `call` | UInt8, optional | only for traces with the fifth column: index into [`malloc_trace::CALL_NAMES`] |
+//! | `call` | UInt8, optional | only for traces with the fifth column: index into [`events::CALL_NAMES`] |
 //!
 //! That is 31 bytes per event (32 with `call`).
 //!
@@ -27,8 +31,10 @@
 //!
 //! `thread` (UInt16, the index used in the events) and `tid` (UInt64, the id in the file).
 
+pub mod analysis;
 pub mod binary;
 pub mod error;
+pub mod events;
 pub mod export;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -36,9 +42,7 @@ pub mod input;
 pub mod malloc_trace;
 pub mod plan;
 pub mod pytorch;
-pub mod site_stats;
 pub mod sites;
-pub mod stats;
 pub mod tf;
 pub mod window;
 
@@ -48,7 +52,7 @@ use allocview_sim::trace::{NO_ALLOC_ID, TraceView};
 use polars::prelude::*;
 
 pub use error::{LineError, LoadError};
-pub use malloc_trace::{LoadOptions, LoadSummary, MallocTrace, Strictness};
+pub use events::{LoadOptions, LoadSummary, MallocTrace, Strictness};
 
 /// The kinds of input allocview reads, told apart by content.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

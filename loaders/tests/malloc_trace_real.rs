@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use allocview_loaders::stats::TraceStats;
+use allocview_loaders::analysis::stats::TraceStats;
 use allocview_loaders::{LoadError, LoadOptions, Strictness, malloc_trace::load_malloc_trace};
 use allocview_sim::trace::EventKind;
 use polars::prelude::*;
@@ -25,8 +25,11 @@ fn shared(name: &str) -> Option<PathBuf> {
 fn stats_of(path: &Path) -> (TraceStats, allocview_loaders::MallocTrace) {
     let trace = load_malloc_trace(path, &LoadOptions::default()).unwrap();
     let view = allocview_loaders::trace_view(&trace.events, path).unwrap();
-    let per_thread =
-        allocview_loaders::stats::events_per_thread(&trace.events, trace.threads.height()).unwrap();
+    let per_thread = allocview_loaders::analysis::stats::events_per_thread(
+        &trace.events,
+        trace.threads.height(),
+    )
+    .unwrap();
     let stats = TraceStats::compute(&view, per_thread, &trace.summary);
     (stats, trace)
 }
@@ -439,7 +442,7 @@ fn extended_form_with_call_names() {
     let call = column_u8(&t.events, "call");
     let names: Vec<&str> = call
         .iter()
-        .map(|&c| allocview_loaders::malloc_trace::CALL_NAMES[c as usize])
+        .map(|&c| allocview_loaders::events::CALL_NAMES[c as usize])
         .collect();
     assert_eq!(
         names,

@@ -19,8 +19,8 @@ use allocview_loaders::{InputKind, LoadError, LoadOptions, Strictness, detect};
 use allocview_sim::plan::{
     Buffer, Overwrite, Plan, greedy_by_size, max_live_bytes, pushdown, validate,
 };
+use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::oracle::Oracle;
-use allocview_sim::policy::registry::PolicyConfig;
 use polars::prelude::*;
 
 fn data(rel: &str) -> PathBuf {

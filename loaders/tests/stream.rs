@@ -5,13 +5,14 @@
 
 use std::path::{Path, PathBuf};
 
+use allocview_loaders::analysis::stats::thread_indices;
+use allocview_loaders::analysis::stats::{StatsAccumulator, TraceStats, events_per_thread};
 use allocview_loaders::binary::{BinaryEventStream, BinaryWriter, load_binary, read_index};
 use allocview_loaders::malloc_trace::read_text_records;
-use allocview_loaders::stats::thread_indices;
-use allocview_loaders::stats::{StatsAccumulator, TraceStats, events_per_thread};
 use allocview_loaders::{LoadOptions, MallocTrace};
+use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::predictive::Predictive;
-use allocview_sim::policy::registry::{POLICY_NAMES, PolicyConfig, build};
+use allocview_sim::policy::registry::{POLICY_NAMES, build};
 use allocview_sim::predict::lifetime::AllocFeatures;
 use allocview_sim::predict::streamed::{StreamedFeatures, Tapped};
 use allocview_sim::replay::{Replay, ReplayOptions, replay};

@@ -7,10 +7,10 @@
 
 use std::path::{Path, PathBuf};
 
-use allocview_loaders::tf::dump::load_bfc_dump;
-use allocview_loaders::tf::fidelity::{
+use allocview_loaders::analysis::tf_fidelity::{
     Fidelity, FidelityOptions, ReplayStart, replay_checkpointed, replay_from_start,
 };
+use allocview_loaders::tf::dump::load_bfc_dump;
 use allocview_loaders::tf::memlog::{TfMemoryLog, load_memory_log};
 
 fn data(name: &str) -> PathBuf {

@@ -1,7 +1,10 @@
 //! allocview's allocator simulator.
 //!
 //! - [`trace`]: the event vocabulary ([`trace::TraceView`]) that loaders hand over;
-//! - [`policy`]: the [`policy::Policy`] trait and the policies;
+//! - [`heap`]: the words of a simulated heap (addresses, requests, placements, blocks, counters)
+//!   that the policies, the replay, the [`layout`] index, [`metrics`] and [`series`] share;
+//! - [`policy`]: the [`policy::Policy`] trait, the policies, the knobs they read
+//!   ([`policy::config`]) and the [`policy::registry`] that builds one by name;
 //! - [`replay`]: the replay engine ([`replay::replay`]), with [`metrics`], downsampled [`series`]
 //!   and per-size-class [`classes`];
 //! - [`stream`]: the same replay over events read in batches, for traces larger than memory;
@@ -12,6 +15,8 @@
 //! This crate knows nothing of files, polars or user interfaces.
 
 pub mod classes;
+mod hash;
+pub mod heap;
 pub mod layout;
 pub mod metrics;
 pub mod min_limit;

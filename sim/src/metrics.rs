@@ -12,7 +12,7 @@
 //! | external fragmentation | 1 − largest free block / free bytes (0 when nothing is free), TensorFlow profiler's definition |
 //! | free blocks | number of free, reusable blocks (holes) |
 
-use crate::policy::Counters;
+use crate::heap::Counters;
 
 /// Sum of the requested sizes of live allocations.
 #[must_use]

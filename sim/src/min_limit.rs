@@ -35,7 +35,8 @@
 use std::collections::BTreeMap;
 
 use crate::policy::Policy;
-use crate::policy::registry::{self, PolicyConfig, RegistryError};
+use crate::policy::config::{PolicyConfig, RegistryError};
+use crate::policy::registry;
 use crate::replay::{FAILED, apply};
 use crate::trace::TraceView;
 

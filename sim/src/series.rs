@@ -7,8 +7,8 @@
 //! with no event carries the state in effect (the previous bucket's last value) and has
 //! `event_count == 0`.
 
+use crate::heap::Counters;
 use crate::metrics;
-use crate::policy::Counters;
 use crate::trace::TraceView;
 
 /// How event times map to buckets. Shared by [`Series`] and [`crate::classes::ClassSeries`].

@@ -5,11 +5,12 @@
 
 mod support;
 
+use allocview_sim::heap::{AllocError, Block, BlockState, Request};
+use allocview_sim::policy::Policy;
 use allocview_sim::policy::bfc::{
     Bfc, BfcOptions, BfcStateError, BfcStats, ChunkInfo, LiveChunk, RegionInfo, bin_num_for_size,
     rounded_bytes,
 };
-use allocview_sim::policy::{AllocError, Block, BlockState, Policy, Request};
 use allocview_sim::trace::{EventKind, NO_ALLOC_ID};
 use proptest::prelude::*;
 

@@ -6,9 +6,11 @@
 // Helpers outside #[test] functions unwrap too: a failed unwrap is a failed test here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use allocview_sim::heap::{AllocError, Block, BlockState, FreeError, Placement, Request};
+use allocview_sim::policy::Policy;
 use allocview_sim::policy::bfc::{Bfc, BinsSink, bins_of};
-use allocview_sim::policy::registry::{POLICY_NAMES, PolicyConfig, build};
-use allocview_sim::policy::{AllocError, Block, BlockState, FreeError, Placement, Policy, Request};
+use allocview_sim::policy::config::PolicyConfig;
+use allocview_sim::policy::registry::{POLICY_NAMES, build};
 use allocview_sim::replay::{ReplayOptions, replay};
 use allocview_sim::testing::{
     DriveOptions, Driven, Op, build_available, check_layout_at, drive_checked, ops_to_trace,

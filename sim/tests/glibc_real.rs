@@ -6,8 +6,9 @@
 
 mod support;
 
+use allocview_sim::heap::Request;
+use allocview_sim::policy::Policy;
 use allocview_sim::policy::glibc::Glibc;
-use allocview_sim::policy::{Policy, Request};
 use allocview_sim::trace::{EventKind, OwnedTrace};
 
 /// Replays `trace` through a fresh model; returns the peak footprint. With `check_every`, runs

@@ -5,7 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use allocview_sim::min_limit::{Method, limit_granule_bytes, min_limit, run_until_failure, search};
-use allocview_sim::policy::registry::{POLICY_NAMES, PolicyConfig, build};
+use allocview_sim::policy::config::PolicyConfig;
+use allocview_sim::policy::registry::{POLICY_NAMES, build};
 use allocview_sim::testing::{Op, ops_to_trace};
 use allocview_sim::trace::{OwnedTrace, TraceView};
 

@@ -402,8 +402,8 @@ fn greedy_planning_of_100k_buffers_takes_under_a_second() {
 #[ignore = "timing on the shared real traces; run with --run-ignored only (prints the figures)"]
 fn oracle_plans_the_shared_traces() {
     use allocview_sim::policy::Policy;
+    use allocview_sim::policy::config::PolicyConfig;
     use allocview_sim::policy::oracle::Oracle;
-    use allocview_sim::policy::registry::PolicyConfig;
     for name in [
         "find_usr_include.trace.gz",
         "git_log_p_gitui.trace.gz",

@@ -3,8 +3,9 @@
 // Helpers outside #[test] functions unwrap too: a failed unwrap is a failed test here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use allocview_sim::policy::AllocError;
-use allocview_sim::policy::registry::{POLICY_NAMES, PolicyConfig};
+use allocview_sim::heap::AllocError;
+use allocview_sim::policy::config::PolicyConfig;
+use allocview_sim::policy::registry::POLICY_NAMES;
 use allocview_sim::testing::{DriveOptions, Op, build_available, drive_checked, ops_to_trace};
 use proptest::prelude::*;
 

@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use allocview_sim::policy::AllocError;
+use allocview_sim::heap::AllocError;
+use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::pytorch::PytorchSettings;
-use allocview_sim::policy::registry::PolicyConfig;
 use allocview_sim::testing::{DriveOptions, Op, build_available, drive_checked, ops_to_trace};
 use proptest::prelude::*;
 

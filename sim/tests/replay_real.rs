@@ -7,8 +7,10 @@
 mod support;
 
 use allocview_sim::classes::ClassSeries;
-use allocview_sim::policy::registry::{POLICY_NAMES, PolicyConfig};
-use allocview_sim::policy::{Block, Policy, Request};
+use allocview_sim::heap::{Block, Request};
+use allocview_sim::policy::Policy;
+use allocview_sim::policy::config::PolicyConfig;
+use allocview_sim::policy::registry::POLICY_NAMES;
 use allocview_sim::replay::{Replay, ReplayOptions, replay};
 use allocview_sim::series::Bucketing;
 use allocview_sim::testing::build_available;

@@ -2,7 +2,8 @@
 //! generated ones.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use allocview_sim::policy::registry::{PolicyConfig, build};
+use allocview_sim::policy::config::PolicyConfig;
+use allocview_sim::policy::registry::build;
 use allocview_sim::spill::{
     Evict, IoModel, SpillStats, Units, lower_bound_bytes, os_swap, simulate,
 };

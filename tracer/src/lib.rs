@@ -35,7 +35,7 @@
 //!   `record` convert the spool while the program runs. Not on other architectures,
 //!   nor where the TSC cannot order events across CPUs ([`KEYS_USABLE`]): there, every period
 //!   is ordered by causality, which can give up under heavy hand-over of blocks between
-//!   threads (see `loaders/src/binary.rs`).
+//!   threads (see `loaders/src/binary/`).
 //!   The clock thread never records, blocks every signal, holds no lock of the program's and
 //!   ends (letting the process exit) when it is the last thread left.
 //! - Flushing: the owner thread publishes the end of its last complete event with a release

@@ -3,7 +3,7 @@
 
 use super::*;
 
-// ---- the file format (see loaders/src/binary.rs for the reader) ----
+// ---- the file format (see loaders/src/binary/ for the reader) ----
 
 /// Magic bytes shared by spools and traces.
 pub(crate) const MAGIC: [u8; 8] = [0x89, b'A', b'V', b'T', b'\r', b'\n', 0x1a, b'\n'];
@@ -34,7 +34,7 @@ pub(crate) const CALL_REALLOCARRAY: u8 = 9;
 /// Op-byte flag: the event releases its address (size -1 in the text form).
 pub(crate) const OP_FREE: u8 = 0x10;
 /// Spool op byte of a time change: a zigzag varint of the time's difference follows, and the
-/// events after it have that time (`loaders/src/binary.rs`, spool event encoding 2).
+/// events after it have that time (`loaders/src/binary/`, spool event encoding 2).
 pub(crate) const OP_TIME: u8 = 0x0f;
 /// Spool op-byte bits 5-7: the address delta's length code ([`put_short_u64`]).
 pub(crate) const OP_ADDR_SHIFT: u8 = 5;

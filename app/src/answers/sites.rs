@@ -5,9 +5,9 @@
 use std::path::Path;
 
 use allocview_loaders::Loaded;
-use allocview_loaders::site_stats::{self, GroupBy, SiteKind, SiteRow};
+use allocview_loaders::analysis::site_stats::{self, GroupBy, SiteKind, SiteRow};
 use allocview_loaders::sites::StackTable;
-use allocview_sim::policy::Block;
+use allocview_sim::heap::Block;
 use allocview_sim::policy::spec::PolicySpec;
 use allocview_sim::replay::{ReplayOptions, replay};
 use allocview_sim::trace::TraceView;
@@ -130,7 +130,7 @@ pub fn pinned_free(
     let spec = PolicySpec::parse(policy)?;
     let config = spec.apply(&config_for_input(
         loaded,
-        allocview_sim::policy::registry::PolicyConfig::default(),
+        allocview_sim::policy::config::PolicyConfig::default(),
     ))?;
     let p = allocview_sim::policy::registry::build(spec.name, &config, view)?;
     let opts = ReplayOptions {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use allocview_loaders::site_stats::{self, GroupBy};
+use allocview_loaders::analysis::site_stats::{self, GroupBy};
 use anyhow::{Context as _, Result, bail};
 use serde_json::json;
 

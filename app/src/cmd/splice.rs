@@ -14,7 +14,7 @@ use std::io::{self, BufWriter};
 use std::path::PathBuf;
 
 use allocview_loaders::binary::{BinaryWriter, TimeBase};
-use allocview_loaders::malloc_trace::Record;
+use allocview_loaders::events::Record;
 use anyhow::{Context as _, Result, bail};
 
 use crate::safe_write::PendingFile;
@@ -137,7 +137,7 @@ impl Splice {
             t_last = t_last.max(out.t_ns);
             last_tid = r.tid;
             if r.call.is_some() {
-                free_call = allocview_loaders::malloc_trace::call_code(b"free");
+                free_call = allocview_loaders::events::call_code(b"free");
             }
             *written += 1;
             writer.push(&out)

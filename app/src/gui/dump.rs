@@ -2,7 +2,7 @@
 //! no history: the dump's own chunks as a heap map filling the window (hover says what a chunk
 //! is), and the legend that every heap map carries.
 
-use allocview_sim::policy::{Block, BlockState};
+use allocview_sim::heap::{Block, BlockState};
 use eframe::egui::{self, ColorImage, TextureHandle, TextureOptions};
 
 use super::{cell_color, col};

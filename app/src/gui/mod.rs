@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
 
-use allocview_sim::policy::BlockState;
-use allocview_sim::policy::registry::PolicyConfig;
+use allocview_sim::heap::BlockState;
+use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::spec::PolicySpec;
 use anyhow::{Result, anyhow};
 use eframe::egui::{self, Color32, ColorImage, TextureHandle, TextureOptions};
@@ -477,7 +477,7 @@ impl GuiApp {
     }
 }
 
-fn describe_block(state: &AppState, b: &allocview_sim::policy::Block) -> String {
+fn describe_block(state: &AppState, b: &allocview_sim::heap::Block) -> String {
     match b.state {
         BlockState::Free => format!(
             "free block at {:#x}: {}",

@@ -6,8 +6,8 @@
 
 use std::collections::HashSet;
 
+use allocview_sim::heap::{Block, BlockState, Counters};
 use allocview_sim::layout::BlockSink;
-use allocview_sim::policy::{Block, BlockState, Counters};
 use allocview_sim::replay::Replay;
 use allocview_sim::trace::size_class;
 

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use allocview_sim::policy::{Block, Counters};
+use allocview_sim::heap::{Block, Counters};
 use allocview_sim::replay::Replay;
 
 use super::heapmap::{self, HeapMap, SelectedCells};
@@ -250,8 +250,8 @@ impl AppState {
 mod tests {
     use std::path::Path;
 
-    use allocview_sim::policy::BlockState;
-    use allocview_sim::policy::registry::PolicyConfig;
+    use allocview_sim::heap::BlockState;
+    use allocview_sim::policy::config::PolicyConfig;
     use allocview_sim::policy::spec::PolicySpec;
 
     use super::*;
@@ -319,7 +319,7 @@ mod tests {
 mod next_window_tests {
     use std::path::Path;
 
-    use allocview_sim::policy::registry::PolicyConfig;
+    use allocview_sim::policy::config::PolicyConfig;
     use allocview_sim::policy::spec::PolicySpec;
 
     use super::*;

@@ -1,7 +1,7 @@
 //! The explorers' sites panel: memory by allocation site at the cursor, one site selected, its
 //! blocks highlighted in the heap map and its live bytes drawn on the timeline.
 //!
-//! Sites come from [`allocview_loaders::site_stats`] (call stacks, a TensorFlow log's
+//! Sites come from [`allocview_loaders::analysis::site_stats`] (call stacks, a TensorFlow log's
 //! operations, or size classes for a trace without stacks). The table at the cursor is one pass
 //! over the events up to the end of the trace (allocations over the run are part of it), so it
 //! is computed only while the panel is open and only when the cursor has moved.
@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use allocview_loaders::site_stats::{self, EventSites, GroupBy, SiteRow};
+use allocview_loaders::analysis::site_stats::{self, EventSites, GroupBy, SiteRow};
 use allocview_sim::series::Bucketing;
 use allocview_sim::trace::{EventKind, TraceView};
 
@@ -147,7 +147,7 @@ fn live_series(view: &TraceView<'_>, sites: &EventSites, name: &str, b: Bucketin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use allocview_loaders::site_stats::SiteKind;
+    use allocview_loaders::analysis::site_stats::SiteKind;
     use allocview_loaders::sites::{Frame, StackTable};
     use allocview_sim::trace::OwnedTrace;
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use allocview_sim::classes::ClassSeries;
-use allocview_sim::policy::registry::PolicyConfig;
+use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::spec::PolicySpec;
 
 pub use super::heaps::HeapAt;

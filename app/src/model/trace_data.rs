@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use allocview_loaders::{LoadOptions, Loaded, Strictness};
-use allocview_sim::policy::Block;
-use allocview_sim::policy::registry::PolicyConfig;
+use allocview_sim::heap::Block;
+use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::trace::{EventKind, TraceView};
 use polars::prelude::*;
 
@@ -39,7 +39,7 @@ pub struct TraceData {
     site_stacks: Option<allocview_loaders::sites::StackTable>,
     /// Every event's allocation site (call stacks, operations or size classes), built on
     /// first use: only the sites panel needs it (4 bytes an event).
-    sites: std::sync::OnceLock<allocview_loaders::site_stats::EventSites>,
+    sites: std::sync::OnceLock<allocview_loaders::analysis::site_stats::EventSites>,
     /// Birth and death event of every allocation id, built on first use (8 bytes per
     /// allocation; only the desktop app's hover needs it).
     lifetimes: std::sync::OnceLock<Vec<(u32, u32)>>,
@@ -439,7 +439,7 @@ impl TraceData {
     /// `predictive` then sees one thread.
     #[must_use]
     pub fn with_predictive_features(&self, mut config: PolicyConfig) -> PolicyConfig {
-        let Ok(threads) = allocview_loaders::stats::thread_indices(&self.events) else {
+        let Ok(threads) = allocview_loaders::analysis::stats::thread_indices(&self.events) else {
             return config;
         };
         let sites = if self.format == "malloc-trace" && self.site_stacks.is_none() {
@@ -479,12 +479,12 @@ impl TraceData {
 
     /// Every event's site, built on first use; `None` for an input without events.
     #[must_use]
-    pub fn sites(&self) -> Option<&allocview_loaders::site_stats::EventSites> {
+    pub fn sites(&self) -> Option<&allocview_loaders::analysis::site_stats::EventSites> {
         if self.events.height() == 0 {
             return None;
         }
         Some(self.sites.get_or_init(|| {
-            use allocview_loaders::site_stats::{EventSites, SiteKind};
+            use allocview_loaders::analysis::site_stats::{EventSites, SiteKind};
             match (&self.site_stacks, &self.compact.stack_id) {
                 // What `from_events` makes of the column, from its compact form.
                 (Some(stacks), Some(ids)) => {

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use allocview_loaders::site_stats::{EventSites, SiteKind};
+use allocview_loaders::analysis::site_stats::{EventSites, SiteKind};
 use allocview_loaders::sites::NO_STACK;
 use allocview_loaders::{LoadOptions, Loaded};
 use polars::prelude::*;

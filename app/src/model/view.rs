@@ -1,7 +1,7 @@
 //! The view-model: plain data computed from [`AppState`] for a given screen geometry. Both
 //! frontends draw only from it; numbers are formatted here once so every output agrees.
 
-use allocview_sim::policy::Counters;
+use allocview_sim::heap::Counters;
 use allocview_sim::trace::EventKind;
 
 use super::heapmap::{self, HeapMap};

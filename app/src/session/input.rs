@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use allocview_loaders::site_stats::EventSites;
+use allocview_loaders::analysis::site_stats::EventSites;
 use allocview_loaders::{LoadOptions, LoadSummary, Loaded, Strictness};
 use anyhow::{Context as _, Result, bail};
 use polars::prelude::*;

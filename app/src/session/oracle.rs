@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use allocview_sim::plan::pieces::{MIN_PIECE_BUFFERS, StreamPlan, plan_stream};
+use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::oracle::{Oracle, PlanFeed};
-use allocview_sim::policy::registry::PolicyConfig;
 use allocview_sim::stream::Prefetched;
 use allocview_sim::stream::packed::{delta, get, put, undelta};
 use anyhow::{Context as _, Result};

@@ -6,9 +6,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use allocview_loaders::Loaded;
-use allocview_loaders::site_stats::{EventSites, SiteKind};
-use allocview_loaders::stats::thread_indices;
-use allocview_sim::policy::registry::{POLICY_NAMES, PolicyConfig};
+use allocview_loaders::analysis::site_stats::{EventSites, SiteKind};
+use allocview_loaders::analysis::stats::thread_indices;
+use allocview_sim::policy::config::PolicyConfig;
+use allocview_sim::policy::registry::POLICY_NAMES;
 use allocview_sim::policy::spec::{PolicySpec, split_specs};
 use allocview_sim::predict::lifetime::AllocFeatures;
 use allocview_sim::trace::TraceView;

@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::predictive::Predictive;
-use allocview_sim::policy::registry::{self, PolicyConfig};
+use allocview_sim::policy::registry;
 use allocview_sim::policy::spec::PolicySpec;
 use allocview_sim::predict::streamed::{StreamedFeatures, Tapped};
 use allocview_sim::predict::truth_tap::{StreamedTruth, TruthTap};

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use allocview_loaders::binary::{BinaryEventStream, StreamPoint};
-use allocview_loaders::malloc_trace::LoadSummary;
+use allocview_loaders::events::LoadSummary;
 use allocview_sim::stream::window::{
     Before, EmptyWindow, ResolvedWindow, WindowSource, WindowSpec, resolve,
 };

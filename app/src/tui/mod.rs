@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use allocview_sim::policy::registry::PolicyConfig;
+use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::spec::PolicySpec;
 use anyhow::{Context as _, Result};
 use crossterm::event::{DisableMouseCapture, EnableMouseCapture};

@@ -26,7 +26,7 @@ use super::codec::{Cursor, put_varint, zigzag};
 use super::frames::read_header;
 use super::{FRAME_END, FRAME_EVENTS, FRAME_THREADS, FileKind, MAX_FRAME_BYTES, corrupt};
 use crate::error::LoadError;
-use crate::malloc_trace::Record;
+use crate::events::Record;
 
 /// Tag of the INDEX frame.
 pub(super) const FRAME_INDEX: u8 = 0x09;

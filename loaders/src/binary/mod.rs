@@ -19,7 +19,7 @@
 //!   (the first thread introduced is index 0). A thread is introduced before its first event.
 //! - `0x03` EVENTS: codec u8 (0 = stored, 1 = zstd), varint `events`, varint `raw_bytes`,
 //!   then the (compressed) bytes. Decoded, a block holds `events` events, each:
-//!   an op byte (bits 0-3: call code, an index into [`CALL_NAMES`], or 15 for a record
+//!   an op byte (bits 0-3: call code, an index into [`CALL_NAMES`](crate::events::CALL_NAMES), or 15 for a record
 //!   without a call name; bit 4: a free, size -1 in the text form; bit 5: the thread changes;
 //!   bit 6: a stack id follows; bit 7: zero), then the thread index as a varint if bit 5 is
 //!   set, the time as a zigzag varint of its difference from the previous event's, the size as
@@ -103,7 +103,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::error::LoadError;
-use crate::malloc_trace::{Builder, Line, LoadOptions, MallocTrace, Record, Strictness};
+use crate::events::{Builder, Damage, Line, LoadOptions, MallocTrace, Record, Strictness};
 use crate::sites::{NO_STACK, stack_id_column};
 
 pub mod codec;
@@ -185,38 +185,6 @@ pub struct BinaryInfo {
     pub events_lost: Option<u64>,
     /// The call stacks, for a file recorded with stacks (see `stacks.rs`).
     pub stacks: Option<NativeStacks>,
-}
-
-/// A damaged stretch of a binary trace: a frame that did not read, followed by frames that do.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Damage {
-    /// File offset of the frame that did not read.
-    pub offset: u64,
-    /// Bytes skipped from there to the next frame that reads (0 when repaired).
-    pub skipped_bytes: u64,
-    /// What was wrong with the frame.
-    pub what: String,
-    /// Only the frame's length was wrong: its contents, up to where the next frame starts,
-    /// read in full, so nothing was lost.
-    pub repaired: bool,
-}
-
-impl std::fmt::Display for Damage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.repaired {
-            write!(
-                f,
-                "byte {}: {}; repaired (the frame ends where the next one starts), nothing lost",
-                self.offset, self.what
-            )
-        } else {
-            write!(
-                f,
-                "byte {}: {}; skipped {} bytes",
-                self.offset, self.what, self.skipped_bytes
-            )
-        }
-    }
 }
 
 impl BinaryInfo {

@@ -17,7 +17,7 @@ use allocview_sim::stream::{EventBatch, EventSource};
 use super::index::{BlockIndex, read_block, read_index};
 use super::trace::BlockDecoder;
 use crate::error::LoadError;
-use crate::malloc_trace::{LoadSummary, Pairing, Record, ThreadIds};
+use crate::events::{LoadSummary, Pairing, Record, ThreadIds};
 
 /// The events of a binary trace, decoded a block at a time (see the module docs).
 pub struct BinaryEventStream {

@@ -1,6 +1,6 @@
 use super::*;
-use crate::malloc_trace::{LoadOptions, Strictness};
-use crate::malloc_trace::{MAX_THREADS, Record};
+use crate::events::{LoadOptions, Strictness};
+use crate::events::{MAX_THREADS, Record};
 
 fn records() -> Vec<Record> {
     vec![

@@ -27,12 +27,11 @@ use super::stacks::{
     self, FRAME_LOCATIONS, FRAME_MODULES, FRAME_STACKS, FRAME_SYMBOLS, NativeStacks,
 };
 use super::{
-    BinaryInfo, CODEC_STORED, CODEC_ZSTD, Damage, FRAME_END, FRAME_EVENTS, FRAME_META,
-    FRAME_THREADS, FileKind, MAX_FRAME_BYTES, OP_CALL_MASK, OP_FREE, OP_NO_CALL, OP_STACK,
-    OP_THREAD, corrupt,
+    BinaryInfo, CODEC_STORED, CODEC_ZSTD, FRAME_END, FRAME_EVENTS, FRAME_META, FRAME_THREADS,
+    FileKind, MAX_FRAME_BYTES, OP_CALL_MASK, OP_FREE, OP_NO_CALL, OP_STACK, OP_THREAD, corrupt,
 };
 use crate::error::LoadError;
-use crate::malloc_trace::{CALL_NAMES, Record, Strictness};
+use crate::events::{CALL_NAMES, Damage, Record, Strictness};
 
 /// Bytes of the file header before the first frame (frame positions below are relative to it).
 const HEADER_BYTES: u64 = 10;

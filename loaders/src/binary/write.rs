@@ -10,7 +10,7 @@ use super::{
     BLOCK_EVENTS, CODEC_STORED, CODEC_ZSTD, FRAME_END, FRAME_EVENTS, FRAME_META, FRAME_THREADS,
     KIND_TRACE, MAGIC, OP_CALL_MASK, OP_FREE, OP_NO_CALL, OP_STACK, OP_THREAD, VERSION, ZSTD_LEVEL,
 };
-use crate::malloc_trace::{MAX_THREADS, PtrMap, Record};
+use crate::events::{MAX_THREADS, PtrMap, Record};
 
 /// Writes records as a binary trace (kind 0): blocks of [`BLOCK_EVENTS`] events, zstd each.
 pub struct BinaryWriter<W: Write> {

@@ -9,11 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-use super::{
-    FieldError, Line, LineSink, LoadOptions, MAX_REPORTED_BAD_LINES, Strictness, parse_line,
-    shorten,
-};
+use super::{FieldError, LineSink, parse_line, shorten};
 use crate::error::{LineError, LoadError};
+use crate::events::{Line, LoadOptions, MAX_REPORTED_BAD_LINES, Strictness};
 use crate::input::{StreamEnd, TextStream};
 
 /// Parsed batches on their way to the calling thread (each is one decompressed block).

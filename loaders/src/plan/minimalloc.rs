@@ -23,8 +23,8 @@ use allocview_sim::plan::Buffer;
 
 use super::{FrameColumns, MemoryPlan, PlanFormat, PlanRow, rows_frame};
 use crate::error::{LineError, LoadError};
+use crate::events::{MAX_REPORTED_BAD_LINES, Strictness};
 use crate::input::{StreamEnd, read_all};
-use crate::malloc_trace::{MAX_REPORTED_BAD_LINES, Strictness};
 
 /// What a header column means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -49,8 +49,8 @@ use allocview_sim::trace::{NO_ALLOC_ID, size_class};
 use polars::prelude::*;
 
 use crate::error::LoadError;
+use crate::events::{LoadOptions, LoadSummary};
 use crate::sites::{StackTable, stack_id_column};
-use crate::{LoadOptions, LoadSummary};
 use model::{Action, Annotation, RawSegment, Settings};
 use rebuild::Rebuilt;
 

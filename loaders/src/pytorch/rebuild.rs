@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::malloc_trace::{PtrMap, PtrSet};
+use crate::events::{PtrMap, PtrSet};
 
 use allocview_sim::policy::pytorch::{
     PytorchScript, PytorchSettings, ScriptSegment, SegmentOp, SegmentOpKind, round_size,

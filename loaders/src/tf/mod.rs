@@ -1,18 +1,15 @@
-//! TensorFlow inputs: BFC out-of-memory dumps, `__LOG_MEMORY__` memory logs, and the replay
-//! of TensorFlow's BFC allocator against them.
+//! TensorFlow inputs: BFC out-of-memory dumps and `__LOG_MEMORY__` memory logs. The replay of
+//! TensorFlow's BFC allocator against them is [`crate::analysis::tf_fidelity`].
 //!
 //! - [`dump`]: [`dump::load_bfc_dump`] reads the allocator dump TensorFlow prints when BFC runs
 //!   out of memory (any amount of other log text around it);
 //! - [`memlog`]: [`memlog::load_memory_log`] reads a memory log into the same event DataFrame
 //!   as malloc traces, plus the BFC's region growth, `MEMINFO` lines and a trailing dump;
-//! - [`fidelity`]: replays the `bfc` policy against a memory log from a checkpoint and checks
-//!   every allocation's address and chunk size against TensorFlow's;
 //! - [`human`]: TensorFlow's `HumanReadableNumBytes` (`509.99MiB`), both ways.
 //!
 //! Exact formats: `reference/allocators.md` sections 1.10, 1.11 and 2.
 
 pub mod dump;
-pub mod fidelity;
 pub mod human;
 pub mod memlog;
 
@@ -34,7 +31,7 @@ pub const DETECT_LIMIT_BYTES: u64 = 256 << 20;
 ///
 /// # Errors
 /// When the file cannot be opened.
-pub fn detect_kind(path: &std::path::Path) -> Result<Option<TfKind>, crate::LoadError> {
+pub fn detect_kind(path: &std::path::Path) -> Result<Option<TfKind>, crate::error::LoadError> {
     use std::io::{BufRead as _, Read as _};
     // Bounded as a whole: one line of a hostile file could otherwise be gigabytes.
     let mut reader = crate::input::open_text(path)?.take(DETECT_LIMIT_BYTES);

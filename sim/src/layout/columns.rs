@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::policy::{Addr, Block, BlockState};
+use crate::heap::{Addr, Block, BlockState};
 use crate::replay::AddrTable;
 
 /// Allocations, one column per field.

@@ -5,7 +5,7 @@
 //! power-of-two blocks that tile it: with every pair of free buddies merged, as a buddy
 //! allocator keeps them, that tiling is the only one.
 
-use crate::policy::{Addr, Block, BlockState, Counters};
+use crate::heap::{Addr, Block, BlockState, Counters};
 
 /// Receives a heap's blocks in address order (see [`super::LayoutIndex::fold_blocks_at`]).
 pub trait BlockSink {

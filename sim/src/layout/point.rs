@@ -3,7 +3,7 @@
 //! address, found by searching the tiers rather than laying out the heap.
 
 use super::{CHUNK, LayoutIndex};
-use crate::policy::{Addr, Block};
+use crate::heap::{Addr, Block};
 
 impl LayoutIndex {
     /// The end of the highest allocation live at `pos` in `[base, below)` (`base` when none

@@ -18,10 +18,10 @@
 //! the git trace from 1.03-1.04 to 1.10 times libc's rate (two alternating runs); the short
 //! traces, whose tables stay small, did not change.
 
-use crate::policy::Addr;
+use crate::hash::HASH_MUL;
+use crate::heap::Addr;
 
 const EMPTY: Addr = Addr::MAX;
-const HASH_MUL: u64 = 0x9E37_79B9_7F4A_7C15;
 /// Smallest table, in slots.
 const MIN_SLOTS: usize = 16;
 

@@ -20,9 +20,10 @@
 use std::any::Any;
 use std::collections::BTreeMap;
 
+use crate::heap::{Addr, AllocError, Block, Counters, FreeError, Placement, Request};
+use crate::policy::Policy;
+use crate::policy::config::PolicyConfig;
 use crate::policy::fit_common::{FitHeap, FreeIndex};
-use crate::policy::registry::PolicyConfig;
-use crate::policy::{Addr, AllocError, Block, Counters, FreeError, Placement, Policy, Request};
 
 /// Best fit, lowest address on ties (see the module docs).
 #[derive(Clone, Debug)]

@@ -31,11 +31,10 @@
 
 use std::any::Any;
 
+use crate::heap::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Request};
+use crate::policy::Policy;
+use crate::policy::config::PolicyConfig;
 use crate::policy::fit_common::{AddrMap, oom};
-use crate::policy::registry::PolicyConfig;
-use crate::policy::{
-    Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Policy, Request,
-};
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Used {

@@ -24,9 +24,10 @@
 
 use std::any::Any;
 
+use crate::heap::{Addr, AllocError, Block, Counters, FreeError, Placement, Request};
+use crate::policy::Policy;
+use crate::policy::config::PolicyConfig;
 use crate::policy::fit_common::{AddrChunks, FitHeap};
-use crate::policy::registry::PolicyConfig;
-use crate::policy::{Addr, AllocError, Block, Counters, FreeError, Placement, Policy, Request};
 
 /// Address-ordered first fit (see the module docs).
 #[derive(Clone, Debug)]

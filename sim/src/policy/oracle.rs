@@ -28,9 +28,10 @@
 use std::any::Any;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::Policy;
+use super::config::PolicyConfig;
 use super::fit_common::{AddrChunks, AddrMap, FreeIndex};
-use super::registry::PolicyConfig;
-use super::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Policy, Request};
+use crate::heap::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Request};
 use crate::plan::{PlanError, pieces};
 use crate::replay::{AddrTable, FAILED};
 use crate::trace::TraceView;

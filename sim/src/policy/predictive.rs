@@ -24,9 +24,10 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use super::Policy;
 use super::best_fit::BestFit;
-use super::registry::PolicyConfig;
-use super::{Addr, AllocError, Block, Counters, FreeError, Placement, Policy, Request};
+use super::config::PolicyConfig;
+use crate::heap::{Addr, AllocError, Block, Counters, FreeError, Placement, Request};
 use crate::predict::lifetime::{AllocFeatures, LifetimeLearner, true_short};
 use crate::predict::streamed::{StreamedFeatures, streamed_keys};
 use crate::predict::truth_tap::StreamedTruth;

@@ -9,8 +9,9 @@
 //! (PyTorch's `roundup_power2_divisions=[256:1,512:2,>:8]`), and a list of specs is split at
 //! commas outside brackets ([`split_specs`]).
 
+use crate::policy::config::{PolicyConfig, RegistryError};
 use crate::policy::pytorch::PytorchSettings;
-use crate::policy::registry::{POLICY_NAMES, PolicyConfig, RegistryError};
+use crate::policy::registry::POLICY_NAMES;
 use crate::units::parse_bytes;
 
 /// `(policy, key, what it sets)` for every parameter; `*` is every policy.

@@ -17,11 +17,10 @@
 //! with at least [`MIN_EVIDENCE`] labelled blocks and says short when most of them were, else the
 //! majority label so far.
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::BuildHasherDefault;
+use std::collections::VecDeque;
 
 use super::tokens::{alloc_token, token_of};
-use crate::policy::pool::AddrHasher;
+use crate::hash::FastMap;
 use crate::trace::{EventKind, NO_ALLOC_ID, TraceView};
 
 /// Default threshold: shorter-lived than this many allocations is short.
@@ -30,10 +29,6 @@ pub const DEFAULT_SHORT_ALLOCS: u64 = 64;
 pub const MIN_EVIDENCE: u32 = 4;
 /// Site of an allocation without one.
 pub const NO_SITE: u32 = u32::MAX;
-
-/// The learner's maps: integer keys, nothing adversarial, so a multiplicative hash (the
-/// pool's) rather than SipHash.
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<AddrHasher>>;
 
 /// What an allocator knows when allocation `id` is asked for, per dense allocation id.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

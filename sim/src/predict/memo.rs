@@ -14,6 +14,7 @@
 //! hold is blended as without a memo (stopping as soon as the decisions are certain).
 
 use super::tokens::NUM_TOKENS;
+use crate::hash::HASH_MUL;
 
 /// Contexts the memo answers at most.
 pub(crate) const MAX_ANSWERS: usize = 1 << 17;
@@ -62,7 +63,7 @@ impl Default for Memo {
 
 impl Memo {
     fn home(&self, key: u64) -> usize {
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+        (key.wrapping_mul(HASH_MUL) >> self.shift) as usize
     }
 
     /// Contexts answered.

@@ -19,6 +19,7 @@
 //! a moved context's line.
 
 use super::tokens::NUM_TOKENS;
+use crate::hash::HASH_MUL;
 
 const COUNT_MAX: u8 = 255;
 /// Successors a hashed context keeps.
@@ -292,7 +293,7 @@ impl Table {
     }
 
     fn home(&self, key: u64) -> usize {
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+        (key.wrapping_mul(HASH_MUL) >> self.shift) as usize
     }
 
     /// Starts fetching the home entry of `key` into the cache, so that the misses of several

@@ -9,7 +9,7 @@
 //! beside the policy's own, and no narrowing pass at the end.
 
 use super::FAILED;
-use crate::policy::Addr;
+use crate::heap::Addr;
 
 /// Where each allocation slot's allocation was placed; [`FAILED`] for none.
 pub(crate) trait AddrLookup {

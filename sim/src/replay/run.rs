@@ -12,9 +12,10 @@ use super::peaks::Peaks;
 use super::{
     AddrTable, Checkpoint, FAILED, FreeFailure, Oom, Replay, ReplayOptions, Summary, apply,
 };
+use crate::heap::{AllocError, Counters, Request};
 use crate::layout::LayoutRecorder;
 use crate::metrics;
-use crate::policy::{AllocError, Counters, Policy, Request};
+use crate::policy::Policy;
 use crate::series::{Bucketing, SeriesBuilder, State};
 use crate::trace::EventKind;
 

@@ -2,7 +2,8 @@
 //! seeks, checkpoints and their budget.
 
 use super::*;
-use crate::policy::registry::{PolicyConfig, build};
+use crate::policy::config::PolicyConfig;
+use crate::policy::registry::build;
 use crate::trace::OwnedTrace;
 
 fn sample_trace() -> OwnedTrace {

@@ -3,7 +3,8 @@
 
 use super::victims::{UnitKeys, Victims};
 use super::{Evict, IoModel, SpillError, SpillStats, Units, next_same_unit, swap_remove_at};
-use crate::policy::{AllocError, Policy, Request};
+use crate::heap::{AllocError, Request};
+use crate::policy::Policy;
 use crate::trace::{EventKind, NO_ALLOC_ID, TraceView};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

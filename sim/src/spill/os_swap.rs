@@ -5,12 +5,12 @@
 //! entry whose stamp is no longer its page's is skipped when it reaches the front. The queue
 //! is compacted when stale entries outnumber live ones, so it stays O(resident pages).
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::BuildHasherDefault;
+use std::collections::VecDeque;
 
 use super::{IoModel, OsSwapStats, PAGE_BYTES, SpillError, Units, swap_remove_at};
-use crate::policy::pool::AddrHasher;
-use crate::policy::{Policy, Request};
+use crate::hash::FastMap;
+use crate::heap::Request;
+use crate::policy::Policy;
 use crate::trace::{EventKind, NO_ALLOC_ID, TraceView};
 
 /// Most 4 KiB pages the baseline tracks (64 GiB of live blocks): each costs a map entry, and
@@ -26,7 +26,7 @@ struct Page {
 }
 
 struct Frames {
-    pages: HashMap<u64, Page, BuildHasherDefault<AddrHasher>>,
+    pages: FastMap<u64, Page>,
     queue: VecDeque<(u64, u64)>,
     frames: u64,
     resident: u64,
@@ -39,7 +39,7 @@ impl Frames {
     /// `limit_bytes` of page frames (at least one), all empty.
     fn new(limit_bytes: u64) -> Self {
         Self {
-            pages: HashMap::default(),
+            pages: FastMap::default(),
             queue: VecDeque::new(),
             frames: (limit_bytes / PAGE_BYTES).max(1),
             resident: 0,

@@ -9,8 +9,10 @@ pub mod shadow;
 
 pub use shadow::{LiveRange, Promises, Shadow, check_block_list, promises_for};
 
-use crate::policy::registry::{PolicyConfig, build};
-use crate::policy::{AllocError, Block, Placement, Policy, Request};
+use crate::heap::{AllocError, Block, Placement, Request};
+use crate::policy::Policy;
+use crate::policy::config::PolicyConfig;
+use crate::policy::registry::build;
 use crate::replay::Replay;
 use crate::trace::{EventKind, OwnedTrace, TraceView};
 
@@ -280,7 +282,7 @@ fn check_fold_and_offsets(
     index: &crate::layout::LayoutIndex,
     event: usize,
     blocks: &[Block],
-    counters: &crate::policy::Counters,
+    counters: &crate::heap::Counters,
 ) -> Result<(), String> {
     let mut first = Vec::new();
     let (second, folded) = index
@@ -386,10 +388,10 @@ mod tests {
             fn alloc(&mut self, req: Request) -> Result<Placement, AllocError> {
                 self.0.alloc(req)
             }
-            fn free(&mut self, addr: u64) -> Result<(), crate::policy::FreeError> {
+            fn free(&mut self, addr: u64) -> Result<(), crate::heap::FreeError> {
                 self.0.free(addr)
             }
-            fn counters(&self) -> crate::policy::Counters {
+            fn counters(&self) -> crate::heap::Counters {
                 let mut c = self.0.counters();
                 c.live_bytes += 1;
                 c

@@ -7,7 +7,8 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use crate::policy::{Addr, Block, BlockState, Counters, Placement, Policy, Request};
+use crate::heap::{Addr, Block, BlockState, Counters, Placement, Request};
+use crate::policy::Policy;
 
 /// What a policy promises about its block list, beyond the universal contract.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

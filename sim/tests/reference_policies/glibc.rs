@@ -1,10 +1,10 @@
 //! `glibc` against a naive reference written from the model's documented rules (the module
-//! header of `policy/glibc.rs`): the heap is a vector of chunks in address order, the top is
+//! header of `policy/glibc/mod.rs`): the heap is a vector of chunks in address order, the top is
 //! whatever the sbrk'd bytes hold past the last chunk, the bins are vectors of addresses, and
 //! every search is a scan. Nothing is shared with the model's linked chunk handles, size-keyed
 //! free set or bin masks.
 
-use allocview_sim::policy::registry::PolicyConfig;
+use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::testing::{Op, ops_to_trace};
 use proptest::prelude::*;
 

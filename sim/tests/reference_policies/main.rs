@@ -18,8 +18,10 @@ use std::collections::BTreeMap;
 
 mod glibc;
 
-use allocview_sim::policy::registry::{PolicyConfig, build};
-use allocview_sim::policy::{AllocError, Policy, Request};
+use allocview_sim::heap::{AllocError, Request};
+use allocview_sim::policy::Policy;
+use allocview_sim::policy::config::PolicyConfig;
+use allocview_sim::policy::registry::build;
 use allocview_sim::testing::{Op, ops_to_trace};
 use allocview_sim::trace::{EventKind, TraceView};
 use proptest::prelude::*;

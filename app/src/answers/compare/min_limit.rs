@@ -2,10 +2,10 @@
 //! an OOM (the method is [`allocview_sim::min_limit`]'s), and for a TensorFlow log's `bfc`, the
 //! same search over the replay at TensorFlow's addresses.
 
-use allocview_loaders::tf::fidelity::{self, FidelityOptions};
+use allocview_loaders::analysis::tf_fidelity::{self as fidelity, FidelityOptions};
 use allocview_loaders::tf::memlog::TfMemoryLog;
 use allocview_sim::min_limit::{Method, MinLimit, min_limit, search};
-use allocview_sim::policy::registry::PolicyConfig;
+use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::spec::PolicySpec;
 use allocview_sim::trace::TraceView;
 use serde_json::{Map, Value, json};

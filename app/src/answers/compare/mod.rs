@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicU64;
 use allocview_loaders::Loaded;
 use allocview_loaders::tf::memlog::TfMemoryLog;
 use allocview_sim::min_limit::MinLimit;
-use allocview_sim::policy::registry::PolicyConfig;
+use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::spec::PolicySpec;
 use allocview_sim::replay::Replay;
 use allocview_sim::trace::TraceView;

@@ -11,7 +11,7 @@ use crate::format;
 /// what it can model) count among its OOMs; say how many and why, in the table and the JSON
 /// (`unsupported`, `unsupported_reason`), so they are not read as memory running out.
 pub fn note_unsupported(row: &mut Row, rep: &Replay) {
-    use allocview_sim::policy::AllocError;
+    use allocview_sim::heap::AllocError;
     let mut reasons = rep.ooms.iter().filter_map(|o| match &o.error {
         AllocError::Unsupported(why) => Some(why),
         AllocError::OutOfMemory { .. } => None,

@@ -1,9 +1,11 @@
 //! `compare`'s `bfc` row for a TensorFlow memory log: the replay at TensorFlow's own addresses
 //! ([`allocview_loaders::tf::fidelity`]), from the checkpoint rebuilt from the log.
 
-use allocview_loaders::tf::fidelity::{self, Fidelity, FidelityOptions, FirstOom};
+use allocview_loaders::analysis::tf_fidelity::{
+    self as fidelity, Fidelity, FidelityOptions, FirstOom,
+};
 use allocview_loaders::tf::memlog::TfMemoryLog;
-use allocview_sim::policy::registry::PolicyConfig;
+use allocview_sim::policy::config::PolicyConfig;
 use anyhow::Result;
 use serde_json::{Map, Value, json};
 

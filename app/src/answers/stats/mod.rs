@@ -7,7 +7,7 @@ pub mod pytorch;
 use std::path::Path;
 
 use allocview_loaders::Loaded;
-use allocview_loaders::stats::{TraceStats, events_per_thread};
+use allocview_loaders::analysis::stats::{TraceStats, events_per_thread};
 use allocview_loaders::tf::dump::BfcDump;
 use allocview_loaders::tf::memlog::TfMemoryLog;
 use anyhow::Result;

@@ -8,7 +8,7 @@ use anyhow::{Context as _, Result, bail};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
-use allocview_sim::policy::registry::PolicyConfig;
+use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::spec::PolicySpec;
 
 use super::args::{BenchArgs, explorer_policies};

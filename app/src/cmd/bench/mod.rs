@@ -370,7 +370,7 @@ fn bare_calls_seconds(
     best_of(runs, setup, |(mut policy, mut addrs)| {
         for ((&k, &id), &size) in view.kind.iter().zip(view.alloc_id).zip(view.size_bytes) {
             if k == EventKind::Alloc.code() {
-                let req = allocview_sim::policy::Request {
+                let req = allocview_sim::heap::Request {
                     id,
                     size_bytes: size,
                     align_bytes,

@@ -164,7 +164,7 @@ fn events_metadata(input: &Path) -> Vec<(String, String)> {
     ));
     meta.push((
         "allocview.call_names".to_owned(),
-        allocview_loaders::malloc_trace::CALL_NAMES.join(","),
+        allocview_loaders::events::CALL_NAMES.join(","),
     ));
     meta
 }

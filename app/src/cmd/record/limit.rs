@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 
-use allocview_loaders::malloc_trace::CALL_NAMES;
+use allocview_loaders::events::CALL_NAMES;
 use allocview_loaders::{LoadOptions, Loaded};
 use allocview_sim::trace::EventKind;
 use anyhow::{Context as _, Result, bail};

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
 use std::time::Duration;
 
+use allocview_loaders::analysis::stats::{RecordingStats, RecordingSummary};
 use allocview_loaders::binary::{BinaryInfo, LivePoll, LiveSpool, TimeBase};
-use allocview_loaders::stats::{RecordingStats, RecordingSummary};
 use anyhow::{Context as _, Result};
 
 use super::pipe::{Pipe, Written};

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use allocview_loaders::analysis::stats::{RecordingStats, RecordingSummary};
 use allocview_loaders::binary::{BinaryInfo, TimeBase};
-use allocview_loaders::stats::{RecordingStats, RecordingSummary};
 use anyhow::{Context as _, Result, bail};
 
 use crate::format;

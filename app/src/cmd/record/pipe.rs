@@ -9,8 +9,8 @@
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::thread::JoinHandle;
 
-use allocview_loaders::malloc_trace::Record;
-use allocview_loaders::stats::RecordingStats;
+use allocview_loaders::analysis::stats::RecordingStats;
+use allocview_loaders::events::Record;
 
 use crate::trace_file::RecordWriter;
 

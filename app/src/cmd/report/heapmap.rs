@@ -2,7 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use allocview_sim::policy::{Counters, Policy};
+use allocview_sim::heap::Counters;
+use allocview_sim::policy::Policy;
 use anyhow::Result;
 use plotters::prelude::*;
 

@@ -9,7 +9,8 @@ mod write;
 use std::path::PathBuf;
 
 use allocview_sim::classes::ClassSeries;
-use allocview_sim::policy::{Counters, Policy};
+use allocview_sim::heap::Counters;
+use allocview_sim::policy::Policy;
 use allocview_sim::replay::Replay;
 use anyhow::{Context as _, Result, anyhow};
 

@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use allocview_sim::classes::ClassSeries;
-use allocview_sim::policy::{Counters, Policy};
+use allocview_sim::heap::Counters;
+use allocview_sim::policy::Policy;
 use allocview_sim::replay::Replay;
 use anyhow::{Context as _, Result, anyhow};
 use polars::prelude::*;
@@ -278,7 +279,7 @@ fn classes_frame(c: &ClassSeries) -> Result<DataFrame> {
 mod tests {
     use super::*;
     use crate::session::runs::{max_live_bytes, run_policies};
-    use allocview_sim::policy::registry::PolicyConfig;
+    use allocview_sim::policy::config::PolicyConfig;
     use allocview_sim::policy::spec::PolicySpec;
 
     #[test]

@@ -5,7 +5,7 @@ mod flamegraph_svg;
 
 use std::path::{Path, PathBuf};
 
-use allocview_loaders::site_stats::{self, SiteKind, SiteRow};
+use allocview_loaders::analysis::site_stats::{self, SiteKind, SiteRow};
 use anyhow::{Context as _, Result, bail};
 use serde_json::json;
 

@@ -9,7 +9,8 @@ mod units;
 
 use std::path::PathBuf;
 
-use allocview_sim::policy::registry::{self, PolicyConfig};
+use allocview_sim::policy::config::PolicyConfig;
+use allocview_sim::policy::registry;
 use allocview_sim::policy::spec::PolicySpec;
 use allocview_sim::spill::{
     self, Evict, IoModel, OsSwapStats, SpillStats, Units, lower_bound_bytes,

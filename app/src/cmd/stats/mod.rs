@@ -7,7 +7,7 @@ mod table;
 use std::path::PathBuf;
 
 use allocview_loaders::Loaded;
-use allocview_loaders::stats::{TraceStats, events_per_thread};
+use allocview_loaders::analysis::stats::{TraceStats, events_per_thread};
 use anyhow::Result;
 
 use crate::format;

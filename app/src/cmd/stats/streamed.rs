@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use allocview_loaders::stats::StatsAccumulator;
+use allocview_loaders::analysis::stats::StatsAccumulator;
 use allocview_sim::stream::{EventBatch, EventSource as _, Prefetched};
 use anyhow::{Context as _, Result};
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! `stats`'s tables for people: a trace's summary, a TensorFlow memory log's allocators, a BFC
 //! dump's regions and bins.
 
-use allocview_loaders::stats::TraceStats;
+use allocview_loaders::analysis::stats::TraceStats;
 use allocview_loaders::tf::dump::BfcDump;
 use allocview_loaders::tf::memlog::TfMemoryLog;
 use anyhow::Result;

@@ -15,7 +15,7 @@ use super::super::stacks::NativeModule;
 use super::super::{BinaryInfo, FileKind, TimeBase};
 use super::SpoolState;
 use crate::error::LoadError;
-use crate::malloc_trace::Record;
+use crate::events::Record;
 
 /// The bytes of a file header (magic, version, kind).
 const HEADER_BYTES: usize = 10;

@@ -10,7 +10,7 @@ use super::order::{apply, greedy, search};
 use super::state::Timing;
 use super::{SpoolEncoding, SpoolEvent, Stream};
 use crate::error::LoadError;
-use crate::malloc_trace::{PtrSet, Record};
+use crate::events::{PtrSet, Record};
 
 /// Merges the streams of a spool into one sequence: by time, and among events of one time
 /// (the clock thread's period, so there are many) in an order consistent with the pointers'

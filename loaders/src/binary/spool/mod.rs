@@ -12,7 +12,7 @@ use super::frames::{Frames, Next};
 use super::stacks::{self, StackDef};
 use super::{BinaryInfo, OP_CALL_MASK, OP_FREE, TimeBase};
 use crate::error::LoadError;
-use crate::malloc_trace::Record;
+use crate::events::Record;
 
 mod in_use;
 mod live;

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use super::super::OP_FREE;
 use super::SpoolEvent;
-use crate::malloc_trace::{PtrHasher, PtrMap, PtrSet};
+use crate::events::{PtrHasher, PtrMap, PtrSet};
 
 /// Search steps allowed per event of a period before [`search`] gives up.
 const SEARCH_STEPS_PER_EVENT: usize = 8;

@@ -13,7 +13,7 @@ use super::super::{BinaryInfo, FRAME_META, FRAME_SEGMENT, FileKind, TimeBase, co
 use super::merge::{Merge, Out};
 use super::{FRAME_FLUSHED, FRAME_MODULE, SpoolEncoding, Stream, meta_i64};
 use crate::error::LoadError;
-use crate::malloc_trace::{PtrSet, Record};
+use crate::events::{PtrSet, Record};
 
 /// How the spool's ticks become trace nanoseconds.
 #[derive(Clone, Copy)]

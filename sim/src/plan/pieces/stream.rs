@@ -419,8 +419,9 @@ mod tests {
     /// that cuts the plan.
     #[test]
     fn a_streamed_oracle_replays_as_the_loaded_one() {
+        use crate::policy::config::PolicyConfig;
         use crate::policy::oracle::Oracle;
-        use crate::policy::registry::{PolicyConfig, build};
+        use crate::policy::registry::build;
         use crate::replay::{ReplayOptions, replay};
         for (seed, leak, min_piece, huge) in [
             (13, false, 1, false),

@@ -2,7 +2,7 @@
 //! free blocks in sorted chunks of at most 32 under a tree of their largest lengths.
 
 use super::FreeIndex;
-use crate::policy::Addr;
+use crate::heap::Addr;
 
 /// Most free blocks one chunk holds; a full chunk splits in two.
 const CHUNK_CAP: usize = 32;

@@ -10,7 +10,7 @@ use super::heap::{BlockRec, Occupant, SegmentRec, pool_index};
 use super::malloc::Params;
 use super::rounding::{LARGE_BUFFER_BYTES, SMALL_BUFFER_BYTES};
 use super::{Pytorch, SEGMENT_ALIGN_BYTES, SegmentOpKind};
-use crate::policy::Addr;
+use crate::heap::Addr;
 
 /// The page size of a pool's expandable segments: 2 MiB small, 20 MiB large.
 pub(super) fn page_bytes(small_pool: bool) -> u64 {

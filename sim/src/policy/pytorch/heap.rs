@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
 use super::{ScriptSegment, SegmentEvent, SegmentOp, SegmentOpKind};
-use crate::policy::{Block, BlockState, Counters};
+use crate::heap::{Block, BlockState, Counters};
 
 /// Index of the small pool in the per-pool arrays.
 pub(super) const SMALL: usize = 0;

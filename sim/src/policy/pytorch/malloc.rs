@@ -4,7 +4,7 @@
 use super::heap::{LARGE, Occupant, PoolKey, SMALL, SegmentRec, pool_index};
 use super::rounding::{allocation_size, is_small_pool, round_size, should_split};
 use super::{MAX_SEGMENT_BYTES, Pytorch, SEGMENT_ALIGN_BYTES, SegmentOpKind};
-use crate::policy::{Addr, FreeError, Placement};
+use crate::heap::{Addr, FreeError, Placement};
 
 /// PyTorch's `AllocParams`: one request as the allocator sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

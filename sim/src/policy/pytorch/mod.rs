@@ -65,8 +65,9 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use super::registry::PolicyConfig;
-use super::{Addr, AllocError, Block, Counters, FreeError, Placement, Policy, Request};
+use super::Policy;
+use super::config::PolicyConfig;
+use crate::heap::{Addr, AllocError, Block, Counters, FreeError, Placement, Request};
 
 mod expandable;
 mod heap;

@@ -16,7 +16,7 @@ use super::{
     DEVICE_BASE_ADDR, Divergence, Fidelity, Pytorch, PytorchScript, SEGMENT_ALIGN_BYTES,
     ScriptSegment, SegmentOp, SegmentOpKind,
 };
-use crate::policy::{Addr, AllocError, Placement, Request};
+use crate::heap::{Addr, AllocError, Placement, Request};
 
 /// The replay's position in its script and what it has found so far.
 #[derive(Clone, Debug)]

@@ -4,7 +4,7 @@
 
 use super::rounding::division_interval;
 use super::*;
-use crate::policy::BlockState;
+use crate::heap::BlockState;
 
 pub(super) const KIB: u64 = 1 << 10;
 pub(super) const MIB: u64 = 1 << 20;

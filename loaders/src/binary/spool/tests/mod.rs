@@ -6,7 +6,7 @@ use super::super::{
     FRAME_META, FRAME_SEGMENT, KIND_SPOOL, MAGIC, OP_FREE, VERSION, load_binary, read_records,
 };
 use super::*;
-use crate::malloc_trace::LoadOptions;
+use crate::events::LoadOptions;
 
 mod live;
 use live::read_live;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use allocview_sim::policy::bfc::{LiveChunk, rounded_bytes};
 use allocview_sim::trace::{EventKind, NO_ALLOC_ID};
 
-use super::super::memlog::{RecordKind, TfMemoryLog};
+use crate::tf::memlog::{RecordKind, TfMemoryLog};
 
 /// A chunk of the rebuilt state.
 #[derive(Clone, Copy, Debug)]

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use allocview_sim::trace::{EventKind, NUM_SIZE_CLASSES, TraceView};
 
-use crate::malloc_trace::LoadSummary;
+use crate::events::LoadSummary;
 
 /// Statistics of a trace. Field meanings match the reference `<name>.stats.json` files: live
 /// bytes are the sum of the requested sizes of allocations not yet freed, and a size's class is
@@ -283,9 +283,9 @@ pub fn events_per_thread(
 /// frees with allocations, and [`TraceStats`]' live-byte figures, over the same events.
 #[derive(Default)]
 pub struct RecordingStats {
-    pairing: crate::malloc_trace::Pairing,
+    pairing: crate::events::Pairing,
     summary: LoadSummary,
-    tids: crate::malloc_trace::PtrSet,
+    tids: crate::events::PtrSet,
     last_tid: Option<u64>,
     events: u64,
     live_bytes: u64,
@@ -313,7 +313,7 @@ impl RecordingStats {
     ///
     /// # Errors
     /// When the loader would refuse the record (more allocations than it numbers).
-    pub fn push(&mut self, r: &crate::malloc_trace::Record) -> Result<(), &'static str> {
+    pub fn push(&mut self, r: &crate::events::Record) -> Result<(), &'static str> {
         if self.last_tid != Some(r.tid) {
             self.last_tid = Some(r.tid);
             self.tids.insert(r.tid);

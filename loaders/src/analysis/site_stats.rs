@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use allocview_sim::policy::{Block, BlockState};
+use allocview_sim::heap::{Block, BlockState};
 use allocview_sim::trace::{EventKind, NO_ALLOC_ID, TraceView, size_class};
 use polars::prelude::*;
 

@@ -1,8 +1,14 @@
-//! The loader's pairing of frees with allocations ([`Pairing`]) and the event columns built
-//! from it ([`Builder`]).
+//! The loaders' pairing of frees with allocations ([`Pairing`]) and the event columns built
+//! from it ([`Builder`]), whole or in batches of the export schema.
+
+use std::collections::hash_map::Entry;
+
+use allocview_sim::trace::{EventKind, NO_ALLOC_ID, size_class};
+use polars_arrow::bitmap::MutableBitmap;
 
 use super::*;
-use std::collections::hash_map::Entry;
+use crate::error::LoadError;
+use crate::sites::{NO_STACK, stack_id_column};
 
 /// The thread column starts as `u8` and widens to `u16` only for traces with more than 256
 /// threads: a byte per event matters at tens of millions of events.
@@ -48,14 +54,14 @@ pub(crate) struct Builder {
     /// Created on the first line with a call column, back-filled with defaults.
     call: Option<Vec<u8>>,
     /// The file's stack ids, created on the first line with one, back-filled with
-    /// [`NO_STACK`](crate::sites::NO_STACK).
+    /// [`NO_STACK`].
     stack: Option<Vec<u32>>,
     maker: RowMaker,
     pub(crate) summary: LoadSummary,
 }
 
 /// Pairs frees with allocations, as the loader does for every record: the state both the
-/// [`Builder`] and a recording's summary (`crate::stats::RecordingStats`) keep.
+/// [`Builder`] and a recording's summary (`crate::analysis::stats::RecordingStats`) keep.
 #[derive(Clone)]
 pub(crate) struct Pairing {
     live: PtrMap<LiveAlloc>,
@@ -351,7 +357,7 @@ impl RowMaker {
                 size: old_size,
                 addr: line.addr,
                 id: old_id,
-                stack: crate::sites::NO_STACK,
+                stack: NO_STACK,
                 thread,
                 kind: EventKind::Free,
                 call: CALL_FREE,
@@ -375,7 +381,7 @@ impl RowMaker {
             size,
             addr: line.addr,
             id,
-            stack: line.stack.unwrap_or(crate::sites::NO_STACK),
+            stack: line.stack.unwrap_or(NO_STACK),
             thread,
             kind,
             call,
@@ -477,8 +483,8 @@ impl Builder {
         if let Some(calls) = self.call.as_mut() {
             calls.push(row.call);
         }
-        if row.stack != crate::sites::NO_STACK && self.stack.is_none() {
-            self.stack = Some(vec![crate::sites::NO_STACK; self.kind.len()]);
+        if row.stack != NO_STACK && self.stack.is_none() {
+            self.stack = Some(vec![NO_STACK; self.kind.len()]);
         }
         if let Some(stacks) = self.stack.as_mut() {
             stacks.push(row.stack);
@@ -492,7 +498,7 @@ impl Builder {
         self.size_class.push(size_class(row.size));
     }
 
-    /// The file's stack id of every row so far ([`NO_STACK`](crate::sites::NO_STACK) where
+    /// The file's stack id of every row so far ([`NO_STACK`] where
     /// none), `None` when no row had one; taken before [`Self::finish`].
     pub(crate) fn take_stacks(&mut self) -> Option<Vec<u32>> {
         self.stack.take()
@@ -515,13 +521,13 @@ impl Builder {
         };
         let stack = match self.stack.as_mut() {
             Some(stacks) => std::mem::take(stacks),
-            None => vec![crate::sites::NO_STACK; kind.len()],
+            None => vec![NO_STACK; kind.len()],
         };
         let thread: Vec<u16> = match &mut self.thread {
             ThreadColumn::Narrow(v) => std::mem::take(v).into_iter().map(u16::from).collect(),
             ThreadColumn::Wide(v) => std::mem::take(v),
         };
-        crate::export::EventColumns {
+        EventColumns {
             t_ns: std::mem::take(&mut self.t_ns),
             thread,
             kind,
@@ -583,6 +589,45 @@ impl Builder {
         Ok((events, threads, summary))
     }
 }
+
+/// The columns of a batch of exported events ([`crate::export`]'s schema, which
+/// [`Builder::take_batch`] gives), before they become a DataFrame.
+struct EventColumns {
+    t_ns: Vec<i64>,
+    thread: Vec<u16>,
+    kind: Vec<u8>,
+    size_bytes: Vec<u64>,
+    address: Vec<u64>,
+    /// [`NO_ALLOC_ID`] where null.
+    alloc_id: Vec<u32>,
+    size_class: Vec<u8>,
+    call: Vec<u8>,
+    /// [`NO_STACK`] where null.
+    stack_id: Vec<u32>,
+}
+
+impl EventColumns {
+    fn into_frame(self) -> PolarsResult<DataFrame> {
+        let height = self.kind.len();
+        DataFrame::new(
+            height,
+            vec![
+                Int64Chunked::from_vec("t_ns".into(), self.t_ns).into_column(),
+                UInt16Chunked::from_vec("thread".into(), self.thread).into_column(),
+                UInt8Chunked::from_vec("kind".into(), self.kind).into_column(),
+                UInt64Chunked::from_vec("size_bytes".into(), self.size_bytes).into_column(),
+                UInt64Chunked::from_vec("address".into(), self.address).into_column(),
+                // The sentinels are the same value, so one null-making helper serves both.
+                stack_id_column("alloc_id", self.alloc_id),
+                UInt8Chunked::from_vec("size_class".into(), self.size_class).into_column(),
+                UInt8Chunked::from_vec("call".into(), self.call).into_column(),
+                stack_id_column("stack_id", self.stack_id),
+            ],
+        )
+    }
+}
+
+const _: () = assert!(NO_ALLOC_ID == NO_STACK);
 
 /// The threads table: `thread` (the index used in the events) and `tid` (the id in the file).
 fn threads_frame(tid_order: Vec<u64>) -> PolarsResult<DataFrame> {

@@ -16,8 +16,8 @@
 pub(crate) use crate::policy::addr_map::AddrMap;
 
 mod addr_chunks;
-use crate::policy::registry::PolicyConfig;
-use crate::policy::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Request};
+use crate::heap::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Request};
+use crate::policy::config::PolicyConfig;
 pub(crate) use addr_chunks::AddrChunks;
 
 /// `x` rounded up to a multiple of `align` (a power of two); `None` on overflow.

@@ -270,7 +270,8 @@ impl<S> EventSource for Prefetched<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::registry::{PolicyConfig, build};
+    use crate::policy::config::PolicyConfig;
+    use crate::policy::registry::build;
     use crate::replay::replay;
     use crate::trace::{EventKind, OwnedTrace};
 

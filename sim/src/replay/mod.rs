@@ -23,8 +23,9 @@
 
 use std::time::Instant;
 
+use crate::heap::{Addr, AllocError, Block, Counters, FreeError, Placement, Request};
 use crate::layout::LayoutIndex;
-use crate::policy::{Addr, AllocError, Block, Counters, FreeError, Placement, Policy, Request};
+use crate::policy::Policy;
 use crate::series::{Bucketing, Series};
 use crate::trace::{EventKind, TraceView};
 

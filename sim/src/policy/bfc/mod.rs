@@ -22,8 +22,9 @@
 use std::any::Any;
 use std::collections::VecDeque;
 
-use super::registry::{PolicyConfig, RegistryError};
-use super::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Policy, Request};
+use super::Policy;
+use super::config::{PolicyConfig, RegistryError};
+use crate::heap::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Request};
 use crate::trace::NO_ALLOC_ID;
 
 mod check;

@@ -27,10 +27,10 @@
 
 use std::path::Path;
 
+use allocview_sim::heap::{Block, BlockState};
 use allocview_sim::policy::bfc::{
     Bfc, BfcOptions, BfcStateError, BfcStats, LiveChunk, RegionInfo, rounded_bytes,
 };
-use allocview_sim::policy::{Block, BlockState};
 use allocview_sim::trace::NO_ALLOC_ID;
 use polars::prelude::*;
 

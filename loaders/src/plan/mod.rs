@@ -47,7 +47,7 @@ use allocview_sim::plan::Buffer;
 use polars::prelude::*;
 
 use crate::error::LoadError;
-use crate::malloc_trace::LoadOptions;
+use crate::events::LoadOptions;
 
 /// Where a plan came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -37,7 +37,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use crate::policy::{Addr, Block, BlockState, Counters, Policy};
+use crate::heap::{Addr, Block, BlockState, Counters};
+use crate::policy::Policy;
 
 mod columns;
 mod emit;

@@ -29,7 +29,7 @@
 //! Cost: one replay (or a few, for raw chunks) of O(log n) BFC operations per event, plus a
 //! clone of the allocator for each allocation that has other threads' frees pending.
 
-use allocview_sim::policy::Counters;
+use allocview_sim::heap::Counters;
 use allocview_sim::policy::bfc::{
     Bfc, BfcOptions, BfcStateError, BfcStats, ChunkInfo, DEFAULT_LIMIT_BYTES,
     DEFAULT_MAX_INTERNAL_FRAGMENTATION_BYTES, INITIAL_GROWTH_REGION_BYTES, LiveChunk, RegionInfo,
@@ -37,8 +37,8 @@ use allocview_sim::policy::bfc::{
 };
 use allocview_sim::trace::EventKind;
 
-use super::dump::BfcDump;
-use super::memlog::TfMemoryLog;
+use crate::tf::dump::BfcDump;
+use crate::tf::memlog::TfMemoryLog;
 
 mod checkpoint;
 mod replayer;

@@ -3,16 +3,17 @@
 
 use std::collections::HashMap;
 
+use allocview_sim::heap::{AllocError, Counters};
+use allocview_sim::policy::Policy;
 use allocview_sim::policy::bfc::{Bfc, RegionInfo, rounded_bytes};
-use allocview_sim::policy::{AllocError, Counters, Policy};
 use allocview_sim::trace::{EventKind, NO_ALLOC_ID};
 
-use super::super::memlog::{RecordKind, TfMemoryLog};
 use super::checkpoint::{Variable, revealed_variables};
 use super::{
     Divergence, Fidelity, FidelityError, FirstOom, GuidedDecisions, MemInfoCheck, ReplayMetrics,
     ReplayStart, compare_chunk_maps,
 };
+use crate::tf::memlog::{RecordKind, TfMemoryLog};
 
 /// A free waiting to be applied.
 #[derive(Clone, Copy, Debug)]

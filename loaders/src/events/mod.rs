@@ -1,0 +1,306 @@
+//! The event table every loader builds, and its load options and summary.
+//!
+//! The libtracemalloc text ([`crate::malloc_trace`]) and allocview's binary traces and spools
+//! ([`crate::binary`]) hand their calls over as `Line`s or [`Record`]s; the `Builder` pairs
+//! frees with allocations and builds the event DataFrame and threads table of the crate docs, a
+//! [`MallocTrace`] (or, in batches, the export schema of [`crate::export`]). The other formats
+//! build the same schema their own way, and share the rest: the [`LoadOptions`] ([`Strictness`])
+//! that [`crate::load`] passes on, the [`LoadSummary`] of a trace's load (with the [`Damage`] a
+//! binary file may show), the `call` column's codes ([`CALL_NAMES`]) and the pointer-keyed maps
+//! (`PtrMap`, `PtrSet`) of the pairing and the formats.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use polars::prelude::*;
+
+use crate::error::LineError;
+use crate::input::Compression;
+use crate::sites::StackTable;
+
+mod builder;
+
+pub(crate) use builder::{Builder, Pairing, ThreadIds};
+
+/// Names of the `call` column's codes, in code order.
+pub const CALL_NAMES: [&str; 11] = [
+    "malloc",
+    "calloc",
+    "realloc",
+    "free",
+    "memalign",
+    "posix_memalign",
+    "aligned_alloc",
+    "valloc",
+    "pvalloc",
+    "reallocarray",
+    "other",
+];
+
+pub(crate) const CALL_MALLOC: u8 = 0;
+pub(crate) const CALL_FREE: u8 = 3;
+
+/// The code of a call name in the `call` column.
+#[must_use]
+pub fn call_code(name: &[u8]) -> Option<u8> {
+    CALL_NAMES
+        .iter()
+        .position(|n| n.as_bytes() == name)
+        .and_then(|i| u8::try_from(i).ok())
+}
+
+/// How strictly to treat malformed lines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Strictness {
+    /// The first malformed line is an error.
+    #[default]
+    Strict,
+    /// Malformed lines are skipped, counted and the first few reported.
+    Lenient,
+}
+
+/// Options of a load, whatever the format ([`crate::load`] and each format's own loader).
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    pub strictness: Strictness,
+    /// Receives the number of file bytes read so far (for a progress bar).
+    pub progress: Option<Arc<AtomicU64>>,
+}
+
+/// The most threads a trace may have: thread indices are 16 bits in the event table. The
+/// binary writer refuses more, so that it never writes what cannot be loaded.
+pub const MAX_THREADS: usize = 1 << 16;
+
+/// How many skipped lines are kept verbatim in the summary.
+pub const MAX_REPORTED_BAD_LINES: usize = 5;
+
+/// What the loader counted while reading. Every record it did not turn into a plain event is
+/// counted here, so nothing is lost silently.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadSummary {
+    pub compression: Option<Compression>,
+    /// Events (rows), one per parsed line.
+    pub events: u64,
+    /// Lines with a size >= 0 (calls that allocate), including failed ones.
+    pub mallocs: u64,
+    /// Lines with size -1, including `free(NULL)` and frees of unknown pointers.
+    pub frees: u64,
+    pub frees_null: u64,
+    pub frees_unknown: u64,
+    /// Allocations that returned NULL with a size > 0.
+    pub mallocs_failed: u64,
+    /// Allocations whose pointer was still live (a missed free).
+    pub mallocs_of_live_ptr: u64,
+    pub mallocs_size_zero: u64,
+    /// Lines skipped in lenient mode.
+    pub bad_lines: u64,
+    /// The first [`MAX_REPORTED_BAD_LINES`] skipped lines' errors.
+    pub first_bad_lines: Vec<LineError>,
+    /// Timestamps that were earlier than the previous line's (clamped).
+    pub timestamps_non_monotonic: u64,
+    /// Set when the compressed stream ended early: what was there was loaded.
+    pub truncated: Option<String>,
+    /// A last line without its newline in a truncated stream, dropped because it may be cut.
+    pub dropped_partial_last_line: bool,
+    /// Damaged stretches of a binary trace, repaired or skipped (lenient mode).
+    pub damaged: Vec<Damage>,
+    /// Events lost to that damage, when the file says how many it held.
+    pub events_lost: Option<u64>,
+    /// True when lines carried the fifth (call name) column.
+    pub has_call_column: bool,
+    /// Decompressed bytes parsed.
+    pub text_bytes: u64,
+}
+
+impl LoadSummary {
+    /// Human-readable warnings (empty when the load was clean).
+    #[must_use]
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(why) = &self.truncated {
+            out.push(format!(
+                "the compressed stream is truncated ({why}); loaded the {} events before the cut{}",
+                self.events,
+                if self.dropped_partial_last_line {
+                    ", and dropped the incomplete last line"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if !self.damaged.is_empty() {
+            let lost = match self.events_lost {
+                Some(0) => "no events lost".to_owned(),
+                Some(n) => format!(
+                    "{n} events lost (the file's end frame counts {}, {} were read)",
+                    n + self.events,
+                    self.events
+                ),
+                None => "an unknown number of events lost (the file has no end frame to count \
+                         them)"
+                    .to_owned(),
+            };
+            let mut msg = format!(
+                "the binary trace is damaged (not cut) in {} place{}; {lost}",
+                self.damaged.len(),
+                if self.damaged.len() == 1 { "" } else { "s" }
+            );
+            for d in &self.damaged {
+                msg.push_str(&format!("\n  {d}"));
+            }
+            out.push(msg);
+        }
+        if self.bad_lines > 0 {
+            let mut msg = format!("skipped {} malformed lines", self.bad_lines);
+            for e in &self.first_bad_lines {
+                msg.push_str(&format!("\n  {e}"));
+            }
+            if self.bad_lines > self.first_bad_lines.len() as u64 {
+                msg.push_str("\n  ...");
+            }
+            out.push(msg);
+        }
+        if self.frees_unknown > 0 {
+            out.push(format!(
+                "{} frees of pointers that were never allocated in the trace (kept as free_unknown \
+                 events; typical of tracers that do not trace calloc/realloc)",
+                self.frees_unknown
+            ));
+        }
+        if self.mallocs_of_live_ptr > 0 {
+            out.push(format!(
+                "{} allocations returned a pointer that was still live; the trace missed their \
+                 frees, so the older allocations were ended there",
+                self.mallocs_of_live_ptr
+            ));
+        }
+        if self.timestamps_non_monotonic > 0 {
+            out.push(format!(
+                "{} timestamps went backwards and were clamped to the previous time",
+                self.timestamps_non_monotonic
+            ));
+        }
+        out
+    }
+}
+
+/// A damaged stretch of a binary trace: a frame that did not read, followed by frames that do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// File offset of the frame that did not read.
+    pub offset: u64,
+    /// Bytes skipped from there to the next frame that reads (0 when repaired).
+    pub skipped_bytes: u64,
+    /// What was wrong with the frame.
+    pub what: String,
+    /// Only the frame's length was wrong: its contents, up to where the next frame starts,
+    /// read in full, so nothing was lost.
+    pub repaired: bool,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.repaired {
+            write!(
+                f,
+                "byte {}: {}; repaired (the frame ends where the next one starts), nothing lost",
+                self.offset, self.what
+            )
+        } else {
+            write!(
+                f,
+                "byte {}: {}; skipped {} bytes",
+                self.offset, self.what, self.skipped_bytes
+            )
+        }
+    }
+}
+
+/// A loaded malloc trace.
+#[derive(Clone, Debug)]
+pub struct MallocTrace {
+    /// One row per event; see the crate docs for the schema.
+    pub events: DataFrame,
+    /// The threads table: `thread` (index used in `events`) and `tid` (the id in the file).
+    pub threads: DataFrame,
+    pub summary: LoadSummary,
+    pub load_seconds: f64,
+    /// The allocations' call stacks, for a recorded trace with stacks (`events` then has a
+    /// `stack_id` column: an id in this table, null where none was captured).
+    pub stacks: Option<StackTable>,
+}
+
+/// Multiplicative hashing for pointer keys: pointers are already well spread in their middle
+/// bits, and SipHash would dominate the parse time.
+#[derive(Default)]
+pub(crate) struct PtrHasher(u64);
+
+impl Hasher for PtrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        // hashbrown takes the bucket from the low bits and a tag from the top 7: a product's
+        // low bits depend only on the factor's low bits, which are zero in aligned pointers
+        // (every key of a 16-byte-aligned heap fell into one sixteenth of the buckets), so
+        // the product's high half is folded into them.
+        let x = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = x ^ (x >> 32);
+    }
+}
+
+pub(crate) type PtrMap<V> = HashMap<u64, V, BuildHasherDefault<PtrHasher>>;
+/// A set of pointers, hashed like [`PtrMap`]'s keys.
+pub(crate) type PtrSet = std::collections::HashSet<u64, BuildHasherDefault<PtrHasher>>;
+
+/// One parsed line (or one record of a binary trace): what the [`Builder`] pairs into events.
+#[derive(Clone, Copy)]
+pub(crate) struct Line {
+    pub(crate) t_ns: i64,
+    pub(crate) tid: u64,
+    /// `None` for a free.
+    pub(crate) size_bytes: Option<u64>,
+    pub(crate) addr: u64,
+    /// The call's code (an index into [`CALL_NAMES`]), when the line names one.
+    pub(crate) call: Option<u8>,
+    /// The stack id the file gives the event (binary traces with stacks).
+    pub(crate) stack: Option<u32>,
+}
+
+impl Line {
+    /// The loader's line for a binary record: times before 0 are clamped to 0.
+    pub(crate) fn of_record(r: &Record) -> Self {
+        Self {
+            t_ns: r.t_ns.max(0),
+            tid: r.tid,
+            size_bytes: r.size_bytes,
+            addr: r.addr,
+            call: r.call,
+            stack: r.stack,
+        }
+    }
+}
+
+/// One call as written in a trace file, before any pairing or clamping: what `allocview
+/// convert` copies between the text and binary forms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub t_ns: i64,
+    pub tid: u64,
+    /// `None` for a free (size `-1` in the text form).
+    pub size_bytes: Option<u64>,
+    /// The pointer (0 for NULL).
+    pub addr: u64,
+    /// Index into [`CALL_NAMES`]; `None` when the line has no fifth column.
+    pub call: Option<u8>,
+    /// The allocation's call stack, as an id into the file's stack table (binary traces and
+    /// spools recorded with stacks; never in the text form).
+    pub stack: Option<u32>,
+}
