@@ -138,7 +138,7 @@ pub fn limit_granule_bytes(name: &str, config: &PolicyConfig) -> u64 {
                 && config.pytorch.garbage_collection_threshold_ppm == 0 =>
         {
             // Segments are 2 MiB (small pool), 20 MiB, or a large request rounded up to 2 MiB.
-            crate::policy::pytorch::rounding::SMALL_BUFFER_BYTES
+            crate::policy::pytorch::constants::SMALL_BUFFER_BYTES
         }
         _ => 1,
     }

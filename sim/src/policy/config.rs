@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::policy::pytorch::{PytorchScript, PytorchSettings};
+use crate::policy::pytorch::settings::{PytorchScript, PytorchSettings};
 use crate::predict::lifetime::{AllocFeatures, DEFAULT_SHORT_ALLOCS};
 
 /// Knobs for every policy. Each policy reads the fields it understands and ignores the rest, so

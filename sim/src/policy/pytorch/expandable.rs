@@ -6,9 +6,9 @@
 //! the pages a request needs are counted first ([`Pytorch::map_plan_bytes`]) and nothing is
 //! mapped unless all of them fit the device, so a failed request leaves no trace.
 
+use super::constants::{LARGE_BUFFER_BYTES, SMALL_BUFFER_BYTES};
 use super::heap::{BlockRec, Occupant, SegmentRec, pool_index};
 use super::malloc::Params;
-use super::rounding::{LARGE_BUFFER_BYTES, SMALL_BUFFER_BYTES};
 use super::{Pytorch, SEGMENT_ALIGN_BYTES, SegmentOpKind};
 use crate::heap::Addr;
 
