@@ -24,12 +24,12 @@ use std::path::Path;
 
 use super::codec::{Cursor, put_varint, zigzag};
 use super::frames::read_header;
-use super::{FRAME_END, FRAME_EVENTS, FRAME_THREADS, FileKind, MAX_FRAME_BYTES, corrupt};
+use super::{
+    FRAME_END, FRAME_EVENTS, FRAME_INDEX, FRAME_THREADS, FileKind, MAX_FRAME_BYTES, corrupt,
+};
 use crate::error::LoadError;
 use crate::events::Record;
 
-/// Tag of the INDEX frame.
-pub(super) const FRAME_INDEX: u8 = 0x09;
 /// Bytes of the file header before the first frame.
 const HEADER_BYTES: u64 = 10;
 /// Bytes of a frame header: tag u8, length u32.

@@ -138,6 +138,8 @@ const FRAME_THREADS: u8 = 0x02;
 const FRAME_EVENTS: u8 = 0x03;
 const FRAME_END: u8 = 0x04;
 const FRAME_SEGMENT: u8 = 0x10;
+/// Tag of the INDEX frame.
+const FRAME_INDEX: u8 = 0x09;
 const CODEC_STORED: u8 = 0;
 const CODEC_ZSTD: u8 = 1;
 const OP_CALL_MASK: u8 = 0x0f;

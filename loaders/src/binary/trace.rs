@@ -299,7 +299,7 @@ impl<'a> Reader<'a> {
                         | FRAME_LOCATIONS
                         | FRAME_STACKS
                         | FRAME_SYMBOLS
-                        | super::index::FRAME_INDEX
+                        | super::FRAME_INDEX
                 )
             })
     }
@@ -690,7 +690,7 @@ fn frame_name(tag: u8) -> String {
         FRAME_LOCATIONS => "a LOCATIONS".into(),
         FRAME_STACKS => "a STACKS".into(),
         FRAME_SYMBOLS => "a SYMBOLS".into(),
-        super::index::FRAME_INDEX => "the INDEX".into(),
+        super::FRAME_INDEX => "the INDEX".into(),
         other => format!("a 0x{other:02x}"),
     }
 }

@@ -4,11 +4,12 @@ use std::io::{self, Write};
 
 use super::codec::{put_varint, zigzag};
 use super::frames::write_frame;
-use super::index::{BlockEntry, BlockIndex, FRAME_INDEX};
+use super::index::{BlockEntry, BlockIndex};
 use super::stacks::{self, NativeStacks};
 use super::{
-    BLOCK_EVENTS, CODEC_STORED, CODEC_ZSTD, FRAME_END, FRAME_EVENTS, FRAME_META, FRAME_THREADS,
-    KIND_TRACE, MAGIC, OP_CALL_MASK, OP_FREE, OP_NO_CALL, OP_STACK, OP_THREAD, VERSION, ZSTD_LEVEL,
+    BLOCK_EVENTS, CODEC_STORED, CODEC_ZSTD, FRAME_END, FRAME_EVENTS, FRAME_INDEX, FRAME_META,
+    FRAME_THREADS, KIND_TRACE, MAGIC, OP_CALL_MASK, OP_FREE, OP_NO_CALL, OP_STACK, OP_THREAD,
+    VERSION, ZSTD_LEVEL,
 };
 use crate::events::{MAX_THREADS, PtrMap, Record};
 

@@ -7,7 +7,6 @@ use std::path::Path;
 use super::super::trace::call_of;
 use super::super::{OP_FREE, corrupt};
 use super::order::{apply, greedy, search};
-use super::state::Timing;
 use super::{SpoolEncoding, SpoolEvent, Stream};
 use crate::error::LoadError;
 use crate::events::{PtrSet, Record};
@@ -361,5 +360,24 @@ impl Merge {
             *n += 1;
         }
         Ok(())
+    }
+}
+
+/// How the spool's ticks become trace nanoseconds.
+#[derive(Clone, Copy)]
+pub(super) struct Timing {
+    pub(super) tick0: u64,
+    pub(super) ns_per_tick: f64,
+    pub(super) offset_ns: i64,
+}
+
+impl Timing {
+    pub(super) fn to_ns(self, tick: u64) -> i64 {
+        let dt = tick.wrapping_sub(self.tick0) as i64;
+        if self.ns_per_tick == 1.0 {
+            dt.wrapping_add(self.offset_ns)
+        } else {
+            (dt as f64 * self.ns_per_tick).round() as i64 + self.offset_ns
+        }
     }
 }

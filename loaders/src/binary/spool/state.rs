@@ -10,29 +10,10 @@ use super::super::codec::Cursor;
 use super::super::frames::parse_meta;
 use super::super::stacks::{self, NativeModule};
 use super::super::{BinaryInfo, FRAME_META, FRAME_SEGMENT, FileKind, TimeBase, corrupt};
-use super::merge::{Merge, Out};
+use super::merge::{Merge, Out, Timing};
 use super::{FRAME_FLUSHED, FRAME_MODULE, SpoolEncoding, Stream, meta_i64};
 use crate::error::LoadError;
 use crate::events::{PtrSet, Record};
-
-/// How the spool's ticks become trace nanoseconds.
-#[derive(Clone, Copy)]
-pub(super) struct Timing {
-    tick0: u64,
-    ns_per_tick: f64,
-    offset_ns: i64,
-}
-
-impl Timing {
-    pub(super) fn to_ns(self, tick: u64) -> i64 {
-        let dt = tick.wrapping_sub(self.tick0) as i64;
-        if self.ns_per_tick == 1.0 {
-            dt.wrapping_add(self.offset_ns)
-        } else {
-            (dt as f64 * self.ns_per_tick).round() as i64 + self.offset_ns
-        }
-    }
-}
 
 pub(super) struct SpoolState<'a> {
     path: PathBuf,

@@ -4,9 +4,10 @@ use std::collections::HashMap;
 
 use super::graph::{
     Container, Kind, MAX_SHAPE, MAX_SHAPE_KEYS, META_KIND_MASK, META_NARROW, META_SHAPE_SHIFT,
-    META_SPILLED, Pickle, Raw, TAG_BIG, TAG_BYTES, TAG_CONTAINER, TAG_FLOAT, TAG_STR, TAG_WIDE,
+    META_SPILLED, Pickle,
 };
 use super::opcodes::{ADDITEMS, DICT, opcode_name};
+use super::raw::{Raw, TAG_BIG, TAG_BYTES, TAG_CONTAINER, TAG_FLOAT, TAG_STR, TAG_WIDE};
 use super::tables::{FxBuild, Interner, MIN_SHARED_RUN, RunIndex};
 use super::text::Int;
 use super::{PickleError, Result};

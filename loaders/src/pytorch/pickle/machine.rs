@@ -3,9 +3,10 @@
 use std::collections::HashMap;
 
 use super::build::Builder;
-use super::graph::{Kind, Pickle, Raw, TAG_BYTES};
+use super::graph::{Kind, Pickle};
 use super::input::{Input, READ_CHUNK_BYTES, need, need_line, read_error, take};
 use super::opcodes::*;
+use super::raw::{Raw, TAG_BYTES};
 use super::tables::FxBuild;
 use super::text::{MAX_INT_DIGITS, int_from_le, int_from_text, raw_unicode_escape, string_literal};
 use super::{PickleError, Result};

@@ -38,7 +38,7 @@
 //!
 //! Snapshots are millions of small dicts (`{"action": .., "addr": .., "frames": ..}`) that share
 //! their keys, their action strings and their frame dicts through the pickle memo. So:
-//! - A value is one `u64` (`graph::Raw`): a 3-bit tag and a payload. None, bools, integers of up
+//! - A value is one `u64` (`raw::Raw`): a 3-bit tag and a payload. None, bools, integers of up
 //!   to 61 bits, string ids and container ids are inline; floats, wider integers and bytes are
 //!   indices into side tables.
 //! - Strings (and bytes) are interned: equal strings share one stored copy and one id, so a key
@@ -74,6 +74,7 @@ mod graph;
 mod input;
 mod machine;
 mod opcodes;
+mod raw;
 mod tables;
 #[cfg(test)]
 mod tests;

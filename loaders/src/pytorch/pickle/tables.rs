@@ -2,7 +2,7 @@
 
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::graph::Raw;
+use super::raw::Raw;
 
 /// Storage for interned strings (`String`) or byte strings (`Vec<u8>`), back to back.
 pub(super) trait Arena: Default {

@@ -5,7 +5,8 @@
 
 use super::Result;
 use super::build::Builder;
-use super::graph::{Kind, Pickle, Raw, TAG_BIG, TAG_BYTES};
+use super::graph::{Kind, Pickle};
+use super::raw::{Raw, TAG_BIG, TAG_BYTES};
 
 /// One value added to a [`GraphBuilder`], to be used as an item of a later container.
 #[derive(Clone, Copy, PartialEq, Eq)]
