@@ -24,7 +24,8 @@ use screenshot::Shot;
 use crate::format;
 use crate::model::export;
 use crate::model::heapmap::{CellKind, HeapMap};
-use crate::model::state::{AppState, Mode, Msg, RunStatus, start_workers, update};
+use crate::model::state::{AppState, Mode, RunStatus, start_workers};
+use crate::model::update::{Msg, update};
 use crate::model::view::{ViewModel, Viewport, view_model};
 use crate::theme::{self, Rgb};
 

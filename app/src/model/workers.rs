@@ -11,8 +11,9 @@ use allocview_sim::policy::spec::PolicySpec;
 use allocview_sim::replay::{DEFAULT_CHECKPOINT_BUDGET_BYTES, ReplayOptions, replay_cancellable};
 use allocview_sim::series::Bucketing;
 
-use super::state::{AppState, BUCKETS, Msg, update};
+use super::state::{AppState, BUCKETS};
 use super::trace_data::TraceData;
+use super::update::{Msg, update};
 
 /// Starts loading the trace, then the size-class series and every policy's replay, on worker
 /// threads that report through `tx`.

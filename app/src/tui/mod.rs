@@ -20,7 +20,8 @@ use crossterm::execute;
 use ratatui::Terminal;
 use ratatui::backend::Backend;
 
-use crate::model::state::{AppState, Msg, start_workers, update};
+use crate::model::state::{AppState, start_workers};
+use crate::model::update::{Msg, update};
 use crate::model::view::view_model;
 
 /// Draws one frame of `state` on `terminal` and returns the screen areas (for the mouse).

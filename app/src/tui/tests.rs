@@ -14,7 +14,8 @@ use ratatui::layout::Rect;
 use super::{keys, render};
 use allocview_sim::policy::spec::PolicySpec;
 
-use crate::model::state::{AppState, Mode, Msg, PromptKind, load_blocking, update};
+use crate::model::state::{AppState, Mode, PromptKind, load_blocking};
+use crate::model::update::{Msg, update};
 
 pub(super) fn sample(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
