@@ -14,5 +14,4 @@ pub mod state;
 pub mod trace_data;
 pub mod update;
 pub mod view;
-mod view_timeline;
 pub mod workers;
