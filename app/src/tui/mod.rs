@@ -4,6 +4,8 @@
 pub mod draw;
 mod draw_timeline;
 pub mod keys;
+pub mod layout;
+mod style;
 #[cfg(test)]
 mod tests;
 
@@ -28,7 +30,7 @@ use crate::model::view::view_model;
 ///
 /// # Errors
 /// When the terminal cannot be drawn to.
-pub fn render<B: Backend>(terminal: &mut Terminal<B>, state: &mut AppState) -> Result<draw::Areas>
+pub fn render<B: Backend>(terminal: &mut Terminal<B>, state: &mut AppState) -> Result<layout::Areas>
 where
     B::Error: Send + Sync + 'static,
 {
@@ -48,9 +50,9 @@ where
                 .map(|l| l.chars().count().div_ceil(text_width).max(1))
                 .sum()
         });
-    let mut areas = draw::layout(area, compare, dump_lines);
+    let mut areas = layout::layout(area, compare, dump_lines);
     let panels = if compare { state.policies.len() } else { 1 };
-    let vp = draw::viewport(&areas, compare, panels);
+    let vp = layout::viewport(&areas, compare, panels);
     if state.page_rows != vp.event_rows.max(1) {
         update(state, Msg::PageRows(vp.event_rows));
     }
