@@ -325,6 +325,7 @@ fn goto(state: &mut AppState, text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The event `text` names in the part shown: `peak`, an event number, or a time.
 fn parse_goto(text: &str, state: &AppState) -> Result<usize, String> {
     let t = text.trim();
     if t == "peak" {
@@ -343,6 +344,8 @@ fn peak_live_event(state: &AppState) -> usize {
     state.data.as_ref().map_or(0, |d| d.view().peak_live().1)
 }
 
+/// What the mark at `event` is, for the message line: an OOM, a peak of the selected policy,
+/// or a local peak of live bytes.
 fn describe_mark(state: &AppState, event: usize) -> String {
     let Some(r) = state.selected_replay() else {
         return String::new();

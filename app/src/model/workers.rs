@@ -67,6 +67,7 @@ struct Replays {
 }
 
 impl Replays {
+    /// What the replays of `state`'s policies take of it.
     fn of(state: &AppState) -> Self {
         Self {
             specs: state.policies.iter().map(|p| p.spec.clone()).collect(),

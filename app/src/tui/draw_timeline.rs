@@ -24,6 +24,7 @@ struct Marks {
 }
 
 impl Marks {
+    /// The marks of timeline `t`.
     fn of(t: &TimelineVm) -> Self {
         let y_max = t.y_max_bytes.max(1.0) * 1.05;
         let fragmentation = t
