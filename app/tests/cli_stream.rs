@@ -485,7 +485,7 @@ fn splice_copies_real_traces_shifted_and_frees_their_leftovers() {
 /// stream does not carry).
 #[test]
 fn the_explorers_streamed_window_has_the_loaded_windows_tables() {
-    use allocview::model::state::TraceData;
+    use allocview::model::trace_data::TraceData;
     use allocview::session::WindowArgs;
     use std::sync::Arc;
     use std::sync::atomic::AtomicU64;

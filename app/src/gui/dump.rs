@@ -8,7 +8,7 @@ use eframe::egui::{self, ColorImage, TextureHandle, TextureOptions};
 use super::{cell_color, col};
 use crate::format;
 use crate::model::heapmap::{self, CellKind};
-use crate::model::state::DumpData;
+use crate::model::trace_data::DumpData;
 use crate::model::view::ViewModel;
 use crate::theme;
 

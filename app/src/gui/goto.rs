@@ -5,7 +5,8 @@
 use eframe::egui;
 
 use super::GuiApp;
-use crate::model::state::{Msg, Prompt, PromptKind};
+use crate::model::state::{Prompt, PromptKind};
+use crate::model::update::Msg;
 
 impl GuiApp {
     pub(super) fn goto_box(&mut self, ui: &mut egui::Ui) {

@@ -6,14 +6,14 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
 
-use allocview_sim::heap::BlockState;
 use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::spec::PolicySpec;
 use anyhow::{Result, anyhow};
-use eframe::egui::{self, Color32, ColorImage, TextureHandle, TextureOptions};
+use eframe::egui::{self, Color32, TextureHandle};
 
 mod dump;
 mod goto;
+mod heap;
 mod panels;
 mod plan;
 mod screenshot;
@@ -21,11 +21,12 @@ mod timeline;
 
 use screenshot::Shot;
 
-use crate::format;
 use crate::model::export;
-use crate::model::heapmap::{CellKind, HeapMap};
-use crate::model::state::{AppState, Mode, Msg, RunStatus, start_workers, update};
+use crate::model::heapmap::CellKind;
+use crate::model::state::{AppState, Mode, RunStatus};
+use crate::model::update::{Msg, update};
 use crate::model::view::{ViewModel, Viewport, view_model};
+use crate::model::workers::start_workers;
 use crate::theme::{self, Rgb};
 
 /// Arguments of `allocview gui`.
@@ -367,202 +368,12 @@ impl GuiApp {
             Err(e) => format!("could not write {}: {e}", path.display()),
         }
     }
-
-    fn heap_ui(&mut self, ui: &mut egui::Ui, vm: &ViewModel) {
-        let Some(state) = self.runs.first().map(|r| &r.state) else {
-            return;
-        };
-        let shown: Vec<usize> = match state.mode {
-            Mode::Single => vec![state.selected],
-            Mode::Compare => (0..state.policies.len()).collect(),
-        };
-        dump::legend(ui);
-        let avail = ui.available_size();
-        let panel_w = (avail.x / shown.len().max(1) as f32 - 8.0).max(60.0);
-        let map_h = (avail.y - 60.0).max(40.0);
-        let cell_px = 4.0_f32;
-        let cols = (panel_w / cell_px).floor().max(1.0) as usize;
-        let rows = (map_h / cell_px).floor().max(1.0) as usize;
-        let mut jump = None;
-        let mut zoom_by: Option<(f64, f64)> = None;
-        let mut maps: Vec<(usize, HeapMap, u64)> = Vec::new();
-        let highlighted = state.sites.highlighted();
-        for &i in &shown {
-            if let Some(h) = state.heaps.get(i).and_then(Option::as_ref) {
-                let held = h.held_bytes;
-                let start = (self.heap_window.0 * held as f64) as u64;
-                let len = (((self.heap_window.1 - self.heap_window.0) * held as f64) as u64).max(1);
-                let mut map = h.raster(start, len, cols * rows);
-                h.mark_selected(&mut map, start, &highlighted);
-                maps.push((i, map, start));
-            }
-        }
-        self.textures.truncate(0);
-        ui.horizontal_top(|ui| {
-            for &i in &shown {
-                let Some(slot) = state.policies.get(i) else { continue };
-                ui.vertical(|ui| {
-                    ui.set_width(panel_w);
-                    ui.strong(format!("heap: {}", slot.name));
-                    let Some((_, map, start)) = maps.iter().find(|m| m.0 == i) else {
-                        let note = vm
-                            .heaps
-                            .iter()
-                            .find(|h| h.policy == slot.name)
-                            .and_then(|h| h.note.clone())
-                            .unwrap_or_default();
-                        ui.label(note);
-                        return;
-                    };
-                    let pixels: Vec<Color32> = map.cells.iter().map(|&c| cell_color(c)).collect();
-                    let img = ColorImage::new([cols, rows], pixels);
-                    let tex = ui.ctx().load_texture(format!("heap-{i}"), img, TextureOptions::NEAREST);
-                    let size = egui::vec2(cols as f32 * cell_px, rows as f32 * cell_px);
-                    let resp = ui.add(
-                        egui::Image::new(&tex)
-                            .maintain_aspect_ratio(false)
-                            .fit_to_exact_size(size)
-                            .sense(egui::Sense::click()),
-                    );
-                    self.textures.push(tex);
-                    if let (Some(pos), Some(h)) = (resp.hover_pos(), state.heaps.get(i).and_then(Option::as_ref)) {
-                        let rel = pos - resp.rect.min;
-                        let cx = (rel.x / cell_px) as usize;
-                        let cy = (rel.y / cell_px) as usize;
-                        let cell = cy * cols + cx;
-                        let offset = start + cell as u64 * map.bytes_per_cell;
-                        if let Some(b) = h.block_at_offset(offset) {
-                                let text = describe_block(state, &b);
-                                resp.clone().on_hover_text(text);
-                                if let BlockState::Used { id, .. } = b.state
-                                    && let Some(data) = &state.data
-                                        && let Some((birth, death)) = data.lifetime(id) {
-                                            if resp.clicked() {
-                                                jump = Some(birth);
-                                            } else if resp.secondary_clicked() {
-                                                jump = death.or(Some(birth));
-                                            }
-                                        }
-                            }
-                        let scroll = ui.input(|inp| inp.smooth_scroll_delta.y);
-                        if scroll.abs() > 0.0 {
-                            let frac = f64::from(cell as u32) / (cols * rows) as f64;
-                            zoom_by = Some((if scroll > 0.0 { 0.8 } else { 1.25 }, frac));
-                        }
-                    }
-                    let caption = vm
-                        .heaps
-                        .iter()
-                        .find(|h| h.policy == slot.name)
-                        .map(|h| h.caption.clone())
-                        .unwrap_or_default();
-                    ui.small(caption);
-                    ui.small(format!(
-                        "1 cell = {}; scroll to zoom, click a block: its birth, right-click: its death",
-                        format::bytes(map.bytes_per_cell)
-                    ));
-                });
-            }
-        });
-        if let Some((factor, at)) = zoom_by {
-            let (lo, hi) = self.heap_window;
-            let width = ((hi - lo) * factor).clamp(1e-6, 1.0);
-            let centre = lo + at * (hi - lo);
-            let lo = (centre - width * at).clamp(0.0, 1.0 - width);
-            self.heap_window = (lo, lo + width);
-        }
-        if let Some(e) = jump {
-            self.send(Msg::GotoEvent(e));
-        }
-    }
-}
-
-fn describe_block(state: &AppState, b: &allocview_sim::heap::Block) -> String {
-    match b.state {
-        BlockState::Free => format!(
-            "free block at {:#x}: {}",
-            b.addr,
-            format::bytes(b.len_bytes)
-        ),
-        BlockState::Dead => format!(
-            "dead (not reusable) at {:#x}: {}",
-            b.addr,
-            format::bytes(b.len_bytes)
-        ),
-        BlockState::Used {
-            id,
-            requested_bytes,
-        } => {
-            let mut s = format!(
-                "allocation {id} at {:#x}\nrequested {} ({} B), allocated {} ({} B)",
-                b.addr,
-                format::bytes(requested_bytes),
-                requested_bytes,
-                format::bytes(b.len_bytes),
-                b.len_bytes
-            );
-            if let Some(data) = &state.data {
-                let v = data.view();
-                let t0 = v.t_ns.first().copied().unwrap_or(0);
-                let when = |e: usize| {
-                    format!(
-                        "event {} at {}",
-                        format::count(e as u64),
-                        format::seconds_fixed(
-                            (v.t_ns.get(e).copied().unwrap_or(t0) - t0) as f64 / 1e9
-                        )
-                    )
-                };
-                if let Some((birth, death)) = data.lifetime(id) {
-                    s.push_str(&format!(
-                        "\nborn: {}, thread {}",
-                        when(birth),
-                        data.thread_at(birth)
-                    ));
-                    s.push_str(&format!(
-                        "\ndies: {}",
-                        death.map_or_else(|| "never (live at the end)".to_owned(), when)
-                    ));
-                }
-                // A snapshot's allocations carry their stack: the innermost frames.
-                let frames = data.frames_of_alloc(id);
-                for f in frames.iter().take(12) {
-                    s.push_str(&format!("\n  {f}"));
-                }
-                if frames.len() > 12 {
-                    s.push_str(&format!("\n  ... {} more frames", frames.len() - 12));
-                }
-            }
-            s
-        }
-    }
 }
 
 impl eframe::App for GuiApp {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         let ctx = ui.ctx().clone();
-        for r in &mut self.runs {
-            r.drain();
-        }
-        self.open_asked_part();
-        if self.runs.iter().any(|r| r.state.scanning()) {
-            // The whole trace's strip fills in as the background read goes on.
-            ctx.request_repaint_after(std::time::Duration::from_millis(250));
-        }
-        let dropped: Vec<PathBuf> = ctx.input(|i| {
-            i.raw
-                .dropped_files
-                .iter()
-                .map(|f| f.path().to_path_buf())
-                .collect()
-        });
-        if let Some(first) = dropped.first() {
-            self.open(first, false);
-            for more in dropped.iter().skip(1) {
-                self.open(more, true);
-            }
-        }
-        self.keys(&ctx);
+        self.take_input(&ctx);
         let vp = Viewport {
             timeline_points: 2048,
             heap_cells: 64 * 64,
@@ -620,66 +431,107 @@ impl eframe::App for GuiApp {
             let state = self.runs.first().map(|r| &r.state);
             egui::CentralPanel::default().show(ui, |ui| plan::plan_ui(ui, p, state));
         } else {
-            // Panels start in proportion to the window, so a small window keeps room for
-            // the heap map.
-            let screen = ctx.content_rect().size();
-            if vm.timeline.is_some() {
-                egui::Panel::top("timeline")
-                    .resizable(true)
-                    .min_size(100.0)
-                    .default_size((screen.y * 0.24).clamp(120.0, 260.0))
-                    .show(ui, |ui| self.timeline_ui(ui, &vms));
-            } else {
-                egui::Panel::top("dump").show(ui, |ui| {
-                    ui.heading("TensorFlow BFC dump");
-                    for (i, l) in vm.dump_lines.iter().enumerate() {
-                        if i == 0 {
-                            ui.colored_label(col(theme::OOM), l);
-                        } else {
-                            ui.label(l);
-                        }
-                    }
-                });
-            }
-            // A dump is one moment: its chunks fill the window beside its bins, with no empty
-            // event list or class history below.
-            let dump = self
-                .runs
-                .first()
-                .and_then(|r| r.state.data.clone())
-                .filter(|d| d.is_empty() && d.dump.is_some());
-            if let Some(data) = dump
-                && let Some(d) = &data.dump
-            {
-                egui::Panel::right("side")
-                    .resizable(true)
-                    .min_size(300.0)
-                    .default_size(420.0)
-                    .show(ui, |ui| self.side_ui(ui, &vm));
-                egui::CentralPanel::default().show(ui, |ui| {
-                    dump::dump_heap_ui(ui, &vm, d, &mut self.dump_texture);
-                });
-                return self.finish_frame(&ctx);
-            }
-            // The heap map, the view the tool is about, keeps the most room.
-            egui::Panel::bottom("bottom")
-                .resizable(true)
-                .min_size(110.0)
-                .default_size((screen.y * 0.25).clamp(130.0, 280.0))
-                .show(ui, |ui| self.bottom_ui(ui, &vm));
-            if vm.compare {
-                egui::CentralPanel::default().show(ui, |ui| self.heap_ui(ui, &vm));
-            } else {
-                egui::Panel::right("side")
-                    .resizable(true)
-                    .min_size(220.0)
-                    .default_size((screen.x * 0.27).clamp(260.0, 420.0))
-                    .show(ui, |ui| self.side_ui(ui, &vm));
-                egui::CentralPanel::default().show(ui, |ui| self.heap_ui(ui, &vm));
-            }
+            self.explorer_ui(ui, &ctx, &vm, &vms);
         }
 
         self.finish_frame(&ctx);
+    }
+}
+
+impl GuiApp {
+    /// What came in since the last frame: the workers' reports, a part the model asked to
+    /// open, files dropped on the window, and keys.
+    fn take_input(&mut self, ctx: &egui::Context) {
+        for r in &mut self.runs {
+            r.drain();
+        }
+        self.open_asked_part();
+        if self.runs.iter().any(|r| r.state.scanning()) {
+            // The whole trace's strip fills in as the background read goes on.
+            ctx.request_repaint_after(std::time::Duration::from_millis(250));
+        }
+        let dropped: Vec<PathBuf> = ctx.input(|i| {
+            i.raw
+                .dropped_files
+                .iter()
+                .map(|f| f.path().to_path_buf())
+                .collect()
+        });
+        if let Some(first) = dropped.first() {
+            self.open(first, false);
+            for more in dropped.iter().skip(1) {
+                self.open(more, true);
+            }
+        }
+        self.keys(ctx);
+    }
+
+    /// The explorer's panels for an input with a history (`vms`: every open run's, for the
+    /// timeline's overlay), or a dump's heap and bins beside its text.
+    fn explorer_ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        ctx: &egui::Context,
+        vm: &ViewModel,
+        vms: &[ViewModel],
+    ) {
+        // Panels start in proportion to the window, so a small window keeps room for
+        // the heap map.
+        let screen = ctx.content_rect().size();
+        if vm.timeline.is_some() {
+            egui::Panel::top("timeline")
+                .resizable(true)
+                .min_size(100.0)
+                .default_size((screen.y * 0.24).clamp(120.0, 260.0))
+                .show(ui, |ui| self.timeline_ui(ui, vms));
+        } else {
+            egui::Panel::top("dump").show(ui, |ui| {
+                ui.heading("TensorFlow BFC dump");
+                for (i, l) in vm.dump_lines.iter().enumerate() {
+                    if i == 0 {
+                        ui.colored_label(col(theme::OOM), l);
+                    } else {
+                        ui.label(l);
+                    }
+                }
+            });
+        }
+        // A dump is one moment: its chunks fill the window beside its bins, with no empty
+        // event list or class history below.
+        let dump = self
+            .runs
+            .first()
+            .and_then(|r| r.state.data.clone())
+            .filter(|d| d.is_empty() && d.dump.is_some());
+        if let Some(data) = dump
+            && let Some(d) = &data.dump
+        {
+            egui::Panel::right("side")
+                .resizable(true)
+                .min_size(300.0)
+                .default_size(420.0)
+                .show(ui, |ui| self.side_ui(ui, vm));
+            egui::CentralPanel::default().show(ui, |ui| {
+                dump::dump_heap_ui(ui, vm, d, &mut self.dump_texture);
+            });
+            return;
+        }
+        // The heap map, the view the tool is about, keeps the most room.
+        egui::Panel::bottom("bottom")
+            .resizable(true)
+            .min_size(110.0)
+            .default_size((screen.y * 0.25).clamp(130.0, 280.0))
+            .show(ui, |ui| self.bottom_ui(ui, vm));
+        if vm.compare {
+            egui::CentralPanel::default().show(ui, |ui| self.heap_ui(ui, vm));
+        } else {
+            egui::Panel::right("side")
+                .resizable(true)
+                .min_size(220.0)
+                .default_size((screen.x * 0.27).clamp(260.0, 420.0))
+                .show(ui, |ui| self.side_ui(ui, vm));
+            egui::CentralPanel::default().show(ui, |ui| self.heap_ui(ui, vm));
+        }
     }
 }
 

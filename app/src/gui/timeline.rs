@@ -6,7 +6,7 @@ use egui_plot::{Legend, Line, Plot, PlotPoints, VLine};
 
 use super::{GuiApp, col};
 use crate::format;
-use crate::model::state::Msg;
+use crate::model::update::Msg;
 use crate::model::view::ViewModel;
 use crate::theme;
 

@@ -255,7 +255,7 @@ mod tests {
     use allocview_sim::policy::spec::PolicySpec;
 
     use super::*;
-    use crate::model::state::load_blocking;
+    use crate::model::workers::load_blocking;
 
     /// A heap laid out by the index, never listed, rasterises, marks and answers hover exactly
     /// as the list the index gives, at events over a real snapshot, whole and zoomed.
@@ -323,7 +323,7 @@ mod next_window_tests {
     use allocview_sim::policy::spec::PolicySpec;
 
     use super::*;
-    use crate::model::state::load_blocking;
+    use crate::model::workers::load_blocking;
 
     /// A whole-heap picture is followed by the whole of the next heap, drawn in the seek's own
     /// pass, though the footprint changed between the two events (`pytorch` on a malloc trace

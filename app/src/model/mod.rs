@@ -12,6 +12,6 @@ pub mod scan;
 pub mod sites;
 pub mod state;
 pub mod trace_data;
+pub mod update;
 pub mod view;
-mod view_timeline;
 pub mod workers;

@@ -209,13 +209,35 @@ pub fn rasterise(
         row_band: top_bytes as f64 / height as f64,
     };
     let cell_area = geo.col_span * geo.row_band;
+    let cells = visible_areas(buffers, &rs, &geo)
+        .iter()
+        .map(|list| shown_cell(buffers, list, cell_area))
+        .collect();
 
-    // Per cell, each buffer's visible area. An overwrite child lies inside its parent's
-    // addresses, so where both live the child's area is taken from the parent's: the sum of a
-    // cell's entries is then the area covered, and the innermost buffer shows.
-    let mut areas: Vec<Vec<(usize, f64)>> = vec![Vec::new(); width * height];
+    PlanGrid {
+        width,
+        height,
+        cells,
+        time_start,
+        time_end,
+        top_bytes,
+        total_bytes: plan.total_bytes,
+        lower_bound_bytes,
+        capacity_bytes,
+        lower_bound_row: row_of(lower_bound_bytes, top_bytes, height),
+        total_row: row_of(plan.total_bytes, top_bytes, height),
+        capacity_row: capacity_bytes.map(|c| row_of(c, top_bytes, height)),
+        live_bytes: live_profile(buffers, time_start, geo.col_span, width),
+    }
+}
+
+/// Per cell of `geo`, each buffer's visible area. An overwrite child lies inside its parent's
+/// addresses, so where both live the child's area is taken from the parent's: the sum of a
+/// cell's entries is then the area covered, and the innermost buffer shows.
+fn visible_areas(buffers: &[Buffer], rs: &[PlanRect], geo: &Geometry) -> Vec<Vec<(usize, f64)>> {
+    let mut areas: Vec<Vec<(usize, f64)>> = vec![Vec::new(); geo.width * geo.height];
     let mut rect_of: Vec<Option<PlanRect>> = vec![None; buffers.len()];
-    for r in &rs {
+    for r in rs {
         if let Some(slot) = rect_of.get_mut(r.buffer) {
             *slot = Some(*r);
         }
@@ -225,7 +247,7 @@ pub fn rasterise(
             }
         });
     }
-    for r in &rs {
+    for r in rs {
         let Some(ow) = buffers.get(r.buffer).and_then(|b| b.overwrite) else {
             continue;
         };
@@ -243,40 +265,25 @@ pub fn rasterise(
             }
         });
     }
-    let cells = areas
-        .iter()
-        .map(|list| {
-            let covered: f64 = list.iter().map(|&(_, a)| a.max(0.0)).sum();
-            let empty = (cell_area - covered).max(0.0);
-            // Most area wins; on a tie the later (inner, for a chain) entry.
-            let best = list
-                .iter()
-                .copied()
-                .reduce(|best, x| if x.1 >= best.1 { x } else { best });
-            match best {
-                Some((index, area)) if area > 0.0 && area >= empty => PlanCell::Buffer {
-                    index,
-                    class: buffers.get(index).map_or(0, |b| size_class(b.size_bytes)),
-                },
-                _ => PlanCell::Empty,
-            }
-        })
-        .collect();
+    areas
+}
 
-    PlanGrid {
-        width,
-        height,
-        cells,
-        time_start,
-        time_end,
-        top_bytes,
-        total_bytes: plan.total_bytes,
-        lower_bound_bytes,
-        capacity_bytes,
-        lower_bound_row: row_of(lower_bound_bytes, top_bytes, height),
-        total_row: row_of(plan.total_bytes, top_bytes, height),
-        capacity_row: capacity_bytes.map(|c| row_of(c, top_bytes, height)),
-        live_bytes: live_profile(buffers, time_start, geo.col_span, width),
+/// What a cell of `cell_area` whose buffers show `list` (see [`visible_areas`]) draws: the
+/// buffer with the most area, when it has at least the empty part's.
+fn shown_cell(buffers: &[Buffer], list: &[(usize, f64)], cell_area: f64) -> PlanCell {
+    let covered: f64 = list.iter().map(|&(_, a)| a.max(0.0)).sum();
+    let empty = (cell_area - covered).max(0.0);
+    // Most area wins; on a tie the later (inner, for a chain) entry.
+    let best = list
+        .iter()
+        .copied()
+        .reduce(|best, x| if x.1 >= best.1 { x } else { best });
+    match best {
+        Some((index, area)) if area > 0.0 && area >= empty => PlanCell::Buffer {
+            index,
+            class: buffers.get(index).map_or(0, |b| size_class(b.size_bytes)),
+        },
+        _ => PlanCell::Empty,
     }
 }
 

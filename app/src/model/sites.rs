@@ -26,9 +26,16 @@ pub struct SitesState {
 }
 
 impl SitesState {
-    /// Recomputes what is stale: the table when the cursor moved, the series when the
-    /// selected site changed. Nothing while the panel is closed.
-    pub fn refresh(&mut self, view: &TraceView<'_>, sites: &EventSites, cursor: usize) {
+    /// Recomputes what is stale: the table when the cursor moved, the series (over `buckets`
+    /// time buckets, those of the timeline it is drawn on) when the selected site changed.
+    /// Nothing while the panel is closed.
+    pub fn refresh(
+        &mut self,
+        view: &TraceView<'_>,
+        sites: &EventSites,
+        cursor: usize,
+        buckets: usize,
+    ) {
         if !self.open || view.is_empty() {
             return;
         }
@@ -47,7 +54,7 @@ impl SitesState {
             .as_ref()
             .is_none_or(|(name, _)| *name != row.name)
         {
-            let b = Bucketing::for_trace(view, super::state::BUCKETS);
+            let b = Bucketing::for_trace(view, buckets);
             self.series = Some((
                 row.name.clone(),
                 Arc::new(live_series(view, sites, &row.name, b)),

@@ -6,11 +6,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use allocview_loaders::{LoadOptions, Loaded, Strictness};
+use allocview_loaders::Loaded;
 use allocview_sim::heap::Block;
 use allocview_sim::policy::config::PolicyConfig;
+use allocview_sim::stream::window::WindowSpec;
 use allocview_sim::trace::{EventKind, TraceView};
 use polars::prelude::*;
+
+use crate::session::input::{self, Opened, StreamedWindow};
+use crate::session::source::ResumePoint;
 
 /// A loaded trace, immutable and shared with the worker threads.
 pub struct TraceData {
@@ -220,6 +224,93 @@ impl PlanData {
     }
 }
 
+/// What an input loaded in memory holds for the explorers, by kind, its event table not yet
+/// slimmed ([`slim_events`]).
+struct Contents {
+    format: &'static str,
+    events: DataFrame,
+    threads: DataFrame,
+    load_seconds: f64,
+    dump: Option<DumpData>,
+    plan: Option<PlanData>,
+    snapshot: Option<SnapshotData>,
+    site_stacks: Option<allocview_loaders::sites::StackTable>,
+}
+
+impl Contents {
+    /// What `loaded` holds: its tables, and what a dump, a snapshot or a plan adds.
+    ///
+    /// # Errors
+    /// A memory plan whose buffers or planners fail.
+    fn of(loaded: Loaded) -> Result<Self, String> {
+        let site_stacks = match &loaded {
+            Loaded::MallocTrace(t) => t.stacks.clone(),
+            Loaded::PytorchSnapshot(s) => Some(s.stacks.clone()),
+            Loaded::TfMemoryLog(_) | Loaded::TfBfcDump(_) | Loaded::Plan(_) => None,
+        };
+        // What a kind below does not set stays empty.
+        let none = Self {
+            format: "",
+            events: DataFrame::empty(),
+            threads: DataFrame::empty(),
+            load_seconds: 0.0,
+            dump: None,
+            plan: None,
+            snapshot: None,
+            site_stacks,
+        };
+        Ok(match loaded {
+            Loaded::MallocTrace(t) => Self {
+                format: "malloc-trace",
+                events: t.events,
+                threads: t.threads,
+                load_seconds: t.load_seconds,
+                ..none
+            },
+            Loaded::PytorchSnapshot(s) => {
+                let snapshot = Some(SnapshotData::of(&s));
+                let s = *s;
+                Self {
+                    format: "pytorch-snapshot",
+                    events: s.events,
+                    threads: s.threads,
+                    load_seconds: s.load_seconds,
+                    snapshot,
+                    ..none
+                }
+            }
+            Loaded::TfMemoryLog(log) => {
+                let log = *log;
+                Self {
+                    format: "tf-memory-log",
+                    dump: log.dumps.first().map(DumpData::of),
+                    events: log.events,
+                    threads: log.threads,
+                    load_seconds: log.load_seconds,
+                    ..none
+                }
+            }
+            Loaded::TfBfcDump(d) => Self {
+                format: "tf-bfc-dump",
+                dump: Some(DumpData::of(&d)),
+                ..none
+            },
+            Loaded::Plan(p) => Self {
+                format: "memory-plan",
+                plan: Some(PlanData::of(&p)?),
+                load_seconds: p.load_seconds,
+                ..none
+            },
+        })
+    }
+}
+
+/// Where a read of window `spec` of the trace at `path` can start from: the latest resume
+/// point before it that the background read of the trace has found, if any.
+fn resume_point(path: &Path, spec: &WindowSpec) -> Option<ResumePoint> {
+    super::scan::existing(path).and_then(|scan| scan.point_for(spec))
+}
+
 /// Lines of a stack the explorers show (the site, then the program's own frames outward).
 const MAX_FRAME_LINES: usize = 24;
 
@@ -227,7 +318,10 @@ const MAX_FRAME_LINES: usize = 24;
 const NEVER: u32 = u32::MAX;
 
 impl TraceData {
-    /// Loads and validates a trace, a TensorFlow memory log or a BFC dump.
+    /// Loads and validates a trace, a TensorFlow memory log, a BFC dump, a PyTorch snapshot or
+    /// a memory plan, as the session opens it for an explorer
+    /// ([`crate::session::input::open_for_explorer`]): whole, the window asked for, or the
+    /// first part of a trace too big to load.
     ///
     /// # Errors
     /// A readable message naming the file.
@@ -237,111 +331,62 @@ impl TraceData {
         window: &crate::session::WindowArgs,
         progress: Arc<AtomicU64>,
     ) -> Result<Self, String> {
-        let opts = LoadOptions {
-            strictness: if lenient {
-                Strictness::Lenient
-            } else {
-                Strictness::Strict
-            },
-            progress: Some(Arc::clone(&progress)),
-        };
-        if let Some((events, first)) = crate::session::mode::explorer_default_window(path) {
-            if window.is_set() {
-                // A window of a trace too big to load: read block by block, only the window
-                // kept.
-                return Self::load_streamed_window(path, window, &progress);
-            }
-            // Too big to load whole and no window asked for: the first events that fit.
-            let window = crate::session::WindowArgs {
-                events: Some(format!("0..{first}")),
-                ..crate::session::WindowArgs::default()
-            };
-            let mut data = Self::load_streamed_window(path, &window, &progress)?;
-            data.warnings.insert(
-                0,
-                format!(
-                    "{} holds {} events, too many to load whole: showing its first {}; {{ and }} \
-                     open the other parts, g #N the part of any event N",
-                    path.display(),
-                    crate::format::count(events),
-                    crate::format::count(first)
-                ),
-            );
-            return Ok(data);
-        }
-        let mut loaded = allocview_loaders::load(path, &opts).map_err(|e| e.to_string())?;
-        let trace_events = match &loaded {
-            Loaded::MallocTrace(t) => t.events.height() as u64,
-            Loaded::TfMemoryLog(log) => log.events.height() as u64,
-            _ => 0,
-        };
-        let part = crate::session::window::apply(&mut loaded, window, path)
-            .map_err(|e| format!("{e:#}"))?
-            .map(|w| Part {
-                start: w.start as u64,
-                end: w.end as u64,
+        let started = std::time::Instant::now();
+        match input::open_for_explorer(path, lenient, window, &progress, |spec| {
+            resume_point(path, spec)
+        })? {
+            Opened::Loaded {
+                loaded,
+                window,
                 trace_events,
-            });
-        let warnings = crate::session::input::warnings(&loaded);
-        let site_stacks = match &loaded {
-            Loaded::MallocTrace(t) => t.stacks.clone(),
-            Loaded::PytorchSnapshot(s) => Some(s.stacks.clone()),
-            Loaded::TfMemoryLog(_) | Loaded::TfBfcDump(_) | Loaded::Plan(_) => None,
-        };
-        let mut snapshot = None;
-        let (format, events, threads, load_seconds, dump) = match loaded {
-            Loaded::MallocTrace(t) => ("malloc-trace", t.events, t.threads, t.load_seconds, None),
-            Loaded::PytorchSnapshot(s) => {
-                snapshot = Some(SnapshotData::of(&s));
-                let s = *s;
-                (
-                    "pytorch-snapshot",
-                    s.events,
-                    s.threads,
-                    s.load_seconds,
-                    None,
-                )
-            }
-            Loaded::TfMemoryLog(log) => {
-                let log = *log;
-                let dump = log.dumps.first().map(DumpData::of);
-                (
-                    "tf-memory-log",
-                    log.events,
-                    log.threads,
-                    log.load_seconds,
-                    dump,
-                )
-            }
-            Loaded::TfBfcDump(d) => (
-                "tf-bfc-dump",
-                DataFrame::empty(),
-                DataFrame::empty(),
-                0.0,
-                Some(DumpData::of(&d)),
-            ),
-            Loaded::Plan(p) => {
-                let plan = PlanData::of(&p)?;
-                return Ok(Self {
-                    path: path.to_path_buf(),
-                    format: "memory-plan",
-                    events: DataFrame::empty(),
-                    compact: CompactColumns::default(),
-                    threads: DataFrame::empty(),
-                    load_seconds: p.load_seconds,
-                    num_allocs: 0,
-                    warnings,
-                    dump: None,
-                    plan: Some(plan),
-                    snapshot: None,
-                    site_stacks: None,
-                    sites: std::sync::OnceLock::new(),
-                    lifetimes: std::sync::OnceLock::new(),
-                    scan: None,
-                    part: None,
+                warnings,
+            } => {
+                let part = window.map(|w| Part {
+                    start: w.start as u64,
+                    end: w.end as u64,
+                    trace_events,
                 });
+                Self::of_loaded(path, loaded, part, warnings)
             }
-        };
+            Opened::Streamed(streamed) => Self::of_streamed(path, streamed, started),
+        }
+    }
+
+    /// The window `window` of the binary trace `path`, read block by block (see
+    /// [`crate::session::input::read_window_for_explorer`]): memory holds the window, whatever
+    /// the trace's length. The explorers open a trace too big to load this way.
+    ///
+    /// # Errors
+    /// A readable message naming the file.
+    pub fn load_streamed_window(
+        path: &Path,
+        window: &crate::session::WindowArgs,
+        progress: &AtomicU64,
+    ) -> Result<Self, String> {
+        let started = std::time::Instant::now();
+        let streamed = input::read_window_for_explorer(path, window, progress, |spec| {
+            resume_point(path, spec)
+        })?;
+        Self::of_streamed(path, streamed, started)
+    }
+
+    /// An input loaded in memory, `part` of it when a window was cut.
+    fn of_loaded(
+        path: &Path,
+        loaded: Loaded,
+        part: Option<Part>,
+        warnings: Vec<String>,
+    ) -> Result<Self, String> {
+        let Contents {
+            format,
+            mut events,
+            threads,
+            load_seconds,
+            dump,
+            plan,
+            snapshot,
+            site_stacks,
+        } = Contents::of(loaded)?;
         let num_allocs = if events.height() == 0 {
             0
         } else {
@@ -349,7 +394,6 @@ impl TraceData {
                 .map_err(|e| e.to_string())?
                 .num_allocs
         };
-        let mut events = events;
         let compact = slim_events(&mut events);
         Ok(Self {
             path: path.to_path_buf(),
@@ -361,7 +405,7 @@ impl TraceData {
             num_allocs,
             warnings,
             dump,
-            plan: None,
+            plan,
             snapshot,
             site_stacks,
             sites: std::sync::OnceLock::new(),
@@ -371,27 +415,20 @@ impl TraceData {
         })
     }
 
-    /// The window `window` of the binary trace `path`, read block by block (see
-    /// [`crate::session::source::window_tables`]): memory holds the window, whatever the
-    /// trace's length. The explorers open a trace too big to load this way.
-    ///
-    /// # Errors
-    /// A readable message naming the file.
-    pub fn load_streamed_window(
+    /// A window of a trace too big to load, read since `started`; the background read of the
+    /// whole trace starts with it.
+    fn of_streamed(
         path: &Path,
-        window: &crate::session::WindowArgs,
-        progress: &AtomicU64,
+        streamed: StreamedWindow,
+        started: std::time::Instant,
     ) -> Result<Self, String> {
-        let started = std::time::Instant::now();
+        let StreamedWindow {
+            tables: t,
+            warnings,
+        } = streamed;
         // The whole trace is read once in the background (resume points and an overview),
         // started with the first part; a later part reads from the nearest point found so
         // far before it.
-        let spec = window.spec().map_err(|e| format!("{e:#}"))?;
-        let point = super::scan::existing(path)
-            .zip(spec)
-            .and_then(|(scan, spec)| scan.point_for(&spec));
-        let t = crate::session::source::window_tables(path, window, Some(progress), false, point)
-            .map_err(|e| format!("{e:#}"))?;
         let scan = super::scan::scan_of(path, t.trace_events);
         let num_allocs = allocview_loaders::trace_view(&t.events, path)
             .map_err(|e| e.to_string())?
@@ -406,7 +443,7 @@ impl TraceData {
             threads: t.threads,
             load_seconds: started.elapsed().as_secs_f64(),
             num_allocs,
-            warnings: t.summary.warnings(),
+            warnings,
             part: Some(Part {
                 start: t.part.0,
                 end: t.part.1,

@@ -3,36 +3,30 @@
 //! while policies replay.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 
 use allocview_sim::classes::ClassSeries;
+use allocview_sim::plan::greedy_by_size::Progress;
+use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::registry;
 use allocview_sim::policy::spec::PolicySpec;
-use allocview_sim::replay::{DEFAULT_CHECKPOINT_BUDGET_BYTES, ReplayOptions, replay_cancellable};
+use allocview_sim::replay::{
+    DEFAULT_CHECKPOINT_BUDGET_BYTES, Replay, ReplayOptions, replay_cancellable,
+};
 use allocview_sim::series::Bucketing;
 
-use super::state::{AppState, BUCKETS, Msg, update};
+use super::state::{AppState, BUCKETS};
 use super::trace_data::TraceData;
+use super::update::{Msg, update};
 
 /// Starts loading the trace, then the size-class series and every policy's replay, on worker
 /// threads that report through `tx`.
 pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<Msg>) {
     let path = state.path.clone();
     let progress = Arc::clone(&state.load_progress);
-    let specs: Vec<PolicySpec> = state.policies.iter().map(|p| p.spec.clone()).collect();
-    let progress_of: Vec<Arc<std::sync::atomic::AtomicUsize>> = state
-        .policies
-        .iter()
-        .map(|p| Arc::clone(&p.progress))
-        .collect();
-    let preparing_of: Vec<_> = state
-        .policies
-        .iter()
-        .map(|p| Arc::clone(&p.preparing))
-        .collect();
-    let config = state.config.clone();
     let window = state.window.clone();
-    let cancel = Arc::clone(&state.cancel);
+    let replays = Replays::of(state);
     let tx = tx.clone();
     std::thread::spawn(move || {
         let data = match TraceData::load(&path, lenient, &window, progress) {
@@ -45,7 +39,7 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
         tx.send(Msg::Loaded(Ok(Arc::clone(&data)))).ok();
         if data.is_empty() {
             // A BFC dump or a plan: nothing to replay.
-            for i in 0..specs.len() {
+            for i in 0..replays.specs.len() {
                 tx.send(Msg::Replayed(
                     i,
                     Err("this input has no events to replay".to_owned()),
@@ -59,53 +53,64 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
             let classes = ClassSeries::build(&view, Bucketing::for_trace(&view, BUCKETS), 16_384);
             tx.send(Msg::Classes(Arc::new(classes))).ok();
         }
+        replays.run(&data, jobs, &tx);
+    });
+}
+
+/// What the replays take of the state: each policy with where it reports its progress, the
+/// configuration, and the flag that stops them.
+struct Replays {
+    specs: Vec<PolicySpec>,
+    progress_of: Vec<Arc<AtomicUsize>>,
+    preparing_of: Vec<Arc<Progress>>,
+    config: PolicyConfig,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Replays {
+    /// What the replays of `state`'s policies take of it.
+    fn of(state: &AppState) -> Self {
+        Self {
+            specs: state.policies.iter().map(|p| p.spec.clone()).collect(),
+            progress_of: state
+                .policies
+                .iter()
+                .map(|p| Arc::clone(&p.progress))
+                .collect(),
+            preparing_of: state
+                .policies
+                .iter()
+                .map(|p| Arc::clone(&p.preparing))
+                .collect(),
+            config: state.config.clone(),
+            cancel: Arc::clone(&state.cancel),
+        }
+    }
+
+    /// Replays every policy on `data`, in order of the list, `jobs` at a time, each reported
+    /// through `tx` as soon as it is done; returns once all are, or the frontend moved on.
+    fn run(mut self, data: &Arc<TraceData>, jobs: usize, tx: &Sender<Msg>) {
         // A PyTorch snapshot's own settings and rebuilt start state go to `pytorch`.
-        let config = data.policy_config(config);
+        self.config = data.policy_config(self.config);
         // `predictive` learns from what `compare` gives it (each thread's calls, the sites).
-        let config = if specs.iter().any(|s| s.name == "predictive") {
-            data.with_predictive_features(config)
-        } else {
-            config
-        };
-        // Replays in order of the list, `jobs` at a time, each reported as soon as it is done.
-        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        if self.specs.iter().any(|s| s.name == "predictive") {
+            self.config = data.with_predictive_features(self.config);
+        }
+        let replays = Arc::new(self);
+        let next = Arc::new(AtomicUsize::new(0));
         let workers: Vec<_> = (0..jobs.max(1))
             .map(|_| {
-                let data = Arc::clone(&data);
-                let specs = specs.clone();
-                let progress_of = progress_of.clone();
-                let preparing_of = preparing_of.clone();
-                let config = config.clone();
-                let next = Arc::clone(&next);
-                let tx = tx.clone();
-                let cancel = Arc::clone(&cancel);
+                let (replays, data, next, tx) = (
+                    Arc::clone(&replays),
+                    Arc::clone(data),
+                    Arc::clone(&next),
+                    tx.clone(),
+                );
                 std::thread::spawn(move || {
                     loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(spec) = specs.get(i) else { break };
-                        let view = data.view();
-                        let progress = progress_of.get(i).map(AsRef::as_ref);
-                        let preparing = preparing_of.get(i).map(AsRef::as_ref);
-                        let result = spec
-                            .apply(&config)
-                            .and_then(|cfg| {
-                                let opts = ReplayOptions {
-                                    align_bytes: cfg.align_bytes,
-                                    buckets: BUCKETS,
-                                    layout_index: true,
-                                    checkpoint_budget_bytes: checkpoint_budget_bytes(view.len()),
-                                    checkpoint_min_copies: CHECKPOINT_MIN_COPIES,
-                                    ..ReplayOptions::default()
-                                };
-                                registry::build_observed(spec.name, &cfg, &view, preparing)
-                                    .map(|p| replay_cancellable(&view, p, &opts, progress, &cancel))
-                            })
-                            .map_err(|e| e.to_string());
-                        let result = match result {
-                            // The frontend moved on: the partial replay is nobody's.
-                            Ok((_, true)) => break,
-                            Ok((replay, false)) => Ok(Arc::new(replay)),
-                            Err(e) => Err(e),
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(result) = replays.replay(i, &data) else {
+                            break;
                         };
                         if tx.send(Msg::Replayed(i, result)).is_err() {
                             break;
@@ -117,7 +122,36 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
         for w in workers {
             w.join().ok();
         }
-    });
+    }
+
+    /// Replays policy `i` on `data`; `None` past the last policy, or when the frontend moved
+    /// on (the partial replay is nobody's).
+    fn replay(&self, i: usize, data: &TraceData) -> Option<Result<Arc<Replay>, String>> {
+        let spec = self.specs.get(i)?;
+        let view = data.view();
+        let progress = self.progress_of.get(i).map(AsRef::as_ref);
+        let preparing = self.preparing_of.get(i).map(AsRef::as_ref);
+        let result = spec
+            .apply(&self.config)
+            .and_then(|cfg| {
+                let opts = ReplayOptions {
+                    align_bytes: cfg.align_bytes,
+                    buckets: BUCKETS,
+                    layout_index: true,
+                    checkpoint_budget_bytes: checkpoint_budget_bytes(view.len()),
+                    checkpoint_min_copies: CHECKPOINT_MIN_COPIES,
+                    ..ReplayOptions::default()
+                };
+                registry::build_observed(spec.name, &cfg, &view, preparing)
+                    .map(|p| replay_cancellable(&view, p, &opts, progress, &self.cancel))
+            })
+            .map_err(|e| e.to_string());
+        match result {
+            Ok((_, true)) => None,
+            Ok((replay, false)) => Some(Ok(Arc::new(replay))),
+            Err(e) => Some(Err(e)),
+        }
+    }
 }
 
 /// The checkpoint budget an explorer gives one policy's replay on a trace of `events` events:

@@ -1,17 +1,21 @@
 //! Opening an input: the loader with a progress bar, lenient or strict, its warnings on
-//! stderr, cut to a window (read block by block when the whole would not fit); and the events
-//! or the allocation sites of what was loaded.
+//! stderr, cut to a window (read block by block when the whole would not fit); what an
+//! explorer opens of it ([`open_for_explorer`]); and the events or the allocation sites of
+//! what was loaded.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use allocview_loaders::analysis::site_stats::EventSites;
+use allocview_loaders::window::WindowInfo;
 use allocview_loaders::{LoadOptions, LoadSummary, Loaded, Strictness};
+use allocview_sim::stream::window::WindowSpec;
 use anyhow::{Context as _, Result, bail};
 use polars::prelude::*;
 
-use super::options::InputArgs;
+use super::options::{InputArgs, WindowArgs};
+use super::source::{ResumePoint, WindowTables};
 use crate::progress::ByteProgress;
 
 /// Loads `path`, showing a progress bar on a terminal and printing load warnings to stderr,
@@ -83,16 +87,121 @@ pub fn load_whole(path: &Path, lenient: bool) -> Result<Loaded> {
 /// Loads `path` whole, setting `counter` to the bytes read so far as it goes, quietly (the
 /// caller shows the progress and the [`warnings`] its own way).
 pub fn load_counted(path: &Path, lenient: bool, counter: Arc<AtomicU64>) -> Result<Loaded> {
-    let opts = LoadOptions {
+    allocview_loaders::load(path, &load_options(lenient, counter))
+        .with_context(|| format!("while loading {}", path.display()))
+}
+
+/// The loader's options: lenient or strict, setting `counter` to the bytes read so far.
+fn load_options(lenient: bool, counter: Arc<AtomicU64>) -> LoadOptions {
+    LoadOptions {
         strictness: if lenient {
             Strictness::Lenient
         } else {
             Strictness::Strict
         },
         progress: Some(counter),
+    }
+}
+
+/// What an explorer opens of its input ([`open_for_explorer`]).
+pub enum Opened {
+    /// Loaded in memory, whole or cut to the window asked for.
+    Loaded {
+        loaded: Loaded,
+        /// The window cut from it, when one was asked for.
+        window: Option<WindowInfo>,
+        /// Events of the input before the cut (0 for an input without events).
+        trace_events: u64,
+        /// What the loader noticed ([`warnings`]).
+        warnings: Vec<String>,
+    },
+    /// A window of a binary trace too big to load, read block by block.
+    Streamed(StreamedWindow),
+}
+
+/// A window of a binary trace read block by block for an explorer
+/// ([`read_window_for_explorer`]).
+pub struct StreamedWindow {
+    pub tables: WindowTables,
+    /// What the read noticed; first, when the window is the trace's first part shown in
+    /// place of a trace too big to load, a note that says so.
+    pub warnings: Vec<String>,
+}
+
+/// Opens `path` for an explorer: loaded whole, or cut to `window` when one is asked for; a
+/// binary trace too big to load is read block by block instead, the window asked for or else
+/// its first part ([`super::mode::explorer_default_window`]), with a note that says so.
+/// `progress` is set to the bytes read so far; `resume` gives where a read of a window may
+/// start from other than the trace's start (the explorers' background read of the trace).
+///
+/// # Errors
+/// A readable message naming the file.
+pub fn open_for_explorer(
+    path: &Path,
+    lenient: bool,
+    window: &WindowArgs,
+    progress: &Arc<AtomicU64>,
+    resume: impl FnOnce(&WindowSpec) -> Option<ResumePoint>,
+) -> Result<Opened, String> {
+    if let Some((events, first)) = super::mode::explorer_default_window(path) {
+        if window.is_set() {
+            // A window of a trace too big to load: read block by block, only the window
+            // kept.
+            return read_window_for_explorer(path, window, progress, resume).map(Opened::Streamed);
+        }
+        // Too big to load whole and no window asked for: the first events that fit.
+        let first_part = WindowArgs {
+            events: Some(format!("0..{first}")),
+            ..WindowArgs::default()
+        };
+        let mut streamed = read_window_for_explorer(path, &first_part, progress, resume)?;
+        streamed.warnings.insert(
+            0,
+            format!(
+                "{} holds {} events, too many to load whole: showing its first {}; {{ and }} \
+                 open the other parts, g #N the part of any event N",
+                path.display(),
+                crate::format::count(events),
+                crate::format::count(first)
+            ),
+        );
+        return Ok(Opened::Streamed(streamed));
+    }
+    let mut loaded = allocview_loaders::load(path, &load_options(lenient, Arc::clone(progress)))
+        .map_err(|e| e.to_string())?;
+    let trace_events = match &loaded {
+        Loaded::MallocTrace(t) => t.events.height() as u64,
+        Loaded::TfMemoryLog(log) => log.events.height() as u64,
+        _ => 0,
     };
-    allocview_loaders::load(path, &opts)
-        .with_context(|| format!("while loading {}", path.display()))
+    let window = super::window::apply(&mut loaded, window, path).map_err(|e| format!("{e:#}"))?;
+    let warnings = warnings(&loaded);
+    Ok(Opened::Loaded {
+        loaded,
+        window,
+        trace_events,
+        warnings,
+    })
+}
+
+/// The window `window` of the binary trace `path`, read block by block
+/// ([`super::source::window_tables`]), quietly: memory holds the window, whatever the trace's
+/// length. `progress` and `resume` as [`open_for_explorer`]'s.
+///
+/// # Errors
+/// A readable message naming the file.
+pub fn read_window_for_explorer(
+    path: &Path,
+    window: &WindowArgs,
+    progress: &AtomicU64,
+    resume: impl FnOnce(&WindowSpec) -> Option<ResumePoint>,
+) -> Result<StreamedWindow, String> {
+    let spec = window.spec().map_err(|e| format!("{e:#}"))?;
+    let point = spec.as_ref().and_then(resume);
+    let tables = super::source::window_tables(path, window, Some(progress), false, point)
+        .map_err(|e| format!("{e:#}"))?;
+    let warnings = tables.summary.warnings();
+    Ok(StreamedWindow { tables, warnings })
 }
 
 /// What the loader noticed and kept going: skipped lines, unknown frees, cross-check

@@ -5,8 +5,9 @@
 //! - [`options`]: the option groups, [`InputArgs`] (`--lenient` and a window),
 //!   [`WindowArgs`] (`--from`, `--to`, `--events`), [`StreamArgs`] (`--stream`,
 //!   `--no-stream`) and [`PolicyArgs`] (`--policy`, `--limit`, `--align`, `--jobs`);
-//! - [`input`]: opening a file, with progress and the loader's warnings, and the events or
-//!   sites of what was loaded;
+//! - [`input`]: opening a file, with progress and the loader's warnings; what an explorer
+//!   opens of it (whole, a window, or the first part of a trace too big to load); and the
+//!   events or sites of what was loaded;
 //! - [`window`]: a part of a trace, cut from a loaded one;
 //! - [`mode`]: loaded or streamed, and what fits in memory;
 //! - [`source`]: a binary trace read block by block, whole or a window of it;

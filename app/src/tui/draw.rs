@@ -1,4 +1,5 @@
 //! Drawing a [`ViewModel`] with ratatui. Pure: the same view-model draws the same screen.
+//! Where each part goes is [`super::layout`]'s.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -6,130 +7,56 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Clear, Gauge, Paragraph, Row, Table};
 
-use crate::model::export::cell_char;
-use crate::model::heapmap::CellKind;
-use crate::model::view::{HeapVm, ViewModel, Viewport};
-use crate::theme::{self, Rgb};
-
-pub(super) fn c(rgb: Rgb) -> Color {
-    Color::Rgb(rgb.0, rgb.1, rgb.2)
-}
-
-/// Where each part goes on a screen of `area`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Areas {
-    pub timeline: Rect,
-    /// The plot inside the timeline's border and axes, for mouse scrubbing.
-    pub timeline_plot: Rect,
-    /// The whole trace's strip in the timeline's bottom border (drawn for a trace shown in
-    /// parts), for a click to go there.
-    pub overview_strip: Rect,
-    pub heap: Rect,
-    pub side: Rect,
-    pub events: Rect,
-    pub heat: Rect,
-    pub status: Rect,
-}
-
-/// Width of the BFC bins table with its border.
-const BINS_WIDTH: u16 = 42;
-
-/// Width of the timeline's y-axis labels (the plot starts after it).
-pub(super) const Y_LABEL_WIDTH: u16 = 10;
-
-/// Splits the screen. Degrades on small terminals: below a minimum the parts shrink to nothing
-/// rather than overlap. `dump_lines`: the screen is a BFC dump with this many rows of text,
-/// which has no history: its text box fits the text, and its heap and bins take the rest (no
-/// empty event list or class history).
-#[must_use]
-pub fn layout(area: Rect, compare: bool, dump_lines: Option<usize>) -> Areas {
-    let [main, status] = Layout::vertical([Constraint::Min(0), Constraint::Length(1)]).areas(area);
-    let [timeline, middle, bottom] = match dump_lines {
-        Some(n) => {
-            // Borders and a line for wrapping, at most a third of the screen.
-            let text = u16::try_from(n + 3)
-                .unwrap_or(u16::MAX)
-                .min(main.height / 3);
-            Layout::vertical([
-                Constraint::Length(text),
-                Constraint::Min(0),
-                Constraint::Length(0),
-            ])
-            .areas(main)
-        }
-        None => Layout::vertical([
-            Constraint::Percentage(34),
-            Constraint::Percentage(36),
-            Constraint::Min(0),
-        ])
-        .areas(main),
-    };
-    let (heap, side) = if compare {
-        (middle, Rect::default())
-    } else {
-        // A dump's side holds only its bins table.
-        let side = match dump_lines {
-            Some(_) => Constraint::Length(BINS_WIDTH),
-            None => Constraint::Percentage(45),
-        };
-        let [h, s] = Layout::horizontal([Constraint::Min(0), side]).areas(middle);
-        (h, s)
-    };
-    let [events, heat] =
-        Layout::horizontal([Constraint::Percentage(60), Constraint::Min(0)]).areas(bottom);
-    let inner = timeline.inner(ratatui::layout::Margin::new(1, 1));
-    let timeline_plot = Rect {
-        x: inner.x.saturating_add(Y_LABEL_WIDTH + 1).min(inner.right()),
-        y: inner.y,
-        width: inner.width.saturating_sub(Y_LABEL_WIDTH + 1),
-        height: inner.height.saturating_sub(2),
-    };
-    Areas {
-        timeline,
-        timeline_plot,
-        overview_strip: super::draw_timeline::overview_strip_area(timeline),
-        heap,
-        side,
-        events,
-        heat,
-        status,
-    }
-}
-
-/// The geometry the view-model is computed for.
-#[must_use]
-pub fn viewport(a: &Areas, compare: bool, panels: usize) -> Viewport {
-    let heap_inner = a.heap.inner(ratatui::layout::Margin::new(1, 1));
-    let per_panel_width = if compare && panels > 0 {
-        (heap_inner.width / panels as u16).saturating_sub(1)
-    } else {
-        heap_inner.width
-    };
-    Viewport {
-        // Braille gives two points per cell.
-        timeline_points: usize::from(a.timeline_plot.width) * 2,
-        heap_cells: usize::from(per_panel_width) * usize::from(heap_inner.height.saturating_sub(2)),
-        event_rows: usize::from(a.events.height.saturating_sub(3)),
-        heat_columns: usize::from(a.heat.width.saturating_sub(6)),
-        plan_size: {
-            let r = plan_rects(a).1;
-            (
-                usize::from(r.width.saturating_sub(2)),
-                usize::from(r.height.saturating_sub(3)),
-            )
-        },
-    }
-}
+use super::draw_timeline::draw_timeline;
+use super::layout::{Areas, BINS_WIDTH, plan_rects};
+use super::style::{c, cell_style};
+use crate::model::view::{HeapVm, PlanVm, SitesVm, ViewModel};
+use crate::theme;
 
 /// Draws the whole screen.
 pub fn draw(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
     let area = f.area();
+    if draw_notice(f, vm, area) {
+        return;
+    }
+    if let Some(p) = &vm.plan {
+        draw_plan(f, p, a);
+        draw_status(f, vm, a.status);
+        if let Some(help) = &vm.help {
+            draw_help(f, help, area);
+        }
+        return;
+    }
+    if vm.timeline.is_some() {
+        draw_timeline(f, vm, a.timeline);
+    } else {
+        draw_dump_text(f, vm, a.timeline);
+    }
+    draw_heaps(f, vm, a.heap);
+    draw_side(f, vm, a.side);
+    if a.events.height > 0 {
+        draw_events(f, vm, a.events);
+        if vm.frames_title.is_empty() {
+            draw_heatmap(f, vm, a.heat);
+        } else {
+            draw_frames(f, vm, a.heat);
+        }
+    }
+    draw_status(f, vm, a.status);
+    if let Some(help) = &vm.help {
+        draw_help(f, help, area);
+    }
+}
+
+/// Draws what takes the whole screen in place of the explorer, if anything does: a terminal
+/// too small, the load's error, or the load's progress. True when it drew one.
+fn draw_notice(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) -> bool {
     if area.width < 20 || area.height < 6 {
         f.render_widget(
             Paragraph::new("allocview: terminal too small").style(Style::new().fg(c(theme::DIM))),
             area,
         );
-        return;
+        return true;
     }
     if let Some(err) = &vm.error {
         let p = Paragraph::new(vec![
@@ -144,7 +71,7 @@ pub fn draw(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
         .wrap(ratatui::widgets::Wrap { trim: false })
         .block(Block::bordered().title(" allocview "));
         f.render_widget(p, area);
-        return;
+        return true;
     }
     if let Some((label, frac)) = &vm.loading {
         let [_, mid, _] = Layout::vertical([
@@ -161,89 +88,56 @@ pub fn draw(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
                 .label(label.as_str()),
             mid,
         );
-        return;
+        return true;
     }
-    if let Some(p) = &vm.plan {
-        draw_plan(f, p, a);
-        draw_status(f, vm, a.status);
-        if let Some(help) = &vm.help {
-            draw_help(f, help, area);
-        }
-        return;
-    }
-    if vm.timeline.is_some() {
-        super::draw_timeline::draw_timeline(f, vm, a);
-    } else {
-        let lines: Vec<Line<'_>> = vm
-            .dump_lines
-            .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                let style = if i == 0 {
-                    Style::new().fg(c(theme::OOM)).add_modifier(Modifier::BOLD)
-                } else {
-                    Style::new()
-                };
-                Line::from(Span::styled(l.as_str(), style))
-            })
-            .collect();
-        f.render_widget(
-            Paragraph::new(lines)
-                .wrap(ratatui::widgets::Wrap { trim: true })
-                .block(Block::bordered().title(" TensorFlow BFC dump ")),
-            a.timeline,
-        );
-    }
-    draw_heaps(f, vm, a.heap);
+    false
+}
+
+/// A BFC dump's text in the timeline's place (a dump has no history): the OOM first, in bold.
+fn draw_dump_text(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
+    let lines: Vec<Line<'_>> = vm
+        .dump_lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let style = if i == 0 {
+                Style::new().fg(c(theme::OOM)).add_modifier(Modifier::BOLD)
+            } else {
+                Style::new()
+            };
+            Line::from(Span::styled(l.as_str(), style))
+        })
+        .collect();
+    f.render_widget(
+        Paragraph::new(lines)
+            .wrap(ratatui::widgets::Wrap { trim: true })
+            .block(Block::bordered().title(" TensorFlow BFC dump ")),
+        area,
+    );
+}
+
+/// The side of the heap map: the sites panel when open, else the bins and the size-class
+/// histogram (the bins alone for a dump); nothing in compare mode.
+fn draw_side(f: &mut Frame<'_>, vm: &ViewModel, side: Rect) {
     if let Some(sites) = &vm.sites {
-        draw_sites(f, sites, a.side);
+        draw_sites(f, sites, side);
     } else if !vm.compare {
         if vm.bins.is_some() && vm.classes.is_empty() {
             // A dump: no allocation sizes to class, the bins take the side.
-            draw_bins(f, vm, a.side);
+            draw_bins(f, vm, side);
         } else if vm.bins.is_some() {
             let [bins, hist] =
                 Layout::horizontal([Constraint::Length(BINS_WIDTH - 2), Constraint::Min(0)])
-                    .areas(a.side);
+                    .areas(side);
             draw_bins(f, vm, bins);
             draw_histogram(f, vm, hist);
         } else {
-            draw_histogram(f, vm, a.side);
+            draw_histogram(f, vm, side);
         }
-    }
-    if a.events.height > 0 {
-        draw_events(f, vm, a.events);
-        if vm.frames_title.is_empty() {
-            draw_heatmap(f, vm, a.heat);
-        } else {
-            draw_frames(f, vm, a.heat);
-        }
-    }
-    draw_status(f, vm, a.status);
-    if let Some(help) = &vm.help {
-        draw_help(f, help, area);
     }
 }
 
-/// For a plan: a short text box on top, the picture below it over the rest of the screen.
-fn plan_rects(a: &Areas) -> (Rect, Rect) {
-    let top = a.timeline.y;
-    let bottom = a.status.y;
-    let text_h = 7.min(bottom.saturating_sub(top));
-    let text = Rect {
-        height: text_h,
-        ..a.timeline
-    };
-    let picture = Rect {
-        x: a.timeline.x,
-        y: top + text_h,
-        width: a.timeline.width,
-        height: bottom.saturating_sub(top + text_h),
-    };
-    (text, picture)
-}
-
-fn draw_plan(f: &mut Frame<'_>, p: &crate::model::view::PlanVm, a: &Areas) {
+fn draw_plan(f: &mut Frame<'_>, p: &PlanVm, a: &Areas) {
     use crate::model::plan_view::PlanCell;
     let g = &p.grid;
     let mut lines: Vec<Line<'_>> = Vec::with_capacity(g.height + 1);
@@ -294,20 +188,6 @@ fn draw_plan(f: &mut Frame<'_>, p: &crate::model::view::PlanVm, a: &Areas) {
         Paragraph::new(lines).block(Block::bordered().title(format!(" {} ", p.title))),
         area,
     );
-}
-
-fn cell_style(k: CellKind) -> (char, Style) {
-    match k {
-        CellKind::Empty => (' ', Style::new()),
-        CellKind::Selected => ('#', Style::new().fg(Color::Black).bg(c(theme::SELECTED))),
-        CellKind::Free => ('·', Style::new().fg(c(theme::DIM)).bg(c(theme::FREE))),
-        CellKind::Dead => ('x', Style::new().fg(c(theme::DIM)).bg(c(theme::DEAD))),
-        CellKind::Waste => ('~', Style::new().fg(Color::Black).bg(c(theme::WASTE))),
-        CellKind::Used { class } => (
-            cell_char(k),
-            Style::new().fg(Color::Black).bg(c(theme::class(class))),
-        ),
-    }
 }
 
 fn heap_lines(h: &HeapVm, width: u16, height: u16) -> Vec<Line<'static>> {
@@ -439,7 +319,7 @@ fn draw_histogram(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
 }
 
 /// The sites panel in place of the side panel: sites by live bytes, the selected one's stack.
-fn draw_sites(f: &mut Frame<'_>, s: &crate::model::view::SitesVm, area: Rect) {
+fn draw_sites(f: &mut Frame<'_>, s: &SitesVm, area: Rect) {
     let mut lines: Vec<Line<'_>> = s
         .rows
         .iter()

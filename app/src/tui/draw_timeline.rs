@@ -8,48 +8,111 @@ use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType};
 
-use super::draw::{Areas, Y_LABEL_WIDTH, c};
-use crate::model::view::ViewModel;
+use super::layout::{FRAG_NOTE, Y_LABEL_WIDTH, overview_room, strip_width};
+use super::style::c;
+use crate::model::view::{TimelineVm, ViewModel};
 use crate::theme;
 
-pub(super) fn draw_timeline(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
+/// The marks drawn over the lines, as points of the chart (its y scale tops at `y_max`):
+/// the fragmentation on the byte scale, the cursor, the OOMs and the phases' boundaries.
+struct Marks {
+    y_max: f64,
+    fragmentation: Vec<(f64, f64)>,
+    cursor: Vec<(f64, f64)>,
+    ooms: Vec<(f64, f64)>,
+    phases: Vec<(f64, f64)>,
+}
+
+impl Marks {
+    /// The marks of timeline `t`.
+    fn of(t: &TimelineVm) -> Self {
+        let y_max = t.y_max_bytes.max(1.0) * 1.05;
+        let fragmentation = t
+            .fragmentation
+            .as_ref()
+            .map(|l| l.points.iter().map(|&(x, y)| (x, y * y_max)).collect())
+            .unwrap_or_default();
+        let cursor = t
+            .cursor_x
+            .map(|x| (0..=40).map(|i| (x, y_max * f64::from(i) / 40.0)).collect())
+            .unwrap_or_default();
+        let ooms = t.oom_x.iter().map(|&x| (x, y_max * 0.98)).collect();
+        // Phase boundaries as dotted verticals.
+        let phases = t
+            .phases
+            .iter()
+            .flat_map(|&(a, b, _)| [a, b])
+            .filter(|x| (0.0..=1.0).contains(x))
+            .flat_map(|x| (0..=20).map(move |i| (x, y_max * f64::from(i) / 20.0)))
+            .collect();
+        Self {
+            y_max,
+            fragmentation,
+            cursor,
+            ooms,
+            phases,
+        }
+    }
+}
+
+/// Draws the timeline of `vm` in `area`.
+pub(super) fn draw_timeline(f: &mut Frame<'_>, vm: &ViewModel, area: Rect) {
     let Some(t) = &vm.timeline else { return };
-    let y_max = t.y_max_bytes.max(1.0) * 1.05;
-    let frag_scaled: Vec<(f64, f64)> = t
-        .fragmentation
-        .as_ref()
-        .map(|l| l.points.iter().map(|&(x, y)| (x, y * y_max)).collect())
-        .unwrap_or_default();
-    let cursor: Vec<(f64, f64)> = t
-        .cursor_x
-        .map(|x| (0..=40).map(|i| (x, y_max * f64::from(i) / 40.0)).collect())
-        .unwrap_or_default();
-    let ooms: Vec<(f64, f64)> = t.oom_x.iter().map(|&x| (x, y_max * 0.98)).collect();
-    // Phase boundaries as dotted verticals.
-    let phase_marks: Vec<(f64, f64)> = t
-        .phases
-        .iter()
-        .flat_map(|&(a, b, _)| [a, b])
-        .filter(|x| (0.0..=1.0).contains(x))
-        .flat_map(|x| (0..=20).map(move |i| (x, y_max * f64::from(i) / 20.0)))
-        .collect();
+    let marks = Marks::of(t);
+    let mut block = Block::bordered()
+        .title(Line::from(legend(t)))
+        .title_alignment(Alignment::Left)
+        .title_bottom(Line::from(FRAG_NOTE).right_aligned());
+    if let Some(o) = &vm.overview {
+        block = block.title_bottom(overview_line(o, overview_room(area)));
+    }
+    let half = crate::format::bytes((t.y_max_bytes / 2.0) as u64);
+    let chart = Chart::new(datasets(t, &marks))
+        .block(block)
+        .x_axis(
+            Axis::default()
+                .bounds([0.0, 1.0])
+                .labels([t.t_start_label.clone(), t.t_end_label.clone()])
+                .style(Style::new().fg(c(theme::DIM))),
+        )
+        .y_axis(
+            Axis::default()
+                .bounds([0.0, marks.y_max])
+                .labels([
+                    format!("{:>width$}", "0 B", width = usize::from(Y_LABEL_WIDTH)),
+                    format!("{half:>width$}", width = usize::from(Y_LABEL_WIDTH)),
+                    format!(
+                        "{:>width$}",
+                        t.y_max_label,
+                        width = usize::from(Y_LABEL_WIDTH)
+                    ),
+                ])
+                .style(Style::new().fg(c(theme::DIM))),
+        )
+        .legend_position(None);
+    f.render_widget(chart, area);
+}
+
+/// The chart's datasets, bottom to top: the phases, the fragmentation, the byte lines, the
+/// OOMs and the cursor.
+fn datasets<'a>(t: &'a TimelineVm, m: &'a Marks) -> Vec<Dataset<'a>> {
     let mut datasets = Vec::new();
-    if !phase_marks.is_empty() {
+    if !m.phases.is_empty() {
         datasets.push(
             Dataset::default()
                 .marker(Marker::Dot)
                 .graph_type(GraphType::Scatter)
                 .style(Style::new().fg(c(theme::PHASE)))
-                .data(&phase_marks),
+                .data(&m.phases),
         );
     }
-    if !frag_scaled.is_empty() {
+    if !m.fragmentation.is_empty() {
         datasets.push(
             Dataset::default()
                 .marker(Marker::Braille)
                 .graph_type(GraphType::Line)
                 .style(Style::new().fg(c(theme::FRAGMENTATION)))
-                .data(&frag_scaled),
+                .data(&m.fragmentation),
         );
     }
     for line in &t.byte_lines {
@@ -61,13 +124,13 @@ pub(super) fn draw_timeline(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
                 .data(&line.points),
         );
     }
-    if !ooms.is_empty() {
+    if !m.ooms.is_empty() {
         datasets.push(
             Dataset::default()
                 .marker(Marker::Dot)
                 .graph_type(GraphType::Scatter)
                 .style(Style::new().fg(c(theme::OOM)))
-                .data(&ooms),
+                .data(&m.ooms),
         );
     }
     datasets.push(
@@ -75,10 +138,13 @@ pub(super) fn draw_timeline(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
             .marker(Marker::Braille)
             .graph_type(GraphType::Scatter)
             .style(Style::new().fg(c(theme::CURSOR)))
-            .data(&cursor),
+            .data(&m.cursor),
     );
-    let half = crate::format::bytes((t.y_max_bytes / 2.0) as u64);
-    // The legend goes in the title: ratatui's legend box would cover the plot.
+    datasets
+}
+
+/// The title with the legend in it: ratatui's legend box would cover the plot.
+fn legend(t: &TimelineVm) -> Vec<Span<'static>> {
     let mut title = vec![Span::raw(format!(" {} ", t.title))];
     for line in &t.byte_lines {
         title.push(Span::styled(
@@ -109,68 +175,7 @@ pub(super) fn draw_timeline(f: &mut Frame<'_>, vm: &ViewModel, a: &Areas) {
             t.phases_in_view
         )));
     }
-    let mut block = Block::bordered()
-        .title(Line::from(title))
-        .title_alignment(Alignment::Left)
-        .title_bottom(Line::from(FRAG_NOTE).right_aligned());
-    if let Some(o) = &vm.overview {
-        block = block.title_bottom(overview_line(o, overview_room(a.timeline)));
-    }
-    let chart = Chart::new(datasets)
-        .block(block)
-        .x_axis(
-            Axis::default()
-                .bounds([0.0, 1.0])
-                .labels([t.t_start_label.clone(), t.t_end_label.clone()])
-                .style(Style::new().fg(c(theme::DIM))),
-        )
-        .y_axis(
-            Axis::default()
-                .bounds([0.0, y_max])
-                .labels([
-                    format!("{:>width$}", "0 B", width = usize::from(Y_LABEL_WIDTH)),
-                    format!("{half:>width$}", width = usize::from(Y_LABEL_WIDTH)),
-                    format!(
-                        "{:>width$}",
-                        t.y_max_label,
-                        width = usize::from(Y_LABEL_WIDTH)
-                    ),
-                ])
-                .style(Style::new().fg(c(theme::DIM))),
-        )
-        .legend_position(None);
-    f.render_widget(chart, a.timeline);
-}
-
-/// What the timeline's bottom border says on its right.
-const FRAG_NOTE: &str = " fragmentation: 100% at top ";
-
-/// Room for the whole trace's strip and its label in the bottom border of `timeline`: left of
-/// the right-hand note, inside the corners, with a gap of one.
-fn overview_room(timeline: Rect) -> usize {
-    usize::from(timeline.width).saturating_sub(FRAG_NOTE.chars().count() + 3)
-}
-
-/// Cells of the strip in `room`: a third of it, 8 to 64.
-fn strip_width(room: usize) -> usize {
-    (room / 3).clamp(8, 64)
-}
-
-/// Where the strip is drawn on screen, for a click on it: the bottom border of `timeline`,
-/// after its corner and a space; nothing when the border cuts the strip short (a timeline
-/// under 11 columns), as a click could not tell which stretch a cell stands for.
-#[must_use]
-pub(super) fn overview_strip_area(timeline: Rect) -> Rect {
-    let width = u16::try_from(strip_width(overview_room(timeline))).unwrap_or(u16::MAX);
-    if timeline.height == 0 || width > timeline.width.saturating_sub(3) {
-        return Rect::default();
-    }
-    Rect {
-        x: timeline.x.saturating_add(2),
-        y: timeline.bottom().saturating_sub(1),
-        width,
-        height: 1,
-    }
+    title
 }
 
 /// The whole trace's strip (the part shown in reverse) and its label, for the timeline's
@@ -205,6 +210,7 @@ fn overview_line(o: &crate::model::overview::OverviewVm, room: usize) -> Line<'s
 mod tests {
     use super::*;
     use crate::model::overview::OverviewVm;
+    use crate::tui::layout::overview_strip_area;
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
 

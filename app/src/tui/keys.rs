@@ -5,7 +5,8 @@ use crossterm::event::{
 };
 use ratatui::layout::Rect;
 
-use crate::model::state::{Msg, PromptKind};
+use crate::model::state::PromptKind;
+use crate::model::update::Msg;
 
 /// Maps a terminal event to a message. `timeline` is where the timeline's plot area is on
 /// screen (for mouse scrubbing) and `strip` the whole trace's strip (a click goes to that part

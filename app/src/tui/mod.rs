@@ -4,6 +4,8 @@
 pub mod draw;
 mod draw_timeline;
 pub mod keys;
+pub mod layout;
+mod style;
 #[cfg(test)]
 mod tests;
 
@@ -20,14 +22,17 @@ use crossterm::execute;
 use ratatui::Terminal;
 use ratatui::backend::Backend;
 
-use crate::model::state::{AppState, Msg, start_workers, update};
+use crate::model::state::AppState;
+
+use crate::model::update::{Msg, update};
 use crate::model::view::view_model;
+use crate::model::workers::start_workers;
 
 /// Draws one frame of `state` on `terminal` and returns the screen areas (for the mouse).
 ///
 /// # Errors
 /// When the terminal cannot be drawn to.
-pub fn render<B: Backend>(terminal: &mut Terminal<B>, state: &mut AppState) -> Result<draw::Areas>
+pub fn render<B: Backend>(terminal: &mut Terminal<B>, state: &mut AppState) -> Result<layout::Areas>
 where
     B::Error: Send + Sync + 'static,
 {
@@ -47,9 +52,9 @@ where
                 .map(|l| l.chars().count().div_ceil(text_width).max(1))
                 .sum()
         });
-    let mut areas = draw::layout(area, compare, dump_lines);
+    let mut areas = layout::layout(area, compare, dump_lines);
     let panels = if compare { state.policies.len() } else { 1 };
-    let vp = draw::viewport(&areas, compare, panels);
+    let vp = layout::viewport(&areas, compare, panels);
     if state.page_rows != vp.event_rows.max(1) {
         update(state, Msg::PageRows(vp.event_rows));
     }

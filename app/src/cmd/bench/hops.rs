@@ -13,7 +13,8 @@ use allocview_sim::policy::spec::PolicySpec;
 
 use super::args::{BenchArgs, explorer_policies};
 use super::measure::{peak_rss_bytes, percentile, rss_bytes, screen_size};
-use crate::model::state::{AppState, load_blocking};
+use crate::model::state::AppState;
+use crate::model::workers::load_blocking;
 use crate::session::WindowArgs;
 use crate::tui;
 

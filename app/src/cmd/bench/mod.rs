@@ -12,7 +12,9 @@ use ratatui::backend::TestBackend;
 
 use allocview_sim::policy::spec::PolicySpec;
 
-use crate::model::state::{AppState, Msg, update};
+use crate::model::state::AppState;
+
+use crate::model::update::{Msg, update};
 use crate::tui;
 pub use args::BenchArgs;
 use args::explorer_policies;
@@ -142,7 +144,7 @@ fn explorer(args: &BenchArgs) -> Result<()> {
     let config = args.policies.config()?;
     let mut state = AppState::new(&args.file, &names, config);
     let started = Instant::now();
-    crate::model::state::load_blocking(&mut state, false, 1).map_err(anyhow::Error::msg)?;
+    crate::model::workers::load_blocking(&mut state, false, 1).map_err(anyhow::Error::msg)?;
     let ready = started.elapsed().as_secs_f64();
     let loaded_at = state.data.as_ref().map(|d| d.load_seconds);
     let n = state.events();

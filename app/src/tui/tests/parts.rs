@@ -7,7 +7,7 @@ use ratatui::backend::TestBackend;
 use ratatui::layout::Rect;
 
 use super::{key, loaded, sample, screen, send, send_with_strip, type_text, windowed};
-use crate::model::state::load_blocking;
+use crate::model::workers::load_blocking;
 use crate::tui::render;
 
 /// Where a click on the strip counts is nothing when no strip is drawn: a trace shown whole,

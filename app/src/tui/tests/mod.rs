@@ -14,7 +14,10 @@ use ratatui::layout::Rect;
 use super::{keys, render};
 use allocview_sim::policy::spec::PolicySpec;
 
-use crate::model::state::{AppState, Mode, Msg, PromptKind, load_blocking, update};
+use crate::model::state::{AppState, Mode, PromptKind};
+
+use crate::model::update::{Msg, update};
+use crate::model::workers::load_blocking;
 
 pub(super) fn sample(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -448,7 +451,7 @@ fn load_error_is_shown_not_panicked() {
     std::fs::write(&bad, "0.1\t1\t8\t0x10\n0.2\t1\tx\t0x20\n").unwrap();
     let mut s = AppState::new(&bad, &specs(&["first-fit"]), PolicyConfig::default());
     let (tx, rx) = std::sync::mpsc::channel();
-    crate::model::state::start_workers(&s, false, 1, &tx);
+    crate::model::workers::start_workers(&s, false, 1, &tx);
     drop(tx);
     for m in rx {
         update(&mut s, m);
