@@ -13,7 +13,7 @@ use allocview_sim::classes::ClassSeries;
 use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::spec::PolicySpec;
 
-use super::heaps::HeapAt;
+use super::heap_at::HeapAt;
 use allocview_sim::replay::Replay;
 use allocview_sim::series::Bucketing;
 use allocview_sim::trace::{EventKind, TraceView};
