@@ -153,13 +153,36 @@ fn align(v: Option<&Value>, default: u64, at: &str) -> Result<u64, String> {
     }
 }
 
-/// Parses a JSON graph plan into buffer rows (tensors in order of production), and the number
-/// of operators.
-///
-/// # Errors
-/// A message naming the JSON line and column (syntax) or the operator and tensor (meaning).
-pub fn parse_graph_json(text: &str) -> Result<(Vec<PlanRow>, usize), String> {
-    let root: Value = serde_json::from_str::<NoDuplicateKeys>(text)
+/// The graph as it is read, operator by operator.
+struct Graph {
+    tensors: HashMap<String, Tensor>,
+    /// Tensor names in order of production: the order of the rows.
+    order: Vec<String>,
+    /// Operator names by index, so that a message can name the operator behind a time.
+    names: Vec<String>,
+}
+
+/// An optional array under `key`, empty when absent: an operator without inputs (a source) or
+/// without outputs is legal, but a value that is not an array is a typo worth refusing.
+fn optional_array<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+    what: &str,
+    at: &str,
+) -> Result<&'a [Value], String> {
+    match obj.get(key) {
+        Some(v) => v
+            .as_array()
+            .map(Vec::as_slice)
+            .ok_or_else(|| format!("{at}.{key}: expected {what}")),
+        None => Ok(&[]),
+    }
+}
+
+/// Reads the text as JSON, refusing keys given twice; the message names the line and column
+/// because that is all a syntax error can point to.
+fn read_json(text: &str) -> Result<Value, String> {
+    serde_json::from_str::<NoDuplicateKeys>(text)
         .map(|v| v.0)
         .map_err(|e| {
             format!(
@@ -167,10 +190,12 @@ pub fn parse_graph_json(text: &str) -> Result<(Vec<PlanRow>, usize), String> {
                 e.line(),
                 e.column()
             )
-        })?;
-    let root = root
-        .as_object()
-        .ok_or("expected a JSON object with an \"operators\" array at the top")?;
+        })
+}
+
+/// Checks the top level's keys and format, and returns the default alignment and the
+/// operators: everything the operators' reading depends on is settled before it starts.
+fn read_top_level(root: &Map<String, Value>) -> Result<(u64, &[Value]), String> {
     check_keys(
         root,
         &[
@@ -188,16 +213,24 @@ pub fn parse_graph_json(text: &str) -> Result<(Vec<PlanRow>, usize), String> {
             return Err(format!("\"format\": expected {FORMAT_NAME:?}, found {f:?}"));
         }
     }
-    let default_align = align(root.get("alignment_bytes"), 1, "\"alignment_bytes\"")?;
+    let default_align_bytes = align(root.get("alignment_bytes"), 1, "\"alignment_bytes\"")?;
     let ops = root
         .get("operators")
         .and_then(Value::as_array)
+        .map(Vec::as_slice)
         .ok_or("expected an \"operators\" array at the top level")?;
+    Ok((default_align_bytes, ops))
+}
 
-    let mut tensors: HashMap<String, Tensor> = HashMap::new();
-    let mut order: Vec<String> = Vec::new();
-    let mut names: Vec<String> = Vec::with_capacity(ops.len());
-    for (i, op) in ops.iter().enumerate() {
+impl Graph {
+    /// Reads operator `i`: its inputs first, since an output may only overwrite one of this
+    /// operator's own inputs, then its outputs.
+    fn read_operator(
+        &mut self,
+        i: usize,
+        op: &Value,
+        default_align_bytes: u64,
+    ) -> Result<(), String> {
         let obj = op
             .as_object()
             .ok_or_else(|| format!("operators[{i}]: expected an object, found {op}"))?;
@@ -210,17 +243,30 @@ pub fn parse_graph_json(text: &str) -> Result<(Vec<PlanRow>, usize), String> {
         if let Some(t) = obj.get("type") {
             string(t, &format!("{at}.type"))?;
         }
-        let empty = Vec::new();
-        let inputs = match obj.get("inputs") {
-            Some(v) => v
-                .as_array()
-                .ok_or_else(|| format!("{at}.inputs: expected an array of tensor names"))?,
-            None => &empty,
-        };
+        let input_names = self.read_inputs(i, obj, &at)?;
+        let outputs = optional_array(obj, "outputs", "an array of objects", &at)?;
+        for (k, out) in outputs.iter().enumerate() {
+            let oat = format!("{at}.outputs[{k}]");
+            self.read_output(i, out, &input_names, default_align_bytes, &oat)?;
+        }
+        self.names.push(name);
+        Ok(())
+    }
+
+    /// Records operator `i` as the last reader so far of each input, which extends the input's
+    /// lifetime; an input must already exist and must not have been overwritten in place, since
+    /// its memory then holds another tensor.
+    fn read_inputs<'a>(
+        &mut self,
+        i: usize,
+        obj: &'a Map<String, Value>,
+        at: &str,
+    ) -> Result<Vec<&'a str>, String> {
+        let inputs = optional_array(obj, "inputs", "an array of tensor names", at)?;
         let mut input_names: Vec<&str> = Vec::with_capacity(inputs.len());
         for (k, input) in inputs.iter().enumerate() {
             let t = string(input, &format!("{at}.inputs[{k}]"))?;
-            let tensor = tensors.get_mut(t).ok_or_else(|| {
+            let tensor = self.tensors.get_mut(t).ok_or_else(|| {
                 format!("{at}.inputs[{k}]: tensor {t:?} is produced by no earlier operator")
             })?;
             if tensor.overwritten {
@@ -232,115 +278,132 @@ pub fn parse_graph_json(text: &str) -> Result<(Vec<PlanRow>, usize), String> {
             tensor.last_reader = Some(i);
             input_names.push(t);
         }
-        let outputs = match obj.get("outputs") {
-            Some(v) => v
-                .as_array()
-                .ok_or_else(|| format!("{at}.outputs: expected an array of objects"))?,
-            None => &empty,
-        };
-        for (k, out) in outputs.iter().enumerate() {
-            let oat = format!("{at}.outputs[{k}]");
-            let o = out
-                .as_object()
-                .ok_or_else(|| format!("{oat}: expected an object, found {out}"))?;
-            check_keys(
-                o,
-                &[
-                    "tensor",
-                    "size_bytes",
-                    "alignment_bytes",
-                    "overwrites",
-                    "offset_bytes",
-                    "shape",
-                    "dtype",
-                ],
-                &oat,
-            )?;
-            let t = string(
-                o.get("tensor")
-                    .ok_or_else(|| format!("{oat}: missing \"tensor\" (its name)"))?,
-                &format!("{oat}.tensor"),
-            )?;
-            if let Some(prev) = tensors.get(t) {
-                let by = names.get(prev.producer).map_or("", String::as_str);
-                return Err(format!(
-                    "{oat}: tensor {t:?} is already produced by operators[{}] ({by:?})",
-                    prev.producer
-                ));
-            }
-            let size_bytes = uint(
-                o.get("size_bytes")
-                    .ok_or_else(|| format!("{oat}: missing \"size_bytes\""))?,
-                &format!("{oat}.size_bytes"),
-            )?;
-            let align_bytes = align(
-                o.get("alignment_bytes"),
-                default_align,
-                &format!("{oat}.alignment_bytes"),
-            )?;
-            let overwrite = match o.get("overwrites") {
-                None => {
-                    if o.contains_key("offset_bytes") {
-                        return Err(format!("{oat}: \"offset_bytes\" needs \"overwrites\""));
-                    }
-                    None
-                }
-                Some(p) => {
-                    let p = string(p, &format!("{oat}.overwrites"))?;
-                    let offset = match o.get("offset_bytes") {
-                        Some(v) => uint(v, &format!("{oat}.offset_bytes"))?,
-                        None => 0,
-                    };
-                    if !input_names.contains(&p) {
-                        return Err(format!(
-                            "{oat}: overwrites {p:?}, which is not an input of this operator"
-                        ));
-                    }
-                    let parent = tensors
-                        .get_mut(p)
-                        .ok_or_else(|| format!("{oat}: overwrites unknown tensor {p:?}"))?;
-                    if parent.overwritten {
-                        return Err(format!(
-                            "{oat}: tensor {p:?} is already overwritten by another output"
-                        ));
-                    }
-                    if offset
-                        .checked_add(size_bytes)
-                        .is_none_or(|e| e > parent.size_bytes)
-                    {
-                        return Err(format!(
-                            "{oat}: {size_bytes} B at offset {offset} do not fit inside \
-                             {p:?} ({} B)",
-                            parent.size_bytes
-                        ));
-                    }
-                    parent.overwritten = true;
-                    Some((p.to_owned(), offset))
-                }
-            };
-            tensors.insert(
-                t.to_owned(),
-                Tensor {
-                    producer: i,
-                    size_bytes,
-                    align_bytes,
-                    last_reader: None,
-                    overwrite,
-                    overwritten: false,
-                    graph_output: false,
-                },
-            );
-            order.push(t.to_owned());
-        }
-        names.push(name);
+        Ok(input_names)
     }
-    if let Some(outs) = root.get("graph_outputs") {
+
+    /// Reads one output of operator `i` (at `oat`) into a new tensor; each tensor has exactly
+    /// one producer, so a name produced before is refused.
+    fn read_output(
+        &mut self,
+        i: usize,
+        out: &Value,
+        input_names: &[&str],
+        default_align_bytes: u64,
+        oat: &str,
+    ) -> Result<(), String> {
+        let o = out
+            .as_object()
+            .ok_or_else(|| format!("{oat}: expected an object, found {out}"))?;
+        check_keys(
+            o,
+            &[
+                "tensor",
+                "size_bytes",
+                "alignment_bytes",
+                "overwrites",
+                "offset_bytes",
+                "shape",
+                "dtype",
+            ],
+            oat,
+        )?;
+        let t = string(
+            o.get("tensor")
+                .ok_or_else(|| format!("{oat}: missing \"tensor\" (its name)"))?,
+            &format!("{oat}.tensor"),
+        )?;
+        if let Some(prev) = self.tensors.get(t) {
+            let by = self.names.get(prev.producer).map_or("", String::as_str);
+            return Err(format!(
+                "{oat}: tensor {t:?} is already produced by operators[{}] ({by:?})",
+                prev.producer
+            ));
+        }
+        let size_bytes = uint(
+            o.get("size_bytes")
+                .ok_or_else(|| format!("{oat}: missing \"size_bytes\""))?,
+            &format!("{oat}.size_bytes"),
+        )?;
+        let align_bytes = align(
+            o.get("alignment_bytes"),
+            default_align_bytes,
+            &format!("{oat}.alignment_bytes"),
+        )?;
+        let overwrite = self.claim_overwrite(o, size_bytes, input_names, oat)?;
+        self.tensors.insert(
+            t.to_owned(),
+            Tensor {
+                producer: i,
+                size_bytes,
+                align_bytes,
+                last_reader: None,
+                overwrite,
+                overwritten: false,
+                graph_output: false,
+            },
+        );
+        self.order.push(t.to_owned());
+        Ok(())
+    }
+
+    /// The input an output overwrites in place and the offset inside it, if it declares one,
+    /// marking that input overwritten: MegEngine's `alloc_overwrite` lends the input's memory
+    /// only when the output fits inside it and nothing else has claimed it.
+    fn claim_overwrite(
+        &mut self,
+        o: &Map<String, Value>,
+        size_bytes: u64,
+        input_names: &[&str],
+        oat: &str,
+    ) -> Result<Option<(String, u64)>, String> {
+        let Some(p) = o.get("overwrites") else {
+            if o.contains_key("offset_bytes") {
+                return Err(format!("{oat}: \"offset_bytes\" needs \"overwrites\""));
+            }
+            return Ok(None);
+        };
+        let p = string(p, &format!("{oat}.overwrites"))?;
+        let offset = match o.get("offset_bytes") {
+            Some(v) => uint(v, &format!("{oat}.offset_bytes"))?,
+            None => 0,
+        };
+        if !input_names.contains(&p) {
+            return Err(format!(
+                "{oat}: overwrites {p:?}, which is not an input of this operator"
+            ));
+        }
+        let parent = self
+            .tensors
+            .get_mut(p)
+            .ok_or_else(|| format!("{oat}: overwrites unknown tensor {p:?}"))?;
+        if parent.overwritten {
+            return Err(format!(
+                "{oat}: tensor {p:?} is already overwritten by another output"
+            ));
+        }
+        if offset
+            .checked_add(size_bytes)
+            .is_none_or(|e| e > parent.size_bytes)
+        {
+            return Err(format!(
+                "{oat}: {size_bytes} B at offset {offset} do not fit inside \
+                 {p:?} ({} B)",
+                parent.size_bytes
+            ));
+        }
+        parent.overwritten = true;
+        Ok(Some((p.to_owned(), offset)))
+    }
+
+    /// Marks the tensors in `graph_outputs`, which stay live through the last operator; an
+    /// overwritten tensor no longer has memory of its own to hand out.
+    fn mark_graph_outputs(&mut self, outs: &Value) -> Result<(), String> {
         let outs = outs
             .as_array()
             .ok_or("\"graph_outputs\": expected an array of tensor names")?;
         for (k, v) in outs.iter().enumerate() {
             let t = string(v, &format!("graph_outputs[{k}]"))?;
-            let tensor = tensors.get_mut(t).ok_or_else(|| {
+            let tensor = self.tensors.get_mut(t).ok_or_else(|| {
                 format!("graph_outputs[{k}]: tensor {t:?} is produced by no operator")
             })?;
             if tensor.overwritten {
@@ -351,40 +414,78 @@ pub fn parse_graph_json(text: &str) -> Result<(Vec<PlanRow>, usize), String> {
             }
             tensor.graph_output = true;
         }
+        Ok(())
     }
-    let n_ops = ops.len() as u64;
-    let mut rows = Vec::with_capacity(order.len());
-    for t in order {
-        let Some(tensor) = tensors.get(&t) else {
-            continue;
-        };
-        // An overwritten tensor must be dead once its overwriter runs: no later reader.
-        if let Some((p, _)) = &tensor.overwrite
-            && let Some(parent) = tensors.get(p)
-            && let Some(r) = parent.last_reader
-            && r > tensor.producer
-        {
-            let by = names.get(r).map_or("", String::as_str);
-            let ow = names.get(tensor.producer).map_or("", String::as_str);
-            return Err(format!(
-                "tensor {p:?} is read by operators[{r}] ({by:?}) after operators[{}] ({ow:?}) \
-                 overwrote it with {t:?}",
-                tensor.producer
-            ));
+
+    /// Turns the tensors into rows in order of production, each live from its producer to
+    /// after its last reader (through the last of `n_ops` operators for a graph output). Only
+    /// now are all readers known, so only now can an overwrite be checked against a later
+    /// reader of the tensor it overwrote.
+    fn into_rows(self, n_ops: u64) -> Result<Vec<PlanRow>, String> {
+        let Graph {
+            tensors,
+            order,
+            names,
+        } = self;
+        let mut rows = Vec::with_capacity(order.len());
+        for t in order {
+            let Some(tensor) = tensors.get(&t) else {
+                continue;
+            };
+            // An overwritten tensor must be dead once its overwriter runs: no later reader.
+            if let Some((p, _)) = &tensor.overwrite
+                && let Some(parent) = tensors.get(p)
+                && let Some(r) = parent.last_reader
+                && r > tensor.producer
+            {
+                let by = names.get(r).map_or("", String::as_str);
+                let ow = names.get(tensor.producer).map_or("", String::as_str);
+                return Err(format!(
+                    "tensor {p:?} is read by operators[{r}] ({by:?}) after operators[{}] ({ow:?}) \
+                     overwrote it with {t:?}",
+                    tensor.producer
+                ));
+            }
+            let lower = tensor.producer as u64;
+            let mut upper = lower + 1;
+            if let Some(r) = tensor.last_reader {
+                upper = upper.max(r as u64 + 1);
+            }
+            if tensor.graph_output {
+                upper = upper.max(n_ops);
+            }
+            let mut row = PlanRow::new(t.clone(), tensor.size_bytes, lower, upper);
+            row.align_bytes = tensor.align_bytes;
+            row.overwrite.clone_from(&tensor.overwrite);
+            rows.push(row);
         }
-        let lower = tensor.producer as u64;
-        let mut upper = lower + 1;
-        if let Some(r) = tensor.last_reader {
-            upper = upper.max(r as u64 + 1);
-        }
-        if tensor.graph_output {
-            upper = upper.max(n_ops);
-        }
-        let mut row = PlanRow::new(t.clone(), tensor.size_bytes, lower, upper);
-        row.align_bytes = tensor.align_bytes;
-        row.overwrite.clone_from(&tensor.overwrite);
-        rows.push(row);
+        Ok(rows)
     }
+}
+
+/// Parses a JSON graph plan into buffer rows (tensors in order of production), and the number
+/// of operators.
+///
+/// # Errors
+/// A message naming the JSON line and column (syntax) or the operator and tensor (meaning).
+pub fn parse_graph_json(text: &str) -> Result<(Vec<PlanRow>, usize), String> {
+    let root = read_json(text)?;
+    let root = root
+        .as_object()
+        .ok_or("expected a JSON object with an \"operators\" array at the top")?;
+    let (default_align_bytes, ops) = read_top_level(root)?;
+    let mut graph = Graph {
+        tensors: HashMap::new(),
+        order: Vec::new(),
+        names: Vec::with_capacity(ops.len()),
+    };
+    for (i, op) in ops.iter().enumerate() {
+        graph.read_operator(i, op, default_align_bytes)?;
+    }
+    if let Some(outs) = root.get("graph_outputs") {
+        graph.mark_graph_outputs(outs)?;
+    }
+    let rows = graph.into_rows(ops.len() as u64)?;
     Ok((rows, ops.len()))
 }
 
