@@ -161,184 +161,273 @@ pub fn rebuild(
     entry_streams: &[u64],
     settings: &PytorchSettings,
 ) -> Rebuilt {
-    let mut out = Rebuilt {
-        time_origin_us: trace.iter().find_map(RawEntry::time).unwrap_or(0),
-        ..Rebuilt::default()
-    };
     let carried = carried_in(segments, blocks, trace, entry_streams, settings);
     let start = start_segments(segments, trace, entry_streams);
-    out.start_reserved_bytes = start.iter().map(|s| s.size_bytes).sum();
-    out.start_segments = start.len();
+    let mut walk = Walk::new(trace, carried.len(), entry_streams, settings);
+    walk.out.start_reserved_bytes = start.iter().map(|s| s.size_bytes).sum();
+    walk.out.start_segments = start.len();
+    if let Some(note) = carried_outside_start(&carried, &start) {
+        walk.out.notes.push(note);
+    }
+    walk.push_carried(&carried);
+    for (i, e) in trace.iter().enumerate() {
+        walk.push_entry(i, e);
+    }
+    walk.finish(start)
+}
+
+/// A note on the first carried-in block that lies in no segment of the rebuilt start, if
+/// any: the two halves of the start state are rebuilt separately, and a block outside every
+/// segment says they disagree (one note is enough to say so).
+fn carried_outside_start(
+    carried: &BTreeMap<u64, Carried>,
+    start: &[ScriptSegment],
+) -> Option<String> {
     // `start` is in address order: the segment that could hold a block is the last one that
     // starts at or below it.
-    for (addr, c) in &carried {
+    for (addr, c) in carried {
         let i = start.partition_point(|s| s.addr <= *addr);
         let inside = i
             .checked_sub(1)
             .and_then(|i| start.get(i))
             .is_some_and(|s| addr.saturating_add(c.rounded) <= s.addr + s.size_bytes);
         if !inside {
-            out.notes.push(format!(
+            return Some(format!(
                 "a block live at the trace's start ({addr:#x}, {} B) lies in no segment of the \
                  rebuilt start state",
                 c.rounded
             ));
-            break;
         }
     }
-    let allocs = carried.len() + trace.iter().filter(|e| e.action == Action::Alloc).count();
-    let frees = trace
-        .iter()
-        .filter(|e| matches!(e.action, Action::FreeRequested | Action::FreeCompleted))
-        .count();
-    out.events = EventColumns::with_capacity(allocs + frees);
-    out.script.recorded_addr.reserve_exact(allocs);
-    let mut streams = StreamIndex::default();
-    // The event row of each live allocation's `alloc`, where its id and sizes are: a 1 GB
-    // snapshot has millions live at the end, and a map of them all is the load's peak.
-    let mut live: PtrMap<u32> = PtrMap::default();
-    let mut alloc_stream: Vec<u64> = Vec::with_capacity(allocs);
-    // Carried-in allocations first, in address order, at the trace's first moment.
-    for (&addr, c) in &carried {
-        let id = out.script.recorded_addr.len() as u32;
-        out.script.recorded_addr.push(addr);
-        alloc_stream.push(c.stream);
-        live.insert(addr, out.events.len() as u32);
-        out.events.push(Event {
-            t_ns: 0,
-            stream_index: streams.index(c.stream),
-            kind: EventKind::Alloc,
-            size_bytes: c.requested,
-            rounded_bytes: c.rounded,
-            address: addr,
-            alloc_id: id,
-            stack_id: c.stack_id,
-            entry: NO_ENTRY,
-        });
+    None
+}
+
+/// When and where a trace entry happened, as its event row records it.
+#[derive(Clone, Copy)]
+struct At {
+    t_ns: i64,
+    stream_index: u16,
+    entry: u32,
+}
+
+/// The rebuild while it walks the trace, one event row (or segment event) per entry.
+struct Walk<'a> {
+    out: Rebuilt,
+    entry_streams: &'a [u64],
+    settings: &'a PytorchSettings,
+    streams: StreamIndex,
+    /// The event row of each live allocation's `alloc`, where its id and sizes are: a 1 GB
+    /// snapshot has millions live at the end, and a map of them all is the load's peak.
+    live: PtrMap<u32>,
+    /// Each allocation's stream, by id (the script's `stream`).
+    alloc_stream: Vec<u64>,
+    /// Segment operations since the last allocation: the script performs them just before
+    /// the next one, where the caching allocator did.
+    pending_ops: Vec<SegmentOp>,
+    prev_t_ns: i64,
+}
+
+impl<'a> Walk<'a> {
+    /// An empty rebuild with room for exactly the rows to come, counted ahead: grown by
+    /// doubling, the columns of a large snapshot would peak at twice their size.
+    fn new(
+        trace: &[RawEntry],
+        carried: usize,
+        entry_streams: &'a [u64],
+        settings: &'a PytorchSettings,
+    ) -> Self {
+        let mut out = Rebuilt {
+            time_origin_us: trace.iter().find_map(RawEntry::time).unwrap_or(0),
+            ..Rebuilt::default()
+        };
+        let allocs = carried + trace.iter().filter(|e| e.action == Action::Alloc).count();
+        let frees = trace
+            .iter()
+            .filter(|e| matches!(e.action, Action::FreeRequested | Action::FreeCompleted))
+            .count();
+        out.events = EventColumns::with_capacity(allocs + frees);
+        out.script.recorded_addr.reserve_exact(allocs);
+        Self {
+            out,
+            entry_streams,
+            settings,
+            streams: StreamIndex::default(),
+            live: PtrMap::default(),
+            alloc_stream: Vec::with_capacity(allocs),
+            pending_ops: Vec::new(),
+            prev_t_ns: 0,
+        }
     }
-    out.carried_in = out.events.len() as u32;
-    let mut prev_t = 0i64;
-    let mut pending_ops: Vec<SegmentOp> = Vec::new();
-    for (i, e) in trace.iter().enumerate() {
+
+    /// Gives the allocation at `addr` the next id and remembers its row (the next one), where
+    /// its free will find its id and sizes.
+    fn start_alloc(&mut self, addr: u64, stream: u64) -> u32 {
+        let id = self.out.script.recorded_addr.len() as u32;
+        self.out.script.recorded_addr.push(addr);
+        self.alloc_stream.push(stream);
+        self.live.insert(addr, self.out.events.len() as u32);
+        id
+    }
+
+    /// Carried-in allocations first, in address order, at the trace's first moment, so every
+    /// consumer sees the memory that was live when the trace began.
+    fn push_carried(&mut self, carried: &BTreeMap<u64, Carried>) {
+        for (&addr, c) in carried {
+            let id = self.start_alloc(addr, c.stream);
+            let stream_index = self.streams.index(c.stream);
+            self.out.events.push(Event {
+                t_ns: 0,
+                stream_index,
+                kind: EventKind::Alloc,
+                size_bytes: c.requested,
+                rounded_bytes: c.rounded,
+                address: addr,
+                alloc_id: id,
+                stack_id: c.stack_id,
+                entry: NO_ENTRY,
+            });
+        }
+        self.out.carried_in = self.out.events.len() as u32;
+    }
+
+    /// Entry `i`'s time from the trace's first, in nanoseconds, never before the previous
+    /// entry's: the events must be in time order, and a clock that stepped back is counted.
+    fn entry_time_ns(&mut self, i: usize, e: &RawEntry) -> i64 {
         let t_ns = match e.time() {
-            Some(us) => us.saturating_sub(out.time_origin_us).saturating_mul(1000),
+            Some(us) => us
+                .saturating_sub(self.out.time_origin_us)
+                .saturating_mul(1000),
             // No times: one microsecond per entry keeps the order visible on a timeline.
             None => (i as i64).saturating_mul(1000),
         };
-        let t_ns = if t_ns < prev_t {
-            out.times_clamped += 1;
-            prev_t
+        let t_ns = if t_ns < self.prev_t_ns {
+            self.out.times_clamped += 1;
+            self.prev_t_ns
         } else {
             t_ns
         };
-        prev_t = t_ns;
-        let entry = i as u32;
-        let stream_index = streams.index(e.stream(entry_streams));
+        self.prev_t_ns = t_ns;
+        t_ns
+    }
+
+    /// Turns trace entry `i` into its event row, or its segment event.
+    fn push_entry(&mut self, i: usize, e: &RawEntry) {
+        let t_ns = self.entry_time_ns(i, e);
+        let at = At {
+            t_ns,
+            stream_index: self.streams.index(e.stream(self.entry_streams)),
+            entry: i as u32,
+        };
         match e.action {
-            Action::Alloc => {
-                let id = out.script.recorded_addr.len() as u32;
-                out.script.recorded_addr.push(e.addr);
-                alloc_stream.push(e.stream(entry_streams));
-                let rounded = round_size(e.size_bytes, settings);
-                live.insert(e.addr, out.events.len() as u32);
-                for op in pending_ops.drain(..) {
-                    out.script.segment_ops.push((id, op));
-                }
-                out.events.push(Event {
-                    t_ns,
-                    stream_index,
-                    kind: EventKind::Alloc,
-                    size_bytes: e.size_bytes,
-                    rounded_bytes: rounded,
-                    address: e.addr,
-                    alloc_id: id,
-                    stack_id: e.stack_id,
-                    entry,
-                });
-            }
-            Action::FreeRequested => {
-                let (size, rounded) = match live.get(&e.addr) {
-                    Some(&row) => out.events.sizes_at(row),
-                    None => (e.size_bytes, round_size(e.size_bytes, settings)),
-                };
-                out.events.push(Event {
-                    t_ns,
-                    stream_index,
-                    kind: EventKind::FreeRequested,
-                    size_bytes: size,
-                    rounded_bytes: rounded,
-                    address: e.addr,
-                    alloc_id: NO_ALLOC_ID,
-                    stack_id: e.stack_id,
-                    entry,
-                });
-            }
-            Action::FreeCompleted => {
-                let (kind, id, size, rounded) = match live.remove(&e.addr) {
-                    Some(row) => {
-                        let (size, rounded) = out.events.sizes_at(row);
-                        let id = out.events.alloc_id.get(row as usize).copied();
-                        (EventKind::Free, id.unwrap_or(NO_ALLOC_ID), size, rounded)
-                    }
-                    None => {
-                        out.unknown_frees += 1;
-                        (
-                            EventKind::FreeUnknown,
-                            NO_ALLOC_ID,
-                            e.size_bytes,
-                            round_size(e.size_bytes, settings),
-                        )
-                    }
-                };
-                out.events.push(Event {
-                    t_ns,
-                    stream_index,
-                    kind,
-                    size_bytes: size,
-                    rounded_bytes: rounded,
-                    address: e.addr,
-                    alloc_id: id,
-                    stack_id: e.stack_id,
-                    entry,
-                });
-            }
-            action => {
-                let op_kind = match action {
-                    Action::SegmentAlloc => Some(SegmentOpKind::Alloc),
-                    Action::SegmentFree => Some(SegmentOpKind::Free),
-                    Action::SegmentMap => Some(SegmentOpKind::Map),
-                    Action::SegmentUnmap => Some(SegmentOpKind::Unmap),
-                    _ => None,
-                };
-                if let Some(kind) = op_kind {
-                    pending_ops.push(SegmentOp {
-                        kind,
-                        addr: e.addr,
-                        size_bytes: e.size_bytes,
-                    });
-                }
-                out.segment_events.push(SegmentEvent {
-                    action,
-                    address: e.address(),
-                    size_bytes: e.size_bytes,
-                    stream: e.stream(entry_streams),
-                    t_ns,
-                    before_event: out.events.len() as u32,
-                    device_free_bytes: e.device_free(),
-                    stack_id: e.stack_id,
-                });
-            }
+            Action::Alloc => self.push_alloc(at, e),
+            Action::FreeRequested => self.push_free_requested(at, e),
+            Action::FreeCompleted => self.push_free_completed(at, e),
+            action => self.push_segment_event(at, e, action),
         }
     }
-    // Segment events after the last allocation (an emptyCache at the end) precede no alloc.
-    for op in pending_ops {
-        out.script.segment_ops.push((u32::MAX, op));
+
+    /// Pushes the event row of trace entry `e`.
+    fn push_row(
+        &mut self,
+        at: At,
+        e: &RawEntry,
+        kind: EventKind,
+        (size_bytes, rounded_bytes): (u64, u64),
+        alloc_id: u32,
+    ) {
+        self.out.events.push(Event {
+            t_ns: at.t_ns,
+            stream_index: at.stream_index,
+            kind,
+            size_bytes,
+            rounded_bytes,
+            address: e.addr,
+            alloc_id,
+            stack_id: e.stack_id,
+            entry: at.entry,
+        });
     }
-    out.script.start_segments = start;
-    out.script.stream = alloc_stream;
-    out.script.carried_in = out.carried_in;
-    out.streams = streams.values;
-    out
+
+    /// An allocation, which takes the segment operations pending since the previous one: the
+    /// caching allocator grew or shrank its segments to serve this request.
+    fn push_alloc(&mut self, at: At, e: &RawEntry) {
+        let id = self.start_alloc(e.addr, e.stream(self.entry_streams));
+        let rounded = round_size(e.size_bytes, self.settings);
+        for op in self.pending_ops.drain(..) {
+            self.out.script.segment_ops.push((id, op));
+        }
+        self.push_row(at, e, EventKind::Alloc, (e.size_bytes, rounded), id);
+    }
+
+    /// A free requested (the block waits for its stream's work): the allocation stays live
+    /// until the free completes, and its sizes are the allocation's when it is known.
+    fn push_free_requested(&mut self, at: At, e: &RawEntry) {
+        let sizes = match self.live.get(&e.addr) {
+            Some(&row) => self.out.events.sizes_at(row),
+            None => (e.size_bytes, round_size(e.size_bytes, self.settings)),
+        };
+        self.push_row(at, e, EventKind::FreeRequested, sizes, NO_ALLOC_ID);
+    }
+
+    /// A completed free, which ends the allocation; a free of an address not live is kept as
+    /// `FreeUnknown` and counted, with the sizes the free names.
+    fn push_free_completed(&mut self, at: At, e: &RawEntry) {
+        let (kind, id, sizes) = match self.live.remove(&e.addr) {
+            Some(row) => {
+                let sizes = self.out.events.sizes_at(row);
+                let id = self.out.events.alloc_id.get(row as usize).copied();
+                (EventKind::Free, id.unwrap_or(NO_ALLOC_ID), sizes)
+            }
+            None => {
+                self.out.unknown_frees += 1;
+                let sizes = (e.size_bytes, round_size(e.size_bytes, self.settings));
+                (EventKind::FreeUnknown, NO_ALLOC_ID, sizes)
+            }
+        };
+        self.push_row(at, e, kind, sizes, id);
+    }
+
+    /// An entry that is not an allocation or a free: a segment event between rows, and for
+    /// the segment actions an operation the script performs before the next allocation.
+    fn push_segment_event(&mut self, at: At, e: &RawEntry, action: Action) {
+        let op_kind = match action {
+            Action::SegmentAlloc => Some(SegmentOpKind::Alloc),
+            Action::SegmentFree => Some(SegmentOpKind::Free),
+            Action::SegmentMap => Some(SegmentOpKind::Map),
+            Action::SegmentUnmap => Some(SegmentOpKind::Unmap),
+            _ => None,
+        };
+        if let Some(kind) = op_kind {
+            self.pending_ops.push(SegmentOp {
+                kind,
+                addr: e.addr,
+                size_bytes: e.size_bytes,
+            });
+        }
+        self.out.segment_events.push(SegmentEvent {
+            action,
+            address: e.address(),
+            size_bytes: e.size_bytes,
+            stream: e.stream(self.entry_streams),
+            t_ns: at.t_ns,
+            before_event: self.out.events.len() as u32,
+            device_free_bytes: e.device_free(),
+            stack_id: e.stack_id,
+        });
+    }
+
+    /// Completes the script with the start's segments and the allocations' streams.
+    fn finish(mut self, start: Vec<ScriptSegment>) -> Rebuilt {
+        // Segment events after the last allocation (an emptyCache at the end) precede no alloc.
+        for op in self.pending_ops {
+            self.out.script.segment_ops.push((u32::MAX, op));
+        }
+        self.out.script.start_segments = start;
+        self.out.script.stream = self.alloc_stream;
+        self.out.script.carried_in = self.out.carried_in;
+        self.out.streams = self.streams.values;
+        self.out
+    }
 }
 
 /// An allocation live when the trace starts.
