@@ -59,6 +59,13 @@ fn checked_sum(
     sum
 }
 
+/// The byte totals of a dump's parts, which the checks hold against one another.
+struct Totals {
+    chunk_in_use_bytes: u64,
+    summary_bytes: u64,
+    region_bytes: u64,
+}
+
 impl Builder {
     pub(super) fn new(first_line: u64) -> Self {
         Self {
@@ -350,9 +357,25 @@ impl Builder {
 
     /// In-use chunk bytes = summary total = InUse; bins and summary agree with the chunks.
     fn check_totals(&mut self) {
+        let totals = self.sum_totals();
         let mut problems: Vec<(u64, String)> = Vec::new();
-        let have_chunks = !self.chunks.is_empty();
-        let chunk_in_use = checked_sum(
+        self.check_summary(&totals, &mut problems);
+        self.check_sum_total(&totals, &mut problems);
+        self.check_in_use_stat(&totals, &mut problems);
+        if !self.chunks.is_empty() {
+            self.check_bins(&mut problems);
+        }
+        self.check_region_bytes(&totals, &mut problems);
+        for (line, message) in problems {
+            self.warn(line, message);
+        }
+    }
+
+    /// Adds up the in-use chunks, the summary's rows and the regions, noting the first sum
+    /// (in that order) that does not fit in 64 bits: the dump is refused with it, so the
+    /// order decides which line the refusal names.
+    fn sum_totals(&mut self) -> Totals {
+        let chunk_in_use_bytes = checked_sum(
             &mut self.overflow,
             "the sizes of the in-use chunks",
             self.chunks
@@ -380,12 +403,36 @@ impl Builder {
                 .iter()
                 .map(|r| (r.total_bytes().unwrap_or(u64::MAX), r.line)),
         );
+        let region_bytes = checked_sum(
+            &mut self.overflow,
+            "the region sizes",
+            self.regions
+                .iter()
+                .map(|r| (r.size_bytes, r.line.unwrap_or(self.first_line))),
+        );
+        Totals {
+            chunk_in_use_bytes,
+            summary_bytes,
+            region_bytes,
+        }
+    }
+
+    /// The in-use summary against the chunk lines: its total, each row's printed total, and
+    /// each row's count of chunks of its size. TF prints all three from the same chunks, so a
+    /// disagreement means a damaged or hand-edited dump.
+    fn check_summary(&self, totals: &Totals, problems: &mut Vec<(u64, String)>) {
+        let have_chunks = !self.chunks.is_empty();
+        let Totals {
+            chunk_in_use_bytes,
+            summary_bytes,
+            ..
+        } = *totals;
         let summary_line = self.summary.first().map_or(0, |r| r.line);
-        if have_chunks && !self.summary.is_empty() && chunk_in_use != summary_bytes {
+        if have_chunks && !self.summary.is_empty() && chunk_in_use_bytes != summary_bytes {
             problems.push((
                 summary_line,
                 format!(
-                    "in-use chunks hold {chunk_in_use} bytes, the summary adds up to {summary_bytes}"
+                    "in-use chunks hold {chunk_in_use_bytes} bytes, the summary adds up to {summary_bytes}"
                 ),
             ));
         }
@@ -419,6 +466,12 @@ impl Builder {
                 }
             }
         }
+    }
+
+    /// The summary's `Sum Total` line against its rows (it is printed rounded, so it only has
+    /// to contain their sum).
+    fn check_sum_total(&self, totals: &Totals, problems: &mut Vec<(u64, String)>) {
+        let summary_bytes = totals.summary_bytes;
         if let Some((total, line)) = self.summary_total {
             match total {
                 Some(t) if !self.summary.is_empty() && !t.contains(summary_bytes) => {
@@ -431,10 +484,16 @@ impl Builder {
                 _ => {}
             }
         }
+    }
+
+    /// The Stats block's InUse against the best figure the dump has for it: the in-use
+    /// chunks, or without chunk lines the summary's rows.
+    fn check_in_use_stat(&self, totals: &Totals, problems: &mut Vec<(u64, String)>) {
+        let have_chunks = !self.chunks.is_empty();
         let reference = if have_chunks {
-            Some(chunk_in_use)
+            Some(totals.chunk_in_use_bytes)
         } else if !self.summary.is_empty() {
-            Some(summary_bytes)
+            Some(totals.summary_bytes)
         } else {
             None
         };
@@ -456,45 +515,47 @@ impl Builder {
                 ),
             ));
         }
-        if have_chunks {
-            for b in &self.bins {
-                let members = self.chunks.iter().filter(|c| c.bin == b.bin);
-                let (mut total, mut in_use, mut bytes, mut in_use_bytes) = (0u64, 0u64, 0u64, 0u64);
-                // Saturating: the chunk sizes' sum was checked above.
-                for c in members {
-                    total += 1;
-                    bytes = bytes.saturating_add(c.size_bytes);
-                    if c.in_use {
-                        in_use += 1;
-                        in_use_bytes = in_use_bytes.saturating_add(c.size_bytes);
-                    }
-                }
-                if total != b.total_chunks || in_use != b.chunks_in_use {
-                    problems.push((
-                        b.line,
-                        format!(
-                            "bin {} says {} chunks ({} in use), the chunk lines have {total} ({in_use})",
-                            b.bin_size_bytes, b.total_chunks, b.chunks_in_use
-                        ),
-                    ));
-                } else if !b.allocated.contains(bytes) || !b.in_use.contains(in_use_bytes) {
-                    problems.push((
-                        b.line,
-                        format!(
-                            "bin {}: its chunks hold {bytes} bytes ({in_use_bytes} in use), not the printed figures",
-                            b.bin_size_bytes
-                        ),
-                    ));
+    }
+
+    /// Each bin's printed counts, then (only when the counts agree, so a bin is reported
+    /// once) its printed bytes, against the chunk lines that name the bin.
+    fn check_bins(&self, problems: &mut Vec<(u64, String)>) {
+        for b in &self.bins {
+            let members = self.chunks.iter().filter(|c| c.bin == b.bin);
+            let (mut total, mut in_use, mut bytes, mut in_use_bytes) = (0u64, 0u64, 0u64, 0u64);
+            // Saturating: the chunk sizes' sum was checked above.
+            for c in members {
+                total += 1;
+                bytes = bytes.saturating_add(c.size_bytes);
+                if c.in_use {
+                    in_use += 1;
+                    in_use_bytes = in_use_bytes.saturating_add(c.size_bytes);
                 }
             }
+            if total != b.total_chunks || in_use != b.chunks_in_use {
+                problems.push((
+                    b.line,
+                    format!(
+                        "bin {} says {} chunks ({} in use), the chunk lines have {total} ({in_use})",
+                        b.bin_size_bytes, b.total_chunks, b.chunks_in_use
+                    ),
+                ));
+            } else if !b.allocated.contains(bytes) || !b.in_use.contains(in_use_bytes) {
+                problems.push((
+                    b.line,
+                    format!(
+                        "bin {}: its chunks hold {bytes} bytes ({in_use_bytes} in use), not the printed figures",
+                        b.bin_size_bytes
+                    ),
+                ));
+            }
         }
-        let region_bytes = checked_sum(
-            &mut self.overflow,
-            "the region sizes",
-            self.regions
-                .iter()
-                .map(|r| (r.size_bytes, r.line.unwrap_or(self.first_line))),
-        );
+    }
+
+    /// The regions' bytes against the Stats block's Limit (the allocator never reserves past
+    /// it) and the pool line's total.
+    fn check_region_bytes(&self, totals: &Totals, problems: &mut Vec<(u64, String)>) {
+        let region_bytes = totals.region_bytes;
         if let Some(limit) = self.stats.iter().find(|s| s.key == "bytes_limit")
             && limit.value.max_bytes > 0
             && region_bytes > limit.value.max_bytes
@@ -513,9 +574,6 @@ impl Builder {
                 p.line,
                 format!("the pool line's total does not match the regions' {region_bytes} bytes"),
             ));
-        }
-        for (line, message) in problems {
-            self.warn(line, message);
         }
     }
 
