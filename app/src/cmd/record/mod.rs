@@ -19,7 +19,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, ExitStatus};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -30,6 +30,7 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::format;
 use crate::safe_write;
+use crate::symbolize::{Prefetch, Symbolizer};
 use crate::trace_file::{Form, RecordWriter, read_any};
 
 mod limit;
@@ -37,7 +38,7 @@ mod live;
 mod pipe;
 mod spools;
 
-use spools::{list_spools, per_process_name, trace_meta};
+use spools::{Spool, list_spools, per_process_name, trace_meta};
 
 /// The tracer shared object, compiled by `build.rs`.
 static TRACER_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/liballocview_tracer.so"));
@@ -81,37 +82,13 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "command".into());
-    let ext = if args.text { "trace.gz" } else { "avt" };
-    let output = args.output.clone().unwrap_or_else(|| {
-        PathBuf::from(format!(
-            "allocview-{program_name}-{}.{ext}",
-            std::process::id()
-        ))
-    });
-    let out_dir = match output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let output = output_path(args, &program_name);
     // The trace must never replace the traced program or a file named on its command line.
     let protected = protected_files(&args.command);
     let protected_refs: Vec<&Path> = protected.iter().map(PathBuf::as_path).collect();
     safe_write::refuse_if_any_input(&protected_refs, &output)?;
-    let work = PrivateDir::create(&std::env::temp_dir(), "allocview-record")?;
-    let so_path = work.path.join("liballocview_tracer.so");
-    std::fs::write(&so_path, TRACER_SO)
-        .with_context(|| format!("cannot write the tracer to {}", so_path.display()))?;
-    // Spools can be large: they go next to the output, not into a possibly small /tmp.
-    let spools = PrivateDir::create(&out_dir, ".allocview-spool")?;
-    let preload = match std::env::var_os("LD_PRELOAD") {
-        Some(existing) if !existing.is_empty() => {
-            let mut v = so_path.clone().into_os_string();
-            v.push(":");
-            v.push(existing);
-            v
-        }
-        _ => so_path.clone().into_os_string(),
-    };
-    let started_wall = SystemTime::now()
+    let staging = Staging::create(&output)?;
+    let started_wall_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
         .unwrap_or(0);
@@ -120,98 +97,216 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     if args.text && !args.no_stacks {
         eprintln!("note: --text: the text form has no call stacks, so none are captured");
     }
-    let form = if args.text { Form::Text } else { Form::Binary };
-    let base = TimeBase {
-        realtime_ns: Some(started_wall),
+    let target = Target {
+        output: &output,
+        form: if args.text { Form::Text } else { Form::Binary },
+        program_name: &program_name,
+        base: TimeBase {
+            realtime_ns: Some(started_wall_ns),
+        },
+        protected: &protected_refs,
     };
-    let mut command = Command::new(program);
-    args.faults.apply(&mut command)?;
-    let ignored = ignore_termination_signals()?;
-    let mut child = command
-        .args(args.command.iter().skip(1))
-        .env("LD_PRELOAD", &preload)
-        .env("ALLOCVIEW_SPOOL", spools.path.join("p"))
-        .env("ALLOCVIEW_STACKS", if stacks { "1" } else { "0" })
-        .spawn()
-        .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
+    let (mut child, ignored) = spawn_traced(args, program, &staging, stacks)?;
     // The modules of the stacks are read while the command runs.
-    let prefetch = stacks.then(crate::symbolize::Prefetch::start);
+    let prefetch = stacks.then(Prefetch::start);
     let mut live = live::Converter::new(
-        &spools.path,
-        &program_name,
-        &output,
-        form,
-        base,
-        &protected_refs,
-        prefetch.as_ref().map(crate::symbolize::Prefetch::feed),
+        &staging.spools.path,
+        target.program_name,
+        target.output,
+        target.form,
+        target.base,
+        target.protected,
+        prefetch.as_ref().map(Prefetch::feed),
     );
     let status = live.run_until_exit(&mut child)?;
     drop(ignored);
 
-    let mut found = list_spools(&spools.path)?;
+    let written = convert_spools(&staging.spools.path, target, &mut live, prefetch)?;
+    report(args, &written, status)
+}
+
+/// The trace to write: `--output`, or a name made of the program and this process's id, so
+/// that recordings made one after another in the same folder do not replace one another.
+fn output_path(args: &RecordArgs, program_name: &str) -> PathBuf {
+    let ext = if args.text { "trace.gz" } else { "avt" };
+    args.output.clone().unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "allocview-{program_name}-{}.{ext}",
+            std::process::id()
+        ))
+    })
+}
+
+/// A recording's private files, removed when dropped: the folder the tracer's spools go to
+/// and the one holding the tracer, and the `LD_PRELOAD` value that loads it.
+struct Staging {
+    // Declared in the order they are removed: the spools, then the tracer.
+    spools: PrivateDir,
+    /// Holds the tracer; kept only to be removed on drop.
+    _work: PrivateDir,
+    preload: OsString,
+}
+
+impl Staging {
+    /// Writes the tracer to a private temporary folder and makes the spools' folder next to
+    /// `output`: spools can be large, and /tmp may be small.
+    fn create(output: &Path) -> Result<Self> {
+        let out_dir = match output.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let work = PrivateDir::create(&std::env::temp_dir(), "allocview-record")?;
+        let so_path = work.path.join("liballocview_tracer.so");
+        std::fs::write(&so_path, TRACER_SO)
+            .with_context(|| format!("cannot write the tracer to {}", so_path.display()))?;
+        let spools = PrivateDir::create(&out_dir, ".allocview-spool")?;
+        // Libraries the user preloads stay preloaded, after the tracer.
+        let preload = match std::env::var_os("LD_PRELOAD") {
+            Some(existing) if !existing.is_empty() => {
+                let mut v = so_path.clone().into_os_string();
+                v.push(":");
+                v.push(existing);
+                v
+            }
+            _ => so_path.clone().into_os_string(),
+        };
+        Ok(Self {
+            spools,
+            _work: work,
+            preload,
+        })
+    }
+}
+
+/// Starts the command with the tracer preloaded, its faults (`--fail-*`) applied, and this
+/// process deaf to the terminal's signals until the command has exited, so that a Ctrl-C
+/// still leaves it time to write the traces.
+fn spawn_traced(
+    args: &RecordArgs,
+    program: &OsString,
+    staging: &Staging,
+    stacks: bool,
+) -> Result<(Child, IgnoredSignals)> {
+    let mut command = Command::new(program);
+    args.faults.apply(&mut command)?;
+    let ignored = ignore_termination_signals()?;
+    let child = command
+        .args(args.command.iter().skip(1))
+        .env("LD_PRELOAD", &staging.preload)
+        .env("ALLOCVIEW_SPOOL", staging.spools.path.join("p"))
+        .env("ALLOCVIEW_STACKS", if stacks { "1" } else { "0" })
+        .spawn()
+        .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
+    Ok((child, ignored))
+}
+
+/// Where and how the traces are written: the same for every process of the recording.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    output: &'a Path,
+    form: Form,
+    program_name: &'a str,
+    base: TimeBase,
+    protected: &'a [&'a Path],
+}
+
+/// One trace written: the process image it records, its file and its summary.
+struct Written {
+    pid: u32,
+    generation: u32,
+    path: PathBuf,
+    summary: RecordingSummary,
+}
+
+/// Converts every spool the command left into its trace, in process start order (pids grow,
+/// mostly; exec generations in order), removing each spool once its trace is written. A
+/// command that left no spool is an error: LD_PRELOAD did not reach it.
+fn convert_spools(
+    spools_dir: &Path,
+    target: Target<'_>,
+    live: &mut live::Converter<'_>,
+    prefetch: Option<Prefetch>,
+) -> Result<Vec<Written>> {
+    let mut found = list_spools(spools_dir)?;
     if found.is_empty() {
         bail!(
             "the command wrote no trace (is it statically linked, or setuid? LD_PRELOAD does \
              not apply to those)"
         );
     }
-    // Processes in start order (pids grow, mostly), exec generations in order.
     found.sort_by_key(|s| (s.pid, s.generation));
     let single = found.len() == 1;
     let mut written = Vec::new();
     // Shared by the processes: each module is read once.
-    let mut symbolizer = prefetch
-        .map(crate::symbolize::Prefetch::finish)
-        .unwrap_or_default();
+    let mut symbolizer = prefetch.map(Prefetch::finish).unwrap_or_default();
     for spool in &found {
         let path = if single {
-            output.clone()
+            target.output.to_path_buf()
         } else {
-            per_process_name(&output, spool.pid, spool.generation)
+            per_process_name(target.output, spool.pid, spool.generation)
         };
-        let mut add_stacks = |writer: &mut RecordWriter, info: BinaryInfo| -> Result<()> {
-            if let Some(mut stacks) = info.stacks {
-                symbolizer.symbolize_stacks(&mut stacks).print_summary();
-                writer.write_stacks(&stacks)?;
-            }
-            Ok(())
-        };
-        let converted = match live.finish(&spool.path, &path, &mut add_stacks) {
-            Some(summary) => Ok(summary),
-            None => {
-                if let Some(why) = live.given_up(&spool.path) {
-                    // It costs the time of a conversion after the run: worth knowing.
-                    eprintln!(
-                        "  note: pid {}: converted after the run, not while it ran ({why})",
-                        spool.pid
-                    );
-                }
-                convert_file(
-                    &spool.path,
-                    &path,
-                    form,
-                    &program_name,
-                    base,
-                    &protected_refs,
-                    &mut add_stacks,
-                )
-            }
-        };
-        let summary = match converted {
-            Ok(summary) => summary,
-            Err(e) => {
-                // The private spool directory is removed on the way out: keep the recording.
-                let kept = keep_spool(&spool.path, &path);
-                return Err(e.context(format!(
-                    "while converting the trace of process {}; {kept}",
-                    spool.pid
-                )));
-            }
-        };
+        let summary = convert_spool(spool, &path, target, live, &mut symbolizer)?;
         std::fs::remove_file(&spool.path).ok();
-        written.push((spool.pid, spool.generation, path, summary));
+        written.push(Written {
+            pid: spool.pid,
+            generation: spool.generation,
+            path,
+            summary,
+        });
     }
+    Ok(written)
+}
 
+/// Converts one spool into the trace `path`: finishes its live conversion, or converts the
+/// file when that was given up. A spool that cannot be converted is kept next to the output,
+/// since the private spool folder is removed on the way out.
+fn convert_spool(
+    spool: &Spool,
+    path: &Path,
+    target: Target<'_>,
+    live: &mut live::Converter<'_>,
+    symbolizer: &mut Symbolizer,
+) -> Result<RecordingSummary> {
+    let mut add_stacks = |writer: &mut RecordWriter, info: BinaryInfo| -> Result<()> {
+        if let Some(mut stacks) = info.stacks {
+            symbolizer.symbolize_stacks(&mut stacks).print_summary();
+            writer.write_stacks(&stacks)?;
+        }
+        Ok(())
+    };
+    let converted = match live.finish(&spool.path, path, &mut add_stacks) {
+        Some(summary) => Ok(summary),
+        None => {
+            if let Some(why) = live.given_up(&spool.path) {
+                // It costs the time of a conversion after the run: worth knowing.
+                eprintln!(
+                    "  note: pid {}: converted after the run, not while it ran ({why})",
+                    spool.pid
+                );
+            }
+            convert_file(
+                &spool.path,
+                path,
+                target.form,
+                target.program_name,
+                target.base,
+                target.protected,
+                &mut add_stacks,
+            )
+        }
+    };
+    converted.map_err(|e| {
+        let kept = keep_spool(&spool.path, path);
+        e.context(format!(
+            "while converting the trace of process {}; {kept}",
+            spool.pid
+        ))
+    })
+}
+
+/// Tells on stderr (stdout is the command's) what was recorded and how to explore it, then
+/// how the command ended: with faults injected, whether they showed in the traces.
+fn report(args: &RecordArgs, written: &[Written], status: ExitStatus) -> Result<()> {
     eprintln!(
         "recorded {} process{} of `{}`",
         written.len(),
@@ -222,14 +317,14 @@ pub fn run(args: &RecordArgs) -> Result<()> {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    for (pid, generation, path, summary) in &written {
-        summarise(*pid, *generation, path, summary);
+    for w in written {
+        summarise(w.pid, w.generation, &w.path, &w.summary);
     }
-    if let Some((_, _, first, _)) = written.first() {
-        eprintln!("explore: allocview stats {}", shell_quote(first));
+    if let Some(first) = written.first() {
+        eprintln!("explore: allocview stats {}", shell_quote(&first.path));
     }
     if args.faults.any() {
-        let paths: Vec<PathBuf> = written.iter().map(|(_, _, p, _)| p.clone()).collect();
+        let paths: Vec<PathBuf> = written.iter().map(|w| w.path.clone()).collect();
         limit::report(status, &paths)?;
     } else if !status.success() {
         eprintln!("note: the command exited with {status}");
