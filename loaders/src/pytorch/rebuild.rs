@@ -190,7 +190,7 @@ fn carried_outside_start(
         let inside = i
             .checked_sub(1)
             .and_then(|i| start.get(i))
-            .is_some_and(|s| addr.saturating_add(c.rounded) <= s.addr + s.size_bytes);
+            .is_some_and(|s| addr.saturating_add(c.rounded) <= s.addr.saturating_add(s.size_bytes));
         if !inside {
             return Some(format!(
                 "a block live at the trace's start ({addr:#x}, {} B) lies in no segment of the \
@@ -547,7 +547,7 @@ fn cut_range(by_addr: &mut BTreeMap<u64, ScriptSegment>, addr: u64, size_bytes: 
         return;
     };
     let seg = seg.clone();
-    let seg_end = seg.addr + seg.size_bytes;
+    let seg_end = seg.addr.saturating_add(seg.size_bytes);
     if addr >= seg_end {
         return;
     }
@@ -583,23 +583,23 @@ fn add_range(by_addr: &mut BTreeMap<u64, ScriptSegment>, e: &RawEntry, entry_str
         expandable: true,
     };
     if let Some((&prev_addr, prev)) = by_addr.range(..e.addr).next_back()
-        && prev.addr + prev.size_bytes == seg.addr
+        && prev.addr.saturating_add(prev.size_bytes) == seg.addr
         && prev.expandable
     {
         seg = ScriptSegment {
             addr: prev_addr,
-            size_bytes: prev.size_bytes + seg.size_bytes,
+            size_bytes: prev.size_bytes.saturating_add(seg.size_bytes),
             small_pool: prev.small_pool,
             ..seg
         };
         by_addr.remove(&prev_addr);
     }
-    let end = seg.addr + seg.size_bytes;
+    let end = seg.addr.saturating_add(seg.size_bytes);
     if let Some(next) = by_addr.get(&end).cloned()
         && next.expandable
     {
         by_addr.remove(&end);
-        seg.size_bytes += next.size_bytes;
+        seg.size_bytes = seg.size_bytes.saturating_add(next.size_bytes);
     }
     by_addr.insert(seg.addr, seg);
 }
