@@ -258,3 +258,44 @@ fn diff_attributes_growth_to_sites_and_gates_ci() {
     let down = gate(&b, &a);
     assert_eq!(down.status.code(), Some(0));
 }
+
+/// `diff --fail-on-increase` fails closed: growth from a run whose peak is 0 bytes fails the
+/// gate (there is no percentage to compare), and a limit that is not a finite number (`nan`,
+/// `inf`, `1e309`, which parses as infinity) is refused rather than passing every run.
+#[test]
+fn the_diff_gate_fails_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.trace");
+    // One free of NULL: events, but nothing ever live.
+    std::fs::write(&empty, "0.000000\t1\t-1\t0x0\n").unwrap();
+    let empty = empty.to_str().unwrap();
+    let b = repo("sample-traces/xz_T2_8KiB_blocks.trace.gz");
+    let b = b.to_str().unwrap();
+    let gate = |x: &str, y: &str, pct: &str| {
+        Command::new(env!("CARGO_BIN_EXE_allocview"))
+            .args(["diff", x, y, "--policy", "bfc"])
+            .arg(format!("--fail-on-increase={pct}"))
+            .output()
+            .unwrap()
+    };
+    let from_zero = gate(empty, b, "10");
+    assert_eq!(
+        from_zero.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&from_zero.stderr)
+    );
+    let out = String::from_utf8_lossy(&from_zero.stdout);
+    assert!(
+        out.contains("FAIL: peak live bytes grew from 0 B to"),
+        "{out}"
+    );
+    // Nothing live in either: no growth, the gate passes.
+    assert_eq!(gate(empty, empty, "10").status.code(), Some(0));
+    for bad in ["nan", "inf", "1e309", "-inf"] {
+        let refused = gate(b, b, bad);
+        assert_eq!(refused.status.code(), Some(2), "--fail-on-increase {bad}");
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert!(err.contains("not a finite percentage"), "{bad}: {err}");
+    }
+}

@@ -28,8 +28,9 @@ pub struct DiffArgs {
     /// bytes) or `end`.
     #[arg(long, default_value = "peak", value_name = "peak|end")]
     pub at: String,
-    /// Exit with status 1 when B's peak live bytes exceed A's by more than this percentage.
-    #[arg(long, value_name = "PCT")]
+    /// Exit with status 1 when B's peak live bytes exceed A's by more than this percentage
+    /// (any growth from a peak of 0 bytes exceeds it).
+    #[arg(long, value_name = "PCT", value_parser = parse_pct)]
     pub fail_on_increase: Option<f64>,
     /// Rows of the site table to print (the JSON has every site).
     #[arg(long, default_value_t = 20)]
@@ -96,6 +97,25 @@ fn side(path: &Path, args: &DiffArgs) -> Result<Side> {
     })
 }
 
+/// `--fail-on-increase`: a finite percentage. A CI gate must fail closed, and `nan`, `inf` or
+/// `1e309` (which parses as infinity) would let every growth pass.
+fn parse_pct(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        Ok(_) => Err(format!("{text:?} is not a finite percentage")),
+        Err(e) => Err(format!("{text:?}: {e}")),
+    }
+}
+
+/// Whether B's peak of live bytes exceeds A's by more than `limit_pct` percent. Growth from a
+/// peak of 0 bytes has no percentage, and is more than any limit.
+fn exceeds(a_peak_bytes: u64, b_peak_bytes: u64, limit_pct: f64) -> bool {
+    match pct(a_peak_bytes, b_peak_bytes) {
+        Some(change_pct) => change_pct > limit_pct,
+        None => b_peak_bytes > a_peak_bytes,
+    }
+}
+
 fn pct(a: u64, b: u64) -> Option<f64> {
     (a > 0).then(|| 100.0 * (b as f64 - a as f64) / a as f64)
 }
@@ -125,7 +145,7 @@ pub fn run(args: &DiffArgs) -> Result<bool> {
     let peak_pct = pct(a.peak_live, b.peak_live);
     let failed = args
         .fail_on_increase
-        .is_some_and(|limit| peak_pct.unwrap_or(0.0) > limit);
+        .is_some_and(|limit| exceeds(a.peak_live, b.peak_live, limit));
     if args.json {
         let policies: Vec<_> = a
             .footprints
@@ -220,10 +240,18 @@ pub fn run(args: &DiffArgs) -> Result<bool> {
     if let Some(limit) = args.fail_on_increase {
         outln!();
         if failed {
-            outln!(
-                "FAIL: peak live bytes grew {} (limit {limit:+.1}%)",
-                pct_text(peak_pct)
+            // From a peak of 0 bytes there is no percentage: say the bytes.
+            let grew = peak_pct.map_or_else(
+                || {
+                    format!(
+                        "from {} to {}",
+                        format::bytes(a.peak_live),
+                        format::bytes(b.peak_live)
+                    )
+                },
+                |p| format!("{p:+.1}%"),
             );
+            outln!("FAIL: peak live bytes grew {grew} (limit {limit:+.1}%)");
         } else {
             outln!(
                 "ok: peak live bytes changed {} (limit {limit:+.1}%)",
