@@ -70,3 +70,50 @@ fn report_writes_csvs_and_charts() {
         "{summary}"
     );
 }
+
+/// `--size` is bounded: the smallest and the largest sizes it takes draw every chart, and a
+/// size past either end is refused before anything is replayed or written (a height of 100
+/// pixels or less looped forever in the class chart; a huge one aborted in the bitmap).
+#[test]
+fn chart_sizes_are_bounded_at_both_ends() {
+    let trace =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/xz_T2_8KiB_blocks.trace.gz");
+    let dir = tempfile::tempdir().unwrap();
+    let report = |size: &str| {
+        let out = dir.path().join(size);
+        let run = Command::new(env!("CARGO_BIN_EXE_allocview"))
+            .args(["report", trace.to_str().unwrap(), "--policy", "bfc"])
+            .args(["--size", size, "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        (run, out)
+    };
+    for size in ["320x240", "8192x240"] {
+        let (run, out) = report(size);
+        assert!(
+            run.status.success(),
+            "{size}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let (w, h) = image::image_dimensions(out.join("classes.png")).unwrap();
+        assert_eq!(format!("{w}x{h}"), size);
+    }
+    for size in [
+        "1200x100",
+        "1200x239",
+        "319x700",
+        "1x1",
+        "8193x700",
+        "100000x100000",
+    ] {
+        let (run, out) = report(size);
+        assert_eq!(run.status.code(), Some(1), "{size}");
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(
+            err.contains("charts are 320x240 to 8192x8192 pixels"),
+            "{size}: {err}"
+        );
+        assert!(!out.exists(), "{size}: nothing is written");
+    }
+}

@@ -12,7 +12,7 @@ use allocview_sim::classes::ClassSeries;
 use allocview_sim::heap::Counters;
 use allocview_sim::policy::Policy;
 use allocview_sim::replay::Replay;
-use anyhow::{Context as _, Result, anyhow};
+use anyhow::{Context as _, Result, anyhow, bail};
 
 use crate::session::InputArgs;
 use crate::session::PolicyArgs;
@@ -36,7 +36,7 @@ pub struct ReportArgs {
     /// `classes.parquet`).
     #[arg(long)]
     pub parquet: bool,
-    /// Chart size in pixels, width x height.
+    /// Chart size in pixels, width x height (320x240 to 8192x8192).
     #[arg(long, default_value = "1200x700")]
     pub size: String,
     #[command(flatten)]
@@ -103,11 +103,26 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     )
 }
 
-/// `--size`, width x height.
+/// The smallest chart `--size` takes: below it the charts' fixed margins, labels and colour
+/// bar leave no room to draw in (a height of 100 pixels or less made the class chart's colour
+/// bar loop over a wrapped height).
+const MIN_CHART_SIZE: (u32, u32) = (320, 240);
+/// The largest: a chart is one bitmap of 3 bytes a pixel (8192 x 8192 is 192 MiB).
+const MAX_CHART_SIDE: u32 = 8192;
+
+/// `--size`, width x height, within [`MIN_CHART_SIZE`] and [`MAX_CHART_SIDE`].
 fn chart_size(text: &str) -> Result<(u32, u32)> {
-    text.split_once('x')
+    let (w, h) = text
+        .split_once('x')
         .and_then(|(w, h)| Some((w.parse::<u32>().ok()?, h.parse::<u32>().ok()?)))
-        .context("--size must look like 1200x700")
+        .context("--size must look like 1200x700")?;
+    let (min_w, min_h) = MIN_CHART_SIZE;
+    if !(min_w..=MAX_CHART_SIDE).contains(&w) || !(min_h..=MAX_CHART_SIDE).contains(&h) {
+        bail!(
+            "--size {text}: charts are {min_w}x{min_h} to {MAX_CHART_SIDE}x{MAX_CHART_SIDE} pixels"
+        );
+    }
+    Ok((w, h))
 }
 
 /// Each replay's state just after `event`, `jobs` at a time: the replays keep no checkpoints
