@@ -13,6 +13,18 @@ struct Node {
     children: BTreeMap<String, Node>,
 }
 
+/// Stacks can be tens of thousands of frames deep (a recursion in the traced program, or a
+/// hostile file): the tree is freed from a list, not by the default drop's recursion, which
+/// would overflow the thread's stack.
+impl Drop for Node {
+    fn drop(&mut self) {
+        let mut pending: Vec<Node> = std::mem::take(&mut self.children).into_values().collect();
+        while let Some(mut node) = pending.pop() {
+            pending.extend(std::mem::take(&mut node.children).into_values());
+        }
+    }
+}
+
 const WIDTH: f64 = 1200.0;
 const ROW: f64 = 17.0;
 const TOP: f64 = 40.0;
@@ -63,21 +75,55 @@ pub fn render(folded: &[String], title: &str, bytes: bool) -> String {
         r##"<text x="10" y="34" fill="#555">total {}; hover a frame for its share</text>"##,
         escape(&label(root.value))
     );
-    draw(&mut svg, "all", &root, 0.0, 0, total, height, &label);
+    draw(&mut svg, "all", &root, total, height, &label);
     svg.push_str("</svg>\n");
     svg
 }
 
-fn max_depth(n: &Node) -> usize {
-    n.children
-        .values()
-        .map(|c| 1 + max_depth(c))
-        .max()
-        .unwrap_or(0)
+/// Frames below the root on the deepest path, walked from a list (see [`Node`]'s drop).
+fn max_depth(root: &Node) -> usize {
+    let mut deepest = 0;
+    let mut pending = vec![(root, 0usize)];
+    while let Some((node, depth)) = pending.pop() {
+        deepest = deepest.max(depth);
+        pending.extend(node.children.values().map(|c| (c, depth + 1)));
+    }
+    deepest
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Draws the tree below `root` (named `root_name`), each frame before its children and the
+/// children in name order, walked from a list rather than by recursion (see [`Node`]'s drop).
 fn draw(
+    svg: &mut String,
+    root_name: &str,
+    root: &Node,
+    total: u64,
+    height: f64,
+    label: &dyn Fn(u64) -> String,
+) {
+    let mut pending = vec![(root_name, root, 0.0, 0usize)];
+    while let Some((name, node, x, depth)) = pending.pop() {
+        if draw_frame(svg, name, node, x, depth, total, height, label) {
+            // Reversed, so that the first child comes off the list first.
+            let mut cx = x;
+            let children: Vec<_> = node
+                .children
+                .iter()
+                .map(|(child_name, child)| {
+                    let at = cx;
+                    cx += WIDTH * child.value as f64 / total as f64;
+                    (child_name.as_str(), child, at, depth + 1)
+                })
+                .collect();
+            pending.extend(children.into_iter().rev());
+        }
+    }
+}
+
+/// Draws one frame at `x`, `depth` rows above the bottom; false when it is too narrow to
+/// draw, and so are its children.
+#[allow(clippy::too_many_arguments)]
+fn draw_frame(
     svg: &mut String,
     name: &str,
     node: &Node,
@@ -86,10 +132,10 @@ fn draw(
     total: u64,
     height: f64,
     label: &dyn Fn(u64) -> String,
-) {
+) -> bool {
     let w = WIDTH * node.value as f64 / total as f64;
     if w < MIN_WIDTH {
-        return;
+        return false;
     }
     let y = height - 10.0 - ROW * (depth as f64 + 1.0);
     let (r, g, b) = colour(name);
@@ -119,11 +165,7 @@ fn draw(
         );
     }
     svg.push_str("</g>");
-    let mut cx = x;
-    for (child_name, child) in &node.children {
-        draw(svg, child_name, child, cx, depth + 1, total, height, label);
-        cx += WIDTH * child.value as f64 / total as f64;
-    }
+    true
 }
 
 /// A warm colour from the name, stable across runs.
@@ -138,8 +180,19 @@ fn colour(name: &str) -> (u8, u8, u8) {
     )
 }
 
+/// `s` as XML text: markup escaped, and the control characters XML 1.0 forbids (a function
+/// name from a trace can hold any byte) replaced by U+FFFD, so the SVG stays well-formed.
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
+    s.chars()
+        .map(|c| {
+            if c.is_control() && !matches!(c, '\t' | '\n' | '\r') {
+                '\u{fffd}'
+            } else {
+                c
+            }
+        })
+        .collect::<String>()
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
@@ -167,5 +220,25 @@ mod tests {
         // `a` spans 40% of the width, `b<T>` starts where it ends.
         assert!(svg.contains(r#"width="480.00""#));
         assert!(svg.contains(r#"x="480.00""#));
+    }
+
+    /// A stack 100,000 frames deep renders, and is freed, without overflowing the test
+    /// thread's stack (recursion over the frames did, with a SIGABRT).
+    #[test]
+    fn a_very_deep_stack_renders() {
+        let frames: Vec<String> = (0..100_000).map(|i| format!("f{i}")).collect();
+        let folded = vec![format!("{} 7", frames.join(";"))];
+        let svg = render(&folded, "deep", false);
+        assert!(svg.ends_with("</svg>\n"));
+        assert!(svg.contains("<title>f99999 (7, 100.00%)</title>"));
+    }
+
+    /// A control character in a function name would make the SVG ill-formed XML.
+    #[test]
+    fn control_characters_do_not_reach_the_svg() {
+        let folded = vec!["main;evil\u{1b}[31m\u{7}name 5".to_owned()];
+        let svg = render(&folded, "t\u{0}", true);
+        assert!(!svg.chars().any(|c| c.is_control() && c != '\n'), "{svg:?}");
+        assert!(svg.contains("evil\u{fffd}[31m\u{fffd}name"));
     }
 }
