@@ -129,6 +129,23 @@ fn help_is_readable() {
     assert!(text.contains("Examples"));
 }
 
+/// `--policy`'s help names every policy the default set runs (it left out `predictive`).
+#[test]
+fn policy_help_names_every_policy() {
+    for command in ["compare", "report", "diff", "bench", "gui"] {
+        let out = allocview(&[command, "--help"]);
+        let text = String::from_utf8(out.stdout).unwrap();
+        let known = &text[text.find("Known:").unwrap()..];
+        let known = &known[..known.find('.').unwrap()];
+        for name in allocview_sim::policy::registry::POLICY_NAMES {
+            assert!(
+                known.contains(name),
+                "{command} --help: {name} missing from {known:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_closed_pipe_ends_quietly() {
     use std::process::Stdio;

@@ -49,9 +49,10 @@ pub struct StreamArgs {
 #[derive(Clone, Debug, clap::Args)]
 pub struct PolicyArgs {
     /// Policies to replay, comma-separated (default: all). Known: first-fit, best-fit, bfc,
-    /// buddy, pool, glibc, oracle, pytorch. A variant takes parameters after the name, e.g.
-    /// `pytorch:max_split_size_mb=128`, `bfc:allow_growth=false`, `buddy:min_block=4096`
-    /// (docs/src/reference/policies.md lists every key); each variant is its own row.
+    /// buddy, pool, glibc, oracle, pytorch, predictive. A variant takes parameters after the
+    /// name, e.g. `pytorch:max_split_size_mb=128`, `bfc:allow_growth=false`,
+    /// `buddy:min_block=4096` (docs/src/reference/policies.md lists every key); each variant is
+    /// its own row.
     #[arg(long, value_name = "NAMES")]
     pub policy: Vec<String>,
     /// Memory limit for every policy (e.g. 512MiB, 2GiB); allocations past it fail and are
