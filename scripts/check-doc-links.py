@@ -29,8 +29,8 @@ HTML_LINK = re.compile(r"""<(?:a|img)\s[^>]*?(?:href|src)=["']([^"']+)["']""")
 SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 
 
-def prose_lines(text):
-    """(line number, line) of the lines outside fenced code blocks, code spans blanked."""
+def unfenced_lines(text):
+    """(line number, line) of the lines outside fenced code blocks."""
     fence = None
     for number, line in enumerate(text.split("\n"), 1):
         m = FENCE.match(line)
@@ -41,6 +41,12 @@ def prose_lines(text):
         if m:
             fence = m.group(1)
             continue
+        yield number, line
+
+
+def prose_lines(text):
+    """(line number, line) of the lines outside fenced code blocks, code spans blanked."""
+    for number, line in unfenced_lines(text):
         yield number, CODE_SPAN.sub(lambda c: " " * len(c.group(0)), line)
 
 
@@ -62,16 +68,7 @@ def anchors(path, cache={}):
     if path not in cache:
         found, seen = set(), {}
         text = path.read_text(encoding="utf-8")
-        fence = None
-        for line in text.split("\n"):
-            m = FENCE.match(line)
-            if fence:
-                if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
-                    fence = None
-                continue
-            if m:
-                fence = m.group(1)
-                continue
+        for _, line in unfenced_lines(text):
             found.update(HTML_ID.findall(line))
             h = HEADING.match(line)
             if not h:

@@ -315,18 +315,7 @@ impl WindowColumns {
     fn into_frame(self, narrow_threads: bool) -> Result<polars::prelude::DataFrame> {
         use polars::prelude::*;
         let height = self.t_ns.len();
-        let ids = self.alloc_id;
-        let id_col = if ids.contains(&allocview_sim::trace::NO_ALLOC_ID) {
-            let validity: Vec<bool> = ids
-                .iter()
-                .map(|&id| id != allocview_sim::trace::NO_ALLOC_ID)
-                .collect();
-            let mut c = UInt32Chunked::from_vec("alloc_id".into(), ids);
-            c = c.with_validity(Some(validity.into_iter().collect()));
-            c
-        } else {
-            UInt32Chunked::from_vec("alloc_id".into(), ids)
-        };
+        let id_col = allocview_loaders::events::alloc_id_column(self.alloc_id);
         let thread_col = if narrow_threads {
             let narrow: Vec<u8> = self
                 .thread

@@ -562,16 +562,7 @@ impl Builder {
         } = self;
         let tid_order = maker.threads.order;
         let height = kind.len();
-        let has_null_ids = alloc_id.contains(&NO_ALLOC_ID);
-        let alloc_id_col = if has_null_ids {
-            let mut validity = MutableBitmap::with_capacity(height);
-            for &id in &alloc_id {
-                validity.push(id != NO_ALLOC_ID);
-            }
-            UInt32Chunked::from_vec_validity("alloc_id".into(), alloc_id, Some(validity.into()))
-        } else {
-            UInt32Chunked::from_vec("alloc_id".into(), alloc_id)
-        };
+        let alloc_id_col = alloc_id_column(alloc_id);
         let mut columns = vec![
             Int64Chunked::from_vec("t_ns".into(), t_ns).into_column(),
             thread.into_column(),
@@ -588,6 +579,20 @@ impl Builder {
         let threads = threads_frame(tid_order)?;
         Ok((events, threads, summary))
     }
+}
+
+/// The event table's `alloc_id` column from dense ids: null where an event belongs to no
+/// allocation ([`NO_ALLOC_ID`]), without a validity mask when none is.
+#[must_use]
+pub fn alloc_id_column(alloc_id: Vec<u32>) -> UInt32Chunked {
+    if !alloc_id.contains(&NO_ALLOC_ID) {
+        return UInt32Chunked::from_vec("alloc_id".into(), alloc_id);
+    }
+    let mut validity = MutableBitmap::with_capacity(alloc_id.len());
+    for &id in &alloc_id {
+        validity.push(id != NO_ALLOC_ID);
+    }
+    UInt32Chunked::from_vec_validity("alloc_id".into(), alloc_id, Some(validity.into()))
 }
 
 /// The columns of a batch of exported events ([`crate::export`]'s schema, which

@@ -22,6 +22,7 @@ use crate::sites::StackTable;
 
 mod builder;
 
+pub use builder::alloc_id_column;
 pub(crate) use builder::{Builder, Pairing, ThreadIds};
 
 /// Names of the `call` column's codes, in code order.
