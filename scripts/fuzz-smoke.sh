@@ -31,7 +31,15 @@ for target in $(cargo +nightly fuzz list); do
     fi
     stat() { sed -n "s/^stat::$1: *//p" "$work/$target.log" | tail -n 1; }
     edges="$(grep -o 'cov: [0-9]*' "$work/$target.log" | tail -n 1 | cut -d' ' -f2)"
-    printf '%-16s %12s %8s %8s\n' "$target" "$(stat number_of_executed_units)" "${edges:-?}" \
+    # A target that ran no input (a build that links no fuzzer, a harness that returns early)
+    # would otherwise pass in silence.
+    units="$(stat number_of_executed_units)"
+    if [ "${units:-0}" -lt 1 ]; then
+        tail -n 40 "$work/$target.log"
+        echo "fuzz target $target executed no input: see $work/$target.log" >&2
+        exit 1
+    fi
+    printf '%-16s %12s %8s %8s\n' "$target" "$units" "${edges:-?}" \
         "$(find "$work/$target" "corpus/$target" -type f | wc -l)"
 done
 rm -rf "$work"
