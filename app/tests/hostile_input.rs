@@ -3,7 +3,9 @@
 //! - Every command, given every input the fuzzer found a problem with
 //!   (`fuzz/regressions/TARGET/`, made into the file its target loads) and a few crafted files,
 //!   exits within a time limit and under a memory limit, with a result or a clear error (a
-//!   line starting `error:`), never a panic, an abort or a hang.
+//!   line starting `error:`), never a panic, an abort or a hang. Twice: under a 2 GiB address
+//!   space (a reservation by a header's claim fails at once), then with no limit, checking the
+//!   resident memory each run reached stays under 2 GiB (these files are all under 1 MB).
 //! - The messages of item 15: a CSV with a misspelled column, `convert` on what it does not
 //!   read, a missing file, a binary file cut inside its header.
 
@@ -39,34 +41,8 @@ fn s(p: &Path) -> &str {
 /// Runs allocview under the memory limit; kills it past the time limit. Returns (exit status
 /// success, stderr), or an error saying what went wrong with the run itself.
 fn run_limited(args: &[&str]) -> Result<(bool, String), String> {
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(format!("ulimit -v {MEMORY_LIMIT_KIB}; exec \"$0\" \"$@\""))
-        .arg(env!("CARGO_BIN_EXE_allocview"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > TIME_LIMIT {
-            child.kill().ok();
-            child.wait().ok();
-            return Err(format!("{args:?}: still running after {TIME_LIMIT:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-    if status.code().is_none() {
-        return Err(format!("{args:?}: killed by a signal ({status}): {stderr}"));
-    }
-    Ok((status.success(), stderr))
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    run_guarded(&args, Guard::AddressSpace, &std::env::temp_dir())
 }
 
 /// The crafted files: one per problem the issue names that a fuzzer would take long to find.
@@ -131,34 +107,237 @@ fn regressions(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-#[test]
-fn every_command_on_every_hostile_input_ends_clearly_within_limits() {
-    let dir = scratch("sweep");
+/// Every command and the options that take another road through the code (streamed or loaded,
+/// strict or lenient, one replay thread or several, each output form), on one input. The
+/// explorers are opened through `bench explorer`, which loads the input as `allocview FILE`
+/// does and seeks and redraws its view-model without a terminal.
+fn every_command(f: &str, out: &Path) -> Vec<Vec<String>> {
+    let o = |name: &str| s(&out.join(name)).to_string();
+    let commands: Vec<Vec<String>> = vec![
+        vec!["stats".into(), f.into()],
+        vec![
+            "stats".into(),
+            "--json".into(),
+            "--lenient".into(),
+            f.into(),
+        ],
+        vec!["stats".into(), "--stream".into(), f.into()],
+        vec!["stats".into(), "--no-stream".into(), f.into()],
+        vec!["compare".into(), "--jobs".into(), "1".into(), f.into()],
+        vec![
+            "compare".into(),
+            "--jobs".into(),
+            "2".into(),
+            "--json".into(),
+            "--lenient".into(),
+            f.into(),
+        ],
+        vec![
+            "compare".into(),
+            "--stream".into(),
+            "--jobs".into(),
+            "2".into(),
+            f.into(),
+        ],
+        vec![
+            "compare".into(),
+            "--min-limit".into(),
+            "--policy".into(),
+            "bfc,pytorch".into(),
+            f.into(),
+        ],
+        vec!["plan".into(), f.into()],
+        vec!["convert".into(), f.into(), o("converted.avt")],
+        vec!["convert".into(), f.into(), o("converted.parquet")],
+        vec!["sites".into(), f.into()],
+        vec![
+            "sites".into(),
+            "--at".into(),
+            "peak".into(),
+            "--by".into(),
+            "function".into(),
+            "--policy".into(),
+            "glibc".into(),
+            "--json".into(),
+            f.into(),
+        ],
+        vec!["leaks".into(), f.into()],
+        vec!["flamegraph".into(), "-o".into(), o("flame.svg"), f.into()],
+        vec![
+            "flamegraph".into(),
+            "--folded".into(),
+            "-o".into(),
+            o("flame.folded"),
+            f.into(),
+        ],
+        vec!["diff".into(), f.into(), f.into()],
+        vec!["spill".into(), "--limit".into(), "1MiB".into(), f.into()],
+        vec!["predict".into(), f.into()],
+        vec!["report".into(), "--out".into(), o("report"), f.into()],
+        vec![
+            "splice".into(),
+            "--events".into(),
+            "1000".into(),
+            "--out".into(),
+            o("spliced.avt"),
+            f.into(),
+        ],
+        vec![
+            "bench".into(),
+            "explorer".into(),
+            "--seeks".into(),
+            "3".into(),
+            f.into(),
+        ],
+    ];
+    commands
+}
+
+/// How a run is held to its memory promise.
+#[derive(Clone, Copy)]
+enum Guard {
+    /// `ulimit -v` of 2 GiB: a reservation by what a header claims fails at once.
+    AddressSpace,
+    /// No limit on the address space; the resident memory the command reached (GNU time's
+    /// maximum resident set size) must stay under 2 GiB. A watchdog kills a run that passes it,
+    /// so a memory bomb cannot take the machine.
+    Resident,
+}
+
+/// Resident memory one command may reach in the second pass, on a file under 1 MB.
+const RESIDENT_LIMIT_KIB: u64 = 2 << 20;
+
+/// The resident memory of `pid` now, in KiB (None once it has gone).
+fn resident_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The children of `pid` (GNU time runs allocview as its child).
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// One run of allocview under `guard` and the time limit: its result, or what went wrong with
+/// the run itself (a hang, a signal, resident memory past the limit).
+fn run_guarded(
+    args: &[String],
+    guard: Guard,
+    scratch_dir: &Path,
+) -> Result<(bool, String), String> {
+    let rss_file = scratch_dir.join("max-rss");
+    let mut command = match guard {
+        Guard::AddressSpace => {
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg(format!("ulimit -v {MEMORY_LIMIT_KIB}; exec \"$0\" \"$@\""))
+                .arg(env!("CARGO_BIN_EXE_allocview"));
+            c
+        }
+        Guard::Resident => {
+            std::fs::remove_file(&rss_file).ok();
+            let mut c = Command::new("/usr/bin/time");
+            c.args(["-f", "%M", "-o"])
+                .arg(&rss_file)
+                .arg(env!("CARGO_BIN_EXE_allocview"));
+            c
+        }
+    };
+    let mut child = command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // stderr is read on a thread of its own, so a command that writes much cannot block on a
+    // full pipe while this loop waits for it.
+    let mut pipe = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut pipe, &mut text).ok();
+        text
+    });
+    let started = Instant::now();
+    let mut failure = None;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > TIME_LIMIT {
+            failure = Some(format!("{args:?}: still running after {TIME_LIMIT:?}"));
+        }
+        if let Guard::Resident = guard {
+            for pid in children(child.id()) {
+                if resident_kib(pid).is_some_and(|kib| kib > RESIDENT_LIMIT_KIB) {
+                    failure = Some(format!("{args:?}: resident memory passed 2 GiB"));
+                    Command::new("kill")
+                        .arg("-9")
+                        .arg(pid.to_string())
+                        .status()
+                        .ok();
+                }
+            }
+        }
+        if failure.is_some() {
+            child.kill().ok();
+            child.wait().ok();
+            reader.join().ok();
+            return Err(failure.unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let stderr = reader.join().unwrap();
+    if let Guard::Resident = guard {
+        // GNU time says "Command exited with non-zero status N" before the figure.
+        let text = std::fs::read_to_string(&rss_file).unwrap_or_default();
+        let Some(max_rss_kib) = text
+            .lines()
+            .last()
+            .and_then(|l| l.trim().parse::<u64>().ok())
+        else {
+            return Err(format!(
+                "{args:?}: GNU time gave no resident size: {text:?} {stderr}"
+            ));
+        };
+        if max_rss_kib > RESIDENT_LIMIT_KIB {
+            return Err(format!(
+                "{args:?}: resident memory reached {max_rss_kib} KiB"
+            ));
+        }
+        if text.contains("Command terminated by signal") {
+            return Err(format!("{args:?}: killed by a signal: {text} {stderr}"));
+        }
+    } else if status.code().is_none() {
+        return Err(format!("{args:?}: killed by a signal ({status}): {stderr}"));
+    }
+    Ok((status.success(), stderr))
+}
+
+/// Runs every command on every crafted and regression input under `guard`; returns what broke a
+/// promise: a hang, a crash, memory past its limit, or a failure that is not one `error:` line.
+fn sweep(test: &str, guard: Guard) -> Vec<String> {
+    let dir = scratch(test);
     let out_dir = dir.join("out");
     std::fs::create_dir_all(&out_dir).unwrap();
     let mut inputs = crafted(&dir);
     inputs.extend(regressions(&dir));
-    let converted = out_dir.join("converted.avt");
-    let svg = out_dir.join("flame.svg");
-    let report = out_dir.join("report");
     let mut problems = Vec::new();
     for input in &inputs {
-        let f = s(input);
-        let commands: Vec<Vec<&str>> = vec![
-            vec!["stats", f],
-            vec!["compare", "--jobs", "1", f],
-            vec!["plan", f],
-            vec!["convert", f, s(&converted)],
-            vec!["sites", f],
-            vec!["leaks", f],
-            vec!["flamegraph", "-o", s(&svg), f],
-            vec!["diff", f, f],
-            vec!["spill", "--limit", "1MiB", f],
-            vec!["predict", f],
-            vec!["report", "--out", s(&report), f],
-        ];
-        for args in &commands {
-            match run_limited(args) {
+        if let Guard::Resident = guard {
+            // The promise this pass holds is for small files.
+            assert!(
+                std::fs::metadata(input).unwrap().len() < 1 << 20,
+                "{input:?}"
+            );
+        }
+        for args in every_command(s(input), &out_dir) {
+            match run_guarded(&args, guard, &dir) {
                 Ok((true, _)) => {}
                 Ok((false, stderr)) => {
                     // Warnings may come first; the failure itself is one `error:` line.
@@ -170,11 +349,27 @@ fn every_command_on_every_hostile_input_ends_clearly_within_limits() {
                 }
                 Err(why) => problems.push(why),
             }
-            std::fs::remove_file(&converted).ok();
+            for name in ["converted.avt", "converted.parquet", "spliced.avt"] {
+                std::fs::remove_file(out_dir.join(name)).ok();
+            }
         }
     }
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
     std::fs::remove_dir_all(&dir).ok();
+    problems
+}
+
+#[test]
+fn every_command_on_every_hostile_input_ends_clearly_within_limits() {
+    let problems = sweep("sweep", Guard::AddressSpace);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The same sweep with no limit on the address space: what a command really holds, not only
+/// what it may reserve, stays under 2 GiB on any file under 1 MB.
+#[test]
+fn every_command_on_every_hostile_input_stays_under_two_gib_resident() {
+    let problems = sweep("resident", Guard::Resident);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// Runs a command that must fail (no limit needed); returns its stderr.
