@@ -2,31 +2,10 @@
 //! that has events.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+use common::{json, repo, run};
 
 use serde_json::Value;
-
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
-}
-
-fn allocview(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn json(args: &[&str]) -> Value {
-    let out = allocview(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 const FIGURES: [&str; 7] = [
     "top1",
@@ -161,7 +140,7 @@ fn bad_requests_say_what_is_wrong() {
     let trace = repo("sample-traces/xz_T2_8KiB_blocks.trace.gz");
     let t = trace.to_str().unwrap();
     let err = |args: &[&str]| {
-        let out = allocview(args);
+        let out = run(args);
         assert!(!out.status.success(), "{args:?}");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
@@ -171,7 +150,7 @@ fn bad_requests_say_what_is_wrong() {
     let plan = repo("sample-traces/plans/resnet18.csv");
     assert!(err(&["predict", plan.to_str().unwrap()]).contains("needs allocation events"));
     // The table names the modes and the lifetime predictor.
-    let out = allocview(&["predict", "--order", "3", t]);
+    let out = run(&["predict", "--order", "3", t]);
     let text = String::from_utf8_lossy(&out.stdout);
     for needle in [
         "time-ordered split",

@@ -2,35 +2,12 @@
 //! snapshot.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+use common::{json, repo_arg, run};
+
+use std::path::PathBuf;
 
 use serde_json::Value;
-
-fn repo(rel: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(rel)
-        .display()
-        .to_string()
-}
-
-fn run(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn json(args: &[&str]) -> Value {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 fn peak_live(file: &str) -> u64 {
     json(&["compare", file, "--json", "--policy", "first-fit"])["max_live_bytes"]
@@ -68,7 +45,7 @@ fn check_point(v: &Value, peak_live: u64) {
 
 #[test]
 fn one_limit_on_a_malloc_trace() {
-    let file = repo("sample-traces/find_usr_include.trace.gz");
+    let file = repo_arg("sample-traces/find_usr_include.trace.gz");
     let v = json(&["spill", &file, "--limit", "128KiB", "--json"]);
     for key in ["file", "limit_bytes", "policy", "unit", "lower_bound_bytes"] {
         assert!(v.get(key).is_some(), "{key} missing");
@@ -92,7 +69,7 @@ fn one_limit_on_a_malloc_trace() {
 
 #[test]
 fn sweep_prints_and_plots_the_curve() {
-    let file = repo("sample-traces/xz_T2_8KiB_blocks.trace.gz");
+    let file = repo_arg("sample-traces/xz_T2_8KiB_blocks.trace.gz");
     let png: PathBuf =
         std::env::temp_dir().join(format!("allocview-spill-{}.png", std::process::id()));
     let v = json(&[
@@ -134,7 +111,7 @@ fn sweep_prints_and_plots_the_curve() {
 
 #[test]
 fn tensorflow_log_and_pytorch_snapshot() {
-    let tf = repo("loaders/tests/data/tf/mobilenetv2_infer_memlog.txt.gz");
+    let tf = repo_arg("loaders/tests/data/tf/mobilenetv2_infer_memlog.txt.gz");
     let limit = peak_live(&tf) / 2;
     for unit in ["block", "executor"] {
         let v = json(&[
@@ -148,7 +125,7 @@ fn tensorflow_log_and_pytorch_snapshot() {
         ]);
         check_point(&v, peak_live(&tf));
     }
-    let snap = repo("sample-traces/pytorch/lm_train_step_windows.pickle");
+    let snap = repo_arg("sample-traces/pytorch/lm_train_step_windows.pickle");
     let limit = peak_live(&snap) * 3 / 4;
     let v = json(&[
         "spill",
@@ -166,7 +143,7 @@ fn tensorflow_log_and_pytorch_snapshot() {
 
 #[test]
 fn bad_flags_are_explained() {
-    let file = repo("sample-traces/find_usr_include.trace.gz");
+    let file = repo_arg("sample-traces/find_usr_include.trace.gz");
     let out = run(&["spill", &file, "--limit", "1MiB", "--evict", "random"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown eviction policy"));

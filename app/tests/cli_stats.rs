@@ -1,29 +1,18 @@
 //! `allocview stats` as a user runs it: the real binary on the bundled sample traces.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::{run, sample};
+
 use std::process::Command;
 
 use serde_json::Value;
-
-fn sample(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../sample-traces")
-        .join(name)
-}
-
-fn allocview(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 #[test]
 fn stats_json_has_the_documented_keys_and_reference_values() {
     for name in ["find_usr_include", "xz_T2_8KiB_blocks"] {
         let trace = sample(&format!("{name}.trace.gz"));
-        let out = allocview(&["stats", "--json", trace.to_str().unwrap()]);
+        let out = run(&["stats", "--json", trace.to_str().unwrap()]);
         assert!(
             out.status.success(),
             "{}",
@@ -57,7 +46,7 @@ fn stats_json_has_the_documented_keys_and_reference_values() {
 #[test]
 fn stats_table_is_readable() {
     let trace = sample("xz_T2_8KiB_blocks.trace.gz");
-    let out = allocview(&["stats", trace.to_str().unwrap()]);
+    let out = run(&["stats", trace.to_str().unwrap()]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("10,098"), "{text}");
@@ -79,7 +68,7 @@ fn bad_input_fails_with_file_line_and_expectation_and_lenient_recovers() {
         "0.1\t1\t8\t0x10\n0.2\t1\t8\tnotaptr\n0.3\t1\t-1\t0x10\n",
     )
     .unwrap();
-    let out = allocview(&["stats", path.to_str().unwrap()]);
+    let out = run(&["stats", path.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("line 2"), "{err}");
@@ -88,7 +77,7 @@ fn bad_input_fails_with_file_line_and_expectation_and_lenient_recovers() {
     assert!(err.contains("bad.trace"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 
-    let out = allocview(&["stats", "--lenient", "--json", path.to_str().unwrap()]);
+    let out = run(&["stats", "--lenient", "--json", path.to_str().unwrap()]);
     assert!(out.status.success());
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["events"], 2);
@@ -99,12 +88,12 @@ fn bad_input_fails_with_file_line_and_expectation_and_lenient_recovers() {
 
 #[test]
 fn unknown_input_and_missing_file_are_clear_errors() {
-    let out = allocview(&["stats", "/nonexistent.trace"]);
+    let out = run(&["stats", "/nonexistent.trace"]);
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("/nonexistent.trace"), "{err}");
 
-    let out = allocview(&["stats", env!("CARGO_MANIFEST_DIR")]);
+    let out = run(&["stats", env!("CARGO_MANIFEST_DIR")]);
     assert!(!out.status.success());
     assert!(!String::from_utf8(out.stderr).unwrap().contains("panicked"));
 
@@ -114,7 +103,7 @@ fn unknown_input_and_missing_file_are_clear_errors() {
         .unwrap();
     let path = dir.path().join("text.txt");
     std::fs::write(&path, "hello world\n").unwrap();
-    let out = allocview(&["stats", path.to_str().unwrap()]);
+    let out = run(&["stats", path.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("unrecognised input"), "{err}");
@@ -122,7 +111,7 @@ fn unknown_input_and_missing_file_are_clear_errors() {
 
 #[test]
 fn help_is_readable() {
-    let out = allocview(&["--help"]);
+    let out = run(&["--help"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("stats"));
@@ -133,7 +122,7 @@ fn help_is_readable() {
 #[test]
 fn policy_help_names_every_policy() {
     for command in ["compare", "report", "diff", "bench", "gui"] {
-        let out = allocview(&[command, "--help"]);
+        let out = run(&[command, "--help"]);
         let text = String::from_utf8(out.stdout).unwrap();
         let known = &text[text.find("Known:").unwrap()..];
         let known = &known[..known.find('.').unwrap()];
@@ -168,7 +157,7 @@ fn a_closed_pipe_ends_quietly() {
 #[test]
 fn compare_says_which_ooms_are_requests_a_policy_cannot_serve() {
     let trace = sample("find_usr_include.trace.gz");
-    let out = allocview(&[
+    let out = run(&[
         "compare",
         trace.to_str().unwrap(),
         "--align",
@@ -192,7 +181,7 @@ fn compare_says_which_ooms_are_requests_a_policy_cannot_serve() {
     );
     assert_eq!(rows[1]["unsupported"], 0);
     assert_eq!(rows[1]["ooms"], 0);
-    let out = allocview(&[
+    let out = run(&[
         "compare",
         trace.to_str().unwrap(),
         "--align",

@@ -3,33 +3,8 @@
 //! windows are refused with a message that says why.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-use serde_json::Value;
-
-fn sample(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../sample-traces")
-        .join(name)
-}
-
-fn run(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn json_of(args: &[&str]) -> Value {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "allocview {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
+mod common;
+use common::{json, run, sample};
 
 /// Times and live bytes after each event of the whole trace, from the loader's table.
 fn full_trace(name: &str) -> (Vec<i64>, Vec<u64>) {
@@ -65,7 +40,7 @@ fn stats_and_compare_of_a_window_are_the_whole_traces_figures_there() {
     ];
     for (start, end) in by_events {
         let range = format!("{start}..{end}");
-        let stats = json_of(&["stats", "--json", "--events", &range, trace]);
+        let stats = json(&["stats", "--json", "--events", &range, trace]);
         assert_eq!(
             stats["peak_live_bytes"].as_u64().unwrap(),
             restricted_peak(&live, start, end),
@@ -76,7 +51,7 @@ fn stats_and_compare_of_a_window_are_the_whole_traces_figures_there() {
             live[end - 1],
             "{range}"
         );
-        let compare = json_of(&[
+        let compare = json(&[
             "compare",
             "--json",
             "--policy",
@@ -95,7 +70,7 @@ fn stats_and_compare_of_a_window_are_the_whole_traces_figures_there() {
         }
     }
     // By time: 10 ms to 20 ms selects the events at those times, half-open.
-    let stats = json_of(&["stats", "--json", "--from", "10ms", "--to", "0.02", trace]);
+    let stats = json(&["stats", "--json", "--from", "10ms", "--to", "0.02", trace]);
     let start = t_ns.partition_point(|&t| t < 10_000_000);
     let end = t_ns.partition_point(|&t| t < 20_000_000);
     assert!(start > 0 && end > start && end < t_ns.len());

@@ -1,7 +1,59 @@
-//! Programs the record tests share, and how they are built.
+//! What the command-line tests share: running the binary, reading its JSON, the repository's
+//! files, and the programs the record tests build.
+
+// Each test binary uses some of these, none all of them.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// A path in the repository, from its root.
+pub fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+}
+
+/// A path in the repository, as an argument.
+pub fn repo_arg(rel: &str) -> String {
+    repo(rel).display().to_string()
+}
+
+/// A bundled sample trace (`sample-traces/NAME`).
+pub fn sample(name: &str) -> PathBuf {
+    repo("sample-traces").join(name)
+}
+
+/// A sample PyTorch snapshot (`sample-traces/pytorch/NAME.pickle`), as an argument.
+pub fn snapshot(name: &str) -> String {
+    repo(&format!("sample-traces/pytorch/{name}.pickle"))
+        .display()
+        .to_string()
+}
+
+/// Runs allocview with `args`, whatever its status.
+pub fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Runs allocview, which must succeed; its standard output.
+pub fn ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs allocview, which must succeed; its standard output as JSON.
+pub fn json(args: &[&str]) -> Value {
+    serde_json::from_str(&ok(args)).unwrap()
+}
 
 /// Producer/consumer hand-over under one shared arena (run with `MALLOC_ARENA_MAX=1`): four
 /// threads each allocate `ITERS` blocks of 1100 bytes and more (past the tcache's reach of
