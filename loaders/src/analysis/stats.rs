@@ -10,7 +10,8 @@ use crate::events::LoadSummary;
 /// Statistics of a trace. Field meanings match the reference `<name>.stats.json` files: live
 /// bytes are the sum of the requested sizes of allocations not yet freed, and a size's class is
 /// its bit length. Class counts and bytes are over successful allocations.
-#[derive(Clone, Debug, PartialEq)]
+/// Serialized as `stats --json` prints it (its keys in this order).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct TraceStats {
     pub events: u64,
     pub mallocs: u64,
@@ -43,6 +44,7 @@ pub struct TraceStats {
     /// Class -> bytes requested by successful allocations.
     pub bytes_by_class: BTreeMap<u8, u64>,
     /// Class -> (live allocations, live bytes) at the end of the trace.
+    #[serde(skip)]
     pub final_live_by_class: BTreeMap<u8, (u64, u64)>,
 }
 

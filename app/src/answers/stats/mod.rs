@@ -11,9 +11,107 @@ use allocview_loaders::analysis::stats::{TraceStats, events_per_thread};
 use allocview_loaders::tf::dump::BfcDump;
 use allocview_loaders::tf::memlog::TfMemoryLog;
 use anyhow::Result;
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::session::input::events_of;
+
+/// What `stats --json` prints for an input with events: the trace's figures, then where they
+/// came from, then what only a memory log or a snapshot has.
+#[derive(Serialize)]
+pub struct TraceAnswer<'a> {
+    #[serde(flatten)]
+    pub stats: &'a TraceStats,
+    pub file: String,
+    pub format: &'a str,
+    pub load_seconds: f64,
+    pub truncated: bool,
+    /// Set by `stats --stream`, which reads a binary trace block by block.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub streamed: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tf: Option<MemlogAnswer<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pytorch: Option<Value>,
+}
+
+/// The `tf` object of `stats --json` for a memory log.
+#[derive(Serialize)]
+pub struct MemlogAnswer<'a> {
+    allocator: &'a str,
+    allocators: Vec<AllocatorRecords<'a>>,
+    tensor_allocations: u64,
+    raw_allocations: u64,
+    steps: u64,
+    regions: usize,
+    region_bytes: u64,
+    meminfo_peak_bytes: Option<u64>,
+    meminfo: Vec<MeminfoAnswer<'a>>,
+    dump: Option<DumpAnswer<'a>>,
+}
+
+#[derive(Serialize)]
+struct AllocatorRecords<'a> {
+    name: &'a str,
+    records: u64,
+}
+
+#[derive(Serialize)]
+struct MeminfoAnswer<'a> {
+    line: u64,
+    tag: &'a str,
+    current_bytes: u64,
+    peak_bytes: u64,
+    events_before: usize,
+}
+
+/// The `stats --json` object of a BFC dump: the keys, then TF's Stats block in bytes.
+#[derive(Serialize)]
+pub struct DumpAnswer<'a> {
+    format: &'static str,
+    dump_format: &'static str,
+    allocator: Option<&'a str>,
+    in_use_chunks: Option<u64>,
+    in_use_bytes: Option<u64>,
+    free_chunks: Option<u64>,
+    free_bytes: Option<u64>,
+    regions: Option<u64>,
+    region_bytes: Option<u64>,
+    largest_free_chunk_bytes: Option<u64>,
+    oom_request_bytes: Option<u64>,
+    oom_rounded_bytes: Option<u64>,
+    oom_op: Option<&'a str>,
+    fragmentation_oom: Option<bool>,
+    diagnosis: Option<String>,
+    /// TF's Stats block, its keys in the dump's order.
+    stats: KeyedBytes,
+    missing: &'a [String],
+    warnings: Vec<String>,
+    /// Only for a dump read on its own (a memory log's dump is inside its `tf` object).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file: Option<String>,
+}
+
+/// Counts keyed by names the input chose, as a JSON object in the input's order.
+struct KeyedBytes(Vec<(String, u64)>);
+
+impl Serialize for KeyedBytes {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+/// What `stats --json` prints for a memory plan.
+#[derive(Serialize)]
+struct PlanAnswer {
+    file: String,
+    format: &'static str,
+    buffers: usize,
+    naive_bytes: u64,
+    lower_bound_bytes: u64,
+    time_unit: &'static str,
+    load_seconds: f64,
+}
 
 /// The object `stats --json` prints for `loaded` (read from `path`).
 ///
@@ -25,158 +123,104 @@ pub fn json(loaded: &Loaded, path: &Path) -> Result<Value> {
         let view = allocview_loaders::trace_view(ev.events, path)?;
         let per_thread = events_per_thread(ev.events, ev.threads.height())?;
         let stats = TraceStats::compute(&view, per_thread, &ev.summary);
-        let mut obj = stats_json(&stats);
-        obj.insert("file".into(), json!(file));
-        obj.insert("format".into(), json!(ev.format));
-        obj.insert("load_seconds".into(), json!(ev.load_seconds));
-        obj.insert("truncated".into(), json!(ev.summary.truncated.is_some()));
-        if let Loaded::TfMemoryLog(log) = loaded {
-            obj.insert("tf".into(), memlog_json(log));
-        }
-        if let Loaded::PytorchSnapshot(s) = loaded {
-            obj.insert("pytorch".into(), pytorch::snapshot_json(s)?);
-        }
-        return Ok(Value::Object(obj));
+        let answer = TraceAnswer {
+            stats: &stats,
+            file,
+            format: ev.format,
+            load_seconds: ev.load_seconds,
+            truncated: ev.summary.truncated.is_some(),
+            streamed: None,
+            tf: match loaded {
+                Loaded::TfMemoryLog(log) => Some(memlog_answer(log)),
+                _ => None,
+            },
+            pytorch: match loaded {
+                Loaded::PytorchSnapshot(s) => Some(pytorch::snapshot_json(s)?),
+                _ => None,
+            },
+        };
+        return Ok(serde_json::to_value(answer)?);
     }
     Ok(match loaded {
-        Loaded::TfBfcDump(dump) => {
-            let mut obj = dump_json(dump);
-            obj.insert("file".into(), json!(file));
-            Value::Object(obj)
-        }
+        Loaded::TfBfcDump(dump) => serde_json::to_value(DumpAnswer {
+            file: Some(file),
+            ..dump_answer(dump)
+        })?,
         Loaded::Plan(plan) => {
             let buffers = plan.to_buffers()?;
             let bufs = &buffers.buffers;
-            json!({
-                "file": file,
-                "format": "memory-plan",
-                "buffers": bufs.len(),
-                "naive_bytes": bufs.iter().map(|b| b.size_bytes).sum::<u64>(),
-                "lower_bound_bytes": allocview_sim::plan::max_live_bytes(bufs)?,
-                "time_unit": plan.time_unit,
-                "load_seconds": plan.load_seconds,
-            })
+            serde_json::to_value(PlanAnswer {
+                file,
+                format: "memory-plan",
+                buffers: bufs.len(),
+                naive_bytes: bufs.iter().map(|b| b.size_bytes).sum::<u64>(),
+                lower_bound_bytes: allocview_sim::plan::max_live_bytes(bufs)?,
+                time_unit: plan.time_unit,
+                load_seconds: plan.load_seconds,
+            })?
         }
         Loaded::MallocTrace(_) | Loaded::TfMemoryLog(_) | Loaded::PytorchSnapshot(_) => Value::Null,
     })
 }
 
-/// The `tf` object of `stats --json` for a memory log.
-fn memlog_json(log: &TfMemoryLog) -> Value {
-    let peak = log.meminfo.iter().map(|m| m.peak_bytes).max();
-    json!({
-        "allocator": log.allocator,
-        "allocators": log.allocator_counts.iter().map(|(n, c)| json!({"name": n, "records": c})).collect::<Vec<_>>(),
-        "tensor_allocations": log.summary.tensor_allocations,
-        "raw_allocations": log.summary.raw_allocations,
-        "steps": log.summary.steps,
-        "regions": log.regions.len(),
-        "region_bytes": log.regions.iter().map(|r| r.size_bytes).sum::<u64>(),
-    "meminfo_peak_bytes": peak,
-        "meminfo": log.meminfo.iter().map(|m| json!({
-            "line": m.line,
-            "tag": m.tag,
-            "current_bytes": m.current_bytes,
-            "peak_bytes": m.peak_bytes,
-            "events_before": m.events_before,
-        })).collect::<Vec<_>>(),
-        "dump": log.dumps.first().map(|d| Value::Object(dump_json(d))),
-    })
+fn memlog_answer(log: &TfMemoryLog) -> MemlogAnswer<'_> {
+    MemlogAnswer {
+        allocator: &log.allocator,
+        allocators: log
+            .allocator_counts
+            .iter()
+            .map(|(name, records)| AllocatorRecords {
+                name,
+                records: *records,
+            })
+            .collect(),
+        tensor_allocations: log.summary.tensor_allocations,
+        raw_allocations: log.summary.raw_allocations,
+        steps: log.summary.steps,
+        regions: log.regions.len(),
+        region_bytes: log.regions.iter().map(|r| r.size_bytes).sum::<u64>(),
+        meminfo_peak_bytes: log.meminfo.iter().map(|m| m.peak_bytes).max(),
+        meminfo: log
+            .meminfo
+            .iter()
+            .map(|m| MeminfoAnswer {
+                line: m.line,
+                tag: &m.tag,
+                current_bytes: m.current_bytes,
+                peak_bytes: m.peak_bytes,
+                events_before: m.events_before,
+            })
+            .collect(),
+        dump: log.dumps.first().map(dump_answer),
+    }
 }
 
-/// The `stats --json` object of a BFC dump: the keys, then TF's Stats block in bytes.
-pub fn dump_json(d: &BfcDump) -> Map<String, Value> {
+/// The `stats --json` object of a BFC dump.
+pub fn dump_answer(d: &BfcDump) -> DumpAnswer<'_> {
     let f = &d.figures;
-    let mut m = Map::new();
-    m.insert("format".into(), json!("tf-bfc-dump"));
-    m.insert("dump_format".into(), json!(d.format.name()));
-    m.insert("allocator".into(), json!(d.allocator));
-    m.insert("in_use_chunks".into(), json!(f.in_use_chunks));
-    m.insert("in_use_bytes".into(), json!(f.in_use_bytes));
-    m.insert("free_chunks".into(), json!(f.free_chunks));
-    m.insert("free_bytes".into(), json!(f.free_bytes));
-    m.insert("regions".into(), json!(f.regions));
-    m.insert("region_bytes".into(), json!(f.region_bytes));
-    m.insert(
-        "largest_free_chunk_bytes".into(),
-        json!(f.largest_free_chunk_bytes),
-    );
-    m.insert(
-        "oom_request_bytes".into(),
-        json!(
-            d.oom
-                .as_ref()
-                .and_then(|o| o.bytes.as_ref())
-                .map(|b| b.bytes)
-        ),
-    );
-    m.insert(
-        "oom_rounded_bytes".into(),
-        json!(d.oom.as_ref().and_then(|o| o.rounded_bytes)),
-    );
-    m.insert(
-        "oom_op".into(),
-        json!(d.oom.as_ref().and_then(|o| o.op.clone())),
-    );
-    m.insert("fragmentation_oom".into(), json!(f.fragmentation_oom));
-    m.insert("diagnosis".into(), json!(d.diagnosis()));
-    let stats: Map<String, Value> = d
-        .stats_bytes()
-        .into_iter()
-        .map(|(k, v)| (k, json!(v)))
-        .collect();
-    m.insert("stats".into(), Value::Object(stats));
-    m.insert("missing".into(), json!(d.missing));
-    m.insert(
-        "warnings".into(),
-        json!(
-            d.warnings
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-        ),
-    );
-    m
-}
-
-fn class_map(m: &std::collections::BTreeMap<u8, u64>) -> Value {
-    Value::Object(m.iter().map(|(c, v)| (c.to_string(), json!(v))).collect())
-}
-
-/// The JSON keys, in the order of the reference `.stats.json` files.
-pub fn stats_json(s: &TraceStats) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert("events".into(), json!(s.events));
-    m.insert("mallocs".into(), json!(s.mallocs));
-    m.insert("frees".into(), json!(s.frees));
-    m.insert("frees_null".into(), json!(s.frees_null));
-    m.insert("frees_unknown".into(), json!(s.frees_unknown));
-    m.insert("mallocs_failed".into(), json!(s.mallocs_failed));
-    m.insert("mallocs_of_live_ptr".into(), json!(s.mallocs_of_live_ptr));
-    m.insert("mallocs_size_zero".into(), json!(s.mallocs_size_zero));
-    m.insert("bad_lines".into(), json!(s.bad_lines));
-    m.insert("threads".into(), json!(s.threads));
-    m.insert("events_per_thread".into(), json!(s.events_per_thread));
-    m.insert("duration_s".into(), json!(s.duration_s));
-    m.insert(
-        "timestamps_non_monotonic".into(),
-        json!(s.timestamps_non_monotonic),
-    );
-    m.insert("malloc_bytes_total".into(), json!(s.malloc_bytes_total));
-    m.insert("malloc_size_min".into(), json!(s.malloc_size_min));
-    m.insert("malloc_size_max".into(), json!(s.malloc_size_max));
-    m.insert("malloc_size_mean".into(), json!(s.malloc_size_mean));
-    m.insert("peak_live_bytes".into(), json!(s.peak_live_bytes));
-    m.insert("peak_live_event".into(), json!(s.peak_live_event));
-    m.insert("peak_live_time_s".into(), json!(s.peak_live_time_s));
-    m.insert(
-        "peak_live_blocks_at_peak_bytes".into(),
-        json!(s.peak_live_blocks_at_peak_bytes),
-    );
-    m.insert("max_live_blocks".into(), json!(s.max_live_blocks));
-    m.insert("final_live_bytes".into(), json!(s.final_live_bytes));
-    m.insert("final_live_blocks".into(), json!(s.final_live_blocks));
-    m.insert("size_classes".into(), class_map(&s.size_classes));
-    m.insert("bytes_by_class".into(), class_map(&s.bytes_by_class));
-    m
+    DumpAnswer {
+        format: "tf-bfc-dump",
+        dump_format: d.format.name(),
+        allocator: d.allocator.as_deref(),
+        in_use_chunks: f.in_use_chunks,
+        in_use_bytes: f.in_use_bytes,
+        free_chunks: f.free_chunks,
+        free_bytes: f.free_bytes,
+        regions: f.regions,
+        region_bytes: f.region_bytes,
+        largest_free_chunk_bytes: f.largest_free_chunk_bytes,
+        oom_request_bytes: d
+            .oom
+            .as_ref()
+            .and_then(|o| o.bytes.as_ref())
+            .map(|b| b.bytes),
+        oom_rounded_bytes: d.oom.as_ref().and_then(|o| o.rounded_bytes),
+        oom_op: d.oom.as_ref().and_then(|o| o.op.as_deref()),
+        fragmentation_oom: f.fragmentation_oom,
+        diagnosis: d.diagnosis(),
+        stats: KeyedBytes(d.stats_bytes()),
+        missing: &d.missing,
+        warnings: d.warnings.iter().map(ToString::to_string).collect(),
+        file: None,
+    }
 }

@@ -5,10 +5,9 @@ use std::path::Path;
 use allocview_loaders::analysis::stats::StatsAccumulator;
 use allocview_sim::stream::{EventBatch, EventSource as _, Prefetched};
 use anyhow::{Context as _, Result};
-use serde_json::json;
 
 use super::table::print_table;
-use crate::answers::stats::stats_json;
+use crate::answers::stats::TraceAnswer;
 use crate::session::WindowArgs;
 use crate::session::source::StreamInput;
 
@@ -37,13 +36,17 @@ pub(super) fn stats(file: &Path, window: &WindowArgs, json: bool) -> Result<()> 
     let file = file.display().to_string();
     let seconds = started.elapsed().as_secs_f64();
     if json {
-        let mut obj = stats_json(&stats);
-        obj.insert("file".into(), json!(file));
-        obj.insert("format".into(), json!("malloc-trace"));
-        obj.insert("load_seconds".into(), json!(seconds));
-        obj.insert("truncated".into(), json!(summary.truncated.is_some()));
-        obj.insert("streamed".into(), json!(true));
-        outln!("{}", serde_json::Value::Object(obj));
+        let answer = TraceAnswer {
+            stats: &stats,
+            file,
+            format: "malloc-trace",
+            load_seconds: seconds,
+            truncated: summary.truncated.is_some(),
+            streamed: Some(true),
+            tf: None,
+            pytorch: None,
+        };
+        outln!("{}", serde_json::to_value(answer)?);
     } else {
         print_table(&file, &stats, seconds)?;
     }
