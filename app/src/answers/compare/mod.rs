@@ -184,6 +184,7 @@ fn min_limits(
                 Some(log) => min_limit::tf_bfc(
                     log,
                     args.from_start,
+                    args.no_guidance,
                     max_live_bytes(view),
                     row.peak_footprint_bytes,
                 ),

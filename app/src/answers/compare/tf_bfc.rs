@@ -166,6 +166,8 @@ fn replay_json(f: &Fidelity) -> Map<String, Value> {
             },
             "variables_replayed": f.variables_replayed,
             "logged_oom_reproduced": f.logged_oom_reproduced,
+            "logged_oom_reproduced_with_guidance": f.logged_oom_reproduced_with_guidance(),
+            "logged_oom_held_back_frees": f.logged_oom_held_back_frees,
             "peak_bytes_in_use": f.peak_bytes_in_use,
             "meminfo": f.meminfo.iter().map(|mi| json!({
                 "tag": mi.tag,
