@@ -76,7 +76,7 @@ fn compare_replays_bfc_at_tensorflows_addresses_and_reaches_its_oom() {
         p.to_str().unwrap(),
     ]);
     let bfc = &v["policies"][0];
-    assert_eq!(bfc["name"], "bfc");
+    assert_eq!(bfc["name"], "bfc@checkpoint");
     assert_eq!(bfc["replay"], "checkpoint");
     assert!(
         bfc["checkpoint"]["reason"]
@@ -307,4 +307,24 @@ fn min_limit_honours_no_guidance() {
         assert_eq!(ooms(min, extra), 0, "{extra:?} at {min}");
         assert!(ooms(min - 1, extra) > 0, "{extra:?} at {}", min - 1);
     }
+}
+
+/// On a TensorFlow memory log, `compare`'s replay at TensorFlow's addresses is not the
+/// simulated `bfc` that `report`, the explorers and `--parquet` run: its row has its own name.
+#[test]
+fn the_replay_at_tensorflows_addresses_is_named_apart_from_simulated_bfc() {
+    let p = tf("mobilenetv2_infer_memlog.txt.gz");
+    let p = p.to_str().unwrap();
+    let v = json(&["compare", "--json", "--policy", "bfc,first-fit", p]);
+    assert_eq!(v["policies"][0]["name"], "bfc@checkpoint");
+    assert_eq!(v["policies"][0]["replay"], "checkpoint");
+    assert_eq!(v["policies"][1]["name"], "first-fit");
+    let v = json(&["compare", "--json", "--policy", "bfc", "--from-start", p]);
+    assert_eq!(v["policies"][0]["name"], "bfc@process-start");
+    let text = run_text(&["compare", "--policy", "bfc", p]);
+    assert!(text.contains("  bfc@checkpoint "), "{text}");
+    // A variant of bfc is simulated, like every other policy, under its own label.
+    let v = json(&["compare", "--json", "--policy", "bfc:allow_growth=true", p]);
+    assert_eq!(v["policies"][0]["name"], "bfc:allow_growth=true");
+    assert!(v["policies"][0].get("replay").is_none());
 }
