@@ -125,7 +125,7 @@ pub fn evaluate(
             Ok(rep) => {
                 let mut row = Row::from_replay(&label, rep);
                 note_unsupported(&mut row, rep);
-                pytorch_fidelity(&mut row, rep);
+                pytorch_fidelity(&mut row, rep, config.limit_bytes);
                 rows.push(row);
             }
             Err(e) if explicit => bail!("policy {label}: {e}"),
