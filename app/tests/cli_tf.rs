@@ -294,15 +294,23 @@ fn min_limit_honours_no_guidance() {
     let log = log.to_str().unwrap();
     let ooms = |limit: u64, extra: &[&str]| {
         let l = limit.to_string();
-        let v = json(&[
-            &["compare", "--json", "--policy", "bfc", "--limit", &l, log][..],
-            extra,
-        ]
-        .concat());
+        let v = json(
+            &[
+                &["compare", "--json", "--policy", "bfc", "--limit", &l, log][..],
+                extra,
+            ]
+            .concat(),
+        );
         v["policies"][0]["ooms"].as_u64().unwrap()
     };
     for extra in [&[][..], &["--no-guidance"][..]] {
-        let v = json(&[&["compare", "--json", "--min-limit", "--policy", "bfc", log][..], extra].concat());
+        let v = json(
+            &[
+                &["compare", "--json", "--min-limit", "--policy", "bfc", log][..],
+                extra,
+            ]
+            .concat(),
+        );
         let min = v["policies"][0]["min_limit_bytes"].as_u64().unwrap();
         assert_eq!(ooms(min, extra), 0, "{extra:?} at {min}");
         assert!(ooms(min - 1, extra) > 0, "{extra:?} at {}", min - 1);

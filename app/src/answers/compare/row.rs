@@ -97,7 +97,11 @@ pub fn pytorch_fidelity(row: &mut Row, rep: &Replay, limit_bytes: Option<u64>) {
 /// after a divergence, goes on from the recorded placement: say both, in the table's notes and
 /// in the JSON (`limit_applied`, `limit_note`, `figures_follow_recording`, `figures_note`), as
 /// a figure that comes from the recording rather than the model must.
-fn recorded_figures(row: &mut Row, f: &allocview_sim::policy::pytorch::Fidelity, limit_bytes: Option<u64>) {
+fn recorded_figures(
+    row: &mut Row,
+    f: &allocview_sim::policy::pytorch::Fidelity,
+    limit_bytes: Option<u64>,
+) {
     let limit_note = match limit_bytes {
         Some(l) => format!(
             "--limit {} is not applied: the replay of the recorded run follows its recorded \
