@@ -117,3 +117,47 @@ fn convert_says_what_it_reads() {
     assert!(!out_file.exists());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The replay of a snapshot's recorded run applies no limit (the recorded releases stand in for
+/// it): under any `--limit` it has no OOM, and the row says so, in the table and in `--json`,
+/// instead of reading as "fits in 1 GiB". Where its figures come from is said too.
+#[test]
+fn snapshot_row_says_the_limit_is_not_applied_and_where_its_figures_come_from() {
+    let snap = snapshot("lm_train_step_a");
+    let v = json(&[
+        "compare", &snap, "--json", "--policy", "pytorch", "--limit", "1GiB",
+    ]);
+    let row = &v["policies"][0];
+    assert_eq!(row["ooms"], 0, "the recorded replay ignores the limit");
+    assert_eq!(row["limit_applied"], false, "{row}");
+    assert!(
+        row["limit_note"].as_str().unwrap().contains("1.00 GiB"),
+        "{row}"
+    );
+    // No divergence here: the figures are the model's, from the recorded start state.
+    assert_eq!(row["figures_follow_recording"], false, "{row}");
+    assert!(
+        row["figures_note"].as_str().unwrap().contains("recorded"),
+        "{row}"
+    );
+    // A variant from an empty allocator applies the limit and has no such fields.
+    let v = json(&[
+        "compare",
+        &snap,
+        "--json",
+        "--policy",
+        "pytorch:start=empty",
+        "--limit",
+        "1GiB",
+    ]);
+    assert!(v["policies"][0].get("limit_applied").is_none());
+    assert!(v["policies"][0]["ooms"].as_u64().unwrap() > 0);
+
+    let out = run(&["compare", &snap, "--policy", "pytorch", "--limit", "1GiB"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("--limit 1.00 GiB is not applied"),
+        "the table's note says the limit is ignored: {text}"
+    );
+}

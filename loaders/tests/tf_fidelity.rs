@@ -303,3 +303,45 @@ fn guided_decisions_are_counted_and_no_guidance_reports_its_own_match_rate() {
         plain.describe()
     );
 }
+
+/// "N of M chunks identical" counts the chunks both maps hold, whatever their position: one
+/// extra chunk at a low address in the replay must not make every later chunk "differ".
+#[test]
+fn chunk_map_comparison_counts_common_chunks_not_positions() {
+    use allocview_loaders::analysis::tf_fidelity::compare_chunk_maps;
+    use allocview_sim::policy::bfc::ChunkInfo;
+    let dump = load_bfc_dump(&data("mobilenetv2_oom_dump.txt.gz")).unwrap();
+    let chunk = |addr: u64, size_bytes: u64, in_use: bool| ChunkInfo {
+        addr,
+        size_bytes,
+        in_use,
+        requested_bytes: 0,
+        allocation_id: None,
+        request_id: u32::MAX,
+        bin: 0,
+        region: 0,
+        handle: 0,
+        next_handle: None,
+    };
+    let mut replay: Vec<ChunkInfo> = dump
+        .chunks
+        .iter()
+        .map(|c| chunk(c.address, c.size_bytes, c.in_use))
+        .collect();
+    let same = compare_chunk_maps(&dump, &replay);
+    assert!(same.all_identical());
+    let n = same.dump_chunks;
+    assert!(n > 1000);
+    // One extra chunk below every other one.
+    let lowest = dump.chunks.iter().map(|c| c.address).min().unwrap();
+    replay.push(chunk(lowest - 256, 256, false));
+    let c = compare_chunk_maps(&dump, &replay);
+    assert_eq!(c.replay_chunks, n + 1);
+    assert_eq!(c.identical, n, "every dump chunk is still in the replay");
+    assert!(!c.all_identical());
+    // One chunk changed: one fewer in common.
+    replay.pop();
+    replay[n as usize / 2].in_use = !replay[n as usize / 2].in_use;
+    let c = compare_chunk_maps(&dump, &replay);
+    assert_eq!(c.identical, n - 1);
+}

@@ -359,9 +359,13 @@ impl GuiApp {
             (self.visible_s.0 / span_s).clamp(0.0, 1.0),
             (self.visible_s.1 / span_s).clamp(0.0, 1.0),
         );
+        let csv = match export::series_csv(state, window) {
+            Ok(csv) => csv,
+            Err(e) => return format!("could not export the series: {e:#}"),
+        };
         match crate::safe_write::write_bytes(
             &path,
-            export::series_csv(state, window).as_bytes(),
+            csv.as_bytes(),
             state.data.as_ref().map(|d| d.path.as_path()).as_slice(),
         ) {
             Ok(()) => format!("wrote {}", path.display()),

@@ -43,7 +43,7 @@ pub fn export_screen(state: &AppState, dir: &Path) -> Result<Vec<String>> {
         .to_owned();
     let base = format!("{stem}-event{}", state.cursor);
 
-    let csv = series_csv(state, state.zoom);
+    let csv = series_csv(state, state.zoom)?;
     let csv_path = dir.join(format!("{base}-series.csv"));
     crate::safe_write::write_bytes(&csv_path, csv.as_bytes(), &[&data.path])?;
     let txt = heap_text(state);
@@ -55,14 +55,31 @@ pub fn export_screen(state: &AppState, dir: &Path) -> Result<Vec<String>> {
     ])
 }
 
+/// The columns of [`series_csv`].
+const SERIES_COLUMNS: [&str; 12] = [
+    "policy",
+    "bucket",
+    "t_start_s",
+    "first_event",
+    "last_event",
+    "live_bytes_max",
+    "allocated_bytes_max",
+    "footprint_bytes_max",
+    "fragmentation_last",
+    "external_fragmentation_last",
+    "free_blocks_last",
+    "ooms",
+];
+
 /// The buckets of every replayed policy inside `window` (fractions of the trace's time span)
-/// as CSV.
-#[must_use]
-pub fn series_csv(state: &AppState, window: (f64, f64)) -> String {
-    let mut csv = String::from(
-        "policy,bucket,t_start_s,first_event,last_event,live_bytes_max,allocated_bytes_max,\
-         footprint_bytes_max,fragmentation_last,external_fragmentation_last,free_blocks_last,ooms\n",
-    );
+/// as CSV, written by the `csv` crate: a variant's label can hold commas
+/// (`pytorch:roundup_power2_divisions=[256:1,512:2]`) and is quoted then.
+///
+/// # Errors
+/// When the CSV writer fails (it writes to memory, so only on a bug).
+pub fn series_csv(state: &AppState, window: (f64, f64)) -> Result<String> {
+    let mut csv = csv::Writer::from_writer(Vec::new());
+    csv.write_record(SERIES_COLUMNS)?;
     let (zlo, zhi) = window;
     for slot in &state.policies {
         let Some(r) = slot.replay() else { continue };
@@ -74,24 +91,24 @@ pub fn series_csv(state: &AppState, window: (f64, f64)) -> String {
             let t = (s.bucketing.start_ns(b) - s.bucketing.t0_ns) as f64 / 1e9;
             let g = |v: &Vec<u64>| v.get(b).copied().unwrap_or(0);
             let f = |v: &Vec<f64>| v.get(b).copied().unwrap_or(0.0);
-            writeln!(
-                csv,
-                "{},{b},{t:.9},{},{},{},{},{},{:.6},{:.6},{},{}",
-                slot.name,
-                s.first_event.get(b).copied().unwrap_or(0),
-                s.last_event.get(b).copied().unwrap_or(0),
-                g(&s.live_bytes.max),
-                g(&s.allocated_bytes.max),
-                g(&s.footprint_bytes.max),
-                f(&s.fragmentation.last),
-                f(&s.external_fragmentation.last),
-                g(&s.free_blocks.last),
-                g(&s.ooms),
-            )
-            .ok();
+            csv.write_record([
+                slot.name.clone(),
+                b.to_string(),
+                format!("{t:.9}"),
+                s.first_event.get(b).copied().unwrap_or(0).to_string(),
+                s.last_event.get(b).copied().unwrap_or(0).to_string(),
+                g(&s.live_bytes.max).to_string(),
+                g(&s.allocated_bytes.max).to_string(),
+                g(&s.footprint_bytes.max).to_string(),
+                format!("{:.6}", f(&s.fragmentation.last)),
+                format!("{:.6}", f(&s.external_fragmentation.last)),
+                g(&s.free_blocks.last).to_string(),
+                g(&s.ooms).to_string(),
+            ])?;
         }
     }
-    csv
+    let bytes = csv.into_inner().context("finishing the series CSV")?;
+    String::from_utf8(bytes).context("the series CSV is not UTF-8")
 }
 
 /// The heap maps on screen as text (64 cells a row, one character a cell).
@@ -127,4 +144,42 @@ pub fn heap_text(state: &AppState) -> String {
         txt.push('\n');
     }
     txt
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
+    use std::path::Path;
+
+    use allocview_sim::policy::config::PolicyConfig;
+    use allocview_sim::policy::spec::PolicySpec;
+
+    use super::series_csv;
+    use crate::model::state::AppState;
+    use crate::model::workers::load_blocking;
+
+    /// A variant's label can hold commas (PyTorch's `roundup_power2_divisions=[256:1,...]`):
+    /// the series CSV quotes it, so every row still has the header's 12 fields.
+    #[test]
+    fn series_csv_quotes_a_label_with_commas() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../sample-traces/find_usr_include.trace.gz");
+        let label = "pytorch:roundup_power2_divisions=[256:1,512:2,>:8]";
+        let specs = vec![
+            PolicySpec::plain("first-fit"),
+            PolicySpec::parse(label).unwrap(),
+        ];
+        let mut state = AppState::new(&path, &specs, PolicyConfig::default());
+        load_blocking(&mut state, false, 2).unwrap();
+        let text = series_csv(&state, (0.0, 1.0)).unwrap();
+        let mut lines = text.lines();
+        let header = lines.next().unwrap();
+        assert_eq!(header.split(',').count(), 12);
+        let variant_rows: Vec<&str> = lines.filter(|l| l.contains("roundup")).collect();
+        assert!(!variant_rows.is_empty(), "{text}");
+        for row in variant_rows {
+            assert!(row.starts_with(&format!("\"{label}\",")), "{row}");
+        }
+    }
 }

@@ -43,6 +43,7 @@ pub fn for_specs(
 pub fn tf_bfc(
     log: &TfMemoryLog,
     from_start: bool,
+    no_guidance: bool,
     peak_live_bytes: u64,
     unlimited_peak_bytes: u64,
 ) -> MinLimit {
@@ -51,7 +52,8 @@ pub fn tf_bfc(
             limit_bytes: Some(limit),
             allow_growth: None,
             stop_at_first_oom: true,
-            no_guidance: false,
+            // The same replay the row shows: guided unless --no-guidance.
+            no_guidance,
         };
         let f = if from_start {
             fidelity::replay_from_start(log, &opts)

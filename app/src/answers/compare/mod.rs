@@ -125,7 +125,7 @@ pub fn evaluate(
             Ok(rep) => {
                 let mut row = Row::from_replay(&label, rep);
                 note_unsupported(&mut row, rep);
-                pytorch_fidelity(&mut row, rep);
+                pytorch_fidelity(&mut row, rep, config.limit_bytes);
                 rows.push(row);
             }
             Err(e) if explicit => bail!("policy {label}: {e}"),
@@ -184,6 +184,7 @@ fn min_limits(
                 Some(log) => min_limit::tf_bfc(
                     log,
                     args.from_start,
+                    args.no_guidance,
                     max_live_bytes(view),
                     row.peak_footprint_bytes,
                 ),

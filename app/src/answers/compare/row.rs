@@ -32,8 +32,9 @@ pub fn note_unsupported(row: &mut Row, rep: &Replay) {
 }
 
 /// For `pytorch` replaying a snapshot from its rebuilt start: the addresses it chose against
-/// the recorded ones (`fidelity`), and its cudaMalloc/cudaFree counts.
-pub fn pytorch_fidelity(row: &mut Row, rep: &Replay) {
+/// the recorded ones (`fidelity`), its cudaMalloc/cudaFree counts, and what of its figures the
+/// recording decides (`limit_bytes` is the `--limit` asked for, which this replay ignores).
+pub fn pytorch_fidelity(row: &mut Row, rep: &Replay, limit_bytes: Option<u64>) {
     let Some(p) = rep.final_state.as_any().downcast_ref::<Pytorch>() else {
         return;
     };
@@ -78,6 +79,7 @@ pub fn pytorch_fidelity(row: &mut Row, rep: &Replay) {
         format::count(f.segment_allocs_checked),
         format::count(f.divergences)
     ));
+    recorded_figures(row, f, limit_bytes);
     if let Some(d) = &f.first_divergence {
         row.notes.push(format!(
             "first divergence at allocation {} ({}): recorded {:#x}, policy {}: {}",
@@ -88,6 +90,50 @@ pub fn pytorch_fidelity(row: &mut Row, rep: &Replay) {
                 .map_or_else(|| "none".to_owned(), |a| format!("{a:#x}")),
             d.what
         ));
+    }
+}
+
+/// The recorded replay applies no limit (the recording's own releases stand in for it) and,
+/// after a divergence, goes on from the recorded placement: say both, in the table's notes and
+/// in the JSON (`limit_applied`, `limit_note`, `figures_follow_recording`, `figures_note`), as
+/// a figure that comes from the recording rather than the model must.
+fn recorded_figures(
+    row: &mut Row,
+    f: &allocview_sim::policy::pytorch::Fidelity,
+    limit_bytes: Option<u64>,
+) {
+    let limit_note = match limit_bytes {
+        Some(l) => format!(
+            "--limit {} is not applied: the replay of the recorded run follows its recorded \
+             settings and releases, so it has no OOM at any limit (pytorch:start=empty applies it)",
+            format::bytes(l)
+        ),
+        None => "no limit is applied to the replay of the recorded run: its recorded releases \
+                 stand in for one (pytorch:start=empty applies --limit)"
+            .to_owned(),
+    };
+    let follows = f.divergences > 0;
+    let figures_note = match &f.first_divergence {
+        Some(d) if follows => format!(
+            "start state and new segments' addresses from the recording; from allocation {} \
+             (the first divergence) on, each diverging allocation takes its recorded place, so \
+             footprint and fragmentation follow the recorded layout, not the model's",
+            d.alloc_id
+        ),
+        _ => "start state and new segments' addresses from the recording; every placement the \
+              model's, matching the recorded one"
+            .to_owned(),
+    };
+    row.extra.insert("limit_applied".into(), json!(false));
+    row.extra.insert("limit_note".into(), json!(limit_note));
+    row.extra
+        .insert("figures_follow_recording".into(), json!(follows));
+    row.extra.insert("figures_note".into(), json!(figures_note));
+    if limit_bytes.is_some() {
+        row.notes.push(limit_note);
+    }
+    if follows {
+        row.notes.push(figures_note);
     }
 }
 

@@ -12,6 +12,17 @@ use serde_json::{Map, Value, json};
 use super::Row;
 use crate::format;
 
+/// The row's name: not plain `bfc`, which names the simulated policy that `report`, the
+/// explorers, `--parquet` and the Python series run from process start at its own addresses.
+/// This row is the replay at TensorFlow's addresses, and says from where it started (the
+/// values of its `replay` key).
+fn row_name(start: fidelity::ReplayStart) -> &'static str {
+    match start {
+        fidelity::ReplayStart::Checkpoint => "bfc@checkpoint",
+        fidelity::ReplayStart::FromStart => "bfc@process-start",
+    }
+}
+
 /// `bfc` on a TensorFlow memory log: the replay at TensorFlow's own addresses.
 pub(super) fn tf_bfc_row(
     log: &TfMemoryLog,
@@ -36,7 +47,7 @@ pub(super) fn tf_bfc_row(
     let first_oom_text = f.first_oom.as_ref().map(first_oom_text);
     let extra = replay_json(&f);
     Ok(Row {
-        name: "bfc".to_owned(),
+        name: row_name(f.start).to_owned(),
         peak_footprint_bytes: m.peak_footprint_bytes,
         peak_footprint_event: None,
         final_footprint_bytes: m.final_footprint_bytes,
@@ -166,6 +177,8 @@ fn replay_json(f: &Fidelity) -> Map<String, Value> {
             },
             "variables_replayed": f.variables_replayed,
             "logged_oom_reproduced": f.logged_oom_reproduced,
+            "logged_oom_reproduced_with_guidance": f.logged_oom_reproduced_with_guidance(),
+            "logged_oom_held_back_frees": f.logged_oom_held_back_frees,
             "peak_bytes_in_use": f.peak_bytes_in_use,
             "meminfo": f.meminfo.iter().map(|mi| json!({
                 "tag": mi.tag,

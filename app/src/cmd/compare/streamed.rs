@@ -43,7 +43,7 @@ pub(super) fn compare(
                 events = rep.summary.events;
                 let mut row = Row::from_replay(label, rep);
                 note_unsupported(&mut row, rep);
-                pytorch_fidelity(&mut row, rep);
+                pytorch_fidelity(&mut row, rep, config.limit_bytes);
                 rows.push(row);
             }
             Err(e) if explicit => bail!("policy {label}: {e}"),

@@ -260,6 +260,10 @@ pub struct Fidelity {
     pub first_oom: Option<FirstOom>,
     /// For a log that records a failed request: whether the replay failed it too.
     pub logged_oom_reproduced: Option<bool>,
+    /// When the replay failed that request: how many of other threads' frees it held back to
+    /// fail it (0 when it failed with every logged free applied). Holding frees back is
+    /// guidance: without it the request may fit.
+    pub logged_oom_held_back_frees: Option<u64>,
     /// BFC's `peak_bytes_in_use` over the replay.
     pub peak_bytes_in_use: u64,
     pub final_bytes_in_use: u64,
@@ -284,6 +288,44 @@ impl Fidelity {
     #[must_use]
     pub fn regions_match(&self) -> bool {
         self.regions_logged == self.regions_replayed
+    }
+
+    /// True when the replay reproduced TensorFlow's failed request only with the help of the
+    /// logged addresses: frees held back at the request, or other guided decisions before it.
+    #[must_use]
+    pub fn logged_oom_reproduced_with_guidance(&self) -> bool {
+        self.logged_oom_reproduced == Some(true)
+            && self.guided
+            && (self.logged_oom_held_back_frees.unwrap_or(0) > 0
+                || self.guided_decisions.total() > 0)
+    }
+
+    /// Whether TensorFlow's own OOM was reproduced, and how: a reproduction that needed frees
+    /// held back (or other guidance) says so, as it is not BFC's result alone.
+    fn describe_logged_oom(&self) -> Option<String> {
+        let reproduced = self.logged_oom_reproduced?;
+        if !reproduced {
+            return Some(
+                "TensorFlow's OOM not reproduced: the replay served the request TensorFlow failed"
+                    .to_owned(),
+            );
+        }
+        let held = self.logged_oom_held_back_frees.unwrap_or(0);
+        Some(if held > 0 {
+            format!(
+                "TensorFlow's OOM reproduced only with guidance: {held} other thread's free{} \
+                 held back at the failed request (--no-guidance applies every free)",
+                if held == 1 { "" } else { "s" }
+            )
+        } else if self.logged_oom_reproduced_with_guidance() {
+            format!(
+                "TensorFlow's OOM reproduced with guidance (no free held back at the failed \
+                 request; {} guided decisions in the replay)",
+                self.guided_decisions.total()
+            )
+        } else {
+            "TensorFlow's OOM reproduced without guidance".to_owned()
+        })
     }
 
     /// A few lines a person can read: where the replay started, how many allocations landed at
@@ -350,6 +392,7 @@ impl Fidelity {
                     .map_or_else(|| "nothing (out of memory)".into(), |a| format!("{a:#x}"))
             ));
         }
+        out.extend(self.describe_logged_oom());
         if let Some(o) = &self.first_oom {
             out.push(format!(
                 "first OOM at event {}{}: {} bytes (rounded {}) with {} bytes free in {} chunks, \
@@ -658,7 +701,9 @@ pub fn compare_chunk_maps(dump: &BfcDump, chunks: &[ChunkInfo]) -> ChunkMapCompa
         .map(|c| (c.addr, c.size_bytes, c.in_use))
         .collect();
     r.sort_unstable();
-    let identical = d.iter().zip(&r).filter(|(a, b)| a == b).count() as u64;
+    // The chunks both maps hold, whatever their position: zipping the sorted lists would
+    // count one extra chunk early as a difference at every later position.
+    let identical = sorted_intersection_len(&d, &r);
     let first_difference = d
         .iter()
         .map(Some)
@@ -682,4 +727,21 @@ pub fn compare_chunk_maps(dump: &BfcDump, chunks: &[ChunkInfo]) -> ChunkMapCompa
         identical,
         first_difference,
     }
+}
+
+/// How many items two sorted lists have in common, as multisets.
+fn sorted_intersection_len<T: Ord>(a: &[T], b: &[T]) -> u64 {
+    let (mut i, mut j, mut n) = (0, 0, 0u64);
+    while let (Some(x), Some(y)) = (a.get(i), b.get(j)) {
+        match x.cmp(y) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                n += 1;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    n
 }

@@ -40,6 +40,9 @@ pub(super) struct Replayer {
     pub(super) ooms: u64,
     pub(super) first_oom: Option<FirstOom>,
     pub(super) logged_oom_reproduced: Option<bool>,
+    pub(super) logged_oom_held_back_frees: Option<u64>,
+    /// Other threads' frees the last [`Self::allocate`] held back to hit its target.
+    pub(super) last_held_frees: u64,
     pub(super) meminfo: Vec<MemInfoCheck>,
     pub(super) next_meminfo: usize,
     /// TF's allocation counter where the replay starts.
@@ -82,6 +85,8 @@ impl Replayer {
             ooms: 0,
             first_oom: None,
             logged_oom_reproduced: None,
+            logged_oom_held_back_frees: None,
+            last_held_frees: 0,
             meminfo: Vec::new(),
             next_meminfo,
             first_tf_id,
@@ -130,6 +135,7 @@ impl Replayer {
         expected: Option<u64>,
         expect_failure: bool,
     ) -> Result<Result<(u64, u64), AllocError>, FidelityError> {
+        self.last_held_frees = 0;
         let others = self.pending.iter().filter(|f| f.thread != thread).count();
         let hit = |res: &Result<allocview_sim::policy::bfc::BfcAllocation, AllocError>| match res {
             Ok(a) => !expect_failure && expected.is_none_or(|e| e == a.addr),
@@ -172,6 +178,7 @@ impl Replayer {
                 self.bfc = trial;
                 self.held_back += 1;
                 self.guided.held_back_frees += 1;
+                self.last_held_frees = held.len() as u64;
                 let mut keep: Vec<PendingFree> = pending
                     .iter()
                     .enumerate()
@@ -265,7 +272,10 @@ impl Replayer {
                         }
                         Err(_) => {
                             self.ooms += 1;
-                            self.logged_oom_reproduced.get_or_insert(true);
+                            if self.logged_oom_reproduced.is_none() {
+                                self.logged_oom_reproduced = Some(true);
+                                self.logged_oom_held_back_frees = Some(self.last_held_frees);
+                            }
                             self.record_oom(log, event, r.requested_bytes, true);
                         }
                     }
@@ -505,6 +515,7 @@ impl Replayer {
             ooms: self.ooms,
             first_oom: self.first_oom,
             logged_oom_reproduced: self.logged_oom_reproduced,
+            logged_oom_held_back_frees: self.logged_oom_held_back_frees,
             peak_bytes_in_use: s.peak_bytes_in_use,
             final_bytes_in_use: s.bytes_in_use,
             meminfo: self.meminfo,
