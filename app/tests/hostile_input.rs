@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use allocview_loaders::binary::crafted;
 use allocview_loaders::fuzzing::{Target, file_bytes};
 
 /// Address space allowed to one command (`ulimit -v`, KiB): 2 GiB, as for the fuzzer.
@@ -79,6 +80,18 @@ fn crafted(dir: &Path) -> Vec<PathBuf> {
         b"id,lower,upper,sise\n0,0,1,10\n".to_vec(),
     );
     add("cut_header.avt", b"\x89AVT\r\n\x1a\n\x01".to_vec());
+    // Block bombs and INDEX frames that do not describe the blocks (issue 43).
+    add("block_bomb.avt", crafted::block_decompression_bomb());
+    add("block_claim.avt", crafted::block_claim_unsized());
+    add("blocks_over_limit.avt", crafted::blocks_over_format_limit());
+    add("index_dup.avt", crafted::index_duplicated_block());
+    add("index_skip.avt", crafted::index_skips_a_block());
+    add("index_end.avt", crafted::index_end_disagrees());
+    add("index_times.avt", crafted::index_lying_times());
+    add(
+        "block_damaged_end_agrees.avt",
+        crafted::damaged_block_end_agrees(),
+    );
     add("empty", Vec::new());
     files
 }
@@ -462,6 +475,60 @@ fn binary_header_errors_say_what_is_there_in_words() {
     );
     for e in [&cut_error, &v9_error] {
         assert!(!e.contains("Some(") && !e.contains("None"), "{e}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Runs allocview with `ALLOCVIEW_AVAILABLE_MEMORY` set; returns (success, stderr).
+fn run_with_memory(available_bytes: u64, args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .env("ALLOCVIEW_AVAILABLE_MEMORY", available_bytes.to_string())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A few kilobytes of zstd blocks holding millions of events, with no INDEX frame: the
+/// choice to stream, and the refusal to load, count the events the blocks declare, before
+/// anything is loaded (the file's size, or a missing index, said it was small).
+#[test]
+fn a_trace_whose_blocks_hold_more_events_than_fit_streams_or_is_refused_before_loading() {
+    let dir = scratch("blocks-many");
+    let trace = dir.join("many.avt");
+    // 64 blocks of 65,536 events: 4,194,304 events, about 160 MiB loaded, in 3 KB.
+    std::fs::write(&trace, crafted::blocks_many(64, false)).unwrap();
+    let available_bytes = 100_000_000;
+    let (ok, stderr) = run_with_memory(available_bytes, &["plan", s(&trace)]);
+    assert!(!ok, "{stderr}");
+    assert!(stderr.contains("holds 4,194,304 events"), "{stderr}");
+    let (ok, stderr) = run_with_memory(available_bytes, &["stats", s(&trace)]);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("streaming it block by block"), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A block copied and left out of the INDEX frame: `stats` streamed by the index and loaded
+/// from the blocks would count different events; both refuse, naming the block's offset.
+#[test]
+fn stats_streamed_or_loaded_refuses_an_index_that_does_not_describe_the_blocks() {
+    let dir = scratch("index-dup");
+    let trace = dir.join("dup.avt");
+    std::fs::write(&trace, crafted::index_duplicated_block()).unwrap();
+    for args in [
+        vec!["stats", s(&trace)],
+        vec!["stats", "--stream", s(&trace)],
+        vec!["stats", "--no-stream", s(&trace)],
+    ] {
+        let stderr = fails(&args);
+        assert!(
+            stderr.contains("byte 2184: the EVENTS block at byte 2184 is not in the INDEX"),
+            "{args:?}: {stderr}"
+        );
     }
     std::fs::remove_dir_all(&dir).ok();
 }

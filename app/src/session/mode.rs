@@ -45,12 +45,7 @@ impl StreamArgs {
         if !is_binary || input.lenient {
             return Ok(false);
         }
-        let file_bytes = std::fs::metadata(file)
-            .with_context(|| format!("cannot open {}", file.display()))?
-            .len();
-        let loaded_bytes = file_bytes
-            .saturating_mul(EVENTS_PER_FILE_BYTE_MAX)
-            .saturating_mul(LOADED_BYTES_PER_EVENT);
+        let loaded_bytes = loaded_bytes_estimate(file)?;
         let big = available_memory_bytes().is_some_and(|avail| loaded_bytes > avail / 2);
         let stream = big && is_trace(file);
         if stream {
@@ -73,16 +68,41 @@ impl StreamArgs {
             return Ok(!self.no_stream);
         }
         let whole = input.window.spec()?.is_none();
-        let finished = binary::read_index_frame(file).is_ok_and(|index| index.is_some());
-        Ok(whole && finished && !input.lenient && is_trace(file))
+        if !whole || input.lenient || !is_trace(file) {
+            return Ok(false);
+        }
+        // An INDEX frame that does not describe the blocks is refused here, with where: a
+        // stream would trust it, and a load would count other events than a stream.
+        let finished = binary::read_index_frame(file)
+            .with_context(|| format!("while reading {}", file.display()))?
+            .is_some();
+        Ok(finished)
     }
 }
 
+/// Memory the events of `file` (a binary trace or spool) would take once loaded: of a trace,
+/// from the events its blocks declare (their headers read, nothing decompressed: a few bytes
+/// of zstd can hold 65,536 events); of a spool, from its size.
+fn loaded_bytes_estimate(file: &Path) -> Result<u64> {
+    let events = match binary::block_events(file)
+        .with_context(|| format!("while reading {}", file.display()))?
+    {
+        Some(events) => events,
+        None => std::fs::metadata(file)
+            .with_context(|| format!("cannot open {}", file.display()))?
+            .len()
+            .saturating_mul(EVENTS_PER_FILE_BYTE_MAX),
+    };
+    Ok(events.saturating_mul(LOADED_BYTES_PER_EVENT))
+}
+
 /// A binary trace whose events would take more memory than is available once loaded: its
-/// events, the memory they would take, and the memory available (from its INDEX frame, one
-/// read at the end of the file; `None` for any other file, or one that fits).
+/// events, the memory they would take, and the memory available (the events its blocks
+/// declare, from the frame headers: an INDEX frame may not agree with them, and a file may
+/// have none; `None` for any other file, one that fits, or one whose blocks the loader will
+/// refuse itself).
 fn too_big(file: &Path) -> Option<(u64, u64, u64)> {
-    let records = binary::read_index_frame(file).ok()??.records();
+    let records = binary::block_events(file).ok()??;
     let need = records.saturating_mul(LOADED_BYTES_PER_EVENT);
     let avail = available_memory_bytes()?;
     (need > avail).then_some((records, need, avail))
@@ -143,16 +163,43 @@ fn is_trace(file: &Path) -> bool {
 /// `MemAvailable` of `/proc/meminfo`, in bytes, or `ALLOCVIEW_AVAILABLE_MEMORY` (bytes) where
 /// it is set: what allocview may count on, to try the big-trace paths on a small trace or to
 /// keep allocview smaller than the machine.
+/// Either is lowered to the address space this process may still map (`ulimit -v`), as an
+/// allocation past it aborts.
 pub(crate) fn available_memory_bytes() -> Option<u64> {
+    let limit = address_space_left_bytes();
     if let Some(v) = std::env::var_os("ALLOCVIEW_AVAILABLE_MEMORY")
         && let Some(bytes) = v.to_str().and_then(|s| s.trim().parse::<u64>().ok())
     {
-        return Some(bytes);
+        return Some(limit.map_or(bytes, |l| l.min(bytes)));
     }
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    Some(limit.map_or(kib * 1024, |l| l.min(kib * 1024)))
+}
+
+/// The soft `RLIMIT_AS` less the address space mapped already (`VmSize`), from `/proc/self`;
+/// `None` when unlimited or unknown.
+fn address_space_left_bytes() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max address space"))?;
+    let soft: u64 = line
+        .trim_start_matches("Max address space")
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let vm_kib: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmSize:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(soft.saturating_sub(vm_kib * 1024))
 }
 
 #[cfg(test)]

@@ -107,7 +107,7 @@ impl BlockIndex {
         out
     }
 
-    fn decode(payload: &[u8]) -> Result<Self, String> {
+    pub(super) fn decode(payload: &[u8]) -> Result<Self, String> {
         let body = payload
             .len()
             .checked_sub(8)
@@ -163,7 +163,12 @@ impl BlockIndex {
 }
 
 /// Reads `len` bytes at `offset`.
-fn read_at(file: &File, path: &Path, offset: u64, len: usize) -> Result<Vec<u8>, LoadError> {
+pub(super) fn read_at(
+    file: &File,
+    path: &Path,
+    offset: u64,
+    len: usize,
+) -> Result<Vec<u8>, LoadError> {
     let mut buf = vec![0u8; len];
     file.read_exact_at(&mut buf, offset)
         .map_err(|e| LoadError::io(path, e))?;
@@ -248,18 +253,20 @@ fn index_from_tail(
         {
             return Ok(None);
         }
-        return BlockIndex::decode(&payload)
-            .map(Some)
-            .map_err(|what| corrupt(path, index_at, &format!("the INDEX frame: {what}")));
+        let index = BlockIndex::decode(&payload)
+            .map_err(|what| corrupt(path, index_at, &format!("the INDEX frame: {what}")))?;
+        super::verify::verify(&index, file, path, file_bytes)?;
+        return Ok(Some(index));
     }
     Ok(None)
 }
 
-/// The INDEX frame of the binary trace at `path`, `None` when it has none (reads only the end
-/// of the file).
+/// The INDEX frame of the binary trace at `path`, `None` when it has none (reads the end of
+/// the file, and the frame headers to check the index against the blocks).
 ///
 /// # Errors
-/// When the file cannot be read, is not a binary trace, or its INDEX frame does not read.
+/// When the file cannot be read, is not a binary trace, or its INDEX frame does not read or
+/// does not describe the file's blocks (see `verify`).
 pub fn read_index_frame(path: &Path) -> Result<Option<BlockIndex>, LoadError> {
     let file = File::open(path).map_err(|e| LoadError::io(path, e))?;
     let file_bytes = file.metadata().map_err(|e| LoadError::io(path, e))?.len();
@@ -295,7 +302,7 @@ pub fn read_index(path: &Path) -> Result<BlockIndex, LoadError> {
 /// the end of the file, or a frame cut short (a cut file: what is before it is indexed).
 fn scan_index(file: &File, path: &Path, file_bytes: u64) -> Result<BlockIndex, LoadError> {
     let mut index = BlockIndex::default();
-    let mut decoder = super::trace::BlockDecoder::new(path)?;
+    let mut decoder = super::block::BlockDecoder::new(path)?;
     let mut records: Vec<Record> = Vec::new();
     let mut offset = HEADER_BYTES;
     let mut first_record = 0u64;
@@ -362,7 +369,7 @@ pub(super) fn read_block(
     file_bytes: u64,
     index: &BlockIndex,
     block: &BlockEntry,
-    decoder: &mut super::trace::BlockDecoder,
+    decoder: &mut super::block::BlockDecoder,
     out: &mut Vec<Record>,
 ) -> Result<(), LoadError> {
     let (tag, payload) = frame_payload_at(file, path, block.offset, file_bytes)?;
@@ -384,6 +391,21 @@ pub(super) fn read_block(
                 "the index says {} events, the block holds {}",
                 block.records,
                 out.len()
+            ),
+        ));
+    }
+    // A stream lays out its timeline by the index's times before it reads the blocks: a lie
+    // there (a block said to run to the far future) is found here, when the block is read.
+    let first_t_ns = out.first().map_or(block.first_t_ns, |r| r.t_ns);
+    let max_t_ns = out.iter().map(|r| r.t_ns).max().unwrap_or(block.max_t_ns);
+    if (first_t_ns, max_t_ns) != (block.first_t_ns, block.max_t_ns) {
+        return Err(corrupt(
+            path,
+            block.offset,
+            &format!(
+                "the index says the block's events run from {} ns to {} ns, they run from \
+                 {first_t_ns} ns to {max_t_ns} ns",
+                block.first_t_ns, block.max_t_ns
             ),
         ));
     }

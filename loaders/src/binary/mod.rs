@@ -106,7 +106,9 @@ use crate::error::LoadError;
 use crate::events::{Builder, Damage, Line, LoadOptions, MallocTrace, Record, Strictness};
 use crate::sites::{NO_STACK, stack_id_column};
 
+mod block;
 pub mod codec;
+pub mod crafted;
 mod frames;
 mod index;
 mod spool;
@@ -115,6 +117,7 @@ mod stream;
 #[cfg(test)]
 mod tests;
 mod trace;
+mod verify;
 mod write;
 
 use frames::{Frames, read_header};
@@ -124,6 +127,7 @@ pub use spool::{LivePoll, LiveSpool};
 pub use stacks::{Location, NativeModule, NativeStack, NativeStacks, SourceFrame, StackEnd};
 pub use stream::{BinaryEventStream, PackedStreamPoint, StreamPoint};
 use trace::{read_trace, read_trace_staged};
+pub use verify::block_events;
 pub use write::BinaryWriter;
 
 /// The first eight bytes of every allocview binary file.
@@ -148,8 +152,16 @@ const OP_FREE: u8 = 0x10;
 const OP_THREAD: u8 = 0x20;
 /// Op bit 6 of a trace event: a stack id follows the address.
 const OP_STACK: u8 = 0x40;
-/// Events per EVENTS block written.
+/// Events per EVENTS block written: also the most a reader accepts in one block (the format
+/// has never been written with more), so a block's decoded size is bounded however its header
+/// or its zstd frame lies.
 const BLOCK_EVENTS: u32 = 1 << 16;
+/// Longest encoding of one event the writer produces: the op byte, the thread index (below
+/// [`MAX_THREADS`](crate::events::MAX_THREADS) = 2^16: three varint bytes), the time and
+/// address deltas and the size (ten varint bytes each at most), the stack id (a u32: five).
+const MAX_EVENT_BYTES: usize = 1 + 3 + 10 + 10 + 10 + 5;
+/// Most decoded bytes of one EVENTS block a reader accepts: what the writer can produce.
+const MAX_BLOCK_RAW_BYTES: usize = BLOCK_EVENTS as usize * MAX_EVENT_BYTES;
 /// zstd level for blocks: fast to write (`record` converts while the program runs and must
 /// keep pace; level 3 took about twice the compression time for files 3 to 16% smaller), and
 /// decoding speed barely depends on it.

@@ -14,8 +14,8 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use allocview_sim::stream::{EventBatch, EventSource};
 
+use super::block::BlockDecoder;
 use super::index::{BlockIndex, read_block, read_index};
-use super::trace::BlockDecoder;
 use crate::error::LoadError;
 use crate::events::{LoadSummary, Pairing, Record, ThreadIds};
 

@@ -21,32 +21,25 @@
 
 use std::path::Path;
 
+use super::block::BlockDecoder;
 use super::codec::Cursor;
 use super::frames::parse_meta;
+use super::index::{BlockEntry, BlockIndex};
 use super::stacks::{
     self, FRAME_LOCATIONS, FRAME_MODULES, FRAME_STACKS, FRAME_SYMBOLS, NativeStacks,
 };
+use super::verify::{check_loaded, declared_events};
 use super::{
-    BinaryInfo, CODEC_STORED, CODEC_ZSTD, FRAME_END, FRAME_EVENTS, FRAME_META, FRAME_THREADS,
-    FileKind, MAX_FRAME_BYTES, OP_CALL_MASK, OP_FREE, OP_NO_CALL, OP_STACK, OP_THREAD, corrupt,
+    BinaryInfo, FRAME_END, FRAME_EVENTS, FRAME_META, FRAME_THREADS, FileKind, MAX_FRAME_BYTES,
+    corrupt,
 };
 use crate::error::LoadError;
-use crate::events::{CALL_NAMES, Damage, Record, Strictness};
+use crate::events::{Damage, Record, Strictness};
 
 /// Bytes of the file header before the first frame (frame positions below are relative to it).
 const HEADER_BYTES: u64 = 10;
 /// Bytes of a frame header: tag u8, length u32.
 const FRAME_HEADER_BYTES: usize = 5;
-/// Smallest encoding of an event: op byte, time delta, address delta.
-const MIN_EVENT_BYTES: usize = 3;
-
-pub(super) fn call_of(op: u8) -> Option<Option<u8>> {
-    match op & OP_CALL_MASK {
-        OP_NO_CALL => Some(None),
-        c if usize::from(c) < CALL_NAMES.len() => Some(Some(c)),
-        _ => None,
-    }
-}
 
 /// One frame, decoded but not yet applied (so that a frame is taken whole or not at all).
 enum Parsed {
@@ -55,6 +48,8 @@ enum Parsed {
     /// The block's records are in [`Reader::decoded`].
     Events,
     End(u64),
+    /// The INDEX frame, checked against the blocks read once they are all read.
+    Index(BlockIndex),
     /// Part of the call-stack tables (`stacks.rs`), with a SYMBOLS frame's entries.
     Stacks(NativeStacks, stacks::SymbolEntries),
     /// A tag this version does not know: skipped, so later versions may add informative ones.
@@ -81,83 +76,6 @@ struct Reader<'a> {
     threads: Vec<u64>,
     decoded: Vec<Record>,
     decoder: BlockDecoder,
-}
-
-/// Decodes EVENTS payloads, reusing its buffers from block to block.
-pub(super) struct BlockDecoder {
-    raw: Vec<u8>,
-    decompressor: zstd::bulk::Decompressor<'static>,
-}
-
-impl BlockDecoder {
-    pub(super) fn new(path: &Path) -> Result<Self, LoadError> {
-        Ok(Self {
-            raw: Vec::new(),
-            decompressor: zstd::bulk::Decompressor::new().map_err(|e| LoadError::io(path, e))?,
-        })
-    }
-
-    /// Decompresses and decodes an EVENTS payload into `out` (cleared first).
-    pub(super) fn decode(
-        &mut self,
-        payload: &[u8],
-        threads: &[u64],
-        out: &mut Vec<Record>,
-    ) -> Result<(), String> {
-        self.decode_with(payload, threads, &[], out)
-    }
-
-    /// [`Self::decode`], with thread indices past `threads` referring to `more_threads`.
-    fn decode_with(
-        &mut self,
-        payload: &[u8],
-        threads: &[u64],
-        more_threads: &[u64],
-        out: &mut Vec<Record>,
-    ) -> Result<(), String> {
-        let mut c = Cursor::new(payload);
-        let (Some(codec), Some(events), Some(raw_bytes)) = (c.u8(), c.varint(), c.varint()) else {
-            return Err("a cut events block header".into());
-        };
-        let data = payload.get(c.pos..).unwrap_or(&[]);
-        let raw_bytes = usize::try_from(raw_bytes)
-            .ok()
-            .filter(|&n| n <= MAX_FRAME_BYTES)
-            .ok_or_else(|| format!("an events block of {raw_bytes} bytes"))?;
-        if events > (raw_bytes / MIN_EVENT_BYTES) as u64 {
-            return Err(format!("{events} events in a block of {raw_bytes} bytes"));
-        }
-        let block: &[u8] = match codec {
-            CODEC_STORED => data,
-            CODEC_ZSTD => {
-                // The zstd frame says how much it holds: check before decompressing.
-                match zstd::zstd_safe::get_frame_content_size(data) {
-                    Ok(Some(n)) if n != raw_bytes as u64 => {
-                        return Err(format!(
-                            "the block says {raw_bytes} bytes, its zstd frame {n}"
-                        ));
-                    }
-                    Ok(_) => {}
-                    Err(_) => return Err("not a zstd frame".into()),
-                }
-                self.raw.clear();
-                self.raw.reserve(raw_bytes);
-                self.decompressor
-                    .decompress_to_buffer(data, &mut self.raw)
-                    .map_err(|e| format!("zstd: {e}"))?;
-                &self.raw
-            }
-            other => return Err(format!("an unknown codec {other}")),
-        };
-        if block.len() != raw_bytes {
-            return Err(format!(
-                "the block says {raw_bytes} bytes and holds {}",
-                block.len()
-            ));
-        }
-        out.clear();
-        decode_block(block, events, threads, more_threads, out)
-    }
 }
 
 impl<'a> Reader<'a> {
@@ -233,6 +151,7 @@ impl<'a> Reader<'a> {
                 }
                 Ok(Parsed::End(total))
             }
+            super::FRAME_INDEX => Ok(Parsed::Index(BlockIndex::decode(payload)?)),
             _ => Ok(Parsed::Unknown),
         }
     }
@@ -505,6 +424,11 @@ fn read_frames(
     let offset = |pos: usize| pos as u64 + HEADER_BYTES;
     let mut pos = 0usize;
     let mut end_total = None;
+    // The blocks read, as an index lists them, and the INDEX frame, to check one by the other.
+    let mut seen: Vec<BlockEntry> = Vec::new();
+    let mut index = None;
+    // Events the EVENTS frames of skipped stretches declare.
+    let mut skipped_events = 0u64;
     while pos < bytes.len() {
         let read = r.frame_at(pos).and_then(|frame| {
             r.parse(frame.tag, frame.payload)
@@ -517,8 +441,14 @@ fn read_frames(
         let (parsed, next) = match read {
             Ok(ok) => ok,
             Err(problem) => match recover(&mut r, path, pos, problem, strictness, &mut info)? {
-                Recovery::Stop => break,
+                Recovery::Stop => {
+                    if !info.damaged.is_empty() {
+                        skipped_events += declared_events(bytes.get(pos..).unwrap_or(&[]));
+                    }
+                    break;
+                }
                 Recovery::SkipTo(q) => {
+                    skipped_events += declared_events(bytes.get(pos..q).unwrap_or(&[]));
                     pos = q;
                     continue;
                 }
@@ -529,6 +459,15 @@ fn read_frames(
             Parsed::Meta(meta) => info.meta.extend(meta),
             Parsed::Threads(ids) => r.threads.extend(ids),
             Parsed::Events => {
+                if let Some(first) = r.decoded.first() {
+                    seen.push(BlockEntry {
+                        offset: offset(pos),
+                        first_record: info.records,
+                        records: r.decoded.len() as u64,
+                        first_t_ns: first.t_ns,
+                        max_t_ns: r.decoded.iter().map(|x| x.t_ns).max().unwrap_or(first.t_ns),
+                    });
+                }
                 info.records += r.decoded.len() as u64;
                 if !emit(&mut r.decoded, pos) {
                     return Ok(info);
@@ -553,11 +492,30 @@ fn read_frames(
                     });
                 }
             }
+            Parsed::Index(read) => index = Some(read),
             Parsed::Unknown => {}
         }
         pos = next;
     }
-    check_end(path, strictness, end_total, &mut info)?;
+    check_end(path, strictness, end_total, skipped_events, &mut info)?;
+    if let Some(index) = index
+        && info.damaged.is_empty()
+        && info.truncated.is_none()
+        && let Err((at, what)) = check_loaded(&index, &seen)
+    {
+        // A stream reads by the index: it would not give these events.
+        let what = format!("{what}; a stream of the file (`--stream`) would read other events");
+        if strictness == Strictness::Strict {
+            return Err(corrupt(path, at, &what));
+        }
+        info.damaged.push(Damage {
+            offset: at,
+            skipped_bytes: 0,
+            what,
+            repaired: false,
+        });
+        info.events_lost = Some(0);
+    }
     Ok(info)
 }
 
@@ -648,6 +606,7 @@ fn check_end(
     path: &Path,
     strictness: Strictness,
     end_total: Option<(u64, usize)>,
+    skipped_events: u64,
     info: &mut BinaryInfo,
 ) -> Result<(), LoadError> {
     let Some((total, at)) = end_total else {
@@ -675,7 +634,22 @@ fn check_end(
         });
     }
     if !info.damaged.is_empty() {
-        info.events_lost = Some(total.saturating_sub(info.records));
+        let by_end = total.saturating_sub(info.records);
+        if skipped_events > by_end {
+            // END agrees with what was read though blocks were skipped: it was written (or
+            // damaged) to agree; the skipped blocks' own headers count what they held.
+            info.damaged.push(Damage {
+                offset: at as u64 + HEADER_BYTES,
+                skipped_bytes: 0,
+                what: format!(
+                    "the end frame counts {total} events, {} were read, yet the skipped blocks \
+                     declare {skipped_events}",
+                    info.records
+                ),
+                repaired: false,
+            });
+        }
+        info.events_lost = Some(by_end.max(skipped_events));
     }
     Ok(())
 }
@@ -693,65 +667,4 @@ fn frame_name(tag: u8) -> String {
         super::FRAME_INDEX => "the INDEX".into(),
         other => format!("a 0x{other:02x}"),
     }
-}
-
-/// Decodes `events` events of `block` into `out`; thread indices refer to `threads` and then
-/// `more_threads`.
-fn decode_block(
-    block: &[u8],
-    events: u64,
-    threads: &[u64],
-    more_threads: &[u64],
-    out: &mut Vec<Record>,
-) -> Result<(), String> {
-    let mut c = Cursor::new(block);
-    let mut t_ns: i64 = 0;
-    let mut addr: u64 = 0;
-    let mut thread: u64 = 0;
-    // `events` is at most a third of the block's real (decompressed) bytes.
-    out.reserve(usize::try_from(events).unwrap_or(0));
-    for i in 0..events {
-        let bad = |what: &str| format!("event {i} of the block: {what}");
-        let op = c.u8().ok_or_else(|| bad("cut"))?;
-        if op & 0x80 != 0 {
-            return Err(bad("reserved op bits set"));
-        }
-        let call = call_of(op).ok_or_else(|| bad("unknown call code"))?;
-        if op & OP_THREAD != 0 {
-            thread = c.varint().ok_or_else(|| bad("thread"))?;
-        }
-        let tid = *usize::try_from(thread)
-            .ok()
-            .and_then(|i| {
-                threads
-                    .get(i)
-                    .or_else(|| more_threads.get(i.checked_sub(threads.len())?))
-            })
-            .ok_or_else(|| bad("thread index not introduced"))?;
-        t_ns = t_ns.wrapping_add(c.zigzag().ok_or_else(|| bad("time"))?);
-        let size_bytes = if op & OP_FREE != 0 {
-            None
-        } else {
-            Some(c.varint().ok_or_else(|| bad("size"))?)
-        };
-        addr = addr.wrapping_add(c.zigzag().ok_or_else(|| bad("address"))? as u64);
-        let stack = if op & OP_STACK != 0 {
-            let id = c.varint().ok_or_else(|| bad("stack id"))?;
-            Some(u32::try_from(id).map_err(|_| bad("stack id"))?)
-        } else {
-            None
-        };
-        out.push(Record {
-            t_ns,
-            tid,
-            size_bytes,
-            addr,
-            call,
-            stack,
-        });
-    }
-    if !c.at_end() {
-        return Err("bytes after the block's last event".into());
-    }
-    Ok(())
 }

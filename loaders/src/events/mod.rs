@@ -135,7 +135,7 @@ impl LoadSummary {
             let lost = match self.events_lost {
                 Some(0) => "no events lost".to_owned(),
                 Some(n) => format!(
-                    "{n} events lost (the file's end frame counts {}, {} were read)",
+                    "{n} events lost (the file counts {}, {} were read)",
                     n + self.events,
                     self.events
                 ),

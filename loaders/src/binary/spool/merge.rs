@@ -4,7 +4,7 @@
 use std::collections::BinaryHeap;
 use std::path::Path;
 
-use super::super::trace::call_of;
+use super::super::block::call_of;
 use super::super::{OP_FREE, corrupt};
 use super::order::{apply, greedy, search};
 use super::{SpoolEncoding, SpoolEvent, Stream};
