@@ -11,8 +11,10 @@
 //!   removed (when the process is killed mid-write, a hidden `.allocview-tmp-*` file may stay
 //!   behind; the output is still untouched).
 //!
-//! An output that is a symbolic link is written through: the link stays and its target is
-//! replaced (atomically, in the target's directory). A replaced file keeps its permission bits.
+//! An output the user named that is a symbolic link is written through: the link stays and its
+//! target is replaced (atomically, in the target's directory). An output whose name the
+//! command chose itself inside a directory ([`PendingFile::create_own_name`]) is replaced
+//! whatever it is, a link included, so that a link planted there writes nothing elsewhere. A replaced file keeps its permission bits.
 //! An output that is not a regular file (a terminal, a pipe, `/dev/stdout`, `/dev/null`) is
 //! written in place: there is nothing to keep, and renaming over it would replace the device.
 
@@ -94,6 +96,15 @@ pub fn write_bytes(path: &Path, bytes: &[u8], inputs: &[&Path]) -> io::Result<()
     write_atomically(path, inputs, |w| w.write_all(bytes))
 }
 
+/// What [`PendingFile`] does with a symbolic link at the output's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Links {
+    /// The user named the output: writing replaces the link's target and keeps the link.
+    Follow,
+    /// The command named the output: the link itself is replaced.
+    Replace,
+}
+
 /// A temporary file that becomes `target` on [`PendingFile::commit`] and is removed when
 /// dropped before that.
 #[derive(Debug)]
@@ -114,8 +125,25 @@ impl PendingFile {
     /// # Errors
     /// The refusal, or when the temporary file cannot be created (the message names `path`).
     pub fn create(path: &Path, inputs: &[&Path]) -> io::Result<(Self, File)> {
+        Self::create_with(path, inputs, Links::Follow)
+    }
+
+    /// As [`Self::create`], for a file whose name the command chose itself inside a directory
+    /// it was given (`report --out DIR` writes `DIR/summary.csv`): whatever is at `path` is
+    /// replaced, never written through. A symbolic link planted there under that name is
+    /// replaced by the file (the rename replaces the link, not its target), so nothing outside
+    /// the directory is written or created; a device or pipe planted there is replaced too.
+    ///
+    /// # Errors
+    /// As [`Self::create`].
+    pub fn create_own_name(path: &Path, inputs: &[&Path]) -> io::Result<(Self, File)> {
+        Self::create_with(path, inputs, Links::Replace)
+    }
+
+    fn create_with(path: &Path, inputs: &[&Path], links: Links) -> io::Result<(Self, File)> {
         refuse_if_any_input(inputs, path)?;
-        if let Ok(m) = fs::metadata(path)
+        if links == Links::Follow
+            && let Ok(m) = fs::metadata(path)
             && !m.is_file()
             && !m.is_dir()
         {
@@ -131,7 +159,10 @@ impl PendingFile {
             };
             return Ok((pending, file));
         }
-        let target = resolve_links(path);
+        let target = match links {
+            Links::Follow => resolve_links(path),
+            Links::Replace => path.to_path_buf(),
+        };
         let name = target
             .file_name()
             .ok_or_else(|| named(path, io::Error::other("not a file name")))?
@@ -154,8 +185,11 @@ impl PendingFile {
                         committed: false,
                         direct: false,
                     };
-                    // A replaced file keeps its permissions (a new one gets the umask's).
-                    if let Ok(old) = fs::metadata(&pending.target) {
+                    // A replaced file keeps its permissions (a new one gets the umask's);
+                    // only a regular file's, never those of what a link points to.
+                    if let Ok(old) = fs::symlink_metadata(&pending.target)
+                        && old.is_file()
+                    {
                         file.set_permissions(old.permissions())
                             .map_err(|e| named(path, e))?;
                     }
