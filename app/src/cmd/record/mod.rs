@@ -27,6 +27,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use allocview_loaders::analysis::stats::{RecordingStats, RecordingSummary};
 use allocview_loaders::binary::{BinaryInfo, TimeBase};
 use anyhow::{Context as _, Result, bail};
+use tempfile::TempDir;
 
 use crate::format;
 use crate::safe_write;
@@ -110,7 +111,7 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     // The modules of the stacks are read while the command runs.
     let prefetch = stacks.then(Prefetch::start);
     let mut live = live::Converter::new(
-        &staging.spools.path,
+        staging.spools.path(),
         target.program_name,
         target.output,
         target.form,
@@ -121,7 +122,7 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     let status = live.run_until_exit(&mut child)?;
     drop(ignored);
 
-    let written = convert_spools(&staging.spools.path, target, &mut live, prefetch)?;
+    let written = convert_spools(staging.spools.path(), target, &mut live, prefetch)?;
     report(args, &written, status)
 }
 
@@ -141,9 +142,9 @@ fn output_path(args: &RecordArgs, program_name: &str) -> PathBuf {
 /// and the one holding the tracer, and the `LD_PRELOAD` value that loads it.
 struct Staging {
     // Declared in the order they are removed: the spools, then the tracer.
-    spools: PrivateDir,
+    spools: TempDir,
     /// Holds the tracer; kept only to be removed on drop.
-    _work: PrivateDir,
+    _work: TempDir,
     preload: OsString,
 }
 
@@ -155,11 +156,18 @@ impl Staging {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let work = PrivateDir::create(&std::env::temp_dir(), "allocview-record")?;
-        let so_path = work.path.join("liballocview_tracer.so");
+        // Private (mode 0700) folders with unpredictable names, made here or not at all.
+        let work = tempfile::Builder::new()
+            .prefix("allocview-record-")
+            .tempdir()
+            .context("cannot create a private directory for the tracer")?;
+        let so_path = work.path().join("liballocview_tracer.so");
         std::fs::write(&so_path, TRACER_SO)
             .with_context(|| format!("cannot write the tracer to {}", so_path.display()))?;
-        let spools = PrivateDir::create(&out_dir, ".allocview-spool")?;
+        let spools = tempfile::Builder::new()
+            .prefix(".allocview-spool-")
+            .tempdir_in(&out_dir)
+            .with_context(|| format!("cannot create a spool directory in {}", out_dir.display()))?;
         // Libraries the user preloads stay preloaded, after the tracer.
         let preload = match std::env::var_os("LD_PRELOAD") {
             Some(existing) if !existing.is_empty() => {
@@ -193,7 +201,7 @@ fn spawn_traced(
     let child = command
         .args(args.command.iter().skip(1))
         .env("LD_PRELOAD", &staging.preload)
-        .env("ALLOCVIEW_SPOOL", staging.spools.path.join("p"))
+        .env("ALLOCVIEW_SPOOL", staging.spools.path().join("p"))
         .env("ALLOCVIEW_STACKS", if stacks { "1" } else { "0" })
         .spawn()
         .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
@@ -468,38 +476,6 @@ fn shell_quote(path: &Path) -> String {
         s
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
-    }
-}
-
-/// A directory only this user can read, removed (with its contents) when dropped.
-struct PrivateDir {
-    path: PathBuf,
-}
-
-impl PrivateDir {
-    fn create(parent: &Path, prefix: &str) -> Result<Self> {
-        use std::os::unix::fs::DirBuilderExt as _;
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        for attempt in 0..100u32 {
-            let path = parent.join(format!("{prefix}-{}-{nanos}-{attempt}", std::process::id()));
-            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => return Ok(Self { path }),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => {
-                    return Err(e).with_context(|| format!("cannot create {}", path.display()));
-                }
-            }
-        }
-        bail!("cannot create a private directory in {}", parent.display())
-    }
-}
-
-impl Drop for PrivateDir {
-    fn drop(&mut self) {
-        std::fs::remove_dir_all(&self.path).ok();
     }
 }
 
