@@ -150,6 +150,66 @@ fn record_refuses_to_write_over_the_program_or_its_input_files() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `record -o FILE` where the command names FILE too, plainly or after `=` and however it is
+/// spelled, is refused before the command runs: the trace and the command's own output would
+/// overwrite each other (issue 43).
+#[test]
+fn record_refuses_an_output_the_command_names_as_its_own() {
+    let dir = scratch("record-named");
+    let out = dir.join("out.txt");
+    // The command writes the file its `--log=` names.
+    let script = r#"for a; do case "$a" in --log=*) echo log > "${a#--log=}";; *) echo plain > "$a";; esac; done"#;
+    let spelled = format!("{}/./out.txt", p(&dir));
+    for arg in [
+        format!("--log={}", p(&out)),
+        format!("--log={spelled}"),
+        p(&out).to_owned(),
+        spelled.clone(),
+    ] {
+        let err = fails(&[
+            "record",
+            "-o",
+            p(&out),
+            "--",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            &arg,
+        ]);
+        assert!(err.contains("refusing to record into"), "{arg}: {err}");
+        assert!(
+            err.contains("the command names the same file"),
+            "{arg}: {err}"
+        );
+        assert!(!out.exists(), "{arg}: the command ran");
+    }
+    // An existing file the command names after `=` is kept as it was.
+    std::fs::write(&out, "the user's data\n").unwrap();
+    let arg = format!("--log={}", p(&out));
+    let err = fails(&[
+        "record", "-o", &spelled, "--", "sh", "-c", script, "sh", &arg,
+    ]);
+    assert!(err.contains("refusing"), "{err}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "the user's data\n");
+    // Another file is fine.
+    let other = dir.join("other.txt");
+    let arg = format!("--log={}", p(&other));
+    succeeds(&[
+        "record",
+        "-o",
+        p(&dir.join("t.avt")),
+        "--",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        &arg,
+    ]);
+    assert_eq!(std::fs::read_to_string(&other).unwrap(), "log\n");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn a_failing_convert_leaves_an_existing_output_untouched() {
     let dir = scratch("convert-fail");

@@ -18,6 +18,7 @@
 //! written into the binary trace.
 
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::sync::Arc;
@@ -71,8 +72,10 @@ pub struct RecordArgs {
     pub command: Vec<OsString>,
 }
 
-/// Runs `allocview record`.
-pub fn run(args: &RecordArgs) -> Result<()> {
+/// Runs `allocview record`; returns the status `allocview` exits with: the command's, as
+/// `time` does (its exit status, or 128 + the signal that killed it), once its traces are
+/// written, so that a script sees the failure of the command it recorded.
+pub fn run(args: &RecordArgs) -> Result<u8> {
     if TRACER_SO.is_empty() {
         bail!("allocview record needs Linux on a 64-bit machine (LD_PRELOAD)");
     }
@@ -88,6 +91,7 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     let protected = protected_files(&args.command);
     let protected_refs: Vec<&Path> = protected.iter().map(PathBuf::as_path).collect();
     safe_write::refuse_if_any_input(&protected_refs, &output)?;
+    refuse_output_named_in_command(&output, &args.command)?;
     let staging = Staging::create(&output)?;
     let started_wall_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -123,7 +127,60 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     drop(ignored);
 
     let written = convert_spools(staging.spools.path(), target, &mut live, prefetch)?;
-    report(args, &written, status)
+    report(args, &written, status)?;
+    Ok(exit_code(status))
+}
+
+/// The status a shell shows for `status`: its exit code, or 128 + the signal that killed it.
+fn exit_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        // A shell shows the low byte too.
+        (Some(code), _) => (code & 0xff) as u8,
+        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(u8::MAX),
+        (None, None) => 1,
+    }
+}
+
+/// Refuses an output that the command names too, as an argument or after a `=`
+/// (`prog --log=out.txt` with `-o out.txt`): the command would write the file, and the trace
+/// replace it (or the other way round), whether or not it exists yet.
+fn refuse_output_named_in_command(output: &Path, command: &[OsString]) -> Result<()> {
+    let Some(out) = resolved(output) else {
+        return Ok(());
+    };
+    for arg in command.iter().skip(1) {
+        let bytes = arg.as_encoded_bytes();
+        let after_eq = bytes
+            .iter()
+            .position(|&b| b == b'=')
+            .and_then(|i| bytes.get(i + 1..))
+            .map(|rest| Path::new(std::ffi::OsStr::from_bytes(rest)));
+        for candidate in std::iter::once(Path::new(arg)).chain(after_eq) {
+            if !candidate.as_os_str().is_empty() && resolved(candidate).as_ref() == Some(&out) {
+                bail!(
+                    "refusing to record into {}: the command names the same file (`{}`), so                      the trace and the command's own output would overwrite each other; choose                      another -o",
+                    output.display(),
+                    arg.to_string_lossy()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What `path` names, comparable between spellings: an existing file's canonical path, else
+/// its directory's canonical path and its name (`None` when the directory does not exist).
+fn resolved(path: &Path) -> Option<PathBuf> {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return Some(p);
+    }
+    let name = path.file_name()?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    Some(std::fs::canonicalize(dir).ok()?.join(name))
 }
 
 /// The trace to write: `--output`, or a name made of the program and this process's id, so
