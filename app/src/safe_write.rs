@@ -8,8 +8,9 @@
 //!   one closure or write by path) writes into a temporary file in the output's directory,
 //!   flushes it to disk, and renames it over the output only when everything succeeded. A
 //!   failing command therefore leaves an existing output as it was, and the temporary file is
-//!   removed (when the process is killed mid-write, a hidden `.allocview-tmp-*` file may stay
-//!   behind; the output is still untouched).
+//!   removed. SIGINT and SIGTERM remove every temporary file in progress too (see
+//!   [`cleanup_on_interrupt`]); only a kill that cannot be caught (SIGKILL, a crash) leaves a
+//!   hidden `.allocview-tmp-*` file behind, and the output is untouched even then.
 //!
 //! An output the user named that is a symbolic link is written through: the link stays and its
 //! target is replaced (atomically, in the target's directory). An output whose name the
@@ -22,6 +23,81 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write as _};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, Once, PoisonError};
+
+/// The temporary files being written, which an interrupt removes. Held while a temporary file
+/// is created, renamed or removed, and by the interrupt's cleanup until the process ends, so a
+/// file is never created after the cleanup or left out of it.
+static IN_PROGRESS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// While above zero, SIGINT and SIGTERM are ignored rather than cleaned up after (see
+/// [`DeferInterrupts`]).
+static DEFERRED: AtomicUsize = AtomicUsize::new(0);
+static CLEANUP: Once = Once::new();
+
+fn in_progress() -> MutexGuard<'static, Vec<PathBuf>> {
+    IN_PROGRESS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Makes SIGINT and SIGTERM remove every temporary file in progress and then end the process
+/// as the signal would have (a parent sees it killed by the signal; a shell shows 130 or
+/// 143). Installed once, by the first temporary file: a process that writes none keeps the
+/// signals' default actions. SIGHUP is left alone, so `nohup` keeps working.
+pub fn cleanup_on_interrupt() {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    CLEANUP.call_once(|| {
+        // The handler runs on a thread of its own (signal-hook's iterator), where taking the
+        // lock and removing files is safe, unlike in a signal handler proper.
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
+            return;
+        };
+        let spawned = std::thread::Builder::new()
+            .name("allocview-interrupt".to_owned())
+            .spawn(move || {
+                for sig in signals.forever() {
+                    if DEFERRED.load(Ordering::SeqCst) > 0 {
+                        continue;
+                    }
+                    let files = in_progress();
+                    for tmp in files.iter() {
+                        fs::remove_file(tmp).ok();
+                    }
+                    // Dies of the signal; exits 128 + it should the default action not end
+                    // the process. The lock stays held: no new temporary file meanwhile.
+                    signal_hook::low_level::emulate_default_handler(sig).ok();
+                    std::process::exit(128 + sig);
+                }
+            });
+        drop(spawned);
+    });
+}
+
+/// While alive, SIGINT and SIGTERM are ignored by this process (they still reach a child,
+/// which `record` waits for): `record` keeps them from ending it while the traced command
+/// runs, so that the traces still get written.
+#[derive(Debug)]
+pub struct DeferInterrupts(());
+
+impl DeferInterrupts {
+    /// Starts ignoring SIGINT and SIGTERM (for this process only) until dropped.
+    #[must_use]
+    pub fn new() -> Self {
+        DEFERRED.fetch_add(1, Ordering::SeqCst);
+        Self(())
+    }
+}
+
+impl Default for DeferInterrupts {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for DeferInterrupts {
+    fn drop(&mut self) {
+        DEFERRED.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// Fails when `output` exists and is the same file as `input` (same device and inode, so hard
 /// links, symbolic links and other spellings of one path are all caught). A missing input or
@@ -172,13 +248,18 @@ impl PendingFile {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
+        cleanup_on_interrupt();
         for attempt in 0..1000u32 {
             let tmp = dir.join(format!(
                 ".allocview-tmp-{}-{attempt}-{name}",
                 std::process::id()
             ));
+            // Created and listed under the lock, so an interrupt removes it.
+            let mut files = in_progress();
             match OpenOptions::new().write(true).create_new(true).open(&tmp) {
                 Ok(file) => {
+                    files.push(tmp.clone());
+                    drop(files);
                     let pending = Self {
                         tmp,
                         target,
@@ -245,7 +326,11 @@ impl PendingFile {
         };
         file.sync_all().map_err(|e| named(&self.target, e))?;
         drop(file);
-        fs::rename(&self.tmp, &self.target).map_err(|e| named(&self.target, e))?;
+        {
+            let mut files = in_progress();
+            fs::rename(&self.tmp, &self.target).map_err(|e| named(&self.target, e))?;
+            files.retain(|p| p != &self.tmp);
+        }
         self.committed = true;
         // The rename itself is durable once the directory is flushed; cheap, and not fatal.
         if let Some(dir) = self.target.parent().filter(|p| !p.as_os_str().is_empty())
@@ -260,7 +345,9 @@ impl PendingFile {
 impl Drop for PendingFile {
     fn drop(&mut self) {
         if !self.committed && !self.direct {
+            let mut files = in_progress();
             fs::remove_file(&self.tmp).ok();
+            files.retain(|p| p != &self.tmp);
         }
     }
 }

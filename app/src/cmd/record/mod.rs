@@ -542,9 +542,13 @@ fn shell_quote(path: &Path) -> String {
 struct IgnoredSignals {
     ids: Vec<signal_hook::SigId>,
     _flag: Arc<AtomicBool>,
+    /// The temporary files' cleanup on SIGINT and SIGTERM (`safe_write`) waits too: the
+    /// traces are being written while the command runs.
+    _deferred: safe_write::DeferInterrupts,
 }
 
 fn ignore_termination_signals() -> Result<IgnoredSignals> {
+    let deferred = safe_write::DeferInterrupts::new();
     let flag = Arc::new(AtomicBool::new(false));
     let mut ids = Vec::new();
     for sig in [
@@ -555,7 +559,11 @@ fn ignore_termination_signals() -> Result<IgnoredSignals> {
     ] {
         ids.push(signal_hook::flag::register(sig, Arc::clone(&flag)).context("signal handler")?);
     }
-    Ok(IgnoredSignals { ids, _flag: flag })
+    Ok(IgnoredSignals {
+        ids,
+        _flag: flag,
+        _deferred: deferred,
+    })
 }
 
 impl Drop for IgnoredSignals {
