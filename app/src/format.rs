@@ -1,4 +1,7 @@
-//! Number formatting shared by every output (tables, TUI, GUI, reports), so they agree.
+//! Number formatting shared by every output (tables, TUI, GUI, reports), so they agree, and
+//! the one rule that makes text from a trace (function names, files, annotations) safe to print.
+
+use std::borrow::Cow;
 
 /// Bytes in binary units with three significant figures: `512 B`, `1.50 KiB`, `20.3 MiB`.
 #[must_use]
@@ -101,6 +104,38 @@ pub fn class_range(class: u8) -> String {
     }
 }
 
+/// Text a trace supplies (a function or file name, a module, an annotation, a setting) made
+/// safe to print in a table, a terminal or an SVG: every control character (an escape sequence
+/// would reach the terminal; a line break would inject lines into a table or folded stacks)
+/// and every bidirectional-override character (it reorders the text shown around it) becomes
+/// U+FFFD. Everything else, and a clean name, passes through unchanged (and unallocated).
+#[must_use]
+pub fn trace_text(s: &str) -> Cow<'_, str> {
+    if s.chars().any(unsafe_to_print) {
+        Cow::Owned(
+            s.chars()
+                .map(|c| if unsafe_to_print(c) { '\u{fffd}' } else { c })
+                .collect(),
+        )
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
+/// A function name as one frame of folded stacks (`outer;...;inner value`): [`trace_text`],
+/// and `;`, which separates the frames, as `:`.
+#[must_use]
+pub fn folded_frame(s: &str) -> String {
+    trace_text(s).replace(';', ":")
+}
+
+/// C0 and C1 controls and DEL, and the bidirectional marks, embeddings, overrides and
+/// isolates.
+fn unsafe_to_print(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +153,20 @@ mod tests {
         assert_eq!(seconds(0.00125), "1.2 ms");
         assert_eq!(class_range(1), "1");
         assert_eq!(class_range(3), "4 B..7 B");
+    }
+
+    #[test]
+    fn trace_text_is_safe_to_print() {
+        assert!(matches!(
+            trace_text("operator new(unsigned long)"),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            trace_text("a\u{1b}[31mb\nc\td\u{7f}\u{9b}e"),
+            "a\u{fffd}[31mb\u{fffd}c\u{fffd}d\u{fffd}\u{fffd}e"
+        );
+        assert_eq!(trace_text("x\u{202e}y\u{2066}z"), "x\u{fffd}y\u{fffd}z");
+        assert_eq!(trace_text("größe<T>::∞"), "größe<T>::∞");
+        assert_eq!(folded_frame("a;b\nc"), "a:b\u{fffd}c");
     }
 }

@@ -91,7 +91,11 @@ fn main() -> ExitCode {
         (Some(Command::Gui(args)), _) => {
             refuse_screenshot_over_input(&args).and_then(|()| gui::run(&args))
         }
-        (Some(Command::Record(args)), _) => cmd::record::run(&args),
+        (Some(Command::Record(args)), _) => match cmd::record::run(&args) {
+            // The recorded command's own status, once its traces are written.
+            Ok(code) if code != 0 => return ExitCode::from(code),
+            other => other.map(|_| ()),
+        },
         (Some(Command::Convert(args)), _) => cmd::convert::run(&args),
         (Some(Command::Spill(args)), _) => cmd::spill::run(&args),
         (Some(Command::Splice(args)), _) => cmd::splice::run(&args),

@@ -161,14 +161,19 @@ pub fn write_frame(
     out.finish()
 }
 
-/// Writes `df` into `tmp`, a temporary file that a caller's [`PendingFile`] puts in place
-/// (for a command that replaces several outputs together).
+/// Writes `df` into `file`, the open temporary file of the output `path` (named in errors),
+/// which a caller's [`PendingFile`] puts in place (for a command that replaces several
+/// outputs together).
 ///
 /// # Errors
 /// When the file cannot be written.
-pub fn write_to_temporary(tmp: &Path, df: &DataFrame, meta: Vec<(String, String)>) -> Result<()> {
-    let context = || format!("cannot write {}", tmp.display());
-    let file = File::create(tmp).with_context(context)?;
+pub fn write_to_temporary(
+    file: File,
+    path: &Path,
+    df: &DataFrame,
+    meta: Vec<(String, String)>,
+) -> Result<()> {
+    let context = || format!("cannot write {}", path.display());
     let mut out = BufWriter::with_capacity(1 << 20, file);
     ParquetWriter::new(&mut out)
         .with_row_group_size(Some(ROW_GROUP_ROWS))

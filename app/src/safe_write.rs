@@ -8,11 +8,14 @@
 //!   one closure or write by path) writes into a temporary file in the output's directory,
 //!   flushes it to disk, and renames it over the output only when everything succeeded. A
 //!   failing command therefore leaves an existing output as it was, and the temporary file is
-//!   removed (when the process is killed mid-write, a hidden `.allocview-tmp-*` file may stay
-//!   behind; the output is still untouched).
+//!   removed. SIGINT and SIGTERM remove every temporary file in progress too (see
+//!   [`cleanup_on_interrupt`]); only a kill that cannot be caught (SIGKILL, a crash) leaves a
+//!   hidden `.allocview-tmp-*` file behind, and the output is untouched even then.
 //!
-//! An output that is a symbolic link is written through: the link stays and its target is
-//! replaced (atomically, in the target's directory). A replaced file keeps its permission bits.
+//! An output the user named that is a symbolic link is written through: the link stays and its
+//! target is replaced (atomically, in the target's directory). An output whose name the
+//! command chose itself inside a directory ([`PendingFile::create_own_name`]) is replaced
+//! whatever it is, a link included, so that a link planted there writes nothing elsewhere. A replaced file keeps its permission bits.
 //! An output that is not a regular file (a terminal, a pipe, `/dev/stdout`, `/dev/null`) is
 //! written in place: there is nothing to keep, and renaming over it would replace the device.
 
@@ -20,6 +23,81 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write as _};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, Once, PoisonError};
+
+/// The temporary files being written, which an interrupt removes. Held while a temporary file
+/// is created, renamed or removed, and by the interrupt's cleanup until the process ends, so a
+/// file is never created after the cleanup or left out of it.
+static IN_PROGRESS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// While above zero, SIGINT and SIGTERM are ignored rather than cleaned up after (see
+/// [`DeferInterrupts`]).
+static DEFERRED: AtomicUsize = AtomicUsize::new(0);
+static CLEANUP: Once = Once::new();
+
+fn in_progress() -> MutexGuard<'static, Vec<PathBuf>> {
+    IN_PROGRESS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Makes SIGINT and SIGTERM remove every temporary file in progress and then end the process
+/// as the signal would have (a parent sees it killed by the signal; a shell shows 130 or
+/// 143). Installed once, by the first temporary file: a process that writes none keeps the
+/// signals' default actions. SIGHUP is left alone, so `nohup` keeps working.
+pub fn cleanup_on_interrupt() {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    CLEANUP.call_once(|| {
+        // The handler runs on a thread of its own (signal-hook's iterator), where taking the
+        // lock and removing files is safe, unlike in a signal handler proper.
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
+            return;
+        };
+        let spawned = std::thread::Builder::new()
+            .name("allocview-interrupt".to_owned())
+            .spawn(move || {
+                for sig in signals.forever() {
+                    if DEFERRED.load(Ordering::SeqCst) > 0 {
+                        continue;
+                    }
+                    let files = in_progress();
+                    for tmp in files.iter() {
+                        fs::remove_file(tmp).ok();
+                    }
+                    // Dies of the signal; exits 128 + it should the default action not end
+                    // the process. The lock stays held: no new temporary file meanwhile.
+                    signal_hook::low_level::emulate_default_handler(sig).ok();
+                    std::process::exit(128 + sig);
+                }
+            });
+        drop(spawned);
+    });
+}
+
+/// While alive, SIGINT and SIGTERM are ignored by this process (they still reach a child,
+/// which `record` waits for): `record` keeps them from ending it while the traced command
+/// runs, so that the traces still get written.
+#[derive(Debug)]
+pub struct DeferInterrupts(());
+
+impl DeferInterrupts {
+    /// Starts ignoring SIGINT and SIGTERM (for this process only) until dropped.
+    #[must_use]
+    pub fn new() -> Self {
+        DEFERRED.fetch_add(1, Ordering::SeqCst);
+        Self(())
+    }
+}
+
+impl Default for DeferInterrupts {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for DeferInterrupts {
+    fn drop(&mut self) {
+        DEFERRED.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// Fails when `output` exists and is the same file as `input` (same device and inode, so hard
 /// links, symbolic links and other spellings of one path are all caught). A missing input or
@@ -94,6 +172,15 @@ pub fn write_bytes(path: &Path, bytes: &[u8], inputs: &[&Path]) -> io::Result<()
     write_atomically(path, inputs, |w| w.write_all(bytes))
 }
 
+/// What [`PendingFile`] does with a symbolic link at the output's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Links {
+    /// The user named the output: writing replaces the link's target and keeps the link.
+    Follow,
+    /// The command named the output: the link itself is replaced.
+    Replace,
+}
+
 /// A temporary file that becomes `target` on [`PendingFile::commit`] and is removed when
 /// dropped before that.
 #[derive(Debug)]
@@ -114,8 +201,25 @@ impl PendingFile {
     /// # Errors
     /// The refusal, or when the temporary file cannot be created (the message names `path`).
     pub fn create(path: &Path, inputs: &[&Path]) -> io::Result<(Self, File)> {
+        Self::create_with(path, inputs, Links::Follow)
+    }
+
+    /// As [`Self::create`], for a file whose name the command chose itself inside a directory
+    /// it was given (`report --out DIR` writes `DIR/summary.csv`): whatever is at `path` is
+    /// replaced, never written through. A symbolic link planted there under that name is
+    /// replaced by the file (the rename replaces the link, not its target), so nothing outside
+    /// the directory is written or created; a device or pipe planted there is replaced too.
+    ///
+    /// # Errors
+    /// As [`Self::create`].
+    pub fn create_own_name(path: &Path, inputs: &[&Path]) -> io::Result<(Self, File)> {
+        Self::create_with(path, inputs, Links::Replace)
+    }
+
+    fn create_with(path: &Path, inputs: &[&Path], links: Links) -> io::Result<(Self, File)> {
         refuse_if_any_input(inputs, path)?;
-        if let Ok(m) = fs::metadata(path)
+        if links == Links::Follow
+            && let Ok(m) = fs::metadata(path)
             && !m.is_file()
             && !m.is_dir()
         {
@@ -131,7 +235,10 @@ impl PendingFile {
             };
             return Ok((pending, file));
         }
-        let target = resolve_links(path);
+        let target = match links {
+            Links::Follow => resolve_links(path),
+            Links::Replace => path.to_path_buf(),
+        };
         let name = target
             .file_name()
             .ok_or_else(|| named(path, io::Error::other("not a file name")))?
@@ -141,21 +248,29 @@ impl PendingFile {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
+        cleanup_on_interrupt();
         for attempt in 0..1000u32 {
             let tmp = dir.join(format!(
                 ".allocview-tmp-{}-{attempt}-{name}",
                 std::process::id()
             ));
+            // Created and listed under the lock, so an interrupt removes it.
+            let mut files = in_progress();
             match OpenOptions::new().write(true).create_new(true).open(&tmp) {
                 Ok(file) => {
+                    files.push(tmp.clone());
+                    drop(files);
                     let pending = Self {
                         tmp,
                         target,
                         committed: false,
                         direct: false,
                     };
-                    // A replaced file keeps its permissions (a new one gets the umask's).
-                    if let Ok(old) = fs::metadata(&pending.target) {
+                    // A replaced file keeps its permissions (a new one gets the umask's);
+                    // only a regular file's, never those of what a link points to.
+                    if let Ok(old) = fs::symlink_metadata(&pending.target)
+                        && old.is_file()
+                    {
                         file.set_permissions(old.permissions())
                             .map_err(|e| named(path, e))?;
                     }
@@ -211,7 +326,11 @@ impl PendingFile {
         };
         file.sync_all().map_err(|e| named(&self.target, e))?;
         drop(file);
-        fs::rename(&self.tmp, &self.target).map_err(|e| named(&self.target, e))?;
+        {
+            let mut files = in_progress();
+            fs::rename(&self.tmp, &self.target).map_err(|e| named(&self.target, e))?;
+            files.retain(|p| p != &self.tmp);
+        }
         self.committed = true;
         // The rename itself is durable once the directory is flushed; cheap, and not fatal.
         if let Some(dir) = self.target.parent().filter(|p| !p.as_os_str().is_empty())
@@ -226,7 +345,9 @@ impl PendingFile {
 impl Drop for PendingFile {
     fn drop(&mut self) {
         if !self.committed && !self.direct {
+            let mut files = in_progress();
             fs::remove_file(&self.tmp).ok();
+            files.retain(|p| p != &self.tmp);
         }
     }
 }

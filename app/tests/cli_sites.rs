@@ -299,3 +299,121 @@ fn the_diff_gate_fails_closed() {
         assert!(err.contains("not a finite percentage"), "{bad}: {err}");
     }
 }
+
+/// A binary trace whose call stack's function and file names hold what a terminal or a folded
+/// file must not receive raw: an escape sequence, a line break, a `;` (the folded frame
+/// separator), a bidirectional override. Three live allocations at one stack, none freed.
+fn hostile_names_trace(path: &Path) {
+    use allocview_loaders::binary::{
+        BinaryWriter, Location, NativeModule, NativeStack, NativeStacks, SourceFrame, StackEnd,
+    };
+    use allocview_loaders::events::Record;
+    let frame = |function: &str, file: &str| {
+        vec![SourceFrame {
+            function: function.to_owned(),
+            file: file.to_owned(),
+            line: 7,
+        }]
+    };
+    let stacks = NativeStacks {
+        modules: vec![NativeModule {
+            path: "/bin/evil\u{1b}]0;title\u{7}".to_owned(),
+            ..NativeModule::default()
+        }],
+        locations: (1..=3)
+            .map(|i| Location {
+                module: Some(0),
+                offset: i * 16,
+            })
+            .collect(),
+        stacks: [(
+            0,
+            NativeStack {
+                locations: vec![0, 1, 2],
+                end: StackEnd::Complete,
+            },
+        )]
+        .into(),
+        symbols: vec![
+            frame("evil\u{1b}[2J\u{1b}[31mred", "x\u{1b}[1m.c"),
+            frame("two\nlines 999999", "y\n.c"),
+            frame("semi;colon\u{202e}rtl", "z.c"),
+        ],
+    };
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = BinaryWriter::new(file, &[]).unwrap();
+    for i in 0..3u64 {
+        w.push(&Record {
+            t_ns: 1_000 * (i as i64 + 1),
+            tid: 1,
+            size_bytes: Some(4096),
+            addr: 0x10_000 + 0x1000 * i,
+            call: None,
+            stack: Some(0),
+        })
+        .unwrap();
+    }
+    w.write_stacks(&stacks).unwrap();
+    w.finish().unwrap();
+}
+
+/// Function and file names from a trace reach no text output raw: no control character but
+/// the line ends in `sites`, `leaks` and `diff` tables, one folded line per stack with its
+/// three frames, and the SVG well-formed; each name is shown with U+FFFD where the control
+/// or override character was (issue 43).
+#[test]
+fn names_from_a_trace_are_escaped_in_every_text_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("hostile.avt");
+    hostile_names_trace(&trace);
+    let t = trace.to_str().unwrap();
+    let text = |args: &[&str]| {
+        let out = run(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            !stdout.chars().any(|c| c.is_control() && c != '\n'),
+            "{args:?} printed a control character: {stdout:?}"
+        );
+        assert!(!stdout.contains('\u{202e}'), "{args:?}: {stdout:?}");
+        stdout
+    };
+    for by in ["function", "stack", "module"] {
+        for out in [
+            text(&["sites", t, "--by", by]),
+            text(&["leaks", t, "--by", by]),
+        ] {
+            // The line break in a name injected a line of its own.
+            assert!(
+                !out.lines()
+                    .any(|l| l.trim_start().starts_with("lines 999999")),
+                "{by}: {out}"
+            );
+        }
+    }
+    let sites = text(&["sites", t, "--by", "stack"]);
+    assert!(sites.contains("evil\u{fffd}[2J\u{fffd}[31mred"), "{sites}");
+    text(&["diff", t, t]);
+    let folded = text(&["flamegraph", t, "--folded"]);
+    let lines: Vec<&str> = folded.lines().collect();
+    assert_eq!(lines.len(), 1, "one stack, one line: {folded:?}");
+    let (frames, value) = lines[0].rsplit_once(' ').unwrap();
+    assert_eq!(value, "12288");
+    assert_eq!(
+        frames.split(';').collect::<Vec<_>>(),
+        [
+            "semi:colon\u{fffd}rtl",
+            "two\u{fffd}lines 999999",
+            "evil\u{fffd}[2J\u{fffd}[31mred"
+        ]
+    );
+    let svg = dir.path().join("f.svg");
+    text(&["flamegraph", t, "-o", svg.to_str().unwrap()]);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(!svg.chars().any(|c| c.is_control() && c != '\n'), "{svg:?}");
+    assert!(svg.contains("two\u{fffd}lines"), "{svg}");
+}

@@ -150,6 +150,116 @@ fn record_refuses_to_write_over_the_program_or_its_input_files() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `record -o FILE` where the command names FILE too, plainly or after `=` and however it is
+/// spelled, is refused before the command runs: the trace and the command's own output would
+/// overwrite each other (issue 43).
+#[test]
+fn record_refuses_an_output_the_command_names_as_its_own() {
+    let dir = scratch("record-named");
+    let out = dir.join("out.txt");
+    // The command writes the file its `--log=` names.
+    let script = r#"for a; do case "$a" in --log=*) echo log > "${a#--log=}";; *) echo plain > "$a";; esac; done"#;
+    let spelled = format!("{}/./out.txt", p(&dir));
+    for arg in [
+        format!("--log={}", p(&out)),
+        format!("--log={spelled}"),
+        p(&out).to_owned(),
+        spelled.clone(),
+    ] {
+        let err = fails(&[
+            "record",
+            "-o",
+            p(&out),
+            "--",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            &arg,
+        ]);
+        assert!(err.contains("refusing to record into"), "{arg}: {err}");
+        assert!(
+            err.contains("the command names the same file"),
+            "{arg}: {err}"
+        );
+        assert!(!out.exists(), "{arg}: the command ran");
+    }
+    // An existing file the command names after `=` is kept as it was.
+    std::fs::write(&out, "the user's data\n").unwrap();
+    let arg = format!("--log={}", p(&out));
+    let err = fails(&[
+        "record", "-o", &spelled, "--", "sh", "-c", script, "sh", &arg,
+    ]);
+    assert!(err.contains("refusing"), "{err}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "the user's data\n");
+    // Another file is fine.
+    let other = dir.join("other.txt");
+    let arg = format!("--log={}", p(&other));
+    succeeds(&[
+        "record",
+        "-o",
+        p(&dir.join("t.avt")),
+        "--",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        &arg,
+    ]);
+    assert_eq!(std::fs::read_to_string(&other).unwrap(), "log\n");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A command interrupted by SIGTERM or SIGINT while it writes removes its temporary file on
+/// the way out and ends as the signal would have (a shell shows 128 + the signal); nothing of
+/// the output is left (issue 43: the `.allocview-tmp-*` file stayed behind).
+#[test]
+fn an_interrupted_command_leaves_no_temporary_file() {
+    use std::os::unix::process::ExitStatusExt as _;
+    use std::time::{Duration, Instant};
+    for (sig, number) in [("TERM", 15), ("INT", 2)] {
+        let dir = scratch(&format!("interrupt-{sig}"));
+        let out = dir.join("big.avt");
+        // Far more records than it writes before the signal: it is mid-write when it comes.
+        let mut child = Command::new(env!("CARGO_BIN_EXE_allocview"))
+            .args(["splice", p(&repo("sample-traces/perl_hash.avt"))])
+            .args(["--events", "4000000000", "--out", p(&out)])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while leftovers(&dir).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!leftovers(&dir).is_empty(), "{sig}: never started writing");
+        std::thread::sleep(Duration::from_millis(200));
+        let sent = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                child.kill().ok();
+                panic!("{sig}: still running after the signal");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let shown = status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap());
+        assert_eq!(shown, 128 + number, "{sig}: {status}");
+        assert_eq!(leftovers(&dir), Vec::<String>::new(), "{sig}");
+        assert!(!out.exists(), "{sig}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
+
 #[test]
 fn a_failing_convert_leaves_an_existing_output_untouched() {
     let dir = scratch("convert-fail");

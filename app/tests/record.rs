@@ -552,6 +552,42 @@ fn an_unwritable_spool_leaves_the_program_running() {
     assert!(out.stderr.is_empty());
 }
 
+/// `record` exits with the recorded command's status, as `time` does: its exit code, or the
+/// signal that killed it plus 128, after writing the trace (it exited 0 whatever the command
+/// did; issue 43).
+#[test]
+fn record_exits_with_the_commands_status_after_writing_the_trace() {
+    let dir = scratch("status");
+    for (name, body, expected) in [
+        ("exits7", "return 7;", 7),
+        ("segv", "raise(SIGSEGV); return 0;", 128 + 11),
+        ("ok", "return 0;", 0),
+    ] {
+        let source = format!(
+            "#include <signal.h>\n#include <stdlib.h>\n#include <string.h>\n\
+             int main(void) {{ char *p = malloc(4096); memset(p, 1, 4096); free(p); {body} }}\n"
+        );
+        let exe = build_c(&dir, name, &source);
+        let trace = dir.join(format!("{name}.avt"));
+        let out = allocview(&[
+            "record",
+            "-o",
+            trace.to_str().unwrap(),
+            "--",
+            exe.to_str().unwrap(),
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(expected),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stats = ok(&allocview(&["stats", trace.to_str().unwrap(), "--json"]));
+        let v: serde_json::Value = serde_json::from_str(&stats).unwrap();
+        assert!(v["mallocs"].as_u64().unwrap() >= 1, "{name}: {v}");
+    }
+}
+
 fn text_records(path: &Path) -> Vec<Record> {
     let mut v = Vec::new();
     malloc_trace::read_text_records(path, &LoadOptions::default(), |r| {

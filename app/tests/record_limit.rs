@@ -67,7 +67,9 @@ fn build_c(dir: &Path, name: &str, source: &str) -> PathBuf {
     exe
 }
 
-fn record(trace: &Path, flags: &[&str], exe: &Path) -> Output {
+/// Records `exe`; `allocview` exits with the program's status (128 + a signal's number when
+/// one killed it), which must be `status`.
+fn record(trace: &Path, flags: &[&str], exe: &Path, status: i32) -> Output {
     let mut args: Vec<String> = vec!["record".into(), "-o".into(), trace.display().to_string()];
     args.extend(flags.iter().map(|s| (*s).to_owned()));
     args.push("--".into());
@@ -76,8 +78,9 @@ fn record(trace: &Path, flags: &[&str], exe: &Path) -> Output {
         .args(&args)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
+    assert_eq!(
+        out.status.code(),
+        Some(status),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -119,7 +122,7 @@ fn a_program_that_handles_failure_sees_enomem_past_the_limit() {
     let dir = scratch("handles");
     let exe = build_c(&dir, "handles", HANDLES);
     let trace = dir.join("h.avt");
-    let out = record(&trace, &["--limit", "10MiB"], &exe);
+    let out = record(&trace, &["--limit", "10MiB"], &exe, 3);
     let (got, failed, enomem) = counts(&out);
     // Blocks of 1 MiB (and a little) under 10 MiB: nine fit, the other 55 fail, all with
     // ENOMEM, and every one is in the trace.
@@ -135,7 +138,7 @@ fn a_program_that_handles_failure_sees_enomem_past_the_limit() {
         );
     }
     // Without a limit nothing fails.
-    let out = record(&trace, &[], &exe);
+    let out = record(&trace, &[], &exe, 0);
     assert_eq!(counts(&out), (64, 0, 0));
 }
 
@@ -144,7 +147,7 @@ fn a_program_that_does_not_check_is_killed_and_the_failure_reported() {
     let dir = scratch("crashes");
     let exe = build_c(&dir, "crashes", CRASHES);
     let trace = dir.join("c.avt");
-    let out = record(&trace, &["--limit", "10MiB"], &exe);
+    let out = record(&trace, &["--limit", "10MiB"], &exe, 128 + 11);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("killed by signal 11 (SIGSEGV)"), "{err}");
     assert!(err.contains("1 failed allocation;"), "{err}");
@@ -156,18 +159,20 @@ fn fault_injection_by_call_number_and_by_seeded_rate() {
     let dir = scratch("inject");
     let exe = build_c(&dir, "handles", HANDLES);
     let trace = dir.join("i.avt");
-    let out = record(&trace, &["--fail-nth", "3"], &exe);
+    let out = record(&trace, &["--fail-nth", "3"], &exe, 3);
     assert_eq!(counts(&out), (63, 1, 1));
     assert_eq!(failed_in_trace(&trace), 1);
     let a = counts(&record(
         &trace,
         &["--fail-rate", "0.5", "--seed", "7"],
         &exe,
+        3,
     ));
     let b = counts(&record(
         &trace,
         &["--fail-rate", "0.5", "--seed", "7"],
         &exe,
+        3,
     ));
     assert_eq!(a, b, "the same seed fails the same calls");
     assert!(a.1 > 10 && a.1 < 54, "{a:?}");

@@ -117,3 +117,68 @@ fn chart_sizes_are_bounded_at_both_ends() {
         assert!(!out.exists(), "{size}: nothing is written");
     }
 }
+
+/// `report --out DIR` names its files itself, so a symbolic link planted in DIR under one of
+/// those names is replaced, never written through: a file outside DIR that a link points to
+/// stays as it was, and one that a dangling link names is not created (issue 43).
+#[test]
+fn links_planted_under_the_reports_names_are_replaced_not_followed() {
+    let trace =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-traces/xz_T2_8KiB_blocks.trace.gz");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let names = [
+        "summary.csv",
+        "timeline.csv",
+        "classes.csv",
+        "summary.parquet",
+        "timeline.parquet",
+        "classes.parquet",
+        "timeline.png",
+        "fragmentation.png",
+        "classes.png",
+        "heapmap_bfc.png",
+    ];
+    // Every other link points at an existing file outside, the rest at a missing one.
+    for (i, name) in names.iter().enumerate() {
+        let target = outside.join(format!("victim-{name}"));
+        if i % 2 == 0 {
+            std::fs::write(&target, format!("precious {name}")).unwrap();
+        }
+        std::os::unix::fs::symlink(&target, out.join(name)).unwrap();
+    }
+    let run = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(["report", trace.to_str().unwrap(), "--policy", "bfc"])
+        .args(["--size", "320x240", "--parquet", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    for (i, name) in names.iter().enumerate() {
+        let target = outside.join(format!("victim-{name}"));
+        if i % 2 == 0 {
+            assert_eq!(
+                std::fs::read_to_string(&target).unwrap(),
+                format!("precious {name}"),
+                "{name}: the file outside was written through the link"
+            );
+        } else {
+            assert!(!target.exists(), "{name}: a file outside was created");
+        }
+        let meta = std::fs::symlink_metadata(out.join(name)).unwrap();
+        assert!(meta.is_file(), "{name} is not a regular file in the report");
+        assert!(meta.len() > 0, "{name} is empty");
+    }
+    let left: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), names.len().div_ceil(2), "{left:?}");
+}

@@ -26,8 +26,9 @@ def _views(out) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     for table in ("traces", "policies"):
         glob = f"{base.rstrip('/')}/{table}/*.parquet"
-        con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{glob}', "
-                    "union_by_name = true)")
+        # The path is handed to DuckDB as a value, never pasted into SQL: a quote in it
+        # (`bob's runs`) is a character of the path, not the end of a string literal.
+        con.read_parquet(glob, union_by_name=True).create_view(table)
     return con
 
 

@@ -231,10 +231,11 @@ pub fn run(args: &DiffArgs) -> Result<bool> {
     outln!("  {:>12} {:>12} {:>12}  site", "A", "B", "change");
     for (n, x, y) in rows.iter().take(args.top) {
         outln!(
-            "  {:>12} {:>12} {:>12}  {n}",
+            "  {:>12} {:>12} {:>12}  {}",
             format::bytes(x.0),
             format::bytes(y.0),
-            signed(i128::from(y.0) - i128::from(x.0))
+            signed(i128::from(y.0) - i128::from(x.0)),
+            format::trace_text(n)
         );
     }
     if let Some(limit) = args.fail_on_increase {

@@ -397,9 +397,17 @@ pub fn classify(row: &SiteRow, events: usize) -> LeakKind {
 
 /// Folded stacks (`outer;...;inner value` per line, as flamegraph tools read them) of the
 /// allocations live just after event `at` (`live`), of every allocation (`allocated`, bytes),
-/// or of allocation counts (`count`).
+/// or of allocation counts (`count`). `frame` writes each function name as a frame: the
+/// caller's escaping, which must leave no `;` (the frame separator) and no line break (a
+/// name from a trace can hold any character).
 #[must_use]
-pub fn folded(view: &TraceView<'_>, sites: &EventSites, at: usize, metric: &str) -> Vec<String> {
+pub fn folded(
+    view: &TraceView<'_>,
+    sites: &EventSites,
+    at: usize,
+    metric: &str,
+    frame: &dyn Fn(&str) -> String,
+) -> Vec<String> {
     let mut by_stack: HashMap<u32, u64> = HashMap::new();
     let mut alive: Vec<Option<(u32, u64)>> = vec![None; view.num_allocs as usize];
     let end = if metric == "live" {
@@ -441,7 +449,7 @@ pub fn folded(view: &TraceView<'_>, sites: &EventSites, at: usize, metric: &str)
             let mut names: Vec<String> = sites
                 .stacks
                 .frames_of(stack)
-                .map(|f| f.function.replace(';', ":"))
+                .map(|f| frame(&f.function))
                 .collect();
             if names.is_empty() {
                 names.push("(no stack recorded)".to_owned());
@@ -493,9 +501,9 @@ mod tests {
         assert_eq!(rows[0].name, "beta");
         assert_eq!(rows[1].live_bytes, 30);
         assert_eq!(rows[1].live_ids, vec![2]);
-        let f = folded(&view, &sites, 3, "live");
+        let f = folded(&view, &sites, 3, "live", &|f| f.replace(';', ":"));
         assert_eq!(f, ["main;alpha 30", "main;beta 50"]);
-        let f = folded(&view, &sites, 3, "count");
+        let f = folded(&view, &sites, 3, "count", &|f| f.replace(';', ":"));
         assert_eq!(f, ["main;alpha 2", "main;beta 1"]);
     }
 

@@ -299,8 +299,14 @@ fn replay_rates(args: &BenchArgs) -> Result<()> {
 fn libc_seconds(view: &allocview_sim::trace::TraceView<'_>, runs: usize) -> Result<f64> {
     use std::io::Write as _;
 
-    let dir = std::env::temp_dir().join(format!("allocview-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    // A fresh private directory (mode 0700, an unpredictable name, created here or not at
+    // all): a predictable one in the shared /tmp could already exist, or be a link planted
+    // there, and the harness compiled and run from it would be someone else's.
+    let harness_dir = tempfile::Builder::new()
+        .prefix("allocview-bench-")
+        .tempdir()
+        .context("cannot create a private directory for the libc harness")?;
+    let dir = harness_dir.path();
     let arrays = dir.join("arrays.bin");
     {
         let mut f = std::io::BufWriter::new(std::fs::File::create(&arrays)?);
@@ -337,7 +343,10 @@ fn libc_seconds(view: &allocview_sim::trace::TraceView<'_>, runs: usize) -> Resu
             .context("the libc harness printed nothing")?;
         best = best.min(secs);
     }
-    std::fs::remove_dir_all(&dir).ok();
+    // Dropping `harness_dir` removes it; closing it reports a failure to.
+    harness_dir
+        .close()
+        .context("cannot remove the libc harness's directory")?;
     Ok(best)
 }
 
@@ -409,4 +418,33 @@ fn replay_seconds(
         ..ReplayOptions::default()
     };
     best_of(runs, build, |policy| replay(view, policy, &opts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The libc harness is built in a private directory of its own: a link planted where the
+    /// old predictable `/tmp/allocview-bench-<pid>` was is not followed, and nothing is
+    /// written where it points (issue 43).
+    #[test]
+    fn the_libc_harness_ignores_a_planted_predictable_directory() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../sample-traces/xz_T2_8KiB_blocks.trace.gz");
+        let t =
+            allocview_loaders::malloc_trace::load_malloc_trace(&path, &Default::default()).unwrap();
+        let view = allocview_loaders::trace_view(&t.events, &path).unwrap();
+        let victim = tempfile::tempdir().unwrap();
+        let planted = std::env::temp_dir().join(format!("allocview-bench-{}", std::process::id()));
+        std::fs::remove_file(&planted).ok();
+        std::os::unix::fs::symlink(victim.path(), &planted).unwrap();
+        let secs = libc_seconds(&view, 1);
+        std::fs::remove_file(&planted).ok();
+        assert!(secs.unwrap() > 0.0);
+        let written: Vec<_> = std::fs::read_dir(victim.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(written.is_empty(), "written through the link: {written:?}");
+    }
 }

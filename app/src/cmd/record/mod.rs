@@ -18,6 +18,7 @@
 //! written into the binary trace.
 
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use allocview_loaders::analysis::stats::{RecordingStats, RecordingSummary};
 use allocview_loaders::binary::{BinaryInfo, TimeBase};
 use anyhow::{Context as _, Result, bail};
+use tempfile::TempDir;
 
 use crate::format;
 use crate::safe_write;
@@ -70,8 +72,10 @@ pub struct RecordArgs {
     pub command: Vec<OsString>,
 }
 
-/// Runs `allocview record`.
-pub fn run(args: &RecordArgs) -> Result<()> {
+/// Runs `allocview record`; returns the status `allocview` exits with: the command's, as
+/// `time` does (its exit status, or 128 + the signal that killed it), once its traces are
+/// written, so that a script sees the failure of the command it recorded.
+pub fn run(args: &RecordArgs) -> Result<u8> {
     if TRACER_SO.is_empty() {
         bail!("allocview record needs Linux on a 64-bit machine (LD_PRELOAD)");
     }
@@ -87,6 +91,7 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     let protected = protected_files(&args.command);
     let protected_refs: Vec<&Path> = protected.iter().map(PathBuf::as_path).collect();
     safe_write::refuse_if_any_input(&protected_refs, &output)?;
+    refuse_output_named_in_command(&output, &args.command)?;
     let staging = Staging::create(&output)?;
     let started_wall_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -110,7 +115,7 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     // The modules of the stacks are read while the command runs.
     let prefetch = stacks.then(Prefetch::start);
     let mut live = live::Converter::new(
-        &staging.spools.path,
+        staging.spools.path(),
         target.program_name,
         target.output,
         target.form,
@@ -121,8 +126,61 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     let status = live.run_until_exit(&mut child)?;
     drop(ignored);
 
-    let written = convert_spools(&staging.spools.path, target, &mut live, prefetch)?;
-    report(args, &written, status)
+    let written = convert_spools(staging.spools.path(), target, &mut live, prefetch)?;
+    report(args, &written, status)?;
+    Ok(exit_code(status))
+}
+
+/// The status a shell shows for `status`: its exit code, or 128 + the signal that killed it.
+fn exit_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        // A shell shows the low byte too.
+        (Some(code), _) => (code & 0xff) as u8,
+        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(u8::MAX),
+        (None, None) => 1,
+    }
+}
+
+/// Refuses an output that the command names too, as an argument or after a `=`
+/// (`prog --log=out.txt` with `-o out.txt`): the command would write the file, and the trace
+/// replace it (or the other way round), whether or not it exists yet.
+fn refuse_output_named_in_command(output: &Path, command: &[OsString]) -> Result<()> {
+    let Some(out) = resolved(output) else {
+        return Ok(());
+    };
+    for arg in command.iter().skip(1) {
+        let bytes = arg.as_encoded_bytes();
+        let after_eq = bytes
+            .iter()
+            .position(|&b| b == b'=')
+            .and_then(|i| bytes.get(i + 1..))
+            .map(|rest| Path::new(std::ffi::OsStr::from_bytes(rest)));
+        for candidate in std::iter::once(Path::new(arg)).chain(after_eq) {
+            if !candidate.as_os_str().is_empty() && resolved(candidate).as_ref() == Some(&out) {
+                bail!(
+                    "refusing to record into {}: the command names the same file (`{}`), so                      the trace and the command's own output would overwrite each other; choose                      another -o",
+                    output.display(),
+                    arg.to_string_lossy()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What `path` names, comparable between spellings: an existing file's canonical path, else
+/// its directory's canonical path and its name (`None` when the directory does not exist).
+fn resolved(path: &Path) -> Option<PathBuf> {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return Some(p);
+    }
+    let name = path.file_name()?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    Some(std::fs::canonicalize(dir).ok()?.join(name))
 }
 
 /// The trace to write: `--output`, or a name made of the program and this process's id, so
@@ -141,9 +199,9 @@ fn output_path(args: &RecordArgs, program_name: &str) -> PathBuf {
 /// and the one holding the tracer, and the `LD_PRELOAD` value that loads it.
 struct Staging {
     // Declared in the order they are removed: the spools, then the tracer.
-    spools: PrivateDir,
+    spools: TempDir,
     /// Holds the tracer; kept only to be removed on drop.
-    _work: PrivateDir,
+    _work: TempDir,
     preload: OsString,
 }
 
@@ -155,11 +213,18 @@ impl Staging {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let work = PrivateDir::create(&std::env::temp_dir(), "allocview-record")?;
-        let so_path = work.path.join("liballocview_tracer.so");
+        // Private (mode 0700) folders with unpredictable names, made here or not at all.
+        let work = tempfile::Builder::new()
+            .prefix("allocview-record-")
+            .tempdir()
+            .context("cannot create a private directory for the tracer")?;
+        let so_path = work.path().join("liballocview_tracer.so");
         std::fs::write(&so_path, TRACER_SO)
             .with_context(|| format!("cannot write the tracer to {}", so_path.display()))?;
-        let spools = PrivateDir::create(&out_dir, ".allocview-spool")?;
+        let spools = tempfile::Builder::new()
+            .prefix(".allocview-spool-")
+            .tempdir_in(&out_dir)
+            .with_context(|| format!("cannot create a spool directory in {}", out_dir.display()))?;
         // Libraries the user preloads stay preloaded, after the tracer.
         let preload = match std::env::var_os("LD_PRELOAD") {
             Some(existing) if !existing.is_empty() => {
@@ -193,7 +258,7 @@ fn spawn_traced(
     let child = command
         .args(args.command.iter().skip(1))
         .env("LD_PRELOAD", &staging.preload)
-        .env("ALLOCVIEW_SPOOL", staging.spools.path.join("p"))
+        .env("ALLOCVIEW_SPOOL", staging.spools.path().join("p"))
         .env("ALLOCVIEW_STACKS", if stacks { "1" } else { "0" })
         .spawn()
         .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
@@ -471,47 +536,19 @@ fn shell_quote(path: &Path) -> String {
     }
 }
 
-/// A directory only this user can read, removed (with its contents) when dropped.
-struct PrivateDir {
-    path: PathBuf,
-}
-
-impl PrivateDir {
-    fn create(parent: &Path, prefix: &str) -> Result<Self> {
-        use std::os::unix::fs::DirBuilderExt as _;
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        for attempt in 0..100u32 {
-            let path = parent.join(format!("{prefix}-{}-{nanos}-{attempt}", std::process::id()));
-            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => return Ok(Self { path }),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => {
-                    return Err(e).with_context(|| format!("cannot create {}", path.display()));
-                }
-            }
-        }
-        bail!("cannot create a private directory in {}", parent.display())
-    }
-}
-
-impl Drop for PrivateDir {
-    fn drop(&mut self) {
-        std::fs::remove_dir_all(&self.path).ok();
-    }
-}
-
 /// Keeps this process alive through the signals a terminal sends to the whole foreground job,
 /// until dropped (the command itself still gets them, with their default actions: handlers do
 /// not survive exec).
 struct IgnoredSignals {
     ids: Vec<signal_hook::SigId>,
     _flag: Arc<AtomicBool>,
+    /// The temporary files' cleanup on SIGINT and SIGTERM (`safe_write`) waits too: the
+    /// traces are being written while the command runs.
+    _deferred: safe_write::DeferInterrupts,
 }
 
 fn ignore_termination_signals() -> Result<IgnoredSignals> {
+    let deferred = safe_write::DeferInterrupts::new();
     let flag = Arc::new(AtomicBool::new(false));
     let mut ids = Vec::new();
     for sig in [
@@ -522,7 +559,11 @@ fn ignore_termination_signals() -> Result<IgnoredSignals> {
     ] {
         ids.push(signal_hook::flag::register(sig, Arc::clone(&flag)).context("signal handler")?);
     }
-    Ok(IgnoredSignals { ids, _flag: flag })
+    Ok(IgnoredSignals {
+        ids,
+        _flag: flag,
+        _deferred: deferred,
+    })
 }
 
 impl Drop for IgnoredSignals {

@@ -82,11 +82,14 @@ pub(super) fn write_report(
         ("classes", classes_frame(&g.classes)?),
     ];
     for (name, mut df) in tables {
-        write_csv(&mut df, &out.start(&args.out.join(format!("{name}.csv")))?)?;
+        let csv = args.out.join(format!("{name}.csv"));
+        let (_, file) = out.start_file(&csv)?;
+        write_csv(&mut df, file, &csv)?;
         if args.parquet {
-            let path = out.start(&args.out.join(format!("{name}.parquet")))?;
+            let path = args.out.join(format!("{name}.parquet"));
+            let (_, file) = out.start_file(&path)?;
             let meta = crate::parquet_out::metadata(name, Some(args.file));
-            crate::parquet_out::write_to_temporary(&path, &df, meta)?;
+            crate::parquet_out::write_to_temporary(file, &path, &df, meta)?;
         }
     }
 
@@ -151,12 +154,22 @@ impl<'a> Outputs<'a> {
     }
 
     /// Starts the output `path` (refused if it is the input); returns the temporary file to
-    /// write instead.
+    /// write instead, for writers that open a file by path.
     fn start(&mut self, path: &Path) -> Result<PathBuf> {
-        let (pending, _file) = PendingFile::create(path, &[self.input])?;
+        Ok(self.start_file(path)?.0)
+    }
+
+    /// Starts the output `path` (refused if it is the input); returns the temporary file to
+    /// write instead, and that file open for writing.
+    ///
+    /// The report names its files itself, so whatever is at `path` is replaced, never
+    /// written through: a symbolic link planted in the directory under one of the report's
+    /// names must not make it write (or create) a file outside the directory.
+    fn start_file(&mut self, path: &Path) -> Result<(PathBuf, std::fs::File)> {
+        let (pending, file) = PendingFile::create_own_name(path, &[self.input])?;
         let tmp = pending.tmp_path().to_path_buf();
         self.pending.push((path.to_path_buf(), pending));
-        Ok(tmp)
+        Ok((tmp, file))
     }
 
     /// Puts every file in place; returns their paths.
@@ -170,12 +183,10 @@ impl<'a> Outputs<'a> {
     }
 }
 
-fn write_csv(df: &mut DataFrame, path: &Path) -> Result<PathBuf> {
-    let file =
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+/// Writes `df` as CSV into `file`, the temporary file of the output `path` (named in errors).
+fn write_csv(df: &mut DataFrame, file: std::fs::File, path: &Path) -> Result<()> {
     let written = CsvWriter::new(file).include_header(true).finish(df);
-    anyhow::Context::with_context(written, || format!("writing {}", path.display()))?;
-    Ok(path.to_path_buf())
+    anyhow::Context::with_context(written, || format!("writing {}", path.display()))
 }
 
 /// Reads a CSV written by this module back with the schema it was written with.
@@ -319,7 +330,7 @@ mod tests {
         ] {
             assert!(df.height() > 0, "{name} is empty");
             let file = dir.join(format!("{name}.csv"));
-            write_csv(&mut df, &file).unwrap();
+            write_csv(&mut df, std::fs::File::create(&file).unwrap(), &file).unwrap();
             let back = read_csv(&file, df.schema().clone()).unwrap();
             assert_eq!(back.shape(), df.shape(), "{name}");
             assert!(

@@ -180,18 +180,11 @@ fn colour(name: &str) -> (u8, u8, u8) {
     )
 }
 
-/// `s` as XML text: markup escaped, and the control characters XML 1.0 forbids (a function
-/// name from a trace can hold any byte) replaced by U+FFFD, so the SVG stays well-formed.
+/// `s` as XML text: markup escaped, and control characters (XML 1.0 forbids most; a function
+/// name from a trace can hold any byte) replaced by U+FFFD as in every text output
+/// ([`crate::format::trace_text`]), so the SVG stays well-formed.
 fn escape(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() && !matches!(c, '\t' | '\n' | '\r') {
-                '\u{fffd}'
-            } else {
-                c
-            }
-        })
-        .collect::<String>()
+    crate::format::trace_text(s)
         .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -101,11 +101,11 @@ pub fn run_sites(args: &SitesArgs) -> Result<()> {
             format::count(r.alloc_count),
             format::bytes(r.alloc_bytes),
             pin(i).map_or_else(String::new, format::bytes),
-            r.name
+            format::trace_text(&r.name)
         );
         if sites.kind == SiteKind::Stacks {
             for l in sites.stacks.site_lines(r.stack, 3, true).iter().skip(1) {
-                outln!("  {:>55}  {l}", "");
+                outln!("  {:>55}  {}", "", format::trace_text(l));
             }
         }
     }
@@ -198,7 +198,7 @@ pub fn run_leaks(args: &LeaksArgs) -> Result<()> {
             format::seconds_fixed(secs(r.first_alloc_event)),
             format::seconds_fixed(secs(r.last_alloc_event)),
             sparkline(&r.growth),
-            r.name
+            format::trace_text(&r.name)
         );
     }
     if rows.len() > args.top {
@@ -257,7 +257,7 @@ pub fn run_flamegraph(args: &FlamegraphArgs) -> Result<()> {
     let view = allocview_loaders::trace_view(ev.events, &args.file)?;
     let sites = sites_of(&loaded).context("this input has no allocations")?;
     let at = resolve_at(&args.at, &view)?;
-    let lines = site_stats::folded(&view, &sites, at, &args.metric);
+    let lines = site_stats::folded(&view, &sites, at, &args.metric, &format::folded_frame);
     let to_stdout = args.out.as_deref().is_none_or(|p| p == Path::new("-"));
     if args.folded {
         let text: String = lines.iter().map(|l| format!("{l}\n")).collect();

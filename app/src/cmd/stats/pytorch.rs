@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use crate::answers::stats::pytorch::{FRAMES_SHOWN, digest};
 
-use crate::format::{bytes, count};
+use crate::format::{bytes, count, trace_text};
 
 /// A stack for the table (see [`StackTable::site_lines`]).
 fn frames_text(stacks: &StackTable, id: u32) -> Vec<String> {
@@ -16,7 +16,7 @@ fn frames_text(stacks: &StackTable, id: u32) -> Vec<String> {
     if lines.is_empty() {
         vec!["(no frames recorded)".to_owned()]
     } else {
-        lines
+        lines.iter().map(|l| trace_text(l).into_owned()).collect()
     }
 }
 
@@ -38,7 +38,7 @@ pub fn print_snapshot(s: &PytorchSnapshot) -> Result<()> {
     );
     if s.settings.present {
         for (k, v) in &s.settings.raw {
-            outln!("  setting {k:<34} {v}");
+            outln!("  setting {:<34} {}", trace_text(k), trace_text(v));
         }
     }
     let total = |f: fn(&allocview_loaders::pytorch::model::RawSegment) -> u64| -> u64 {
@@ -79,7 +79,7 @@ pub fn print_snapshot(s: &PytorchSnapshot) -> Result<()> {
         outln!(
             "  phases ({} annotations): {}",
             count(s.raw_annotations.len() as u64),
-            names.join(", ")
+            trace_text(&names.join(", "))
         );
     }
     outln!();

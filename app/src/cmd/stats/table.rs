@@ -12,7 +12,7 @@ pub(super) fn print_memlog(log: &TfMemoryLog) -> Result<()> {
     outln!();
     outln!(
         "  TensorFlow memory log of allocator {} ({} tensor and {} raw allocations, {} steps)",
-        log.allocator,
+        format::trace_text(&log.allocator),
         format::count(log.summary.tensor_allocations),
         format::count(log.summary.raw_allocations),
         log.summary.steps
@@ -21,7 +21,7 @@ pub(super) fn print_memlog(log: &TfMemoryLog) -> Result<()> {
         let others: Vec<String> = log
             .allocator_counts
             .iter()
-            .map(|(n, c)| format!("{n} ({})", format::count(*c)))
+            .map(|(n, c)| format!("{} ({})", format::trace_text(n), format::count(*c)))
             .collect();
         outln!("  allocators in the log: {}", others.join(", "));
     }
@@ -37,7 +37,7 @@ pub(super) fn print_memlog(log: &TfMemoryLog) -> Result<()> {
     for m in &log.meminfo {
         outln!(
             "  get_memory_info {} at line {}, after {} of {} events: current {}, peak so far {}",
-            m.tag,
+            format::trace_text(&m.tag),
             format::count(m.line),
             format::count(m.events_before as u64),
             format::count(events as u64),
@@ -60,7 +60,7 @@ pub(super) fn print_dump(file: &str, d: &BfcDump) -> Result<()> {
     outln!(
         "{file}: TensorFlow BFC dump ({} format) of allocator {}",
         d.format.name(),
-        d.allocator.as_deref().unwrap_or("?")
+        format::trace_text(d.allocator.as_deref().unwrap_or("?"))
     );
     print_dump_body(d)
 }
@@ -70,9 +70,9 @@ fn print_dump_body(d: &BfcDump) -> Result<()> {
     if let Some(o) = &d.oom {
         outln!(
             "  OOM request       {:>14}   rounded to {} by op {}",
-            o.text,
+            format::trace_text(&o.text),
             opt_bytes(o.rounded_bytes),
-            o.op.as_deref().unwrap_or("?")
+            format::trace_text(o.op.as_deref().unwrap_or("?"))
         );
     }
     outln!(
