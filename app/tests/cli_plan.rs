@@ -6,6 +6,9 @@
 // Test helpers may unwrap: a failure is a test failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+use common::{json, ok, repo, run};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -13,10 +16,6 @@ use allocview_loaders::LoadOptions;
 use allocview_loaders::plan::load_plan_file;
 use allocview_sim::plan::{Plan, max_live_bytes, validate};
 use serde_json::Value;
-
-fn repo(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
-}
 
 fn minimalloc(name: &str) -> PathBuf {
     repo(&format!("loaders/tests/data/plans/minimalloc/{name}"))
@@ -28,27 +27,6 @@ use scratch::Scratch;
 
 fn scratch(name: &str) -> Scratch {
     scratch::scratch("allocview-cli-plan-", name)
-}
-
-fn allocview(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = allocview(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn json(args: &[&str]) -> Value {
-    serde_json::from_str(&ok(args)).unwrap()
 }
 
 fn planner<'a>(v: &'a Value, name: &str) -> &'a Value {
@@ -271,7 +249,7 @@ fn malloc_trace_plans_against_its_peak() {
 #[test]
 fn tf_memory_log_step_is_chosen_and_named() {
     let file = repo("loaders/tests/data/tf/mobilenetv2_infer_memlog.txt.gz");
-    let out = allocview(&[
+    let out = run(&[
         "plan",
         file.to_str().unwrap(),
         "--json",
@@ -283,7 +261,7 @@ fn tf_memory_log_step_is_chosen_and_named() {
     assert_eq!(v["format"], "tf-memory-log");
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("note: step "), "{stderr}");
-    let out = allocview(&["plan", file.to_str().unwrap(), "--step", "-99"]);
+    let out = run(&["plan", file.to_str().unwrap(), "--step", "-99"]);
     assert!(!out.status.success());
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("no allocations in step -99"), "{stderr}");
@@ -293,7 +271,7 @@ fn tf_memory_log_step_is_chosen_and_named() {
 fn bad_inputs_fail_with_where_and_why() {
     let bad = scratch("bad.csv");
     std::fs::write(&bad, "id,lower,upper,size\nb1,0,3,4\nb2,x,9,4\n").unwrap();
-    let out = allocview(&["plan", bad.to_str().unwrap()]);
+    let out = run(&["plan", bad.to_str().unwrap()]);
     assert!(!out.status.success());
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("line 3, column 4"), "{stderr}");
@@ -306,14 +284,14 @@ fn bad_inputs_fail_with_where_and_why() {
         "id,lower,upper,size,offset\nb1,0,3,4,8\nb2,3,9,4,8\nb3,0,9,4,8\nb4,9,21,4,4\nb5,0,21,4,0\n",
     )
     .unwrap();
-    let out = allocview(&["plan", wrong.to_str().unwrap()]);
+    let out = run(&["plan", wrong.to_str().unwrap()]);
     assert!(!out.status.success());
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("not a valid plan"), "{stderr}");
     assert!(stderr.contains("\"b1\""), "{stderr}");
     assert!(stderr.contains("\"b3\""), "{stderr}");
 
-    let out = allocview(&[
+    let out = run(&[
         "plan",
         minimalloc("input.12.csv").to_str().unwrap(),
         "--planner",
@@ -354,7 +332,7 @@ fn the_default_set_leaves_shared_objects_out_on_large_inputs() {
     let v: Value = serde_json::from_str(&out).unwrap();
     // "all" names every planner: nothing is skipped.
     assert!(v.get("skipped_planners").is_none(), "{v}");
-    let defaults = allocview(&[
+    let defaults = run(&[
         "plan",
         "--json",
         "--time-budget",

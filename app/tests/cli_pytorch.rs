@@ -2,34 +2,13 @@
 //! fidelity block and what-if variants, and `convert` saying what it reads.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
+mod common;
+use common::{json, run, snapshot};
+
 use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
-
-fn snapshot(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../sample-traces/pytorch/{name}.pickle"))
-        .display()
-        .to_string()
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn json(args: &[&str]) -> Value {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 #[test]
 fn stats_describes_the_snapshot() {

@@ -3,37 +3,23 @@
 //! not apply.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
+mod common;
+use common::{fails, json, run, sample};
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
 
-fn sample(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../sample-traces")
-        .join(name)
-}
-
-fn allocview(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 /// `allocview args`, which must succeed.
 fn allocview_ok(args: &[&str]) -> std::process::Output {
-    let out = allocview(args);
+    let out = run(args);
     assert!(
         out.status.success(),
         "{args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     out
-}
-
-fn json_of(args: &[&str]) -> Value {
-    serde_json::from_slice(&allocview_ok(args).stdout).unwrap()
 }
 
 /// The JSON without the keys that measure time or say how it was read.
@@ -115,8 +101,8 @@ fn streamed_stats_and_compare_print_what_the_loaded_trace_gives() {
     let bytes = std::fs::read(&two_avt).unwrap();
     std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
     let cut = cut.to_str().unwrap();
-    let by_default = allocview(&["stats", "--json", cut]);
-    let loaded = allocview(&["stats", "--json", "--no-stream", cut]);
+    let by_default = run(&["stats", "--json", cut]);
+    let loaded = run(&["stats", "--json", "--no-stream", cut]);
     assert_eq!(by_default.status.code(), loaded.status.code());
     assert_eq!(by_default.stderr, loaded.stderr);
     assert_eq!(
@@ -130,9 +116,9 @@ fn streamed_stats_and_compare_print_what_the_loaded_trace_gives() {
     for path in files {
         let name = path.display().to_string();
         let file = path.to_str().unwrap();
-        let loaded = json_of(&["stats", "--json", "--no-stream", file]);
+        let loaded = json(&["stats", "--json", "--no-stream", file]);
         assert!(loaded.get("streamed").is_none(), "{name}: loaded");
-        let streamed = json_of(&["stats", "--json", "--stream", file]);
+        let streamed = json(&["stats", "--json", "--stream", file]);
         assert_eq!(streamed["streamed"], Value::Bool(true));
         assert_eq!(
             without_timings(streamed),
@@ -141,7 +127,7 @@ fn streamed_stats_and_compare_print_what_the_loaded_trace_gives() {
         );
         // `stats` streams on its own a file that ends with its INDEX frame (every file written
         // now: the converted ones); the samples predate the frame and load.
-        let default = json_of(&["stats", "--json", file]);
+        let default = json(&["stats", "--json", file]);
         let finished = path.starts_with(&dir);
         assert_eq!(default.get("streamed").is_some(), finished, "{name}");
         assert_eq!(without_timings(default), without_timings(loaded), "{name}");
@@ -150,9 +136,9 @@ fn streamed_stats_and_compare_print_what_the_loaded_trace_gives() {
                             predictive:lifetimes=true,predictive:lifetimes=true:short_allocs=3";
             let mut args = vec!["compare", "--json", "--policy", policies, file];
             args.extend_from_slice(extra);
-            let loaded = json_of(&args);
+            let loaded = json(&args);
             args.push("--stream");
-            let streamed = json_of(&args);
+            let streamed = json(&args);
             assert_eq!(
                 without_timings(streamed),
                 without_timings(loaded),
@@ -199,10 +185,10 @@ fn streamed_predict_gives_the_loaded_figures() {
             other.to_str().unwrap(),
             file.to_str().unwrap(),
         ];
-        let loaded = json_of(&args);
+        let loaded = json(&args);
         let mut with_stream = args.to_vec();
         with_stream.push("--stream");
-        let streamed = json_of(&with_stream);
+        let streamed = json(&with_stream);
         assert_eq!(streamed["streamed"], Value::Bool(true));
         assert_eq!(streamed["lifetime"]["sites_used"], Value::Bool(false));
         assert!(loaded["models"][3]["cross_run"]["top1"].as_f64().unwrap() > 0.0);
@@ -210,23 +196,16 @@ fn streamed_predict_gives_the_loaded_figures() {
     }
 }
 
-/// Runs allocview, which must fail; returns its stderr.
-fn failure(args: &[&str]) -> String {
-    let out = allocview(args);
-    assert!(!out.status.success(), "{args:?} succeeded");
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 #[test]
 fn streaming_refuses_what_it_cannot_do_and_says_why() {
     let text = sample("find_usr_include.trace.gz");
-    let err = failure(&["stats", "--stream", text.to_str().unwrap()]);
+    let err = fails(&["stats", "--stream", text.to_str().unwrap()]);
     assert!(err.contains("allocview convert"), "{err}");
     let bin = sample("perl_hash.avt");
     let bin = bin.to_str().unwrap();
-    let err = failure(&["stats", "--stream", "--events", "90000..", bin]);
+    let err = fails(&["stats", "--stream", "--events", "90000..", bin]);
     assert!(err.contains("the window selects no events"), "{err}");
-    let err = failure(&["stats", "--stream", "--from", "2s", "--to", "1s", bin]);
+    let err = fails(&["stats", "--stream", "--from", "2s", "--to", "1s", bin]);
     assert!(err.contains("is not before --to"), "{err}");
 }
 
@@ -278,10 +257,10 @@ fn streamed_windows_give_the_loaded_windows_figures() {
                 let mut args = cmd.to_vec();
                 args.extend_from_slice(window);
                 args.push(file);
-                let loaded = json_of(&args);
+                let loaded = json(&args);
                 args.retain(|&a| a != "--no-stream");
                 args.push("--stream");
-                let streamed = json_of(&args);
+                let streamed = json(&args);
                 assert_eq!(streamed["streamed"], Value::Bool(true), "{args:?}");
                 assert_eq!(strip(streamed), strip(loaded), "{args:?}");
             }
@@ -347,7 +326,7 @@ fn a_trace_too_big_to_load_is_refused_with_the_commands_that_stream_it() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("huge.avt");
     std::fs::write(&path, &bytes).unwrap();
-    let err = failure(&["sites", path.to_str().unwrap()]);
+    let err = fails(&["sites", path.to_str().unwrap()]);
     assert!(err.contains("1,099,511,627,776 events"), "{err}");
     assert!(err.contains("stream it block by block"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
@@ -413,7 +392,7 @@ fn splice_copies_real_traces_shifted_and_frees_their_leftovers() {
     std::fs::create_dir_all(&dir).unwrap();
     let perl = sample("perl_hash.avt");
     let python = sample("python_json.avt");
-    let stats = |f: &Path| json_of(&["stats", "--json", f.to_str().unwrap()]);
+    let stats = |f: &Path| json(&["stats", "--json", f.to_str().unwrap()]);
     let original = stats(&perl);
     let n = |v: &Value, k: &str| v[k].as_u64().unwrap();
     // One whole copy: the records, then a free of every block left live.
@@ -456,7 +435,7 @@ fn splice_copies_real_traces_shifted_and_frees_their_leftovers() {
     for extra in [&[][..], &["--limit", "96KiB"][..]] {
         let mut args = vec!["compare", "--json", "--policy", "oracle,bfc", o];
         args.extend_from_slice(extra);
-        let loaded = json_of(&args);
+        let loaded = json(&args);
         args.push("--stream");
         let out = allocview_ok(&args);
         let note = String::from_utf8_lossy(&out.stderr);
@@ -562,7 +541,7 @@ fn loading_commands_work_on_a_window_of_a_trace_too_big_to_load() {
     ] {
         let mut args = cmd.to_vec();
         args.extend(["--events", "1000..5000", file]);
-        let loaded = allocview(&args);
+        let loaded = run(&args);
         let loaded_folded = std::fs::read(folded).ok();
         let windowed = small(&args);
         let windowed_folded = std::fs::read(folded).ok();
@@ -624,7 +603,7 @@ fn a_part_read_from_the_scans_resume_point_has_the_tables_read_from_the_start() 
     let dir = std::env::temp_dir().join(format!("allocview-cli-scan-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = spliced_python(&dir);
-    let stats = json_of(&["stats", "--json", file.to_str().unwrap()]);
+    let stats = json(&["stats", "--json", file.to_str().unwrap()]);
     let events = stats["events"].as_u64().unwrap();
     let scan = scan_of(&file, events);
     let started = std::time::Instant::now();
@@ -678,7 +657,7 @@ fn a_part_read_from_the_scans_resume_point_has_the_tables_read_from_the_start() 
     // The scan is found again for the same file, and not for a file written anew there.
     let again = allocview::model::scan::existing(&file).expect("the scan of this file");
     assert!(std::sync::Arc::ptr_eq(&again, &scan));
-    let out = allocview(&[
+    let out = run(&[
         "splice",
         "--events",
         "300000",
@@ -722,7 +701,7 @@ fn bench_hops_lands_on_every_event_it_goes_to() {
         "{stdout}"
     );
     // A trace that fits is shown whole: no parts to go between.
-    let whole = allocview(&["bench", "hops", file.to_str().unwrap()]);
+    let whole = run(&["bench", "hops", file.to_str().unwrap()]);
     assert!(!whole.status.success());
     assert!(String::from_utf8_lossy(&whole.stderr).contains("fits in memory"));
     std::fs::remove_dir_all(&dir).ok();

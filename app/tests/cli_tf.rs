@@ -1,6 +1,9 @@
 //! The commands on real TensorFlow output (committed fixtures; no TensorFlow needed).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
+mod common;
+use common::{json, ok};
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -10,19 +13,6 @@ fn tf(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../loaders/tests/data/tf")
         .join(name)
-}
-
-fn json(args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[test]
@@ -188,19 +178,6 @@ fn stats_says_where_each_get_memory_info_reading_was_taken() {
     assert_eq!(v["tf"]["meminfo_peak_bytes"], m[3]["peak_bytes"]);
 }
 
-fn run_text(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// A tiny memory log whose OOM the replay reproduces only by holding back another thread's
 /// free: one 2 MiB region holds ids 1 and 2 (1 MiB each); thread 2 logs the free of id 1, then
 /// thread 1's request of 1 MiB fails in TensorFlow (the free had not taken effect). Applied at
@@ -251,7 +228,7 @@ fn an_oom_reproduced_by_holding_back_frees_is_said_to_be_guided() {
     assert_eq!(f["logged_oom_reproduced"], true, "{f}");
     assert_eq!(f["logged_oom_reproduced_with_guidance"], true, "{f}");
     assert_eq!(f["logged_oom_held_back_frees"], 1, "{f}");
-    let text = run_text(&base);
+    let text = ok(&base);
     assert!(
         text.contains(
             "TensorFlow's OOM reproduced only with guidance: 1 other thread's free held back"
@@ -262,7 +239,7 @@ fn an_oom_reproduced_by_holding_back_frees_is_said_to_be_guided() {
     let f = &v["policies"][0]["fidelity"];
     assert_eq!(f["logged_oom_reproduced"], false, "{f}");
     assert_eq!(f["logged_oom_reproduced_with_guidance"], false, "{f}");
-    let text = run_text(&[&base[..], &["--no-guidance"]].concat());
+    let text = ok(&[&base[..], &["--no-guidance"]].concat());
     assert!(text.contains("TensorFlow's OOM not reproduced"), "{text}");
 }
 
@@ -271,7 +248,7 @@ fn an_oom_reproduced_by_holding_back_frees_is_said_to_be_guided() {
 #[test]
 fn the_real_oom_log_says_how_its_oom_was_reproduced() {
     let p = tf("mobilenetv2_oom_memlog_dump.txt.gz");
-    let text = run_text(&[
+    let text = ok(&[
         "compare",
         "--policy",
         "bfc",
@@ -339,7 +316,7 @@ fn the_replay_at_tensorflows_addresses_is_named_apart_from_simulated_bfc() {
     assert_eq!(v["policies"][1]["name"], "first-fit");
     let v = json(&["compare", "--json", "--policy", "bfc", "--from-start", p]);
     assert_eq!(v["policies"][0]["name"], "bfc@process-start");
-    let text = run_text(&["compare", "--policy", "bfc", p]);
+    let text = ok(&["compare", "--policy", "bfc", p]);
     assert!(text.contains("  bfc@checkpoint "), "{text}");
     // A variant of bfc is simulated, like every other policy, under its own label.
     let v = json(&["compare", "--json", "--policy", "bfc:allow_growth=true", p]);

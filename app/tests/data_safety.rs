@@ -10,15 +10,14 @@
 // Test helpers may unwrap: a failure is a test failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+use common::{fails, repo, run};
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
-
-fn repo(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
-}
 
 /// A fresh directory for one test.
 fn scratch(test: &str) -> PathBuf {
@@ -31,28 +30,13 @@ fn scratch(test: &str) -> PathBuf {
     dir
 }
 
-fn allocview(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 fn p(path: &Path) -> &str {
     path.to_str().unwrap()
 }
 
-/// Runs a command that must fail; returns its stderr.
-fn fails(args: &[&str]) -> String {
-    let out = allocview(args);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "{args:?} succeeded: {stderr}");
-    stderr
-}
-
 /// Runs a command that must succeed; returns (stdout, stderr).
 fn succeeds(args: &[&str]) -> (String, String) {
-    let out = allocview(args);
+    let out = run(args);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{args:?} failed: {stderr}");
     (String::from_utf8(out.stdout).unwrap(), stderr)

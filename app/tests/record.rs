@@ -17,15 +17,9 @@ use allocview_loaders::{LoadOptions, Loaded, MallocTrace};
 use polars::prelude::*;
 
 mod common;
+use common::run;
 
 use common::build_c;
-
-fn allocview(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 fn ok(out: &Output) -> String {
     assert!(
@@ -156,7 +150,7 @@ fn counts_match_what_a_c_program_did() {
     let dir = scratch("counts");
     let exe = build_c(&dir, "counts", COUNTS_C);
     let out_path = dir.join("counts.avt");
-    let out = allocview(&[
+    let out = run(&[
         "record",
         "-o",
         out_path.to_str().unwrap(),
@@ -241,7 +235,7 @@ fn threads_are_separated_and_cross_thread_frees_pair_up() {
     let dir = scratch("threads");
     let exe = build_c(&dir, "threads", THREADS_C);
     let out_path = dir.join("threads.avt");
-    ok(&allocview(&[
+    ok(&run(&[
         "record",
         "-o",
         out_path.to_str().unwrap(),
@@ -372,7 +366,7 @@ fn fork_exec_and_signals_give_one_complete_file_per_process_image() {
     let dir = scratch("fork");
     let exe = build_c(&dir, "forker", FORK_EXEC_C);
     let out_path = dir.join("f.avt");
-    let out = allocview(&[
+    let out = run(&[
         "record",
         "-o",
         out_path.to_str().unwrap(),
@@ -496,7 +490,7 @@ fn python_allocations_are_traced() {
     };
     let dir = scratch("python");
     let out_path = dir.join("py.trace.gz");
-    ok(&allocview(&[
+    ok(&run(&[
         "record",
         "--text",
         "-o",
@@ -569,7 +563,7 @@ fn record_exits_with_the_commands_status_after_writing_the_trace() {
         );
         let exe = build_c(&dir, name, &source);
         let trace = dir.join(format!("{name}.avt"));
-        let out = allocview(&[
+        let out = run(&[
             "record",
             "-o",
             trace.to_str().unwrap(),
@@ -582,7 +576,7 @@ fn record_exits_with_the_commands_status_after_writing_the_trace() {
             "{name}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let stats = ok(&allocview(&["stats", trace.to_str().unwrap(), "--json"]));
+        let stats = ok(&run(&["stats", trace.to_str().unwrap(), "--json"]));
         let v: serde_json::Value = serde_json::from_str(&stats).unwrap();
         assert!(v["mallocs"].as_u64().unwrap() >= 1, "{name}: {v}");
     }
@@ -617,17 +611,17 @@ fn convert_round_trips_losslessly_both_ways() {
         let bin = dir.join(format!("{name}.avt"));
         let back = dir.join(format!("{name}.back.trace.gz"));
         let bin2 = dir.join(format!("{name}.back.avt"));
-        ok(&allocview(&[
+        ok(&run(&[
             "convert",
             text.to_str().unwrap(),
             bin.to_str().unwrap(),
         ]));
-        ok(&allocview(&[
+        ok(&run(&[
             "convert",
             bin.to_str().unwrap(),
             back.to_str().unwrap(),
         ]));
-        ok(&allocview(&[
+        ok(&run(&[
             "convert",
             back.to_str().unwrap(),
             bin2.to_str().unwrap(),
@@ -655,7 +649,7 @@ fn convert_round_trips_losslessly_both_ways() {
         );
         // Whole-file text identity: the sample's lines come back byte for byte.
         let plain = dir.join(format!("{name}.txt"));
-        ok(&allocview(&[
+        ok(&run(&[
             "convert",
             "--to",
             "text",
@@ -687,12 +681,12 @@ fn convert_keeps_call_names_and_their_absence() {
     std::fs::write(&text, content).unwrap();
     let bin = dir.join("mixed.avt");
     let back = dir.join("mixed.back.trace");
-    ok(&allocview(&[
+    ok(&run(&[
         "convert",
         text.to_str().unwrap(),
         bin.to_str().unwrap(),
     ]));
-    ok(&allocview(&[
+    ok(&run(&[
         "convert",
         bin.to_str().unwrap(),
         back.to_str().unwrap(),
@@ -746,7 +740,7 @@ fn no_event_comes_before_the_spools_start() {
             .find(|p| p.to_string_lossy().contains(&format!("run{run}.")))
             .unwrap();
         let text = dir.join(format!("run{run}.trace"));
-        ok(&allocview(&[
+        ok(&run(&[
             "convert",
             "--to",
             "text",

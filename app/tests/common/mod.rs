@@ -50,6 +50,14 @@ pub fn ok(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Runs allocview, which must fail; its standard error.
+pub fn fails(args: &[&str]) -> String {
+    let out = run(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{args:?} succeeded: {stderr}");
+    stderr
+}
+
 /// Runs allocview, which must succeed; its standard output as JSON.
 pub fn json(args: &[&str]) -> Value {
     serde_json::from_str(&ok(args)).unwrap()
