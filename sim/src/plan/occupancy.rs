@@ -11,11 +11,17 @@
 //! segment tree over buckets keeps, per node, `full` (the union of the buffers whose bucket range
 //! is canonically decomposed onto that node: they cover all of it) and `any` (the union of every
 //! buffer that meets the node's time range). A buffer that covers a bucket only in part is listed
-//! in that bucket. A query unions `any` of its canonical nodes, `full` of the nodes above them and
-//! above its partly covered end buckets, and the exactly checked listed buffers of those end
-//! buckets. An insertion touches O(log n) node unions, and stops climbing as soon as a node's
-//! `any` already holds the range (every ancestor's does too). Unions are sorted vectors of
-//! disjoint, non-touching ranges.
+//! in that bucket if it starts there (at most one buffer a start time, on a malloc trace), and
+//! otherwise (it ends there) goes to the bucket's `ending` unions, one per rank of the bucket,
+//! nested: any number of buffers may end in one bucket (a burst of frees), and scanning them for
+//! every query was quadratic. A buffer that reaches the last start time covers the last bucket
+//! whole (no rank follows it), so the buffers live to the end of a trace are never partial there.
+//! A query unions `any` of its canonical nodes, `full` of the nodes above them and above its
+//! partly covered end buckets, one `ending` union of each of those buckets, and the exactly
+//! checked listed buffers of those buckets. An insertion touches O(log n) node unions and at
+//! most a bucket's `ending` unions, and stops climbing as soon as a node's `any` already holds
+//! the range (every ancestor's does too). Unions are sorted vectors of disjoint, non-touching
+//! ranges.
 //!
 //! Long-lived buffers land in `full` of the top nodes, one node each, so a path's `full` sets
 //! hold many ranges that only merge across nodes. Each node of the top [`CACHE_DEPTH`] levels
@@ -69,9 +75,18 @@ pub(crate) struct Occupancy {
     up: Vec<RangeSet>,
     /// Scratch space of `place`.
     scratch: Vec<usize>,
-    /// Per bucket: placed intervals that cover it only in part, in the order of their offsets
-    /// (so a query's loose ranges come as two sorted runs, merged without a sort).
+    /// Per bucket: placed intervals that start in it and cover it only in part, in the order
+    /// of their offsets (so a query's loose ranges come as two sorted runs, merged without a
+    /// sort).
     listed: Vec<Vec<u32>>,
+    /// Per bucket, the placed intervals that start before it and end inside it: entry `j` is
+    /// the union of those that reach past its `j`-th rank (so entry `j` holds entry `j + 1`),
+    /// as long as the furthest-reaching one. Any number of intervals may end in one bucket
+    /// (a burst of frees), so they are not listed: listed, every query scanned them all.
+    ending: Vec<Vec<RangeSet>>,
+    /// Steps taken so far: range-set updates, listed entries read or shifted. What a plan costs,
+    /// counted rather than timed, so that tests can hold its growth.
+    work: u64,
 }
 
 /// Node range `[from, to)` in buckets, for a heap-ordered node over `leaves` leaves.
@@ -98,15 +113,23 @@ impl Occupancy {
         let mut starts: Vec<u64> = intervals.iter().map(|iv| iv.0).collect();
         starts.sort_unstable();
         starts.dedup();
+        let buckets = starts.len().div_ceil(bucket).max(1);
         let ranks = intervals
             .iter()
             .map(|&(lo, hi)| {
                 let a = starts.partition_point(|&s| s < lo);
                 let b = starts.partition_point(|&s| s < hi).max(a + 1);
+                // No interval starts past the last start: one that reaches it meets every rank
+                // to the end of the last bucket, which it thus covers whole. (Buffers live to
+                // the end of a malloc trace would otherwise all cover the last bucket in part.)
+                let b = if b >= starts.len() {
+                    buckets * bucket
+                } else {
+                    b
+                };
                 (a, b)
             })
             .collect();
-        let buckets = starts.len().div_ceil(bucket).max(1);
         let leaves = buckets.next_power_of_two();
         let cache_depth = cache_depth.min(leaves.trailing_zeros());
         Self {
@@ -120,7 +143,14 @@ impl Occupancy {
             full: vec![RangeSet::default(); 2 * leaves],
             any: vec![RangeSet::default(); 2 * leaves],
             listed: vec![Vec::new(); buckets],
+            ending: vec![Vec::new(); buckets],
+            work: 0,
         }
+    }
+
+    /// Steps taken so far (see the field).
+    pub fn work(&self) -> u64 {
+        self.work
     }
 
     /// Buckets wholly inside ranks `[a, b)`, and the (at most two) buckets it covers in part.
@@ -168,6 +198,7 @@ impl Occupancy {
             let Some(set) = self.any.get_mut(node) else {
                 break;
             };
+            self.work += 1;
             if set.covers(off, end) {
                 break;
             }
@@ -189,6 +220,7 @@ impl Occupancy {
             let Some(set) = self.up.get_mut(x) else {
                 continue;
             };
+            self.work += 1;
             if set.covers(off, end) {
                 continue;
             }
@@ -199,6 +231,25 @@ impl Occupancy {
             }
         }
         self.scratch = stack;
+    }
+
+    /// Adds `[off, end)`, of an interval that ends at rank `local_end` of bucket `q` (counted
+    /// from the bucket's first), to `ending` of `q`: to entry `local_end - 1` and below, until
+    /// one already holds it (every entry below holds it too).
+    fn add_ending(&mut self, q: usize, local_end: usize, off: u64, end: u64) {
+        let Some(sets) = self.ending.get_mut(q) else {
+            return;
+        };
+        if sets.len() < local_end {
+            sets.resize(local_end, RangeSet::default());
+        }
+        for set in sets.iter_mut().take(local_end).rev() {
+            self.work += 1;
+            if set.covers(off, end) {
+                break;
+            }
+            set.insert(off, end);
+        }
     }
 
     /// Records that interval `id` now occupies `[off, end)`.
@@ -221,10 +272,14 @@ impl Occupancy {
             self.add_up(node, off, end);
         }
         for q in parts.into_iter().flatten() {
-            let placed = &self.placed;
-            if let Some(list) = self.listed.get_mut(q) {
+            let bucket_start = q * self.bucket;
+            if a < bucket_start {
+                self.add_ending(q, b - bucket_start, off, end);
+            } else if let Some(list) = self.listed.get_mut(q) {
+                let placed = &self.placed;
                 let offset_of = |o: &u32| placed.get(*o as usize).copied().flatten().map(|r| r.0);
                 let at = list.partition_point(|o| offset_of(o) <= Some(off));
+                self.work += (list.len() - at) as u64 + 1;
                 list.insert(at, u32::try_from(id).unwrap_or(u32::MAX));
             }
             self.add_any(q + self.leaves, off, end);
@@ -236,7 +291,7 @@ impl Occupancy {
     /// ranges come in two runs, each sorted by offset: the returned index is where the second
     /// starts.
     pub fn taken(
-        &self,
+        &mut self,
         id: usize,
         sources: &mut Vec<Source>,
         loose: &mut Vec<(u64, u64)>,
@@ -297,7 +352,19 @@ impl Occupancy {
                 second_run = loose.len();
             }
             let Some(q) = q else { continue };
-            for &other in self.listed.get(q).map_or(&[][..], Vec::as_slice) {
+            // The intervals that end in the bucket and reach past the query's first rank in it.
+            let local_start = a.saturating_sub(q * self.bucket);
+            if self
+                .ending
+                .get(q)
+                .and_then(|sets| sets.get(local_start))
+                .is_some_and(|set| !set.0.is_empty())
+            {
+                sources.push(Source::Ending(q, local_start));
+            }
+            let listed = self.listed.get(q).map_or(&[][..], Vec::as_slice);
+            self.work += listed.len() as u64;
+            for &other in listed {
                 let o = other as usize;
                 let Some(&(oa, ob)) = self.ranks.get(o) else {
                     continue;
@@ -319,6 +386,7 @@ impl Occupancy {
             Source::Any(node) => self.any.get(node),
             Source::Full(node) => self.full.get(node),
             Source::Up(node) => self.up.get(node),
+            Source::Ending(q, j) => self.ending.get(q).and_then(|sets| sets.get(j)),
         };
         set.map_or(&[][..], |s| s.0.as_slice())
     }
@@ -330,6 +398,8 @@ pub(crate) enum Source {
     Any(usize),
     Full(usize),
     Up(usize),
+    /// `ending` of a bucket, from a rank of it on.
+    Ending(usize, usize),
 }
 
 #[cfg(test)]

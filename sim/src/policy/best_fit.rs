@@ -17,18 +17,17 @@
 //! beside the large set, since programs free and take back the same large buffer over and over.
 //! The used blocks sit in a hash map (O(1)).
 
-use std::any::Any;
 use std::collections::BTreeMap;
 
-use crate::heap::{Addr, AllocError, Block, Counters, FreeError, Placement, Request};
-use crate::policy::Policy;
+use crate::heap::Addr;
 use crate::policy::config::PolicyConfig;
-use crate::policy::fit_common::{FitHeap, FreeIndex};
+use crate::policy::fit_common::{FitHeap, FitIndex, FitPolicy, FreeIndex};
 
 /// Best fit, lowest address on ties (see the module docs).
-#[derive(Clone, Debug)]
-pub struct BestFit {
-    heap: FitHeap<SizeBins>,
+pub type BestFit = FitPolicy<SizeBins>;
+
+impl FitIndex for SizeBins {
+    const POLICY_NAME: &'static str = "best-fit";
 }
 
 impl BestFit {
@@ -45,53 +44,6 @@ impl BestFit {
     /// Changes the footprint limit; see `FitHeap::set_limit`.
     pub(crate) fn set_limit(&mut self, limit: Option<u64>) {
         self.heap.set_limit(limit);
-    }
-}
-
-impl Policy for BestFit {
-    fn name(&self) -> &'static str {
-        "best-fit"
-    }
-
-    fn alloc(&mut self, req: Request) -> Result<Placement, AllocError> {
-        self.heap.alloc(req)
-    }
-
-    fn free(&mut self, addr: Addr) -> Result<(), FreeError> {
-        self.heap.free(addr)
-    }
-
-    fn counters(&self) -> Counters {
-        self.heap.counters()
-    }
-
-    fn blocks(&self, out: &mut Vec<Block>) {
-        self.heap.blocks(out);
-    }
-
-    fn held_up_to_tops(&self, bases: &mut Vec<Addr>) -> bool {
-        // See `fit_common`: the blocks tile [0, top), the topmost is in use, and a freed block
-        // merges with both free neighbours.
-        bases.push(0);
-        true
-    }
-
-    fn shrink_to_fit(&mut self) {
-        self.heap.shrink_to_fit();
-    }
-
-    fn clone_box(&self) -> Box<dyn Policy> {
-        let mut c = self.clone();
-        c.heap.compact();
-        Box::new(c)
-    }
-
-    fn check_invariants(&self) -> Result<(), String> {
-        self.heap.check_invariants()
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 
@@ -268,7 +220,7 @@ impl LargeSet {
 /// the first large block of at least that length: O(1) bit scans plus O(log n) set operations,
 /// on sets that are usually tiny.
 #[derive(Clone, Debug)]
-struct SizeBins {
+pub struct SizeBins {
     unit_shift: u32,
     /// Address -> the heap's slot, per exact length.
     small: Vec<Bin>,

@@ -22,17 +22,14 @@
 //! treap) it replaced, and with a million free blocks an operation still takes under 0.2 µs.
 //! The used blocks sit in a hash map (O(1)).
 
-use std::any::Any;
-
-use crate::heap::{Addr, AllocError, Block, Counters, FreeError, Placement, Request};
-use crate::policy::Policy;
 use crate::policy::config::PolicyConfig;
-use crate::policy::fit_common::{AddrChunks, FitHeap};
+use crate::policy::fit_common::{AddrChunks, FitHeap, FitIndex, FitPolicy};
 
 /// Address-ordered first fit (see the module docs).
-#[derive(Clone, Debug)]
-pub struct FirstFit {
-    heap: FitHeap<AddrChunks>,
+pub type FirstFit = FitPolicy<AddrChunks>;
+
+impl FitIndex for AddrChunks {
+    const POLICY_NAME: &'static str = "first-fit";
 }
 
 impl FirstFit {
@@ -44,56 +41,5 @@ impl FirstFit {
         Ok(Self {
             heap: FitHeap::new(config, AddrChunks::default())?,
         })
-    }
-}
-
-impl Policy for FirstFit {
-    fn name(&self) -> &'static str {
-        "first-fit"
-    }
-
-    fn alloc(&mut self, req: Request) -> Result<Placement, AllocError> {
-        self.heap.alloc(req)
-    }
-
-    fn free(&mut self, addr: Addr) -> Result<(), FreeError> {
-        self.heap.free(addr)
-    }
-
-    fn counters(&self) -> Counters {
-        self.heap.counters()
-    }
-
-    fn blocks(&self, out: &mut Vec<Block>) {
-        self.heap.blocks(out);
-    }
-
-    fn held_up_to_tops(&self, bases: &mut Vec<Addr>) -> bool {
-        // See `fit_common`: the blocks tile [0, top), the topmost is in use, and a freed block
-        // merges with both free neighbours.
-        bases.push(0);
-        true
-    }
-
-    fn shrink_to_fit(&mut self) {
-        self.heap.shrink_to_fit();
-    }
-
-    fn clone_box(&self) -> Box<dyn Policy> {
-        let mut c = self.clone();
-        c.heap.compact();
-        Box::new(c)
-    }
-
-    fn check_invariants(&self) -> Result<(), String> {
-        self.heap.check_invariants()?;
-        if self.heap.index().len() != self.heap.counters().free_blocks as usize {
-            return Err("treap size differs from the free block count".to_owned());
-        }
-        Ok(())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

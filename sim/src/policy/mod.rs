@@ -12,6 +12,7 @@ use crate::heap::{Addr, AllocError, Block, Counters, FreeError, Placement, Reque
 mod addr_map;
 pub mod best_fit;
 pub mod bfc;
+mod broken;
 pub mod buddy;
 pub mod config;
 pub mod first_fit;

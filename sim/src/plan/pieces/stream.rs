@@ -164,6 +164,30 @@ pub fn plan_stream(
     progress: Option<&AtomicU64>,
     sink: &mut PlanSink<'_>,
 ) -> Result<StreamPlan, String> {
+    plan_stream_with(
+        source,
+        align_bytes,
+        jobs,
+        piece_allocations,
+        progress,
+        sink,
+        &greedy_by_size::plan,
+    )
+}
+
+/// How a piece is planned: its buffers and the alignment give its plan.
+type PlanPiece<'a> = dyn Fn(&[Buffer], u64) -> Result<Plan, PlanError> + Sync + 'a;
+
+/// [`plan_stream`], each piece planned by `plan_piece`.
+fn plan_stream_with(
+    source: &mut dyn crate::stream::EventSource,
+    align_bytes: u64,
+    jobs: usize,
+    piece_allocations: std::ops::RangeInclusive<usize>,
+    progress: Option<&AtomicU64>,
+    sink: &mut PlanSink<'_>,
+    plan_piece: &PlanPiece<'_>,
+) -> Result<StreamPlan, String> {
     use std::sync::mpsc;
     let jobs = jobs.max(1);
     let (to_plan, queue) = mpsc::sync_channel::<(u64, Piece)>(jobs);
@@ -183,7 +207,13 @@ pub fn plan_stream(
                 if stop.load(Relaxed) {
                     break;
                 }
-                let plan = greedy_by_size::plan(&piece.buffers, align_bytes);
+                // A planner that panics must still answer for its piece: the reader waits for
+                // every piece in turn, and the other planners, waiting for more pieces, keep
+                // the results open, so a piece lost with its thread hung the command.
+                let plan = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    plan_piece(&piece.buffers, align_bytes)
+                }))
+                .unwrap_or_else(|panic| Err(PlanError::Internal(panic_message(&*panic))));
                 if done.send((seq, piece.ids, plan)).is_err() {
                     break;
                 }
@@ -243,6 +273,18 @@ pub fn plan_stream(
         rest
     });
     planned.map(|()| out)
+}
+
+/// What a panic says, as `std` prints it: its message when it has one.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned());
+    match message {
+        Some(m) => format!("the planner panicked: {m}"),
+        None => "the planner panicked".to_owned(),
+    }
 }
 
 /// A planned piece: its place in the stream, its allocations' ids and its plan.
@@ -535,6 +577,51 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err, "disk full");
+    }
+
+    /// A planner that panics on one piece while the others plan on makes the plan an error
+    /// that names the piece and the panic. It hung: the reader waited for the lost piece, and
+    /// the other planners, waiting for more pieces, held the channel of results open. The plan
+    /// runs on a thread of its own, so that a hang fails the test instead of stalling the suite.
+    #[test]
+    fn a_panicking_planner_is_an_error_not_a_hang() {
+        use std::sync::atomic::AtomicUsize;
+        use std::sync::mpsc::RecvTimeoutError;
+        for jobs in [2, 3, 1] {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let t = trace(31, 3_000, 40, false);
+                let view = t.view().unwrap();
+                let calls = AtomicUsize::new(0);
+                let plan_piece = |buffers: &[Buffer], align_bytes: u64| {
+                    assert!(calls.fetch_add(1, Relaxed) != 4, "injected");
+                    greedy_by_size::plan(buffers, align_bytes)
+                };
+                let planned = plan_stream_with(
+                    &mut source(&view, 64),
+                    16,
+                    jobs,
+                    1..=usize::MAX,
+                    None,
+                    &mut |_, _| Ok(()),
+                    &plan_piece,
+                );
+                tx.send(planned).unwrap();
+            });
+            let planned = match rx.recv_timeout(std::time::Duration::from_secs(120)) {
+                Ok(planned) => planned,
+                Err(RecvTimeoutError::Timeout) => panic!("{jobs} jobs: the plan hangs"),
+                Err(RecvTimeoutError::Disconnected) => panic!("{jobs} jobs: the panic escaped"),
+            };
+            let err = planned.unwrap_err();
+            assert!(
+                err.starts_with("piece ")
+                    && err.ends_with(
+                        " of the plan: internal planner error: the planner panicked: injected"
+                    ),
+                "{jobs} jobs: {err}"
+            );
+        }
     }
 
     #[test]

@@ -23,6 +23,7 @@ use std::any::Any;
 use std::collections::VecDeque;
 
 use super::Policy;
+use super::broken::Broken;
 use super::config::{PolicyConfig, RegistryError};
 use crate::heap::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Request};
 use crate::trace::NO_ALLOC_ID;
@@ -254,13 +255,8 @@ struct Region {
 }
 
 /// An internal structure is inconsistent (a bug, never a user error).
-#[derive(Debug)]
-struct Broken(&'static str);
-
-impl From<Broken> for AllocError {
-    fn from(b: Broken) -> Self {
-        Self::Unsupported(format!("bfc internal error: {}", b.0))
-    }
+fn broken(what: &'static str) -> Broken {
+    Broken { model: "bfc", what }
 }
 
 /// Chunk handle by address (the multiplicative hasher shared by the policies).
@@ -540,11 +536,11 @@ impl Bfc {
         let c2 = *self
             .chunks
             .get(h2 as usize)
-            .ok_or(Broken("merge: bad handle"))?;
+            .ok_or(broken("merge: bad handle"))?;
         let c1 = self
             .chunks
             .get_mut(h1 as usize)
-            .ok_or(Broken("merge: bad handle"))?;
+            .ok_or(broken("merge: bad handle"))?;
         c1.next = c2.next;
         c1.size_bytes += c2.size_bytes;
         if let Some(n) = self.chunks.get_mut(c2.next as usize) {
@@ -573,7 +569,7 @@ impl Bfc {
         let c = self
             .chunks
             .get_mut(h as usize)
-            .ok_or(Broken("find_chunk: bad handle"))?;
+            .ok_or(broken("find_chunk: bad handle"))?;
         c.requested_bytes = num_bytes;
         c.allocation_id = id;
         c.request_id = request_id;
@@ -598,7 +594,7 @@ impl Bfc {
         let c = *self
             .chunks
             .get(h as usize)
-            .ok_or(Broken("split: bad handle"))?;
+            .ok_or(broken("split: bad handle"))?;
         let rest = Chunk {
             addr: c.addr + num_bytes,
             size_bytes: c.size_bytes - num_bytes,
@@ -615,7 +611,7 @@ impl Bfc {
         let c = self
             .chunks
             .get_mut(h as usize)
-            .ok_or(Broken("split: bad handle"))?;
+            .ok_or(broken("split: bad handle"))?;
         c.next = h2;
         c.size_bytes = num_bytes;
         self.free

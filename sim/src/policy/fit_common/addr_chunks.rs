@@ -103,7 +103,7 @@ impl Chunk {
 /// [`CHUNK_CAP`] blocks and a max-tree over the chunks' largest lengths (the `first_fit` module
 /// docs describe the operations and their costs).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct AddrChunks {
+pub struct AddrChunks {
     chunks: Vec<Chunk>,
     /// First address of each chunk (chunks are never empty), for locating an address.
     firsts: Vec<Addr>,

@@ -1,5 +1,6 @@
 //! Shared machinery of the simulated policies: alignment helpers, and the
-//! boundary-tag heap that `first-fit` and `best-fit` share.
+//! boundary-tag heap that `first-fit` and `best-fit` share, with their one `Policy` impl
+//! ([`FitPolicy`], over each one's free index).
 //!
 //! [`FitHeap`] keeps every block below the heap top (used and free) as a record in a slab,
 //! linked to its physical neighbours (boundary tags), so freeing finds and coalesces both
@@ -16,9 +17,12 @@
 pub(crate) use crate::policy::addr_map::AddrMap;
 
 mod addr_chunks;
+mod policy;
 use crate::heap::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Request};
 use crate::policy::config::PolicyConfig;
-pub(crate) use addr_chunks::AddrChunks;
+pub use addr_chunks::AddrChunks;
+pub(crate) use policy::FitIndex;
+pub use policy::FitPolicy;
 
 /// `x` rounded up to a multiple of `align` (a power of two); `None` on overflow.
 pub(crate) fn align_up(x: u64, align: u64) -> Option<u64> {
@@ -201,10 +205,6 @@ impl<I: FreeIndex> FitHeap<I> {
     /// what the others leave). The caller keeps it at or above the current top.
     pub(crate) fn set_limit(&mut self, limit: Option<u64>) {
         self.limit = limit;
-    }
-
-    pub(crate) fn index(&self) -> &I {
-        &self.index
     }
 
     pub(crate) fn counters(&self) -> Counters {

@@ -22,6 +22,7 @@ use std::any::Any;
 use std::collections::BTreeMap;
 
 use super::Policy;
+use super::broken::Broken;
 use super::config::{PolicyConfig, RegistryError};
 use crate::heap::{Addr, AllocError, Block, BlockState, Counters, FreeError, Placement, Request};
 use crate::trace::NO_ALLOC_ID;
@@ -168,13 +169,11 @@ struct Mapped {
     request_id: u32,
 }
 
-/// A heap or mmap invariant broke (a bug in this module).
-#[derive(Debug)]
-struct Broken(&'static str);
-
-impl From<Broken> for AllocError {
-    fn from(b: Broken) -> Self {
-        Self::Unsupported(format!("glibc model internal error: {}", b.0))
+/// An internal structure is inconsistent (a bug, never a user error).
+fn broken(what: &'static str) -> Broken {
+    Broken {
+        model: "glibc model",
+        what,
     }
 }
 
@@ -372,7 +371,7 @@ impl Glibc {
                 let m = self
                     .mapped
                     .get_mut(&addr)
-                    .ok_or(Broken("mapping vanished"))?;
+                    .ok_or(broken("mapping vanished"))?;
                 m.requested_bytes = req_bytes;
                 m.request_id = request_id;
                 let size = m.size_bytes;
@@ -444,13 +443,13 @@ impl Glibc {
     fn chunk(&self, h: u32) -> Result<&Chunk, Broken> {
         self.chunks
             .get(h as usize)
-            .ok_or(Broken("bad chunk handle"))
+            .ok_or(broken("bad chunk handle"))
     }
 
     fn chunk_mut(&mut self, h: u32) -> Result<&mut Chunk, Broken> {
         self.chunks
             .get_mut(h as usize)
-            .ok_or(Broken("bad chunk handle"))
+            .ok_or(broken("bad chunk handle"))
     }
 
     fn cache(&mut self, h: u32, state: State, size: u64) -> Result<(), Broken> {
