@@ -303,3 +303,38 @@ fn guided_decisions_are_counted_and_no_guidance_reports_its_own_match_rate() {
         plain.describe()
     );
 }
+
+/// Replays `log` on a thread; fails (rather than hangs) when it takes longer than 60 s.
+fn replay_within_a_minute(log: TfMemoryLog) -> Fidelity {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(replay(&log, None)).ok());
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the replay ended within a minute")
+}
+
+/// Issue 43: an allocation id of 10^18 walked the checkpoint search and the replay's id-order
+/// pass through every id below it (years), and one of i64::MAX overflowed `id + 1`. The
+/// counts come from the ids that occur.
+#[test]
+fn huge_allocation_ids_are_counted_not_walked() {
+    let base = 0x100000;
+    let huge = 1_000_000_000_000_000_000u64;
+    let (a1, a_huge) = (alloc(1, base), alloc(huge, base + 256));
+    let f = replay_within_a_minute(synthetic(&[(1, &a1), (1, &a_huge)]));
+    let cp = f.checkpoint.as_ref().unwrap();
+    // Every id but 1 and 10^18 is unlogged, and all of them come after the checkpoint.
+    assert_eq!(cp.unlogged_ids, huge - 2);
+    assert_eq!((cp.unknown_live, cp.unknown_after), (0, huge - 2));
+    assert_eq!((f.checked, f.address_matches), (2, 2));
+
+    // i64::MAX, after a free of an id the log never shows (the checkpoint comes after it).
+    let max = i64::MAX as u64;
+    let (f5, a_max) = (free(5), alloc(max, base + 256));
+    let f = replay_within_a_minute(synthetic(&[(1, &a1), (1, &f5), (1, &a_max)]));
+    let cp = f.checkpoint.as_ref().unwrap();
+    assert_eq!(cp.event, 2);
+    assert_eq!(cp.unlogged_ids, max - 2);
+    // Below the counter (i64::MAX): every id but 1 (logged) and 5 (freed) is live unknown.
+    assert_eq!((cp.unknown_live, cp.unknown_after), (max - 3, 0));
+    assert_eq!(cp.live_logged, 1);
+}
