@@ -338,3 +338,41 @@ fn huge_allocation_ids_are_counted_not_walked() {
     assert_eq!((cp.unknown_live, cp.unknown_after), (max - 3, 0));
     assert_eq!(cp.live_logged, 1);
 }
+
+/// Issue 43: the chunks live at the checkpoint carry the log's pointers and sizes, and the
+/// replay added them unchecked (a raw chunk's end, the state's bytes in use): a panic in a
+/// debug build, a wrapped figure in a release one. A state that runs past the address space
+/// is refused instead, the replay ends with an error.
+#[test]
+fn live_chunks_past_the_address_space_are_refused_not_added_up() {
+    let big = |id: u64, ptr: u64| {
+        format!(
+            "MemoryLogTensorAllocation {{ step_id: 1 kernel_name: \"k\" tensor {{ dtype: DT_FLOAT \
+             shape {{ }} allocation_description {{ requested_bytes: 256 allocated_bytes: {} \
+             allocator_name: \"A_bfc\" allocation_id: {id} ptr: {ptr} }} }} }}",
+            1u64 << 63
+        )
+    };
+    let raw = format!(
+        "MemoryLogRawAllocation {{ step_id: 1 operation: \"x\" num_bytes: {} ptr: {} \
+         allocation_id: 3 allocator_name: \"A_bfc\" }}",
+        u64::MAX - 4096,
+        u64::MAX - 512
+    );
+    let (a1, a2, f9, a4) = (
+        big(1, 0x100000),
+        big(2, 0x100100),
+        free(9),
+        alloc(4, 0x100200),
+    );
+    // The free of id 9, which the log never shows allocated, puts the checkpoint after the
+    // three live chunks.
+    for records in [
+        vec![(1, a1.as_str()), (1, &a2), (1, &f9), (1, &a4)],
+        vec![(1, raw.as_str()), (1, &f9), (1, &a4)],
+    ] {
+        let log = synthetic(&records);
+        let e = replay_checkpointed(&log, &FidelityOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("not a valid BFC state"), "{e}");
+    }
+}

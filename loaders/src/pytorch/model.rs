@@ -511,20 +511,46 @@ impl Reader {
             all_blocks.push(block);
         }
         let blocks = all_blocks.get(first_block..).unwrap_or_default();
-        let total_bytes =
-            u(k.total_size).unwrap_or_else(|| blocks.iter().map(|b| b.size_bytes).sum());
+        // Missing totals are the blocks' sizes added up: the file's values, so every sum is
+        // checked, and a segment whose blocks add up past 2^64 - 1 bytes is skipped, named.
         let sum_where = |f: &dyn Fn(&RawBlock) -> bool, size: &dyn Fn(&RawBlock) -> u64| {
-            blocks.iter().filter(|b| f(b)).map(size).sum::<u64>()
+            blocks
+                .iter()
+                .filter(|b| f(b))
+                .try_fold(0u64, |sum, b| sum.checked_add(size(b)))
         };
-        let allocated_bytes = u(k.allocated_size).unwrap_or_else(|| {
-            sum_where(&|b| b.state == BlockState::ActiveAllocated, &|b| {
-                b.size_bytes
-            })
-        });
-        let active_bytes = u(k.active_size)
-            .unwrap_or_else(|| sum_where(&|b| b.state.is_active(), &|b| b.size_bytes));
-        let requested_bytes = u(k.requested_size)
-            .unwrap_or_else(|| sum_where(&|b| b.state.is_active(), &|b| b.requested_bytes));
+        let totals = [
+            (k.total_size, sum_where(&|_| true, &|b| b.size_bytes)),
+            (
+                k.allocated_size,
+                sum_where(&|b| b.state == BlockState::ActiveAllocated, &|b| {
+                    b.size_bytes
+                }),
+            ),
+            (
+                k.active_size,
+                sum_where(&|b| b.state.is_active(), &|b| b.size_bytes),
+            ),
+            (
+                k.requested_size,
+                sum_where(&|b| b.state.is_active(), &|b| b.requested_bytes),
+            ),
+        ]
+        .map(|(key, sum)| u(key).or(sum));
+        let [
+            Some(total_bytes),
+            Some(allocated_bytes),
+            Some(active_bytes),
+            Some(requested_bytes),
+        ] = totals
+        else {
+            all_blocks.truncate(first_block);
+            self.skip(format!(
+                "segment {index}: its blocks' sizes add up past 2^64 - 1 bytes (and the \
+                 segment does not give its totals)"
+            ));
+            return None;
+        };
         Some(RawSegment {
             device: hot(seg, k.device).and_then(|v| v.as_i64()).unwrap_or(0),
             address,
