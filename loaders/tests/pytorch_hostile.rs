@@ -1,5 +1,6 @@
 //! Hostile PyTorch snapshots (issue 43), written here opcode by opcode: sizes that add up past
-//! 2^64. Each loads to a result or a clear error.
+//! 2^64, one long string shared through the pickle memo among the items of nested settings.
+//! Each loads to a result or a clear error, in bounded time and memory.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
@@ -29,6 +30,20 @@ impl Pickler {
     /// LONG1 with 9 bytes: any u64.
     fn uint(&mut self, v: u64) -> &mut Self {
         self.op(&[0x8a, 9]).op(&v.to_le_bytes()).op(&[0])
+    }
+    fn put(&mut self, memo: u32) -> &mut Self {
+        self.op(b"r").op(&memo.to_le_bytes())
+    }
+    fn get(&mut self, memo: u32) -> &mut Self {
+        self.op(b"j").op(&memo.to_le_bytes())
+    }
+    /// A list of `n` references to memo entry `memo`: one get, then DUPs.
+    fn shared_list(&mut self, memo: u32, n: usize) -> &mut Self {
+        self.op(b"](").get(memo);
+        for _ in 1..n {
+            self.op(b"2");
+        }
+        self.op(b"e")
     }
     /// `{key: value, ...}` from the values each closure writes.
     fn dict(&mut self, items: &[(&str, Value<'_>)]) -> &mut Self {
@@ -102,4 +117,42 @@ fn block_sizes_that_add_up_past_2_64_skip_their_segment() {
         "{:?}",
         snap.warnings
     );
+}
+
+/// `allocator_settings` of `keys` keys, each value a list of 16 lists of 16 lists of 16
+/// references to one string of `string_bytes` bytes (memo-shared: the file stays small).
+fn shared_string_settings(keys: usize, string_bytes: usize) -> Vec<u8> {
+    let mut p = Pickler::new();
+    p.op(b"}(").str("segments").op(b"]");
+    p.str("allocator_settings").op(b"}(");
+    p.str(&"s".repeat(string_bytes)).put(0).op(b"0");
+    for level in 1..=3 {
+        p.shared_list(level - 1, 16).put(level).op(b"0");
+    }
+    for k in 0..keys {
+        p.str(&format!("key{k}")).get(3);
+    }
+    p.op(b"uu").finish()
+}
+
+/// 10 keys of 16^3 references to a 2,000-byte string each rendered to 80 MB of text (with a
+/// fourth level and 5,000 bytes, a 10.8 KB file took 3.25 GB and aborted). Every value's text
+/// is bounded in bytes now, and all of them together.
+#[test]
+fn settings_that_share_a_string_render_to_bounded_text() {
+    let bytes = shared_string_settings(10, 2000);
+    assert!(bytes.len() < 4096, "{}", bytes.len());
+    let snap = load_snapshot(&write("settings.pickle", &bytes), &LoadOptions::default()).unwrap();
+    let raw = &snap.settings.raw;
+    assert_eq!(raw.len(), 10);
+    let cut = "... (cut)";
+    for (key, text) in raw {
+        assert!(
+            text.len() <= 1024 + cut.len(),
+            "{key}: {} bytes",
+            text.len()
+        );
+        assert!(text.starts_with("[[[ssss"), "{key}: {}", &text[..40]);
+        assert!(text.ends_with(cut), "{key}");
+    }
 }

@@ -12,6 +12,9 @@ use allocview_sim::policy::pytorch::PytorchSettings;
 use super::pickle::{Key, Pickle, Seq, Val};
 use crate::sites::{Frame, NO_STACK, StackTable};
 
+mod render;
+mod settings;
+
 /// A block's state in the final segments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockState {
@@ -691,43 +694,6 @@ impl Reader {
             time_us,
         })
     }
-
-    fn settings(&mut self, s: Val<'_>) -> Settings {
-        let mut out = Settings {
-            present: true,
-            ..Settings::default()
-        };
-        let Some(items) = s.dict_items() else {
-            self.skip(format!("allocator_settings is a {}", s.kind_name()));
-            return out;
-        };
-        for (k, v) in items {
-            let Some(key) = k.as_str() else { continue };
-            out.raw.push((key.to_owned(), render(v)));
-            let p = &mut out.policy;
-            match key {
-                // -1 (SIZE_MAX as int64) means unlimited.
-                "max_split_size" => {
-                    p.max_split_size_bytes = v.as_i64().filter(|&m| m > 0).map(|m| m as u64);
-                }
-                "garbage_collection_threshold" => {
-                    let t = v.as_f64().unwrap_or(0.0).clamp(0.0, 1.0);
-                    p.garbage_collection_threshold_ppm = (t * 1e6).round() as u32;
-                }
-                "expandable_segments" => {
-                    p.expandable_segments = v.as_bool().unwrap_or(false);
-                }
-                "max_non_split_rounding_size" => {
-                    if let Some(b) = v.as_u64().filter(|&b| b > 0) {
-                        p.max_non_split_rounding_bytes = b;
-                    }
-                }
-                "roundup_power2_divisions" => read_divisions(v, &mut p.roundup_power2_divisions),
-                _ => {}
-            }
-        }
-        out
-    }
 }
 
 /// A stream: `int64(cudaStream_t)`, kept as its 64 bits (negative values as written by a
@@ -736,103 +702,4 @@ fn stream_value(v: Val<'_>) -> u64 {
     v.as_u64()
         .or_else(|| v.as_i64().map(|s| s as u64))
         .unwrap_or(0)
-}
-
-/// `roundup_power2_divisions`: a dict keyed by the MiB start of each power-of-two interval
-/// (`'1'` .. `'32768'`), or one number for every interval.
-fn read_divisions(v: Val<'_>, out: &mut [u32; 16]) {
-    if let Some(n) = v.as_u64() {
-        out.fill(u32::try_from(n).unwrap_or(0));
-        return;
-    }
-    if let Some(items) = v.dict_items() {
-        for (k, d) in items {
-            let mib = k
-                .as_str()
-                .and_then(|s| s.parse::<u64>().ok())
-                .or_else(|| k.as_u64());
-            let (Some(mib), Some(d)) = (mib, d.as_u64()) else {
-                continue;
-            };
-            if mib.is_power_of_two() {
-                let interval = mib.trailing_zeros() as usize;
-                if let Some(slot) = out.get_mut(interval) {
-                    *slot = u32::try_from(d).unwrap_or(0);
-                }
-            }
-        }
-    } else if let Some(seq) = v.seq() {
-        // A list by interval, as some builds print it.
-        for (slot, d) in out.iter_mut().zip(seq) {
-            *slot = d.as_u64().and_then(|d| u32::try_from(d).ok()).unwrap_or(0);
-        }
-    }
-}
-
-/// A short text form of a settings value, for reports.
-fn render(v: Val<'_>) -> String {
-    render_within(v, RENDER_DEPTH)
-}
-
-/// Containers nested deeper than this in a settings value print as `...`: a pickle can nest
-/// them arbitrarily deep, or make a list that holds itself (through the memo), and the walk
-/// must end without overflowing the stack.
-const RENDER_DEPTH: u32 = 4;
-/// Items printed per container; the rest are counted.
-const RENDER_ITEMS: usize = 16;
-
-fn render_within(v: Val<'_>, depth: u32) -> String {
-    if let Some(s) = v.as_str() {
-        return s.to_owned();
-    }
-    if let Some(b) = v.as_bool() {
-        return if b { "True" } else { "False" }.to_owned();
-    }
-    if let Some(i) = v.as_i64() {
-        return i.to_string();
-    }
-    if let Some(f) = v.as_f64() {
-        return f.to_string();
-    }
-    let more = |n: usize| {
-        if n > RENDER_ITEMS {
-            format!(", ... ({} more)", n - RENDER_ITEMS)
-        } else {
-            String::new()
-        }
-    };
-    if let Some(items) = v.dict_items() {
-        if depth == 0 {
-            return "{...}".to_owned();
-        }
-        let items: Vec<_> = items.collect();
-        let parts: Vec<String> = items
-            .iter()
-            .take(RENDER_ITEMS)
-            .map(|&(k, v)| {
-                format!(
-                    "{}: {}",
-                    render_within(k, depth - 1),
-                    render_within(v, depth - 1)
-                )
-            })
-            .collect();
-        return format!("{{{}{}}}", parts.join(", "), more(items.len()));
-    }
-    if let Some(seq) = v.seq() {
-        if depth == 0 {
-            return "[...]".to_owned();
-        }
-        let items: Vec<_> = seq.collect();
-        let parts: Vec<String> = items
-            .iter()
-            .take(RENDER_ITEMS)
-            .map(|&x| render_within(x, depth - 1))
-            .collect();
-        return format!("[{}{}]", parts.join(", "), more(items.len()));
-    }
-    if v.is_none() {
-        return "None".to_owned();
-    }
-    v.kind_name().to_owned()
 }
