@@ -12,8 +12,11 @@ use allocview_sim::policy::pytorch::PytorchSettings;
 use super::pickle::{Key, Pickle, Seq, Val};
 use crate::sites::{Frame, NO_STACK, StackTable};
 
+mod budget;
 mod render;
 mod settings;
+
+use budget::Budget;
 
 /// A block's state in the final segments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -231,6 +234,7 @@ pub fn read_snapshot(pickle: &Pickle) -> Result<RawSnapshot, String> {
     let root = pickle.root();
     let mut r = Reader {
         keys: HotKeys::of(pickle),
+        budget: Budget::of(pickle),
         ..Reader::default()
     };
     let mut snap = RawSnapshot::default();
@@ -247,6 +251,9 @@ pub fn read_snapshot(pickle: &Pickle) -> Result<RawSnapshot, String> {
         ));
     };
     for (i, seg) in r.items(segments, "segments").enumerate() {
+        if r.budget.exceeded() {
+            break;
+        }
         if let Some(s) = r.segment(seg, i, &mut snap.blocks) {
             snap.segments.push(s);
         }
@@ -256,6 +263,9 @@ pub fn read_snapshot(pickle: &Pickle) -> Result<RawSnapshot, String> {
             for (dev, trace) in r.items(traces, "device_traces").enumerate() {
                 let mut out = Vec::with_capacity(trace.seq().map_or(0, |s| s.len()));
                 for (i, e) in r.items(trace, "device trace").enumerate() {
+                    if r.budget.exceeded() {
+                        break;
+                    }
                     if let Some(entry) = r.entry(e, dev, i) {
                         out.push(entry);
                     }
@@ -270,8 +280,11 @@ pub fn read_snapshot(pickle: &Pickle) -> Result<RawSnapshot, String> {
     }
     match root.get("external_annotations") {
         Some(a) => {
-            for item in r.items(a, "external_annotations") {
-                snap.annotations.extend(r.annotation(item));
+            for (i, item) in r.items(a, "external_annotations").enumerate() {
+                if r.budget.exceeded() {
+                    break;
+                }
+                snap.annotations.extend(r.annotation(item, i));
             }
         }
         None if root.get("segments").is_some() => {
@@ -286,6 +299,9 @@ pub fn read_snapshot(pickle: &Pickle) -> Result<RawSnapshot, String> {
             Settings::default()
         }
     };
+    if let Some(e) = r.budget.error() {
+        return Err(e);
+    }
     snap.stacks = r.stacks;
     snap.streams = r.streams;
     snap.missing = r.missing;
@@ -385,6 +401,8 @@ struct Reader {
     stream_ids: HashMap<u64, u16>,
     /// Keys already reported missing, so each is said once.
     said: std::collections::HashSet<&'static str>,
+    /// Bytes the typed records may take (see [`budget`]).
+    budget: Budget,
 }
 
 /// At most this many skipped items are described; the rest are counted in the last line.
@@ -438,6 +456,11 @@ impl Reader {
         let Some(items) = frames.seq().filter(|it| it.len() > 0) else {
             return NO_STACK;
         };
+        if !self.budget.charge(items.len() * size_of::<u32>(), || {
+            "a `frames` list".to_owned()
+        }) {
+            return NO_STACK;
+        }
         let mut ids = Vec::with_capacity(items.len());
         for f in items {
             let name = hot(f, self.keys.name);
@@ -452,9 +475,18 @@ impl Reader {
                 continue;
             }
             let text = |v: Option<Val<'_>>| v.and_then(|v| v.as_str()).unwrap_or("").to_owned();
+            let (function, file) = (text(name), text(file));
+            if !self
+                .budget
+                .charge(size_of::<Frame>() + function.len() + file.len(), || {
+                    format!("frame {:?}", short(&function))
+                })
+            {
+                return NO_STACK;
+            }
             let id = self.stacks.intern_frame(Frame {
-                function: text(name),
-                file: text(file),
+                function,
+                file,
                 line,
                 module: String::new(),
             });
@@ -486,6 +518,12 @@ impl Reader {
             self.skip(format!("segment {index}: no `address`"));
             return None;
         };
+        if !self
+            .budget
+            .charge(size_of::<RawSegment>(), || format!("segment {index}"))
+        {
+            return None;
+        }
         let small_pool = match hot(seg, k.segment_type).and_then(|v| v.as_str()) {
             Some(t) => t == "small",
             None => {
@@ -507,6 +545,12 @@ impl Reader {
             None => None.into_iter().flatten(),
         };
         for (bi, b) in items.enumerate() {
+            if !self.budget.charge(size_of::<RawBlock>(), || {
+                format!("segment {index}, block {bi}")
+            }) {
+                all_blocks.truncate(first_block);
+                return None;
+            }
             let Some(block) = self.block(b, cursor, index, bi) else {
                 continue;
             };
@@ -630,8 +674,19 @@ impl Reader {
             self.skip(format!("device {device} trace entry {index}: no `action`"));
             return None;
         };
+        if !self.budget.charge(size_of::<RawEntry>(), || {
+            format!("device {device} trace entry {index}")
+        }) {
+            return None;
+        }
         let Some(action) = Action::parse(name) else {
-            *self.unknown_actions.entry(name.to_owned()).or_insert(0) += 1;
+            // Looked up before it is copied: one long name shared by every entry is copied once.
+            match self.unknown_actions.get_mut(name) {
+                Some(n) => *n += 1,
+                None => {
+                    self.unknown_actions.insert(name.to_owned(), 1);
+                }
+            }
             return None;
         };
         let time_us = hot(e, self.keys.time_us).and_then(|v| v.as_i64());
@@ -681,15 +736,24 @@ impl Reader {
         i
     }
 
-    fn annotation(&mut self, a: Val<'_>) -> Option<Annotation> {
-        let text = |k: &str| a.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+    fn annotation(&mut self, a: Val<'_>, index: usize) -> Option<Annotation> {
+        let text = |k: &str| a.get(k).and_then(|v| v.as_str()).unwrap_or("");
         let Some(time_us) = a.get("time_us").and_then(|v| v.as_i64()) else {
             self.skip("an annotation without `time_us`".to_owned());
             return None;
         };
+        let (stage, name) = (text("stage"), text("name"));
+        if !self
+            .budget
+            .charge(size_of::<Annotation>() + stage.len() + name.len(), || {
+                format!("annotation {index}")
+            })
+        {
+            return None;
+        }
         Some(Annotation {
-            stage: text("stage").unwrap_or_default(),
-            name: text("name").unwrap_or_default(),
+            stage: stage.to_owned(),
+            name: name.to_owned(),
             device: a.get("device").and_then(|v| v.as_i64()).unwrap_or(0),
             time_us,
         })
@@ -702,4 +766,9 @@ fn stream_value(v: Val<'_>) -> u64 {
     v.as_u64()
         .or_else(|| v.as_i64().map(|s| s as u64))
         .unwrap_or(0)
+}
+
+/// The first 80 characters of `s`, to name a record in a message.
+fn short(s: &str) -> String {
+    s.chars().take(80).collect()
 }

@@ -2,7 +2,7 @@
 //! `pytorch` policy reads.
 
 use super::render::{CUT, SETTINGS_TEXT_BYTES, VALUE_TEXT_BYTES, render};
-use super::{Reader, Settings};
+use super::{Reader, Settings, short};
 use crate::pytorch::pickle::Val;
 
 impl Reader {
@@ -25,6 +25,11 @@ impl Reader {
                 CUT.to_owned()
             };
             text_left = text_left.saturating_sub(text.len());
+            if !self.budget.charge(key.len() + text.len(), || {
+                format!("setting {:?}", short(key))
+            }) {
+                return out;
+            }
             out.raw.push((key.to_owned(), text));
             let p = &mut out.policy;
             match key {
