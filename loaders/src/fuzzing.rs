@@ -5,10 +5,18 @@
 //! A target turns its input into a file ([`file_bytes`]: the binary targets write the header,
 //! so the fuzzer spends no time rediscovering the magic; the gzip target compresses text that
 //! is not gzip already) and loads it with its loader, then computes what the commands compute
-//! from the result ([`exercise`]). Only for tests and fuzzing.
+//! from the result ([`exercise`]): the statistics, and the replays `compare` runs (a
+//! TensorFlow log's BFC replay with its checkpoint search, a PyTorch snapshot's rebuilt
+//! script through the caching allocator). Only for tests and fuzzing.
 
 use std::io::Write as _;
 use std::path::Path;
+use std::sync::Arc;
+
+use allocview_sim::policy::config::PolicyConfig;
+use allocview_sim::policy::pytorch::Pytorch;
+use allocview_sim::policy::registry::build;
+use allocview_sim::replay::{ReplayOptions, replay};
 
 use crate::analysis::stats::{TraceStats, events_per_thread};
 use crate::error::LoadError;
@@ -163,11 +171,20 @@ fn options(strictness: Strictness) -> LoadOptions {
     }
 }
 
-/// Computes what `allocview stats` computes from a loaded trace; returns its event count.
-fn trace_counts(path: &Path, trace: &MallocTrace) -> Result<u64, LoadError> {
+/// Computes what `allocview stats` computes from a loaded trace, and a replay; returns its
+/// event count.
+fn trace_counts(path: &Path, trace: &MallocTrace, mode: Strictness) -> Result<u64, LoadError> {
     let view = crate::trace_view(&trace.events, path)?;
     let per_thread = events_per_thread(&trace.events, trace.threads.height())?;
     let stats = TraceStats::compute(&view, per_thread, &trace.summary);
+    // One replay, through `bfc`, of what a lenient load keeps: replaying every policy in both
+    // modes made the seeds' test (a debug build) ten times slower.
+    if mode == Strictness::Lenient
+        && let Ok(policy) = build("bfc", &PolicyConfig::default(), &view)
+    {
+        let r = replay(&view, policy, &replay_options());
+        std::hint::black_box((r.ooms.len(), r.free_failures.len()));
+    }
     std::hint::black_box(trace.summary.warnings());
     if let Some(stacks) = &trace.stacks {
         for id in 0..u32::try_from(stacks.num_stacks()).unwrap_or(0) {
@@ -191,7 +208,9 @@ pub fn exercise(target: Target, path: &Path) -> Vec<Outcome> {
     let trace = |load: fn(&Path, &LoadOptions) -> Result<MallocTrace, LoadError>| {
         [Strictness::Strict, Strictness::Lenient]
             .into_iter()
-            .map(|mode| outcome(load(path, &options(mode)).and_then(|t| trace_counts(path, &t))))
+            .map(|mode| {
+                outcome(load(path, &options(mode)).and_then(|t| trace_counts(path, &t, mode)))
+            })
             .collect()
     };
     match target {
@@ -209,6 +228,7 @@ pub fn exercise(target: Target, path: &Path) -> Vec<Outcome> {
         Target::TfMemlog => vec![outcome(crate::tf::memlog::load_memory_log(path).map(
             |log| {
                 std::hint::black_box(log.summary.warnings());
+                tf_replays(&log);
                 log.events.height() as u64
             },
         ))],
@@ -227,7 +247,62 @@ pub fn exercise(target: Target, path: &Path) -> Vec<Outcome> {
         )],
         Target::Pickle => vec![outcome(
             crate::pytorch::load_snapshot(path, &options(Strictness::Lenient))
-                .map(|s| s.events.height() as u64),
+                .and_then(|s| snapshot_replay(path, &s)),
         )],
+    }
+}
+
+/// What `compare` (and its limit search) replays of a TensorFlow memory log: BFC from the
+/// checkpoint (guided and not), from the start, and up to a first OOM under a small limit. A
+/// replay's error is a fine outcome.
+fn tf_replays(log: &crate::tf::memlog::TfMemoryLog) {
+    use crate::analysis::tf_fidelity::{FidelityOptions, replay_checkpointed, replay_from_start};
+    let checkpointed = [
+        FidelityOptions::default(),
+        FidelityOptions {
+            no_guidance: true,
+            ..FidelityOptions::default()
+        },
+        FidelityOptions {
+            limit_bytes: Some(1 << 20),
+            stop_at_first_oom: true,
+            ..FidelityOptions::default()
+        },
+    ];
+    for opts in &checkpointed {
+        let _ = std::hint::black_box(replay_checkpointed(log, opts).map(|f| f.describe()));
+    }
+    let _ = std::hint::black_box(
+        replay_from_start(log, &FidelityOptions::default()).map(|f| f.describe()),
+    );
+}
+
+/// What `compare`'s `pytorch` row replays of a snapshot: its rebuilt script through the
+/// caching allocator, checked against the recorded addresses. Returns the event count.
+fn snapshot_replay(path: &Path, s: &crate::pytorch::PytorchSnapshot) -> Result<u64, LoadError> {
+    let view = crate::trace_view(&s.events, path)?;
+    let config = PolicyConfig {
+        pytorch: s.settings.policy.clone(),
+        pytorch_script: Some(Arc::new(s.script.clone())),
+        ..PolicyConfig::default()
+    };
+    // A configuration the policy refuses is a fine outcome.
+    if let Ok(policy) = build("pytorch", &config, &view) {
+        let r = replay(&view, policy, &replay_options());
+        let fidelity = r
+            .final_state
+            .as_any()
+            .downcast_ref::<Pytorch>()
+            .and_then(|p| p.fidelity().cloned());
+        std::hint::black_box((r.ooms.len(), r.free_failures.len(), fidelity));
+    }
+    Ok(s.events.height() as u64)
+}
+
+/// Replays without seek checkpoints (commands that do not seek take none).
+fn replay_options() -> ReplayOptions {
+    ReplayOptions {
+        checkpoint_every: 0,
+        ..ReplayOptions::default()
     }
 }

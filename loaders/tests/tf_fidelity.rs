@@ -345,3 +345,76 @@ fn chunk_map_comparison_counts_common_chunks_not_positions() {
     let c = compare_chunk_maps(&dump, &replay);
     assert_eq!(c.identical, n - 1);
 }
+
+/// Replays `log` on a thread; fails (rather than hangs) when it takes longer than 60 s.
+fn replay_within_a_minute(log: TfMemoryLog) -> Fidelity {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(replay(&log, None)).ok());
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the replay ended within a minute")
+}
+
+/// Issue 43: an allocation id of 10^18 walked the checkpoint search and the replay's id-order
+/// pass through every id below it (years), and one of i64::MAX overflowed `id + 1`. The
+/// counts come from the ids that occur.
+#[test]
+fn huge_allocation_ids_are_counted_not_walked() {
+    let base = 0x100000;
+    let huge = 1_000_000_000_000_000_000u64;
+    let (a1, a_huge) = (alloc(1, base), alloc(huge, base + 256));
+    let f = replay_within_a_minute(synthetic(&[(1, &a1), (1, &a_huge)]));
+    let cp = f.checkpoint.as_ref().unwrap();
+    // Every id but 1 and 10^18 is unlogged, and all of them come after the checkpoint.
+    assert_eq!(cp.unlogged_ids, huge - 2);
+    assert_eq!((cp.unknown_live, cp.unknown_after), (0, huge - 2));
+    assert_eq!((f.checked, f.address_matches), (2, 2));
+
+    // i64::MAX, after a free of an id the log never shows (the checkpoint comes after it).
+    let max = i64::MAX as u64;
+    let (f5, a_max) = (free(5), alloc(max, base + 256));
+    let f = replay_within_a_minute(synthetic(&[(1, &a1), (1, &f5), (1, &a_max)]));
+    let cp = f.checkpoint.as_ref().unwrap();
+    assert_eq!(cp.event, 2);
+    assert_eq!(cp.unlogged_ids, max - 2);
+    // Below the counter (i64::MAX): every id but 1 (logged) and 5 (freed) is live unknown.
+    assert_eq!((cp.unknown_live, cp.unknown_after), (max - 3, 0));
+    assert_eq!(cp.live_logged, 1);
+}
+
+/// Issue 43: the chunks live at the checkpoint carry the log's pointers and sizes, and the
+/// replay added them unchecked (a raw chunk's end, the state's bytes in use): a panic in a
+/// debug build, a wrapped figure in a release one. A state that runs past the address space
+/// is refused instead, the replay ends with an error.
+#[test]
+fn live_chunks_past_the_address_space_are_refused_not_added_up() {
+    let big = |id: u64, ptr: u64| {
+        format!(
+            "MemoryLogTensorAllocation {{ step_id: 1 kernel_name: \"k\" tensor {{ dtype: DT_FLOAT \
+             shape {{ }} allocation_description {{ requested_bytes: 256 allocated_bytes: {} \
+             allocator_name: \"A_bfc\" allocation_id: {id} ptr: {ptr} }} }} }}",
+            1u64 << 63
+        )
+    };
+    let raw = format!(
+        "MemoryLogRawAllocation {{ step_id: 1 operation: \"x\" num_bytes: {} ptr: {} \
+         allocation_id: 3 allocator_name: \"A_bfc\" }}",
+        u64::MAX - 4096,
+        u64::MAX - 512
+    );
+    let (a1, a2, f9, a4) = (
+        big(1, 0x100000),
+        big(2, 0x100100),
+        free(9),
+        alloc(4, 0x100200),
+    );
+    // The free of id 9, which the log never shows allocated, puts the checkpoint after the
+    // three live chunks.
+    for records in [
+        vec![(1, a1.as_str()), (1, &a2), (1, &f9), (1, &a4)],
+        vec![(1, raw.as_str()), (1, &f9), (1, &a4)],
+    ] {
+        let log = synthetic(&records);
+        let e = replay_checkpointed(&log, &FidelityOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("not a valid BFC state"), "{e}");
+    }
+}

@@ -164,7 +164,11 @@ pub fn rebuild(
     let carried = carried_in(segments, blocks, trace, entry_streams, settings);
     let start = start_segments(segments, trace, entry_streams);
     let mut walk = Walk::new(trace, carried.len(), entry_streams, settings);
-    walk.out.start_reserved_bytes = start.iter().map(|s| s.size_bytes).sum();
+    // Segment sizes are the file's: saturated, as the ranges they come from are.
+    walk.out.start_reserved_bytes = start
+        .iter()
+        .map(|s| s.size_bytes)
+        .fold(0, u64::saturating_add);
     walk.out.start_segments = start.len();
     if let Some(note) = carried_outside_start(&carried, &start) {
         walk.out.notes.push(note);

@@ -181,7 +181,9 @@ fn parse_time_of_day(s: &str) -> Option<i64> {
     let h: i64 = parts.next()?.parse().ok()?;
     let m: i64 = parts.next()?.parse().ok()?;
     let sec_ns = parse_seconds_ns(parts.next()?)?;
-    (h * 3600 + m * 60)
+    // Hours and minutes are the file's digits, as long as it likes: every step is checked.
+    h.checked_mul(3600)?
+        .checked_add(m.checked_mul(60)?)?
         .checked_mul(1_000_000_000)?
         .checked_add(sec_ns)
 }
@@ -273,6 +275,20 @@ mod tests {
         );
         assert_eq!(l.tid, Some(110_350));
         assert_eq!(l.message, "Execution failed");
+    }
+
+    /// Issue 43: hours and minutes of any length were multiplied unchecked (a panic in a
+    /// debug build, a wrapped time in a release one); such a prefix is not a time.
+    #[test]
+    fn hours_past_the_i64_range_are_not_a_time() {
+        for line in [
+            "I0000 9999999999999999:00:00.0 1 log_memory.cc:34] x",
+            "I0000 00:999999999999999999:00.0 1 log_memory.cc:34] x",
+            "2017-11-06 9999999999999999:00:00.0: I bfc_allocator.cc:1] x",
+        ] {
+            let l = split_log_line(line);
+            assert_eq!((l.t_ns, l.tid), (None, None), "{line}");
+        }
     }
 
     #[test]

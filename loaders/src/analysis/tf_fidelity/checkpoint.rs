@@ -1,7 +1,7 @@
 //! The checkpoint of [`super::replay_checkpointed`]: where to take it, and the chunks live
 //! there (logged allocations, variables revealed by tensor outputs, raw allocations).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use allocview_sim::policy::bfc::{LiveChunk, rounded_bytes};
 use allocview_sim::trace::{EventKind, NO_ALLOC_ID};
@@ -59,9 +59,10 @@ impl CheckpointPlan {
             .copied()
             .max()
             .unwrap_or(0);
-        let event = last_unknown.map_or(0, |i| i + 1);
+        let event = last_unknown.map_or(0, |i| i.saturating_add(1));
         // The allocation counter at the checkpoint: the first id allocated after it, since
         // every smaller id (variables whose outputs come later included) was allocated before.
+        // Ids are the file's i64s: the arithmetic is done in i128, where `+ 1` cannot overflow.
         let seen_before = log
             .records
             .iter()
@@ -74,26 +75,11 @@ impl CheckpointPlan {
             .iter()
             .skip(event)
             .filter(|r| r.record.is_allocation())
-            .map(|r| r.tf_alloc_id)
+            .map(|r| i128::from(r.tf_alloc_id))
             .min()
-            .unwrap_or(max_id + 1)
-            .max(seen_before + 1);
-        let (mut unlogged, mut unknown_live, mut unknown_after) = (0u64, 0u64, 0u64);
-        for id in 1..=max_id {
-            if logged.contains_key(&id) {
-                continue;
-            }
-            unlogged += 1;
-            if revealed.contains_key(&id) {
-                continue;
-            }
-            match unknown_freed.get(&id) {
-                Some(_) if id >= next_tf_id => unknown_after += 1,
-                Some(_) => {}
-                None if id >= next_tf_id => unknown_after += 1,
-                None => unknown_live += 1,
-            }
-        }
+            .unwrap_or(i128::from(max_id) + 1)
+            .max(i128::from(seen_before) + 1);
+        let counts = IdCounts::of(&logged, &revealed, &unknown_freed, max_id, next_tf_id);
         let line = last_unknown
             .and_then(|i| log.records.get(i))
             .map_or(0, |r| r.line);
@@ -111,9 +97,9 @@ impl CheckpointPlan {
             line,
             reason,
             next_tf_id: u64::try_from(next_tf_id).unwrap_or(0),
-            unlogged_ids: unlogged,
-            unknown_live,
-            unknown_after,
+            unlogged_ids: counts.unlogged,
+            unknown_live: counts.unknown_live,
+            unknown_after: counts.unknown_after,
         }
     }
 
@@ -192,6 +178,52 @@ impl CheckpointPlan {
     }
 }
 
+/// The ids in `1..=max_id` the log never shows, counted from the ids that occur (a file's
+/// id may be 10^18: a walk over every id in the range would run for years).
+struct IdCounts {
+    /// Ids without an allocation record.
+    unlogged: u64,
+    /// Of those, ids below the checkpoint's counter that no output reveals and no free names.
+    unknown_live: u64,
+    /// Of those, ids from the checkpoint's counter on that no output reveals.
+    unknown_after: u64,
+}
+
+impl IdCounts {
+    fn of(
+        logged: &HashMap<i64, usize>,
+        revealed: &HashMap<i64, usize>,
+        unknown_freed: &HashMap<i64, usize>,
+        max_id: i64,
+        next_tf_id: i128,
+    ) -> Self {
+        let max_id = i128::from(max_id);
+        // How many ids lie in `lo..=hi`, and how many of `ids` do (each id counted once).
+        let span = |lo: i128, hi: i128| u64::try_from(hi - lo + 1).unwrap_or(0);
+        let within = |ids: &BTreeSet<i64>, lo: i128, hi: i128| {
+            ids.iter()
+                .filter(|&&id| (lo..=hi).contains(&i128::from(id)))
+                .count() as u64
+        };
+        let logged_ids: BTreeSet<i64> = logged.keys().copied().collect();
+        let known: BTreeSet<i64> = logged_ids
+            .union(&revealed.keys().copied().collect())
+            .copied()
+            .collect();
+        let known_or_freed: BTreeSet<i64> = known
+            .union(&unknown_freed.keys().copied().collect())
+            .copied()
+            .collect();
+        let before_hi = max_id.min(next_tf_id - 1);
+        let after_lo = next_tf_id.max(1);
+        Self {
+            unlogged: span(1, max_id).saturating_sub(within(&logged_ids, 1, max_id)),
+            unknown_live: span(1, before_hi).saturating_sub(within(&known_or_freed, 1, before_hi)),
+            unknown_after: span(after_lo, max_id).saturating_sub(within(&known, after_lo, max_id)),
+        }
+    }
+}
+
 /// A variable seen only through a tensor output.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Variable {
@@ -202,7 +234,7 @@ pub(super) struct Variable {
 }
 
 /// Variables (tensor outputs of ids never logged as allocated), by TF id.
-pub(super) fn revealed_variables(log: &TfMemoryLog) -> HashMap<i64, Variable> {
+pub(super) fn revealed_variables(log: &TfMemoryLog) -> BTreeMap<i64, Variable> {
     let logged: HashMap<i64, ()> = log
         .records
         .iter()

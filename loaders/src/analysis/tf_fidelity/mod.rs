@@ -484,7 +484,7 @@ pub fn replay_checkpointed(
             let gap = gap_after(&chunks, &regions, slot);
             if gap > 0 && gap < slot.size_bytes && gap < DEFAULT_MAX_INTERNAL_FRAGMENTATION_BYTES {
                 if let Some(c) = chunks.get_mut(i) {
-                    c.size_bytes += gap;
+                    c.size_bytes = c.size_bytes.saturating_add(gap);
                 }
             } else {
                 possible = false;
@@ -519,14 +519,11 @@ pub fn replay_checkpointed(
         live_logged: live.iter().filter(|c| !c.raw && !c.variable).count() as u64,
         live_variables: live.iter().filter(|c| c.variable).count() as u64,
         live_raw: live.iter().filter(|c| c.raw).count() as u64,
-        bytes_in_use: raw_sizes.iter().map(|&(_, b)| b).sum::<u64>()
-            + live
-                .iter()
-                .filter(|c| !c.raw)
-                .map(|c| c.chunk.size_bytes)
-                .sum::<u64>(),
+        bytes_in_use: saturating_sum(raw_sizes.iter().map(|&(_, b)| b)).saturating_add(
+            saturating_sum(live.iter().filter(|c| !c.raw).map(|c| c.chunk.size_bytes)),
+        ),
         regions: regions.len() as u64,
-        region_bytes: regions.iter().map(|r| r.size_bytes).sum(),
+        region_bytes: saturating_sum(regions.iter().map(|r| r.size_bytes)),
         unlogged_ids: plan.unlogged_ids,
         unknown_live: plan.unknown_live,
         unknown_after: plan.unknown_after,
@@ -557,11 +554,14 @@ fn divergence_event(f: &Fidelity) -> usize {
 
 /// Free bytes right after `c` up to the next live chunk or its region's end.
 fn gap_after(chunks: &[LiveChunk], regions: &[RegionInfo], c: LiveChunk) -> u64 {
-    let end = c.addr + c.size_bytes;
+    // The log's pointers and sizes may run past the address space: ends saturate, and
+    // `Bfc::from_state` refuses a chunk that does not fit its region, naming it.
+    let end = c.addr.saturating_add(c.size_bytes);
     let region_end = regions
         .iter()
-        .find(|r| r.base <= c.addr && c.addr < r.base + r.size_bytes)
-        .map_or(end, |r| r.base + r.size_bytes);
+        .map(|r| (r.base, r.base.saturating_add(r.size_bytes)))
+        .find(|&(base, end)| base <= c.addr && c.addr < end)
+        .map_or(end, |(_, end)| end);
     let next = chunks
         .iter()
         .filter(|o| o.addr >= end && o.addr < region_end)
@@ -569,6 +569,12 @@ fn gap_after(chunks: &[LiveChunk], regions: &[RegionInfo], c: LiveChunk) -> u64 
         .min()
         .unwrap_or(region_end);
     next.saturating_sub(end)
+}
+
+/// The sum of sizes read from the log, saturated at 2^64 - 1 (`Bfc::from_state` refuses a
+/// state whose chunks overlap or leave their regions, which such sizes do).
+fn saturating_sum(sizes: impl Iterator<Item = u64>) -> u64 {
+    sizes.fold(0, u64::saturating_add)
 }
 
 /// Limit, growth and regions, shared by both replays.
@@ -654,7 +660,7 @@ impl Setup {
                 curr = curr.saturating_mul(2);
             }
         }
-        let bytes_in_use = chunks.iter().map(|c| c.size_bytes).sum();
+        let bytes_in_use = saturating_sum(chunks.iter().map(|c| c.size_bytes));
         let stats = BfcStats {
             num_allocs: plan.next_tf_id.saturating_sub(1),
             bytes_in_use,

@@ -1,7 +1,7 @@
 //! The replay itself: BFC driven by the log's events, each allocation checked against the
 //! address and chunk size TensorFlow logged (see the module docs of [`super`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use allocview_sim::heap::{AllocError, Counters};
 use allocview_sim::policy::Policy;
@@ -195,7 +195,9 @@ impl Replayer {
     pub(super) fn run(&mut self, log: &TfMemoryLog, start: usize) -> Result<(), FidelityError> {
         // BFC's ids are its allocation order, but threads log an allocation after making it:
         // an allocation logged after one with a higher id really came first.
-        let alloc_at: HashMap<i64, usize> = log
+        // Ordered, so the ids between two allocations are found by a range over the ids that
+        // occur, not by counting through the gap (a file's id may be 10^18).
+        let alloc_at: BTreeMap<i64, usize> = log
             .records
             .iter()
             .enumerate()
@@ -206,7 +208,7 @@ impl Replayer {
         let mut done = vec![false; log.records.len()];
         let mut variables = revealed_variables(log);
         let mut due: Vec<(i64, Variable)> = Vec::new();
-        let mut max_id = self.first_tf_id - 1;
+        let mut max_id = self.first_tf_id.saturating_sub(1);
         for (event, r) in log.records.iter().enumerate().skip(start) {
             self.note_meminfo(log, event);
             match r.kind {
@@ -227,7 +229,7 @@ impl Replayer {
                     for (id, v) in std::mem::take(&mut due) {
                         self.replay_variable(log, event, id, v)?;
                     }
-                    for id in (max_id + 1)..r.tf_alloc_id {
+                    for id in ids_between(&alloc_at, &variables, max_id, r.tf_alloc_id) {
                         if let Some(&later) = alloc_at.get(&id) {
                             if later > event
                                 && let Some(d) = done.get_mut(later)
@@ -248,11 +250,13 @@ impl Replayer {
                     // A variable the log shows only through its outputs was allocated after
                     // the id before it and before the next logged id: it is placed at the
                     // first point in between where BFC puts it at its logged address.
-                    let mut id = r.tf_alloc_id + 1;
-                    while let Some(v) = variables.remove(&id) {
-                        due.push((id, v));
-                        max_id = max_id.max(id);
-                        id += 1;
+                    let mut id = r.tf_alloc_id;
+                    while let Some(next) = id.checked_add(1)
+                        && let Some(v) = variables.remove(&next)
+                    {
+                        due.push((next, v));
+                        max_id = max_id.max(next);
+                        id = next;
                     }
                     self.try_due_variables(log, event, &mut due)?;
                 }
@@ -525,4 +529,25 @@ impl Replayer {
             metrics: self.metrics,
         }
     }
+}
+
+/// The ids strictly between `after` and `before` that are logged allocations or revealed
+/// variables, in order.
+fn ids_between(
+    alloc_at: &BTreeMap<i64, usize>,
+    variables: &BTreeMap<i64, Variable>,
+    after: i64,
+    before: i64,
+) -> BTreeSet<i64> {
+    use std::ops::Bound::Excluded;
+    // A range whose ends are equal and excluded, or reversed, would panic: it is empty.
+    if after >= before {
+        return BTreeSet::new();
+    }
+    let range = (Excluded(after), Excluded(before));
+    alloc_at
+        .range(range)
+        .map(|(&id, _)| id)
+        .chain(variables.range(range).map(|(&id, _)| id))
+        .collect()
 }

@@ -12,6 +12,12 @@ use allocview_sim::policy::pytorch::PytorchSettings;
 use super::pickle::{Key, Pickle, Seq, Val};
 use crate::sites::{Frame, NO_STACK, StackTable};
 
+mod budget;
+mod render;
+mod settings;
+
+use budget::Budget;
+
 /// A block's state in the final segments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockState {
@@ -228,6 +234,7 @@ pub fn read_snapshot(pickle: &Pickle) -> Result<RawSnapshot, String> {
     let root = pickle.root();
     let mut r = Reader {
         keys: HotKeys::of(pickle),
+        budget: Budget::of(pickle),
         ..Reader::default()
     };
     let mut snap = RawSnapshot::default();
@@ -244,6 +251,9 @@ pub fn read_snapshot(pickle: &Pickle) -> Result<RawSnapshot, String> {
         ));
     };
     for (i, seg) in r.items(segments, "segments").enumerate() {
+        if r.budget.exceeded() {
+            break;
+        }
         if let Some(s) = r.segment(seg, i, &mut snap.blocks) {
             snap.segments.push(s);
         }
@@ -253,6 +263,9 @@ pub fn read_snapshot(pickle: &Pickle) -> Result<RawSnapshot, String> {
             for (dev, trace) in r.items(traces, "device_traces").enumerate() {
                 let mut out = Vec::with_capacity(trace.seq().map_or(0, |s| s.len()));
                 for (i, e) in r.items(trace, "device trace").enumerate() {
+                    if r.budget.exceeded() {
+                        break;
+                    }
                     if let Some(entry) = r.entry(e, dev, i) {
                         out.push(entry);
                     }
@@ -267,8 +280,11 @@ pub fn read_snapshot(pickle: &Pickle) -> Result<RawSnapshot, String> {
     }
     match root.get("external_annotations") {
         Some(a) => {
-            for item in r.items(a, "external_annotations") {
-                snap.annotations.extend(r.annotation(item));
+            for (i, item) in r.items(a, "external_annotations").enumerate() {
+                if r.budget.exceeded() {
+                    break;
+                }
+                snap.annotations.extend(r.annotation(item, i));
             }
         }
         None if root.get("segments").is_some() => {
@@ -283,6 +299,9 @@ pub fn read_snapshot(pickle: &Pickle) -> Result<RawSnapshot, String> {
             Settings::default()
         }
     };
+    if let Some(e) = r.budget.error() {
+        return Err(e);
+    }
     snap.stacks = r.stacks;
     snap.streams = r.streams;
     snap.missing = r.missing;
@@ -382,6 +401,8 @@ struct Reader {
     stream_ids: HashMap<u64, u16>,
     /// Keys already reported missing, so each is said once.
     said: std::collections::HashSet<&'static str>,
+    /// Bytes the typed records may take (see [`budget`]).
+    budget: Budget,
 }
 
 /// At most this many skipped items are described; the rest are counted in the last line.
@@ -435,6 +456,11 @@ impl Reader {
         let Some(items) = frames.seq().filter(|it| it.len() > 0) else {
             return NO_STACK;
         };
+        if !self.budget.charge(items.len() * size_of::<u32>(), || {
+            "a `frames` list".to_owned()
+        }) {
+            return NO_STACK;
+        }
         let mut ids = Vec::with_capacity(items.len());
         for f in items {
             let name = hot(f, self.keys.name);
@@ -449,9 +475,18 @@ impl Reader {
                 continue;
             }
             let text = |v: Option<Val<'_>>| v.and_then(|v| v.as_str()).unwrap_or("").to_owned();
+            let (function, file) = (text(name), text(file));
+            if !self
+                .budget
+                .charge(size_of::<Frame>() + function.len() + file.len(), || {
+                    format!("frame {:?}", short(&function))
+                })
+            {
+                return NO_STACK;
+            }
             let id = self.stacks.intern_frame(Frame {
-                function: text(name),
-                file: text(file),
+                function,
+                file,
                 line,
                 module: String::new(),
             });
@@ -483,6 +518,12 @@ impl Reader {
             self.skip(format!("segment {index}: no `address`"));
             return None;
         };
+        if !self
+            .budget
+            .charge(size_of::<RawSegment>(), || format!("segment {index}"))
+        {
+            return None;
+        }
         let small_pool = match hot(seg, k.segment_type).and_then(|v| v.as_str()) {
             Some(t) => t == "small",
             None => {
@@ -504,6 +545,12 @@ impl Reader {
             None => None.into_iter().flatten(),
         };
         for (bi, b) in items.enumerate() {
+            if !self.budget.charge(size_of::<RawBlock>(), || {
+                format!("segment {index}, block {bi}")
+            }) {
+                all_blocks.truncate(first_block);
+                return None;
+            }
             let Some(block) = self.block(b, cursor, index, bi) else {
                 continue;
             };
@@ -511,20 +558,46 @@ impl Reader {
             all_blocks.push(block);
         }
         let blocks = all_blocks.get(first_block..).unwrap_or_default();
-        let total_bytes =
-            u(k.total_size).unwrap_or_else(|| blocks.iter().map(|b| b.size_bytes).sum());
+        // Missing totals are the blocks' sizes added up: the file's values, so every sum is
+        // checked, and a segment whose blocks add up past 2^64 - 1 bytes is skipped, named.
         let sum_where = |f: &dyn Fn(&RawBlock) -> bool, size: &dyn Fn(&RawBlock) -> u64| {
-            blocks.iter().filter(|b| f(b)).map(size).sum::<u64>()
+            blocks
+                .iter()
+                .filter(|b| f(b))
+                .try_fold(0u64, |sum, b| sum.checked_add(size(b)))
         };
-        let allocated_bytes = u(k.allocated_size).unwrap_or_else(|| {
-            sum_where(&|b| b.state == BlockState::ActiveAllocated, &|b| {
-                b.size_bytes
-            })
-        });
-        let active_bytes = u(k.active_size)
-            .unwrap_or_else(|| sum_where(&|b| b.state.is_active(), &|b| b.size_bytes));
-        let requested_bytes = u(k.requested_size)
-            .unwrap_or_else(|| sum_where(&|b| b.state.is_active(), &|b| b.requested_bytes));
+        let totals = [
+            (k.total_size, sum_where(&|_| true, &|b| b.size_bytes)),
+            (
+                k.allocated_size,
+                sum_where(&|b| b.state == BlockState::ActiveAllocated, &|b| {
+                    b.size_bytes
+                }),
+            ),
+            (
+                k.active_size,
+                sum_where(&|b| b.state.is_active(), &|b| b.size_bytes),
+            ),
+            (
+                k.requested_size,
+                sum_where(&|b| b.state.is_active(), &|b| b.requested_bytes),
+            ),
+        ]
+        .map(|(key, sum)| u(key).or(sum));
+        let [
+            Some(total_bytes),
+            Some(allocated_bytes),
+            Some(active_bytes),
+            Some(requested_bytes),
+        ] = totals
+        else {
+            all_blocks.truncate(first_block);
+            self.skip(format!(
+                "segment {index}: its blocks' sizes add up past 2^64 - 1 bytes (and the \
+                 segment does not give its totals)"
+            ));
+            return None;
+        };
         Some(RawSegment {
             device: hot(seg, k.device).and_then(|v| v.as_i64()).unwrap_or(0),
             address,
@@ -601,8 +674,19 @@ impl Reader {
             self.skip(format!("device {device} trace entry {index}: no `action`"));
             return None;
         };
+        if !self.budget.charge(size_of::<RawEntry>(), || {
+            format!("device {device} trace entry {index}")
+        }) {
+            return None;
+        }
         let Some(action) = Action::parse(name) else {
-            *self.unknown_actions.entry(name.to_owned()).or_insert(0) += 1;
+            // Looked up before it is copied: one long name shared by every entry is copied once.
+            match self.unknown_actions.get_mut(name) {
+                Some(n) => *n += 1,
+                None => {
+                    self.unknown_actions.insert(name.to_owned(), 1);
+                }
+            }
             return None;
         };
         let time_us = hot(e, self.keys.time_us).and_then(|v| v.as_i64());
@@ -652,55 +736,27 @@ impl Reader {
         i
     }
 
-    fn annotation(&mut self, a: Val<'_>) -> Option<Annotation> {
-        let text = |k: &str| a.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+    fn annotation(&mut self, a: Val<'_>, index: usize) -> Option<Annotation> {
+        let text = |k: &str| a.get(k).and_then(|v| v.as_str()).unwrap_or("");
         let Some(time_us) = a.get("time_us").and_then(|v| v.as_i64()) else {
             self.skip("an annotation without `time_us`".to_owned());
             return None;
         };
+        let (stage, name) = (text("stage"), text("name"));
+        if !self
+            .budget
+            .charge(size_of::<Annotation>() + stage.len() + name.len(), || {
+                format!("annotation {index}")
+            })
+        {
+            return None;
+        }
         Some(Annotation {
-            stage: text("stage").unwrap_or_default(),
-            name: text("name").unwrap_or_default(),
+            stage: stage.to_owned(),
+            name: name.to_owned(),
             device: a.get("device").and_then(|v| v.as_i64()).unwrap_or(0),
             time_us,
         })
-    }
-
-    fn settings(&mut self, s: Val<'_>) -> Settings {
-        let mut out = Settings {
-            present: true,
-            ..Settings::default()
-        };
-        let Some(items) = s.dict_items() else {
-            self.skip(format!("allocator_settings is a {}", s.kind_name()));
-            return out;
-        };
-        for (k, v) in items {
-            let Some(key) = k.as_str() else { continue };
-            out.raw.push((key.to_owned(), render(v)));
-            let p = &mut out.policy;
-            match key {
-                // -1 (SIZE_MAX as int64) means unlimited.
-                "max_split_size" => {
-                    p.max_split_size_bytes = v.as_i64().filter(|&m| m > 0).map(|m| m as u64);
-                }
-                "garbage_collection_threshold" => {
-                    let t = v.as_f64().unwrap_or(0.0).clamp(0.0, 1.0);
-                    p.garbage_collection_threshold_ppm = (t * 1e6).round() as u32;
-                }
-                "expandable_segments" => {
-                    p.expandable_segments = v.as_bool().unwrap_or(false);
-                }
-                "max_non_split_rounding_size" => {
-                    if let Some(b) = v.as_u64().filter(|&b| b > 0) {
-                        p.max_non_split_rounding_bytes = b;
-                    }
-                }
-                "roundup_power2_divisions" => read_divisions(v, &mut p.roundup_power2_divisions),
-                _ => {}
-            }
-        }
-        out
     }
 }
 
@@ -712,101 +768,7 @@ fn stream_value(v: Val<'_>) -> u64 {
         .unwrap_or(0)
 }
 
-/// `roundup_power2_divisions`: a dict keyed by the MiB start of each power-of-two interval
-/// (`'1'` .. `'32768'`), or one number for every interval.
-fn read_divisions(v: Val<'_>, out: &mut [u32; 16]) {
-    if let Some(n) = v.as_u64() {
-        out.fill(u32::try_from(n).unwrap_or(0));
-        return;
-    }
-    if let Some(items) = v.dict_items() {
-        for (k, d) in items {
-            let mib = k
-                .as_str()
-                .and_then(|s| s.parse::<u64>().ok())
-                .or_else(|| k.as_u64());
-            let (Some(mib), Some(d)) = (mib, d.as_u64()) else {
-                continue;
-            };
-            if mib.is_power_of_two() {
-                let interval = mib.trailing_zeros() as usize;
-                if let Some(slot) = out.get_mut(interval) {
-                    *slot = u32::try_from(d).unwrap_or(0);
-                }
-            }
-        }
-    } else if let Some(seq) = v.seq() {
-        // A list by interval, as some builds print it.
-        for (slot, d) in out.iter_mut().zip(seq) {
-            *slot = d.as_u64().and_then(|d| u32::try_from(d).ok()).unwrap_or(0);
-        }
-    }
-}
-
-/// A short text form of a settings value, for reports.
-fn render(v: Val<'_>) -> String {
-    render_within(v, RENDER_DEPTH)
-}
-
-/// Containers nested deeper than this in a settings value print as `...`: a pickle can nest
-/// them arbitrarily deep, or make a list that holds itself (through the memo), and the walk
-/// must end without overflowing the stack.
-const RENDER_DEPTH: u32 = 4;
-/// Items printed per container; the rest are counted.
-const RENDER_ITEMS: usize = 16;
-
-fn render_within(v: Val<'_>, depth: u32) -> String {
-    if let Some(s) = v.as_str() {
-        return s.to_owned();
-    }
-    if let Some(b) = v.as_bool() {
-        return if b { "True" } else { "False" }.to_owned();
-    }
-    if let Some(i) = v.as_i64() {
-        return i.to_string();
-    }
-    if let Some(f) = v.as_f64() {
-        return f.to_string();
-    }
-    let more = |n: usize| {
-        if n > RENDER_ITEMS {
-            format!(", ... ({} more)", n - RENDER_ITEMS)
-        } else {
-            String::new()
-        }
-    };
-    if let Some(items) = v.dict_items() {
-        if depth == 0 {
-            return "{...}".to_owned();
-        }
-        let items: Vec<_> = items.collect();
-        let parts: Vec<String> = items
-            .iter()
-            .take(RENDER_ITEMS)
-            .map(|&(k, v)| {
-                format!(
-                    "{}: {}",
-                    render_within(k, depth - 1),
-                    render_within(v, depth - 1)
-                )
-            })
-            .collect();
-        return format!("{{{}{}}}", parts.join(", "), more(items.len()));
-    }
-    if let Some(seq) = v.seq() {
-        if depth == 0 {
-            return "[...]".to_owned();
-        }
-        let items: Vec<_> = seq.collect();
-        let parts: Vec<String> = items
-            .iter()
-            .take(RENDER_ITEMS)
-            .map(|&x| render_within(x, depth - 1))
-            .collect();
-        return format!("[{}{}]", parts.join(", "), more(items.len()));
-    }
-    if v.is_none() {
-        return "None".to_owned();
-    }
-    v.kind_name().to_owned()
+/// The first 80 characters of `s`, to name a record in a message.
+fn short(s: &str) -> String {
+    s.chars().take(80).collect()
 }
