@@ -310,13 +310,15 @@ impl CellSums {
     #[inline]
     fn add(&mut self, b: &Block) {
         let pos = self.pos;
-        self.pos += b.len_bytes;
+        // Block lengths come from the trace (a hostile one's add up past 2^64): the offset
+        // saturates, and blocks past the held space's end are not drawn.
+        self.pos = self.pos.saturating_add(b.len_bytes);
         let g = &self.grid;
         // Most blocks of a big heap fall inside the cell of the block before.
         if pos >= g.start
             && self.pos <= g.cell_end
             && self.pos <= g.end
-            && pos + g.bytes_per_cell >= g.cell_end
+            && pos.saturating_add(g.bytes_per_cell) >= g.cell_end
             && let Some(c) = usize::try_from(g.cell).ok().and_then(|c| self.sums.at(c))
         {
             match b.state {
@@ -359,11 +361,12 @@ impl CellSums {
                         c.offer_class(class, n);
                     }
                 });
-                self.grid.spread(pos + req, b.len_bytes - req, |c, n| {
-                    if let Some(c) = s.at(c) {
-                        c.waste += n;
-                    }
-                });
+                self.grid
+                    .spread(pos.saturating_add(req), b.len_bytes - req, |c, n| {
+                        if let Some(c) = s.at(c) {
+                            c.waste += n;
+                        }
+                    });
             }
         }
     }
@@ -377,7 +380,7 @@ impl BlockSink for CellSums {
 
     /// Free ranges back to back are one free span of the held space.
     fn free_ranges(&mut self, ranges: &[(u64, u64)]) {
-        let len_bytes: u64 = ranges.iter().map(|&(_, l)| l).sum();
+        let len_bytes = ranges.iter().map(|&(_, l)| l).fold(0, u64::saturating_add);
         if let Some(&(addr, _)) = ranges.first() {
             self.add(&Block {
                 addr,
