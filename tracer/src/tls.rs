@@ -112,6 +112,7 @@ thread_local! {
             prev_addr: Cell::new(0),
             prev_key: Cell::new(0),
             keyed: Cell::new(false),
+            owner: Cell::new(0),
             busy: Cell::new(false),
             stack_lo: Cell::new(0),
             stack_hi: Cell::new(0),
