@@ -57,6 +57,10 @@
 //! - Hard cases: allocations made by `dlsym` while the real functions are resolved come from a
 //!   static 64 KiB bootstrap arena (never traced, never freed); calls made from inside the
 //!   tracer (or from a signal handler interrupting it) go straight to the real functions;
+//!   each lock records its holder, and a handler that interrupted the holder and then calls
+//!   `_exit`, `exit`, an `exec` or `fork` never waits for it: the exit and exec paths write
+//!   what they can without it (nothing at all when the interrupted code was writing to the
+//!   file, whose last frame may then be cut), and the child of such a `fork` runs untraced;
 //!   `fork` (through `pthread_atfork`) gives the child its own file, an empty buffer and a
 //!   clock thread of its own, since the parent writes the events from before the fork; the
 //!   tracer itself never calls `malloc`.
@@ -622,13 +626,20 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
 
 /// Flushes every buffer when this is the process that opened the spool (not a `vfork` child
 /// sharing our memory, which must leave the parent's buffers alone).
+/// In a signal handler that interrupted the tracer while it held a lock, locks are waited
+/// for a bounded time only ([`Wait::Handler`]): another thread may hold one while waiting
+/// for the lock this thread holds.
 fn flush_if_ours() {
     if STATE.load(Ordering::Acquire) == STATE_TRACING
         // SAFETY: plain syscall.
         && unsafe { getpid() } == PID.load(Ordering::Acquire)
     {
         let _busy = Busy::new();
-        flush_all(Wait::Block);
+        flush_all(if holds_a_lock() {
+            Wait::Handler
+        } else {
+            Wait::Block
+        });
     }
 }
 

@@ -35,6 +35,10 @@ pub(crate) struct ThreadState {
     /// The thread's stack, `[stack_lo, stack_hi)`, once the unwinder has asked (0: not yet).
     pub(crate) stack_lo: Cell<u64>,
     pub(crate) stack_hi: Cell<u64>,
+    /// `fork`s in progress on this thread that found it holding a lock of the tracer's (from a
+    /// signal handler that interrupted a write): their children run untraced (see
+    /// [`before_fork`]).
+    pub(crate) forks_untraced: Cell<u32>,
 }
 
 impl ThreadState {
@@ -116,6 +120,7 @@ thread_local! {
             busy: Cell::new(false),
             stack_lo: Cell::new(0),
             stack_hi: Cell::new(0),
+            forks_untraced: Cell::new(0),
         }
     };
 }
