@@ -243,6 +243,7 @@ type ExecveFn =
 type ExecvFn = unsafe extern "C" fn(*const c_char, *const *const c_char) -> c_int;
 type FexecveFn = unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
 type ExitFn = unsafe extern "C" fn(c_int) -> !;
+type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 
 struct Real {
     malloc: AtomicUsize,
@@ -262,6 +263,7 @@ struct Real {
     fexecve: AtomicUsize,
     exit: AtomicUsize,
     exit2: AtomicUsize,
+    dlclose: AtomicUsize,
 }
 
 static REAL: Real = Real {
@@ -282,6 +284,7 @@ static REAL: Real = Real {
     fexecve: AtomicUsize::new(0),
     exit: AtomicUsize::new(0),
     exit2: AtomicUsize::new(0),
+    dlclose: AtomicUsize::new(0),
 };
 
 /// Loads a resolved function pointer, initialising the tracer on first use; `None` while the
@@ -375,6 +378,7 @@ unsafe fn initialise() -> bool {
         resolve(&REAL.fexecve, b"fexecve\0");
         resolve(&REAL.exit, b"_exit\0");
         resolve(&REAL.exit2, b"_Exit\0");
+        resolve(&REAL.dlclose, b"dlclose\0");
     }
     if REAL.malloc.load(Ordering::Acquire) == 0 || REAL.free.load(Ordering::Acquire) == 0 {
         return false;
@@ -717,6 +721,29 @@ pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
         Some(f) => unsafe { f(status) },
         None => std::process::abort(),
     }
+}
+
+/// `dlclose`, for the call stacks: a module it unmapped leaves the tracer's module table (a
+/// library mapped at its addresses later is unwound with its own tables, and the table does
+/// not fill under repeated `dlopen`/`dlclose`), and every buffer is written out, so that the
+/// stacks defined while the module was mapped come before the `MODULE` frame of whatever is
+/// mapped there next (the loader places a stack in the latest module frame before it that
+/// covers the address).
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+    let Some(f) = real_fn!(dlclose, DlcloseFn) else {
+        return -1;
+    };
+    #[cfg(target_arch = "x86_64")]
+    if stacks_on() && STATE.load(Ordering::Acquire) == STATE_TRACING && !is_busy() {
+        let unloads = modules::before_dlclose();
+        let rc = unsafe { f(handle) };
+        if modules::after_dlclose(unloads) {
+            flush_if_ours();
+        }
+        return rc;
+    }
+    unsafe { f(handle) }
 }
 
 // The loader's call names, for the unit test below to check the codes against.
