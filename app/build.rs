@@ -5,6 +5,12 @@
 //! The tracer has no dependencies, so a single `rustc` call compiles it: no nested cargo (which
 //! would wait on the lock of the build that runs this script), always optimised and with
 //! `panic=abort`, whatever the profile of the surrounding build.
+//!
+//! Where no tracer can be had, an empty file is embedded and `allocview record` says that it is
+//! unsupported there (the rest of allocview works everywhere): on targets other than 64-bit
+//! Linux, and on 64-bit Linux other than x86-64 when the tracer fails to compile (a cargo
+//! warning says why). On x86-64 Linux, the platform `record` is made for and CI builds on, a
+//! tracer that fails to compile fails the build.
 
 use std::env;
 use std::path::PathBuf;
@@ -20,10 +26,7 @@ fn main() {
     let target_os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let pointer_width = env::var("CARGO_CFG_TARGET_POINTER_WIDTH").unwrap_or_default();
     if target_os != "linux" || pointer_width != "64" {
-        // `allocview record` reports that it is unsupported here.
-        if let Err(e) = std::fs::write(&out, b"") {
-            panic!("cannot write {}: {e}", out.display());
-        }
+        no_tracer(&out, "not a 64-bit Linux target");
         return;
     }
     let manifest = env::var_os("CARGO_MANIFEST_DIR")
@@ -53,15 +56,45 @@ fn main() {
     ]);
     if let Ok(target) = env::var("TARGET") {
         cmd.args(["--target", &target]);
+        // A cross build links with the linker cargo was given for the target (CI's aarch64
+        // check sets it): the host's `cc` cannot link for another architecture.
+        let var = format!(
+            "CARGO_TARGET_{}_LINKER",
+            target.to_uppercase().replace(['-', '.'], "_")
+        );
+        println!("cargo:rerun-if-env-changed={var}");
+        if let Ok(linker) = env::var(&var) {
+            cmd.arg("-C").arg(format!("linker={linker}"));
+        }
     }
     cmd.arg(&src).arg("-o").arg(&out);
     cmd.env(
         "CARGO_PKG_VERSION",
         env::var("CARGO_PKG_VERSION").unwrap_or_default(),
     );
-    match cmd.status() {
-        Ok(status) if status.success() => {}
-        Ok(status) => panic!("compiling the tracer {} failed: {status}", src.display()),
-        Err(e) => panic!("cannot run rustc to compile the tracer: {e}"),
+    let failure = match cmd.status() {
+        Ok(status) if status.success() => None,
+        Ok(status) => Some(format!(
+            "compiling the tracer {} failed: {status}",
+            src.display()
+        )),
+        Err(e) => Some(format!("cannot run rustc to compile the tracer: {e}")),
+    };
+    let Some(failure) = failure else {
+        return;
+    };
+    if env::var("CARGO_CFG_TARGET_ARCH").is_ok_and(|a| a == "x86_64") {
+        panic!("{failure}");
     }
+    println!("cargo:warning={failure}; `allocview record` will say it is unsupported here");
+    no_tracer(&out, "the tracer did not compile for this target");
+}
+
+/// Embeds an empty tracer: `allocview record` then reports that it is unsupported, naming
+/// `why` (set as `ALLOCVIEW_NO_TRACER` for the binary).
+fn no_tracer(out: &std::path::Path, why: &str) {
+    if let Err(e) = std::fs::write(out, b"") {
+        panic!("cannot write {}: {e}", out.display());
+    }
+    println!("cargo:rustc-env=ALLOCVIEW_NO_TRACER={why}");
 }

@@ -469,3 +469,145 @@ int main(void) {
         "{stacks:#?}"
     );
 }
+
+/// Two libraries of the same layout (`a_alloc` and `b_alloc` at the same offsets): loaded in
+/// turn by [`DLOPEN_LOOP_C`], each pair at the same address.
+const DL_LIB_C: &str = r#"
+#include <stdlib.h>
+__attribute__((noinline)) void* NAME(void) {
+    void* p = malloc(SIZE);
+    asm volatile("" ::: "memory");
+    return p;
+}
+"#;
+
+/// Loads liba then libb (argv 1 and 2) `argv[3]` times each, allocating through each and
+/// closing it: the second of a pair is mapped where the first was. After each pair, a page
+/// is mapped at that address, so the next pair lands elsewhere: the process maps more
+/// distinct modules than the tracer's table used to hold (2,048).
+const DLOPEN_LOOP_C: &str = r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+int main(int argc, char** argv) {
+    if (argc != 4) return 2;
+    int pairs = atoi(argv[3]), same = 0;
+    void** keep = calloc(2 * (size_t)pairs, sizeof(void*));
+    for (int i = 0; i < pairs; i++) {
+        void* base[2];
+        for (int k = 0; k < 2; k++) {
+            void* h = dlopen(argv[1 + k], RTLD_NOW | RTLD_LOCAL);
+            if (!h) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 1; }
+            void* (*f)(void) = (void* (*)(void))dlsym(h, k ? "b_alloc" : "a_alloc");
+            Dl_info info;
+            if (!f || !dladdr((void*)f, &info)) return 1;
+            base[k] = info.dli_fbase;
+            free(f());
+            keep[2 * i + k] = f();
+            if (dlclose(h) != 0) return 1;
+        }
+        same += base[0] == base[1];
+        mmap(base[1], 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    }
+    for (int i = 0; i < 2 * pairs; i++) free(keep[i]);
+    free(keep);
+    printf("pairs=%d same=%d\n", pairs, same);
+    return 0;
+}
+"#;
+
+fn cc(args: &[&str], out: &Path, src: &Path) {
+    let built = Command::new("cc")
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .arg(src)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+}
+
+#[test]
+fn libraries_unloaded_and_loaded_again_at_the_same_address_keep_their_own_stacks() {
+    let dir = scratch("dlclose");
+    let mut libs = Vec::new();
+    for (name, size) in [("a", 1111), ("b", 2222)] {
+        let src = dir.join(format!("lib{name}.c"));
+        let code = DL_LIB_C
+            .replace("NAME", &format!("{name}_alloc"))
+            .replace("SIZE", &size.to_string());
+        std::fs::write(&src, code).unwrap();
+        let lib = dir.join(format!("lib{name}.so"));
+        cc(
+            &["-shared", "-fPIC", "-g", "-fno-omit-frame-pointer"],
+            &lib,
+            &src,
+        );
+        libs.push(lib);
+    }
+    let src = dir.join("loop.c");
+    std::fs::write(&src, DLOPEN_LOOP_C).unwrap();
+    let exe = dir.join("loop");
+    cc(&["-g", "-fno-omit-frame-pointer"], &exe, &src);
+    let pairs = 2100;
+    let out = dir.join("loop.avt");
+    let run = allocview(&[
+        "record",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        libs[0].to_str().unwrap(),
+        libs[1].to_str().unwrap(),
+        &pairs.to_string(),
+    ]);
+    ok(&run);
+    // The program ran to its end, and most pairs shared their address (else this tests
+    // nothing).
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let same: u32 = stdout
+        .trim()
+        .strip_prefix(&format!("pairs={pairs} same="))
+        .unwrap_or_else(|| panic!("{stdout}"))
+        .parse()
+        .unwrap();
+    assert!(same > pairs / 2, "{stdout}");
+    let t = load(&out);
+    assert_eq!(t.summary.frees_unknown, 0);
+    // Every allocation is attributed to the function of the library that made it.
+    let table = t.stacks.as_ref().expect("a trace recorded with stacks");
+    let sizes = t.events.column("size_bytes").unwrap().u64().unwrap();
+    let kinds = t.events.column("kind").unwrap().u8().unwrap();
+    let ids = t.events.column("stack_id").unwrap().u32().unwrap();
+    let mut wrong = Vec::new();
+    let mut counted = [0u32; 2];
+    for i in 0..t.events.height() {
+        let (want, other, k) = match sizes.get(i) {
+            Some(1111) => ("a_alloc", "b_alloc", 0),
+            Some(2222) => ("b_alloc", "a_alloc", 1),
+            _ => continue,
+        };
+        if kinds.get(i) != Some(0) {
+            continue;
+        }
+        counted[k] += 1;
+        let frames = ids.get(i).map(|id| names(table, id)).unwrap_or_default();
+        if !frames.iter().any(|f| f == want) || frames.iter().any(|f| f == other) {
+            wrong.push((want, frames));
+        }
+    }
+    assert_eq!(counted, [2 * pairs; 2]);
+    assert!(
+        wrong.is_empty(),
+        "{} of {} allocations attributed wrongly, the first: {:?}",
+        wrong.len(),
+        4 * pairs,
+        wrong.first()
+    );
+}

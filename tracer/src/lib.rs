@@ -57,6 +57,10 @@
 //! - Hard cases: allocations made by `dlsym` while the real functions are resolved come from a
 //!   static 64 KiB bootstrap arena (never traced, never freed); calls made from inside the
 //!   tracer (or from a signal handler interrupting it) go straight to the real functions;
+//!   each lock records its holder, and a handler that interrupted the holder and then calls
+//!   `_exit`, `exit`, an `exec` or `fork` never waits for it: the exit and exec paths write
+//!   what they can without it (nothing at all when the interrupted code was writing to the
+//!   file, whose last frame may then be cut), and the child of such a `fork` runs untraced;
 //!   `fork` (through `pthread_atfork`) gives the child its own file, an empty buffer and a
 //!   clock thread of its own, since the parent writes the events from before the fork; the
 //!   tracer itself never calls `malloc`.
@@ -239,6 +243,7 @@ type ExecveFn =
 type ExecvFn = unsafe extern "C" fn(*const c_char, *const *const c_char) -> c_int;
 type FexecveFn = unsafe extern "C" fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
 type ExitFn = unsafe extern "C" fn(c_int) -> !;
+type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 
 struct Real {
     malloc: AtomicUsize,
@@ -258,6 +263,7 @@ struct Real {
     fexecve: AtomicUsize,
     exit: AtomicUsize,
     exit2: AtomicUsize,
+    dlclose: AtomicUsize,
 }
 
 static REAL: Real = Real {
@@ -278,6 +284,7 @@ static REAL: Real = Real {
     fexecve: AtomicUsize::new(0),
     exit: AtomicUsize::new(0),
     exit2: AtomicUsize::new(0),
+    dlclose: AtomicUsize::new(0),
 };
 
 /// Loads a resolved function pointer, initialising the tracer on first use; `None` while the
@@ -371,6 +378,7 @@ unsafe fn initialise() -> bool {
         resolve(&REAL.fexecve, b"fexecve\0");
         resolve(&REAL.exit, b"_exit\0");
         resolve(&REAL.exit2, b"_Exit\0");
+        resolve(&REAL.dlclose, b"dlclose\0");
     }
     if REAL.malloc.load(Ordering::Acquire) == 0 || REAL.free.load(Ordering::Acquire) == 0 {
         return false;
@@ -622,13 +630,20 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
 
 /// Flushes every buffer when this is the process that opened the spool (not a `vfork` child
 /// sharing our memory, which must leave the parent's buffers alone).
+/// In a signal handler that interrupted the tracer while it held a lock, locks are waited
+/// for a bounded time only ([`Wait::Handler`]): another thread may hold one while waiting
+/// for the lock this thread holds.
 fn flush_if_ours() {
     if STATE.load(Ordering::Acquire) == STATE_TRACING
         // SAFETY: plain syscall.
         && unsafe { getpid() } == PID.load(Ordering::Acquire)
     {
         let _busy = Busy::new();
-        flush_all(Wait::Block);
+        flush_all(if holds_a_lock() {
+            Wait::Handler
+        } else {
+            Wait::Block
+        });
     }
 }
 
@@ -706,6 +721,29 @@ pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
         Some(f) => unsafe { f(status) },
         None => std::process::abort(),
     }
+}
+
+/// `dlclose`, for the call stacks: a module it unmapped leaves the tracer's module table (a
+/// library mapped at its addresses later is unwound with its own tables, and the table does
+/// not fill under repeated `dlopen`/`dlclose`), and every buffer is written out, so that the
+/// stacks defined while the module was mapped come before the `MODULE` frame of whatever is
+/// mapped there next (the loader places a stack in the latest module frame before it that
+/// covers the address).
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+    let Some(f) = real_fn!(dlclose, DlcloseFn) else {
+        return -1;
+    };
+    #[cfg(target_arch = "x86_64")]
+    if stacks_on() && STATE.load(Ordering::Acquire) == STATE_TRACING && !is_busy() {
+        let unloads = modules::before_dlclose();
+        let rc = unsafe { f(handle) };
+        if modules::after_dlclose(unloads) {
+            flush_if_ours();
+        }
+        return rc;
+    }
+    unsafe { f(handle) }
 }
 
 // The loader's call names, for the unit test below to check the codes against.

@@ -62,16 +62,69 @@ pub(crate) unsafe extern "C" fn on_fatal_signal(sig: c_int) {
     }
 }
 
+/// Takes the file's lock, so that no segment is half-written when the child's copy of memory
+/// is taken. Not when this thread holds a lock of the tracer's (a signal handler interrupted
+/// it while it wrote, and forks): waiting would never end, and the child's copy has a write
+/// in progress, so that child runs untraced ([`untraced_child`]).
 pub(crate) unsafe extern "C" fn before_fork() {
-    // No segment may be half-written when the child's copy of memory is taken.
-    lock(&WRITE_LOCK);
+    if holds_a_lock() {
+        if let Some(t) = tls() {
+            t.forks_untraced.set(t.forks_untraced.get() + 1);
+        }
+        return;
+    }
+    // Not held here (checked above), so taken.
+    let _ = lock(&WRITE_LOCK);
+}
+
+/// Whether the fork ending now is one [`before_fork`] did not lock for (and counts it done).
+fn fork_was_untraced() -> bool {
+    let Some(t) = tls() else {
+        return false;
+    };
+    let n = t.forks_untraced.get();
+    if n > 0 {
+        t.forks_untraced.set(n - 1);
+    }
+    n > 0
 }
 
 pub(crate) unsafe extern "C" fn after_fork_parent() {
-    unlock(&WRITE_LOCK);
+    if !fork_was_untraced() {
+        unlock(&WRITE_LOCK);
+    }
+}
+
+/// The child of a fork made while this thread held a lock of the tracer's: it records
+/// nothing more, and the spool it shares with the parent is replaced by `/dev/null` under
+/// the same descriptor, so that the interrupted write, should the handler return, goes
+/// nowhere (not into the parent's file, not into a file of the child's).
+fn untraced_child() {
+    STATE.store(STATE_OFF, Ordering::Release);
+    let fd = FD.load(Ordering::Acquire);
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: plain syscalls on our own descriptor.
+    unsafe {
+        let null = open(c"/dev/null".as_ptr(), O_WRONLY | O_CLOEXEC);
+        if null < 0 || dup3(null, fd, O_CLOEXEC) < 0 {
+            FD.store(-1, Ordering::Release);
+            close(fd);
+        }
+        if null >= 0 {
+            close(null);
+        }
+    }
 }
 
 pub(crate) unsafe extern "C" fn after_fork_child() {
+    if fork_was_untraced() {
+        if STATE.load(Ordering::Acquire) == STATE_TRACING {
+            untraced_child();
+        }
+        return;
+    }
     unlock(&WRITE_LOCK);
     if STATE.load(Ordering::Acquire) != STATE_TRACING {
         return;

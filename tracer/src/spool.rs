@@ -186,13 +186,13 @@ pub(crate) unsafe fn write_header(fd: c_int, pid: c_int) -> bool {
 
 /// Writes one whole frame to the spool (under the write lock, so no segment is cut). Skipped
 /// when this very thread holds the lock (an allocation made by another `pthread_atfork`
-/// prepare handler after ours took it): waiting would never end.
+/// prepare handler after ours took it, or a signal handler that interrupted a write):
+/// waiting would never end.
 pub(crate) fn write_frame(frame: &[u8]) {
     let fd = FD.load(Ordering::Acquire);
-    if fd < 0 || WRITE_LOCK.load(Ordering::Relaxed) == self_id() {
+    if fd < 0 || !lock(&WRITE_LOCK) {
         return;
     }
-    lock(&WRITE_LOCK);
     // SAFETY: fd is the spool.
     if !unsafe { write_all(fd, &[frame]) } {
         FD.store(-1, Ordering::Release);
@@ -324,7 +324,9 @@ pub(crate) fn acquire_buf() -> Option<&'static Buf> {
 /// Starts a new event stream in `b` for the calling thread (deltas restart from zero: the
 /// caller resets its [`ThreadState`] with [`ThreadState::start_at`]).
 pub(crate) fn start_stream(b: &Buf) {
-    lock(&b.lock);
+    // Not held here: the buffer was just taken from the pool, or reset in a fork child; a
+    // signal handler interrupting this thread finds it busy and records nothing.
+    let locked = lock(&b.lock);
     b.committed.store(0, Ordering::Relaxed);
     b.flushed.store(0, Ordering::Relaxed);
     b.stream.store(
@@ -334,7 +336,9 @@ pub(crate) fn start_stream(b: &Buf) {
     // SAFETY: plain syscall.
     b.tid.store(unsafe { gettid() } as u64, Ordering::Relaxed);
     b.owner.store(next_owner_id(), Ordering::Relaxed);
-    unlock(&b.lock);
+    if locked {
+        unlock(&b.lock);
+    }
 }
 
 /// Writes the unwritten complete events of `b` as one segment. Call with `b.lock` held.
@@ -378,15 +382,26 @@ pub(crate) fn write_segment(b: &Buf, wait: Wait) {
 #[cold]
 #[inline(never)]
 pub(crate) fn flush_own(b: &Buf) {
-    lock(&b.lock);
+    // Never held here: the owner flushes between `enter` and `leave` (a signal handler's calls
+    // then pass through) or at thread exit (the thread no longer records); should it be, the
+    // events are dropped rather than written twice.
+    if !lock(&b.lock) {
+        return;
+    }
     write_segment(b, Wait::Block);
     b.committed.store(0, Ordering::Relaxed);
     b.flushed.store(0, Ordering::Relaxed);
     unlock(&b.lock);
 }
 
-/// Writes the complete events of every buffer.
+/// Writes the complete events of every buffer. In a signal handler that interrupted this
+/// thread while it held a lock of the tracer's, the buffer it was writing is skipped; when
+/// that lock is the file's, nothing is written (a segment is half-written, and another
+/// thread holding a buffer's lock may be waiting for the file's).
 pub(crate) fn flush_all(wait: Wait) {
+    if held_here(&WRITE_LOCK) {
+        return;
+    }
     let mut p = BUFFERS.load(Ordering::Acquire);
     while !p.is_null() {
         // SAFETY: buffers are never unmapped.

@@ -21,7 +21,7 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use crate::encode::{PREFIX_VARINT_STORE_BYTES, put_prefix_varint, put_varint, zigzag};
-use crate::modules::{self, Module};
+use crate::modules::{self, Module, Names};
 use crate::unwind::{self, End, MAX_DEPTH, Regs};
 use crate::{Buf, ThreadState};
 
@@ -211,19 +211,19 @@ fn tracer_range() -> (u64, u64) {
         return (TRACER_LO.load(Ordering::Relaxed), hi);
     }
     let here = tracer_range as *const () as u64;
-    let (lo, hi) = modules::find_or_refresh(here, emit_module).map_or((0, 0), Module::span);
+    let (lo, hi) = modules::find_or_refresh(here, emit_module).map_or((0, 0), |m| m.span());
     TRACER_LO.store(lo, Ordering::Relaxed);
     TRACER_HI.store(hi, Ordering::Relaxed);
     (lo, hi)
 }
 
 /// Writes a module to the spool as a `MODULE` frame.
-pub fn emit_module(m: &Module) {
+pub fn emit_module(m: &Module, names: &Names) {
     let mut frame = [0u8; 1024];
     let Some((head, body)) = frame.split_at_mut_checked(5) else {
         return;
     };
-    let Some(len) = modules::encode_module(m, body) else {
+    let Some(len) = modules::encode_module(m, names, body) else {
         return;
     };
     head[0] = crate::FRAME_MODULE;

@@ -35,6 +35,10 @@ pub(crate) struct ThreadState {
     /// The thread's stack, `[stack_lo, stack_hi)`, once the unwinder has asked (0: not yet).
     pub(crate) stack_lo: Cell<u64>,
     pub(crate) stack_hi: Cell<u64>,
+    /// `fork`s in progress on this thread that found it holding a lock of the tracer's (from a
+    /// signal handler that interrupted a write): their children run untraced (see
+    /// [`before_fork`]).
+    pub(crate) forks_untraced: Cell<u32>,
 }
 
 impl ThreadState {
@@ -112,9 +116,11 @@ thread_local! {
             prev_addr: Cell::new(0),
             prev_key: Cell::new(0),
             keyed: Cell::new(false),
+            owner: Cell::new(0),
             busy: Cell::new(false),
             stack_lo: Cell::new(0),
             stack_hi: Cell::new(0),
+            forks_untraced: Cell::new(0),
         }
     };
 }

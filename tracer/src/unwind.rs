@@ -23,7 +23,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::modules::{self, Module};
+use crate::modules::{self, Emit};
 
 /// Most frames of a stack.
 pub const MAX_DEPTH: usize = 128;
@@ -77,17 +77,23 @@ impl Rule {
     }
 
     /// Code in no known module, as of module [`generation`](modules::generation) `known`
-    /// (bit 35 marks it, bits 36-55 hold the generation; [`NO_GENERATION`] when the module
-    /// table was not looked at again): such a module may be mapped later.
+    /// (bit 35 marks it, bits 36-55 hold the generation modulo [`NO_GENERATION`], or that
+    /// value when the module table was not looked at again): such a module may be mapped
+    /// later.
     fn no_module(known: u64) -> Self {
-        Self(Self::stop(End::NoInfo).0 | 1 << 35 | (known.min(NO_GENERATION) << 36))
+        let known = if known == NO_GENERATION {
+            known
+        } else {
+            known % NO_GENERATION
+        };
+        Self(Self::stop(End::NoInfo).0 | 1 << 35 | (known << 36))
     }
 
-    /// A [`Self::no_module`] rule from before the module table last grew.
+    /// A [`Self::no_module`] rule from before the module table last changed.
     fn is_stale(self) -> bool {
         self.cfa_reg() == 0
             && (self.0 >> 35) & 1 == 1
-            && (self.0 >> 36) & NO_GENERATION != modules::generation().min(NO_GENERATION - 1)
+            && (self.0 >> 36) & NO_GENERATION != modules::generation() % NO_GENERATION
     }
 
     fn end(self) -> End {
@@ -123,34 +129,45 @@ fn slot_of(pc: u64) -> &'static Slot {
     &CACHE[(h as usize) & (CACHE_SLOTS - 1)]
 }
 
+/// What the cache files a rule for `pc` under while module [`unloads`](modules::unloads) is
+/// `unloads`: a rule of a module since unloaded is not found for code mapped at its addresses
+/// later (distinct for distinct counts: the factor is odd).
 #[inline(always)]
-fn cached(pc: u64) -> Option<Rule> {
+fn cache_key(pc: u64, unloads: u64) -> u64 {
+    pc ^ unloads.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+#[inline(always)]
+fn cached(pc: u64, unloads: u64) -> Option<Rule> {
     let s = slot_of(pc);
     let rule = s.rule.load(Ordering::Relaxed);
     let key = s.key.load(Ordering::Relaxed);
-    (rule != 0 && key ^ rule == pc).then_some(Rule(rule))
+    (rule != 0 && key ^ rule == cache_key(pc, unloads)).then_some(Rule(rule))
 }
 
-fn remember(pc: u64, rule: Rule) {
+fn remember(pc: u64, unloads: u64, rule: Rule) {
     let s = slot_of(pc);
     s.rule.store(rule.0, Ordering::Relaxed);
-    s.key.store(pc ^ rule.0, Ordering::Relaxed);
+    s.key
+        .store(cache_key(pc, unloads) ^ rule.0, Ordering::Relaxed);
 }
 
-/// The rule for code address `pc` (a return address less one, or the exact first pc).
+/// The rule for code address `pc` (a return address less one, or the exact first pc), in a
+/// walk that started while modules had been removed `unloads` times.
 #[inline(always)]
-fn rule_for(pc: u64, emit: fn(&Module)) -> Rule {
-    match cached(pc) {
+fn rule_for(pc: u64, unloads: u64, emit: Emit) -> Rule {
+    match cached(pc, unloads) {
         Some(r) => r,
-        None => compute_rule(pc, emit),
+        None => compute_rule(pc, unloads, emit),
     }
 }
 
-/// A rule not in the cache: computed from the module's CFI and cached.
+/// A rule not in the cache: computed from the module's CFI and cached (under the walk's
+/// `unloads`: if a module was removed since, the rule is not found by later walks).
 #[cold]
 #[inline(never)]
-fn compute_rule(pc: u64, emit: fn(&Module)) -> Rule {
-    let m = match modules::find(pc) {
+fn compute_rule(pc: u64, unloads: u64, emit: Emit) -> Rule {
+    let m = match modules::find_current(pc) {
         Some(m) => m,
         None => {
             let looked = modules::refresh(emit);
@@ -163,8 +180,8 @@ fn compute_rule(pc: u64, emit: fn(&Module)) -> Rule {
             }
         }
     };
-    let rule = crate::cfi::compute(m, pc).map_or(Rule::stop(End::NoInfo), |s| pack(&s));
-    remember(pc, rule);
+    let rule = crate::cfi::compute(&m, pc).map_or(Rule::stop(End::NoInfo), |s| pack(&s));
+    remember(pc, unloads, rule);
     rule
 }
 
@@ -220,6 +237,9 @@ const MEMO_SLOTS: usize = 1 << 9;
 /// Zeroed memory is an empty memo (no frame is at address 0).
 #[repr(C)]
 pub struct Memo {
+    /// The module [`unloads`](modules::unloads) count its rules hold for: when modules were
+    /// removed since, the memo is emptied (their addresses may hold other code now).
+    unloads: u64,
     pcs: [u64; MEMO_DEPTH],
     rules: [u64; MEMO_DEPTH],
     /// `[pc, rule]`.
@@ -233,11 +253,31 @@ fn memo_slot(pc: u64) -> usize {
 }
 
 impl Memo {
+    /// Empties the memo when modules were removed since its rules were found; returns the
+    /// removal count to walk with.
+    #[inline(always)]
+    fn sync(&mut self) -> u64 {
+        let unloads = modules::unloads();
+        if self.unloads != unloads {
+            self.forget_all(unloads);
+        }
+        unloads
+    }
+
+    #[cold]
+    fn forget_all(&mut self, unloads: u64) {
+        self.pcs.fill(0);
+        self.rules.fill(0);
+        self.slots.fill([0; 2]);
+        self.unloads = unloads;
+    }
+
     /// The rule for `pc`, met at `depth` of a walk.
     #[inline(always)]
-    fn rule(&mut self, depth: usize, pc: u64, emit: fn(&Module)) -> Rule {
+    fn rule(&mut self, depth: usize, pc: u64, emit: Emit) -> Rule {
+        let unloads = self.unloads;
         let (Some(p), Some(r)) = (self.pcs.get_mut(depth), self.rules.get_mut(depth)) else {
-            return rule_for(pc, emit);
+            return rule_for(pc, unloads, emit);
         };
         if *p == pc && *r != 0 {
             return Rule(*r);
@@ -245,11 +285,11 @@ impl Memo {
         let rule = match self.slots.get_mut(memo_slot(pc)) {
             Some(slot) if slot[0] == pc && slot[1] != 0 => Rule(slot[1]),
             Some(slot) => {
-                let rule = rule_for(pc, emit);
+                let rule = rule_for(pc, unloads, emit);
                 *slot = [pc, rule.0];
                 rule
             }
-            None => rule_for(pc, emit),
+            None => rule_for(pc, unloads, emit),
         };
         *p = pc;
         *r = rule.0;
@@ -318,7 +358,7 @@ pub fn walk(
     skip: (u64, u64),
     out: &mut [std::mem::MaybeUninit<u64>; MAX_DEPTH],
     memo: &mut Memo,
-    emit: fn(&Module),
+    emit: Emit,
 ) -> Walked {
     let w = walk_once(regs, stack_lo, stack_hi, skip, out, memo, emit);
     // Ended at code in no module: if the module table grew since that was found, the
@@ -337,9 +377,12 @@ fn walk_once(
     skip: (u64, u64),
     out: &mut [std::mem::MaybeUninit<u64>; MAX_DEPTH],
     memo: &mut Memo,
-    emit: fn(&Module),
+    emit: Emit,
 ) -> Walked {
-    let mut h = 0x243F_6A88_85A3_08D3u64;
+    // The removal count is part of the stack: the same addresses after a `dlclose` may be
+    // another library's code, whose stack must not take the id (and so the symbols) of the
+    // one before.
+    let mut h = mix(0x243F_6A88_85A3_08D3u64, memo.sync());
     let mut lookup = regs.pc;
     let mut depth = 0;
     while depth < 8 && regs.pc >= skip.0 && regs.pc < skip.1 {
@@ -413,7 +456,7 @@ mod tests {
         Rule(u64::from(cfa_off) | CFA_RSP << 32 | u64::from((-1i8) as u8) << 56)
     }
 
-    fn no_module(_: &Module) {}
+    fn no_module(_: &modules::Module, _: &modules::Names) {}
 
     fn empty_memo() -> Box<Memo> {
         // SAFETY: a memo is integers only; zeroed is empty.
@@ -472,7 +515,7 @@ mod tests {
         }
         let (first, outer) = (0x7000_0000_0100u64, 0x7000_0000_9000u64);
         for (pc, off) in [(first, 16), (a - 1, 32), (b - 1, 48), (outer - 1, 16)] {
-            remember(pc, rsp_rule(off));
+            remember(pc, 0, rsp_rule(off));
         }
         let mut memo = empty_memo();
         let (sa, ra) = build(first, &[(first, 16), (a, 32), (outer, 16)]);
@@ -503,7 +546,7 @@ mod tests {
     #[test]
     fn code_in_no_module_is_looked_up_again_once_the_module_table_grows() {
         let (first, next) = (0x7200_0000_0100u64, 0x7200_0000_2000u64);
-        remember(first, rsp_rule(16));
+        remember(first, 0, rsp_rule(16));
         let (stack, regs) = build(first, &[(first, 16), (next, 16)]);
         let stopped = (vec![first, next], End::NoInfo);
         let whole = (vec![first, next], End::Complete);
@@ -511,31 +554,51 @@ mod tests {
         // address up again on each walk (the module's rule appearing in the shared cache is
         // not seen).
         let mut memo = empty_memo();
-        remember(next - 1, Rule::no_module(modules::generation()));
+        remember(next - 1, 0, Rule::no_module(modules::generation()));
         assert_eq!(walk_all(&stack, regs, &mut memo), stopped);
-        remember(next - 1, rsp_rule(16));
+        remember(next - 1, 0, rsp_rule(16));
         assert_eq!(walk_all(&stack, regs, &mut memo), stopped);
         // Found so before the module table last grew: looked up again, and the module's rule
         // is found.
         let mut memo = empty_memo();
-        remember(next - 1, Rule::no_module(modules::generation() + 1));
+        remember(next - 1, 0, Rule::no_module(modules::generation() + 1));
         assert_eq!(walk_all(&stack, regs, &mut memo), stopped);
-        remember(next - 1, rsp_rule(16));
+        remember(next - 1, 0, rsp_rule(16));
         assert_eq!(walk_all(&stack, regs, &mut memo), whole);
         // So is one found while the module table was busy, whatever its generation.
         let mut memo = empty_memo();
-        remember(next - 1, Rule::no_module(NO_GENERATION));
+        remember(next - 1, 0, Rule::no_module(NO_GENERATION));
         assert_eq!(walk_all(&stack, regs, &mut memo), stopped);
-        remember(next - 1, rsp_rule(16));
+        remember(next - 1, 0, rsp_rule(16));
         assert_eq!(walk_all(&stack, regs, &mut memo), whole);
+    }
+
+    #[test]
+    fn rules_found_before_modules_were_removed_are_not_found_after() {
+        let (first, next) = (0x7400_0000_0100u64, 0x7400_0000_2000u64);
+        remember(first, 0, rsp_rule(16));
+        remember(next - 1, 0, rsp_rule(16));
+        assert!(cached(next - 1, 0).is_some());
+        assert!(cached(next - 1, 1).is_none());
+        // A thread's own rules go too: its memo of an older removal count is emptied.
+        let (stack, regs) = build(first, &[(first, 16), (next, 16)]);
+        let mut memo = empty_memo();
+        assert_eq!(
+            walk_all(&stack, regs, &mut memo),
+            (vec![first, next], End::Complete)
+        );
+        memo.unloads = u64::MAX;
+        memo.sync();
+        assert!(memo.pcs.iter().chain(&memo.rules).all(|&w| w == 0));
+        assert_eq!(memo.unloads, modules::unloads());
     }
 
     #[test]
     fn the_last_word_of_the_stack_is_read_and_the_word_past_it_is_not() {
         let (first, outer) = (0x7300_0000_0100u64, 0x7300_0000_2000u64);
         // The outermost frame's CFA is the stack's end: its return address is the last word.
-        remember(first, rsp_rule(16));
-        remember(outer - 1, rsp_rule(16));
+        remember(first, 0, rsp_rule(16));
+        remember(outer - 1, 0, rsp_rule(16));
         let mut memo = empty_memo();
         let mut stack = vec![0u64; 4];
         stack[1] = outer;
@@ -551,7 +614,7 @@ mod tests {
         // A return address at the CFA itself, which is the stack's end: one word past it.
         let past = 0x7300_0000_3000u64;
         stack[1] = past;
-        remember(past - 1, Rule(16 | CFA_RSP << 32));
+        remember(past - 1, 0, Rule(16 | CFA_RSP << 32));
         assert_eq!(
             walk_all(&stack, regs, &mut memo),
             (vec![first, past], End::BadFrame)
@@ -561,8 +624,8 @@ mod tests {
     #[test]
     fn reads_outside_the_stack_end_the_walk() {
         let (first, next) = (0x7100_0000_0100u64, 0x7100_0000_2000u64);
-        remember(first, rsp_rule(16));
-        remember(next - 1, rsp_rule(4096));
+        remember(first, 0, rsp_rule(16));
+        remember(next - 1, 0, rsp_rule(4096));
         let mut memo = empty_memo();
         let (stack, regs) = build(first, &[(first, 16), (next, 16)]);
         // The second frame's CFA is far above the stack's end.

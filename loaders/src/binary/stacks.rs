@@ -68,7 +68,7 @@ impl StackEnd {
 }
 
 /// A module (executable, shared object) of the traced process.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NativeModule {
     pub path: String,
     pub build_id: Vec<u8>,
@@ -120,10 +120,14 @@ pub(super) struct StackDef {
     pub(super) id: u32,
     pub(super) end: StackEnd,
     pub(super) pcs: Vec<u64>,
+    /// Module frames read before the segment that holds the definition: the modules mapped
+    /// when the stack was recorded are among them (see [`ModuleRanges`]).
+    pub(super) modules_before: u32,
 }
 
-/// Reads a stack definition after its op byte.
-pub(super) fn read_stack_def(c: &mut Cursor<'_>) -> Option<StackDef> {
+/// Reads a stack definition after its op byte, in a segment read after `modules_before`
+/// module frames.
+pub(super) fn read_stack_def(c: &mut Cursor<'_>, modules_before: u32) -> Option<StackDef> {
     let id = u32::try_from(c.prefix_varint()?).ok()?;
     let end = StackEnd::from_u8(c.u8()?);
     let n = c.u8()?;
@@ -133,7 +137,12 @@ pub(super) fn read_stack_def(c: &mut Cursor<'_>) -> Option<StackDef> {
         pc = pc.wrapping_add(unzigzag(c.varint()?) as u64);
         pcs.push(pc);
     }
-    Some(StackDef { id, end, pcs })
+    Some(StackDef {
+        id,
+        end,
+        pcs,
+        modules_before,
+    })
 }
 
 /// Reads a spool's MODULE frame.
@@ -156,39 +165,102 @@ pub(super) fn read_module_frame(payload: &[u8]) -> Option<NativeModule> {
     })
 }
 
-/// The mapped segments of a spool's modules, sorted: which module holds an address.
+/// Which module held an address when a stack was recorded. A module unloaded and another
+/// mapped at its addresses leave overlapping segments over time: an address belongs to the
+/// latest module, among those whose frame came before the stack's definition, with a segment
+/// that holds it (the tracer writes out the stacks recorded while a module was mapped before
+/// the frame of the one mapped there next); failing that, to the first module read after the
+/// definition (a stack recorded while another thread was adding its module to the tracer's
+/// table).
 #[derive(Default)]
-pub(super) struct ModuleRanges(Vec<(u64, u64, u32)>);
+pub(super) struct ModuleRanges {
+    /// Distinct segments, sorted, each with the modules (ascending) that map it.
+    segments: Vec<((u64, u64), Vec<u32>)>,
+    /// Per segment, the highest end among it and those before it: where a look back stops.
+    reach: Vec<u64>,
+}
+
+/// Most segments holding one address that a look-up considers: a process has one, a
+/// process that unloads libraries a few; more only in a crafted file, whose further modules
+/// are then not looked at.
+const MAX_OVERLAPS: usize = 64;
 
 impl ModuleRanges {
     pub(super) fn new(modules: &[NativeModule]) -> Self {
-        let mut ranges: Vec<(u64, u64, u32)> = modules
+        let mut by_segment: HashMap<(u64, u64), Vec<u32>> = HashMap::new();
+        for (m, i) in modules.iter().zip(0u32..) {
+            for &segment in &m.segments {
+                let holders = by_segment.entry(segment).or_default();
+                if holders.last() != Some(&i) {
+                    holders.push(i);
+                }
+            }
+        }
+        let mut segments: Vec<_> = by_segment.into_iter().collect();
+        segments.sort_unstable_by_key(|&(segment, _)| segment);
+        let reach = segments
             .iter()
-            .zip(0u32..)
-            .flat_map(|(m, i)| m.segments.iter().map(move |&(lo, hi)| (lo, hi, i)))
+            .scan(0u64, |reach, &((_, hi), _)| {
+                *reach = (*reach).max(hi);
+                Some(*reach)
+            })
             .collect();
-        ranges.sort_unstable();
-        Self(ranges)
+        Self { segments, reach }
     }
 
-    /// The index of the module whose segment holds `pc`.
-    pub(super) fn module_of(&self, pc: u64) -> Option<u32> {
-        let i = self.0.partition_point(|r| r.0 <= pc);
-        match i.checked_sub(1).and_then(|i| self.0.get(i)) {
-            Some(&(_, hi, m)) if pc < hi => Some(m),
-            _ => None,
+    /// The index of the module that held `pc` for a stack defined after the first
+    /// `modules_before` module frames.
+    pub(super) fn module_of(&self, pc: u64, modules_before: u32) -> Option<u32> {
+        let starts = self.segments.partition_point(|&((lo, _), _)| lo <= pc);
+        let (mut before, mut after) = (None::<u32>, None::<u32>);
+        for j in (0..starts).rev().take(MAX_OVERLAPS) {
+            // No segment from here down reaches `pc`.
+            if self.reach.get(j).is_none_or(|&reach| reach <= pc) {
+                break;
+            }
+            let Some(((_, hi), holders)) = self.segments.get(j) else {
+                break;
+            };
+            if pc >= *hi {
+                continue;
+            }
+            let k = holders.partition_point(|&m| m < modules_before);
+            if let Some(&m) = k.checked_sub(1).and_then(|k| holders.get(k)) {
+                before = before.max(Some(m));
+            }
+            if let Some(&m) = holders.get(k) {
+                after = Some(after.map_or(m, |a| a.min(m)));
+            }
         }
+        before.or(after)
     }
 }
 
-/// Places a spool's stack definitions in its modules: locations deduplicated.
+/// Places a spool's stack definitions in its modules: locations deduplicated, and modules
+/// too (a library unloaded and loaded again at the same place has a frame each time).
 pub(super) fn from_spool(modules: Vec<NativeModule>, defs: Vec<StackDef>) -> NativeStacks {
     let ranges = ModuleRanges::new(&modules);
-    let place = |pc: u64| -> Location {
-        match ranges.module_of(pc) {
+    let mut distinct: Vec<NativeModule> = Vec::new();
+    let canonical: Vec<u32> = {
+        let mut first: HashMap<&NativeModule, u32> = HashMap::new();
+        modules
+            .iter()
+            .map(|m| {
+                *first.entry(m).or_insert_with(|| {
+                    distinct.push(m.clone());
+                    (distinct.len() - 1) as u32
+                })
+            })
+            .collect()
+    };
+    let place = |pc: u64, modules_before: u32| -> Location {
+        let m = ranges
+            .module_of(pc, modules_before)
+            .and_then(|m| canonical.get(m as usize).copied());
+        match m {
             Some(m) => Location {
                 module: Some(m),
-                offset: pc.wrapping_sub(modules.get(m as usize).map_or(0, |m| m.bias)),
+                offset: pc.wrapping_sub(distinct.get(m as usize).map_or(0, |m| m.bias)),
             },
             None => Location {
                 module: None,
@@ -203,7 +275,7 @@ pub(super) fn from_spool(modules: Vec<NativeModule>, defs: Vec<StackDef>) -> Nat
             .pcs
             .iter()
             .map(|&pc| {
-                let loc = place(pc);
+                let loc = place(pc, def.modules_before);
                 *index.entry(loc).or_insert_with(|| {
                     out.locations.push(loc);
                     (out.locations.len() - 1) as u32
@@ -218,7 +290,7 @@ pub(super) fn from_spool(modules: Vec<NativeModule>, defs: Vec<StackDef>) -> Nat
             },
         );
     }
-    out.modules = modules;
+    out.modules = distinct;
     out
 }
 
@@ -475,6 +547,62 @@ mod tests {
     }
 
     #[test]
+    fn an_address_mapped_by_several_modules_over_time_is_placed_in_the_one_of_its_stack() {
+        // liba, then libb at the same place (a dlclose between), then liba again, then libc
+        // elsewhere; and libd, partly over libb's range, after them.
+        let modules = vec![
+            module("/liba.so", 0x7000_0000, (0x7000_0000, 0x7000_2000)),
+            module("/libb.so", 0x7000_0000, (0x7000_0000, 0x7000_3000)),
+            module("/liba.so", 0x7000_0000, (0x7000_0000, 0x7000_2000)),
+            module("/libc.so", 0x7100_0000, (0x7100_0000, 0x7110_0000)),
+            module("/libd.so", 0x7000_2800, (0x7000_2800, 0x7000_4000)),
+        ];
+        let def = |id: u32, pc: u64, modules_before: u32| StackDef {
+            id,
+            end: StackEnd::Complete,
+            pcs: vec![pc],
+            modules_before,
+        };
+        let s = from_spool(
+            modules,
+            vec![
+                def(1, 0x7000_1000, 1),
+                def(2, 0x7000_1000, 2),
+                def(3, 0x7000_1000, 3),
+                def(4, 0x7000_2900, 2),
+                def(5, 0x7000_2900, 5),
+                def(6, 0x7000_2100, 5),
+                // Recorded before its module's frame was written: the next one to map it.
+                def(7, 0x7100_0010, 0),
+                def(8, 0x7000_1000, 0),
+                def(9, 0x7200_0000, 5),
+            ],
+        );
+        // liba is one module, read twice.
+        let paths: Vec<&str> = s.modules.iter().map(|m| m.path.as_str()).collect();
+        assert_eq!(paths, ["/liba.so", "/libb.so", "/libc.so", "/libd.so"]);
+        let placed = |id: u32| {
+            let loc = s.locations[s.stacks[&id].locations[0] as usize];
+            (
+                loc.module.map(|m| s.modules[m as usize].path.as_str()),
+                loc.offset,
+            )
+        };
+        assert_eq!(placed(1), (Some("/liba.so"), 0x1000));
+        assert_eq!(placed(2), (Some("/libb.so"), 0x1000));
+        assert_eq!(placed(3), (Some("/liba.so"), 0x1000));
+        assert_eq!(placed(4), (Some("/libb.so"), 0x2900));
+        assert_eq!(placed(5), (Some("/libd.so"), 0x100));
+        // libb's range past liba's, not mapped again since: still libb's.
+        assert_eq!(placed(6), (Some("/libb.so"), 0x2100));
+        assert_eq!(placed(7), (Some("/libc.so"), 0x10));
+        assert_eq!(placed(8), (Some("/liba.so"), 0x1000));
+        assert_eq!(placed(9), (None, 0x7200_0000));
+        // The same address in liba's two loads is one location.
+        assert_eq!(s.stacks[&1].locations, s.stacks[&3].locations);
+    }
+
+    #[test]
     fn spool_definitions_become_module_offsets_with_shared_locations() {
         // A definition as the tracer writes it: id, end, count, zigzag LEB128 deltas.
         let mut def = vec![0x03]; // prefix varint of 1
@@ -486,7 +614,7 @@ mod tests {
             prev = pc;
         }
         let mut c = Cursor::new(&def);
-        let d = read_stack_def(&mut c).unwrap();
+        let d = read_stack_def(&mut c, 2).unwrap();
         assert!(c.at_end());
         assert_eq!(
             (d.id, d.end, d.pcs.clone()),
@@ -496,6 +624,7 @@ mod tests {
             id: 2,
             end: StackEnd::DepthCap,
             pcs: vec![0x40_0100],
+            modules_before: 2,
         };
         let modules = vec![
             module("/lib/libc.so.6", 0x7000_0000, (0x7000_0000, 0x7010_0000)),
@@ -531,6 +660,7 @@ mod tests {
                 id: 7,
                 end: StackEnd::Unsupported,
                 pcs: vec![0x40_0010, 0x40_0020],
+                modules_before: 1,
             }],
         );
         s.symbols = vec![vec![

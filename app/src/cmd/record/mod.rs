@@ -45,6 +45,19 @@ use spools::{Spool, list_spools, per_process_name, trace_meta};
 /// The tracer shared object, compiled by `build.rs`.
 static TRACER_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/liballocview_tracer.so"));
 
+/// Why `record` cannot run in this build, and where it can (the book's "Platforms" says the same).
+fn unsupported_here() -> String {
+    let why = option_env!("ALLOCVIEW_NO_TRACER").unwrap_or("no tracer was built");
+    format!(
+        "allocview record is not supported on this platform ({}-{}: {why}). It runs on \
+         Linux on x86-64 (events, exact order across threads, call stacks) and on other 64-bit \
+         Linux machines such as aarch64 when the tracer compiles for them (events, order across \
+         threads found by causality, no call stacks); every other command works here",
+        std::env::consts::ARCH,
+        std::env::consts::OS,
+    )
+}
+
 /// Arguments of `allocview record`.
 #[derive(Debug, clap::Args)]
 #[command(
@@ -77,7 +90,7 @@ pub struct RecordArgs {
 /// written, so that a script sees the failure of the command it recorded.
 pub fn run(args: &RecordArgs) -> Result<u8> {
     if TRACER_SO.is_empty() {
-        bail!("allocview record needs Linux on a 64-bit machine (LD_PRELOAD)");
+        bail!("{}", unsupported_here());
     }
     let Some(program) = args.command.first() else {
         bail!("no command to record (put it after --)");

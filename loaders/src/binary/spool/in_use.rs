@@ -38,7 +38,11 @@ impl ModulesInUse {
         for (s, seen) in streams.iter().zip(&mut self.seen) {
             for def in s.defs.get(*seen..).unwrap_or(&[]) {
                 for &pc in &def.pcs {
-                    let Some(m) = self.ranges.module_of(pc).map(|m| m as usize) else {
+                    let Some(m) = self
+                        .ranges
+                        .module_of(pc, def.modules_before)
+                        .map(|m| m as usize)
+                    else {
                         continue;
                     };
                     if let Some(used) = self.used.get_mut(m)
@@ -70,6 +74,7 @@ mod tests {
                 id,
                 end: StackEnd::Complete,
                 pcs,
+                modules_before: u32::MAX,
             })
             .collect();
         s

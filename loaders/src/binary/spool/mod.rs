@@ -62,7 +62,7 @@ pub(super) struct Stream<'a> {
     id: u32,
     tid: u64,
     /// The segments not yet decoded to their end, the first from `pos` on.
-    segments: VecDeque<Cow<'a, [u8]>>,
+    segments: VecDeque<Segment<'a>>,
     pos: usize,
     tick: u64,
     addr: u64,
@@ -74,6 +74,12 @@ pub(super) struct Stream<'a> {
     head: Option<SpoolEvent>,
     /// The stack definitions met so far.
     defs: Vec<StackDef>,
+}
+
+/// A segment's events, and how many module frames came before it in the file.
+pub(super) struct Segment<'a> {
+    pub(super) events: Cow<'a, [u8]>,
+    pub(super) modules_before: u32,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -113,13 +119,13 @@ impl<'a> Stream<'a> {
             let Some(seg) = self.segments.front() else {
                 return Ok(());
             };
-            if self.pos >= seg.len() {
+            if self.pos >= seg.events.len() {
                 self.segments.pop_front();
                 self.pos = 0;
                 continue;
             }
             let mut cur = Cursor {
-                bytes: seg,
+                bytes: &seg.events,
                 pos: self.pos,
             };
             let c = &mut cur;
@@ -141,7 +147,8 @@ impl<'a> Stream<'a> {
                 }
                 SpoolEncoding::Compact | SpoolEncoding::Keyed | SpoolEncoding::Stacked => {
                     if encoding == SpoolEncoding::Stacked && op == OP_STACK_DEF {
-                        let def = stacks::read_stack_def(c).ok_or("a cut stack definition")?;
+                        let def = stacks::read_stack_def(c, seg.modules_before)
+                            .ok_or("a cut stack definition")?;
                         self.defs.push(def);
                         self.pos = c.pos;
                         continue;

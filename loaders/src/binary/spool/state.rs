@@ -118,7 +118,10 @@ impl<'a> SpoolState<'a> {
             self.streams.len() - 1
         });
         if let Some(s) = self.streams.get_mut(idx) {
-            s.segments.push_back(events);
+            s.segments.push_back(super::Segment {
+                events,
+                modules_before: u32::try_from(self.modules.len()).unwrap_or(u32::MAX),
+            });
         }
         Ok(())
     }
