@@ -5,7 +5,6 @@
 mod common;
 use common::{json, repo};
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;

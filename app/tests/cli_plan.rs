@@ -10,7 +10,6 @@ mod common;
 use common::{json, ok, repo, run};
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use allocview_loaders::LoadOptions;
 use allocview_loaders::plan::load_plan_file;

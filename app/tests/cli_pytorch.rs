@@ -5,11 +5,6 @@
 mod common;
 use common::{json, run, snapshot};
 
-use std::path::Path;
-use std::process::{Command, Output};
-
-use serde_json::Value;
-
 #[test]
 fn stats_describes_the_snapshot() {
     let v = json(&["stats", &snapshot("lm_train_step_b"), "--json"]);

@@ -6,8 +6,8 @@
 mod common;
 use common::{json, repo, run, snapshot};
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
 use serde_json::Value;
 

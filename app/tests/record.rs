@@ -722,8 +722,8 @@ fn no_event_comes_before_the_spools_start() {
     };
     let so = Path::new(env!("OUT_DIR")).join("liballocview_tracer.so");
     let dir = scratch("tick0");
-    for run in 0..8 {
-        let prefix = dir.join(format!("run{run}"));
+    for attempt in 0..8 {
+        let prefix = dir.join(format!("run{attempt}"));
         let status = Command::new(&python)
             .args([
                 "-c",
@@ -737,9 +737,9 @@ fn no_event_comes_before_the_spools_start() {
         let spool = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().path())
-            .find(|p| p.to_string_lossy().contains(&format!("run{run}.")))
+            .find(|p| p.to_string_lossy().contains(&format!("run{attempt}.")))
             .unwrap();
-        let text = dir.join(format!("run{run}.trace"));
+        let text = dir.join(format!("run{attempt}.trace"));
         ok(&run(&[
             "convert",
             "--to",
