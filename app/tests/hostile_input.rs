@@ -92,6 +92,8 @@ fn crafted(dir: &Path) -> Vec<PathBuf> {
         "block_damaged_end_agrees.avt",
         crafted::damaged_block_end_agrees(),
     );
+    // Stacks whose inline frames multiply into billions of frames (issue 43).
+    add("stacks_inline_bomb.avt", crafted::stacks_inline_bomb());
     add("empty", Vec::new());
     files
 }

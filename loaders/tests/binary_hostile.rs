@@ -133,3 +133,27 @@ fn a_lenient_read_counts_a_skipped_block_by_its_header_when_end_agrees() {
     assert!(warnings.contains("200 events lost"), "{warnings}");
     assert!(!warnings.contains("no events lost"), "{warnings}");
 }
+
+#[test]
+fn stacks_whose_inline_frames_multiply_past_the_file_are_refused_with_the_frames_offset() {
+    let dir = scratch::scratch_dir("allocview-binary-hostile-");
+    // 320 KB whose stacks expand to 6.4 billion frames: the load expanded them (26 GB) and
+    // aborted.
+    let p = write(dir.path(), "inline.avt", &crafted::stacks_inline_bomb());
+    let e = load(&p, Strictness::Strict).unwrap_err();
+    assert!(e.contains(&p.display().to_string()), "{e}");
+    assert!(e.contains("at byte 160393"), "{e}");
+    assert!(
+        e.contains("the call stacks expand to 6397440064 frames"),
+        "{e}"
+    );
+    // Lenient: the events are kept, the stacks left out and said so.
+    let t = load(&p, Strictness::Lenient).unwrap();
+    assert_eq!(t.summary.events, 20);
+    assert!(t.stacks.is_none());
+    let warnings = t.summary.warnings().join("\n");
+    assert!(
+        warnings.contains("the call stacks are left out"),
+        "{warnings}"
+    );
+}

@@ -304,3 +304,51 @@ pub fn damaged_block_end_agrees() -> Vec<u8> {
     let total = t.events - 200;
     t.end(total)
 }
+
+/// Inline frames of the one symbolized location of [`stacks_inline_bomb`].
+const BOMB_INLINE_FRAMES: u64 = 40_000;
+/// Distinct stacks of [`stacks_inline_bomb`], and the depth of each.
+const BOMB_STACKS: u64 = 64;
+const BOMB_DEPTH: u64 = 2_500;
+
+/// A 320 KB trace whose call stacks expand to 6.4 billion frames: one location symbolized as
+/// 40,000 inline frames, and 64 distinct stacks 2,500 deep that name it at every depth but
+/// one. Expanding each stack's locations into their source frames took depth x inline count
+/// entries per stack (26 GB), and every command aborted.
+#[must_use]
+pub fn stacks_inline_bomb() -> Vec<u8> {
+    use super::stacks::{FRAME_LOCATIONS, FRAME_STACKS, FRAME_SYMBOLS};
+    let mut t = CraftedTrace::new();
+    t.alloc_free_block(0, 0x10_0000, 10);
+    // Two locations in no known module: 0 (inlined many times over) and 1 (plain).
+    let mut locations = Vec::new();
+    put_varint(&mut locations, 2);
+    for offset in [0x1000u64, 0x2000] {
+        put_varint(&mut locations, 0);
+        put_varint(&mut locations, offset);
+    }
+    t.frame(FRAME_LOCATIONS, &locations);
+    let mut stacks = Vec::new();
+    put_varint(&mut stacks, BOMB_STACKS);
+    for id in 1..=BOMB_STACKS {
+        put_varint(&mut stacks, id);
+        stacks.push(0);
+        put_varint(&mut stacks, BOMB_DEPTH);
+        // Location 1 at a depth of its own makes each stack distinct.
+        for d in 0..BOMB_DEPTH {
+            stacks.push(u8::from(d == id));
+        }
+    }
+    t.frame(FRAME_STACKS, &stacks);
+    let mut symbols = Vec::new();
+    put_varint(&mut symbols, 1);
+    put_varint(&mut symbols, 0);
+    put_varint(&mut symbols, BOMB_INLINE_FRAMES);
+    for _ in 0..BOMB_INLINE_FRAMES {
+        // Function "f", no file, no line: 4 bytes a frame.
+        symbols.extend_from_slice(&[1, b'f', 0, 0]);
+    }
+    t.frame(FRAME_SYMBOLS, &symbols);
+    let total = t.events;
+    t.end(total)
+}

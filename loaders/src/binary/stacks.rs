@@ -423,13 +423,73 @@ pub(super) fn read_frame(
     Ok(symbols)
 }
 
+/// How many frames the stacks read so far expand to in a [`StackTable`] (each location a
+/// stack names counts its source frames, 1 when it has none), kept up to date as frames are
+/// merged: a location's inline frames are repeated at every depth of every stack that names
+/// it, so a small file can ask for billions (`crafted::stacks_inline_bomb`); the reader
+/// compares this with what the file's size allows before anything is expanded.
+#[derive(Debug, Default)]
+pub(super) struct Expansion {
+    /// How many times the stacks name each location index.
+    refs: HashMap<u32, u64>,
+    /// Frames the stacks expand to (an upper bound: a location the tables lack expands to
+    /// none in [`NativeStacks::to_table`], and counts one here).
+    pub(super) frames: u64,
+}
+
+/// Source frames location `loc` expands to (see [`Expansion`]).
+fn width(s: &NativeStacks, loc: usize) -> u64 {
+    s.symbols.get(loc).map_or(1, |f| f.len().max(1) as u64)
+}
+
+impl Expansion {
+    /// Counts `stack` in (`add`) or out, with the symbols `s` has now.
+    fn count(&mut self, s: &NativeStacks, stack: &NativeStack, add: bool) {
+        for &loc in &stack.locations {
+            let w = width(s, loc as usize);
+            let r = self.refs.entry(loc).or_insert(0);
+            if add {
+                *r += 1;
+                self.frames = self.frames.saturating_add(w);
+            } else {
+                *r = r.saturating_sub(1);
+                self.frames = self.frames.saturating_sub(w);
+            }
+        }
+    }
+
+    /// Location `loc`'s source frames go from `before` to `after` (each at least 1).
+    fn rewidth(&mut self, loc: usize, before: u64, after: u64) {
+        let r = u32::try_from(loc)
+            .ok()
+            .and_then(|l| self.refs.get(&l))
+            .copied()
+            .unwrap_or(0);
+        self.frames = self
+            .frames
+            .saturating_sub(r.saturating_mul(before))
+            .saturating_add(r.saturating_mul(after));
+    }
+}
+
 /// Adds a frame's worth of tables (read into `part` by [`read_frame`], with its symbol
-/// entries) to `into`. Returns how many symbol entries name a location the tables do not have
-/// (LOCATIONS comes before SYMBOLS): nothing could show them, so they are counted and left out.
-pub(super) fn merge(into: &mut NativeStacks, part: NativeStacks, symbols: SymbolEntries) -> u64 {
+/// entries) to `into`, counting what the stacks now expand to in `expansion`. Returns how many
+/// symbol entries name a location the tables do not have (LOCATIONS comes before SYMBOLS):
+/// nothing could show them, so they are counted and left out.
+pub(super) fn merge(
+    into: &mut NativeStacks,
+    part: NativeStacks,
+    symbols: SymbolEntries,
+    expansion: &mut Expansion,
+) -> u64 {
     into.modules.extend(part.modules);
     into.locations.extend(part.locations);
-    into.stacks.extend(part.stacks);
+    for (id, stack) in part.stacks {
+        expansion.count(into, &stack, true);
+        if let Some(old) = into.stacks.insert(id, stack) {
+            expansion.count(into, &old, false);
+        }
+    }
     let mut unknown = 0;
     for (i, frames) in symbols {
         if i >= into.locations.len() {
@@ -442,6 +502,7 @@ pub(super) fn merge(into: &mut NativeStacks, part: NativeStacks, symbols: Symbol
         if into.symbols.len() <= i {
             into.symbols.resize(i + 1, Vec::new());
         }
+        expansion.rewidth(i, width(into, i), frames.len() as u64);
         into.symbols[i] = frames;
     }
     unknown
@@ -679,7 +740,10 @@ mod tests {
         for (tag, payload) in encode_frames(&s) {
             let mut part = NativeStacks::default();
             let symbols = read_frame(&mut part, tag, &payload).unwrap();
-            assert_eq!(merge(&mut back, part, symbols), 0);
+            assert_eq!(
+                merge(&mut back, part, symbols, &mut Expansion::default()),
+                0
+            );
         }
         for m in &mut s.modules {
             m.segments.clear();
@@ -709,7 +773,10 @@ mod tests {
         let symbols = read_frame(&mut part, FRAME_SYMBOLS, &payload).unwrap();
         assert_eq!(symbols.len(), 1);
         let mut into = NativeStacks::default();
-        assert_eq!(merge(&mut into, part, symbols), 1);
+        assert_eq!(
+            merge(&mut into, part, symbols, &mut Expansion::default()),
+            1
+        );
         assert!(into.symbols.is_empty());
     }
 }

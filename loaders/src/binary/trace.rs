@@ -429,6 +429,7 @@ fn read_frames(
     let mut index = None;
     // Events the EVENTS frames of skipped stretches declare.
     let mut skipped_events = 0u64;
+    let mut budget = StackBudget::new(bytes.len() as u64 + HEADER_BYTES);
     while pos < bytes.len() {
         let read = r.frame_at(pos).and_then(|frame| {
             r.parse(frame.tag, frame.payload)
@@ -478,19 +479,15 @@ fn read_frames(
                 break;
             }
             Parsed::Stacks(part, symbols) => {
-                let into = info.stacks.get_or_insert_with(NativeStacks::default);
-                let unknown = stacks::merge(into, part, symbols);
-                if unknown > 0 {
-                    info.damaged.push(Damage {
-                        offset: offset(pos),
-                        skipped_bytes: 0,
-                        what: format!(
-                            "{unknown} symbol entries name a location the trace does not have \
-                             (left out)"
-                        ),
-                        repaired: false,
-                    });
-                }
+                let at = offset(pos);
+                merge_stacks(
+                    path,
+                    at,
+                    strictness,
+                    (part, symbols),
+                    &mut budget,
+                    &mut info,
+                )?;
             }
             Parsed::Index(read) => index = Some(read),
             Parsed::Unknown => {}
@@ -651,6 +648,85 @@ fn check_end(
         }
         info.events_lost = Some(by_end.max(skipped_events));
     }
+    Ok(())
+}
+
+/// Frames a trace's call stacks may expand to (see [`stacks::Expansion`]) for each byte of
+/// the file. A stack names a location in a byte or two and the tracer walks at most 255
+/// frames, and real code inlines a few calls into a return address on average (dozens at
+/// most): an honest trace expands to a few frames a byte, under a tenth of this.
+const EXPANDED_FRAMES_PER_BYTE: u64 = 32;
+/// ... and at least this many, whatever the file's size (about 100 MB of tables at most).
+const EXPANDED_FRAMES_MIN: u64 = 1 << 22;
+
+/// What a trace's call stacks expand to so far, and what the file's size allows.
+struct StackBudget {
+    /// `None` once refused: later stack frames are left out too.
+    expansion: Option<stacks::Expansion>,
+    file_bytes: u64,
+    allowed_frames: u64,
+}
+
+impl StackBudget {
+    fn new(file_bytes: u64) -> Self {
+        Self {
+            expansion: Some(stacks::Expansion::default()),
+            file_bytes,
+            allowed_frames: file_bytes
+                .saturating_mul(EXPANDED_FRAMES_PER_BYTE)
+                .max(EXPANDED_FRAMES_MIN),
+        }
+    }
+}
+
+/// Merges a stack frame's tables (`read`) into `info.stacks`, and refuses them when they
+/// expand to more frames than the file's size allows: strict, an error naming the frame's
+/// offset `at`; lenient, the call stacks are left out (with this and every later stack
+/// frame), the events kept.
+fn merge_stacks(
+    path: &Path,
+    at: u64,
+    strictness: Strictness,
+    (part, symbols): (NativeStacks, stacks::SymbolEntries),
+    budget: &mut StackBudget,
+    info: &mut BinaryInfo,
+) -> Result<(), LoadError> {
+    let Some(exp) = budget.expansion.as_mut() else {
+        return Ok(());
+    };
+    let into = info.stacks.get_or_insert_with(NativeStacks::default);
+    let unknown = stacks::merge(into, part, symbols, exp);
+    if unknown > 0 {
+        info.damaged.push(Damage {
+            offset: at,
+            skipped_bytes: 0,
+            what: format!(
+                "{unknown} symbol entries name a location the trace does not have (left out)"
+            ),
+            repaired: false,
+        });
+    }
+    let (allowed, file_bytes) = (budget.allowed_frames, budget.file_bytes);
+    if exp.frames <= allowed {
+        return Ok(());
+    }
+    let what = format!(
+        "the call stacks expand to {} frames (each location's inline frames at every depth of \
+         every stack naming it), more than the {allowed} a {file_bytes}-byte file may \
+         ({EXPANDED_FRAMES_PER_BYTE} a byte)",
+        exp.frames
+    );
+    if strictness == Strictness::Strict {
+        return Err(corrupt(path, at, &what));
+    }
+    info.damaged.push(Damage {
+        offset: at,
+        skipped_bytes: 0,
+        what: format!("{what}; the call stacks are left out"),
+        repaired: false,
+    });
+    info.stacks = None;
+    budget.expansion = None;
     Ok(())
 }
 

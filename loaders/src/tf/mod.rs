@@ -9,6 +9,7 @@
 //!
 //! Exact formats: `reference/allocators.md` sections 1.10, 1.11 and 2.
 
+mod detect;
 pub mod dump;
 pub mod human;
 pub mod memlog;
@@ -22,39 +23,7 @@ pub enum TfKind {
     BfcDump,
 }
 
-/// How many decompressed bytes [`detect_kind`] reads at most.
-pub const DETECT_LIMIT_BYTES: u64 = 256 << 20;
-
-/// Tells whether a (possibly gzipped) text file is a TensorFlow memory log or BFC dump, from the
-/// first memory-log record or dump line in its first [`DETECT_LIMIT_BYTES`]. A memory log's
-/// records start long before any dump it ends in.
-///
-/// # Errors
-/// When the file cannot be opened.
-pub fn detect_kind(path: &std::path::Path) -> Result<Option<TfKind>, crate::error::LoadError> {
-    use std::io::{BufRead as _, Read as _};
-    // Bounded as a whole: one line of a hostile file could otherwise be gigabytes.
-    let mut reader = crate::input::open_text(path)?.take(DETECT_LIMIT_BYTES);
-    let mut buf: Vec<u8> = Vec::new();
-    let mut read: u64 = 0;
-    while read < DETECT_LIMIT_BYTES {
-        buf.clear();
-        // A read error (e.g. a truncated gzip stream) ends the sniffing; the load reports it.
-        match reader.read_until(b'\n', &mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => read += n as u64,
-        }
-        let line = String::from_utf8_lossy(&buf);
-        let message = split_log_line(line.trim_end()).message;
-        if message.starts_with(memlog::LOG_MEMORY_LABEL) {
-            return Ok(Some(TfKind::MemoryLog));
-        }
-        if dump::is_dump_line(message) {
-            return Ok(Some(TfKind::BfcDump));
-        }
-    }
-    Ok(None)
-}
+pub use detect::{DETECT_LIMIT_BYTES, detect_kind, detect_kind_in};
 
 /// A log line split into its logging prefix and its message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
