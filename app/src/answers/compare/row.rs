@@ -3,6 +3,7 @@
 
 use allocview_sim::policy::pytorch::{Pytorch, SegmentOpKind};
 use allocview_sim::replay::Replay;
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::format;
@@ -154,7 +155,7 @@ pub struct Row {
     pub mean_fragmentation: f64,
     pub ooms: u64,
     pub events_per_second: f64,
-    pub first_oom: Option<Map<String, Value>>,
+    pub first_oom: Option<Value>,
     /// The first OOM in words, for the table.
     pub first_oom_text: Option<String>,
     /// Extra keys (`fidelity`, `replay`) and lines for the table.
@@ -168,35 +169,30 @@ impl Row {
         let s = &r.summary;
         let first_oom = r.ooms.first().map(|oom| {
             let c = &oom.counters_at_failure;
-            let mut m = Map::new();
-            m.insert("event".into(), json!(oom.event));
-            m.insert("t_ns".into(), json!(oom.t_ns));
-            m.insert("request_bytes".into(), json!(oom.request.size_bytes));
-            m.insert("live_bytes".into(), json!(c.live_bytes));
-            m.insert("in_use_chunks".into(), json!(c.live_allocs));
-            m.insert("in_use_bytes".into(), json!(c.allocated_bytes));
-            m.insert("free_chunks".into(), json!(c.free_blocks));
-            m.insert("free_bytes".into(), json!(c.free_bytes));
-            m.insert("largest_free_bytes".into(), json!(c.largest_free_bytes));
-            m.insert("footprint_bytes".into(), json!(c.footprint_bytes));
-            m.insert("error".into(), json!(oom.error.to_string()));
-            if let Some(bfc) = r.first_oom_state.as_ref().and_then(|st| {
+            let bfc = r.first_oom_state.as_ref().and_then(|st| {
                 st.as_any()
                     .downcast_ref::<allocview_sim::policy::bfc::Bfc>()
-            }) {
-                m.insert(
-                    "rounded_bytes".into(),
-                    json!(allocview_sim::policy::bfc::rounded_bytes(
-                        oom.request.size_bytes
-                    )),
-                );
-                m.insert("regions".into(), json!(bfc.regions().len()));
-                m.insert(
-                    "region_bytes".into(),
-                    json!(bfc.total_region_allocated_bytes()),
-                );
-            }
-            m
+            });
+            json!(FirstOomAnswer {
+                event: oom.event,
+                t_ns: oom.t_ns,
+                request_bytes: oom.request.size_bytes,
+                live_bytes: c.live_bytes,
+                in_use_chunks: c.live_allocs,
+                in_use_bytes: c.allocated_bytes,
+                free_chunks: c.free_blocks,
+                free_bytes: c.free_bytes,
+                largest_free_bytes: c.largest_free_bytes,
+                footprint_bytes: c.footprint_bytes,
+                error: oom.error.to_string(),
+                bfc: bfc.map(|b| BfcAtOom {
+                    rounded_bytes: allocview_sim::policy::bfc::rounded_bytes(
+                        oom.request.size_bytes,
+                    ),
+                    regions: b.regions().len(),
+                    region_bytes: b.total_region_allocated_bytes(),
+                }),
+            })
         });
         let first_oom_text = r.ooms.first().map(|oom| {
             let c = &oom.counters_at_failure;
@@ -239,41 +235,67 @@ impl Row {
 
     /// The `compare --json` object of this policy.
     #[must_use]
-    pub fn json(&self, max_live: u64) -> Value {
-        let mut m = Map::new();
-        m.insert("name".into(), json!(self.name));
-        m.insert(
-            "peak_footprint_bytes".into(),
-            json!(self.peak_footprint_bytes),
-        );
-        m.insert(
-            "peak_footprint_event".into(),
-            json!(self.peak_footprint_event),
-        );
-        m.insert(
-            "final_footprint_bytes".into(),
-            json!(self.final_footprint_bytes),
-        );
-        m.insert("peak_live_bytes".into(), json!(self.peak_live_bytes));
-        m.insert(
-            "peak_allocated_bytes".into(),
-            json!(self.peak_allocated_bytes),
-        );
-        m.insert(
-            "fragmentation_at_peak".into(),
-            json!(self.fragmentation_at_peak),
-        );
-        m.insert("mean_fragmentation".into(), json!(self.mean_fragmentation));
-        m.insert(
-            "footprint_over_max_live".into(),
-            json!(ratio(self.peak_footprint_bytes, max_live)),
-        );
-        m.insert("ooms".into(), json!(self.ooms));
-        m.insert("first_oom".into(), json!(self.first_oom));
-        m.insert("events_per_second".into(), json!(self.events_per_second));
-        for (k, v) in &self.extra {
-            m.insert(k.clone(), v.clone());
+    pub fn json(&self, max_live: u64) -> RowAnswer<'_> {
+        RowAnswer {
+            name: &self.name,
+            peak_footprint_bytes: self.peak_footprint_bytes,
+            peak_footprint_event: self.peak_footprint_event,
+            final_footprint_bytes: self.final_footprint_bytes,
+            peak_live_bytes: self.peak_live_bytes,
+            peak_allocated_bytes: self.peak_allocated_bytes,
+            fragmentation_at_peak: self.fragmentation_at_peak,
+            mean_fragmentation: self.mean_fragmentation,
+            footprint_over_max_live: ratio(self.peak_footprint_bytes, max_live),
+            ooms: self.ooms,
+            first_oom: self.first_oom.as_ref(),
+            events_per_second: self.events_per_second,
+            extra: &self.extra,
         }
-        Value::Object(m)
     }
+}
+
+/// What `compare --json` prints for one policy: its figures, then the keys only some replays
+/// have (`extra`, none of which repeats a figure's name).
+#[derive(Serialize)]
+pub struct RowAnswer<'a> {
+    name: &'a str,
+    peak_footprint_bytes: u64,
+    peak_footprint_event: Option<usize>,
+    final_footprint_bytes: u64,
+    peak_live_bytes: u64,
+    peak_allocated_bytes: u64,
+    fragmentation_at_peak: f64,
+    mean_fragmentation: f64,
+    footprint_over_max_live: f64,
+    ooms: u64,
+    first_oom: Option<&'a Value>,
+    events_per_second: f64,
+    #[serde(flatten)]
+    extra: &'a Map<String, Value>,
+}
+
+/// A simulated policy's first OOM: the request and its heap at the failure (for `bfc`, also
+/// the rounded request and its regions).
+#[derive(Serialize)]
+struct FirstOomAnswer {
+    event: usize,
+    t_ns: i64,
+    request_bytes: u64,
+    live_bytes: u64,
+    in_use_chunks: u64,
+    in_use_bytes: u64,
+    free_chunks: u64,
+    free_bytes: u64,
+    largest_free_bytes: u64,
+    footprint_bytes: u64,
+    error: String,
+    #[serde(flatten)]
+    bfc: Option<BfcAtOom>,
+}
+
+#[derive(Serialize)]
+struct BfcAtOom {
+    rounded_bytes: u64,
+    regions: usize,
+    region_bytes: u64,
 }
