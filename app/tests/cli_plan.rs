@@ -355,3 +355,46 @@ fn the_default_set_leaves_shared_objects_out_on_large_inputs() {
         "{stderr}"
     );
 }
+
+/// 50,000 buffers all live at once: greedy-by-breadth would compare each with every one of
+/// its 50,000 objects (2.5 billion comparisons, minutes), so the default set leaves it out and
+/// says how to run it; every other planner plans the trace in seconds.
+#[test]
+fn the_default_set_leaves_greedy_by_breadth_out_when_it_would_compare_billions() {
+    let csv = scratch("all_live.csv");
+    let mut text = String::from("id,lower,upper,size\n");
+    for i in 0..50_000u64 {
+        text.push_str(&format!("{i},{i},50001,{}\n", 16 + (i % 7) * 8));
+    }
+    std::fs::write(&csv, text).unwrap();
+    let defaults = run(&[
+        "plan",
+        "--json",
+        "--time-budget",
+        "0.5",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(defaults.status.success());
+    let v: Value = serde_json::from_slice(&defaults.stdout).unwrap();
+    let names: Vec<&str> = v["planners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(!names.contains(&"greedy-by-breadth"), "{names:?}");
+    assert!(names.contains(&"greedy-by-size"), "{names:?}");
+    let skipped: Vec<&str> = v["skipped_planners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(skipped, ["shared-objects", "greedy-by-breadth"], "{v}");
+    let stderr = String::from_utf8_lossy(&defaults.stderr);
+    assert!(stderr.contains("50,000 live at once"), "{stderr}");
+    assert!(
+        stderr.contains("--planner greedy-by-breadth runs it"),
+        "{stderr}"
+    );
+}

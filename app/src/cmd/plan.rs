@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use allocview_loaders::plan::{MemoryPlan, PlanBuffers, from_loaded, minimalloc};
 use allocview_sim::plan::{
-    Buffer, PLANNER_NAMES, Plan, PlanError, PlanOptions, max_live_bytes, run_planner, validate,
+    Buffer, PLANNER_NAMES, Plan, PlanError, PlanOptions, max_live_buffers, max_live_bytes,
+    run_planner, validate,
 };
 use anyhow::{Context as _, Result, bail};
 use serde_json::{Value, json};
@@ -25,6 +26,13 @@ use crate::session::input::load_input;
 /// buffer with every shared object (quadratic: 446 s on 100,000 buffers, about 1 s on 5,000),
 /// and its own docs say it is not for whole malloc traces. Named with --planner, it runs.
 pub const SHARED_OBJECTS_DEFAULT_MAX_BUFFERS: usize = 5_000;
+
+/// Most buffer-object comparisons (buffers times the most buffers live at once, which
+/// bounds its objects from below) on which the default set includes `greedy-by-breadth`: it
+/// compares each buffer with every object, so 262,144 buffers all live at once took 10 minutes
+/// (a debug build) while every other planner took seconds. About 4 s in a release build at the
+/// limit. Named with --planner, it runs.
+pub const BREADTH_DEFAULT_MAX_COMPARISONS: u128 = 1 << 31;
 
 /// What `search` gets when no `--time-budget` is given.
 pub const DEFAULT_SEARCH_BUDGET_S: f64 = 10.0;
@@ -268,6 +276,21 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         );
         eprintln!("note: {why}");
         skipped.push(json!({"name": "shared-objects", "reason": why}));
+    }
+    let most_live = max_live_buffers(&pb.buffers);
+    let comparisons = pb.buffers.len() as u128 * most_live as u128;
+    if args.planner.is_empty() && comparisons > BREADTH_DEFAULT_MAX_COMPARISONS {
+        names.retain(|&n| n != "greedy-by-breadth");
+        let why = format!(
+            "greedy-by-breadth compares each buffer with every object and is left out of the \
+             default set on {} buffers with {} live at once (more than {} comparisons); \
+             --planner greedy-by-breadth runs it",
+            format::count(pb.buffers.len() as u64),
+            format::count(most_live as u64),
+            format::count(BREADTH_DEFAULT_MAX_COMPARISONS as u64)
+        );
+        eprintln!("note: {why}");
+        skipped.push(json!({"name": "greedy-by-breadth", "reason": why}));
     }
     let lower_bound = max_live_bytes(&pb.buffers)
         .map_err(|e| anyhow::anyhow!("{}: {}", args.file.display(), describe(&e, &pb.ids)))?;

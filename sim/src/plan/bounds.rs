@@ -64,6 +64,30 @@ pub fn max_live_bytes(buffers: &[Buffer]) -> Result<u64, PlanError> {
     Ok(max)
 }
 
+/// The most buffers live at one time (half-open lifetimes: one ending where another starts
+/// does not count with it). Planners that compare a buffer with every object hold at least
+/// this many objects, so it prices them before they run.
+#[must_use]
+pub fn max_live_buffers(buffers: &[Buffer]) -> usize {
+    let mut events: Vec<(u64, bool)> = Vec::with_capacity(buffers.len() * 2);
+    for b in buffers {
+        events.push((b.lower, true));
+        events.push((b.upper, false));
+    }
+    // Ends before starts at the same time.
+    events.sort_unstable();
+    let (mut live, mut max) = (0usize, 0usize);
+    for (_, is_start) in events {
+        if is_start {
+            live += 1;
+            max = max.max(live);
+        } else {
+            live = live.saturating_sub(1);
+        }
+    }
+    max
+}
+
 /// The sum of the positional maximums.
 ///
 /// # Errors
@@ -125,6 +149,14 @@ pub(crate) fn positional_maximums(items: impl Iterator<Item = (u64, u64, u64)>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_live_buffers_counts_overlaps_not_touches() {
+        let b = |lower, upper| Buffer::new(8, lower, upper);
+        assert_eq!(max_live_buffers(&[]), 0);
+        assert_eq!(max_live_buffers(&[b(0, 2), b(2, 4), b(4, 6)]), 1);
+        assert_eq!(max_live_buffers(&[b(0, 10), b(1, 3), b(2, 5), b(5, 6)]), 3);
+    }
 
     #[test]
     fn max_live_counts_touching_lifetimes_once() {

@@ -42,7 +42,7 @@ mod tests;
 mod units;
 pub mod validate;
 
-pub use bounds::{Bounds, lower_bound, max_live_bytes, positional_max_bytes};
+pub use bounds::{Bounds, lower_bound, max_live_buffers, max_live_bytes, positional_max_bytes};
 pub use search::{SearchMode, SearchOptions, SearchOutcome, SearchParams, SearchStats, search};
 pub use validate::validate;
 
