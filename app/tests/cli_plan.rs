@@ -340,12 +340,7 @@ fn the_default_set_leaves_shared_objects_out_on_large_inputs() {
     ]);
     assert!(defaults.status.success());
     let v: Value = serde_json::from_slice(&defaults.stdout).unwrap();
-    let names: Vec<&str> = v["planners"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let names = names_in(&v["planners"]);
     assert!(!names.contains(&"shared-objects"), "{names:?}");
     assert!(names.contains(&"search"), "{names:?}");
     assert_eq!(v["skipped_planners"][0]["name"], "shared-objects", "{v}");
@@ -376,20 +371,10 @@ fn the_default_set_leaves_greedy_by_breadth_out_when_it_would_compare_billions()
     ]);
     assert!(defaults.status.success());
     let v: Value = serde_json::from_slice(&defaults.stdout).unwrap();
-    let names: Vec<&str> = v["planners"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let names = names_in(&v["planners"]);
     assert!(!names.contains(&"greedy-by-breadth"), "{names:?}");
     assert!(names.contains(&"greedy-by-size"), "{names:?}");
-    let skipped: Vec<&str> = v["skipped_planners"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let skipped = names_in(&v["skipped_planners"]);
     assert_eq!(skipped, ["shared-objects", "greedy-by-breadth"], "{v}");
     let stderr = String::from_utf8_lossy(&defaults.stderr);
     assert!(stderr.contains("50,000 live at once"), "{stderr}");
@@ -397,4 +382,13 @@ fn the_default_set_leaves_greedy_by_breadth_out_when_it_would_compare_billions()
         stderr.contains("--planner greedy-by-breadth runs it"),
         "{stderr}"
     );
+}
+
+/// The `name` of every object in a JSON list of planners.
+fn names_in(list: &Value) -> Vec<&str> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect()
 }

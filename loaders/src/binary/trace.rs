@@ -502,15 +502,7 @@ fn read_frames(
     {
         // A stream reads by the index: it would not give these events.
         let what = format!("{what}; a stream of the file (`--stream`) would read other events");
-        if strictness == Strictness::Strict {
-            return Err(corrupt(path, at, &what));
-        }
-        info.damaged.push(Damage {
-            offset: at,
-            skipped_bytes: 0,
-            what,
-            repaired: false,
-        });
+        refuse_or_note(path, strictness, at, what, &mut info)?;
         info.events_lost = Some(0);
     }
     Ok(info)
@@ -597,6 +589,27 @@ fn recover(
     })
 }
 
+/// A disagreement between frames that lost no bytes: an error when strict, else noted as
+/// damage at `at` (the reader goes on with what the blocks hold).
+fn refuse_or_note(
+    path: &Path,
+    strictness: Strictness,
+    at: u64,
+    what: String,
+    info: &mut BinaryInfo,
+) -> Result<(), LoadError> {
+    if strictness == Strictness::Strict {
+        return Err(corrupt(path, at, &what));
+    }
+    info.damaged.push(Damage {
+        offset: at,
+        skipped_bytes: 0,
+        what,
+        repaired: false,
+    });
+    Ok(())
+}
+
 /// Checks the END frame's count (`end_total`: the count and the frame's position) against
 /// the records read, or notes that there was none.
 fn check_end(
@@ -619,16 +632,7 @@ fn check_end(
             "the end frame counts {total} events, the blocks hold {}",
             info.records
         );
-        let at = at as u64 + HEADER_BYTES;
-        if strictness == Strictness::Strict {
-            return Err(corrupt(path, at, &what));
-        }
-        info.damaged.push(Damage {
-            offset: at,
-            skipped_bytes: 0,
-            what,
-            repaired: false,
-        });
+        refuse_or_note(path, strictness, at as u64 + HEADER_BYTES, what, info)?;
     }
     if !info.damaged.is_empty() {
         let by_end = total.saturating_sub(info.records);
