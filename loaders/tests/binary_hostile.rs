@@ -147,6 +147,10 @@ fn stacks_whose_inline_frames_multiply_past_the_file_are_refused_with_the_frames
         e.contains("the call stacks expand to 6397440064 frames"),
         "{e}"
     );
+    assert!(
+        e.contains("--lenient reads its events without call stacks"),
+        "{e}"
+    );
     // Lenient: the events are kept, the stacks left out and said so.
     let t = load(&p, Strictness::Lenient).unwrap();
     assert_eq!(t.summary.events, 20);

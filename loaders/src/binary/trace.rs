@@ -717,7 +717,7 @@ fn merge_stacks(
     let what = format!(
         "the call stacks expand to {} frames (each location's inline frames at every depth of \
          every stack naming it), more than the {allowed} a {file_bytes}-byte file may \
-         ({EXPANDED_FRAMES_PER_BYTE} a byte)",
+         ({EXPANDED_FRAMES_PER_BYTE} a byte); --lenient reads its events without call stacks",
         exp.frames
     );
     if strictness == Strictness::Strict {
