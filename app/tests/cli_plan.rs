@@ -331,20 +331,11 @@ fn the_default_set_leaves_shared_objects_out_on_large_inputs() {
     let v: Value = serde_json::from_str(&out).unwrap();
     // "all" names every planner: nothing is skipped.
     assert!(v.get("skipped_planners").is_none(), "{v}");
-    let defaults = run(&[
-        "plan",
-        "--json",
-        "--time-budget",
-        "0.5",
-        csv.to_str().unwrap(),
-    ]);
-    assert!(defaults.status.success());
-    let v: Value = serde_json::from_slice(&defaults.stdout).unwrap();
+    let (v, stderr) = default_plan(&csv);
     let names = names_in(&v["planners"]);
     assert!(!names.contains(&"shared-objects"), "{names:?}");
     assert!(names.contains(&"search"), "{names:?}");
     assert_eq!(v["skipped_planners"][0]["name"], "shared-objects", "{v}");
-    let stderr = String::from_utf8_lossy(&defaults.stderr);
     assert!(
         stderr.contains("--planner shared-objects runs it"),
         "{stderr}"
@@ -362,21 +353,12 @@ fn the_default_set_leaves_greedy_by_breadth_out_when_it_would_compare_billions()
         text.push_str(&format!("{i},{i},50001,{}\n", 16 + (i % 7) * 8));
     }
     std::fs::write(&csv, text).unwrap();
-    let defaults = run(&[
-        "plan",
-        "--json",
-        "--time-budget",
-        "0.5",
-        csv.to_str().unwrap(),
-    ]);
-    assert!(defaults.status.success());
-    let v: Value = serde_json::from_slice(&defaults.stdout).unwrap();
+    let (v, stderr) = default_plan(&csv);
     let names = names_in(&v["planners"]);
     assert!(!names.contains(&"greedy-by-breadth"), "{names:?}");
     assert!(names.contains(&"greedy-by-size"), "{names:?}");
     let skipped = names_in(&v["skipped_planners"]);
     assert_eq!(skipped, ["shared-objects", "greedy-by-breadth"], "{v}");
-    let stderr = String::from_utf8_lossy(&defaults.stderr);
     assert!(stderr.contains("50,000 live at once"), "{stderr}");
     assert!(
         stderr.contains("--planner greedy-by-breadth runs it"),
@@ -391,4 +373,20 @@ fn names_in(list: &Value) -> Vec<&str> {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect()
+}
+
+/// `plan --json` with the default planner set (a short search budget): its JSON and stderr.
+fn default_plan(csv: &Path) -> (Value, String) {
+    let out = run(&[
+        "plan",
+        "--json",
+        "--time-budget",
+        "0.5",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    (
+        serde_json::from_slice(&out.stdout).unwrap(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

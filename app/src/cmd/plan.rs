@@ -29,9 +29,8 @@ pub const SHARED_OBJECTS_DEFAULT_MAX_BUFFERS: usize = 5_000;
 
 /// Most buffer-object comparisons (buffers times the most buffers live at once, which
 /// bounds its objects from below) on which the default set includes `greedy-by-breadth`: it
-/// compares each buffer with every object, so 262,144 buffers all live at once took 10 minutes
-/// (a debug build) while every other planner took seconds. About 4 s in a release build at the
-/// limit. Named with --planner, it runs.
+/// compares each buffer with every object, so 262,144 buffers all live at once took 620 s (a
+/// debug build) while every other planner took at most 3 s. Named with --planner, it runs.
 pub const BREADTH_DEFAULT_MAX_COMPARISONS: u128 = 1 << 31;
 
 /// What `search` gets when no `--time-budget` is given.
@@ -252,6 +251,45 @@ fn ratio(a: u64, b: u64) -> f64 {
     if b == 0 { 0.0 } else { a as f64 / b as f64 }
 }
 
+/// Takes out of the default set `names` the planners whose cost on `buffers` would dwarf the
+/// others', saying so on stderr; returns each one's `skipped_planners` entry.
+fn leave_out_costly(names: &mut Vec<&str>, buffers: &[Buffer]) -> Vec<Value> {
+    let mut reasons = Vec::new();
+    if buffers.len() > SHARED_OBJECTS_DEFAULT_MAX_BUFFERS {
+        reasons.push((
+            "shared-objects",
+            format!(
+                "shared-objects is quadratic and left out of the default set on {} buffers \
+                 (more than {})",
+                format::count(buffers.len() as u64),
+                format::count(SHARED_OBJECTS_DEFAULT_MAX_BUFFERS as u64)
+            ),
+        ));
+    }
+    let most_live = max_live_buffers(buffers);
+    if buffers.len() as u128 * most_live as u128 > BREADTH_DEFAULT_MAX_COMPARISONS {
+        reasons.push((
+            "greedy-by-breadth",
+            format!(
+                "greedy-by-breadth compares each buffer with every object and is left out of \
+                 the default set on {} buffers with {} live at once (more than {} comparisons)",
+                format::count(buffers.len() as u64),
+                format::count(most_live as u64),
+                format::count(BREADTH_DEFAULT_MAX_COMPARISONS as u64)
+            ),
+        ));
+    }
+    reasons
+        .into_iter()
+        .map(|(name, why)| {
+            names.retain(|&n| n != name);
+            let why = format!("{why}; --planner {name} runs it");
+            eprintln!("note: {why}");
+            json!({"name": name, "reason": why})
+        })
+        .collect()
+}
+
 /// Runs `allocview plan`.
 pub fn run(args: &PlanArgs) -> Result<()> {
     let names = args.names()?;
@@ -265,33 +303,11 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         .to_buffers()
         .with_context(|| format!("while reading the buffers of {}", args.file.display()))?;
     let mut names = names;
-    let mut skipped = Vec::new();
-    if args.planner.is_empty() && pb.buffers.len() > SHARED_OBJECTS_DEFAULT_MAX_BUFFERS {
-        names.retain(|&n| n != "shared-objects");
-        let why = format!(
-            "shared-objects is quadratic and left out of the default set on {} buffers (more \
-             than {}); --planner shared-objects runs it",
-            format::count(pb.buffers.len() as u64),
-            format::count(SHARED_OBJECTS_DEFAULT_MAX_BUFFERS as u64)
-        );
-        eprintln!("note: {why}");
-        skipped.push(json!({"name": "shared-objects", "reason": why}));
-    }
-    let most_live = max_live_buffers(&pb.buffers);
-    let comparisons = pb.buffers.len() as u128 * most_live as u128;
-    if args.planner.is_empty() && comparisons > BREADTH_DEFAULT_MAX_COMPARISONS {
-        names.retain(|&n| n != "greedy-by-breadth");
-        let why = format!(
-            "greedy-by-breadth compares each buffer with every object and is left out of the \
-             default set on {} buffers with {} live at once (more than {} comparisons); \
-             --planner greedy-by-breadth runs it",
-            format::count(pb.buffers.len() as u64),
-            format::count(most_live as u64),
-            format::count(BREADTH_DEFAULT_MAX_COMPARISONS as u64)
-        );
-        eprintln!("note: {why}");
-        skipped.push(json!({"name": "greedy-by-breadth", "reason": why}));
-    }
+    let skipped = if args.planner.is_empty() {
+        leave_out_costly(&mut names, &pb.buffers)
+    } else {
+        Vec::new()
+    };
     let lower_bound = max_live_bytes(&pb.buffers)
         .map_err(|e| anyhow::anyhow!("{}: {}", args.file.display(), describe(&e, &pb.ids)))?;
     let naive = run_planner("naive", &pb.buffers, &opts)
