@@ -16,7 +16,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
-use allocview_loaders::binary::{Location, NativeModule, NativeStacks, SourceFrame, StackEnd};
+use allocview_loaders::binary::{
+    Location, NativeModule, NativeStacks, PYTHON_FRAMES_MODULE, SourceFrame, StackEnd,
+};
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
 /// What symbolization found, for the user.
@@ -32,8 +34,9 @@ pub struct Report {
     /// Locations named by a function, and of those with a file and line.
     pub named: usize,
     pub with_lines: usize,
-    /// Locations looked up.
+    /// Locations looked up, and of those, Python frames (named by the recording).
     pub locations: usize,
+    pub python: usize,
     /// Distinct stacks, and of those, walks that ended before the outermost frame: at the
     /// depth cap, at a rule the unwinder does not follow, at code without unwind information,
     /// at a frame that failed a check.
@@ -53,6 +56,12 @@ impl Report {
             self.modules_read,
             self.modules_with_lines,
         );
+        if self.python > 0 {
+            eprintln!(
+                "  and {} Python code locations (function, file and line, from the interpreter)",
+                crate::format::count(self.python as u64)
+            );
+        }
         let [cap, unsupported, no_info, bad] = self.ended_early;
         if cap + unsupported + no_info + bad > 0 {
             eprintln!(
@@ -102,7 +111,17 @@ impl Symbolizer {
     /// Symbolizes every location of `stacks` in place (its `symbols`).
     pub fn symbolize_stacks(&mut self, stacks: &mut NativeStacks) -> Report {
         let (symbols, mut report) = self.symbolize(&stacks.modules, &stacks.locations);
-        stacks.symbols = symbols;
+        // The Python frames come named from the recording.
+        let recorded = std::mem::take(&mut stacks.symbols);
+        stacks.symbols = symbols
+            .into_iter()
+            .enumerate()
+            .map(|(i, found)| match recorded.get(i) {
+                Some(named) if found.is_empty() && !named.is_empty() => named.clone(),
+                _ => found,
+            })
+            .collect();
+        report.python = recorded.iter().filter(|s| !s.is_empty()).count();
         report.stacks = stacks.stacks.len();
         for s in stacks.stacks.values() {
             let slot = match s.end {
@@ -134,6 +153,7 @@ impl Symbolizer {
         for m in locations.iter().filter_map(|l| l.module) {
             if used.insert(m)
                 && let Some(file) = modules.get(m as usize)
+                && file.path != PYTHON_FRAMES_MODULE
             {
                 self.open(file);
             }

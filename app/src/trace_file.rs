@@ -52,7 +52,7 @@ pub fn read_any(
     } else {
         let opts = LoadOptions {
             strictness,
-            progress: None,
+            ..LoadOptions::default()
         };
         malloc_trace::read_text_records(input, &opts, &mut push).map(|summary| {
             for w in summary.warnings() {

@@ -24,7 +24,7 @@
 use allocview_sim::trace::EventKind;
 use polars::prelude::*;
 
-use crate::events::{Builder, CALL_FREE, CALL_MALLOC, Record};
+use crate::events::{Builder, CALL_FREE, CALL_MALLOC, Record, Requests};
 use crate::sites::StackTable;
 
 /// The exported columns, first in this order.
@@ -44,23 +44,34 @@ pub const EVENT_COLUMNS: [&str; 9] = [
 /// in batches: memory is bounded by the batch and the live allocations, not by the trace.
 pub struct EventBatcher {
     builder: Builder,
+    requests: Requests,
 }
 
 impl Default for EventBatcher {
     fn default() -> Self {
         Self {
             builder: Builder::with_capacity(0),
+            requests: Requests::default(),
         }
     }
 }
 
 impl EventBatcher {
+    /// Reads the requests `requests` of a trace recorded in a CPython interpreter.
+    #[must_use]
+    pub fn with_requests(self, requests: Requests) -> Self {
+        Self { requests, ..self }
+    }
+
     /// Pairs and appends one record (times before 0 are clamped to 0, as the loader does).
     ///
     /// # Errors
     /// What the loader would refuse (too many threads or allocations, an unknown call code).
     pub fn push(&mut self, r: &Record) -> Result<(), &'static str> {
-        self.builder.push(&crate::events::Line::of_record(r))
+        match crate::events::Line::of_record(r, self.requests, &mut self.builder.summary) {
+            Some(line) => self.builder.push(&line),
+            None => Ok(()),
+        }
     }
 
     /// Rows appended since the last batch (a displaced allocation adds a free row).

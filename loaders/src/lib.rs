@@ -52,7 +52,7 @@ use allocview_sim::trace::{NO_ALLOC_ID, TraceView};
 use polars::prelude::*;
 
 pub use error::{LineError, LoadError};
-pub use events::{LoadOptions, LoadSummary, MallocTrace, Strictness};
+pub use events::{LoadOptions, LoadSummary, MallocTrace, Requests, Strictness};
 
 /// The kinds of input allocview reads, told apart by content.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -14,7 +14,8 @@
 //! | `function` | String | function name as the source gave it (demangled where it was) |
 //! | `file` | String | source file, `??` when unknown |
 //! | `line` | Int64 | source line, 0 when unknown |
-//! | `module` | String | shared object or module, empty when unknown |
+//! | `module` | String | shared object or module, empty when unknown; `[python]` for a Python frame |
+//! | `python` | Boolean | a frame of Python code (function, file and line executing), recorded in a CPython interpreter |
 //!
 //! # The stacks table
 //!
@@ -36,6 +37,18 @@ pub struct Frame {
     pub file: String,
     pub line: i64,
     pub module: String,
+}
+
+/// The `module` of a Python frame (a function of the traced Python program, its file and
+/// the line executing), as recorded in a CPython interpreter.
+pub const PYTHON_FRAMES_MODULE: &str = "[python]";
+
+impl Frame {
+    /// A frame of Python code (not of native code).
+    #[must_use]
+    pub fn is_python(&self) -> bool {
+        self.module == PYTHON_FRAMES_MODULE
+    }
 }
 
 impl std::fmt::Display for Frame {
@@ -119,9 +132,16 @@ impl StackTable {
     /// frame outside installed libraries, with or without a line (a program built without
     /// debug information); failing that, the first frame not passed over; failing that, the
     /// innermost.
+    ///
+    /// A stack recorded in a CPython interpreter with Python frames is the Python program's:
+    /// its site is among its Python frames, chosen the same way (the native frames inside the
+    /// innermost Python frame are the interpreter's or an extension's, called by that line).
     #[must_use]
     pub fn site_frame(&self, id: u32) -> Option<&Frame> {
-        let frames: Vec<&Frame> = self.frames_of(id).collect();
+        let mut frames: Vec<&Frame> = self.frames_of(id).collect();
+        if frames.iter().any(|f| f.is_python()) {
+            frames.retain(|f| f.is_python());
+        }
         let own = |f: &&&Frame| !is_runtime_frame(f) && !is_library_frame(f);
         frames
             .iter()
@@ -203,6 +223,10 @@ impl StackTable {
                     .iter()
                     .map(|f| f.module.as_str())
                     .collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "python".into(),
+                self.frames.iter().map(Frame::is_python).collect::<Vec<_>>(),
             ),
         ])
     }
@@ -371,10 +395,12 @@ mod tests {
     /// A recorded C++ program built without debug information: its own frames have no line,
     /// the C library's thread start has one, and the site is still the program's function
     /// that called `operator new`.
-    #[test]
-    fn the_site_of_a_program_without_lines_is_its_own_function_not_libc() {
-        let mut t = StackTable::new();
-        let mut mk = |f: &str, file: &str, line: i64, module: &str| {
+    /// A table and a function that adds a frame to it.
+    fn table_with_frames() -> (
+        StackTable,
+        impl Fn(&mut StackTable, &str, &str, i64, &str) -> u32,
+    ) {
+        let mk = |t: &mut StackTable, f: &str, file: &str, line: i64, module: &str| {
             t.intern_frame(Frame {
                 function: f.to_owned(),
                 file: file.to_owned(),
@@ -382,6 +408,14 @@ mod tests {
                 module: module.to_owned(),
             })
         };
+        (StackTable::new(), mk)
+    }
+
+    #[test]
+    fn the_site_of_a_program_without_lines_is_its_own_function_not_libc() {
+        let (mut t, add) = table_with_frames();
+        let mut mk =
+            |f: &str, file: &str, line: i64, module: &str| add(&mut t, f, file, line, module);
         let libstdcxx = "/lib/x86_64-linux-gnu/libstdc++.so.6";
         let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
         let ids = vec![
@@ -398,5 +432,34 @@ mod tests {
         // Only the C library's frames: the first of them that is not an allocation function.
         let libc_only = t.intern_stack(vec![ids[0], ids[5], ids[6]]);
         assert_eq!(t.site_frame(libc_only).unwrap().function, "start_thread");
+    }
+
+    /// A Python program's stack: the interpreter's native frames inside the innermost Python
+    /// frame have lines too (an interpreter built with debug information), but the site is
+    /// the program's line; the standard library's frames are passed over.
+    #[test]
+    fn the_site_of_a_python_stack_is_the_programs_innermost_python_frame() {
+        let (mut t, add) = table_with_frames();
+        let mut mk =
+            |f: &str, file: &str, line: i64, module: &str| add(&mut t, f, file, line, module);
+        let python = "/root/.pyenv/versions/3.12.1/bin/python3.12";
+        let ids = vec![
+            mk("tuple_alloc", "Objects/tupleobject.c", 40, python),
+            mk(
+                "json.loads",
+                "/usr/lib/python3.12/json/__init__.py",
+                346,
+                PYTHON_FRAMES_MODULE,
+            ),
+            mk("build_table", "/app/prog.py", 4, PYTHON_FRAMES_MODULE),
+            mk("main", "/app/prog.py", 30, PYTHON_FRAMES_MODULE),
+            mk("Py_RunMain", "Modules/main.c", 700, python),
+        ];
+        let s = t.intern_stack(ids.clone());
+        assert_eq!(t.site_frame(s).unwrap().function, "build_table");
+        assert!(t.frame(ids[2]).unwrap().is_python() && !t.frame(ids[0]).unwrap().is_python());
+        // Only the standard library's Python frames: the innermost of them.
+        let stdlib = t.intern_stack(vec![ids[0], ids[1], ids[4]]);
+        assert_eq!(t.site_frame(stdlib).unwrap().function, "json.loads");
     }
 }

@@ -23,6 +23,7 @@ fn load(path: &Path, strictness: Strictness) -> Result<allocview_loaders::Malloc
     let opts = LoadOptions {
         strictness,
         progress: None,
+        ..LoadOptions::default()
     };
     load_binary(path, &opts).map_err(|e| e.to_string())
 }

@@ -226,6 +226,7 @@ fn bad_csv_rows_name_file_line_column_and_expectation() {
         &LoadOptions {
             strictness: Strictness::Lenient,
             progress: None,
+            ..LoadOptions::default()
         },
     )
     .unwrap();

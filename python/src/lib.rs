@@ -104,7 +104,7 @@ fn load(
     let watch = Progress::start(progress, "load", total_bytes, Arc::clone(&counter));
     let p = path.clone();
     let loaded = py.detach(move || {
-        let loaded = load_counted(&p, lenient, counter);
+        let loaded = load_counted(&p, lenient, allocview_loaders::Requests::Objects, counter);
         watch.finish();
         loaded
     });

@@ -275,6 +275,8 @@ pub(crate) unsafe extern "C" fn clock_main(_: *mut c_void) -> *mut c_void {
         // only makes one period shorter.
         unsafe { nanosleep(&period, null_mut()) };
         tick_clock();
+        #[cfg(target_arch = "x86_64")]
+        crate::python::poll();
         until_flush -= 1;
         if until_flush == 0 {
             until_flush = FLUSH_EVERY_PERIODS;

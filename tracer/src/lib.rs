@@ -79,6 +79,8 @@ mod limit;
 #[cfg(target_arch = "x86_64")]
 mod modules;
 #[cfg(target_arch = "x86_64")]
+mod python;
+#[cfg(target_arch = "x86_64")]
 mod stacks;
 #[cfg(target_arch = "x86_64")]
 mod unwind;
@@ -408,6 +410,9 @@ unsafe fn initialise() -> bool {
     let stacks =
         !stacks.is_null() && unsafe { std::ffi::CStr::from_ptr(stacks) }.to_bytes() == b"1";
     STACKS.store(stacks && cfg!(target_arch = "x86_64"), Ordering::Relaxed);
+    // Before the limits start counting calls: the look-ups may allocate (dlerror's message).
+    #[cfg(target_arch = "x86_64")]
+    python::detect();
     limit::init();
     tick_clock();
     // SAFETY: plain syscalls and libc registration calls; nested allocations pass through.

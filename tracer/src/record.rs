@@ -114,6 +114,12 @@ pub(crate) fn encode_at(
     addr: u64,
     stack: Option<u64>,
 ) -> *mut u8 {
+    // Tagged with the allocator that served it (never a null result).
+    let addr = if addr == 0 {
+        0
+    } else {
+        addr | t.addr_tag.get()
+    };
     let da = zigzag(addr.wrapping_sub(t.prev_addr.get()) as i64);
     // SAFETY: callers leave MAX_EVENT_BYTES of room after `cursor` (the time change's share
     // of it is unused here), inside the buffer; only the owner writes beyond `committed`.

@@ -17,6 +17,10 @@ pub(crate) const FRAME_SEGMENT: u8 = 0x10;
 pub(crate) const FRAME_MODULE: u8 = 0x11;
 /// A flush mark: the time (u64) read before the clock thread wrote out every buffer.
 pub(crate) const FRAME_FLUSHED: u8 = 0x12;
+/// What the tracer did in a CPython interpreter (`key=value` lines: `version`, `frames`,
+/// `objects`; see `python/mod.rs`).
+#[cfg(target_arch = "x86_64")]
+pub(crate) const FRAME_PYTHON: u8 = 0x13;
 /// Segment header after the frame's tag and length: stream u32, tid u64, tick u64, ns i64.
 pub(crate) const SEGMENT_HEADER_BYTES: usize = 4 + 8 + 8 + 8;
 

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use crate::encode::{PREFIX_VARINT_STORE_BYTES, put_prefix_varint, put_varint, zigzag};
 use crate::modules::{self, Module, Names};
+use crate::python::{self, MAX_PY_FRAMES, PyFrame};
 use crate::unwind::{self, End, MAX_DEPTH, Regs};
 use crate::{Buf, ThreadState};
 
@@ -111,6 +112,7 @@ fn forget_stack_ids_of(memo: &mut ThreadMemo) {
 pub fn reset_after_fork() {
     TABLE.store(null_mut(), Ordering::Release);
     NEXT_ID.store(1, Ordering::Release);
+    python::frames::reset_after_fork();
     modules::reset_lock_after_fork();
 }
 
@@ -273,7 +275,19 @@ pub fn capture(t: &ThreadState, b: &Buf, mut cursor: *mut u8) -> (*mut u8, u64) 
         &mut memo.frames,
         emit_module,
     );
-    let h = walked.hash;
+    let mut h = walked.hash;
+    let mut py = [std::mem::MaybeUninit::<PyFrame>::uninit(); MAX_PY_FRAMES];
+    let n_py = if python::frames::on() {
+        python::frames::walk(b, &mut cursor, &mut py)
+    } else {
+        0
+    };
+    // SAFETY: `walk` wrote the first `n_py` entries.
+    let py = unsafe { std::slice::from_raw_parts(py.as_ptr().cast::<PyFrame>(), n_py) };
+    for f in py {
+        let v = u64::from(f.code) << 32 | u64::from(f.line) << 1 | u64::from(f.entry);
+        h = (h ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+    }
     if let Some(id) = memo.known_id(h) {
         return (cursor, id);
     }
@@ -283,13 +297,102 @@ pub fn capture(t: &ThreadState, b: &Buf, mut cursor: *mut u8) -> (*mut u8, u64) 
         let n = walked.frames.min(MAX_DEPTH);
         // SAFETY: `walk` wrote the first `walked.frames` entries (at most MAX_DEPTH).
         let pcs = unsafe { std::slice::from_raw_parts(pcs.as_ptr().cast::<u64>(), n) };
-        cursor = write_def(b, cursor, id, walked.end, pcs);
+        cursor = if py.is_empty() {
+            write_def(b, cursor, id, walked.end, pcs)
+        } else {
+            write_hybrid_def(b, cursor, id, walked.end, pcs, py)
+        };
     }
     (cursor, id)
 }
 
+/// Most frames of a stack with Python frames.
+const MAX_HYBRID_FRAMES: usize = 255;
+/// Most bytes a definition with Python frames takes.
+const MAX_HYBRID_DEF_BYTES: usize = 2 + PREFIX_VARINT_STORE_BYTES + 2 + MAX_HYBRID_FRAMES * 15;
+
+/// Writes the definition of a stack with Python frames (op `OP_PYTHON`, kind `DEF_STACK`): id
+/// as a prefix varint, how the walk ended (u8), the frame count (u8), then each frame,
+/// innermost first: a native one as a varint of its zigzag address difference from the
+/// previous native frame's, shifted left by one; a Python one as a varint of its code id
+/// shifted left by one, plus one, then its line as a varint. Each group of Python frames
+/// that one C call of the interpreter's loop runs takes the place of that call's native
+/// frame; groups left over (a native walk that ended early) follow the native frames.
+fn write_hybrid_def(
+    b: &Buf,
+    mut cursor: *mut u8,
+    id: u64,
+    mut end: End,
+    pcs: &[u64],
+    py: &[PyFrame],
+) -> *mut u8 {
+    use python::frames::{DEF_STACK, OP_PYTHON, in_eval_loop};
+    // SAFETY: the thread's buffer; the definition fits below `last_start` after the check.
+    unsafe {
+        if cursor.add(MAX_HYBRID_DEF_BYTES) > b.last_start() {
+            crate::flush_own(b);
+            cursor = b.data();
+        }
+        cursor.write(OP_PYTHON);
+        cursor.add(1).write(DEF_STACK);
+        let mut n = 2;
+        n += put_prefix_varint(cursor.add(n), id);
+        let end_at = n;
+        let count_at = n + 1;
+        n += 2;
+        let mut count = 0usize;
+        let mut prev = 0u64;
+        let mut next_py = 0;
+        let put_py = |n: &mut usize, f: &PyFrame| {
+            *n += put_varint(cursor.add(*n), u64::from(f.code) << 1 | 1);
+            *n += put_varint(cursor.add(*n), u64::from(f.line));
+        };
+        for &pc in pcs {
+            if count >= MAX_HYBRID_FRAMES {
+                break;
+            }
+            if in_eval_loop(pc) && next_py < py.len() {
+                while let Some(f) = py.get(next_py) {
+                    if count >= MAX_HYBRID_FRAMES {
+                        break;
+                    }
+                    put_py(&mut n, f);
+                    count += 1;
+                    next_py += 1;
+                    if f.entry {
+                        break;
+                    }
+                }
+                continue;
+            }
+            n += put_varint(cursor.add(n), zigzag(pc.wrapping_sub(prev) as i64) << 1);
+            prev = pc;
+            count += 1;
+        }
+        for f in py.get(next_py..).unwrap_or(&[]) {
+            if count >= MAX_HYBRID_FRAMES {
+                break;
+            }
+            put_py(&mut n, f);
+            count += 1;
+        }
+        if count >= MAX_HYBRID_FRAMES {
+            end = End::DepthCap;
+        }
+        cursor.add(end_at).write(end as u8);
+        cursor.add(count_at).write(count as u8);
+        crate::commit(b, cursor.add(n))
+    }
+}
+
 fn table() -> *mut Slot {
-    let t = TABLE.load(Ordering::Acquire);
+    shared_table(&TABLE, TABLE_SLOTS * std::mem::size_of::<Slot>())
+}
+
+/// The table in `slot`, a zero-filled block of `bytes` mapped by the first thread that asks
+/// (null when it cannot be mapped); touched as used, so a large one costs address space only.
+pub(crate) fn shared_table<T>(slot: &AtomicPtr<T>, bytes: usize) -> *mut T {
+    let t = slot.load(Ordering::Acquire);
     if !t.is_null() {
         return t;
     }
@@ -297,7 +400,7 @@ fn table() -> *mut Slot {
     let block = unsafe {
         crate::mmap(
             null_mut(),
-            TABLE_SLOTS * std::mem::size_of::<Slot>(),
+            bytes,
             crate::PROT_RW,
             crate::MAP_PRIVATE_ANON | MAP_NORESERVE,
             -1,
@@ -307,7 +410,7 @@ fn table() -> *mut Slot {
     if block as isize == -1 || block.is_null() {
         return null_mut();
     }
-    match TABLE.compare_exchange(
+    match slot.compare_exchange(
         null_mut(),
         block.cast(),
         Ordering::AcqRel,

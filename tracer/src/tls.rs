@@ -39,6 +39,9 @@ pub(crate) struct ThreadState {
     /// signal handler that interrupted a write): their children run untraced (see
     /// [`before_fork`]).
     pub(crate) forks_untraced: Cell<u32>,
+    /// Which allocator the events this thread records now come from (a tag in bits 60-61 of
+    /// their addresses, see `python/mod.rs`; 0: the C library, called by the program).
+    pub(crate) addr_tag: Cell<u64>,
 }
 
 impl ThreadState {
@@ -121,6 +124,7 @@ thread_local! {
             stack_lo: Cell::new(0),
             stack_hi: Cell::new(0),
             forks_untraced: Cell::new(0),
+            addr_tag: Cell::new(0),
         }
     };
 }

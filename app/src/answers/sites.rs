@@ -70,7 +70,10 @@ pub fn frames_json(stacks: &StackTable, stack: u32) -> Value {
     json!(
         stacks
             .frames_of(stack)
-            .map(|f| json!({"function": f.function, "file": f.file, "line": f.line, "module": f.module}))
+            .map(|f| {
+                json!({"function": f.function, "file": f.file, "line": f.line, "module": f.module,
+                       "python": f.is_python()})
+            })
             .collect::<Vec<_>>()
     )
 }

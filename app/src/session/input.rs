@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicU64;
 
 use allocview_loaders::analysis::site_stats::EventSites;
 use allocview_loaders::window::WindowInfo;
-use allocview_loaders::{LoadOptions, LoadSummary, Loaded, Strictness};
+use allocview_loaders::{LoadOptions, LoadSummary, Loaded, Requests, Strictness};
 use allocview_sim::stream::window::WindowSpec;
 use anyhow::{Context as _, Result, bail};
 use polars::prelude::*;
@@ -24,7 +24,7 @@ pub fn load_input(path: &Path, args: &InputArgs) -> Result<Loaded> {
     if args.window.is_set() && super::mode::refuse_if_too_big(path).is_err() {
         return load_streamed_window(path, args);
     }
-    let mut loaded = load_whole(path, args.lenient)?;
+    let mut loaded = load_whole(path, args.lenient, args.requests_or(Requests::Objects))?;
     if let Some(w) = crate::session::window::apply(&mut loaded, &args.window, path)? {
         eprintln!(
             "window: events {}..{} of {} ({} allocations live at its start carried in)",
@@ -68,15 +68,37 @@ fn load_streamed_window(path: &Path, args: &InputArgs) -> Result<Loaded> {
     }))
 }
 
+/// Says on stderr which requests of a trace recorded in a CPython interpreter were read
+/// (nothing for any other input).
+pub fn note_requests(path: &Path, loaded: &Loaded, requests: Requests) {
+    let Loaded::MallocTrace(t) = loaded else {
+        return;
+    };
+    if t.summary.python_allocator_events + t.summary.other_view_events == 0 {
+        return;
+    }
+    let other = match requests {
+        Requests::Objects => Requests::Libc,
+        Requests::Libc => Requests::Objects,
+    };
+    eprintln!(
+        "note: {} was recorded in a CPython interpreter: read {}; --requests {} reads {}",
+        path.display(),
+        requests.describe(),
+        other.name(),
+        other.describe()
+    );
+}
+
 /// Loads `path` whole (see [`load_input`]).
-pub fn load_whole(path: &Path, lenient: bool) -> Result<Loaded> {
+pub fn load_whole(path: &Path, lenient: bool, requests: Requests) -> Result<Loaded> {
     crate::session::mode::refuse_if_too_big(path)?;
     let counter = Arc::new(AtomicU64::new(0));
     let file_bytes = std::fs::metadata(path)
         .with_context(|| format!("cannot open {}", path.display()))?
         .len();
     let bar = ByteProgress::start("loading", file_bytes, Arc::clone(&counter));
-    let loaded = load_counted(path, lenient, counter)?;
+    let loaded = load_counted(path, lenient, requests, counter)?;
     drop(bar);
     for w in warnings(&loaded) {
         eprintln!("warning: {w}");
@@ -86,13 +108,18 @@ pub fn load_whole(path: &Path, lenient: bool) -> Result<Loaded> {
 
 /// Loads `path` whole, setting `counter` to the bytes read so far as it goes, quietly (the
 /// caller shows the progress and the [`warnings`] its own way).
-pub fn load_counted(path: &Path, lenient: bool, counter: Arc<AtomicU64>) -> Result<Loaded> {
-    allocview_loaders::load(path, &load_options(lenient, counter))
+pub fn load_counted(
+    path: &Path,
+    lenient: bool,
+    requests: Requests,
+    counter: Arc<AtomicU64>,
+) -> Result<Loaded> {
+    allocview_loaders::load(path, &load_options(lenient, requests, counter))
         .with_context(|| format!("while loading {}", path.display()))
 }
 
 /// The loader's options: lenient or strict, setting `counter` to the bytes read so far.
-fn load_options(lenient: bool, counter: Arc<AtomicU64>) -> LoadOptions {
+fn load_options(lenient: bool, requests: Requests, counter: Arc<AtomicU64>) -> LoadOptions {
     LoadOptions {
         strictness: if lenient {
             Strictness::Lenient
@@ -100,6 +127,7 @@ fn load_options(lenient: bool, counter: Arc<AtomicU64>) -> LoadOptions {
             Strictness::Strict
         },
         progress: Some(counter),
+        requests,
     }
 }
 
@@ -167,8 +195,11 @@ pub fn open_for_explorer(
         );
         return Ok(Opened::Streamed(streamed));
     }
-    let mut loaded = allocview_loaders::load(path, &load_options(lenient, Arc::clone(progress)))
-        .map_err(|e| e.to_string())?;
+    let mut loaded = allocview_loaders::load(
+        path,
+        &load_options(lenient, Requests::Objects, Arc::clone(progress)),
+    )
+    .map_err(|e| e.to_string())?;
     let trace_events = match &loaded {
         Loaded::MallocTrace(t) => t.events.height() as u64,
         Loaded::TfMemoryLog(log) => log.events.height() as u64,

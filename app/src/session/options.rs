@@ -3,6 +3,8 @@
 //! they do lives beside what they configure: [`super::input`], [`super::window`],
 //! [`super::mode`], [`super::policies`].
 
+use allocview_loaders::Requests;
+
 /// Loader flags shared by every command that reads a trace.
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct InputArgs {
@@ -10,8 +12,32 @@ pub struct InputArgs {
     /// first few are reported).
     #[arg(long)]
     pub lenient: bool,
+    /// Of a trace recorded in a CPython interpreter, which requests to read: `objects`, those
+    /// the program made (Python's objects as it asked for them, each with its stack), or
+    /// `libc`, what reached the C library (pymalloc's arenas and the blocks Python's
+    /// allocator took, not its objects). Default: `libc` for `compare` and `report`, whose
+    /// policies replay what the process held; `objects` for every other command.
+    #[arg(long, value_name = "objects|libc")]
+    pub requests: Option<Requests>,
     #[command(flatten)]
     pub window: WindowArgs,
+}
+
+impl InputArgs {
+    /// The requests to read: those asked for, or `default`.
+    #[must_use]
+    pub fn requests_or(&self, default: Requests) -> Requests {
+        self.requests.unwrap_or(default)
+    }
+
+    /// These flags, reading `default` when no `--requests` was given.
+    #[must_use]
+    pub fn with_default_requests(&self, default: Requests) -> Self {
+        Self {
+            requests: Some(self.requests_or(default)),
+            ..self.clone()
+        }
+    }
 }
 
 /// The window flags shared by every command that reads a trace.

@@ -15,6 +15,8 @@ use allocview_sim::stream::{EventBatch, EventSource};
 use allocview_sim::trace::EventKind;
 use anyhow::{Context as _, Result, bail};
 
+use allocview_loaders::Requests;
+
 use super::options::WindowArgs;
 
 /// A binary trace to stream, and the window of it, if any.
@@ -22,17 +24,19 @@ use super::options::WindowArgs;
 pub struct StreamInput {
     pub file: PathBuf,
     window: Option<ResolvedWindow>,
+    /// Which requests of a trace recorded in a CPython interpreter are read.
+    pub requests: Requests,
 }
 
 impl StreamInput {
-    /// `file`, with the window `args` asks for found in it, said on stderr as a loaded
-    /// window is.
-    pub fn new(file: &Path, args: &WindowArgs) -> Result<Self> {
+    /// The `requests` of `file`, with the window `args` asks for found in them, said on
+    /// stderr as a loaded window is.
+    pub fn new(file: &Path, args: &WindowArgs, requests: Requests) -> Result<Self> {
         let window = match args.spec()? {
             None => None,
             Some(spec) => {
-                let w =
-                    find(file, &spec).with_context(|| format!("window of {}", file.display()))?;
+                let w = find(file, &spec, requests)
+                    .with_context(|| format!("window of {}", file.display()))?;
                 announce_window(file, &w);
                 Some(w)
             }
@@ -40,6 +44,7 @@ impl StreamInput {
         Ok(Self {
             file: file.to_owned(),
             window,
+            requests,
         })
     }
 
@@ -55,7 +60,8 @@ impl StreamInput {
     /// A new read of the trace from its start.
     pub fn open(&self) -> Result<Source> {
         let stream = BinaryEventStream::open(&self.file)
-            .with_context(|| format!("while opening {}", self.file.display()))?;
+            .with_context(|| format!("while opening {}", self.file.display()))?
+            .with_requests(self.requests);
         Ok(match self.window {
             None => Source::Whole(stream),
             Some(w) => Source::Window(WindowSource::new(stream, w)),
@@ -63,9 +69,10 @@ impl StreamInput {
     }
 }
 
-fn find(file: &Path, spec: &WindowSpec) -> Result<ResolvedWindow> {
+fn find(file: &Path, spec: &WindowSpec, requests: Requests) -> Result<ResolvedWindow> {
     let mut stream = BinaryEventStream::open(file)
-        .with_context(|| format!("while opening {}", file.display()))?;
+        .with_context(|| format!("while opening {}", file.display()))?
+        .with_requests(requests);
     resolve(&mut stream, spec)
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("while reading {}", file.display()))?

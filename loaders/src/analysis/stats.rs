@@ -320,9 +320,18 @@ impl RecordingStats {
             self.last_tid = Some(r.tid);
             self.tids.insert(r.tid);
         }
+        // What the program asked for, as the loader reads by default.
+        let Some(line) =
+            crate::events::Line::of_record(r, crate::events::Requests::Objects, &mut self.summary)
+        else {
+            return Ok(());
+        };
         let p = self
             .pairing
-            .pair(&mut self.summary, r.t_ns.max(0), r.size_bytes, r.addr)?;
+            .pair(&mut self.summary, line.t_ns, line.size_bytes, line.addr)?;
+        if line.python && p.kind == allocview_sim::trace::EventKind::FreeUnknown {
+            self.summary.frees_unknown_python += 1;
+        }
         self.first_t_ns.get_or_insert(p.t_ns);
         if let Some((_, old_size, _)) = p.displaced {
             self.live_bytes -= old_size;

@@ -124,7 +124,9 @@ use frames::{Frames, read_header};
 pub use index::{BlockEntry, BlockIndex, read_index, read_index_frame};
 use spool::read_spool;
 pub use spool::{LivePoll, LiveSpool};
-pub use stacks::{Location, NativeModule, NativeStack, NativeStacks, SourceFrame, StackEnd};
+pub use stacks::{
+    Location, NativeModule, NativeStack, NativeStacks, PYTHON_FRAMES_MODULE, SourceFrame, StackEnd,
+};
 pub use stream::{BinaryEventStream, PackedStreamPoint, StreamPoint};
 use trace::{read_trace, read_trace_staged};
 pub use verify::block_events;
@@ -305,15 +307,15 @@ fn read_frames_of(
 /// Reads every record of `path` into `b`. A trace's records are paired on the thread that
 /// decodes its blocks while `b`'s columns are filled here (see [`read_trace_staged`]); a
 /// spool's streams are merged first, so its records go through [`Builder::push`].
-fn read_into(
-    path: &Path,
-    strictness: Strictness,
-    b: &mut Builder,
-) -> Result<BinaryInfo, LoadError> {
+fn read_into(path: &Path, opts: &LoadOptions, b: &mut Builder) -> Result<BinaryInfo, LoadError> {
+    let (strictness, requests) = (opts.strictness, opts.requests);
     let (bytes, kind) = read_file(path)?;
     if kind == FileKind::Spool {
         let base = TimeBase::default();
-        let push = &mut |r: &Record| b.push(&Line::of_record(r));
+        let push = &mut |r: &Record| match Line::of_record(r, requests, &mut b.summary) {
+            Some(line) => b.push(&line),
+            None => Ok(()),
+        };
         return read_frames_of(path, &bytes, kind, base, strictness, push);
     }
     let (mut maker, mut summary) = b.split();
@@ -321,8 +323,9 @@ fn read_into(
         path,
         bytes.get(10..).unwrap_or(&[]),
         strictness,
-        |r: &Record, out: &mut Vec<_>| {
-            maker.make(&mut summary, &Line::of_record(r), |row| out.push(row))
+        |r: &Record, out: &mut Vec<_>| match Line::of_record(r, requests, &mut summary) {
+            Some(line) => maker.make(&mut summary, &line, |row| out.push(row)),
+            None => Ok(()),
         },
         &mut |row| b.push_row(row),
     );
@@ -342,7 +345,7 @@ pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
     // About 2.5 bytes an event compressed (5 in a spool); the builder's vectors grow if needed.
     let expected = usize::try_from(file_bytes / 2).unwrap_or(1 << 20) + 1024;
     let mut b = Builder::with_capacity(expected);
-    let info = read_into(path, opts.strictness, &mut b);
+    let info = read_into(path, opts, &mut b);
     let info = match (info, opts.strictness) {
         (Ok(info), _) => info,
         (Err(e), Strictness::Strict) => return Err(e),

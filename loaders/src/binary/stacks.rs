@@ -115,6 +115,54 @@ pub struct NativeStacks {
     pub symbols: Vec<Vec<SourceFrame>>,
 }
 
+/// A Python frame among a spool stack definition's `pcs`: this bit set, the code id in
+/// bits 24-62 and the line in bits 0-23 (native return addresses stay below 2^57).
+pub(super) const PY_FRAME_BIT: u64 = 1 << 63;
+const PY_LINE_BITS: u32 = 24;
+
+/// The module that a trace's Python frames are placed in: a location in it is a code id
+/// (`offset >> 24`) and a line, and its symbol is the function, file and line.
+pub const PYTHON_FRAMES_MODULE: &str = crate::sites::PYTHON_FRAMES_MODULE;
+
+/// A Python code object a spool names (op `0x0b`, kind 1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct PyCode {
+    pub(super) id: u32,
+    pub(super) name: String,
+    pub(super) file: String,
+}
+
+/// Spool op (event encoding 4 and up, from a CPython interpreter): a Python record, whose
+/// next byte says which (see the tracer's `python/frames.rs` and `stacks.rs`):
+/// - 1, a code object: id (prefix varint), first line (varint), qualified name and file
+///   (each a varint length and UTF-8);
+/// - 2, a stack with Python frames: id (prefix varint), how the walk ended (u8), frame count
+///   (u8), then each frame innermost first, a varint `v`: `v` even, a native frame whose
+///   address differs from the previous native frame's by the zigzag value `v >> 1`; `v` odd,
+///   a Python frame of code id `v >> 1`, followed by its line as a varint.
+pub(super) const OP_PYTHON: u8 = 0x0b;
+
+/// Reads a Python record after its op byte into `defs` or `codes`.
+pub(super) fn read_python_record(
+    c: &mut Cursor<'_>,
+    modules_before: u32,
+    defs: &mut Vec<StackDef>,
+    codes: &mut Vec<PyCode>,
+) -> Option<()> {
+    match c.u8()? {
+        1 => {
+            let id = u32::try_from(c.prefix_varint()?).ok()?;
+            let _first_line = c.varint()?;
+            let name = read_str(c)?;
+            let file = read_str(c)?;
+            codes.push(PyCode { id, name, file });
+        }
+        2 => defs.push(read_def(c, modules_before, true)?),
+        _ => return None,
+    }
+    Some(())
+}
+
 /// A spool's stack definition, before its addresses are placed in modules.
 pub(super) struct StackDef {
     pub(super) id: u32,
@@ -128,14 +176,29 @@ pub(super) struct StackDef {
 /// Reads a stack definition after its op byte, in a segment read after `modules_before`
 /// module frames.
 pub(super) fn read_stack_def(c: &mut Cursor<'_>, modules_before: u32) -> Option<StackDef> {
+    read_def(c, modules_before, false)
+}
+
+/// A stack definition of either op: `python`, with Python frames among its native ones.
+fn read_def(c: &mut Cursor<'_>, modules_before: u32, python: bool) -> Option<StackDef> {
     let id = u32::try_from(c.prefix_varint()?).ok()?;
     let end = StackEnd::from_u8(c.u8()?);
     let n = c.u8()?;
     let mut pcs = Vec::with_capacity(usize::from(n));
     let mut pc = 0u64;
     for _ in 0..n {
-        pc = pc.wrapping_add(unzigzag(c.varint()?) as u64);
-        pcs.push(pc);
+        let v = c.varint()?;
+        if !python {
+            pc = pc.wrapping_add(unzigzag(v) as u64);
+            pcs.push(pc);
+        } else if v & 1 == 0 {
+            pc = pc.wrapping_add(unzigzag(v >> 1) as u64);
+            pcs.push(pc & !PY_FRAME_BIT);
+        } else {
+            let code = (v >> 1).min((1 << (63 - PY_LINE_BITS)) - 1);
+            let line = c.varint()?.min((1 << PY_LINE_BITS) - 1);
+            pcs.push(PY_FRAME_BIT | code << PY_LINE_BITS | line);
+        }
     }
     Some(StackDef {
         id,
@@ -238,7 +301,11 @@ impl ModuleRanges {
 
 /// Places a spool's stack definitions in its modules: locations deduplicated, and modules
 /// too (a library unloaded and loaded again at the same place has a frame each time).
-pub(super) fn from_spool(modules: Vec<NativeModule>, defs: Vec<StackDef>) -> NativeStacks {
+pub(super) fn from_spool(
+    modules: Vec<NativeModule>,
+    defs: Vec<StackDef>,
+    codes: &[PyCode],
+) -> NativeStacks {
     let ranges = ModuleRanges::new(&modules);
     let mut distinct: Vec<NativeModule> = Vec::new();
     let canonical: Vec<u32> = {
@@ -253,6 +320,16 @@ pub(super) fn from_spool(modules: Vec<NativeModule>, defs: Vec<StackDef>) -> Nat
             })
             .collect()
     };
+    let python = defs
+        .iter()
+        .any(|d| d.pcs.iter().any(|&pc| pc & PY_FRAME_BIT != 0))
+        .then(|| {
+            distinct.push(NativeModule {
+                path: PYTHON_FRAMES_MODULE.to_owned(),
+                ..NativeModule::default()
+            });
+            (distinct.len() - 1) as u32
+        });
     let place = |pc: u64, modules_before: u32| -> Location {
         let m = ranges
             .module_of(pc, modules_before)
@@ -275,7 +352,13 @@ pub(super) fn from_spool(modules: Vec<NativeModule>, defs: Vec<StackDef>) -> Nat
             .pcs
             .iter()
             .map(|&pc| {
-                let loc = place(pc, def.modules_before);
+                let loc = match python {
+                    Some(m) if pc & PY_FRAME_BIT != 0 => Location {
+                        module: Some(m),
+                        offset: pc & !PY_FRAME_BIT,
+                    },
+                    _ => place(pc, def.modules_before),
+                };
                 *index.entry(loc).or_insert_with(|| {
                     out.locations.push(loc);
                     (out.locations.len() - 1) as u32
@@ -291,7 +374,35 @@ pub(super) fn from_spool(modules: Vec<NativeModule>, defs: Vec<StackDef>) -> Nat
         );
     }
     out.modules = distinct;
+    if let Some(m) = python {
+        name_python_frames(&mut out, m, codes);
+    }
     out
+}
+
+/// The symbols of the Python frames' locations (module `m`): each code's name and file, and
+/// the line.
+fn name_python_frames(s: &mut NativeStacks, m: u32, codes: &[PyCode]) {
+    let by_id: HashMap<u32, &PyCode> = codes.iter().map(|c| (c.id, c)).collect();
+    s.symbols = s
+        .locations
+        .iter()
+        .map(|l| {
+            if l.module != Some(m) {
+                return Vec::new();
+            }
+            let (id, line) = (
+                l.offset >> PY_LINE_BITS,
+                l.offset & ((1 << PY_LINE_BITS) - 1),
+            );
+            let code = u32::try_from(id).ok().and_then(|id| by_id.get(&id));
+            vec![SourceFrame {
+                function: code.map_or_else(|| format!("<python code {id}>"), |c| c.name.clone()),
+                file: code.map_or_else(String::new, |c| c.file.clone()),
+                line: u32::try_from(line).unwrap_or(0),
+            }]
+        })
+        .collect();
 }
 
 pub(super) const FRAME_MODULES: u8 = 0x05;
@@ -638,6 +749,7 @@ mod tests {
                 def(8, 0x7000_1000, 0),
                 def(9, 0x7200_0000, 5),
             ],
+            &[],
         );
         // liba is one module, read twice.
         let paths: Vec<&str> = s.modules.iter().map(|m| m.path.as_str()).collect();
@@ -691,7 +803,7 @@ mod tests {
             module("/lib/libc.so.6", 0x7000_0000, (0x7000_0000, 0x7010_0000)),
             module("/usr/bin/prog", 0, (0x40_0000, 0x50_0000)),
         ];
-        let s = from_spool(modules, vec![d, second]);
+        let s = from_spool(modules, vec![d, second], &[]);
         assert_eq!(
             s.locations,
             [
@@ -723,6 +835,7 @@ mod tests {
                 pcs: vec![0x40_0010, 0x40_0020],
                 modules_before: 1,
             }],
+            &[],
         );
         s.symbols = vec![vec![
             SourceFrame {

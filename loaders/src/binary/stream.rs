@@ -17,7 +17,7 @@ use allocview_sim::stream::{EventBatch, EventSource};
 use super::block::BlockDecoder;
 use super::index::{BlockIndex, read_block, read_index};
 use crate::error::LoadError;
-use crate::events::{LoadSummary, Pairing, Record, ThreadIds};
+use crate::events::{LoadSummary, Pairing, Record, Requests, ThreadIds};
 
 /// The events of a binary trace, decoded a block at a time (see the module docs).
 pub struct BinaryEventStream {
@@ -31,6 +31,8 @@ pub struct BinaryEventStream {
     records: Vec<Record>,
     /// Where the stream stands: all that carries from one block to the next.
     at: StreamPoint,
+    /// Which requests of a trace recorded in a CPython interpreter it reads.
+    requests: Requests,
 }
 
 /// Blocks decoded ahead: reading and decompressing a block need nothing of the blocks before
@@ -256,7 +258,15 @@ impl BinaryEventStream {
                 peak_live_bytes: 0,
                 peak_live_event: 0,
             },
+            requests: Requests::default(),
         })
+    }
+
+    /// Reads the requests `requests` of a trace recorded in a CPython interpreter (a stream
+    /// resumed at a point must read the view the point was taken in).
+    #[must_use]
+    pub fn with_requests(self, requests: Requests) -> Self {
+        Self { requests, ..self }
     }
 
     /// The trace's block index.
@@ -349,12 +359,21 @@ impl BinaryEventStream {
                     ),
                 )
             };
+            let Some(addr) = self.requests.view(r.addr) else {
+                self.at.summary.other_view_events += 1;
+                continue;
+            };
+            self.at.summary.python_allocator_events += u64::from(Requests::is_python(r.addr));
             let thread = self.at.threads.index(r.tid).map_err(bad)?;
             let p = self
                 .at
                 .pairing
-                .pair(&mut self.at.summary, r.t_ns.max(0), r.size_bytes, r.addr)
+                .pair(&mut self.at.summary, r.t_ns.max(0), r.size_bytes, addr)
                 .map_err(bad)?;
+            if Requests::is_python(r.addr) && p.kind == allocview_sim::trace::EventKind::FreeUnknown
+            {
+                self.at.summary.frees_unknown_python += 1;
+            }
             // As the loader: a file that names calls has the call column.
             self.at.summary.has_call_column |= r.call.is_some();
             let per_thread = usize::from(thread);
@@ -362,13 +381,11 @@ impl BinaryEventStream {
                 self.at.events_per_thread.resize(per_thread + 1, 0);
             }
             if let Some((old_id, old_size, old_slot)) = p.displaced {
-                out.push(
-                    p.t_ns, EVENT_FREE, old_size, old_id, old_slot, thread, r.addr,
-                );
+                out.push(p.t_ns, EVENT_FREE, old_size, old_id, old_slot, thread, addr);
                 self.at.summary.events += 1;
                 self.at.events_per_thread[per_thread] += 1;
             }
-            out.push(p.t_ns, p.kind.code(), p.size, p.id, p.slot, thread, r.addr);
+            out.push(p.t_ns, p.kind.code(), p.size, p.id, p.slot, thread, addr);
             if self.at.pairing.live_bytes() > self.at.peak_live_bytes {
                 self.at.peak_live_bytes = self.at.pairing.live_bytes();
                 self.at.peak_live_event = self.at.summary.events;

@@ -263,6 +263,7 @@ fn a_damaged_block_in_the_middle_is_skipped_counted_and_the_rest_read() {
     let opts = LoadOptions {
         strictness: Strictness::Lenient,
         progress: None,
+        ..LoadOptions::default()
     };
     let t = load_binary(&path, &opts).unwrap();
     assert!(load_binary(&path, &LoadOptions::default()).is_err());

@@ -350,6 +350,9 @@ impl RowMaker {
         } = self
             .pairing
             .pair(summary, line.t_ns, line.size_bytes, line.addr)?;
+        if line.python && kind == EventKind::FreeUnknown {
+            summary.frees_unknown_python += 1;
+        }
         if let Some((old_id, old_size, _)) = displaced {
             summary.events += 1;
             emit(Row {

@@ -21,9 +21,11 @@ use crate::input::Compression;
 use crate::sites::StackTable;
 
 mod builder;
+mod requests;
 
 pub use builder::alloc_id_column;
 pub(crate) use builder::{Builder, Pairing, ThreadIds};
+pub use requests::Requests;
 
 /// Names of the `call` column's codes, in code order.
 pub const CALL_NAMES: [&str; 11] = [
@@ -68,6 +70,8 @@ pub struct LoadOptions {
     pub strictness: Strictness,
     /// Receives the number of file bytes read so far (for a progress bar).
     pub progress: Option<Arc<AtomicU64>>,
+    /// Which requests of a trace recorded in a CPython interpreter to read.
+    pub requests: Requests,
 }
 
 /// The most threads a trace may have: thread indices are 16 bits in the event table. The
@@ -111,6 +115,14 @@ pub struct LoadSummary {
     pub events_lost: Option<u64>,
     /// True when lines carried the fifth (call name) column.
     pub has_call_column: bool,
+    /// Events of a trace recorded in a CPython interpreter that came through Python's
+    /// allocator and are in the view read ([`Requests`]), and events left out as belonging
+    /// to the other view only.
+    pub python_allocator_events: u64,
+    pub other_view_events: u64,
+    /// Of `frees_unknown`, frees of Python objects allocated before the trace began (during
+    /// the interpreter's start-up, or in the parent of a forked process).
+    pub frees_unknown_python: u64,
     /// Decompressed bytes parsed.
     pub text_bytes: u64,
 }
@@ -163,11 +175,19 @@ impl LoadSummary {
             }
             out.push(msg);
         }
-        if self.frees_unknown > 0 {
+        let python = self.frees_unknown_python.min(self.frees_unknown);
+        if self.frees_unknown > python {
             out.push(format!(
                 "{} frees of pointers that were never allocated in the trace (kept as free_unknown \
                  events; typical of tracers that do not trace calloc/realloc)",
-                self.frees_unknown
+                self.frees_unknown - python
+            ));
+        }
+        if python > 0 {
+            out.push(format!(
+                "{python} frees of Python objects allocated before the trace began (during the \
+                 interpreter's start-up, before the tracer joined it, or in the parent of a \
+                 forked process; kept as free_unknown events)"
             ));
         }
         if self.mallocs_of_live_ptr > 0 {
@@ -273,19 +293,34 @@ pub(crate) struct Line {
     pub(crate) call: Option<u8>,
     /// The stack id the file gives the event (binary traces with stacks).
     pub(crate) stack: Option<u32>,
+    /// The event came through Python's allocator (a recording in a CPython interpreter).
+    pub(crate) python: bool,
 }
 
 impl Line {
-    /// The loader's line for a binary record: times before 0 are clamped to 0.
-    pub(crate) fn of_record(r: &Record) -> Self {
-        Self {
+    /// The loader's line for a binary record, in the view `requests` (`None` for a record
+    /// of the other view only, counted in `summary`): times before 0 are clamped to 0.
+    #[inline(always)]
+    pub(crate) fn of_record(
+        r: &Record,
+        requests: Requests,
+        summary: &mut LoadSummary,
+    ) -> Option<Self> {
+        let Some(addr) = requests.view(r.addr) else {
+            summary.other_view_events += 1;
+            return None;
+        };
+        let python = Requests::is_python(r.addr);
+        summary.python_allocator_events += u64::from(python);
+        Some(Self {
             t_ns: r.t_ns.max(0),
             tid: r.tid,
             size_bytes: r.size_bytes,
-            addr: r.addr,
+            addr,
             call: r.call,
             stack: r.stack,
-        }
+            python,
+        })
     }
 }
 

@@ -26,7 +26,9 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::error::LoadError;
-use crate::events::{Builder, Line, LoadOptions, LoadSummary, MallocTrace, Record, call_code};
+use crate::events::{
+    Builder, Line, LoadOptions, LoadSummary, MallocTrace, Record, Requests, call_code,
+};
 use crate::input::{Compression, TextStream};
 
 mod text;
@@ -39,12 +41,30 @@ pub(crate) trait LineSink {
     fn summary_mut(&mut self) -> &mut LoadSummary;
 }
 
-impl LineSink for Builder {
+/// The [`Builder`] taking one view of the requests of a trace recorded in a CPython
+/// interpreter (`record --text` writes the recorded addresses, tags included: see
+/// [`Requests`]).
+struct ViewSink<'a> {
+    b: &'a mut Builder,
+    requests: Requests,
+}
+
+impl LineSink for ViewSink<'_> {
     fn push_line(&mut self, line: &Line) -> Result<(), &'static str> {
-        self.push(line)
+        let Some(addr) = self.requests.view(line.addr) else {
+            self.b.summary.other_view_events += 1;
+            return Ok(());
+        };
+        let python = Requests::is_python(line.addr);
+        self.b.summary.python_allocator_events += u64::from(python);
+        self.b.push(&Line {
+            addr,
+            python,
+            ..*line
+        })
     }
     fn summary_mut(&mut self) -> &mut LoadSummary {
-        &mut self.summary
+        &mut self.b.summary
     }
 }
 
@@ -203,6 +223,7 @@ fn parse_line(line: &[u8]) -> Result<Line, FieldError> {
         addr,
         call,
         stack: None,
+        python: false,
     })
 }
 
@@ -224,7 +245,11 @@ pub fn load_malloc_trace(path: &Path, opts: &LoadOptions) -> Result<MallocTrace,
     // memory, and large vectors grow by mremap anyway.
     let expected_events = estimate_events(path, stream.compression(), stream.file_bytes());
     let mut b = Builder::with_capacity(expected_events);
-    read_text(stream, path, opts, &mut b)?;
+    let mut sink = ViewSink {
+        b: &mut b,
+        requests: opts.requests,
+    };
+    read_text(stream, path, opts, &mut sink)?;
     let (events, threads, summary) = b.finish()?;
     Ok(MallocTrace {
         events,

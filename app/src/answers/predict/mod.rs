@@ -172,7 +172,11 @@ fn other_calls(args: &PredictOptions) -> Result<Option<OtherCalls>> {
     };
     if args.stream.applies(path, &args.input)? {
         // The window applies to both, as when they are loaded.
-        let other = crate::session::source::StreamInput::new(path, &args.input.window)?;
+        let other = crate::session::source::StreamInput::new(
+            path,
+            &args.input.window,
+            args.input.requests_or(allocview_loaders::Requests::Objects),
+        )?;
         return Ok(Some(OtherCalls::Streamed(Box::new(StreamedCalls::new(
             other,
         )))));

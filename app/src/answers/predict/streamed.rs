@@ -147,7 +147,11 @@ pub(super) fn evaluate(
     args: &PredictOptions,
     names: &[String],
 ) -> Result<(Input, Vec<ModelReport>)> {
-    let mut calls = StreamedCalls::new(StreamInput::new(path, &args.input.window)?);
+    let mut calls = StreamedCalls::new(StreamInput::new(
+        path,
+        &args.input.window,
+        args.input.requests_or(allocview_loaders::Requests::Objects),
+    )?);
     let mut other = other_calls(args)?;
     let reports = evaluate_calls(
         names,

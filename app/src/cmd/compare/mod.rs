@@ -10,10 +10,12 @@ use std::sync::atomic::AtomicU64;
 use anyhow::{Result, bail};
 
 use crate::answers::compare::{CompareOptions, evaluate};
+use allocview_loaders::Requests;
+
 use crate::session::InputArgs;
 use crate::session::PolicyArgs;
 use crate::session::StreamArgs;
-use crate::session::input::load_input;
+use crate::session::input::{load_input, note_requests};
 
 /// Arguments of `allocview compare`.
 #[derive(Debug, clap::Args)]
@@ -66,6 +68,8 @@ impl CompareArgs {
 /// Runs `allocview compare`.
 pub fn run(args: &CompareArgs) -> Result<()> {
     let specs = args.policies.specs()?;
+    // The policies replay what the process held: what reached the C library.
+    let input = args.input.with_default_requests(Requests::Libc);
     // --min-limit and --parquet need the events in memory: a window of a trace too big to load
     // is loaded (read block by block, only the window kept) unless --stream is asked for.
     let needs_loaded = args.min_limit || args.parquet.is_some();
@@ -80,11 +84,13 @@ pub fn run(args: &CompareArgs) -> Result<()> {
             &args.file,
             &args.policies,
             &args.input.window,
+            input.requests_or(Requests::Libc),
             args.json,
             &specs,
         );
     }
-    let loaded = load_input(&args.file, &args.input)?;
+    let loaded = load_input(&args.file, &input)?;
+    note_requests(&args.file, &loaded, input.requests_or(Requests::Libc));
     let out = evaluate(
         &args.file,
         &args.options(),

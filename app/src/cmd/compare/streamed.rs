@@ -10,6 +10,8 @@ use serde_json::json;
 use super::table::print_table;
 use crate::answers::compare::{Row, note_unsupported, pytorch_fidelity};
 use crate::session::PolicyArgs;
+use allocview_loaders::Requests;
+
 use crate::session::WindowArgs;
 use crate::session::runs::{OraclePlans, per_spec, replay_one, stream_specs};
 use crate::session::source::StreamInput;
@@ -19,6 +21,7 @@ pub(super) fn compare(
     file: &Path,
     policies: &PolicyArgs,
     window: &WindowArgs,
+    requests: Requests,
     json: bool,
     specs: &[PolicySpec],
 ) -> Result<()> {
@@ -28,7 +31,7 @@ pub(super) fn compare(
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     let online = stream_specs(specs)?;
-    let input = StreamInput::new(file, window)?;
+    let input = StreamInput::new(file, window, requests)?;
     let plans = OraclePlans::new(jobs);
     let runs = per_spec(&online, jobs, |spec| {
         replay_one(&input, spec, &config, &plans, usize::MAX).map_err(|e| format!("{e:#}"))

@@ -44,6 +44,7 @@ pub(super) fn run(args: ToParquet<'_>) -> Result<()> {
     } else {
         let input = InputArgs {
             lenient: args.lenient,
+            requests: None,
             window,
         };
         let loaded = load_input(args.input, &input)?;

@@ -14,10 +14,12 @@ use allocview_sim::policy::Policy;
 use allocview_sim::replay::Replay;
 use anyhow::{Context as _, Result, anyhow, bail};
 
+use allocview_loaders::Requests;
+
 use crate::session::InputArgs;
 use crate::session::PolicyArgs;
 use crate::session::StreamArgs;
-use crate::session::input::{load_input, require_events};
+use crate::session::input::{load_input, note_requests, require_events};
 use crate::session::policies::{config_for_input, with_predictive_features};
 use crate::session::runs::{max_live_bytes, run_policies};
 use write::{BUCKETS, Destination, Gathered, replayed, write_report};
@@ -59,17 +61,21 @@ impl ReportArgs {
 pub fn run(args: &ReportArgs) -> Result<()> {
     let size = chart_size(&args.size)?;
     let specs = args.policies.specs()?;
+    // The policies replay what the process held: what reached the C library.
+    let input = args.input.with_default_requests(Requests::Libc);
     if args.stream.applies(&args.file, &args.input)? {
         return streamed::run(
             &args.file,
             &args.policies,
             &args.input.window,
+            input.requests_or(Requests::Libc),
             &args.destination(),
             &specs,
             size,
         );
     }
-    let loaded = load_input(&args.file, &args.input)?;
+    let loaded = load_input(&args.file, &input)?;
+    note_requests(&args.file, &loaded, input.requests_or(Requests::Libc));
     let config = config_for_input(&loaded, args.policies.config()?);
     let ev = require_events(&loaded, &args.file, "report")?;
     let view = allocview_loaders::trace_view(ev.events, &args.file)?;

@@ -13,6 +13,8 @@ use anyhow::{Context as _, Result};
 
 use super::write::{BUCKETS, Destination, Gathered, replayed, write_report};
 use crate::session::PolicyArgs;
+use allocview_loaders::Requests;
+
 use crate::session::WindowArgs;
 use crate::session::runs::{OraclePlans, PolicyRun, per_spec, replay_one, stream_specs};
 use crate::session::source::StreamInput;
@@ -22,6 +24,7 @@ pub(super) fn run(
     file: &Path,
     policies: &PolicyArgs,
     window: &WindowArgs,
+    requests: Requests,
     dest: &Destination<'_>,
     specs: &[PolicySpec],
     size: (u32, u32),
@@ -32,7 +35,7 @@ pub(super) fn run(
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     // The size classes (policy-independent) and where the peak of live bytes is.
-    let input = StreamInput::new(file, window)?;
+    let input = StreamInput::new(file, window, requests)?;
     let mut source = Prefetched::start(input.open()?);
     let (t0, t_last) = source.time_span();
     // One snapshot: the report draws the series, it never seeks in it.

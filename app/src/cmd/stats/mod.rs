@@ -6,8 +6,8 @@ mod table;
 
 use std::path::PathBuf;
 
-use allocview_loaders::Loaded;
 use allocview_loaders::analysis::stats::{TraceStats, events_per_thread};
+use allocview_loaders::{Loaded, Requests};
 use anyhow::Result;
 
 use crate::format;
@@ -34,7 +34,12 @@ pub struct StatsArgs {
 /// Runs `allocview stats`.
 pub fn run(args: &StatsArgs) -> Result<()> {
     if args.stream.applies_to_stats(&args.file, &args.input)? {
-        return streamed::stats(&args.file, &args.input.window, args.json);
+        return streamed::stats(
+            &args.file,
+            &args.input.window,
+            args.input.requests_or(Requests::Objects),
+            args.json,
+        );
     }
     let loaded = load_input(&args.file, &args.input)?;
     if args.json {

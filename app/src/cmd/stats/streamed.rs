@@ -8,13 +8,20 @@ use anyhow::{Context as _, Result};
 
 use super::table::print_table;
 use crate::answers::stats::TraceAnswer;
+use allocview_loaders::Requests;
+
 use crate::session::WindowArgs;
 use crate::session::source::StreamInput;
 
 /// Runs `stats --stream` on `file`, whole or the window.
-pub(super) fn stats(file: &Path, window: &WindowArgs, json: bool) -> Result<()> {
+pub(super) fn stats(
+    file: &Path,
+    window: &WindowArgs,
+    requests: Requests,
+    json: bool,
+) -> Result<()> {
     let started = std::time::Instant::now();
-    let input = StreamInput::new(file, window)?;
+    let input = StreamInput::new(file, window, requests)?;
     let mut prefetched = Prefetched::start(input.open()?);
     let mut acc = StatsAccumulator::default();
     let mut batch = EventBatch::default();

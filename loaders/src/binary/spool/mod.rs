@@ -9,7 +9,7 @@ use std::path::Path;
 
 use super::codec::{Cursor, unzigzag};
 use super::frames::{Frames, Next};
-use super::stacks::{self, StackDef};
+use super::stacks::{self, PyCode, StackDef};
 use super::{BinaryInfo, OP_CALL_MASK, OP_FREE, TimeBase};
 use crate::error::LoadError;
 use crate::events::Record;
@@ -74,6 +74,8 @@ pub(super) struct Stream<'a> {
     head: Option<SpoolEvent>,
     /// The stack definitions met so far.
     defs: Vec<StackDef>,
+    /// The Python code objects named so far.
+    codes: Vec<PyCode>,
 }
 
 /// A segment's events, and how many module frames came before it in the file.
@@ -109,6 +111,7 @@ impl<'a> Stream<'a> {
             key: 0,
             head: None,
             defs: Vec::new(),
+            codes: Vec::new(),
         }
     }
 
@@ -150,6 +153,17 @@ impl<'a> Stream<'a> {
                         let def = stacks::read_stack_def(c, seg.modules_before)
                             .ok_or("a cut stack definition")?;
                         self.defs.push(def);
+                        self.pos = c.pos;
+                        continue;
+                    }
+                    if encoding == SpoolEncoding::Stacked && op == stacks::OP_PYTHON {
+                        stacks::read_python_record(
+                            c,
+                            seg.modules_before,
+                            &mut self.defs,
+                            &mut self.codes,
+                        )
+                        .ok_or("a cut or unknown Python record")?;
                         self.pos = c.pos;
                         continue;
                     }

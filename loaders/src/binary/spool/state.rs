@@ -254,7 +254,12 @@ impl<'a> SpoolState<'a> {
                 .iter_mut()
                 .flat_map(|s| s.defs.drain(..))
                 .collect();
-            self.info.stacks = Some(stacks::from_spool(self.modules, defs));
+            let codes: Vec<_> = self
+                .streams
+                .iter_mut()
+                .flat_map(|s| s.codes.drain(..))
+                .collect();
+            self.info.stacks = Some(stacks::from_spool(self.modules, defs, &codes));
         }
         Ok(self.info)
     }
