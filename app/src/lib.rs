@@ -25,6 +25,7 @@ pub mod gui;
 pub mod model;
 pub mod parquet_out;
 pub mod progress;
+pub mod recording;
 pub mod safe_write;
 pub mod session;
 pub mod symbolize;

@@ -24,10 +24,12 @@ import polars as pl
 
 from . import _native
 from ._native import AllocviewError, parse_bytes, policy_names
+from .tracker import Tracker
 
 __all__ = [
     "AllocviewError",
     "Trace",
+    "Tracker",
     "compare",
     "from_snapshot",
     "load",
@@ -124,10 +126,13 @@ def _native_trace(source: Source, progress: Progress) -> "_native.Trace":
 
 
 def load(path: Union[str, "os.PathLike[str]"], *, lenient: bool = False,
-         progress: Progress = None) -> Trace:
+         progress: Progress = None, requests: str = "objects") -> Trace:
     """Loads a trace, as ``allocview`` does (``lenient``: skip malformed lines, as
-    ``--lenient``)."""
-    return Trace(_native.load(os.fspath(path), lenient=lenient, progress=_callback(progress)))
+    ``--lenient``; ``requests``: of a trace recorded in a CPython interpreter, ``"objects"``,
+    the requests the program made, or ``"libc"``, what reached the C library, as
+    ``--requests``)."""
+    return Trace(_native.load(os.fspath(path), lenient=lenient, progress=_callback(progress),
+                              requests=requests))
 
 
 def stats(source: Source, *, progress: Progress = None) -> dict:
@@ -189,3 +194,10 @@ def from_snapshot(snapshot: dict, name: str = "<snapshot>") -> Trace:
     ``pickle.dump``. ``name`` stands for the file in the commands' output; ``stats`` reports
     its ``pickle_protocol`` as 0 (there was no pickle)."""
     return Trace(_native.from_snapshot(snapshot, name))
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext allocview``: the ``%%allocview`` cell magic (see :mod:`allocview.notebook`)."""
+    from .notebook import register
+
+    register(ipython)

@@ -90,13 +90,16 @@ impl Trace {
 
 /// Loads `path`, reporting the bytes read to `progress` as `("load", done, total)`.
 #[pyfunction]
-#[pyo3(signature = (path, lenient = false, progress = None))]
+#[pyo3(signature = (path, lenient = false, progress = None, requests = "objects"))]
 fn load(
     py: Python<'_>,
     path: PathBuf,
     lenient: bool,
     progress: Option<Py<PyAny>>,
+    requests: &str,
 ) -> PyResult<Trace> {
+    let requests: allocview_loaders::Requests =
+        requests.parse().map_err(AllocviewError::new_err)?;
     let total_bytes = std::fs::metadata(&path)
         .map_err(|e| AllocviewError::new_err(format!("cannot open {}: {e}", path.display())))?
         .len();
@@ -104,7 +107,7 @@ fn load(
     let watch = Progress::start(progress, "load", total_bytes, Arc::clone(&counter));
     let p = path.clone();
     let loaded = py.detach(move || {
-        let loaded = load_counted(&p, lenient, allocview_loaders::Requests::Objects, counter);
+        let loaded = load_counted(&p, lenient, requests, counter);
         watch.finish();
         loaded
     });
@@ -244,6 +247,27 @@ fn parse_bytes(text: &str) -> PyResult<u64> {
     allocview::units::parse_bytes(text).map_err(|e| AllocviewError::new_err(e.to_string()))
 }
 
+/// The tracer shared object that `allocview record` preloads, for `allocview.Tracker` to
+/// load into this interpreter (empty where the tracer did not build).
+#[pyfunction]
+fn tracer_library(py: Python<'_>) -> Bound<'_, pyo3::types::PyBytes> {
+    pyo3::types::PyBytes::new(py, allocview::recording::TRACER_SO)
+}
+
+/// Converts the spool of an in-process run into the binary trace `out` (stacks symbolized);
+/// returns the events written, and the peak and final live bytes of the program's requests.
+#[pyfunction]
+fn spool_to_trace(
+    py: Python<'_>,
+    spool: PathBuf,
+    out: PathBuf,
+    program: String,
+) -> PyResult<(u64, u64, u64)> {
+    py.detach(move || allocview::recording::spool_to_trace(&spool, &out, &program))
+        .map(|s| (s.events, s.peak_live_bytes, s.final_live_bytes))
+        .map_err(|e| to_py(&e))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("AllocviewError", m.py().get_type::<AllocviewError>())?;
@@ -257,6 +281,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(from_snapshot, m)?)?;
     m.add_function(wrap_pyfunction!(policy_names, m)?)?;
     m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(tracer_library, m)?)?;
+    m.add_function(wrap_pyfunction!(spool_to_trace, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

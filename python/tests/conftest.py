@@ -8,6 +8,9 @@ import subprocess
 
 import pytest
 
+# `pytester` runs the pytest plugin's own sessions (tests/test_tracker.py).
+pytest_plugins = ["pytester"]
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample-traces"
 

@@ -219,6 +219,9 @@ fn claim_or_key(me: u64, word: u64) -> Option<u64> {
 
 // ---- the clock thread ----
 
+/// The generation of the newest clock thread of this process (see [`clock_main`]).
+pub(crate) static CLOCK_GEN: AtomicU32 = AtomicU32::new(0);
+
 /// Stack of the clock thread: it only sleeps, reads clocks and writes buffers out.
 pub(crate) const CLOCK_STACK_BYTES: usize = 128 << 10;
 
@@ -245,7 +248,13 @@ pub(crate) fn start_clock() {
         pthread_attr_init(&mut attr);
         pthread_attr_setstacksize(&mut attr, CLOCK_STACK_BYTES);
         pthread_attr_setdetachstate(&mut attr, PTHREAD_CREATE_DETACHED);
-        let rc = pthread_create(&mut thread, &attr, clock_main, null_mut());
+        let generation = CLOCK_GEN.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+        let rc = pthread_create(
+            &mut thread,
+            &attr,
+            clock_main,
+            generation as usize as *mut c_void,
+        );
         pthread_attr_destroy(&mut attr);
         pthread_sigmask(SIG_SETMASK, &old, null_mut());
         rc
@@ -258,7 +267,9 @@ pub(crate) fn start_clock() {
     }
 }
 
-pub(crate) unsafe extern "C" fn clock_main(_: *mut c_void) -> *mut c_void {
+/// The clock thread's loop; `arg` is its generation ([`CLOCK_GEN`] when it started): it ends
+/// when a newer one is started or in-process tracking stops its run.
+pub(crate) unsafe extern "C" fn clock_main(arg: *mut c_void) -> *mut c_void {
     if let Some(t) = tls() {
         // For good: nothing this thread does is recorded.
         t.busy.set(true);
@@ -270,13 +281,21 @@ pub(crate) unsafe extern "C" fn clock_main(_: *mut c_void) -> *mut c_void {
         tv_nsec: CLOCK_PERIOD_NS,
     };
     let mut until_flush = FLUSH_EVERY_PERIODS;
+    let generation = arg as usize as u32;
     loop {
         // SAFETY: a plain sleep; an early wake-up (a signal cannot arrive, all are blocked)
         // only makes one period shorter.
         unsafe { nanosleep(&period, null_mut()) };
         tick_clock();
         #[cfg(target_arch = "x86_64")]
-        crate::python::poll();
+        {
+            crate::python::poll();
+            crate::inprocess::poll();
+        }
+        // In-process tracking stopped its run (or started another, with a clock of its own).
+        if CLOCK_GEN.load(Ordering::Acquire) != generation {
+            return null_mut();
+        }
         until_flush -= 1;
         if until_flush == 0 {
             until_flush = FLUSH_EVERY_PERIODS;

@@ -187,6 +187,9 @@ const STATE_TRACING: u32 = 2;
 const STATE_OFF: u32 = 3;
 
 static STATE: AtomicU32 = AtomicU32::new(STATE_UNINIT);
+/// The run number of in-process tracking (`inprocess.rs`): a thread whose own number differs
+/// starts a new stream at its next call (always 0 under `LD_PRELOAD`).
+static EPOCH: AtomicU32 = AtomicU32::new(0);
 static FD: AtomicI32 = AtomicI32::new(-1);
 static PID: AtomicI32 = AtomicI32::new(0);
 static WRITE_LOCK: AtomicUsize = AtomicUsize::new(0);
@@ -312,6 +315,10 @@ macro_rules! real_fn {
 // The tracer's parts (after `real_fn!`, which some of them use).
 mod arena;
 mod clock;
+#[cfg(target_arch = "x86_64")]
+mod got;
+#[cfg(target_arch = "x86_64")]
+pub mod inprocess;
 mod lifecycle;
 mod locks;
 mod record;
@@ -420,6 +427,23 @@ unsafe fn initialise() -> bool {
         if !open_spool() {
             return false;
         }
+        register_process_hooks();
+        for sig in FLUSH_SIGNALS {
+            let old = signal(sig, on_fatal_signal as *const () as usize);
+            if old != SIG_DFL && old != SIG_ERR {
+                // The program (or whoever started it) chose this action: keep it.
+                signal(sig, old);
+            }
+        }
+    }
+    true
+}
+
+/// The process-wide hooks the tracer needs once: the key whose destructor flushes a thread's
+/// buffer at its exit, the `fork` handlers, and the flush at `exit`.
+unsafe fn register_process_hooks() {
+    // SAFETY: libc registration calls with the tracer's own functions.
+    unsafe {
         let mut key = 0u32;
         if pthread_key_create(&mut key, Some(thread_exit)) == 0 {
             KEY.store(key, Ordering::Release);
@@ -430,15 +454,7 @@ unsafe fn initialise() -> bool {
             Some(after_fork_child),
         );
         atexit(at_exit);
-        for sig in FLUSH_SIGNALS {
-            let old = signal(sig, on_fatal_signal as *const () as usize);
-            if old != SIG_DFL && old != SIG_ERR {
-                // The program (or whoever started it) chose this action: keep it.
-                signal(sig, old);
-            }
-        }
     }
-    true
 }
 
 // ---- the interposed functions ----

@@ -19,30 +19,35 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
 
 use crate::encode::StackWriter;
 
+/// glibc's `struct dl_phdr_info`; `adds` and `subs` are there when the size the loader passes
+/// the callback covers them.
 #[repr(C)]
-struct DlPhdrInfo {
-    addr: u64,
-    name: *const c_char,
-    phdr: *const Elf64Phdr,
-    phnum: u16,
+pub(crate) struct DlPhdrInfo {
+    pub(crate) addr: u64,
+    pub(crate) name: *const c_char,
+    pub(crate) phdr: *const Elf64Phdr,
+    pub(crate) phnum: u16,
+    /// How many objects were loaded, and unloaded, since the process started.
+    pub(crate) adds: u64,
+    pub(crate) subs: u64,
 }
 
 #[repr(C)]
-struct Elf64Phdr {
-    p_type: u32,
-    p_flags: u32,
-    p_offset: u64,
-    p_vaddr: u64,
-    p_paddr: u64,
-    p_filesz: u64,
-    p_memsz: u64,
-    p_align: u64,
+pub(crate) struct Elf64Phdr {
+    pub(crate) p_type: u32,
+    pub(crate) p_flags: u32,
+    pub(crate) p_offset: u64,
+    pub(crate) p_vaddr: u64,
+    pub(crate) p_paddr: u64,
+    pub(crate) p_filesz: u64,
+    pub(crate) p_memsz: u64,
+    pub(crate) p_align: u64,
 }
 
-type PhdrCallback = unsafe extern "C" fn(*mut DlPhdrInfo, usize, *mut c_void) -> c_int;
+pub(crate) type PhdrCallback = unsafe extern "C" fn(*mut DlPhdrInfo, usize, *mut c_void) -> c_int;
 
 unsafe extern "C" {
-    fn dl_iterate_phdr(cb: PhdrCallback, data: *mut c_void) -> c_int;
+    pub(crate) fn dl_iterate_phdr(cb: PhdrCallback, data: *mut c_void) -> c_int;
     fn readlink(path: *const c_char, buf: *mut c_char, len: usize) -> isize;
 }
 

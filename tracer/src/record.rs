@@ -12,7 +12,7 @@ use super::*;
 pub(crate) fn enter() -> Option<(&'static ThreadState, *mut u8)> {
     let t = tls()?;
     let mut cursor = t.cursor.get();
-    if cursor.is_null() {
+    if cursor.is_null() || t.epoch.get() != EPOCH.load(Ordering::Relaxed) {
         cursor = enter_slow(t)?;
     }
     t.cursor.set(null_mut());
@@ -26,6 +26,9 @@ pub(crate) fn enter() -> Option<(&'static ThreadState, *mut u8)> {
 #[cold]
 #[inline(never)]
 pub(crate) fn enter_slow(t: &ThreadState) -> Option<*mut u8> {
+    if t.epoch.get() != EPOCH.load(Ordering::Acquire) {
+        return new_run(t);
+    }
     if t.busy.get() || !t.buf.get().is_null() || STATE.load(Ordering::Acquire) != STATE_TRACING {
         return None;
     }
@@ -33,6 +36,34 @@ pub(crate) fn enter_slow(t: &ThreadState) -> Option<*mut u8> {
     let b = take_buf(t);
     drop(busy);
     b.map(Buf::data)
+}
+
+/// The first call of a thread since in-process tracking started or stopped a run: its
+/// stream starts again in its buffer (or it takes one), or, with no run on, it records
+/// nothing.
+#[cold]
+#[inline(never)]
+fn new_run(t: &ThreadState) -> Option<*mut u8> {
+    if t.busy.get() {
+        return None;
+    }
+    t.epoch.set(EPOCH.load(Ordering::Acquire));
+    t.cursor.set(null_mut());
+    if STATE.load(Ordering::Acquire) != STATE_TRACING {
+        return None;
+    }
+    let b = t.buf.get();
+    if b.is_null() {
+        let busy = Busy::new();
+        let b = take_buf(t);
+        drop(busy);
+        return b.map(Buf::data);
+    }
+    // SAFETY: the thread's own buffer, never unmapped.
+    let b = unsafe { &*b };
+    start_stream(b);
+    t.start_at(b);
+    Some(b.data())
 }
 
 /// Ends a record: `cursor` is where the next event goes.
@@ -198,7 +229,7 @@ pub(crate) fn record_fast(op: u8, size: u64, addr: u64, time_ns: u64) -> bool {
         return false;
     };
     let cursor = t.cursor.get();
-    if cursor.is_null() {
+    if cursor.is_null() || t.epoch.get() != EPOCH.load(Ordering::Relaxed) {
         return false;
     }
     t.cursor.set(null_mut());

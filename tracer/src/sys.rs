@@ -17,6 +17,26 @@ pub(crate) struct IoVec {
     pub(crate) len: usize,
 }
 
+/// `Dl_info`, what `dladdr` says of an address.
+#[repr(C)]
+pub(crate) struct DlInfo {
+    pub(crate) fname: *const c_char,
+    pub(crate) fbase: *mut c_void,
+    pub(crate) sname: *const c_char,
+    pub(crate) saddr: *mut c_void,
+}
+
+impl DlInfo {
+    pub(crate) const fn empty() -> Self {
+        Self {
+            fname: ptr::null(),
+            fbase: null_mut(),
+            sname: ptr::null(),
+            saddr: null_mut(),
+        }
+    }
+}
+
 /// `sigset_t` (1024 bits in glibc).
 pub(crate) type SigSet = [u64; 16];
 /// `pthread_attr_t` (56 bytes on x86-64, 64 on aarch64).
@@ -24,6 +44,16 @@ pub(crate) type PthreadAttr = [u64; 8];
 
 unsafe extern "C" {
     pub(crate) fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+    pub(crate) fn dladdr(addr: *const c_void, info: *mut DlInfo) -> c_int;
+    /// With `RTLD_DL_SYMENT`, `extra` receives the symbol's `Elf64_Sym`.
+    pub(crate) fn dladdr1(
+        addr: *const c_void,
+        info: *mut DlInfo,
+        extra: *mut *mut c_void,
+        flags: c_int,
+    ) -> c_int;
+    pub(crate) fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void;
+    pub(crate) fn dlerror() -> *const c_char;
     pub(crate) fn getenv(name: *const c_char) -> *const c_char;
     pub(crate) fn open(path: *const c_char, flags: c_int, ...) -> c_int;
     pub(crate) fn read(fd: c_int, buf: *mut c_void, n: usize) -> isize;

@@ -42,6 +42,8 @@ pub(crate) struct ThreadState {
     /// Which allocator the events this thread records now come from (a tag in bits 60-61 of
     /// their addresses, see `python/mod.rs`; 0: the C library, called by the program).
     pub(crate) addr_tag: Cell<u64>,
+    /// The run of in-process tracking this thread's stream belongs to ([`crate::EPOCH`]).
+    pub(crate) epoch: Cell<u32>,
 }
 
 impl ThreadState {
@@ -125,6 +127,7 @@ thread_local! {
             stack_hi: Cell::new(0),
             forks_untraced: Cell::new(0),
             addr_tag: Cell::new(0),
+            epoch: Cell::new(0),
         }
     };
 }

@@ -32,6 +32,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use crate::encode::StackWriter;
+use crate::{DlInfo, dladdr1, dlerror};
 
 pub(crate) mod frames;
 pub(crate) mod layout;
@@ -48,6 +49,8 @@ const NONE: u32 = 0;
 const WAITING: u32 = 1;
 const REQUESTED: u32 = 2;
 const INSTALLED: u32 = 3;
+/// In-process tracking stopped its run: the allocators are the interpreter's again.
+const UNWRAPPED: u32 = 4;
 
 static STATE: AtomicU32 = AtomicU32::new(NONE);
 
@@ -81,24 +84,6 @@ pub(crate) static API: Api = Api {
     arena_get: AtomicUsize::new(0),
     arena_set: AtomicUsize::new(0),
 };
-
-#[repr(C)]
-struct DlInfo {
-    fname: *const c_char,
-    fbase: *mut c_void,
-    sname: *const c_char,
-    saddr: *mut c_void,
-}
-
-unsafe extern "C" {
-    fn dlerror() -> *const c_char;
-    fn dladdr1(
-        addr: *const c_void,
-        info: *mut DlInfo,
-        extra: *mut *mut c_void,
-        flags: c_int,
-    ) -> c_int;
-}
 
 const RTLD_DEFAULT: *mut c_void = std::ptr::null_mut();
 const RTLD_DL_SYMENT: c_int = 1;
@@ -184,12 +169,7 @@ fn minor_version() -> Option<u32> {
 /// Python frames replace.
 fn eval_frame_range() -> Option<(u64, u64)> {
     let addr = API.eval_frame.load(Ordering::Acquire);
-    let mut info = DlInfo {
-        fname: std::ptr::null(),
-        fbase: std::ptr::null_mut(),
-        sname: std::ptr::null(),
-        saddr: std::ptr::null_mut(),
-    };
+    let mut info = DlInfo::empty();
     let mut sym: *mut c_void = std::ptr::null_mut();
     // SAFETY: a local out-parameter each; dladdr1 writes an `Elf64_Sym` pointer into `sym`.
     let ok = unsafe { dladdr1(addr as *const c_void, &mut info, &mut sym, RTLD_DL_SYMENT) };
@@ -214,10 +194,35 @@ fn pymalloc_in_use() -> bool {
     v.is_empty() || v.starts_with(b"pymalloc")
 }
 
-/// Runs once, on the interpreter's main thread with the GIL held (a pending call): wraps
-/// Python's allocators and turns the frame walk on. Writes what it did to the spool as a
-/// `PYTHON` frame (`key=value` lines).
+/// Runs once, on the interpreter's main thread with the GIL held (a pending call): see
+/// [`set_up`].
 unsafe extern "C" fn install(_: *mut c_void) -> c_int {
+    set_up();
+    0
+}
+
+/// In-process tracking's start (the caller holds the GIL): [`set_up`] now.
+pub(crate) fn wrap_running() {
+    if matches!(STATE.load(Ordering::Acquire), WAITING | UNWRAPPED) {
+        set_up();
+    }
+}
+
+/// In-process tracking's stop (the caller holds the GIL): the interpreter's own allocators
+/// back.
+pub(crate) fn unwrap_running() {
+    if STATE.load(Ordering::Acquire) == INSTALLED {
+        if pymalloc_in_use() {
+            // SAFETY: with the GIL held, as `wrap` was.
+            unsafe { pymem::unwrap() };
+        }
+        STATE.store(UNWRAPPED, Ordering::Release);
+    }
+}
+
+/// Wraps Python's allocators and turns the frame walk on. Writes what it did to the spool
+/// as a `PYTHON` frame (`key=value` lines).
+fn set_up() {
     let minor = minor_version();
     let layout = minor.and_then(layout::of_minor);
     let range = eval_frame_range();
@@ -257,5 +262,4 @@ unsafe extern "C" fn install(_: *mut c_void) -> c_int {
     w.put(t.bytes());
     crate::write_frame(w.bytes());
     STATE.store(INSTALLED, Ordering::Release);
-    0
 }

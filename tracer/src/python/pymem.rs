@@ -106,6 +106,24 @@ pub(super) unsafe fn wrap() {
     }
 }
 
+/// Puts the wrapped allocators back (in-process tracking's stop, with the GIL held). Blocks
+/// allocated through the wrappers are freed by the wrapped allocator that served them.
+pub(super) unsafe fn unwrap() {
+    type SetMem = unsafe extern "C" fn(i32, *const MemAllocator);
+    type SetArena = unsafe extern "C" fn(*const ArenaAllocator);
+    // SAFETY: as in `wrap`; the entries hold what `wrap` read.
+    unsafe {
+        let set_mem = std::mem::transmute::<usize, SetMem>(API.mem_set.load(Ordering::Acquire));
+        let set_arena =
+            std::mem::transmute::<usize, SetArena>(API.arena_set.load(Ordering::Acquire));
+        let wrapped = &*WRAPPED.0.get();
+        for (slot, domain) in wrapped.iter().zip([DOMAIN_MEM, DOMAIN_OBJ]) {
+            set_mem(domain, slot);
+        }
+        set_arena(WRAPPED.1.get());
+    }
+}
+
 /// Runs `f` with the calling thread's events tagged `tag`.
 #[inline(always)]
 fn tagged<R>(tag: u64, f: impl FnOnce() -> R) -> R {

@@ -16,7 +16,8 @@ use allocview_loaders::binary::{BinaryInfo, LivePoll, LiveSpool, TimeBase};
 use anyhow::{Context as _, Result};
 
 use super::pipe::{Pipe, Written};
-use super::spools::{list_spools, per_process_name, trace_meta};
+use super::spools::{list_spools, per_process_name};
+use crate::recording::trace_meta;
 use crate::symbolize::ModuleFeed;
 use crate::trace_file::{Form, RecordWriter};
 

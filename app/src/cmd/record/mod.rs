@@ -25,25 +25,23 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use allocview_loaders::analysis::stats::{RecordingStats, RecordingSummary};
+use allocview_loaders::analysis::stats::RecordingSummary;
 use allocview_loaders::binary::{BinaryInfo, TimeBase};
 use anyhow::{Context as _, Result, bail};
 use tempfile::TempDir;
 
 use crate::format;
+use crate::recording::{TRACER_SO, convert_file};
 use crate::safe_write;
 use crate::symbolize::{Prefetch, Symbolizer};
-use crate::trace_file::{Form, RecordWriter, read_any};
+use crate::trace_file::{Form, RecordWriter};
 
 mod limit;
 mod live;
 mod pipe;
 mod spools;
 
-use spools::{Spool, list_spools, per_process_name, trace_meta};
-
-/// The tracer shared object, compiled by `build.rs`.
-static TRACER_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/liballocview_tracer.so"));
+use spools::{Spool, list_spools, per_process_name};
 
 /// Why `record` cannot run in this build, and where it can (the book's "Platforms" says the same).
 fn unsupported_here() -> String {
@@ -410,32 +408,6 @@ fn report(args: &RecordArgs, written: &[Written], status: ExitStatus) -> Result<
     Ok(())
 }
 
-/// Converts a finished spool into the trace `path`; returns the trace's summary.
-fn convert_file(
-    spool: &Path,
-    path: &Path,
-    form: Form,
-    program: &str,
-    base: TimeBase,
-    protected: &[&Path],
-    add_stacks: &mut dyn FnMut(&mut RecordWriter, BinaryInfo) -> Result<()>,
-) -> Result<RecordingSummary> {
-    let meta = trace_meta(&spool_header(spool), program);
-    let mut writer = RecordWriter::create(path, form, &meta, protected)?;
-    let mut stats = RecordingStats::default();
-    let info = read_any(spool, false, base, &mut |r| {
-        stats
-            .push(r)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-        writer.push(r)
-    })?;
-    if let Some(info) = info {
-        add_stacks(&mut writer, info)?;
-    }
-    writer.finish()?;
-    Ok(stats.finish())
-}
-
 /// Prints events, threads and peak live bytes of one written trace, counted as it was
 /// written.
 fn summarise(pid: u32, generation: u32, path: &Path, s: &RecordingSummary) {
@@ -456,29 +428,6 @@ fn summarise(pid: u32, generation: u32, path: &Path, s: &RecordingSummary) {
     for w in s.summary.warnings() {
         eprintln!("    note: {w}");
     }
-}
-
-/// The META lines of a spool's header (read from the file's first 64 KiB).
-fn spool_header(spool: &Path) -> Vec<(String, String)> {
-    // The spool header comes first and is a few hundred bytes; 64 KiB holds it.
-    let mut head = Vec::new();
-    let read = std::fs::File::open(spool)
-        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 1 << 16), &mut head));
-    let mut lines = Vec::new();
-    if read.is_ok()
-        && let Some(rest) = head.get(10..)
-        && rest.first() == Some(&0x01)
-        && let Some(len) = rest.get(1..5)
-        && let Ok(len) = <[u8; 4]>::try_from(len)
-        && let Some(text) = rest.get(5..5 + u32::from_le_bytes(len) as usize)
-    {
-        for line in String::from_utf8_lossy(text).lines() {
-            if let Some((k, v)) = line.split_once('=') {
-                lines.push((k.to_owned(), v.to_owned()));
-            }
-        }
-    }
-    lines
 }
 
 /// The files a trace must not replace: the program (found as the shell would: a path when

@@ -13,33 +13,6 @@ pub(super) struct Spool {
     pub(super) generation: u32,
 }
 
-/// The META lines of a written trace: the spool header's (pid, command line...) plus where
-/// it came from.
-pub(super) fn trace_meta(header: &[(String, String)], program: &str) -> Vec<(String, String)> {
-    let mut meta = vec![
-        ("source".to_owned(), "allocview record".to_owned()),
-        ("program".to_owned(), program.to_owned()),
-    ];
-    meta.extend(
-        header
-            .iter()
-            .filter(|(k, _)| {
-                matches!(
-                    k.as_str(),
-                    "pid"
-                        | "ppid"
-                        | "arg"
-                        | "tracer"
-                        | "realtime_ns0"
-                        | "clock"
-                        | "clock_resolution_ns"
-                )
-            })
-            .cloned(),
-    );
-    meta
-}
-
 /// `trace.avt` -> `trace.<pid>.avt` (`trace.<pid>-<n>.avt` for the n-th exec of the pid).
 pub(super) fn per_process_name(output: &Path, pid: u32, generation: u32) -> PathBuf {
     let name = output

@@ -1,0 +1,130 @@
+//! In-process tracking: the Python package's `allocview.Tracker` loads this library with
+//! `dlopen` into a running interpreter (no `LD_PRELOAD`, no restart) and brackets what it
+//! records with [`allocview_tracker_start`] and [`allocview_tracker_stop`], any number of
+//! times.
+//!
+//! Start opens a spool of its own (`<prefix>.<pid>.spool`, the prefix given), wraps Python's
+//! allocators (`python/pymem.rs`: the running interpreter, whose GIL the caller holds), turns
+//! the frame walk on, and with `native` redirects the C library calls of every loaded object
+//! to the tracer (`got.rs`). Stop undoes all three, writes every buffer out and closes the
+//! spool, which the caller then converts into a trace as `record` does.
+//!
+//! Between the two, every thread records as under `LD_PRELOAD`. A thread that recorded in an
+//! earlier run finds the run number ([`crate::EPOCH`]) moved at its next call and starts a new
+//! stream in its buffer (the spool, the stack and code ids and the module map start again too).
+
+use std::ffi::{CStr, c_char, c_int};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::*;
+
+/// Whether a run was ever started here (the process-wide set-up is done once).
+static SET_UP: AtomicBool = AtomicBool::new(false);
+/// The current run redirects the C library calls.
+static NATIVE: AtomicBool = AtomicBool::new(false);
+
+/// Starts recording into `<prefix>.<pid>.spool`; `native` also records the C library calls
+/// of the whole process. Returns 0, or -1 when a run is on (or the tracer is preloaded and
+/// tracing), -2 when the prefix is unusable, -3 when the spool cannot be created.
+///
+/// # Safety
+/// `prefix` is a NUL-terminated path; the caller holds the GIL of the running interpreter.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allocview_tracker_start(prefix: *const c_char, native: c_int) -> c_int {
+    // Resolves the real functions (the constructor did already: no ALLOCVIEW_SPOOL, so off).
+    ensure_init();
+    if STATE.load(Ordering::Acquire) != STATE_OFF || prefix.is_null() {
+        return -1;
+    }
+    // SAFETY: the caller's NUL-terminated path.
+    let prefix = unsafe { CStr::from_ptr(prefix) }.to_bytes();
+    if prefix.is_empty() || prefix.len() > 4000 {
+        return -2;
+    }
+    let _busy = Busy::new();
+    // SAFETY: no run is on: nothing reads the prefix meanwhile.
+    unsafe {
+        let dst = &mut *PREFIX.bytes.get();
+        if let Some(d) = dst.get_mut(..prefix.len()) {
+            d.copy_from_slice(prefix);
+        }
+    }
+    PREFIX.len.store(prefix.len(), Ordering::Release);
+    STACKS.store(true, Ordering::Relaxed);
+    if !SET_UP.swap(true, Ordering::AcqRel) {
+        KEYS_USABLE.store(keys_usable(), Ordering::Relaxed);
+        python::detect();
+        // SAFETY: once per process.
+        unsafe { register_process_hooks() };
+    } else {
+        restart_streams();
+    }
+    tick_clock();
+    // SAFETY: creates the run's spool.
+    if !unsafe { open_spool() } {
+        return -3;
+    }
+    modules::emit_all(stacks::emit_module);
+    EPOCH.fetch_add(1, Ordering::AcqRel);
+    STATE.store(STATE_TRACING, Ordering::Release);
+    python::wrap_running();
+    NATIVE.store(native != 0, Ordering::Release);
+    if native != 0 {
+        got::patch_all();
+    }
+    start_clock();
+    0
+}
+
+/// Stops the run: puts back what start changed, writes every buffer out and closes the
+/// spool. Returns 0, or -1 when no run is on.
+///
+/// # Safety
+/// The caller holds the GIL of the running interpreter.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allocview_tracker_stop() -> c_int {
+    if STATE.load(Ordering::Acquire) != STATE_TRACING || PID.load(Ordering::Acquire) == 0 {
+        return -1;
+    }
+    if NATIVE.swap(false, Ordering::AcqRel) {
+        got::restore();
+    }
+    python::unwrap_running();
+    let _busy = Busy::new();
+    flush_all(Wait::Block);
+    STATE.store(STATE_OFF, Ordering::Release);
+    // Threads see the run end at their next call (their buffers start again next run).
+    EPOCH.fetch_add(1, Ordering::AcqRel);
+    // The clock thread ends at its next period; the next run starts one.
+    CLOCK_GEN.fetch_add(1, Ordering::AcqRel);
+    CLOCK_PID.store(0, Ordering::Release);
+    let fd = FD.swap(-1, Ordering::AcqRel);
+    if fd >= 0 {
+        // SAFETY: the run's own spool.
+        unsafe { close(fd) };
+    }
+    0
+}
+
+/// Before a new run: every buffer empty and its thread's stream to start again, stack and
+/// code ids and the module map's emission from the beginning.
+fn restart_streams() {
+    let mut p = BUFFERS.load(Ordering::Acquire);
+    while !p.is_null() {
+        // SAFETY: buffers are never unmapped.
+        let b = unsafe { &*p };
+        b.committed.store(0, Ordering::Relaxed);
+        b.flushed.store(0, Ordering::Relaxed);
+        stacks::forget_stack_ids(b);
+        p = b.next.load(Ordering::Acquire);
+    }
+    NEXT_STREAM.store(0, Ordering::Relaxed);
+    stacks::reset_after_fork();
+}
+
+/// Called by the clock thread each period: the objects loaded since are redirected too.
+pub(crate) fn poll() {
+    if NATIVE.load(Ordering::Acquire) {
+        got::poll_new_objects();
+    }
+}
