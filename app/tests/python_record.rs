@@ -418,3 +418,74 @@ fn compare_replays_the_c_librarys_requests_by_default() {
     let text = ok(&["stats", t]);
     assert!(!text.is_empty());
 }
+
+/// `leaks`, `flamegraph`, `diff` and Parquet's frames table carry the Python frames, and the
+/// frames table says which frames are Python's.
+#[test]
+fn leaks_flamegraphs_diffs_and_parquet_carry_python_frames() {
+    use polars::prelude::*;
+
+    let dir = scratch("consumers");
+    let mut traces = Vec::new();
+    for n in [20_000, 60_000] {
+        let sub = dir.join(n.to_string());
+        std::fs::create_dir_all(&sub).unwrap();
+        let prog = sub.join("grow.py");
+        std::fs::write(
+            &prog,
+            // `os._exit`: the interpreter's teardown would free what it keeps.
+            format!(
+                "import os\nKEPT = []\ndef keep(n):\n    KEPT.append([str(i) * 4 for i in range(n)])\n\
+                 keep({n})\nos._exit(0)\n"
+            ),
+        )
+        .unwrap();
+        traces.extend(record(
+            &sub,
+            &["/usr/bin/python3", prog.to_str().unwrap()],
+            &[],
+        ));
+    }
+    let (a, b) = (traces[0].to_str().unwrap(), traces[1].to_str().unwrap());
+    let folded = ok(&["flamegraph", b, "--folded"]);
+    assert!(
+        folded.lines().any(|l| l.contains(";<module>;keep;")),
+        "{}",
+        &folded[..folded.len().min(2000)]
+    );
+    let leaks = json(&["leaks", b, "--json"]);
+    let kept = leaks["leaks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| {
+            python_frames(l)
+                .iter()
+                .any(|(f, file, line)| f == "keep" && file == "grow.py" && *line == 4)
+        })
+        .unwrap_or_else(|| panic!("{leaks}"));
+    assert!(kept["live_bytes"].as_u64().unwrap() > 1_000_000);
+    let diff = json(&["diff", a, b, "--json"]);
+    assert!(
+        diff["sites"].as_array().unwrap().iter().any(|s| {
+            s["name"].as_str().is_some_and(|n| n.starts_with("keep"))
+                && s["change_bytes"].as_i64().unwrap() > 1_000_000
+        }),
+        "{diff}"
+    );
+    let parquet = dir.join("b.parquet");
+    ok(&["convert", b, parquet.to_str().unwrap()]);
+    let frames = ParquetReader::new(std::fs::File::open(dir.join("b.frames.parquet")).unwrap())
+        .finish()
+        .unwrap();
+    let python = frames.column("python").unwrap().bool().unwrap();
+    let functions = frames.column("function").unwrap().str().unwrap();
+    let modules = frames.column("module").unwrap().str().unwrap();
+    let mut saw_keep = false;
+    for i in 0..frames.height() {
+        let is_python = python.get(i).unwrap();
+        assert_eq!(is_python, modules.get(i) == Some("[python]"));
+        saw_keep |= is_python && functions.get(i) == Some("keep");
+    }
+    assert!(saw_keep && python.any() && !python.all());
+}
