@@ -64,6 +64,13 @@ class Trace:
         return self._native.path
 
     @property
+    def recorded_in_python(self) -> bool:
+        """Recorded in a CPython interpreter: its requests are read in one of two views
+        (``load(..., requests="objects")``, the default, or ``"libc"``, what ``compare``
+        replays)."""
+        return self._native.recorded_in_python
+
+    @property
     def warnings(self) -> list:
         """What the loader noticed and kept going past."""
         return self._native.warnings

@@ -106,14 +106,14 @@ def analyse(item: Dict[str, str], policies: Sequence[str], limit: Optional[str])
 
     keys = {k: v for k, v in item.items() if k not in ("path", "uri")}
     started = time.perf_counter()
-    if "uri" in item:
-        with tempfile.TemporaryDirectory(prefix="allocview-fleet-") as tmp:
-            t = allocview.load(_local_copy(item["uri"], tmp))
-    else:
-        t = allocview.load(item["path"])
+    with tempfile.TemporaryDirectory(prefix="allocview-fleet-") as tmp:
+        path = _local_copy(item["uri"], tmp) if "uri" in item else item["path"]
+        t = allocview.load(path)
+        # As `compare`: a Python program's policies replay what reached the C library.
+        replayed = allocview.load(path, requests="libc") if t.recorded_in_python else t
     stats = allocview.stats(t)
     # One replay at a time: the task holds one CPU of the cluster (num_cpus=1).
-    cmp = allocview.compare(t, policies=list(policies), limit=limit, jobs=1)
+    cmp = allocview.compare(replayed, policies=list(policies), limit=limit, jobs=1)
     seconds = time.perf_counter() - started
     row = dict(keys)
     row.update({k: v for k, v in stats.items()

@@ -65,6 +65,18 @@ impl Trace {
         warnings(&self.loaded)
     }
 
+    /// A trace recorded in a CPython interpreter, whose requests a loader reads in one of two
+    /// views (`requests`: the objects, or what reached the C library).
+    #[getter]
+    fn recorded_in_python(&self) -> bool {
+        match &*self.loaded {
+            Loaded::MallocTrace(t) => {
+                t.summary.python_allocator_events + t.summary.other_view_events > 0
+            }
+            _ => false,
+        }
+    }
+
     /// The input's tables as `allocview convert OUT.parquet` writes them, by name: `events`
     /// (the exported event table; a plan's `buffers`), then `threads`, `stacks`, `frames` and,
     /// for a PyTorch snapshot, `segments`, `blocks`, `segment_events`, `annotations`.
