@@ -176,3 +176,32 @@ def test_the_books_tracker_example_runs(tmp_path, monkeypatch):
         exec(compile(block, str(page), "exec"), scope)
     assert scope["run"].peak_live_bytes > 5_000_000
     assert scope["top"]["live_bytes"] > 5_000_000
+
+
+def _worker_loop(stop, kept):
+    while not stop.is_set():
+        kept.append([str(i) for i in range(200)])
+        if len(kept) > 50:
+            kept.clear()
+
+
+def test_a_thread_that_recorded_in_one_run_records_in_the_next(tmp_path):
+    import threading
+    import time
+
+    stop, kept = threading.Event(), []
+    worker = threading.Thread(target=_worker_loop, args=(stop, kept))
+    worker.start()
+    try:
+        for i in range(3):
+            path = tmp_path / f"run{i}.avt"
+            with allocview.Tracker(path, native=False):
+                time.sleep(0.2)
+            sites = allocview.sites(str(path), by="function")["sites"]
+            names = {s["name"] for s in sites if s["alloc_count"] > 0}
+            assert any(n.startswith("_worker_loop") for n in names), (i, sorted(names)[:10])
+            threads = allocview.load(str(path)).threads.height
+            assert threads >= 1
+    finally:
+        stop.set()
+        worker.join()

@@ -65,8 +65,12 @@ pub unsafe extern "C" fn allocview_tracker_start(prefix: *const c_char, native: 
         return -3;
     }
     modules::emit_all(stacks::emit_module);
-    EPOCH.fetch_add(1, Ordering::AcqRel);
+    // Tracing first, then the new run number: a thread that sees the new number sees the
+    // run on (it starts a new stream), and one that saw the old number before moves on at
+    // its next call. The other order could leave a thread that took the new number with no
+    // run on yet holding its buffer without a cursor, recording nothing in this run.
     STATE.store(STATE_TRACING, Ordering::Release);
+    EPOCH.fetch_add(1, Ordering::AcqRel);
     python::wrap_running();
     NATIVE.store(native != 0, Ordering::Release);
     if native != 0 {

@@ -32,6 +32,8 @@ pub(crate) fn enter_slow(t: &ThreadState) -> Option<*mut u8> {
     if t.busy.get() || !t.buf.get().is_null() || STATE.load(Ordering::Acquire) != STATE_TRACING {
         return None;
     }
+    // Its first stream belongs to this run.
+    t.epoch.set(EPOCH.load(Ordering::Acquire));
     let busy = Busy::new();
     let b = take_buf(t);
     drop(busy);
