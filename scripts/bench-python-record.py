@@ -3,8 +3,9 @@
 
 For each workload in scripts/bench-python/ (JSON and regex in two threads; object-heavy,
 single-threaded), runs, interleaved, `rounds` times each: the program untraced, `allocview
-record -o T -- PYTHON W`, `memray run --native -o T W` and `memray run -o T W` (Python frames
-only), every one with the same interpreter binary and no PYTHONMALLOC; prints the best wall
+record -o T -- PYTHON W`, `memray run --native -o T W`, `memray run -o T W` (Python frames
+only) and `memray run --native --trace-python-allocators` (pymalloc's objects too, the same
+work as allocview's), every one with the same interpreter binary and no PYTHONMALLOC; prints the best wall
 time of each and the ratios, and what the frames cost per allocation (allocview's extra time
 over untraced, divided by the allocations it recorded).
 
@@ -58,6 +59,10 @@ def main() -> int:
                 "memray run": lambda: timed(
                     [args.memray_python, "-m", "memray", "run", "-f", "-o", out + ".bin",
                      str(w)], env),
+                # The same work as allocview's: pymalloc's objects recorded too.
+                "memray run --native --trace-python-allocators": lambda: timed(
+                    [args.memray_python, "-m", "memray", "run", "--native",
+                     "--trace-python-allocators", "-f", "-o", out + ".objects.bin", str(w)], env),
             }
             best = {name: float("inf") for name in runs}
             for _ in range(args.rounds):
@@ -71,13 +76,16 @@ def main() -> int:
                 "best_s": best,
                 "allocview_over_memray_native": best["allocview record"] / best["memray run --native"],
                 "allocview_over_memray": best["allocview record"] / best["memray run"],
+                "allocview_over_memray_objects": best["allocview record"]
+                / best["memray run --native --trace-python-allocators"],
                 "allocations_recorded": events,
                 "ns_per_allocation": extra_ns / max(events, 1),
             }
             r = results[w.name]
             print(f"{w.name}: " + ", ".join(f"{k} {v:.2f} s" for k, v in best.items()))
             print(f"  allocview/memray --native {r['allocview_over_memray_native']:.2f}x, "
-                  f"allocview/memray {r['allocview_over_memray']:.2f}x; "
+                  f"allocview/memray {r['allocview_over_memray']:.2f}x, allocview/memray "
+                  f"--native --trace-python-allocators {r['allocview_over_memray_objects']:.2f}x; "
                   f"{events:,} allocations recorded (objects view), "
                   f"{r['ns_per_allocation']:.0f} ns each over untraced")
     print(json.dumps(results, indent=1))
