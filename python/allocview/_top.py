@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import List, Tuple
 
 
-def top_sites(path: str, count: int = 5) -> List[Tuple[int, str]]:
-    """``(live bytes, "function (file:line)")`` of the ``count`` biggest sites at the peak,
+def top_sites(source, count: int = 5) -> List[Tuple[int, str]]:
+    """``(live bytes, "function (file:line)")`` of the ``count`` biggest sites at the peak of
+    ``source`` (a path or a loaded :class:`allocview.Trace`),
     leaving out those under 1% of the biggest."""
     from . import sites
 
     out = []
-    rows = sites(path, at="peak", by="function")["sites"][:count]
+    rows = sites(source, at="peak", by="function")["sites"][:count]
     for site in rows:
         if site["live_bytes"] <= 0 or site["live_bytes"] * 100 < rows[0]["live_bytes"]:
             break

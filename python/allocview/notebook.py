@@ -66,13 +66,11 @@ class CellReport:
             f"</svg>")
 
 
-def _series(path: str) -> List[Tuple[float, int]]:
+def _series(trace) -> List[Tuple[float, int]]:
     """Live bytes over time, at most a few hundred points (each the highest of its span)."""
     import polars as pl
 
-    from . import load
-
-    events = load(path).events
+    events = trace.events
     if events.height == 0:
         return []
     sign = (pl.when(pl.col("kind") == 0).then(1)
@@ -88,6 +86,7 @@ def _series(path: str) -> List[Tuple[float, int]]:
 
 def run_cell(ipython, line: str, cell: str) -> CellReport:
     """Runs ``cell`` in ``ipython`` under a Tracker; the report."""
+    from . import load
     from .tracker import Tracker
 
     args = shlex.split(line)
@@ -100,9 +99,9 @@ def run_cell(ipython, line: str, cell: str) -> CellReport:
     tracker = Tracker(path, native=native)
     with tracker:
         ipython.run_cell(cell)
-    top = top_sites(path)
-    return CellReport(tracker.peak_live_bytes or 0, tracker.final_live_bytes or 0, top,
-                      _series(path), path)
+    trace = load(path)
+    return CellReport(tracker.peak_live_bytes or 0, tracker.final_live_bytes or 0,
+                      top_sites(trace), _series(trace), path)
 
 
 def register(ipython) -> None:

@@ -288,10 +288,7 @@ pub(crate) unsafe extern "C" fn clock_main(arg: *mut c_void) -> *mut c_void {
         unsafe { nanosleep(&period, null_mut()) };
         tick_clock();
         #[cfg(target_arch = "x86_64")]
-        {
-            crate::python::poll();
-            crate::inprocess::poll();
-        }
+        crate::python::poll();
         // In-process tracking stopped its run (or started another, with a clock of its own).
         if CLOCK_GEN.load(Ordering::Acquire) != generation {
             return null_mut();
@@ -299,6 +296,10 @@ pub(crate) unsafe extern "C" fn clock_main(arg: *mut c_void) -> *mut c_void {
         until_flush -= 1;
         if until_flush == 0 {
             until_flush = FLUSH_EVERY_PERIODS;
+            // Objects loaded since (in-process tracking): a look at the loader's list takes
+            // its lock, so once a flush period, not every clock period.
+            #[cfg(target_arch = "x86_64")]
+            crate::inprocess::poll();
             if STATE.load(Ordering::Acquire) == STATE_TRACING {
                 let before_ns = now_ns();
                 flush_all(Wait::Block);

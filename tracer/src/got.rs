@@ -13,8 +13,9 @@
 //! the old function or the new one, either of which works.
 //!
 //! Objects loaded while tracking (`dlopen`: a Python extension imported) are found by the
-//! clock thread, which compares the loader's count of loads (`dlpi_adds`) every period: their
-//! calls are traced from then on, not in their constructors nor in the period after loading.
+//! clock thread, which compares the loader's count of loads (`dlpi_adds`) every flush period
+//! (20 ms): their calls are traced from then on, not in their constructors nor in the period
+//! after loading.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -123,7 +124,8 @@ pub(crate) fn patch_all() {
     unsafe { dl_iterate_phdr(patch_object, (&raw mut hooked).cast()) };
 }
 
-/// Called by the clock thread each period while patching: patches the objects loaded since.
+/// Called by the clock thread each flush period while patching: patches the objects loaded
+/// since.
 pub(crate) fn poll_new_objects() {
     if ADDS_SEEN.load(Ordering::Acquire) == 0 {
         return;

@@ -126,7 +126,7 @@ fn restart_streams() {
     stacks::reset_after_fork();
 }
 
-/// Called by the clock thread each period: the objects loaded since are redirected too.
+/// Called by the clock thread each flush period: the objects loaded since are redirected too.
 pub(crate) fn poll() {
     if NATIVE.load(Ordering::Acquire) {
         got::poll_new_objects();

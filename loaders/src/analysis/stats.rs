@@ -326,12 +326,7 @@ impl RecordingStats {
         else {
             return Ok(());
         };
-        let p = self
-            .pairing
-            .pair(&mut self.summary, line.t_ns, line.size_bytes, line.addr)?;
-        if line.python && p.kind == allocview_sim::trace::EventKind::FreeUnknown {
-            self.summary.frees_unknown_python += 1;
-        }
+        let p = self.pairing.pair_line(&mut self.summary, &line)?;
         self.first_t_ns.get_or_insert(p.t_ns);
         if let Some((_, old_size, _)) = p.displaced {
             self.live_bytes -= old_size;

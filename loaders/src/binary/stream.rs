@@ -17,7 +17,7 @@ use allocview_sim::stream::{EventBatch, EventSource};
 use super::block::BlockDecoder;
 use super::index::{BlockIndex, read_block, read_index};
 use crate::error::LoadError;
-use crate::events::{LoadSummary, Pairing, Record, Requests, ThreadIds};
+use crate::events::{Line, LoadSummary, Pairing, Record, Requests, ThreadIds};
 
 /// The events of a binary trace, decoded a block at a time (see the module docs).
 pub struct BinaryEventStream {
@@ -359,21 +359,16 @@ impl BinaryEventStream {
                     ),
                 )
             };
-            let Some(addr) = self.requests.view(r.addr) else {
-                self.at.summary.other_view_events += 1;
+            let Some(line) = Line::of_record(r, self.requests, &mut self.at.summary) else {
                 continue;
             };
-            self.at.summary.python_allocator_events += u64::from(Requests::is_python(r.addr));
+            let addr = line.addr;
             let thread = self.at.threads.index(r.tid).map_err(bad)?;
             let p = self
                 .at
                 .pairing
-                .pair(&mut self.at.summary, r.t_ns.max(0), r.size_bytes, addr)
+                .pair_line(&mut self.at.summary, &line)
                 .map_err(bad)?;
-            if Requests::is_python(r.addr) && p.kind == allocview_sim::trace::EventKind::FreeUnknown
-            {
-                self.at.summary.frees_unknown_python += 1;
-            }
             // As the loader: a file that names calls has the call column.
             self.at.summary.has_call_column |= r.call.is_some();
             let per_thread = usize::from(thread);

@@ -176,6 +176,21 @@ impl Pairing {
         })
     }
 
+    /// Pairs one line, as [`Self::pair`]; a free of a Python object never allocated in the
+    /// trace (allocated before the trace began) is counted apart as well.
+    #[inline(always)]
+    pub(crate) fn pair_line(
+        &mut self,
+        summary: &mut LoadSummary,
+        line: &Line,
+    ) -> Result<Paired, &'static str> {
+        let p = self.pair(summary, line.t_ns, line.size_bytes, line.addr)?;
+        if line.python && p.kind == EventKind::FreeUnknown {
+            summary.frees_unknown_python += 1;
+        }
+        Ok(p)
+    }
+
     /// Pairs one record (`size_bytes` `None` for a free), counting in `summary`.
     pub(crate) fn pair(
         &mut self,
@@ -347,12 +362,7 @@ impl RowMaker {
             id,
             displaced,
             ..
-        } = self
-            .pairing
-            .pair(summary, line.t_ns, line.size_bytes, line.addr)?;
-        if line.python && kind == EventKind::FreeUnknown {
-            summary.frees_unknown_python += 1;
-        }
+        } = self.pairing.pair_line(summary, line)?;
         if let Some((old_id, old_size, _)) = displaced {
             summary.events += 1;
             emit(Row {

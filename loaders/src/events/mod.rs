@@ -306,20 +306,32 @@ impl Line {
         requests: Requests,
         summary: &mut LoadSummary,
     ) -> Option<Self> {
-        let Some(addr) = requests.view(r.addr) else {
-            summary.other_view_events += 1;
-            return None;
-        };
-        let python = Requests::is_python(r.addr);
-        summary.python_allocator_events += u64::from(python);
-        Some(Self {
+        Self {
             t_ns: r.t_ns.max(0),
             tid: r.tid,
             size_bytes: r.size_bytes,
-            addr,
+            addr: r.addr,
             call: r.call,
             stack: r.stack,
+            python: false,
+        }
+        .viewed(requests, summary)
+    }
+
+    /// This line in the view `requests` (its address's allocator tag cleared and noted in
+    /// `python`), or `None` for a line of the other view only; both counted in `summary`.
+    #[inline(always)]
+    pub(crate) fn viewed(self, requests: Requests, summary: &mut LoadSummary) -> Option<Self> {
+        let Some(addr) = requests.view(self.addr) else {
+            summary.other_view_events += 1;
+            return None;
+        };
+        let python = Requests::is_python(self.addr);
+        summary.python_allocator_events += u64::from(python);
+        Some(Self {
+            addr,
             python,
+            ..self
         })
     }
 }

@@ -51,17 +51,10 @@ struct ViewSink<'a> {
 
 impl LineSink for ViewSink<'_> {
     fn push_line(&mut self, line: &Line) -> Result<(), &'static str> {
-        let Some(addr) = self.requests.view(line.addr) else {
-            self.b.summary.other_view_events += 1;
-            return Ok(());
-        };
-        let python = Requests::is_python(line.addr);
-        self.b.summary.python_allocator_events += u64::from(python);
-        self.b.push(&Line {
-            addr,
-            python,
-            ..*line
-        })
+        match line.viewed(self.requests, &mut self.b.summary) {
+            Some(line) => self.b.push(&line),
+            None => Ok(()),
+        }
     }
     fn summary_mut(&mut self) -> &mut LoadSummary {
         &mut self.b.summary
