@@ -11,6 +11,8 @@
 //!   replays on threads: what every frontend stands on;
 //! - `trace_file`, `parquet_out`, `symbolize`, `charts`: reading and writing traces, Parquet
 //!   tables, naming recorded addresses, PNG charts;
+//! - `real`: the real-allocator rows, a trace's calls replayed through the library itself in a
+//!   process of their own;
 //! - `format`, `theme`, `units`, `progress`: formatting, colours, byte sizes, progress bars;
 //! - `safe_write`: every file a command writes goes through it (never over an input, atomically).
 //!
@@ -25,6 +27,7 @@ pub mod gui;
 pub mod model;
 pub mod parquet_out;
 pub mod progress;
+pub mod real;
 pub mod recording;
 pub mod safe_write;
 pub mod session;

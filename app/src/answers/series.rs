@@ -1,15 +1,15 @@
 //! Every replayed policy's series as one table, a row per policy and time bucket: `report`'s
 //! `timeline.csv`, `compare --parquet`'s file and the Python package's `compare` series.
 
-use allocview_sim::replay::Replay;
+use allocview_sim::series::Series;
 use anyhow::Result;
 use polars::prelude::*;
 
-/// Every bucket of every replay's series: bytes as the bucket's maximum (peaks survive),
-/// fractions as the value after the bucket's last event. The charts draw the same values.
 /// Every policy's series, one row per policy and time bucket (what `compare --parquet` writes
-/// too).
-pub fn timeline_frame(done: &[(&str, &Replay)]) -> Result<DataFrame> {
+/// too): bytes as the bucket's maximum (peaks survive), fractions as the value after the
+/// bucket's last event. The charts draw the same values. A real-allocator row's series is its
+/// measured resident memory ([`crate::real::RealRun::series`]).
+pub fn timeline_frame(done: &[(&str, &Series)]) -> Result<DataFrame> {
     let mut policy = Vec::new();
     let mut t_s = Vec::new();
     let mut live = Vec::new();
@@ -17,8 +17,7 @@ pub fn timeline_frame(done: &[(&str, &Replay)]) -> Result<DataFrame> {
     let mut footprint = Vec::new();
     let mut frag = Vec::new();
     let mut ext = Vec::new();
-    for (name, r) in done {
-        let s = &r.series;
+    for (name, s) in done {
         let t0 = s.bucketing.t0_ns;
         for b in 0..s.len() {
             policy.push(*name);

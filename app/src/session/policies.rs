@@ -17,11 +17,44 @@ use anyhow::{Context as _, Result, bail};
 
 use super::input::{require_events, sites_of};
 use super::options::PolicyArgs;
+use crate::real::{RealSpec, is_real};
 
 impl PolicyArgs {
     /// The policies and variants to run, validated, in the order given (duplicates dropped).
+    /// A real-allocator row (`real-jemalloc`) is refused: the commands that run them call
+    /// [`Self::specs_and_real`].
     pub fn specs(&self) -> Result<Vec<PolicySpec>> {
+        let (specs, real) = self.specs_and_real()?;
+        if let Some(r) = real.first() {
+            bail!(
+                "{} is a real-allocator row, which `compare` runs; this command replays the \
+                 simulated policies only",
+                r.label
+            );
+        }
+        Ok(specs)
+    }
+
+    /// The simulated policies, and the real-allocator rows (`real-glibc`, `real-jemalloc`,
+    /// ...: [`crate::real`]), each validated, in the order given (duplicates dropped).
+    pub fn specs_and_real(&self) -> Result<(Vec<PolicySpec>, Vec<RealSpec>)> {
         let written: Vec<&str> = self.policy.iter().flat_map(|p| split_specs(p)).collect();
+        let mut real: Vec<RealSpec> = Vec::new();
+        for w in written.iter().filter(|w| is_real(w)) {
+            let spec = RealSpec::parse(w)?;
+            if !real.contains(&spec) {
+                real.push(spec);
+            }
+        }
+        let sim: Vec<&str> = written.into_iter().filter(|w| !is_real(w)).collect();
+        // Real rows alone: no simulated policy unless one is named.
+        if sim.is_empty() && !real.is_empty() {
+            return Ok((Vec::new(), real));
+        }
+        Ok((Self::sim_specs(&sim)?, real))
+    }
+
+    fn sim_specs(written: &[&str]) -> Result<Vec<PolicySpec>> {
         if written.is_empty() || written.contains(&"all") {
             let mut out: Vec<PolicySpec> =
                 POLICY_NAMES.iter().map(|&n| PolicySpec::plain(n)).collect();

@@ -109,9 +109,10 @@ impl PolicySpec {
     /// # Errors
     /// An unknown policy or key, a malformed parameter, or a value of the wrong kind.
     pub fn parse(text: &str) -> Result<Self, RegistryError> {
-        let parts = split_outside_brackets(text.trim(), ':');
-        let mut parts = parts.into_iter();
-        let base = parts.next().unwrap_or_default().trim();
+        let text_trimmed = text.trim();
+        let (base, rest) = text_trimmed.split_once(':').unwrap_or((text_trimmed, ""));
+        let base = base.trim();
+        let parts = variant_params(rest);
         let Some(&name) = POLICY_NAMES.iter().find(|&&n| n == base) else {
             return Err(RegistryError::UnknownPolicy {
                 name: base.to_owned(),
@@ -262,10 +263,43 @@ impl PolicySpec {
 /// Splits a `--policy` list at commas outside brackets.
 #[must_use]
 pub fn split_specs(text: &str) -> Vec<&str> {
-    split_outside_brackets(text, ',')
+    let mut out: Vec<&str> = Vec::new();
+    let mut ends: Vec<(usize, usize)> = Vec::new();
+    for piece in split_outside_brackets(text, ',') {
+        let trimmed = piece.trim();
+        if trimmed.is_empty() {
+            continue;
+        }
+        let start = trimmed.as_ptr() as usize - text.as_ptr() as usize;
+        let end = start + trimmed.len();
+        // `real-jemalloc:dirty_decay_ms=0,narenas=2`: a piece that starts with a `key=value`
+        // (no policy name has `=`) goes on with the variant before it.
+        let head = trimmed.split(':').next().unwrap_or_default();
+        if head.contains('=')
+            && let Some(last) = ends.last_mut()
+        {
+            last.1 = end;
+            continue;
+        }
+        ends.push((start, end));
+    }
+    for (start, end) in ends {
+        if let Some(s) = text.get(start..end) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// The `key=value` parameters of a variant (its text after the name): separated by `:`, or
+/// by `,` as `real-jemalloc:dirty_decay_ms=0,narenas=2` writes them, outside brackets.
+#[must_use]
+pub fn variant_params(params: &str) -> Vec<&str> {
+    split_outside_brackets(params, ':')
         .into_iter()
+        .flat_map(|p| split_outside_brackets(p, ','))
         .map(str::trim)
-        .filter(|s| !s.is_empty())
+        .filter(|p| !p.is_empty())
         .collect()
 }
 
@@ -496,5 +530,17 @@ mod tests {
             .apply(&base)
             .unwrap();
         assert!(empty.pytorch_script.is_none());
+    }
+
+    #[test]
+    fn a_variant_s_parameters_may_be_separated_by_commas() {
+        assert_eq!(
+            split_specs("bfc,real-jemalloc:dirty_decay_ms=0,narenas=2, glibc"),
+            ["bfc", "real-jemalloc:dirty_decay_ms=0,narenas=2", "glibc"]
+        );
+        let s = PolicySpec::parse("glibc:mmap_threshold=4096,align=32").unwrap();
+        assert_eq!(s.label(), "glibc:mmap_threshold=4096:align=32");
+        // A leading `key=value` has no variant to go on with: it is a policy name, and unknown.
+        assert!(PolicySpec::parse(split_specs("limit=1,bfc")[0]).is_err());
     }
 }

@@ -4,6 +4,7 @@
 //! limit without an OOM and every policy's series.
 
 mod min_limit;
+mod real;
 mod row;
 mod tf_bfc;
 
@@ -15,13 +16,15 @@ use allocview_loaders::tf::memlog::TfMemoryLog;
 use allocview_sim::min_limit::MinLimit;
 use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::spec::PolicySpec;
-use allocview_sim::replay::Replay;
+use allocview_sim::replay::ReplayOptions;
+use allocview_sim::series::Series;
 use allocview_sim::trace::TraceView;
 use anyhow::{Result, bail};
 use polars::prelude::DataFrame;
 use serde_json::{Value, json};
 
 pub use min_limit::{MinLimitRun, for_specs};
+pub use real::Advice;
 pub use row::{Row, note_unsupported, pytorch_fidelity};
 use tf_bfc::tf_bfc_row;
 
@@ -59,6 +62,8 @@ pub struct Compared {
     pub minima: Vec<(String, MinLimit)>,
     /// Every replayed policy's series (`report`'s `timeline.csv`), when asked for.
     pub series: Option<DataFrame>,
+    /// One line per real allocator whose peak RSS beats the C library's.
+    pub advice: Vec<real::Advice>,
 }
 
 impl Compared {
@@ -72,6 +77,7 @@ impl Compared {
             "max_live_bytes": self.max_live_bytes,
             "limit_bytes": self.limit_bytes,
             "policies": self.rows.iter().map(|r| r.json(self.max_live_bytes)).collect::<Vec<_>>(),
+            "advice": self.advice,
         })
     }
 }
@@ -88,7 +94,7 @@ pub fn evaluate(
     with_series: bool,
     replayed: &AtomicU64,
 ) -> Result<Compared> {
-    let specs = args.policies.specs()?;
+    let (specs, real_specs) = args.policies.specs_and_real()?;
     let config = config_for_input(loaded, args.policies.config()?);
     let ev = require_events(loaded, path, "compare")?;
     let view = allocview_loaders::trace_view(ev.events, path)?;
@@ -132,10 +138,30 @@ pub fn evaluate(
             Err(e) => eprintln!("note: skipping {label}: {e}"),
         }
     }
+    let real_runs = real::run_all(loaded, path, &view, &real_specs)?;
+    for run in &real_runs {
+        rows.push(real::row(run, &view));
+    }
+    real::compare_glibc(&mut rows);
     let series = if with_series {
-        let done: Vec<(&str, &Replay)> = runs
+        let real_series: Vec<(String, Series)> = real_runs
             .iter()
-            .filter_map(|r| r.result.as_ref().ok().map(|rep| (r.name.as_str(), rep)))
+            .map(|r| {
+                (
+                    r.spec.label.clone(),
+                    r.series(&view, ReplayOptions::default().buckets),
+                )
+            })
+            .collect();
+        let done: Vec<(&str, &Series)> = runs
+            .iter()
+            .filter_map(|r| {
+                r.result
+                    .as_ref()
+                    .ok()
+                    .map(|rep| (r.name.as_str(), &rep.series))
+            })
+            .chain(real_series.iter().map(|(n, s)| (n.as_str(), s)))
             .collect();
         Some(crate::answers::series::timeline_frame(&done)?)
     } else {
@@ -151,6 +177,7 @@ pub fn evaluate(
         events: view.len(),
         max_live_bytes: max_live,
         limit_bytes: config.limit_bytes,
+        advice: real::advice(&rows),
         rows,
         minima,
         series,
@@ -171,6 +198,11 @@ fn min_limits(
     let runs = min_limit::for_specs(view, sim_specs, config, jobs);
     let mut out = Vec::new();
     for row in rows.iter_mut() {
+        if row.extra.contains_key("real") {
+            row.notes
+                .push("no minimum limit: a real allocator's replay runs under no limit".to_owned());
+            continue;
+        }
         let found = match runs.iter().find(|r| r.label == row.name) {
             Some(run) => match &run.result {
                 Ok(m) => m.clone(),

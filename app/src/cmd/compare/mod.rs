@@ -67,7 +67,7 @@ impl CompareArgs {
 
 /// Runs `allocview compare`.
 pub fn run(args: &CompareArgs) -> Result<()> {
-    let specs = args.policies.specs()?;
+    let (specs, real) = args.policies.specs_and_real()?;
     // The policies replay what the process held: what reached the C library.
     let input = args.input.with_default_requests(Requests::Libc);
     // --min-limit and --parquet need the events in memory: a window of a trace too big to load
@@ -78,6 +78,13 @@ pub fn run(args: &CompareArgs) -> Result<()> {
         if needs_loaded {
             bail!(
                 "--stream replays each policy once: --min-limit and --parquet need the trace loaded"
+            );
+        }
+        if let Some(r) = real.first() {
+            bail!(
+                "{} replays the trace's calls from memory: it needs the trace loaded, not \
+                 streamed (leave out --stream, or take a window with --from/--to/--events)",
+                r.label
             );
         }
         return streamed::compare(
@@ -119,6 +126,7 @@ pub fn run(args: &CompareArgs) -> Result<()> {
             out.max_live_bytes,
             &out.rows,
         )?;
+        table::print_advice(&out.advice)?;
         if args.min_limit {
             table::print_minima(&out.minima, out.max_live_bytes)?;
         }

@@ -62,6 +62,8 @@ pub(super) fn compare(
             "limit_bytes": config.limit_bytes,
             "streamed": true,
             "policies": rows.iter().map(|r| r.json(max_live)).collect::<Vec<_>>(),
+            // Real-allocator rows need the trace loaded: a streamed compare has no advice.
+            "advice": [],
         });
         outln!("{out}");
     } else {

@@ -115,3 +115,15 @@ pub(super) fn print_minima(rows: &[(String, MinLimit)], max_live_bytes: u64) -> 
     }
     Ok(())
 }
+
+/// The advice lines: each real allocator that beats the C library's on this trace.
+pub(super) fn print_advice(advice: &[crate::answers::compare::Advice]) -> Result<()> {
+    if advice.is_empty() {
+        return Ok(());
+    }
+    outln!();
+    for a in advice {
+        outln!("  {}", a.text);
+    }
+    Ok(())
+}

@@ -58,6 +58,13 @@ pub(super) struct Gathered<'a> {
     pub(super) heaps: Vec<(Box<dyn Policy>, Counters)>,
 }
 
+/// Each replay's series, by name.
+fn series_of<'a>(
+    done: &[(&'a str, &'a Replay)],
+) -> Vec<(&'a str, &'a allocview_sim::series::Series)> {
+    done.iter().map(|&(name, r)| (name, &r.series)).collect()
+}
+
 /// Writes the report's tables and charts into `args.out`, all replacing their outputs together.
 pub(super) fn write_report(
     args: &Destination<'_>,
@@ -78,7 +85,7 @@ pub(super) fn write_report(
     let mut out = Outputs::new(args.file);
     let tables = [
         ("summary", summary_frame(done, g.max_live)?),
-        ("timeline", timeline_frame(done)?),
+        ("timeline", timeline_frame(&series_of(done))?),
         ("classes", classes_frame(&g.classes)?),
     ];
     for (name, mut df) in tables {
@@ -325,7 +332,7 @@ mod tests {
                 "summary",
                 summary_frame(&done, max_live_bytes(&view)).unwrap(),
             ),
-            ("timeline", timeline_frame(&done).unwrap()),
+            ("timeline", timeline_frame(&series_of(&done)).unwrap()),
             ("classes", classes_frame(&classes).unwrap()),
         ] {
             assert!(df.height() > 0, "{name} is empty");

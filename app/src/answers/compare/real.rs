@@ -1,0 +1,357 @@
+//! `compare`'s real-allocator rows ([`crate::real`]): each run's row (its footprint is the
+//! measured resident memory of the replay process), `glibc` against `real-glibc` (model
+//! against measurement), and the advice line for each real allocator that beats the C
+//! library's, which a recorded program used.
+
+use std::path::Path;
+
+use allocview_loaders::Loaded;
+use allocview_sim::trace::TraceView;
+use anyhow::{Context as _, Result, bail};
+use serde::Serialize;
+use serde_json::{Map, json};
+
+use super::row::Row;
+use crate::format;
+use crate::real::{RealRun, RealSpec};
+use crate::session::input::require_events;
+use crate::session::policies::events_and_threads;
+
+/// Runs each real row, one at a time (each measures its own process's memory and rate). When
+/// any is asked, `real-glibc` runs too (first, unless it is named): the C library's allocator
+/// is the one a recorded program used, and the advice compares with it.
+///
+/// # Errors
+/// A library that is not installed, or a replay that failed: a real row is always asked for
+/// by name.
+pub fn run_all(
+    loaded: &Loaded,
+    path: &Path,
+    view: &TraceView<'_>,
+    specs: &[RealSpec],
+) -> Result<Vec<RealRun>> {
+    if specs.is_empty() {
+        return Ok(Vec::new());
+    }
+    if !matches!(loaded, Loaded::MallocTrace(_)) {
+        bail!(
+            "{} replays malloc traces through a C allocator; {} is not one (GPU memory is \
+             replayed by the models: pytorch, bfc)",
+            specs.first().map_or("real-glibc", |s| s.label.as_str()),
+            path.display()
+        );
+    }
+    check_room(view, specs, path)?;
+    let mut specs = specs.to_vec();
+    if !specs.iter().any(|s| s.label == "real-glibc") {
+        specs.insert(0, RealSpec::parse("real-glibc")?);
+    }
+    let (_, threads) = events_and_threads(loaded, path, "compare")?;
+    let ev = require_events(loaded, path, "compare")?;
+    let calls: Option<Vec<u8>> = ev.events.column("call").ok().and_then(|c| {
+        c.u8()
+            .ok()
+            .map(|c| c.iter().map(|v| v.unwrap_or(0)).collect())
+    });
+    specs
+        .iter()
+        .map(|spec| {
+            crate::real::run(spec, view, &threads, calls.as_deref()).with_context(|| {
+                format!("while replaying {} through {}", path.display(), spec.label)
+            })
+        })
+        .collect()
+}
+
+/// Refuses a replay whose written pages would not fit in the machine's available memory (the
+/// replay holds the trace's peak of live bytes for real): it would be killed, or push out
+/// everything else, rather than answer.
+fn check_room(view: &TraceView<'_>, specs: &[RealSpec], path: &Path) -> Result<()> {
+    let (peak_live, _) = view.peak_live();
+    if specs.iter().all(|s| s.touch == crate::real::Touch::None) {
+        return Ok(());
+    }
+    let Some(available) = mem_available_bytes() else {
+        return Ok(());
+    };
+    if peak_live > available / 10 * 8 {
+        bail!(
+            "{} holds {} live at its peak, more than 80% of the {} this machine has available: \
+             a real row writes every page it allocates, so it would not fit (touch=none writes \
+             none)",
+            path.display(),
+            format::bytes(peak_live),
+            format::bytes(available)
+        );
+    }
+    Ok(())
+}
+
+/// `MemAvailable` of `/proc/meminfo`, in bytes.
+fn mem_available_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// A real run's row: its footprint the measured resident memory above the replay process's
+/// baseline, its fragmentation what of it was not live data.
+#[must_use]
+pub fn row(run: &RealRun, view: &TraceView<'_>) -> Row {
+    let (peak_live, _) = view.peak_live();
+    let live_at = live_bytes_at(view, run.samples.iter().map(|s| s.0));
+    let frag = |live: u64, rss: u64| {
+        if rss == 0 {
+            0.0
+        } else {
+            1.0 - (live.min(rss) as f64 / rss as f64)
+        }
+    };
+    let at_peak = run
+        .samples
+        .iter()
+        .zip(&live_at)
+        .find(|((done, _), _)| *done == run.peak_rss_event)
+        .map_or(0.0, |((_, rss), live)| frag(*live, *rss));
+    let mean = if live_at.is_empty() {
+        0.0
+    } else {
+        run.samples
+            .iter()
+            .zip(&live_at)
+            .map(|((_, rss), live)| frag(*live, *rss))
+            .sum::<f64>()
+            / live_at.len() as f64
+    };
+    let mut extra = Map::new();
+    extra.insert("real".into(), json!(true));
+    extra.insert(
+        "measured".into(),
+        json!(
+            "resident memory of a process that replayed the trace's calls through the library \
+             (above what it held before the first call): a measurement, not a model"
+        ),
+    );
+    extra.insert("peak_rss_bytes".into(), json!(run.peak_rss_bytes));
+    extra.insert(
+        "rss_at_peak_live_bytes".into(),
+        json!(run.rss_at_peak_live_bytes),
+    );
+    extra.insert("final_rss_bytes".into(), json!(run.final_rss_bytes));
+    extra.insert("baseline_rss_bytes".into(), json!(run.baseline_rss_bytes));
+    extra.insert(
+        "library".into(),
+        json!(run.library.as_ref().map(|l| l.display().to_string())),
+    );
+    extra.insert("env".into(), json!(run.env_line));
+    extra.insert("touch".into(), json!(run.spec.touch.name()));
+    extra.insert(
+        "threads".into(),
+        json!(if run.spec.one_thread { "one" } else { "each" }),
+    );
+    extra.insert("samples".into(), json!(run.samples.len()));
+    extra.insert("failed_allocations".into(), json!(run.failed_allocations));
+    extra.insert("replay_seconds".into(), json!(run.replay_seconds));
+    extra.insert("limit_applied".into(), json!(false));
+    let lib = run
+        .library
+        .as_ref()
+        .map_or_else(|| "the C library".to_owned(), |l| l.display().to_string());
+    let mut notes = vec![format!(
+        "measured, not modelled: resident memory of a replay through {lib} (pages written: \
+         {}; threads: {}); peak RSS {}, {} at the peak of live bytes, {} at the end{}",
+        run.spec.touch.name(),
+        if run.spec.one_thread { "one" } else { "each" },
+        format::bytes(run.peak_rss_bytes),
+        format::bytes(run.rss_at_peak_live_bytes),
+        format::bytes(run.final_rss_bytes),
+        if run.env_line.is_empty() {
+            String::new()
+        } else {
+            format!("; as set by {}", run.env_line)
+        }
+    )];
+    if run.failed_allocations > 0 {
+        notes.push(format!(
+            "{} allocations failed (the library returned NULL)",
+            format::count(run.failed_allocations)
+        ));
+    }
+    Row {
+        name: run.spec.label.clone(),
+        peak_footprint_bytes: run.peak_rss_bytes,
+        peak_footprint_event: Some(run.peak_rss_event.saturating_sub(1)),
+        final_footprint_bytes: run.final_rss_bytes,
+        peak_live_bytes: peak_live,
+        peak_allocated_bytes: peak_live,
+        fragmentation_at_peak: at_peak,
+        mean_fragmentation: mean,
+        ooms: 0,
+        events_per_second: run.events_per_second,
+        first_oom: None,
+        first_oom_text: None,
+        extra,
+        notes,
+    }
+}
+
+/// The live bytes after each of `done` events (ascending).
+fn live_bytes_at(view: &TraceView<'_>, done: impl Iterator<Item = usize>) -> Vec<u64> {
+    use allocview_sim::trace::EventKind;
+    let mut size_of = vec![0u64; view.num_allocs as usize];
+    let (mut live, mut i) = (0u64, 0usize);
+    let mut out = Vec::new();
+    for d in done {
+        while i < d.min(view.len()) {
+            let id = view.alloc_id.get(i).map_or(usize::MAX, |&a| a as usize);
+            match view.kind_at(i) {
+                Some(EventKind::Alloc) => {
+                    let size = view.size_bytes.get(i).copied().unwrap_or(0);
+                    if let Some(s) = size_of.get_mut(id) {
+                        *s = size;
+                    }
+                    live += size;
+                }
+                Some(EventKind::Free) => {
+                    live = live.saturating_sub(size_of.get(id).copied().unwrap_or(0));
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        out.push(live);
+    }
+    out
+}
+
+/// The `glibc` model against `real-glibc` when both are rows: how far the model's peak
+/// footprint is from the measured peak RSS, in both rows' notes and JSON
+/// (`model_vs_real`).
+pub fn compare_glibc(rows: &mut [Row]) {
+    let real = rows
+        .iter()
+        .find(|r| r.name == "real-glibc")
+        .map(|r| r.peak_footprint_bytes);
+    let model = rows
+        .iter()
+        .find(|r| r.name == "glibc")
+        .map(|r| r.peak_footprint_bytes);
+    let (Some(real), Some(model)) = (real, model) else {
+        return;
+    };
+    let diff = if real == 0 {
+        0.0
+    } else {
+        (model as f64 - real as f64) / real as f64
+    };
+    let text = format!(
+        "glibc model against real-glibc: peak footprint {} vs peak RSS {} ({:+.1}%)",
+        format::bytes(model),
+        format::bytes(real),
+        100.0 * diff
+    );
+    for r in rows
+        .iter_mut()
+        .filter(|r| r.name == "glibc" || r.name == "real-glibc")
+    {
+        r.extra.insert(
+            "model_vs_real".into(),
+            json!({
+                "model_peak_footprint_bytes": model,
+                "real_peak_rss_bytes": real,
+                "difference_fraction": diff,
+            }),
+        );
+        r.notes.push(text.clone());
+    }
+}
+
+/// A real allocator that beats the C library's on this trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct Advice {
+    pub policy: String,
+    pub baseline: String,
+    pub peak_rss_bytes: u64,
+    pub baseline_peak_rss_bytes: u64,
+    /// How much lower the peak is, as a fraction of the baseline's.
+    pub peak_lower_fraction: f64,
+    pub final_rss_bytes: u64,
+    pub baseline_final_rss_bytes: u64,
+    pub final_lower_fraction: f64,
+    /// The line to set.
+    pub env: String,
+    pub text: String,
+}
+
+/// How much lower a peak must be to be advice.
+const MIN_ADVICE: f64 = 0.01;
+
+/// One advice per real row whose peak RSS is at least [`MIN_ADVICE`] below `real-glibc`'s.
+#[must_use]
+pub fn advice(rows: &[Row]) -> Vec<Advice> {
+    let Some(base) = rows.iter().find(|r| r.name == "real-glibc") else {
+        return Vec::new();
+    };
+    let lower = |a: u64, b: u64| {
+        if b == 0 {
+            0.0
+        } else {
+            (b as f64 - a as f64) / b as f64
+        }
+    };
+    let env_of = |r: &Row| {
+        r.extra
+            .get("env")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    rows.iter()
+        // A row with nothing to set (`real-glibc:threads=one`) is no advice; a peak less than
+        // 1% lower is within what two runs of one allocator differ by.
+        .filter(|r| r.extra.contains_key("real") && !env_of(r).is_empty())
+        .filter(|r| lower(r.peak_footprint_bytes, base.peak_footprint_bytes) >= MIN_ADVICE)
+        .map(|r| {
+            let env = env_of(r);
+            let peak = lower(r.peak_footprint_bytes, base.peak_footprint_bytes);
+            let fin = lower(r.final_footprint_bytes, base.final_footprint_bytes);
+            let link = r
+                .name
+                .strip_prefix("real-")
+                .and_then(|n| n.split(':').next())
+                .unwrap_or_default();
+            let how = if link == "glibc" {
+                format!("set {env}")
+            } else {
+                format!("set {env} or link {link}")
+            };
+            let text = format!(
+                "{}: peak RSS {:.0}% lower ({} vs {}), final {} ({} vs {}); {how}",
+                r.name,
+                100.0 * peak,
+                format::bytes(r.peak_footprint_bytes),
+                format::bytes(base.peak_footprint_bytes),
+                if fin >= 0.0 {
+                    format!("{:.0}% lower", 100.0 * fin)
+                } else {
+                    format!("{:.0}% higher", -100.0 * fin)
+                },
+                format::bytes(r.final_footprint_bytes),
+                format::bytes(base.final_footprint_bytes),
+            );
+            Advice {
+                policy: r.name.clone(),
+                baseline: base.name.clone(),
+                peak_rss_bytes: r.peak_footprint_bytes,
+                baseline_peak_rss_bytes: base.peak_footprint_bytes,
+                peak_lower_fraction: peak,
+                final_rss_bytes: r.final_footprint_bytes,
+                baseline_final_rss_bytes: base.final_footprint_bytes,
+                final_lower_fraction: fin,
+                env,
+                text,
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,270 @@
+//! Real-allocator rows (`real-glibc`, `real-jemalloc`, `real-mimalloc`, `real-tcmalloc`): the
+//! trace's calls replayed through the actual library in a process of their own, whose resident
+//! memory is the row's footprint. Measured, not modelled.
+//!
+//! The road of one row: [`RealSpec`] parses what the user wrote; [`ops::write_ops`] writes
+//! the calls into a private directory, beside the embedded replayer (`replayer/`, built by
+//! `app/build.rs`); the replayer runs there with the library preloaded and the settings in the
+//! environment (nothing of the user's own allocator environment is inherited), writes each
+//! allocation's pages, and samples its resident memory every [`sample_every`] calls, after the
+//! trace's peak of live bytes and after the last call; [`RealRun`] holds what it measured,
+//! less what the process held before the first call.
+//!
+//! What such a row cannot show: the program's own work between its allocations (the replay
+//! runs the calls back to back), its cache effects, and the timing of its threads (each
+//! traced thread runs on a thread of its own, but in the recorded global order, one at a
+//! time).
+
+mod ops;
+pub mod spec;
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use allocview_sim::series::Series;
+use allocview_sim::trace::TraceView;
+use anyhow::{Context as _, Result, bail};
+
+pub use spec::{REAL_NAMES, RealSpec, Touch, is_real};
+
+/// The replay process, embedded (empty where it could not be built).
+static REPLAYER_EXE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/allocview_replayer"));
+
+/// Calls between two samples of resident memory: at most 1,024, and fewer on short traces (a
+/// sample costs a read of `/proc/self/statm`, some 2 µs), so a trace of any length has at
+/// least some 256 samples where it has the calls.
+#[must_use]
+pub fn sample_every(events: usize) -> u32 {
+    u32::try_from((events / 256).clamp(1, 1024)).unwrap_or(1024)
+}
+
+/// What a real row measured.
+#[derive(Clone, Debug)]
+pub struct RealRun {
+    pub spec: RealSpec,
+    /// The shared object preloaded (`None`: the C library's own allocator).
+    pub library: Option<PathBuf>,
+    /// The line a user sets to run their program so.
+    pub env_line: String,
+    /// `(events done, resident bytes above the baseline)`, ascending; the first at 0.
+    pub samples: Vec<(usize, u64)>,
+    /// What the replay process held before the first call (subtracted from every sample).
+    pub baseline_rss_bytes: u64,
+    pub peak_rss_bytes: u64,
+    /// Events done at the sample of the peak.
+    pub peak_rss_event: usize,
+    /// Resident memory right after the event of the trace's peak of live bytes.
+    pub rss_at_peak_live_bytes: u64,
+    pub final_rss_bytes: u64,
+    /// Allocations the library refused (returned NULL).
+    pub failed_allocations: u64,
+    /// The replay alone (the calls, the page writes and the samples), and its rate.
+    pub replay_seconds: f64,
+    pub events_per_second: f64,
+    /// The whole row: writing the calls, starting the process, the replay.
+    pub wall_seconds: f64,
+}
+
+impl RealRun {
+    /// The row's series: live bytes from the trace, the footprint the measured resident
+    /// memory, on the trace's time axis in `buckets` buckets (as every policy's).
+    #[must_use]
+    pub fn series(&self, view: &TraceView<'_>, buckets: usize) -> Series {
+        allocview_sim::series::measured(view, buckets, &self.samples)
+    }
+}
+
+/// Whether this build has the replay process; why not, when it does not.
+fn replayer_missing() -> Option<&'static str> {
+    option_env!("ALLOCVIEW_NO_REPLAYER").or(REPLAYER_EXE.is_empty().then_some("not built"))
+}
+
+/// Replays `view` (each event's thread index in `threads`, its call in `calls` where the
+/// trace names them) through the allocator `spec` names.
+///
+/// # Errors
+/// A library that is not installed, a replay process that could not run or failed.
+pub fn run(
+    spec: &RealSpec,
+    view: &TraceView<'_>,
+    threads: &[u16],
+    calls: Option<&[u8]>,
+) -> Result<RealRun> {
+    if let Some(why) = replayer_missing() {
+        bail!(
+            "{}: real-allocator rows are not available in this build ({why})",
+            spec.label
+        );
+    }
+    let library = spec.library()?;
+    let started = Instant::now();
+    let dir = tempfile::Builder::new()
+        .prefix("allocview-real-")
+        .tempdir()
+        .context("cannot create a private directory for the replay")?;
+    let exe = dir.path().join("allocview_replayer");
+    write_executable(&exe)?;
+    let ops_path = dir.path().join("calls.bin");
+    let out_path = dir.path().join("samples.bin");
+    let (_, peak_event) = view.peak_live();
+    let setup = ops::Setup {
+        threads: u32::from(threads.iter().copied().max().unwrap_or(0)) + 1,
+        touch: spec.touch.code(),
+        one_thread: spec.one_thread,
+        sample_every: sample_every(view.len()),
+        mark: peak_event as u64,
+    };
+    {
+        let f = std::fs::File::create(&ops_path)
+            .with_context(|| format!("cannot write {}", ops_path.display()))?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+        ops::write_ops(&mut w, view, threads, calls, &setup)
+            .with_context(|| format!("cannot write {}", ops_path.display()))?;
+        w.into_inner()
+            .map_err(|e| e.into_error())
+            .and_then(|f| f.sync_data())
+            .with_context(|| format!("cannot write {}", ops_path.display()))?;
+    }
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.arg(&ops_path).arg(&out_path);
+    for (k, _) in std::env::vars_os() {
+        if k.to_str().is_some_and(spec::is_allocator_env) {
+            cmd.env_remove(&k);
+        }
+    }
+    if let Some(lib) = &library {
+        cmd.env("LD_PRELOAD", lib);
+    }
+    for (k, v) in spec.settings_env() {
+        cmd.env(k, v);
+    }
+    let out = cmd
+        .stdout(std::process::Stdio::null())
+        .output()
+        .with_context(|| format!("{}: cannot run the replay process", spec.label))?;
+    if !out.status.success() {
+        bail!(
+            "{}: the replay process failed ({}): {}",
+            spec.label,
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let measured = read_samples(&out_path)
+        .with_context(|| format!("{}: reading the replay's samples", spec.label))?;
+    let wall_seconds = started.elapsed().as_secs_f64();
+    dir.close()
+        .context("cannot remove the replay's private directory")?;
+    Ok(summarise(
+        spec,
+        library,
+        measured,
+        peak_event,
+        view.len(),
+        wall_seconds,
+    ))
+}
+
+fn write_executable(path: &Path) -> Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o700)
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    f.write_all(REPLAYER_EXE)
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// What the replay process wrote.
+struct Measured {
+    baseline_rss_bytes: u64,
+    replay_ns: u64,
+    failed: u64,
+    /// `(events done, resident bytes)`, as read (the baseline not yet subtracted).
+    samples: Vec<(usize, u64)>,
+}
+
+fn read_samples(path: &Path) -> Result<Measured> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let word = |i: usize| {
+        bytes
+            .get(8 + i * 8..16 + i * 8)
+            .and_then(|w| w.try_into().ok())
+            .map(u64::from_le_bytes)
+    };
+    if bytes.get(..8) != Some(b"AVRPOUT1".as_slice()) {
+        bail!("{}: not the replay's samples", path.display());
+    }
+    let (Some(baseline), Some(replay_ns), Some(failed), Some(n)) =
+        (word(0), word(1), word(2), word(3))
+    else {
+        bail!("{}: cut short", path.display());
+    };
+    // Two words a sample, after the four of the header: the count is checked against the
+    // file's length, not trusted.
+    let n = usize::try_from(n).unwrap_or(usize::MAX);
+    if n.checked_mul(16).and_then(|b| b.checked_add(40)) != Some(bytes.len()) {
+        bail!(
+            "{}: {n} samples do not fit its {} bytes",
+            path.display(),
+            bytes.len()
+        );
+    }
+    let samples = (0..n)
+        .filter_map(|i| Some((usize::try_from(word(4 + 2 * i)?).ok()?, word(5 + 2 * i)?)))
+        .collect();
+    Ok(Measured {
+        baseline_rss_bytes: baseline,
+        replay_ns,
+        failed,
+        samples,
+    })
+}
+
+fn summarise(
+    spec: &RealSpec,
+    library: Option<PathBuf>,
+    m: Measured,
+    peak_live_event: usize,
+    events: usize,
+    wall_seconds: f64,
+) -> RealRun {
+    let samples: Vec<(usize, u64)> = m
+        .samples
+        .iter()
+        .map(|&(done, rss)| (done, rss.saturating_sub(m.baseline_rss_bytes)))
+        .collect();
+    let (peak_rss_event, peak_rss_bytes) = samples
+        .iter()
+        .copied()
+        .fold((0, 0), |best, s| if s.1 > best.1 { s } else { best });
+    let rss_at_peak_live_bytes = samples
+        .iter()
+        .find(|&&(done, _)| done > peak_live_event)
+        .map_or(0, |s| s.1);
+    let final_rss_bytes = samples.last().map_or(0, |s| s.1);
+    let replay_seconds = m.replay_ns as f64 / 1e9;
+    RealRun {
+        env_line: spec.env_line(library.as_deref()),
+        spec: spec.clone(),
+        library,
+        samples,
+        baseline_rss_bytes: m.baseline_rss_bytes,
+        peak_rss_bytes,
+        peak_rss_event,
+        rss_at_peak_live_bytes,
+        final_rss_bytes,
+        failed_allocations: m.failed,
+        replay_seconds,
+        events_per_second: events as f64 / replay_seconds.max(1e-9),
+        wall_seconds,
+    }
+}
