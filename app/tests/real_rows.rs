@@ -224,12 +224,11 @@ fn a_missing_library_is_named_with_how_to_install_it() {
     assert!(err.contains("malloc traces"), "{err}");
     // Commands that replay only the simulated policies say so.
     let err = fails(&[
-        "report",
+        "bench",
+        "replay",
         path.to_str().unwrap(),
         "--policy",
         "real-glibc",
-        "--out",
-        "/nonexistent/x",
     ]);
     assert!(err.contains("real-allocator row"), "{err}");
 }
@@ -274,4 +273,63 @@ fn the_series_of_a_real_row_is_its_resident_memory_on_the_trace_s_time_axis() {
     let peak = row(&v, "real-glibc")["peak_rss_bytes"].as_u64().unwrap();
     let series_peak = real.iter().map(|r| r.1).max().unwrap();
     assert!(close(series_peak, peak), "{series_peak} against {peak}");
+}
+
+#[test]
+fn report_and_diff_draw_and_compare_the_real_rows_beside_the_policies() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report");
+    let path = sample("python_fragments.trace.gz");
+    common::ok(&[
+        "report",
+        path.to_str().unwrap(),
+        "--policy",
+        "glibc,real-jemalloc",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let summary = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    let names: Vec<&str> = summary
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').next().unwrap())
+        .collect();
+    assert_eq!(names, ["glibc", "real-glibc", "real-jemalloc"]);
+    let timeline = std::fs::read_to_string(out.join("timeline.csv")).unwrap();
+    for name in names {
+        assert!(
+            timeline.lines().any(|l| l.starts_with(&format!("{name},"))),
+            "{name} has no series"
+        );
+    }
+    assert!(out.join("timeline.png").is_file());
+    // The model's heap map only: a real allocator's heap is not seen.
+    assert!(out.join("heapmap_glibc.png").is_file());
+    assert!(!out.join("heapmap_real-jemalloc.png").exists());
+
+    let v = json(&[
+        "diff",
+        sample("find_usr_include.trace.gz").to_str().unwrap(),
+        path.to_str().unwrap(),
+        "--json",
+        "--policy",
+        "glibc,real-jemalloc",
+    ]);
+    let names: Vec<&str> = v["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["glibc", "real-glibc", "real-jemalloc"]);
+    let je = &v["policies"][2];
+    // Two traces of 242 KiB and 18.8 MiB live: the real peak follows.
+    assert!(
+        je["a_peak_footprint_bytes"].as_u64().unwrap() < 4 << 20,
+        "{je}"
+    );
+    assert!(
+        je["b_peak_footprint_bytes"].as_u64().unwrap() > 18 << 20,
+        "{je}"
+    );
 }

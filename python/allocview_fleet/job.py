@@ -20,7 +20,10 @@ task overwrites its own output and nothing is gathered on the driver but counts 
   ``report --parquet``'s ``summary.parquet`` (``name``, ``peak_footprint_bytes``,
   ``final_footprint_bytes``, ``peak_live_bytes``, ``peak_allocated_bytes``,
   ``fragmentation_at_peak``, ``mean_fragmentation``, ``footprint_over_max_live``, ``ooms``,
-  ``events_per_second``), which are the keys of ``compare --json``'s rows.
+  ``events_per_second``), which are the keys of ``compare --json``'s rows; and, for the
+  real-allocator rows (``real-jemalloc``, ...: the trace replayed through the library itself on
+  the worker), ``peak_rss_bytes``, ``rss_at_peak_live_bytes``, ``final_rss_bytes`` and ``env``
+  (null in the models' rows).
 
 ``allocview_fleet.query`` answers the fleet questions over those files with DuckDB.
 """
@@ -44,6 +47,8 @@ SUFFIXES = (".trace", ".trace.gz", ".avt", ".pickle", ".log")
 SUMMARY_COLUMNS = ["name", "peak_footprint_bytes", "final_footprint_bytes", "peak_live_bytes",
                    "peak_allocated_bytes", "fragmentation_at_peak", "mean_fragmentation",
                    "footprint_over_max_live", "ooms", "events_per_second"]
+# A real-allocator row's measurements (null for the models' rows).
+REAL_COLUMNS = ["peak_rss_bytes", "rss_at_peak_live_bytes", "final_rss_bytes", "env"]
 
 
 def _is_uri(location: str) -> bool:
@@ -126,6 +131,7 @@ def analyse(item: Dict[str, str], policies: Sequence[str], limit: Optional[str])
         r = dict(keys)
         r.update({"policy": policy, "setting": setting})
         r.update({c: p.get(c) for c in SUMMARY_COLUMNS})
+        r.update({c: p.get(c) for c in REAL_COLUMNS})
         rows.append(r)
     return row, rows
 

@@ -169,7 +169,8 @@ fn compare(
         windowed: false,
     };
     let path = trace.path.clone();
-    let n_policies = args.policies.specs().map_err(|e| to_py(&e))?.len() as u64;
+    let (specs, real) = args.policies.specs_and_real().map_err(|e| to_py(&e))?;
+    let n_policies = (specs.len() + real.len()) as u64;
     let counter = Arc::new(AtomicU64::new(0));
     let watch = Progress::start(progress, "replay", n_policies, Arc::clone(&counter));
     let loaded = Arc::clone(&trace.loaded);

@@ -174,3 +174,40 @@ def test_the_job_reads_and_writes_through_uris(fleet):
         assert a.equals(b), table
     grew = query.peak_grew(f"file://{root / 'out-uri'}")
     assert grew.height == sum(1 for t in manifest["traces"] if t["leak_bytes"])
+
+
+def test_real_allocator_rows_run_on_the_workers(tmp_path):
+    """A small job of its own: real rows are measurements, so they are checked against the CLI's
+    within 10% (two processes' pages differ a little), not exactly."""
+    import shutil
+
+    import polars as pl
+
+    address = ray_address()
+    fleet_dir = tmp_path / "fleet" / "build=a"
+    fleet_dir.mkdir(parents=True)
+    names = ["find_usr_include.trace.gz", "python_fragments.trace.gz"]
+    for name in names:
+        shutil.copy(REPO / "sample-traces" / name, fleet_dir / name)
+    policies = ["glibc", "real-jemalloc:threads=one"]
+    job.run(tmp_path / "fleet", tmp_path / "out", policies=policies, address=address)
+    rows = pl.read_parquet(tmp_path / "out" / "policies" / "*.parquet")
+    # real-glibc comes with any real row: the allocator a recorded program used.
+    assert rows.height == len(names) * 3
+    for name in names:
+        args = [allocview_bin(), "compare", str(fleet_dir / name), "--json", "--policy",
+                ",".join(policies)]
+        want = {p["name"]: p for p in json.loads(subprocess.run(
+            args, check=True, capture_output=True, text=True).stdout)["policies"]}
+        got = rows.filter(pl.col("trace") == name)
+        for r in got.iter_rows(named=True):
+            label = r["policy"] + (f":{r['setting']}" if r["setting"] else "")
+            w = want[label]
+            if label == "glibc":
+                assert r["peak_rss_bytes"] is None
+                assert r["peak_footprint_bytes"] == w["peak_footprint_bytes"]
+                continue
+            assert r["env"] == w["env"]
+            assert r["peak_rss_bytes"] == r["peak_footprint_bytes"]
+            tolerance = max(w["peak_rss_bytes"] // 10, 128 << 10)
+            assert abs(r["peak_rss_bytes"] - w["peak_rss_bytes"]) <= tolerance, (name, label)

@@ -70,6 +70,28 @@ def test_compare_is_the_cli_json_plus_series(samples):
         assert peak == row["peak_footprint_bytes"]
 
 
+def test_compare_runs_the_real_allocator_rows(samples):
+    t = allocview.load(samples / "python_fragments.trace.gz")
+    calls = []
+    got = allocview.compare(t, policies=["glibc", "real-jemalloc:dirty_decay_ms=0"],
+                            progress=lambda *a: calls.append(a))
+    rows = {p["name"]: p for p in got["policies"]}
+    # real-glibc comes with any real row: the program's own allocator, which advice compares with.
+    assert list(rows) == ["glibc", "real-glibc", "real-jemalloc:dirty_decay_ms=0"]
+    assert calls[-1] == ("replay", 3, 3)
+    je = rows["real-jemalloc:dirty_decay_ms=0"]
+    assert je["real"] is True and je["env"].endswith("MALLOC_CONF=dirty_decay_ms:0")
+    assert je["peak_rss_bytes"] == je["peak_footprint_bytes"] > 0
+    assert rows["glibc"]["model_vs_real"]["real_peak_rss_bytes"] == rows["real-glibc"]["peak_rss_bytes"]
+    # The series has the real rows' measured RSS on the same time axis as the model's.
+    series = got["series"]
+    peaks = series.group_by("policy").agg(pl.col("footprint_bytes").max())
+    for name, row in rows.items():
+        assert peaks.filter(pl.col("policy") == name)["footprint_bytes"][0] == \
+            row["peak_footprint_bytes"]
+    assert {a["policy"] for a in got["advice"]} <= set(rows)
+
+
 def test_sites_and_predict_are_the_cli_json(samples):
     path = str(samples / SNAPSHOT)
     got = allocview.sites(path, at="peak", by="function", policy="first-fit")

@@ -74,12 +74,12 @@ fn side(path: &Path, args: &DiffArgs) -> Result<Side> {
         e.1 += r.alloc_count;
         e.2 += r.alloc_bytes;
     }
-    let specs = args.policies.specs()?;
+    let (specs, real_specs) = args.policies.specs_and_real()?;
     let config = config_for_input(&loaded, args.policies.config()?);
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    let footprints = run_policies(&view, &specs, &config, jobs)
+    let mut footprints: Vec<(String, u64)> = run_policies(&view, &specs, &config, jobs)
         .into_iter()
         .filter_map(|r| {
             r.result
@@ -87,6 +87,10 @@ fn side(path: &Path, args: &DiffArgs) -> Result<Side> {
                 .map(|rep| (r.name, rep.summary.peak_footprint_bytes))
         })
         .collect();
+    // A real allocator's footprint is the peak RSS its replay measured.
+    for (row, _) in crate::answers::compare::real_rows(&loaded, path, &view, &real_specs)? {
+        footprints.push((row.name, row.peak_footprint_bytes));
+    }
     Ok(Side {
         peak_live: view.peak_live().0,
         allocs: rows.iter().map(|r| r.alloc_count).sum(),

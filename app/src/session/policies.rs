@@ -27,8 +27,8 @@ impl PolicyArgs {
         let (specs, real) = self.specs_and_real()?;
         if let Some(r) = real.first() {
             bail!(
-                "{} is a real-allocator row, which `compare` runs; this command replays the \
-                 simulated policies only",
+                "{} is a real-allocator row, which `compare`, `report` and `diff` run; this \
+                 command replays the simulated policies only",
                 r.label
             );
         }

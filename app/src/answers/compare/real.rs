@@ -63,6 +63,24 @@ pub fn run_all(
         .collect()
 }
 
+/// Each real row's row and series (on the time axis of every policy's replay), for the
+/// frontends that draw them beside the policies (`report`).
+///
+/// # Errors
+/// As [`run_all`].
+pub fn real_rows(
+    loaded: &Loaded,
+    path: &Path,
+    view: &TraceView<'_>,
+    specs: &[RealSpec],
+) -> Result<Vec<(Row, allocview_sim::series::Series)>> {
+    let buckets = allocview_sim::replay::ReplayOptions::default().buckets;
+    Ok(run_all(loaded, path, view, specs)?
+        .iter()
+        .map(|r| (row(r, view), r.series(view, buckets)))
+        .collect())
+}
+
 /// Refuses a replay whose written pages would not fit in the machine's available memory (the
 /// replay holds the trace's peak of live bytes for real): it would be killed, or push out
 /// everything else, rather than answer.

@@ -4,11 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use allocview_sim::classes::ClassSeries;
-use allocview_sim::replay::Replay;
 use allocview_sim::trace::NUM_SIZE_CLASSES;
 use anyhow::Result;
 use plotters::prelude::*;
 
+use super::write::Line;
 use crate::charts::{plot_err, rgb};
 use crate::format;
 use crate::theme;
@@ -22,16 +22,16 @@ pub(super) fn chart_timeline(
     path: &Path,
     size: (u32, u32),
     title: &str,
-    done: &[(&str, &Replay)],
+    done: &[Line<'_>],
 ) -> Result<PathBuf> {
     let root = BitMapBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err)?;
     let span_s = done
         .first()
-        .map_or(1.0, |(_, r)| r.series.bucketing.span_ns as f64 / 1e9);
+        .map_or(1.0, |r| r.series.bucketing.span_ns as f64 / 1e9);
     let all = || {
         done.iter()
-            .flat_map(|(_, r)| {
+            .flat_map(|r| {
                 r.series
                     .footprint_bytes
                     .max
@@ -43,7 +43,7 @@ pub(super) fn chart_timeline(
     let y_max = all().max().unwrap_or(1).max(1);
     let smallest_peak = done
         .iter()
-        .map(|(_, r)| {
+        .map(|r| {
             r.summary
                 .peak_footprint_bytes
                 .max(r.summary.peak_live_bytes)
@@ -97,12 +97,12 @@ pub(super) fn chart_timeline(
         .axis_desc_style(("sans-serif", 18))
         .draw()
         .map_err(plot_err)?;
-    let xs = |r: &Replay| -> Vec<f64> {
+    let xs = |r: &Line<'_>| -> Vec<f64> {
         (0..r.series.len())
             .map(|b| (r.series.bucketing.start_ns(b) - r.series.bucketing.t0_ns) as f64 / 1e9)
             .collect()
     };
-    if let Some((_, r)) = done.first() {
+    if let Some(r) = done.first() {
         let x = xs(r);
         chart
             .draw_series(LineSeries::new(
@@ -115,7 +115,7 @@ pub(super) fn chart_timeline(
             .label("live bytes (requested)")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
     }
-    for (i, (name, r)) in done.iter().enumerate() {
+    for (i, r) in done.iter().enumerate() {
         let color = rgb(theme::series(i + 1));
         let x = xs(r);
         chart
@@ -127,7 +127,10 @@ pub(super) fn chart_timeline(
             ))
             .map_err(plot_err)?
             .label(format!(
-                "{name} footprint (peak {})",
+                "{} {} (peak {})",
+                r.name,
+                // A real allocator's footprint is its measured resident memory.
+                if r.measured { "RSS" } else { "footprint" },
                 format::bytes(r.summary.peak_footprint_bytes)
             ))
             .legend(move |(x, y)| {
@@ -150,13 +153,13 @@ pub(super) fn chart_fragmentation(
     path: &Path,
     size: (u32, u32),
     title: &str,
-    done: &[(&str, &Replay)],
+    done: &[Line<'_>],
 ) -> Result<PathBuf> {
     let root = BitMapBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err)?;
     let span_s = done
         .first()
-        .map_or(1.0, |(_, r)| r.series.bucketing.span_ns as f64 / 1e9);
+        .map_or(1.0, |r| r.series.bucketing.span_ns as f64 / 1e9);
     let mut chart = ChartBuilder::on(&root)
         .caption(
             format!("{title}: fragmentation = 1 - live / footprint"),
@@ -175,7 +178,7 @@ pub(super) fn chart_fragmentation(
         .axis_desc_style(("sans-serif", 18))
         .draw()
         .map_err(plot_err)?;
-    for (i, (name, r)) in done.iter().enumerate() {
+    for (i, r) in done.iter().enumerate() {
         let color = rgb(theme::series(i + 1));
         let s = &r.series;
         let pts: Vec<(f64, f64)> = (0..s.len())
@@ -194,7 +197,8 @@ pub(super) fn chart_fragmentation(
             ))
             .map_err(plot_err)?
             .label(format!(
-                "{name} (mean {:.1}%, at peak {:.1}%)",
+                "{} (mean {:.1}%, at peak {:.1}%)",
+                r.name,
                 100.0 * r.summary.mean_fragmentation,
                 100.0 * r.summary.fragmentation_at_peak
             ))

@@ -60,10 +60,17 @@ impl ReportArgs {
 /// Runs `allocview report`.
 pub fn run(args: &ReportArgs) -> Result<()> {
     let size = chart_size(&args.size)?;
-    let specs = args.policies.specs()?;
+    let (specs, real_specs) = args.policies.specs_and_real()?;
     // The policies replay what the process held: what reached the C library.
     let input = args.input.with_default_requests(Requests::Libc);
     if args.stream.applies(&args.file, &args.input)? {
+        if let Some(r) = real_specs.first() {
+            bail!(
+                "{} replays the trace's calls from memory: it needs the trace loaded, not \
+                 streamed (leave out --stream, or take a window with --from/--to/--events)",
+                r.label
+            );
+        }
         return streamed::run(
             &args.file,
             &args.policies,
@@ -85,7 +92,11 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     let runs = run_policies(&view, &specs, &config, jobs);
-    let done = replayed(&runs)?;
+    let done = replayed(&runs, !real_specs.is_empty())?;
+    let real = crate::answers::compare::real_rows(&loaded, &args.file, &view, &real_specs)?
+        .into_iter()
+        .map(|(row, series)| write::Real { row, series })
+        .collect();
     let bucketing = allocview_sim::series::Bucketing::for_trace(&view, BUCKETS);
     let classes = ClassSeries::build(&view, bucketing, 16_384);
     let (_, peak) = view.peak_live();
@@ -101,6 +112,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         size,
         &Gathered {
             done,
+            real,
             classes,
             max_live: max_live_bytes(&view),
             peak_event: peak,

@@ -67,7 +67,7 @@ pub(super) fn run(
         .into_iter()
         .map(|(name, result)| PolicyRun { name, result })
         .collect();
-    let done = replayed(&runs)?;
+    let done = replayed(&runs, false)?;
     let mut heaps = Vec::new();
     if events == 0 {
         eprintln!("note: the trace has no events: no heap maps");
@@ -88,6 +88,7 @@ pub(super) fn run(
         size,
         &Gathered {
             done,
+            real: Vec::new(),
             classes: classes.finish(),
             max_live,
             peak_event,

@@ -7,6 +7,7 @@ use allocview_sim::classes::ClassSeries;
 use allocview_sim::heap::Counters;
 use allocview_sim::policy::Policy;
 use allocview_sim::replay::Replay;
+use allocview_sim::series::Series;
 use anyhow::{Context as _, Result, anyhow};
 use polars::prelude::*;
 
@@ -28,8 +29,9 @@ pub(super) struct Destination<'a> {
 /// Time buckets of the size-class series (the charts are about a thousand pixels wide).
 pub(super) const BUCKETS: usize = 1024;
 
-/// The policies that replayed (the others are noted on stderr); an error when none did.
-pub(super) fn replayed(runs: &[PolicyRun]) -> Result<Vec<(&str, &Replay)>> {
+/// The policies that replayed (the others are noted on stderr); an error when none did and
+/// no real allocator row (`others`) is to be drawn either.
+pub(super) fn replayed(runs: &[PolicyRun], others: bool) -> Result<Vec<(&str, &Replay)>> {
     let done: Vec<(&str, &Replay)> = runs
         .iter()
         .filter_map(|r| match &r.result {
@@ -40,15 +42,85 @@ pub(super) fn replayed(runs: &[PolicyRun]) -> Result<Vec<(&str, &Replay)>> {
             }
         })
         .collect();
-    if done.is_empty() {
+    if done.is_empty() && !others {
         return Err(anyhow!("no policy could be replayed"));
     }
     Ok(done)
 }
 
+/// A line of the report's tables and charts: a replayed policy, or a real allocator's measured
+/// resident memory ([`crate::real`]).
+pub(super) struct Line<'a> {
+    pub(super) name: &'a str,
+    pub(super) series: &'a Series,
+    pub(super) summary: Summary,
+    /// A measurement (a real allocator's RSS), not a model's footprint.
+    pub(super) measured: bool,
+}
+
+/// The figures of a [`Line`], as `compare` has them.
+pub(super) struct Summary {
+    pub(super) peak_footprint_bytes: u64,
+    pub(super) final_footprint_bytes: u64,
+    pub(super) peak_live_bytes: u64,
+    pub(super) peak_allocated_bytes: u64,
+    pub(super) fragmentation_at_peak: f64,
+    pub(super) mean_fragmentation: f64,
+    pub(super) oom_count: u64,
+    pub(super) events_per_second: f64,
+}
+
+impl<'a> Line<'a> {
+    fn of_replay(name: &'a str, r: &'a Replay) -> Self {
+        let s = &r.summary;
+        Self {
+            name,
+            series: &r.series,
+            measured: false,
+            summary: Summary {
+                peak_footprint_bytes: s.peak_footprint_bytes,
+                final_footprint_bytes: s.final_footprint_bytes,
+                peak_live_bytes: s.peak_live_bytes,
+                peak_allocated_bytes: s.peak_allocated_bytes,
+                fragmentation_at_peak: s.fragmentation_at_peak,
+                mean_fragmentation: s.mean_fragmentation,
+                oom_count: s.oom_count,
+                events_per_second: s.events_per_second,
+            },
+        }
+    }
+
+    fn of_real(real: &'a Real) -> Self {
+        let r = &real.row;
+        Self {
+            name: &r.name,
+            series: &real.series,
+            measured: true,
+            summary: Summary {
+                peak_footprint_bytes: r.peak_footprint_bytes,
+                final_footprint_bytes: r.final_footprint_bytes,
+                peak_live_bytes: r.peak_live_bytes,
+                peak_allocated_bytes: r.peak_allocated_bytes,
+                fragmentation_at_peak: r.fragmentation_at_peak,
+                mean_fragmentation: r.mean_fragmentation,
+                oom_count: r.ooms,
+                events_per_second: r.events_per_second,
+            },
+        }
+    }
+}
+
+/// A real allocator's row and series, for the report.
+pub(super) struct Real {
+    pub(super) row: crate::answers::compare::Row,
+    pub(super) series: Series,
+}
+
 /// What a report is drawn from, however the trace was read.
 pub(super) struct Gathered<'a> {
     pub(super) done: Vec<(&'a str, &'a Replay)>,
+    /// The real allocators' rows (`real-glibc`, ...), drawn after the policies.
+    pub(super) real: Vec<Real>,
     pub(super) classes: ClassSeries,
     pub(super) max_live: u64,
     /// The first event at the peak of live bytes, where the heap maps are drawn.
@@ -58,11 +130,9 @@ pub(super) struct Gathered<'a> {
     pub(super) heaps: Vec<(Box<dyn Policy>, Counters)>,
 }
 
-/// Each replay's series, by name.
-fn series_of<'a>(
-    done: &[(&'a str, &'a Replay)],
-) -> Vec<(&'a str, &'a allocview_sim::series::Series)> {
-    done.iter().map(|&(name, r)| (name, &r.series)).collect()
+/// Each line's series, by name.
+fn series_of<'a>(lines: &[Line<'a>]) -> Vec<(&'a str, &'a Series)> {
+    lines.iter().map(|l| (l.name, l.series)).collect()
 }
 
 /// Writes the report's tables and charts into `args.out`, all replacing their outputs together.
@@ -73,6 +143,11 @@ pub(super) fn write_report(
 ) -> Result<()> {
     let (w, h) = size;
     let done = &g.done;
+    let lines: Vec<Line<'_>> = done
+        .iter()
+        .map(|&(name, r)| Line::of_replay(name, r))
+        .chain(g.real.iter().map(Line::of_real))
+        .collect();
     std::fs::create_dir_all(args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let title = args.file.file_name().map_or_else(
@@ -84,8 +159,8 @@ pub(super) fn write_report(
     // end, so a failure part way leaves the folder as it was.
     let mut out = Outputs::new(args.file);
     let tables = [
-        ("summary", summary_frame(done, g.max_live)?),
-        ("timeline", timeline_frame(&series_of(done))?),
+        ("summary", summary_frame(&lines, g.max_live)?),
+        ("timeline", timeline_frame(&series_of(&lines))?),
         ("classes", classes_frame(&g.classes)?),
     ];
     for (name, mut df) in tables {
@@ -105,13 +180,13 @@ pub(super) fn write_report(
         &out.start(&args.out.join("timeline.png"))?,
         (w, h),
         &title,
-        done,
+        &lines,
     )?;
     chart_fragmentation(
         &out.start(&args.out.join("fragmentation.png"))?,
         (w, h),
         &title,
-        done,
+        &lines,
     )?;
     chart_classes(
         &out.start(&args.out.join("classes.png"))?,
@@ -209,51 +284,39 @@ pub fn read_csv(path: &Path, schema: SchemaRef) -> Result<DataFrame> {
         .finish()?)
 }
 
-fn summary_frame(done: &[(&str, &Replay)], max_live: u64) -> Result<DataFrame> {
-    let s = |f: fn(&Replay) -> u64| done.iter().map(|(_, r)| f(r)).collect::<Vec<u64>>();
-    let fl = |f: fn(&Replay) -> f64| done.iter().map(|(_, r)| f(r)).collect::<Vec<f64>>();
-    let ratio: Vec<f64> = done
+fn summary_frame(lines: &[Line<'_>], max_live: u64) -> Result<DataFrame> {
+    let s = |f: fn(&Summary) -> u64| lines.iter().map(|l| f(&l.summary)).collect::<Vec<u64>>();
+    let fl = |f: fn(&Summary) -> f64| lines.iter().map(|l| f(&l.summary)).collect::<Vec<f64>>();
+    let ratio: Vec<f64> = lines
         .iter()
-        .map(|(_, r)| {
+        .map(|l| {
             if max_live == 0 {
                 0.0
             } else {
-                r.summary.peak_footprint_bytes as f64 / max_live as f64
+                l.summary.peak_footprint_bytes as f64 / max_live as f64
             }
         })
         .collect();
-    let names: Vec<&str> = done.iter().map(|(n, _)| *n).collect();
+    let names: Vec<&str> = lines.iter().map(|l| l.name).collect();
     Ok(DataFrame::new(
-        done.len(),
+        lines.len(),
         vec![
             Column::new("name".into(), names),
-            Column::new(
-                "peak_footprint_bytes".into(),
-                s(|r| r.summary.peak_footprint_bytes),
-            ),
+            Column::new("peak_footprint_bytes".into(), s(|r| r.peak_footprint_bytes)),
             Column::new(
                 "final_footprint_bytes".into(),
-                s(|r| r.summary.final_footprint_bytes),
+                s(|r| r.final_footprint_bytes),
             ),
-            Column::new("peak_live_bytes".into(), s(|r| r.summary.peak_live_bytes)),
-            Column::new(
-                "peak_allocated_bytes".into(),
-                s(|r| r.summary.peak_allocated_bytes),
-            ),
+            Column::new("peak_live_bytes".into(), s(|r| r.peak_live_bytes)),
+            Column::new("peak_allocated_bytes".into(), s(|r| r.peak_allocated_bytes)),
             Column::new(
                 "fragmentation_at_peak".into(),
-                fl(|r| r.summary.fragmentation_at_peak),
+                fl(|r| r.fragmentation_at_peak),
             ),
-            Column::new(
-                "mean_fragmentation".into(),
-                fl(|r| r.summary.mean_fragmentation),
-            ),
+            Column::new("mean_fragmentation".into(), fl(|r| r.mean_fragmentation)),
             Column::new("footprint_over_max_live".into(), ratio),
-            Column::new("ooms".into(), s(|r| r.summary.oom_count)),
-            Column::new(
-                "events_per_second".into(),
-                fl(|r| r.summary.events_per_second),
-            ),
+            Column::new("ooms".into(), s(|r| r.oom_count)),
+            Column::new("events_per_second".into(), fl(|r| r.events_per_second)),
         ],
     )?)
 }
@@ -320,6 +383,7 @@ mod tests {
             .iter()
             .map(|r| (r.name.as_str(), r.result.as_ref().unwrap()))
             .collect();
+        let lines: Vec<Line<'_>> = done.iter().map(|&(n, r)| Line::of_replay(n, r)).collect();
         let bucketing = allocview_sim::series::Bucketing::for_trace(&view, BUCKETS);
         let classes = ClassSeries::build(&view, bucketing, 16_384);
         let dir_guard = tempfile::Builder::new()
@@ -330,9 +394,9 @@ mod tests {
         for (name, mut df) in [
             (
                 "summary",
-                summary_frame(&done, max_live_bytes(&view)).unwrap(),
+                summary_frame(&lines, max_live_bytes(&view)).unwrap(),
             ),
-            ("timeline", timeline_frame(&series_of(&done)).unwrap()),
+            ("timeline", timeline_frame(&series_of(&lines)).unwrap()),
             ("classes", classes_frame(&classes).unwrap()),
         ] {
             assert!(df.height() > 0, "{name} is empty");
@@ -346,7 +410,7 @@ mod tests {
             );
         }
         // The summary holds the replays' exact figures.
-        let summary = summary_frame(&done, max_live_bytes(&view)).unwrap();
+        let summary = summary_frame(&lines, max_live_bytes(&view)).unwrap();
         let ooms: Vec<u64> = summary
             .column("ooms")
             .unwrap()
