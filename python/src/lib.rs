@@ -170,6 +170,7 @@ fn compare(
     };
     let path = trace.path.clone();
     let (specs, real) = args.policies.specs_and_real().map_err(|e| to_py(&e))?;
+    let real = allocview::answers::compare::with_program_allocator(&real).map_err(|e| to_py(&e))?;
     let n_policies = (specs.len() + real.len()) as u64;
     let counter = Arc::new(AtomicU64::new(0));
     let watch = Progress::start(progress, "replay", n_policies, Arc::clone(&counter));

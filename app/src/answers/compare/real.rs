@@ -42,10 +42,7 @@ pub fn run_all(
         );
     }
     check_room(view, specs, path)?;
-    let mut specs = specs.to_vec();
-    if !specs.iter().any(|s| s.label == "real-glibc") {
-        specs.insert(0, RealSpec::parse("real-glibc")?);
-    }
+    let specs = with_program_allocator(specs)?;
     let (_, threads) = events_and_threads(loaded, path, "compare")?;
     let ev = require_events(loaded, path, "compare")?;
     let calls: Option<Vec<u8>> = ev.events.column("call").ok().and_then(|c| {
@@ -61,6 +58,19 @@ pub fn run_all(
             })
         })
         .collect()
+}
+
+/// The real rows that run for `specs`: `real-glibc` first when it is not among them (and any
+/// is asked for), the allocator a recorded program used, which the advice compares with.
+///
+/// # Errors
+/// None in practice (`real-glibc` parses).
+pub fn with_program_allocator(specs: &[RealSpec]) -> Result<Vec<RealSpec>> {
+    let mut specs = specs.to_vec();
+    if !specs.is_empty() && !specs.iter().any(|s| s.label == "real-glibc") {
+        specs.insert(0, RealSpec::parse("real-glibc")?);
+    }
+    Ok(specs)
 }
 
 /// Each real row's row and series (on the time axis of every policy's replay), for the
