@@ -170,6 +170,34 @@ impl RecordWriter {
 
     /// Writes the call stacks the records' stack ids refer to (call after the last record):
     /// into the binary form; the text form cannot hold them, so it says what is lost.
+    /// Writes the recorded program's memory samples (binary form; the text form has none,
+    /// and says what is left out).
+    ///
+    /// # Errors
+    /// On write errors.
+    pub fn write_memory(
+        &mut self,
+        samples: &[allocview_loaders::binary::MemorySample],
+    ) -> Result<()> {
+        match &mut self.sink {
+            Sink::Binary(w) => w
+                .write_memory(samples)
+                .with_context(|| format!("cannot write {}", self.path.display())),
+            Sink::Text(_) => {
+                if !samples.is_empty() {
+                    eprintln!(
+                        "note: the text form has no memory samples: the {} samples of the \
+                         program's resident memory are left out of {} (the binary form keeps \
+                         them)",
+                        crate::format::count(samples.len() as u64),
+                        self.path.display()
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
+
     pub fn write_stacks(&mut self, stacks: &NativeStacks) -> Result<()> {
         match &mut self.sink {
             Sink::Binary(w) => w

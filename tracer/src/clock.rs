@@ -1,6 +1,6 @@
 //! Time and order: the clock global the clock thread keeps, the order keys read once
-//! several threads record, and the clock thread itself (which also flushes every buffer and
-//! writes the flush marks).
+//! several threads record, and the clock thread itself (which also flushes every buffer,
+//! writes the flush marks and samples the process's memory).
 
 use super::*;
 
@@ -11,6 +11,9 @@ use super::*;
 pub(crate) const CLOCK_PERIOD_NS: i64 = 1_000_000;
 /// Clock periods between two flushes of every buffer by the clock thread (20 ms).
 pub(crate) const FLUSH_EVERY_PERIODS: u32 = 20;
+/// Clock periods between two samples of the process's memory (10 ms; a read of
+/// `/proc/self/statm`, a few microseconds).
+pub(crate) const MEMORY_EVERY_PERIODS: u32 = 10;
 
 /// `CLOCK_MONOTONIC` nanoseconds as of the clock thread's latest tick, in its high bits
 /// (what events carry: [`tick_of`]), and the period's owner in its low [`OWNER_BITS`] (see
@@ -281,6 +284,7 @@ pub(crate) unsafe extern "C" fn clock_main(arg: *mut c_void) -> *mut c_void {
         tv_nsec: CLOCK_PERIOD_NS,
     };
     let mut until_flush = FLUSH_EVERY_PERIODS;
+    let mut until_memory = 1;
     let generation = arg as usize as u32;
     loop {
         // SAFETY: a plain sleep; an early wake-up (a signal cannot arrive, all are blocked)
@@ -292,6 +296,13 @@ pub(crate) unsafe extern "C" fn clock_main(arg: *mut c_void) -> *mut c_void {
         // In-process tracking stopped its run (or started another, with a clock of its own).
         if CLOCK_GEN.load(Ordering::Acquire) != generation {
             return null_mut();
+        }
+        until_memory -= 1;
+        if until_memory == 0 {
+            until_memory = MEMORY_EVERY_PERIODS;
+            if STATE.load(Ordering::Acquire) == STATE_TRACING {
+                write_memory_sample(now_ns());
+            }
         }
         until_flush -= 1;
         if until_flush == 0 {

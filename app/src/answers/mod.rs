@@ -5,6 +5,7 @@
 //! - [`stats`]: `stats --json` (a trace's summary, a TensorFlow log's or dump's, a PyTorch
 //!   snapshot's, a plan's);
 //! - [`compare`]: `compare`'s rows (one per policy), its minimum limits and its series;
+//! - [`recorded_memory`]: the recorded program's own resident memory, beside its live bytes;
 //! - [`series`]: every replayed policy's series as one table (`report`'s `timeline.csv`);
 //! - [`sites`]: `sites --json`, memory attributed to the code that asked for it;
 //! - [`predict`]: `predict --json`, how predictable the allocation stream is;
@@ -12,6 +13,7 @@
 
 pub mod compare;
 pub mod predict;
+pub mod recorded_memory;
 pub mod series;
 pub mod sites;
 pub mod stats;

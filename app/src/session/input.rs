@@ -65,6 +65,8 @@ fn load_streamed_window(path: &Path, args: &InputArgs) -> Result<Loaded> {
         summary: t.summary,
         load_seconds: started.elapsed().as_secs_f64(),
         stacks: None,
+        // A window's tables are read block by block; its memory samples are not read.
+        memory: Vec::new(),
     }))
 }
 

@@ -298,6 +298,37 @@ pub fn read_index(path: &Path) -> Result<BlockIndex, LoadError> {
     scan_index(&file, path, file_bytes)
 }
 
+/// The recorded program's memory samples of a trace ([`super::memory`]), read without its
+/// events: from the last EVENTS block on, frame headers only up to the MEMORY frame (before
+/// INDEX and END). None in a trace without one; the samples of the first MEMORY frame.
+///
+/// # Errors
+/// When the file cannot be read, is not a trace, or its MEMORY frame is damaged.
+pub fn read_memory(path: &Path) -> Result<Vec<super::MemorySample>, LoadError> {
+    let index = read_index(path)?;
+    let file = File::open(path).map_err(|e| LoadError::io(path, e))?;
+    let file_bytes = file.metadata().map_err(|e| LoadError::io(path, e))?.len();
+    let mut offset = index.blocks.last().map_or(HEADER_BYTES, |b| b.offset);
+    while offset + FRAME_HEADER_BYTES <= file_bytes {
+        let head = read_at(&file, path, offset, FRAME_HEADER_BYTES as usize)?;
+        let tag = head.first().copied().unwrap_or(0);
+        let len = head
+            .get(1..5)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u32::from_le_bytes);
+        match tag {
+            super::memory::FRAME_MEMORY => {
+                let (_, payload) = frame_payload_at(&file, path, offset, file_bytes)?;
+                return super::memory::decode_frame(&payload)
+                    .map_err(|why| corrupt(path, offset, &format!("a MEMORY frame: {why}")));
+            }
+            super::FRAME_INDEX | super::FRAME_END => break,
+            _ => offset += FRAME_HEADER_BYTES + u64::from(len),
+        }
+    }
+    Ok(Vec::new())
+}
+
 /// Builds the index of a file without an INDEX frame, reading its frames in order up to END,
 /// the end of the file, or a frame cut short (a cut file: what is before it is indexed).
 fn scan_index(file: &File, path: &Path, file_bytes: u64) -> Result<BlockIndex, LoadError> {

@@ -111,6 +111,7 @@ pub mod codec;
 pub mod crafted;
 mod frames;
 mod index;
+pub mod memory;
 mod spool;
 mod stacks;
 mod stream;
@@ -121,7 +122,8 @@ mod verify;
 mod write;
 
 use frames::{Frames, read_header};
-pub use index::{BlockEntry, BlockIndex, read_index, read_index_frame};
+pub use index::{BlockEntry, BlockIndex, read_index, read_index_frame, read_memory};
+pub use memory::MemorySample;
 use spool::read_spool;
 pub use spool::{LivePoll, LiveSpool};
 pub use stacks::{
@@ -201,6 +203,8 @@ pub struct BinaryInfo {
     pub events_lost: Option<u64>,
     /// The call stacks, for a file recorded with stacks (see `stacks.rs`).
     pub stacks: Option<NativeStacks>,
+    /// The recorded program's resident memory over time ([`memory`]), in time order.
+    pub memory: Vec<MemorySample>,
 }
 
 impl BinaryInfo {
@@ -214,6 +218,7 @@ impl BinaryInfo {
             damaged: Vec::new(),
             events_lost: None,
             stacks: None,
+            memory: Vec::new(),
         }
     }
 
@@ -387,6 +392,7 @@ pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
         summary,
         load_seconds: started.elapsed().as_secs_f64(),
         stacks,
+        memory: info.memory,
     })
 }
 

@@ -44,6 +44,7 @@ const FRAME_HEADER_BYTES: usize = 5;
 /// One frame, decoded but not yet applied (so that a frame is taken whole or not at all).
 enum Parsed {
     Meta(Vec<(String, String)>),
+    Memory(Vec<super::MemorySample>),
     Threads(Vec<u64>),
     /// The block's records are in [`Reader::decoded`].
     Events,
@@ -152,6 +153,9 @@ impl<'a> Reader<'a> {
                 Ok(Parsed::End(total))
             }
             super::FRAME_INDEX => Ok(Parsed::Index(BlockIndex::decode(payload)?)),
+            super::memory::FRAME_MEMORY => {
+                Ok(Parsed::Memory(super::memory::decode_frame(payload)?))
+            }
             _ => Ok(Parsed::Unknown),
         }
     }
@@ -219,6 +223,7 @@ impl<'a> Reader<'a> {
                         | FRAME_STACKS
                         | FRAME_SYMBOLS
                         | super::FRAME_INDEX
+                        | super::memory::FRAME_MEMORY
                 )
             })
     }
@@ -458,6 +463,7 @@ fn read_frames(
         };
         match parsed {
             Parsed::Meta(meta) => info.meta.extend(meta),
+            Parsed::Memory(samples) => info.memory.extend(samples),
             Parsed::Threads(ids) => r.threads.extend(ids),
             Parsed::Events => {
                 if let Some(first) = r.decoded.first() {

@@ -218,6 +218,22 @@ impl<W: Write> BinaryWriter<W> {
         Ok(())
     }
 
+    /// Writes the recorded program's memory samples (a MEMORY frame, [`super::memory`]),
+    /// after the events written so far; nothing when there are none.
+    ///
+    /// # Errors
+    /// On write errors.
+    pub fn write_memory(&mut self, samples: &[super::MemorySample]) -> io::Result<()> {
+        if samples.is_empty() {
+            return Ok(());
+        }
+        self.flush_block()?;
+        self.frame(
+            super::memory::FRAME_MEMORY,
+            &[&super::memory::encode_frame(samples)],
+        )
+    }
+
     /// Writes the last block and the END frame, and returns the output.
     ///
     /// # Errors

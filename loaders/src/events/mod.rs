@@ -251,6 +251,9 @@ pub struct MallocTrace {
     /// The allocations' call stacks, for a recorded trace with stacks (`events` then has a
     /// `stack_id` column: an id in this table, null where none was captured).
     pub stacks: Option<StackTable>,
+    /// The recorded program's resident memory over time (a trace made by `record`; empty
+    /// for other inputs): a measurement, on the events' time axis.
+    pub memory: Vec<crate::binary::MemorySample>,
 }
 
 /// Multiplicative hashing for pointer keys: pointers are already well spread in their middle

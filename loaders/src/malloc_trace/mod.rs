@@ -245,6 +245,7 @@ pub fn load_malloc_trace(path: &Path, opts: &LoadOptions) -> Result<MallocTrace,
     read_text(stream, path, opts, &mut sink)?;
     let (events, threads, summary) = b.finish()?;
     Ok(MallocTrace {
+        memory: Vec::new(),
         events,
         threads,
         summary,

@@ -24,10 +24,11 @@ use polars::prelude::DataFrame;
 use serde_json::{Value, json};
 
 pub use min_limit::{MinLimitRun, for_specs};
-pub use real::{Advice, real_rows, with_program_allocator};
+pub use real::{Advice, against_recorded, real_rows, with_program_allocator};
 pub use row::{Row, note_unsupported, pytorch_fidelity};
 use tf_bfc::tf_bfc_row;
 
+use crate::answers::recorded_memory::{RecordedMemory, samples_of};
 use crate::session::PolicyArgs;
 use crate::session::input::require_events;
 use crate::session::policies::{config_for_input, with_predictive_features};
@@ -64,6 +65,8 @@ pub struct Compared {
     pub series: Option<DataFrame>,
     /// One line per real allocator whose peak RSS beats the C library's.
     pub advice: Vec<real::Advice>,
+    /// The recorded program's own memory (a trace made by `record`).
+    pub recorded_memory: Option<RecordedMemory>,
 }
 
 impl Compared {
@@ -78,6 +81,7 @@ impl Compared {
             "limit_bytes": self.limit_bytes,
             "policies": self.rows.iter().map(|r| r.json(self.max_live_bytes)).collect::<Vec<_>>(),
             "advice": self.advice,
+            "recorded_memory": self.recorded_memory,
         })
     }
 }
@@ -143,6 +147,12 @@ pub fn evaluate(
         rows.push(real::row(run, &view));
     }
     real::compare_glibc(&mut rows);
+    let (_, peak_live_event) = view.peak_live();
+    let recorded_memory =
+        RecordedMemory::of(samples_of(loaded), view.t_ns.get(peak_live_event).copied());
+    if let Some(m) = &recorded_memory {
+        real::against_recorded(&mut rows, m);
+    }
     let series = if with_series {
         let real_series: Vec<(String, Series)> = real_runs
             .iter()
@@ -178,6 +188,7 @@ pub fn evaluate(
         max_live_bytes: max_live,
         limit_bytes: config.limit_bytes,
         advice: real::advice(&rows),
+        recorded_memory,
         rows,
         minima,
         series,

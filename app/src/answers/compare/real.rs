@@ -383,3 +383,38 @@ pub fn advice(rows: &[Row]) -> Vec<Advice> {
         })
         .collect()
 }
+
+/// The rows `glibc` and `real-glibc` against the memory the recorded program really held (its
+/// anonymous resident memory's growth from the first sample to its peak, which also holds its
+/// threads' stacks and what it mapped outside the allocator): a note in each and
+/// `error_against_recorded` in their JSON.
+pub fn against_recorded(
+    rows: &mut [Row],
+    recorded: &crate::answers::recorded_memory::RecordedMemory,
+) {
+    let program = recorded.anon_growth_bytes();
+    if program == 0 {
+        return;
+    }
+    for r in rows
+        .iter_mut()
+        .filter(|r| r.name == "glibc" || r.name == "real-glibc")
+    {
+        let error = (r.peak_footprint_bytes as f64 - program as f64) / program as f64;
+        r.extra.insert(
+            "error_against_recorded".into(),
+            json!({
+                "peak_footprint_bytes": r.peak_footprint_bytes,
+                "recorded_anon_growth_bytes": program,
+                "error_fraction": error,
+            }),
+        );
+        r.notes.push(format!(
+            "against the recording: peak {} vs the {} of anonymous memory the program grew by \
+             (measured; it also holds stacks and mappings outside the allocator): {:+.1}%",
+            format::bytes(r.peak_footprint_bytes),
+            format::bytes(program),
+            100.0 * error
+        ));
+    }
+}

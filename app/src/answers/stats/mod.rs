@@ -33,6 +33,9 @@ pub struct TraceAnswer<'a> {
     pub tf: Option<MemlogAnswer<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pytorch: Option<Value>,
+    /// The recorded program's own resident memory (a trace made by `record`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recorded_memory: Option<crate::answers::recorded_memory::RecordedMemory>,
 }
 
 /// The `tf` object of `stats --json` for a memory log.
@@ -138,6 +141,10 @@ pub fn json(loaded: &Loaded, path: &Path) -> Result<Value> {
                 Loaded::PytorchSnapshot(s) => Some(pytorch::snapshot_json(s)?),
                 _ => None,
             },
+            recorded_memory: crate::answers::recorded_memory::RecordedMemory::of(
+                crate::answers::recorded_memory::samples_of(loaded),
+                Some((stats.peak_live_time_s * 1e9) as i64),
+            ),
         };
         return Ok(serde_json::to_value(answer)?);
     }

@@ -126,6 +126,7 @@ pub fn run(args: &CompareArgs) -> Result<()> {
             out.max_live_bytes,
             &out.rows,
         )?;
+        table::print_recorded(out.recorded_memory.as_ref())?;
         table::print_advice(&out.advice)?;
         if args.min_limit {
             table::print_minima(&out.minima, out.max_live_bytes)?;

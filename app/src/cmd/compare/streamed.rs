@@ -3,6 +3,9 @@
 
 use std::path::Path;
 
+use crate::answers::compare::against_recorded;
+use crate::answers::recorded_memory::{RecordedMemory, samples_in_file};
+
 use allocview_sim::policy::spec::PolicySpec;
 use anyhow::{Result, bail};
 use serde_json::json;
@@ -53,6 +56,15 @@ pub(super) fn compare(
             Err(e) => eprintln!("note: skipping {label}: {e}"),
         }
     }
+    // The program's memory samples cover the whole recording: a window has none.
+    let recorded_memory = if window.is_set() {
+        None
+    } else {
+        RecordedMemory::of(&samples_in_file(file), None)
+    };
+    if let Some(m) = &recorded_memory {
+        against_recorded(&mut rows, m);
+    }
     if json {
         let out = json!({
             "trace": file.display().to_string(),
@@ -64,10 +76,12 @@ pub(super) fn compare(
             "policies": rows.iter().map(|r| r.json(max_live)).collect::<Vec<_>>(),
             // Real-allocator rows need the trace loaded: a streamed compare has no advice.
             "advice": [],
+            "recorded_memory": recorded_memory,
         });
         outln!("{out}");
     } else {
         print_table(&file.display().to_string(), events, max_live, &rows)?;
+        super::table::print_recorded(recorded_memory.as_ref())?;
     }
     Ok(())
 }

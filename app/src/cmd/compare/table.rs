@@ -127,3 +127,22 @@ pub(super) fn print_advice(advice: &[crate::answers::compare::Advice]) -> Result
     }
     Ok(())
 }
+
+/// The recorded program's own memory, under the table (a trace made by `record`).
+pub(super) fn print_recorded(
+    m: Option<&crate::answers::recorded_memory::RecordedMemory>,
+) -> Result<()> {
+    let Some(m) = m else {
+        return Ok(());
+    };
+    outln!();
+    outln!(
+        "  recorded: the program's peak RSS was {} (anonymous {} at most, {} at the start: it \
+         grew by {}), measured while it ran",
+        format::bytes(m.peak_rss_bytes),
+        format::bytes(m.peak_anon_bytes),
+        format::bytes(m.first_anon_bytes),
+        format::bytes(m.anon_growth_bytes())
+    );
+    Ok(())
+}

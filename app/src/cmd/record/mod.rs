@@ -344,6 +344,7 @@ fn convert_spool(
     symbolizer: &mut Symbolizer,
 ) -> Result<RecordingSummary> {
     let mut add_stacks = |writer: &mut RecordWriter, info: BinaryInfo| -> Result<()> {
+        writer.write_memory(&info.memory)?;
         if let Some(mut stacks) = info.stacks {
             symbolizer.symbolize_stacks(&mut stacks).print_summary();
             writer.write_stacks(&stacks)?;

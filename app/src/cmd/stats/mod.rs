@@ -16,6 +16,8 @@ use crate::session::StreamArgs;
 use crate::session::input::{events_of, load_input};
 use table::{print_dump, print_memlog, print_table};
 
+use crate::answers::recorded_memory::{RecordedMemory, samples_of};
+
 /// Arguments of `allocview stats`.
 #[derive(Debug, clap::Args)]
 pub struct StatsArgs {
@@ -51,7 +53,11 @@ pub fn run(args: &StatsArgs) -> Result<()> {
         let view = allocview_loaders::trace_view(ev.events, &args.file)?;
         let per_thread = events_per_thread(ev.events, ev.threads.height())?;
         let stats = TraceStats::compute(&view, per_thread, &ev.summary);
-        print_table(&file, &stats, ev.load_seconds)?;
+        let memory = RecordedMemory::of(
+            samples_of(&loaded),
+            Some((stats.peak_live_time_s * 1e9) as i64),
+        );
+        print_table(&file, &stats, ev.load_seconds, memory.as_ref())?;
         if let Loaded::TfMemoryLog(log) = &loaded {
             print_memlog(log)?;
         }

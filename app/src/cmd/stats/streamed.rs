@@ -7,6 +7,7 @@ use allocview_sim::stream::{EventBatch, EventSource as _, Prefetched};
 use anyhow::{Context as _, Result};
 
 use super::table::print_table;
+use crate::answers::recorded_memory::{RecordedMemory, samples_in_file};
 use crate::answers::stats::TraceAnswer;
 use allocview_loaders::Requests;
 
@@ -40,6 +41,15 @@ pub(super) fn stats(
         eprintln!("warning: {w}");
     }
     let stats = acc.finish(stream.events_per_thread(), &summary);
+    // The program's memory samples cover the whole recording: a window has none.
+    let memory = if window.is_set() {
+        None
+    } else {
+        RecordedMemory::of(
+            &samples_in_file(file),
+            Some((stats.peak_live_time_s * 1e9) as i64),
+        )
+    };
     let file = file.display().to_string();
     let seconds = started.elapsed().as_secs_f64();
     if json {
@@ -52,10 +62,11 @@ pub(super) fn stats(
             streamed: Some(true),
             tf: None,
             pytorch: None,
+            recorded_memory: memory,
         };
         outln!("{}", serde_json::to_value(answer)?);
     } else {
-        print_table(&file, &stats, seconds)?;
+        print_table(&file, &stats, seconds, memory.as_ref())?;
     }
     Ok(())
 }

@@ -6,6 +6,7 @@ use allocview_loaders::tf::dump::BfcDump;
 use allocview_loaders::tf::memlog::TfMemoryLog;
 use anyhow::Result;
 
+use crate::answers::recorded_memory::RecordedMemory;
 use crate::format;
 
 pub(super) fn print_memlog(log: &TfMemoryLog) -> Result<()> {
@@ -110,7 +111,12 @@ fn print_dump_body(d: &BfcDump) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn print_table(file: &str, s: &TraceStats, load_seconds: f64) -> Result<()> {
+pub(super) fn print_table(
+    file: &str,
+    s: &TraceStats,
+    load_seconds: f64,
+    memory: Option<&RecordedMemory>,
+) -> Result<()> {
     use format::{bytes, count};
     outln!("{file}");
     outln!(
@@ -150,6 +156,20 @@ pub(super) fn print_table(file: &str, s: &TraceStats, load_seconds: f64) -> Resu
         format::seconds(s.peak_live_time_s),
         count(s.peak_live_blocks_at_peak_bytes)
     );
+    if let Some(m) = memory {
+        outln!(
+            "  peak RSS          {:>14}   at t = {} (recorded by the tracer, {} samples); \
+             anonymous {} at most, {} at the start{}",
+            bytes(m.peak_rss_bytes),
+            format::seconds(m.peak_rss_t_s),
+            count(m.samples as u64),
+            bytes(m.peak_anon_bytes),
+            bytes(m.first_anon_bytes),
+            m.anon_at_peak_live_bytes
+                .map(|b| format!(", {} near the peak of live bytes", bytes(b)))
+                .unwrap_or_default()
+        );
+    }
     outln!("  max live blocks   {:>14}", count(s.max_live_blocks));
     outln!(
         "  live at the end   {:>14}   in {} blocks",

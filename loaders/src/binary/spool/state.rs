@@ -27,6 +27,8 @@ pub(super) struct SpoolState<'a> {
     calib_last: Option<(u64, i64)>,
     /// The times of the last two flush marks ([`FRAME_FLUSHED`]), the latest second.
     flushed: [Option<u64>; 2],
+    /// The program's memory samples as read: `(tick, resident bytes, anonymous bytes)`.
+    memory: Vec<(u64, u64, u64)>,
     merge: Merge,
 }
 
@@ -42,6 +44,7 @@ impl<'a> SpoolState<'a> {
             by_id: HashMap::new(),
             calib_last: None,
             flushed: [None, None],
+            memory: Vec::new(),
             merge: Merge::new(),
         }
     }
@@ -91,6 +94,11 @@ impl<'a> SpoolState<'a> {
                 self.flushed = [self.flushed[1], Some(tick)];
             }
             FRAME_SEGMENT => self.segment(payload, at)?,
+            crate::binary::memory::FRAME_MEMORY_SAMPLE => {
+                let sample = crate::binary::memory::decode_spool_sample(&payload)
+                    .ok_or_else(|| corrupt(&self.path, at, "a memory sample"))?;
+                self.memory.push(sample);
+            }
             _ => {}
         }
         Ok(())
@@ -248,6 +256,22 @@ impl<'a> SpoolState<'a> {
             ));
         }
         self.info.records = self.merge.records;
+        if !self.memory.is_empty() {
+            let timing = self.timing()?;
+            let mut memory: Vec<crate::binary::MemorySample> = self
+                .memory
+                .iter()
+                .map(
+                    |&(tick, resident_bytes, anon_bytes)| crate::binary::MemorySample {
+                        t_ns: timing.to_ns(tick),
+                        resident_bytes,
+                        anon_bytes,
+                    },
+                )
+                .collect();
+            memory.sort_by_key(|m| m.t_ns);
+            self.info.memory = memory;
+        }
         if self.encoding()? == SpoolEncoding::Stacked {
             let defs = self
                 .streams
