@@ -27,6 +27,9 @@ pub const SELECTED: Rgb = Rgb(0x00, 0xe0, 0xff);
 pub const PHASE: Rgb = Rgb(0x40, 0xb0, 0xa0);
 
 /// One colour per policy, in registry order (index 1..); index 0 is live bytes.
+/// The recorded program's own resident memory: a measurement, drawn apart from the models.
+const RECORDED: Rgb = Rgb(0xe0, 0x4f, 0x4f);
+
 const POLICY: [Rgb; 8] = [
     Rgb(0x4e, 0xa1, 0xff),
     Rgb(0x5c, 0xd6, 0x8a),
@@ -46,6 +49,9 @@ pub fn series(palette: usize) -> Rgb {
     } else if palette == usize::MAX - 1 {
         // The selected site's line (`view::SITE_PALETTE`).
         SELECTED
+    } else if palette == usize::MAX - 2 {
+        // The recorded program's resident memory (`view::RECORDED_PALETTE`).
+        RECORDED
     } else {
         POLICY[(palette - 1) % POLICY.len()]
     }

@@ -225,6 +225,38 @@ fn a_pytorch_snapshot_in_tmux() {
     keys(&s, &["q"]);
 }
 
+#[test]
+fn a_recorded_program_s_own_memory_is_drawn_on_the_timeline() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        skip_missing("tmux is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("find.avt");
+    run_ok(Command::new(env!("CARGO_BIN_EXE_allocview")).args([
+        "record",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "find",
+        "/usr/include",
+        "-name",
+        "*.h",
+    ]));
+    let name = format!("allocview-test-rss-{}", std::process::id());
+    let cmd = format!(
+        "{} {} --policy glibc",
+        env!("CARGO_BIN_EXE_allocview"),
+        trace.display()
+    );
+    let s = start(name, 170, 50, &cmd);
+    let screen = wait_for(&s, "the replay", |t| t.contains("(1/1 replayed)"));
+    // The legend names the measured line beside the model's footprint.
+    assert!(screen.contains("recorded RSS"), "{screen}");
+    assert!(screen.contains("glibc footprint"), "{screen}");
+    keys(&s, &["q"]);
+}
+
 /// A test whose input or tool is missing is skipped with a message; where CI asks for every
 /// input (`ALLOCVIEW_REQUIRE_TEST_INPUTS` set, as `.ci/run` does) it fails instead, so a missing
 /// `../shared` or tool cannot turn tests green.

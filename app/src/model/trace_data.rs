@@ -53,6 +53,8 @@ pub struct TraceData {
     /// The background read of the whole of a trace too big to load (its overview, and where
     /// other parts resume from).
     pub scan: Option<Arc<super::scan::Scan>>,
+    /// The recorded program's resident memory over time (a trace made by `record`).
+    pub memory: Vec<allocview_loaders::binary::MemorySample>,
 }
 
 /// A window of a trace, as its events `start..end` of `trace_events`.
@@ -235,6 +237,7 @@ struct Contents {
     plan: Option<PlanData>,
     snapshot: Option<SnapshotData>,
     site_stacks: Option<allocview_loaders::sites::StackTable>,
+    memory: Vec<allocview_loaders::binary::MemorySample>,
 }
 
 impl Contents {
@@ -258,6 +261,7 @@ impl Contents {
             plan: None,
             snapshot: None,
             site_stacks,
+            memory: Vec::new(),
         };
         Ok(match loaded {
             Loaded::MallocTrace(t) => Self {
@@ -265,6 +269,7 @@ impl Contents {
                 events: t.events,
                 threads: t.threads,
                 load_seconds: t.load_seconds,
+                memory: t.memory,
                 ..none
             },
             Loaded::PytorchSnapshot(s) => {
@@ -386,6 +391,7 @@ impl TraceData {
             plan,
             snapshot,
             site_stacks,
+            memory,
         } = Contents::of(loaded)?;
         let num_allocs = if events.height() == 0 {
             0
@@ -412,6 +418,7 @@ impl TraceData {
             lifetimes: std::sync::OnceLock::new(),
             scan: None,
             part,
+            memory,
         })
     }
 
@@ -424,8 +431,14 @@ impl TraceData {
     ) -> Result<Self, String> {
         let StreamedWindow {
             tables: t,
-            warnings,
+            mut warnings,
         } = streamed;
+        // The program's memory samples cover the whole recording; the timeline draws those in
+        // the part's time span.
+        let memory = allocview_loaders::binary::read_memory(path).unwrap_or_else(|e| {
+            warnings.push(format!("{e}: the program's memory samples are left out"));
+            Vec::new()
+        });
         // The whole trace is read once in the background (resume points and an overview),
         // started with the first part; a later part reads from the nearest point found so
         // far before it.
@@ -456,6 +469,7 @@ impl TraceData {
             sites: std::sync::OnceLock::new(),
             lifetimes: std::sync::OnceLock::new(),
             scan: Some(scan),
+            memory,
         })
     }
 

@@ -3,7 +3,7 @@
 
 use allocview_sim::series::Series;
 
-use super::vm::{LineVm, SITE_PALETTE, TimelineVm, Viewport};
+use super::vm::{LineVm, RECORDED_PALETTE, SITE_PALETTE, TimelineVm, Viewport};
 use crate::format;
 use crate::model::state::{AppState, Mode, PolicySlot};
 
@@ -71,10 +71,14 @@ pub(super) fn timeline(state: &AppState, vp: &Viewport) -> TimelineVm {
     };
     let PolicyLines {
         mut byte_lines,
-        y_max,
+        mut y_max,
         fragmentation,
         oom_x,
     } = policy_lines(state, w);
+    if let Some(line) = recorded_line(state, w) {
+        y_max = y_max.max(line.points.iter().map(|p| p.1 as u64).max().unwrap_or(0));
+        byte_lines.push(line);
+    }
     if let Some((name, series)) = state.sites.series() {
         let pts = w.sample(series, series.len());
         byte_lines.push(LineVm {
@@ -171,6 +175,52 @@ fn policy_lines(state: &AppState, w: Window) -> PolicyLines {
         }
     }
     lines
+}
+
+/// The recorded program's resident memory (a trace made by `record`), on the timeline's
+/// buckets: each bucket's largest sample, or the last sample before it (the memory stays what
+/// it was between samples). A measurement, drawn beside the policies' footprints.
+fn recorded_line(state: &AppState, w: Window) -> Option<LineVm> {
+    let data = state.data.as_ref()?;
+    let first = data.memory.first()?;
+    let b = state.bucketing()?;
+    let len = b.buckets;
+    let mut values = vec![0u64; len];
+    let mut has = vec![false; len];
+    let end_ns = b
+        .t0_ns
+        .saturating_add(i64::try_from(b.span_ns).unwrap_or(i64::MAX));
+    for m in &data.memory {
+        if m.t_ns < b.t0_ns || m.t_ns > end_ns {
+            continue;
+        }
+        let i = b.bucket_of(m.t_ns).min(len - 1);
+        if let (Some(v), Some(h)) = (values.get_mut(i), has.get_mut(i)) {
+            *v = (*v).max(m.resident_bytes);
+            *h = true;
+        }
+    }
+    // Before the first sample in view: the last one before the view, if any.
+    let mut last = data
+        .memory
+        .iter()
+        .take_while(|m| m.t_ns < b.t0_ns)
+        .last()
+        .map_or(0, |m| m.resident_bytes);
+    let mut seen = last > 0 || first.t_ns <= b.t0_ns;
+    for (v, h) in values.iter_mut().zip(&has) {
+        if *h {
+            last = *v;
+            seen = true;
+        } else if seen {
+            *v = last;
+        }
+    }
+    Some(LineVm {
+        label: "recorded RSS".to_owned(),
+        palette: RECORDED_PALETTE,
+        points: w.sample(&values, len),
+    })
 }
 
 /// The fragmentation (0..1) of `slot`'s series `s` at the end of each visible bucket with

@@ -218,3 +218,6 @@ pub const HELP: &[(&str, &str)] = &[
 
 /// Palette index of the selected site's line on the timeline (`theme::SELECTED`).
 pub const SITE_PALETTE: usize = usize::MAX - 1;
+/// Palette index of the recorded program's resident memory on the timeline
+/// (`theme::RECORDED`).
+pub const RECORDED_PALETTE: usize = usize::MAX - 2;
