@@ -153,10 +153,10 @@ fn explore(
     use anyhow::Context as _;
     // Fail before taking over the terminal when the file cannot even be opened.
     std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?;
-    let names = policies.explorer_specs(Some(file))?;
+    let (names, real) = policies.explorer_specs_and_real(Some(file))?;
     let config = policies.config()?;
     let jobs = policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    tui::run(file, &names, config, input, jobs, goto)
+    tui::run(file, &names, &real, config, input, jobs, goto)
 }

@@ -226,7 +226,7 @@ fn a_pytorch_snapshot_in_tmux() {
 }
 
 #[test]
-fn a_recorded_program_s_own_memory_is_drawn_on_the_timeline() {
+fn the_recorded_memory_and_a_real_allocator_are_drawn_on_the_timeline() {
     if Command::new("tmux").arg("-V").output().is_err() {
         skip_missing("tmux is not installed");
         return;
@@ -245,13 +245,14 @@ fn a_recorded_program_s_own_memory_is_drawn_on_the_timeline() {
     ]));
     let name = format!("allocview-test-rss-{}", std::process::id());
     let cmd = format!(
-        "{} {} --policy glibc",
+        "{} {} --policy glibc,real-glibc",
         env!("CARGO_BIN_EXE_allocview"),
         trace.display()
     );
     let s = start(name, 170, 50, &cmd);
-    let screen = wait_for(&s, "the replay", |t| t.contains("(1/1 replayed)"));
-    // The legend names the measured line beside the model's footprint.
+    // The real row replays after the policies: its line comes last.
+    let screen = wait_for(&s, "the real row", |t| t.contains("real-glibc RSS"));
+    // The legend names the measured lines beside the model's footprint.
     assert!(screen.contains("recorded RSS"), "{screen}");
     assert!(screen.contains("glibc footprint"), "{screen}");
     keys(&s, &["q"]);

@@ -78,13 +78,14 @@ impl Run {
     fn start(
         path: &Path,
         names: &[PolicySpec],
+        real: &[crate::real::RealSpec],
         config: &PolicyConfig,
         input: &crate::session::InputArgs,
         jobs: usize,
         goto: Option<String>,
     ) -> Self {
         let lenient = input.lenient;
-        let mut state = AppState::new(path, names, config.clone());
+        let mut state = AppState::new(path, names, config.clone()).with_real(real);
         state.initial_goto = goto;
         state.window = input.window.clone();
         let (tx, rx) = channel();
@@ -122,6 +123,8 @@ fn apply(state: &mut AppState, msg: Msg) {
 struct GuiApp {
     runs: Vec<Run>,
     names: Vec<PolicySpec>,
+    /// The real-allocator rows, drawn on the timeline beside the policies.
+    real: Vec<crate::real::RealSpec>,
     config: PolicyConfig,
     input: crate::session::InputArgs,
     jobs: usize,
@@ -157,6 +160,7 @@ impl GuiApp {
         let run = Run::start(
             path,
             &self.names,
+            &self.real,
             &self.config,
             &self.input,
             self.jobs,
@@ -194,7 +198,15 @@ impl GuiApp {
             window,
             ..self.input.clone()
         };
-        let run = Run::start(&path, &self.names, &self.config, &input, self.jobs, goto);
+        let run = Run::start(
+            &path,
+            &self.names,
+            &self.real,
+            &self.config,
+            &input,
+            self.jobs,
+            goto,
+        );
         if let Some(first) = self.runs.first_mut() {
             *first = run;
         }
@@ -556,9 +568,9 @@ fn window_icon() -> Option<egui::IconData> {
 /// # Errors
 /// When no window can be opened (no display) or a screenshot could not be saved.
 pub fn run(args: &GuiArgs) -> Result<()> {
-    let names = args
+    let (names, real) = args
         .policies
-        .explorer_specs(args.files.first().map(PathBuf::as_path))?;
+        .explorer_specs_and_real(args.files.first().map(PathBuf::as_path))?;
     let config = args.policies.config()?;
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
@@ -596,6 +608,7 @@ pub fn run(args: &GuiArgs) -> Result<()> {
             let mut app = GuiApp {
                 runs: Vec::new(),
                 names,
+                real,
                 config,
                 input,
                 jobs,

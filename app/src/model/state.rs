@@ -56,6 +56,25 @@ impl PolicySlot {
     }
 }
 
+/// A real-allocator row of the session (`real-jemalloc`, ...): the trace's calls replayed
+/// through the library itself ([`crate::real`]); its measured RSS is a line of the timeline.
+/// It has no heap to show.
+#[derive(Clone)]
+pub struct RealSlot {
+    pub name: String,
+    pub spec: crate::real::RealSpec,
+    pub status: RealStatus,
+}
+
+/// Where a real row's replay stands.
+#[derive(Clone)]
+pub enum RealStatus {
+    Pending,
+    /// Its series (the footprint: the measured RSS) on the session's buckets.
+    Done(Arc<allocview_sim::series::Series>),
+    Failed(String),
+}
+
 /// The layout the view-model is shown in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -179,6 +198,8 @@ pub struct AppState {
     pub load_error: Option<String>,
     pub classes: Option<Arc<ClassSeries>>,
     pub policies: Vec<PolicySlot>,
+    /// The real-allocator rows, drawn on the timeline after the policies.
+    pub real: Vec<RealSlot>,
     pub selected: usize,
     pub mode: Mode,
     /// Current event (the state shown is the one just after it).
@@ -256,7 +277,22 @@ impl AppState {
             reopen: None,
             reopen_goto: None,
             cancel: Arc::default(),
+            real: Vec::new(),
         }
+    }
+
+    /// The session with the real-allocator rows `specs` besides its policies.
+    #[must_use]
+    pub fn with_real(mut self, specs: &[crate::real::RealSpec]) -> Self {
+        self.real = specs
+            .iter()
+            .map(|spec| RealSlot {
+                name: spec.label.clone(),
+                spec: spec.clone(),
+                status: RealStatus::Pending,
+            })
+            .collect();
+        self
     }
 
     /// Number of events (0 until loaded).

@@ -336,6 +336,21 @@ impl TraceData {
         window: &crate::session::WindowArgs,
         progress: Arc<AtomicU64>,
     ) -> Result<Self, String> {
+        Self::load_with(path, lenient, window, progress, false)
+    }
+
+    /// [`Self::load`], keeping the events' `call` column when `keep_calls` (the real-allocator
+    /// rows replay a `realloc` as one; the explorers drop the column otherwise).
+    ///
+    /// # Errors
+    /// As [`Self::load`].
+    pub fn load_with(
+        path: &Path,
+        lenient: bool,
+        window: &crate::session::WindowArgs,
+        progress: Arc<AtomicU64>,
+        keep_calls: bool,
+    ) -> Result<Self, String> {
         let started = std::time::Instant::now();
         match input::open_for_explorer(path, lenient, window, &progress, |spec| {
             resume_point(path, spec)
@@ -351,9 +366,9 @@ impl TraceData {
                     end: w.end as u64,
                     trace_events,
                 });
-                Self::of_loaded(path, loaded, part, warnings)
+                Self::of_loaded(path, loaded, part, warnings, keep_calls)
             }
-            Opened::Streamed(streamed) => Self::of_streamed(path, streamed, started),
+            Opened::Streamed(streamed) => Self::of_streamed(path, streamed, started, keep_calls),
         }
     }
 
@@ -372,7 +387,7 @@ impl TraceData {
         let streamed = input::read_window_for_explorer(path, window, progress, |spec| {
             resume_point(path, spec)
         })?;
-        Self::of_streamed(path, streamed, started)
+        Self::of_streamed(path, streamed, started, false)
     }
 
     /// An input loaded in memory, `part` of it when a window was cut.
@@ -381,6 +396,7 @@ impl TraceData {
         loaded: Loaded,
         part: Option<Part>,
         warnings: Vec<String>,
+        keep_calls: bool,
     ) -> Result<Self, String> {
         let Contents {
             format,
@@ -400,7 +416,7 @@ impl TraceData {
                 .map_err(|e| e.to_string())?
                 .num_allocs
         };
-        let compact = slim_events(&mut events);
+        let compact = slim_events(&mut events, keep_calls);
         Ok(Self {
             path: path.to_path_buf(),
             format,
@@ -428,6 +444,7 @@ impl TraceData {
         path: &Path,
         streamed: StreamedWindow,
         started: std::time::Instant,
+        keep_calls: bool,
     ) -> Result<Self, String> {
         let StreamedWindow {
             tables: t,
@@ -447,7 +464,7 @@ impl TraceData {
             .map_err(|e| e.to_string())?
             .num_allocs;
         let mut events = t.events;
-        let compact = slim_events(&mut events);
+        let compact = slim_events(&mut events, keep_calls);
         Ok(Self {
             path: path.to_path_buf(),
             format: "malloc-trace",
@@ -673,12 +690,18 @@ struct CompactColumns {
 }
 
 /// Slims the explorers' copy of the event table: drops the columns nothing of theirs reads
-/// (`size_class` follows from the size; `call` is shown nowhere) and moves `address` and
+/// (`size_class` follows from the size; `call` is shown nowhere, and kept only when
+/// `keep_calls`, for the real-allocator rows) and moves `address` and
 /// `stack_id` into compact form ([`super::compact`]); an address column with nulls, or a column
 /// of another type, stays in the table. On a 27-million-event trace this took 14 of the
 /// table's 36 bytes an event.
-fn slim_events(events: &mut DataFrame) -> CompactColumns {
-    for unread in ["size_class", "call"] {
+fn slim_events(events: &mut DataFrame, keep_calls: bool) -> CompactColumns {
+    let unread: &[&str] = if keep_calls {
+        &["size_class"]
+    } else {
+        &["size_class", "call"]
+    };
+    for unread in unread {
         // Absent in inputs that do not have them: nothing to drop.
         let _ = events.drop_in_place(unread);
     }

@@ -62,6 +62,8 @@ pub enum Msg {
     Loaded(Result<Arc<TraceData>, String>),
     Classes(Arc<ClassSeries>),
     Replayed(usize, Result<Arc<Replay>, String>),
+    /// A real-allocator row's series (its measured RSS), or why it did not run.
+    RealReplayed(usize, Result<Arc<allocview_sim::series::Series>, String>),
 }
 
 /// Applies one message. Returns a follow-up message, if any.
@@ -137,6 +139,14 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
         Msg::Loaded(Err(e)) => state.load_error = Some(e),
         Msg::Classes(c) => state.classes = Some(c),
         Msg::Replayed(i, result) => replayed(state, i, result),
+        Msg::RealReplayed(i, result) => {
+            if let Some(slot) = state.real.get_mut(i) {
+                slot.status = match result {
+                    Ok(series) => super::state::RealStatus::Done(series),
+                    Err(e) => super::state::RealStatus::Failed(e),
+                };
+            }
+        }
     }
     None
 }

@@ -27,9 +27,11 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
     let progress = Arc::clone(&state.load_progress);
     let window = state.window.clone();
     let replays = Replays::of(state);
+    let real: Vec<crate::real::RealSpec> = state.real.iter().map(|r| r.spec.clone()).collect();
     let tx = tx.clone();
     std::thread::spawn(move || {
-        let data = match TraceData::load(&path, lenient, &window, progress) {
+        let keep_calls = !real.is_empty();
+        let data = match TraceData::load_with(&path, lenient, &window, progress, keep_calls) {
             Ok(d) => Arc::new(d),
             Err(e) => {
                 tx.send(Msg::Loaded(Err(e))).ok();
@@ -54,7 +56,40 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
             tx.send(Msg::Classes(Arc::new(classes))).ok();
         }
         replays.run(&data, jobs, &tx);
+        // After the policies: each measures its own process, one at a time.
+        for (i, spec) in real.iter().enumerate() {
+            if tx
+                .send(Msg::RealReplayed(i, real_row(&data, spec)))
+                .is_err()
+            {
+                break;
+            }
+        }
     });
+}
+
+/// A real-allocator row's series on `data` (a malloc trace; others have no C library calls).
+fn real_row(
+    data: &TraceData,
+    spec: &crate::real::RealSpec,
+) -> Result<Arc<allocview_sim::series::Series>, String> {
+    if data.format != "malloc-trace" {
+        return Err(format!(
+            "{} replays malloc traces through a C allocator; this is a {}",
+            spec.label, data.format
+        ));
+    }
+    let view = data.view();
+    let threads = allocview_loaders::analysis::stats::thread_indices(&data.events)
+        .map_err(|e| e.to_string())?;
+    let calls: Option<Vec<u8>> = data.events.column("call").ok().and_then(|c| {
+        c.u8()
+            .ok()
+            .map(|c| c.iter().map(|v| v.unwrap_or(0)).collect())
+    });
+    let run =
+        crate::real::run(spec, &view, &threads, calls.as_deref()).map_err(|e| format!("{e:#}"))?;
+    Ok(Arc::new(run.series(&view, BUCKETS)))
 }
 
 /// What the replays take of the state: each policy with where it reports its progress, the

@@ -97,6 +97,7 @@ pub fn run(
             spec.label
         );
     }
+    check_room(spec, view)?;
     let library = spec.library()?;
     let started = Instant::now();
     let dir = tempfile::Builder::new()
@@ -164,6 +165,39 @@ pub fn run(
         view.len(),
         wall_seconds,
     ))
+}
+
+/// Refuses a replay whose written pages would not fit in the machine's available memory (the
+/// replay holds the trace's peak of live bytes for real): it would be killed, or push out
+/// everything else, rather than answer.
+fn check_room(spec: &RealSpec, view: &TraceView<'_>) -> Result<()> {
+    if spec.touch == Touch::None {
+        return Ok(());
+    }
+    let (peak_live, _) = view.peak_live();
+    let Some(available) = mem_available_bytes() else {
+        return Ok(());
+    };
+    if peak_live > available / 10 * 8 {
+        bail!(
+            "{}: the trace holds {} live at its peak, more than 80% of the {} this machine has \
+             available; a real row writes every page it allocates, so it would not fit \
+             ({}:touch=none writes none)",
+            spec.label,
+            crate::format::bytes(peak_live),
+            crate::format::bytes(available),
+            spec.label
+        );
+    }
+    Ok(())
+}
+
+/// `MemAvailable` of `/proc/meminfo`, in bytes.
+fn mem_available_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 fn write_executable(path: &Path) -> Result<()> {

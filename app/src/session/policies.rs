@@ -93,6 +93,26 @@ impl PolicyArgs {
         Ok(specs)
     }
 
+    /// [`Self::explorer_specs`] and the real-allocator rows, which the explorers draw on the
+    /// timeline beside the policies (with real rows alone, every policy is replayed too).
+    pub fn explorer_specs_and_real(
+        &self,
+        file: Option<&std::path::Path>,
+    ) -> Result<(Vec<PolicySpec>, Vec<RealSpec>)> {
+        let (_, real) = self.specs_and_real()?;
+        let sim_only = Self {
+            policy: self
+                .policy
+                .iter()
+                .flat_map(|p| split_specs(p))
+                .filter(|w| !is_real(w))
+                .map(str::to_owned)
+                .collect(),
+            ..self.clone()
+        };
+        Ok((sim_only.explorer_specs(file)?, real))
+    }
+
     /// The policy configuration these flags describe.
     pub fn config(&self) -> Result<PolicyConfig> {
         if !self.align.is_power_of_two() {

@@ -76,13 +76,14 @@ where
 pub fn run(
     path: &Path,
     policies: &[PolicySpec],
+    real: &[crate::real::RealSpec],
     config: PolicyConfig,
     input: &crate::session::InputArgs,
     jobs: usize,
     goto: Option<String>,
 ) -> Result<()> {
     let lenient = input.lenient;
-    let mut state = AppState::new(path, policies, config.clone());
+    let mut state = AppState::new(path, policies, config.clone()).with_real(real);
     state.initial_goto = goto;
     state.window = input.window.clone();
     let (tx, rx) = mpsc::channel();
@@ -101,7 +102,7 @@ pub fn run(
                 state
                     .cancel
                     .store(true, std::sync::atomic::Ordering::Relaxed);
-                let mut next = AppState::new(path, policies, config.clone());
+                let mut next = AppState::new(path, policies, config.clone()).with_real(real);
                 next.window = window;
                 next.initial_goto = state.reopen_goto.take();
                 state = next;

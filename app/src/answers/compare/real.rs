@@ -41,7 +41,6 @@ pub fn run_all(
             path.display()
         );
     }
-    check_room(view, specs, path)?;
     let specs = with_program_allocator(specs)?;
     let (_, threads) = events_and_threads(loaded, path, "compare")?;
     let ev = require_events(loaded, path, "compare")?;
@@ -89,38 +88,6 @@ pub fn real_rows(
         .iter()
         .map(|r| (row(r, view), r.series(view, buckets)))
         .collect())
-}
-
-/// Refuses a replay whose written pages would not fit in the machine's available memory (the
-/// replay holds the trace's peak of live bytes for real): it would be killed, or push out
-/// everything else, rather than answer.
-fn check_room(view: &TraceView<'_>, specs: &[RealSpec], path: &Path) -> Result<()> {
-    let (peak_live, _) = view.peak_live();
-    if specs.iter().all(|s| s.touch == crate::real::Touch::None) {
-        return Ok(());
-    }
-    let Some(available) = mem_available_bytes() else {
-        return Ok(());
-    };
-    if peak_live > available / 10 * 8 {
-        bail!(
-            "{} holds {} live at its peak, more than 80% of the {} this machine has available: \
-             a real row writes every page it allocates, so it would not fit (touch=none writes \
-             none)",
-            path.display(),
-            format::bytes(peak_live),
-            format::bytes(available)
-        );
-    }
-    Ok(())
-}
-
-/// `MemAvailable` of `/proc/meminfo`, in bytes.
-fn mem_available_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 /// A real run's row: its footprint the measured resident memory above the replay process's

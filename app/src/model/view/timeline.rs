@@ -5,7 +5,7 @@ use allocview_sim::series::Series;
 
 use super::vm::{LineVm, RECORDED_PALETTE, SITE_PALETTE, TimelineVm, Viewport};
 use crate::format;
-use crate::model::state::{AppState, Mode, PolicySlot};
+use crate::model::state::{AppState, Mode, PolicySlot, RealStatus};
 
 /// The visible part of the timeline (fractions `lo..hi` of the trace's time span) and the
 /// points it is drawn with.
@@ -173,6 +173,21 @@ fn policy_lines(state: &AppState, w: Window) -> PolicyLines {
                 .map(|b| w.x_of(b, len))
                 .collect();
         }
+    }
+    // The real allocators' measured RSS, after the policies' footprints (in either mode).
+    for (j, slot) in state.real.iter().enumerate() {
+        let RealStatus::Done(s) = &slot.status else {
+            continue;
+        };
+        let pts = w.sample(&s.footprint_bytes.max, s.len());
+        lines.y_max = lines
+            .y_max
+            .max(pts.iter().map(|p| p.1 as u64).max().unwrap_or(0));
+        lines.byte_lines.push(LineVm {
+            label: format!("{} RSS", slot.name),
+            palette: state.policies.len() + j + 1,
+            points: pts,
+        });
     }
     lines
 }
