@@ -198,6 +198,30 @@ impl RecordWriter {
         }
     }
 
+    /// Writes the mapping calls the recorded program made outside the allocator (binary form;
+    /// the text form has none, and says what is left out).
+    ///
+    /// # Errors
+    /// On write errors.
+    pub fn write_mappings(&mut self, calls: &[allocview_loaders::binary::Mapping]) -> Result<()> {
+        match &mut self.sink {
+            Sink::Binary(w) => w
+                .write_mappings(calls)
+                .with_context(|| format!("cannot write {}", self.path.display())),
+            Sink::Text(_) => {
+                if !calls.is_empty() {
+                    eprintln!(
+                        "note: the text form has no mapping calls: the program's {} calls to \
+                         mmap, munmap, mremap and brk are left out of {}",
+                        crate::format::count(calls.len() as u64),
+                        self.path.display()
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
+
     pub fn write_stacks(&mut self, stacks: &NativeStacks) -> Result<()> {
         match &mut self.sink {
             Sink::Binary(w) => w

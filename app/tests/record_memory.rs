@@ -76,3 +76,60 @@ fn the_program_s_resident_memory_is_recorded_beside_its_live_bytes() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Maps 32 MiB anonymously and writes it, gives back its second half, then maps a file of
+/// 1 MiB (its own executable's first MiB) and 8 MiB more anonymously with `mremap` growing it.
+const MAPPER_C: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    (void)argc;
+    char *a = mmap(0, 32 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    memset(a, 1, 32 << 20);
+    usleep(30000);
+    munmap(a + (16 << 20), 16 << 20);
+    int fd = open(argv[0], O_RDONLY);
+    void *f = mmap(0, 1 << 20, PROT_READ, MAP_PRIVATE, fd, 0);
+    char *b = mmap(0, 4 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    b = mremap(b, 4 << 20, 8 << 20, MREMAP_MAYMOVE);
+    usleep(30000);
+    return f == MAP_FAILED || b == MAP_FAILED;
+}
+"#;
+
+#[test]
+fn the_program_s_own_mappings_outside_the_allocator_are_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c(dir.path(), "mapper", MAPPER_C);
+    let trace = dir.path().join("mapper.avt");
+    ok(&[
+        "record",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+    ]);
+    let t = trace.to_str().unwrap();
+    let m = json(&["stats", t, "--json"])["recorded_memory"].clone();
+    // The program's three mmaps, its munmap and its mremap (the C library's own start-up maps
+    // through entry points the tracer does not see).
+    assert_eq!(m["mapping_calls"], 3 + 1 + 1, "{m}");
+    assert_eq!(m["mapped_outside_allocator_peak_bytes"], 32 << 20, "{m}");
+    // 16 MiB left of the first mapping, and the 8 MiB the second grew to.
+    assert_eq!(m["mapped_outside_allocator_final_bytes"], 24 << 20, "{m}");
+    assert_eq!(m["mapped_files_peak_bytes"], 1 << 20, "{m}");
+    // Loaded the same as streamed, and kept by a conversion to the binary form.
+    assert_eq!(
+        json(&["stats", t, "--json", "--no-stream"])["recorded_memory"],
+        m
+    );
+    let copy = dir.path().join("copy.avt");
+    ok(&["convert", t, copy.to_str().unwrap(), "--to", "binary"]);
+    assert_eq!(
+        json(&["stats", copy.to_str().unwrap(), "--json"])["recorded_memory"],
+        m
+    );
+}

@@ -321,6 +321,7 @@ mod got;
 pub mod inprocess;
 mod lifecycle;
 mod locks;
+pub mod mappings;
 mod record;
 mod spool;
 mod sys;

@@ -67,14 +67,7 @@ unsafe extern "C" {
     pub(crate) fn gettid() -> c_int;
     pub(crate) fn clock_gettime(clock: c_int, ts: *mut Timespec) -> c_int;
     pub(crate) fn nanosleep(req: *const Timespec, rem: *mut Timespec) -> c_int;
-    pub(crate) fn mmap(
-        addr: *mut c_void,
-        len: usize,
-        prot: c_int,
-        flags: c_int,
-        fd: c_int,
-        off: i64,
-    ) -> *mut c_void;
+    fn syscall(number: std::ffi::c_long, ...) -> std::ffi::c_long;
     pub(crate) fn pthread_key_create(
         key: *mut u32,
         dtor: Option<unsafe extern "C" fn(*mut c_void)>,
@@ -124,3 +117,50 @@ pub(crate) const PTHREAD_CREATE_DETACHED: c_int = 1;
 pub(crate) const PR_SET_NAME: c_int = 15;
 /// SIGHUP, SIGQUIT, SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, SIGTERM, SIGXCPU, SIGXFSZ.
 pub(crate) const FLUSH_SIGNALS: [c_int; 10] = [1, 3, 4, 6, 7, 8, 11, 15, 24, 25];
+
+// The tracer's own mappings, and the program's that the tracer passes on
+// (`crate::mappings`), go through the system calls themselves: the tracer exports `mmap`,
+// `munmap` and `mremap`, so the C library's names would lead back to it.
+#[cfg(target_arch = "x86_64")]
+const SYS_MMAP: std::ffi::c_long = 9;
+#[cfg(target_arch = "x86_64")]
+const SYS_MUNMAP: std::ffi::c_long = 11;
+#[cfg(target_arch = "x86_64")]
+const SYS_MREMAP: std::ffi::c_long = 25;
+#[cfg(not(target_arch = "x86_64"))]
+const SYS_MMAP: std::ffi::c_long = 222;
+#[cfg(not(target_arch = "x86_64"))]
+const SYS_MUNMAP: std::ffi::c_long = 215;
+#[cfg(not(target_arch = "x86_64"))]
+const SYS_MREMAP: std::ffi::c_long = 216;
+
+/// `mmap(2)`: the mapping, or `-1` as a pointer with `errno` set (as the C library's).
+pub(crate) unsafe fn mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: i64,
+) -> *mut c_void {
+    // SAFETY: the system call with the caller's arguments; `syscall` sets errno.
+    unsafe { syscall(SYS_MMAP, addr, len, prot, flags, fd, off) as *mut c_void }
+}
+
+/// `munmap(2)`: 0, or -1 with `errno` set.
+pub(crate) unsafe fn munmap(addr: *mut c_void, len: usize) -> c_int {
+    // SAFETY: as `mmap`.
+    unsafe { syscall(SYS_MUNMAP, addr, len) as c_int }
+}
+
+/// `mremap(2)`: the new address, or `-1` as a pointer with `errno` set.
+pub(crate) unsafe fn mremap(
+    old: *mut c_void,
+    old_len: usize,
+    new_len: usize,
+    flags: c_int,
+    new_addr: *mut c_void,
+) -> *mut c_void {
+    // SAFETY: as `mmap`.
+    unsafe { syscall(SYS_MREMAP, old, old_len, new_len, flags, new_addr) as *mut c_void }
+}

@@ -5,7 +5,8 @@
 use std::path::Path;
 
 use allocview_loaders::Loaded;
-use allocview_loaders::binary::MemorySample;
+use allocview_loaders::binary::memory::{MAPPING_FILE_BACKED, mapped_bytes};
+use allocview_loaders::binary::{MapCall, Mapping, MemorySample};
 use serde::Serialize;
 
 /// What the samples say.
@@ -25,17 +26,39 @@ pub struct RecordedMemory {
     pub anon_at_peak_live_bytes: Option<u64>,
     pub final_rss_bytes: u64,
     pub final_anon_bytes: u64,
+    /// Calls to `mmap`, `munmap`, `mremap` and the break that the program made outside the
+    /// allocator (the C library's allocator maps through entry points no tracer sees).
+    pub mapping_calls: usize,
+    /// The most anonymous memory (not files) the program had mapped so at once, and at the end.
+    pub mapped_outside_allocator_peak_bytes: u64,
+    pub mapped_outside_allocator_final_bytes: u64,
+    /// The most file-backed memory it had mapped at once.
+    pub mapped_files_peak_bytes: u64,
     pub measured: &'static str,
 }
 
 impl RecordedMemory {
-    /// The figures of `samples` (in time order), the peak of live bytes at `peak_live_t_ns`;
-    /// `None` without samples.
+    /// The figures of the samples and the mapping calls (each in time order), the peak of
+    /// live bytes at `peak_live_t_ns`; `None` without samples.
     #[must_use]
-    pub fn of(samples: &[MemorySample], peak_live_t_ns: Option<i64>) -> Option<Self> {
+    pub fn of(
+        (samples, mappings): (&[MemorySample], &[Mapping]),
+        peak_live_t_ns: Option<i64>,
+    ) -> Option<Self> {
         let first = samples.first()?;
         let last = samples.last()?;
         let peak = samples.iter().max_by_key(|s| s.resident_bytes)?;
+        let is_file = |m: &&Mapping| m.call == MapCall::Mmap && m.flags & MAPPING_FILE_BACKED != 0;
+        let anon_calls: Vec<Mapping> = mappings.iter().filter(|m| !is_file(m)).copied().collect();
+        // Unmaps and remaps count against the files' mappings too: a range never mapped takes
+        // nothing away.
+        let file_calls: Vec<Mapping> = mappings
+            .iter()
+            .filter(|m| is_file(m) || m.call != MapCall::Mmap)
+            .copied()
+            .collect();
+        let (anon, files) = (mapped_bytes(&anon_calls), mapped_bytes(&file_calls));
+        let peak_of = |v: &[(i64, u64)]| v.iter().map(|p| p.1).max().unwrap_or(0);
         let near_peak_live = peak_live_t_ns.and_then(|t| {
             samples
                 .iter()
@@ -51,6 +74,10 @@ impl RecordedMemory {
             anon_at_peak_live_bytes: near_peak_live,
             final_rss_bytes: last.resident_bytes,
             final_anon_bytes: last.anon_bytes,
+            mapping_calls: mappings.len(),
+            mapped_outside_allocator_peak_bytes: peak_of(&anon),
+            mapped_outside_allocator_final_bytes: anon.last().map_or(0, |m| m.1),
+            mapped_files_peak_bytes: peak_of(&files),
             measured: "the recorded process's resident memory (/proc/self/statm), sampled by \
                        record's clock thread about every 10 ms: a measurement, not a model",
         })
@@ -65,12 +92,13 @@ impl RecordedMemory {
     }
 }
 
-/// The memory samples of `loaded` (a trace made by `record`; none for other inputs).
+/// The memory samples and the mapping calls of `loaded` (a trace made by `record`; none for
+/// other inputs).
 #[must_use]
-pub fn samples_of(loaded: &Loaded) -> &[MemorySample] {
+pub fn samples_of(loaded: &Loaded) -> (&[MemorySample], &[Mapping]) {
     match loaded {
-        Loaded::MallocTrace(t) => &t.memory,
-        _ => &[],
+        Loaded::MallocTrace(t) => (&t.memory, &t.mappings),
+        _ => (&[], &[]),
     }
 }
 
@@ -78,12 +106,14 @@ pub fn samples_of(loaded: &Loaded) -> &[MemorySample] {
 /// command); none when it has none. A damaged MEMORY frame is said on stderr, and the command
 /// goes on without the samples (the events are whole).
 #[must_use]
-pub fn samples_in_file(path: &Path) -> Vec<MemorySample> {
-    match allocview_loaders::binary::read_memory(path) {
-        Ok(samples) => samples,
+pub fn samples_in_file(path: &Path) -> (Vec<MemorySample>, Vec<Mapping>) {
+    let read = allocview_loaders::binary::read_memory(path)
+        .and_then(|s| Ok((s, allocview_loaders::binary::read_mappings(path)?)));
+    match read {
+        Ok(both) => both,
         Err(e) => {
             eprintln!("warning: {e}: the program's memory samples are left out");
-            Vec::new()
+            (Vec::new(), Vec::new())
         }
     }
 }

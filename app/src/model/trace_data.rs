@@ -366,9 +366,9 @@ impl TraceData {
                     end: w.end as u64,
                     trace_events,
                 });
-                Self::of_loaded(path, loaded, part, warnings, keep_calls)
+                Self::of_loaded(path, *loaded, part, warnings, keep_calls)
             }
-            Opened::Streamed(streamed) => Self::of_streamed(path, streamed, started, keep_calls),
+            Opened::Streamed(streamed) => Self::of_streamed(path, *streamed, started, keep_calls),
         }
     }
 

@@ -67,6 +67,7 @@ fn load_streamed_window(path: &Path, args: &InputArgs) -> Result<Loaded> {
         stacks: None,
         // A window's tables are read block by block; its memory samples are not read.
         memory: Vec::new(),
+        mappings: Vec::new(),
     }))
 }
 
@@ -137,7 +138,7 @@ fn load_options(lenient: bool, requests: Requests, counter: Arc<AtomicU64>) -> L
 pub enum Opened {
     /// Loaded in memory, whole or cut to the window asked for.
     Loaded {
-        loaded: Loaded,
+        loaded: Box<Loaded>,
         /// The window cut from it, when one was asked for.
         window: Option<WindowInfo>,
         /// Events of the input before the cut (0 for an input without events).
@@ -145,8 +146,9 @@ pub enum Opened {
         /// What the loader noticed ([`warnings`]).
         warnings: Vec<String>,
     },
-    /// A window of a binary trace too big to load, read block by block.
-    Streamed(StreamedWindow),
+    /// A window of a binary trace too big to load, read block by block (boxed, as the
+    /// loaded input is: both are large).
+    Streamed(Box<StreamedWindow>),
 }
 
 /// A window of a binary trace read block by block for an explorer
@@ -177,7 +179,8 @@ pub fn open_for_explorer(
         if window.is_set() {
             // A window of a trace too big to load: read block by block, only the window
             // kept.
-            return read_window_for_explorer(path, window, progress, resume).map(Opened::Streamed);
+            return read_window_for_explorer(path, window, progress, resume)
+                .map(|w| Opened::Streamed(Box::new(w)));
         }
         // Too big to load whole and no window asked for: the first events that fit.
         let first_part = WindowArgs {
@@ -195,7 +198,7 @@ pub fn open_for_explorer(
                 crate::format::count(first)
             ),
         );
-        return Ok(Opened::Streamed(streamed));
+        return Ok(Opened::Streamed(Box::new(streamed)));
     }
     let mut loaded = allocview_loaders::load(
         path,
@@ -210,7 +213,7 @@ pub fn open_for_explorer(
     let window = super::window::apply(&mut loaded, window, path).map_err(|e| format!("{e:#}"))?;
     let warnings = warnings(&loaded);
     Ok(Opened::Loaded {
-        loaded,
+        loaded: Box::new(loaded),
         window,
         trace_events,
         warnings,

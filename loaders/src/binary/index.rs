@@ -299,34 +299,56 @@ pub fn read_index(path: &Path) -> Result<BlockIndex, LoadError> {
 }
 
 /// The recorded program's memory samples of a trace ([`super::memory`]), read without its
-/// events: from the last EVENTS block on, frame headers only up to the MEMORY frame (before
-/// INDEX and END). None in a trace without one; the samples of the first MEMORY frame.
+/// events: none in a trace without them.
 ///
 /// # Errors
 /// When the file cannot be read, is not a trace, or its MEMORY frame is damaged.
 pub fn read_memory(path: &Path) -> Result<Vec<super::MemorySample>, LoadError> {
+    match trailing_frame(path, super::memory::FRAME_MEMORY)? {
+        Some((at, payload)) => super::memory::decode_frame(&payload)
+            .map_err(|why| corrupt(path, at, &format!("a MEMORY frame: {why}"))),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The mapping calls the recorded program made outside the allocator, read without the
+/// trace's events: none in a trace without them.
+///
+/// # Errors
+/// When the file cannot be read, is not a trace, or its MAPPINGS frame is damaged.
+pub fn read_mappings(path: &Path) -> Result<Vec<super::Mapping>, LoadError> {
+    match trailing_frame(path, super::memory::FRAME_MAPPINGS)? {
+        Some((at, payload)) => super::memory::decode_mappings(&payload)
+            .map_err(|why| corrupt(path, at, &format!("a MAPPINGS frame: {why}"))),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The first frame tagged `tag` after the trace's last EVENTS block (where the tables that
+/// follow the events are) and before INDEX and END, with its offset: frame headers only are
+/// read on the way.
+fn trailing_frame(path: &Path, tag: u8) -> Result<Option<(u64, Vec<u8>)>, LoadError> {
     let index = read_index(path)?;
     let file = File::open(path).map_err(|e| LoadError::io(path, e))?;
     let file_bytes = file.metadata().map_err(|e| LoadError::io(path, e))?.len();
     let mut offset = index.blocks.last().map_or(HEADER_BYTES, |b| b.offset);
     while offset + FRAME_HEADER_BYTES <= file_bytes {
         let head = read_at(&file, path, offset, FRAME_HEADER_BYTES as usize)?;
-        let tag = head.first().copied().unwrap_or(0);
+        let this = head.first().copied().unwrap_or(0);
         let len = head
             .get(1..5)
             .and_then(|b| b.try_into().ok())
             .map_or(0, u32::from_le_bytes);
-        match tag {
-            super::memory::FRAME_MEMORY => {
-                let (_, payload) = frame_payload_at(&file, path, offset, file_bytes)?;
-                return super::memory::decode_frame(&payload)
-                    .map_err(|why| corrupt(path, offset, &format!("a MEMORY frame: {why}")));
-            }
-            super::FRAME_INDEX | super::FRAME_END => break,
-            _ => offset += FRAME_HEADER_BYTES + u64::from(len),
+        if this == tag {
+            let (_, payload) = frame_payload_at(&file, path, offset, file_bytes)?;
+            return Ok(Some((offset, payload)));
         }
+        if this == super::FRAME_INDEX || this == super::FRAME_END {
+            break;
+        }
+        offset += FRAME_HEADER_BYTES + u64::from(len);
     }
-    Ok(Vec::new())
+    Ok(None)
 }
 
 /// Builds the index of a file without an INDEX frame, reading its frames in order up to END,

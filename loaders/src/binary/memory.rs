@@ -1,6 +1,13 @@
 //! The recorded program's own memory over time: its resident set, sampled by the tracer's
-//! clock thread about every 10 ms while it records (`record`), kept in a trace beside its
+//! clock thread about every 10 ms while it records (`record`), and the mappings it made
+//! outside the allocator (`mmap`, `munmap`, `mremap`, the break), kept in a trace beside its
 //! events. The figures come from the recording, not from any model.
+//!
+//! Mappings: in a spool, each call is a frame (`0x15 MAPPING`: tick u64, call u8, address u64,
+//! length u64, new address u64, new length u64, flags u32; see the tracer's `mappings.rs`); in a
+//! trace, all are one frame (`0x0b MAPPINGS`, after the last EVENTS frame): varint n, then per
+//! call its time as a zigzag varint of the difference from the previous one's, the call u8,
+//! and the address, length, new address, new length and flags as varints.
 //!
 //! In a spool, each sample is a frame of its own (`0x14 MEMORY`: the clock's tick u64, the
 //! resident bytes u64, the anonymous resident bytes u64, all little-endian), timed like the
@@ -15,6 +22,59 @@ use super::codec::{Cursor, put_varint, zigzag};
 pub(crate) const FRAME_MEMORY: u8 = 0x0a;
 /// A spool's MEMORY frame (one sample).
 pub(crate) const FRAME_MEMORY_SAMPLE: u8 = 0x14;
+
+/// A trace's MAPPINGS frame.
+pub(crate) const FRAME_MAPPINGS: u8 = 0x0b;
+/// A spool's MAPPING frame (one call).
+pub(crate) const FRAME_MAPPING: u8 = 0x15;
+
+/// What a recorded mapping call did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapCall {
+    Mmap,
+    Munmap,
+    Mremap,
+    /// The break moved (`brk`, `sbrk`): from `addr` to `len` (the new break).
+    Break,
+}
+
+impl MapCall {
+    fn code(self) -> u8 {
+        match self {
+            Self::Mmap => 1,
+            Self::Munmap => 2,
+            Self::Mremap => 3,
+            Self::Break => 4,
+        }
+    }
+
+    fn of(code: u8) -> Option<Self> {
+        Some(match code {
+            1 => Self::Mmap,
+            2 => Self::Munmap,
+            3 => Self::Mremap,
+            4 => Self::Break,
+            _ => return None,
+        })
+    }
+}
+
+/// One mapping call the program made outside the allocator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub t_ns: i64,
+    pub call: MapCall,
+    pub addr: u64,
+    pub len: u64,
+    /// `mremap`'s result (else 0).
+    pub new_addr: u64,
+    pub new_len: u64,
+    /// `mmap`'s flags; bit 31 set for a mapping of a file.
+    pub flags: u32,
+}
+
+/// Bit 31 of [`Mapping::flags`]: a mapping of a file.
+pub const MAPPING_FILE_BACKED: u32 = 1 << 31;
 
 /// One sample of the recorded process's memory (`/proc/self/statm`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +142,159 @@ pub(crate) fn decode_spool_sample(payload: &[u8]) -> Option<(u64, u64, u64)> {
     c.at_end().then_some(sample)
 }
 
+/// A trace's MAPPINGS frame's payload.
+#[must_use]
+pub fn encode_mappings(calls: &[Mapping]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + calls.len() * 24);
+    put_varint(&mut out, calls.len() as u64);
+    let mut prev = 0i64;
+    for m in calls {
+        put_varint(&mut out, zigzag(m.t_ns.wrapping_sub(prev)));
+        out.push(m.call.code());
+        for v in [m.addr, m.len, m.new_addr, m.new_len, u64::from(m.flags)] {
+            put_varint(&mut out, v);
+        }
+        prev = m.t_ns;
+    }
+    out
+}
+
+/// Reads a trace's MAPPINGS frame (a count past what the payload can hold, seven bytes a call
+/// at least, is refused before anything is allocated by it).
+///
+/// # Errors
+/// A cut or damaged frame, in words.
+pub(crate) fn decode_mappings(payload: &[u8]) -> Result<Vec<Mapping>, String> {
+    let mut c = Cursor::new(payload);
+    let n = c.varint().ok_or("a cut mapping count")?;
+    if n.saturating_mul(7) > payload.len() as u64 {
+        return Err(format!(
+            "{n} mapping calls in a {}-byte frame",
+            payload.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(n as usize);
+    let mut t = 0i64;
+    for _ in 0..n {
+        let dt = c.zigzag().ok_or("a cut mapping call")?;
+        let call = c
+            .u8()
+            .and_then(MapCall::of)
+            .ok_or("a mapping call of no known kind")?;
+        let mut v = [0u64; 5];
+        for x in &mut v {
+            *x = c.varint().ok_or("a cut mapping call")?;
+        }
+        t = t.wrapping_add(dt);
+        out.push(Mapping {
+            t_ns: t,
+            call,
+            addr: v[0],
+            len: v[1],
+            new_addr: v[2],
+            new_len: v[3],
+            flags: u32::try_from(v[4]).map_err(|_| "mapping flags past 32 bits")?,
+        });
+    }
+    if !c.at_end() {
+        return Err("bytes after the mapping calls".into());
+    }
+    Ok(out)
+}
+
+/// Reads a spool's MAPPING frame: the tick, and the call with its time still 0.
+pub(crate) fn decode_spool_mapping(payload: &[u8]) -> Option<(u64, Mapping)> {
+    let mut c = Cursor::new(payload);
+    let tick = c.u64()?;
+    let call = MapCall::of(c.u8()?)?;
+    let (addr, len, new_addr, new_len) = (c.u64()?, c.u64()?, c.u64()?, c.u64()?);
+    let flags = c.u32()?;
+    c.at_end().then_some((
+        tick,
+        Mapping {
+            t_ns: 0,
+            call,
+            addr,
+            len,
+            new_addr,
+            new_len,
+            flags,
+        },
+    ))
+}
+
+/// The bytes the program had mapped outside the allocator after each call of `calls` (in
+/// time order): mappings added by `mmap` and moved by `mremap`, taken away (in part, as the
+/// kernel does) by `munmap` and `mremap`; the break counts from the first break seen.
+#[must_use]
+pub fn mapped_bytes(calls: &[Mapping]) -> Vec<(i64, u64)> {
+    use std::collections::BTreeMap;
+    // start -> end of every range mapped, none overlapping.
+    let mut ranges: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut total = 0u64;
+    let mut break_start: Option<u64> = None;
+    let mut break_bytes = 0u64;
+    let mut out = Vec::with_capacity(calls.len());
+    for m in calls {
+        match m.call {
+            MapCall::Mmap => {
+                total -= unmap(&mut ranges, m.addr, m.len);
+                total += map(&mut ranges, m.addr, m.len);
+            }
+            MapCall::Munmap => total -= unmap(&mut ranges, m.addr, m.len),
+            MapCall::Mremap => {
+                // A remap moves what was mapped: of a range not mapped here (another set's),
+                // nothing.
+                let moved = unmap(&mut ranges, m.addr, m.len);
+                total -= moved;
+                if moved > 0 {
+                    total -= unmap(&mut ranges, m.new_addr, m.new_len);
+                    total += map(&mut ranges, m.new_addr, m.new_len);
+                }
+            }
+            MapCall::Break => {
+                let start = *break_start.get_or_insert(m.addr);
+                break_bytes = m.len.saturating_sub(start);
+            }
+        }
+        out.push((m.t_ns, total + break_bytes));
+    }
+    out
+}
+
+/// Adds `[addr, addr + len)` (free of other ranges: unmapped first); returns its length.
+fn map(ranges: &mut std::collections::BTreeMap<u64, u64>, addr: u64, len: u64) -> u64 {
+    let end = addr.saturating_add(len);
+    if end > addr {
+        ranges.insert(addr, end);
+    }
+    end - addr
+}
+
+/// Takes `[addr, addr + len)` out of the ranges, cutting those it overlaps; returns the bytes
+/// taken out.
+fn unmap(ranges: &mut std::collections::BTreeMap<u64, u64>, addr: u64, len: u64) -> u64 {
+    let end = addr.saturating_add(len);
+    if end <= addr {
+        return 0;
+    }
+    let mut removed = 0;
+    // The range starting before `addr` that reaches into it, then those starting inside.
+    let first = ranges.range(..addr).next_back().map(|(&s, &e)| (s, e));
+    let inside: Vec<(u64, u64)> = ranges.range(addr..end).map(|(&s, &e)| (s, e)).collect();
+    for (s, e) in first.into_iter().filter(|&(_, e)| e > addr).chain(inside) {
+        ranges.remove(&s);
+        if s < addr {
+            ranges.insert(s, addr);
+        }
+        if e > end {
+            ranges.insert(end, e);
+        }
+        removed += e.min(end) - s.max(addr);
+    }
+    removed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,5 +319,44 @@ mod tests {
         put_varint(&mut lying, u64::MAX / 4);
         assert!(decode_frame(&lying).is_err());
         assert!(decode_frame(&frame[..frame.len() - 1]).is_err());
+    }
+
+    fn call(call: MapCall, addr: u64, len: u64, new: (u64, u64)) -> Mapping {
+        Mapping {
+            t_ns: 0,
+            call,
+            addr,
+            len,
+            new_addr: new.0,
+            new_len: new.1,
+            flags: 0,
+        }
+    }
+
+    #[test]
+    fn mapped_bytes_follow_partial_unmaps_remaps_and_the_break() {
+        let calls = [
+            call(MapCall::Mmap, 0x10000, 0x4000, (0, 0)),
+            // A hole in the middle, then the start.
+            call(MapCall::Munmap, 0x11000, 0x1000, (0, 0)),
+            call(MapCall::Munmap, 0x10000, 0x1000, (0, 0)),
+            // The last part grows elsewhere.
+            call(MapCall::Mremap, 0x13000, 0x1000, (0x40000, 0x3000)),
+            call(MapCall::Break, 0x800000, 0x821000, (0, 0)),
+            call(MapCall::Break, 0x821000, 0x811000, (0, 0)),
+            // Unmapping what was never mapped takes nothing away, nor maps a remap of it.
+            call(MapCall::Munmap, 0x90000, 0x1000, (0, 0)),
+            call(MapCall::Mremap, 0x90000, 0x1000, (0xa0000, 0x1000)),
+        ];
+        let bytes: Vec<u64> = mapped_bytes(&calls).into_iter().map(|(_, b)| b).collect();
+        assert_eq!(
+            bytes,
+            [
+                0x4000, 0x3000, 0x2000, 0x4000, 0x25000, 0x15000, 0x15000, 0x15000
+            ]
+        );
+        let frame = encode_mappings(&calls);
+        assert_eq!(decode_mappings(&frame).unwrap(), calls);
+        assert!(decode_mappings(&frame[..frame.len() - 1]).is_err());
     }
 }

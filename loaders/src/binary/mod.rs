@@ -122,8 +122,8 @@ mod verify;
 mod write;
 
 use frames::{Frames, read_header};
-pub use index::{BlockEntry, BlockIndex, read_index, read_index_frame, read_memory};
-pub use memory::MemorySample;
+pub use index::{BlockEntry, BlockIndex, read_index, read_index_frame, read_mappings, read_memory};
+pub use memory::{MapCall, Mapping, MemorySample};
 use spool::read_spool;
 pub use spool::{LivePoll, LiveSpool};
 pub use stacks::{
@@ -205,6 +205,8 @@ pub struct BinaryInfo {
     pub stacks: Option<NativeStacks>,
     /// The recorded program's resident memory over time ([`memory`]), in time order.
     pub memory: Vec<MemorySample>,
+    /// The mapping calls the recorded program made outside the allocator, in time order.
+    pub mappings: Vec<Mapping>,
 }
 
 impl BinaryInfo {
@@ -219,6 +221,7 @@ impl BinaryInfo {
             events_lost: None,
             stacks: None,
             memory: Vec::new(),
+            mappings: Vec::new(),
         }
     }
 
@@ -393,6 +396,7 @@ pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
         load_seconds: started.elapsed().as_secs_f64(),
         stacks,
         memory: info.memory,
+        mappings: info.mappings,
     })
 }
 

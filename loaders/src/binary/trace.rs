@@ -45,6 +45,7 @@ const FRAME_HEADER_BYTES: usize = 5;
 enum Parsed {
     Meta(Vec<(String, String)>),
     Memory(Vec<super::MemorySample>),
+    Mappings(Vec<super::Mapping>),
     Threads(Vec<u64>),
     /// The block's records are in [`Reader::decoded`].
     Events,
@@ -156,6 +157,9 @@ impl<'a> Reader<'a> {
             super::memory::FRAME_MEMORY => {
                 Ok(Parsed::Memory(super::memory::decode_frame(payload)?))
             }
+            super::memory::FRAME_MAPPINGS => {
+                Ok(Parsed::Mappings(super::memory::decode_mappings(payload)?))
+            }
             _ => Ok(Parsed::Unknown),
         }
     }
@@ -224,6 +228,7 @@ impl<'a> Reader<'a> {
                         | FRAME_SYMBOLS
                         | super::FRAME_INDEX
                         | super::memory::FRAME_MEMORY
+                        | super::memory::FRAME_MAPPINGS
                 )
             })
     }
@@ -464,6 +469,7 @@ fn read_frames(
         match parsed {
             Parsed::Meta(meta) => info.meta.extend(meta),
             Parsed::Memory(samples) => info.memory.extend(samples),
+            Parsed::Mappings(calls) => info.mappings.extend(calls),
             Parsed::Threads(ids) => r.threads.extend(ids),
             Parsed::Events => {
                 if let Some(first) = r.decoded.first() {

@@ -234,6 +234,22 @@ impl<W: Write> BinaryWriter<W> {
         )
     }
 
+    /// Writes the recorded program's mapping calls (a MAPPINGS frame, [`super::memory`]);
+    /// nothing when there are none.
+    ///
+    /// # Errors
+    /// On write errors.
+    pub fn write_mappings(&mut self, calls: &[super::Mapping]) -> io::Result<()> {
+        if calls.is_empty() {
+            return Ok(());
+        }
+        self.flush_block()?;
+        self.frame(
+            super::memory::FRAME_MAPPINGS,
+            &[&super::memory::encode_mappings(calls)],
+        )
+    }
+
     /// Writes the last block and the END frame, and returns the output.
     ///
     /// # Errors

@@ -254,6 +254,9 @@ pub struct MallocTrace {
     /// The recorded program's resident memory over time (a trace made by `record`; empty
     /// for other inputs): a measurement, on the events' time axis.
     pub memory: Vec<crate::binary::MemorySample>,
+    /// The mapping calls the recorded program made outside the allocator (a trace made by
+    /// `record`).
+    pub mappings: Vec<crate::binary::Mapping>,
 }
 
 /// Multiplicative hashing for pointer keys: pointers are already well spread in their middle

@@ -218,8 +218,9 @@ unsafe extern "C" fn arena_alloc(ctx: Ctx, size: usize) -> *mut c_void {
     let Some(f) = w.alloc else {
         return null_mut();
     };
-    // SAFETY: the wrapped arena allocator's own function and context.
-    let p = unsafe { f(w.ctx, size) };
+    // SAFETY: the wrapped arena allocator's own function and context; its mapping is the
+    // allocator's, recorded as the arena, not as a mapping of the program's.
+    let p = crate::mappings::as_allocator(|| unsafe { f(w.ctx, size) });
     tagged(TAG_ARENA, || record_allocation(CALL_MALLOC, size, p))
 }
 
@@ -231,5 +232,5 @@ unsafe extern "C" fn arena_free(ctx: Ctx, p: *mut c_void, size: usize) {
     };
     tagged(TAG_ARENA, || record_free(CALL_FREE, p));
     // SAFETY: as in `arena_alloc`.
-    unsafe { f(w.ctx, p, size) }
+    crate::mappings::as_allocator(|| unsafe { f(w.ctx, p, size) });
 }

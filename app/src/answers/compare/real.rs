@@ -378,9 +378,11 @@ pub fn against_recorded(
         );
         r.notes.push(format!(
             "against the recording: peak {} vs the {} of anonymous memory the program grew by \
-             (measured; it also holds stacks and mappings outside the allocator): {:+.1}%",
+             (measured; it also holds its stacks and up to {} it mapped outside the \
+             allocator): {:+.1}%",
             format::bytes(r.peak_footprint_bytes),
             format::bytes(program),
+            format::bytes(recorded.mapped_outside_allocator_peak_bytes),
             100.0 * error
         ));
     }

@@ -60,7 +60,8 @@ pub(super) fn compare(
     let recorded_memory = if window.is_set() {
         None
     } else {
-        RecordedMemory::of(&samples_in_file(file), None)
+        let (samples, mappings) = samples_in_file(file);
+        RecordedMemory::of((&samples, &mappings), None)
     };
     if let Some(m) = &recorded_memory {
         against_recorded(&mut rows, m);

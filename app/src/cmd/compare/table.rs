@@ -138,11 +138,14 @@ pub(super) fn print_recorded(
     outln!();
     outln!(
         "  recorded: the program's peak RSS was {} (anonymous {} at most, {} at the start: it \
-         grew by {}), measured while it ran",
+         grew by {}), measured while it ran; it mapped up to {} of anonymous memory outside \
+         the allocator ({} calls)",
         format::bytes(m.peak_rss_bytes),
         format::bytes(m.peak_anon_bytes),
         format::bytes(m.first_anon_bytes),
-        format::bytes(m.anon_growth_bytes())
+        format::bytes(m.anon_growth_bytes()),
+        format::bytes(m.mapped_outside_allocator_peak_bytes),
+        format::count(m.mapping_calls as u64)
     );
     Ok(())
 }

@@ -171,6 +171,7 @@ pub fn convert(input: &Path, output: &Path, to: Form, lenient: bool) -> Result<u
     let info = read_any(input, lenient, TimeBase::default(), &mut |r| sink.push(r))?;
     if let Some(info) = &info {
         sink.write_memory(&info.memory)?;
+        sink.write_mappings(&info.mappings)?;
     }
     if let Some(info) = info
         && let Some(mut stacks) = info.stacks

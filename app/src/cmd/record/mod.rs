@@ -345,6 +345,7 @@ fn convert_spool(
 ) -> Result<RecordingSummary> {
     let mut add_stacks = |writer: &mut RecordWriter, info: BinaryInfo| -> Result<()> {
         writer.write_memory(&info.memory)?;
+        writer.write_mappings(&info.mappings)?;
         if let Some(mut stacks) = info.stacks {
             symbolizer.symbolize_stacks(&mut stacks).print_summary();
             writer.write_stacks(&stacks)?;

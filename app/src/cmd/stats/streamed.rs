@@ -45,8 +45,9 @@ pub(super) fn stats(
     let memory = if window.is_set() {
         None
     } else {
+        let (samples, mappings) = samples_in_file(file);
         RecordedMemory::of(
-            &samples_in_file(file),
+            (&samples, &mappings),
             Some((stats.peak_live_time_s * 1e9) as i64),
         )
     };

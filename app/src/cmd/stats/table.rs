@@ -169,6 +169,14 @@ pub(super) fn print_table(
                 .map(|b| format!(", {} near the peak of live bytes", bytes(b)))
                 .unwrap_or_default()
         );
+        outln!(
+            "  mapped outside    {:>14}   anonymous at most (mmap and the break, outside the \
+             allocator: {} calls), {} at the end; files mapped {} at most",
+            bytes(m.mapped_outside_allocator_peak_bytes),
+            count(m.mapping_calls as u64),
+            bytes(m.mapped_outside_allocator_final_bytes),
+            bytes(m.mapped_files_peak_bytes)
+        );
     }
     outln!("  max live blocks   {:>14}", count(s.max_live_blocks));
     outln!(

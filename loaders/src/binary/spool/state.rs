@@ -29,6 +29,8 @@ pub(super) struct SpoolState<'a> {
     flushed: [Option<u64>; 2],
     /// The program's memory samples as read: `(tick, resident bytes, anonymous bytes)`.
     memory: Vec<(u64, u64, u64)>,
+    /// The program's mapping calls as read, with their ticks.
+    mappings: Vec<(u64, crate::binary::Mapping)>,
     merge: Merge,
 }
 
@@ -45,6 +47,7 @@ impl<'a> SpoolState<'a> {
             calib_last: None,
             flushed: [None, None],
             memory: Vec::new(),
+            mappings: Vec::new(),
             merge: Merge::new(),
         }
     }
@@ -98,6 +101,11 @@ impl<'a> SpoolState<'a> {
                 let sample = crate::binary::memory::decode_spool_sample(&payload)
                     .ok_or_else(|| corrupt(&self.path, at, "a memory sample"))?;
                 self.memory.push(sample);
+            }
+            crate::binary::memory::FRAME_MAPPING => {
+                let call = crate::binary::memory::decode_spool_mapping(&payload)
+                    .ok_or_else(|| corrupt(&self.path, at, "a mapping call"))?;
+                self.mappings.push(call);
             }
             _ => {}
         }
@@ -271,6 +279,20 @@ impl<'a> SpoolState<'a> {
                 .collect();
             memory.sort_by_key(|m| m.t_ns);
             self.info.memory = memory;
+        }
+        if !self.mappings.is_empty() {
+            let timing = self.timing()?;
+            let mut calls: Vec<crate::binary::Mapping> = self
+                .mappings
+                .iter()
+                .map(|&(tick, m)| crate::binary::Mapping {
+                    t_ns: timing.to_ns(tick),
+                    ..m
+                })
+                .collect();
+            // Stable: calls of one time keep the order they were written in.
+            calls.sort_by_key(|m| m.t_ns);
+            self.info.mappings = calls;
         }
         if self.encoding()? == SpoolEncoding::Stacked {
             let defs = self
