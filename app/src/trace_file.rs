@@ -168,8 +168,6 @@ impl RecordWriter {
         Ok(())
     }
 
-    /// Writes the call stacks the records' stack ids refer to (call after the last record):
-    /// into the binary form; the text form cannot hold them, so it says what is lost.
     /// Writes the recorded program's memory samples (binary form; the text form has none,
     /// and says what is left out).
     ///
@@ -222,6 +220,11 @@ impl RecordWriter {
         }
     }
 
+    /// Writes the call stacks the records' stack ids refer to (call after the last record):
+    /// into the binary form; the text form cannot hold them, so it says what is lost.
+    ///
+    /// # Errors
+    /// On write errors.
     pub fn write_stacks(&mut self, stacks: &NativeStacks) -> Result<()> {
         match &mut self.sink {
             Sink::Binary(w) => w

@@ -78,7 +78,8 @@ fn the_program_s_resident_memory_is_recorded_beside_its_live_bytes() {
 }
 
 /// Maps 32 MiB anonymously and writes it, gives back its second half, then maps a file of
-/// 1 MiB (its own executable's first MiB) and 8 MiB more anonymously with `mremap` growing it.
+/// 1 MiB (its own executable's first MiB) and 8 MiB more anonymously with `mremap` growing it;
+/// and reserves 64 MiB of addresses it never uses (`PROT_NONE`).
 const MAPPER_C: &str = r#"
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -95,8 +96,9 @@ int main(int argc, char **argv) {
     void *f = mmap(0, 1 << 20, PROT_READ, MAP_PRIVATE, fd, 0);
     char *b = mmap(0, 4 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     b = mremap(b, 4 << 20, 8 << 20, MREMAP_MAYMOVE);
+    void *r = mmap(0, 64 << 20, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     usleep(30000);
-    return f == MAP_FAILED || b == MAP_FAILED;
+    return f == MAP_FAILED || b == MAP_FAILED || r == MAP_FAILED;
 }
 "#;
 
@@ -114,9 +116,10 @@ fn the_program_s_own_mappings_outside_the_allocator_are_recorded() {
     ]);
     let t = trace.to_str().unwrap();
     let m = json(&["stats", t, "--json"])["recorded_memory"].clone();
-    // The program's three mmaps, its munmap and its mremap (the C library's own start-up maps
+    // The program's four mmaps, its munmap and its mremap (the C library's own start-up maps
     // through entry points the tracer does not see).
-    assert_eq!(m["mapping_calls"], 3 + 1 + 1, "{m}");
+    assert_eq!(m["mapping_calls"], 4 + 1 + 1, "{m}");
+    // The reservation is not memory the program holds: not counted.
     assert_eq!(m["mapped_outside_allocator_peak_bytes"], 32 << 20, "{m}");
     // 16 MiB left of the first mapping, and the 8 MiB the second grew to.
     assert_eq!(m["mapped_outside_allocator_final_bytes"], 24 << 20, "{m}");

@@ -44,12 +44,31 @@ unsafe extern "C" {
     fn sysconf(name: i32) -> i64;
 }
 
+const PROT_READ: i32 = 0x1;
 const PROT_RW: i32 = 0x1 | 0x2;
+const MAP_PRIVATE: i32 = 0x02;
 const MAP_PRIVATE_ANON: i32 = 0x02 | 0x20;
+/// Reads the file's pages in at once: the calls are read as the replay runs, and a page fault
+/// on the page cache between calls would be time the allocator did not take.
+const MAP_POPULATE: i32 = 0x8000;
 #[cfg(target_arch = "x86_64")]
 const SYS_FUTEX: i64 = 202;
-#[cfg(not(target_arch = "x86_64"))]
+/// The generic system call table's number (AArch64, RISC-V, LoongArch).
+#[cfg(any(
+    target_arch = "aarch64",
+    target_arch = "riscv64",
+    target_arch = "loongarch64"
+))]
 const SYS_FUTEX: i64 = 98;
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64",
+    target_arch = "loongarch64"
+)))]
+compile_error!(
+    "the replayer knows the futex system call's number on x86-64, AArch64, RISC-V and LoongArch only"
+);
 const FUTEX_WAIT_PRIVATE: i32 = 128;
 const FUTEX_WAKE_PRIVATE: i32 = 1 | 128;
 const SC_PAGESIZE: i32 = 30;
@@ -215,6 +234,12 @@ struct Shared {
     turn: AtomicU32,
     next_op: AtomicU64,
     wake: Vec<AtomicU32>,
+    /// Threads started and waiting for their first turn.
+    ready: AtomicU32,
+    /// Each traced thread's pointer between the two halves of a `realloc` (another thread's
+    /// calls may come between them), touched only by the thread that replays its calls.
+    pending: *mut *mut c_void,
+    n_threads: usize,
 }
 
 // SAFETY: the raw pointers are the mappings above; only the thread whose turn it is touches
@@ -268,8 +293,19 @@ impl Shared {
         unsafe { self.slots.add(s) }
     }
 
-    /// Runs call `i`; a `REALLOC_FROM` leaves its pointer in `*pending` for the next call.
-    fn run(&self, op: Op, pending: &mut *mut c_void) {
+    /// The traced thread's pointer between the two halves of its `realloc`.
+    #[allow(clippy::mut_from_ref)]
+    fn pending(&self, thread: u16) -> &mut *mut c_void {
+        let t = usize::from(thread).min(self.n_threads.saturating_sub(1));
+        // SAFETY: inside the mapping of `n_threads` pointers; only the OS thread replaying
+        // traced thread `t` touches its entry, and not re-entrantly.
+        unsafe { &mut *self.pending.add(t) }
+    }
+
+    /// Runs one call; a `REALLOC_FROM` leaves its pointer as its thread's pending one, for
+    /// that thread's next call, the `REALLOC_TO`.
+    fn run(&self, op: Op) {
+        let pending = self.pending(op.thread);
         let size = op.size as usize;
         // SAFETY: the calls of the replayed program, on pointers its own calls returned.
         unsafe {
@@ -304,10 +340,7 @@ impl Shared {
                     self.touch(p, size);
                     *self.slot(op.slot) = p;
                 }
-                _ => {
-                    // A pointer left by a REALLOC_FROM whose second half never came is freed.
-                    free(std::mem::replace(pending, std::ptr::null_mut()));
-                }
+                _ => {}
             }
         }
     }
@@ -333,27 +366,24 @@ impl Shared {
 
     /// Replays every call on this thread.
     fn run_all(&self) {
-        let mut pending = std::ptr::null_mut();
         for i in 0..self.n_ops {
-            self.run(self.op(i), &mut pending);
+            self.run(self.op(i));
             self.after(i);
         }
-        self.run(nothing(), &mut pending);
         self.sample(self.n_ops);
     }
 
     /// Thread `me`'s share of the replay: waits for its turn, runs calls while they are its
     /// own, and hands the turn to the next call's thread.
     fn run_thread(&self, me: u32) {
-        let mut pending = std::ptr::null_mut();
+        self.ready.fetch_add(1, Ordering::Release);
         while self.wait_turn(me) {
             let mut i = self.next_op.load(Ordering::Acquire) as usize;
             while i < self.n_ops && self.op(i).thread as u32 == me {
-                self.run(self.op(i), &mut pending);
+                self.run(self.op(i));
                 self.after(i);
                 i += 1;
             }
-            self.run(nothing(), &mut pending);
             let next = if i < self.n_ops {
                 self.op(i).thread as u32
             } else {
@@ -409,33 +439,18 @@ impl Shared {
     }
 }
 
-fn nothing() -> Op {
-    Op {
-        op: NOTHING,
-        _pad: 0,
-        thread: 0,
-        slot: 0,
-        size: 0,
-    }
-}
-
 fn wake(word: &AtomicU32) {
     word.fetch_add(1, Ordering::Release);
     // SAFETY: wakes the thread sleeping on the word, if any.
     unsafe { syscall(SYS_FUTEX, std::ptr::from_ref(word), FUTEX_WAKE_PRIVATE, 1) };
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let (Some(ops_path), Some(out_path)) = (args.get(1), args.get(2)) else {
-        fail("usage: allocview_replayer OPS OUT");
-    };
-    let mut f = std::fs::File::open(ops_path).unwrap_or_else(|e| fail(&format!("{ops_path}: {e}")));
+/// The calls file mapped read-only: its header, and its calls after it. File pages are not
+/// anonymous memory, so they stay out of what the samples measure.
+fn map_calls(path: &str) -> (Header, *const Op, usize) {
+    let mut f = std::fs::File::open(path).unwrap_or_else(|e| fail(&format!("{path}: {e}")));
     let h = read_header(&mut f);
     let n_ops = usize::try_from(h.ops).unwrap_or_else(|_| fail("too many calls"));
-    let n_slots = usize::try_from(h.slots)
-        .unwrap_or_else(|_| fail("too many slots"))
-        .max(1);
     let ops_bytes = n_ops
         .checked_mul(OP_BYTES)
         .unwrap_or_else(|| fail("too many calls"));
@@ -445,19 +460,129 @@ fn main() {
     if file_bytes != HEADER_BYTES + ops_bytes {
         fail("the calls file's size does not match its header");
     }
-    let ops = mapped(ops_bytes);
-    // SAFETY: the mapping holds `ops_bytes`.
-    let buf = unsafe { std::slice::from_raw_parts_mut(ops, ops_bytes) };
-    if f.read_exact(buf).is_err() {
-        fail("cannot read the calls");
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+    // SAFETY: a read-only private mapping of the open file, of its own length.
+    let p = unsafe {
+        mmap(
+            std::ptr::null_mut(),
+            file_bytes,
+            PROT_READ,
+            MAP_PRIVATE | MAP_POPULATE,
+            fd,
+            0,
+        )
+    };
+    if p as isize == -1 || p.is_null() {
+        fail("cannot map the calls file");
     }
-    drop(f);
+    // SAFETY: the header's bytes precede the calls in the mapping (8-aligned: 48 bytes in).
+    (
+        h,
+        unsafe { p.cast::<u8>().add(HEADER_BYTES) }.cast::<Op>(),
+        n_ops,
+    )
+}
+
+/// Refuses a calls file that names a call, a slot or a thread it does not have: a replay
+/// would write out of its tables, or wait for a thread that never comes.
+fn check_calls(ops: *const Op, n_ops: usize, n_slots: usize, threads: usize) {
+    for i in 0..n_ops {
+        // SAFETY: `i < n_ops`, inside the mapping.
+        let op = unsafe { ops.add(i).read() };
+        let bad = op.op > NOTHING
+            || (op.op != NOTHING && op.slot as usize >= n_slots)
+            || usize::from(op.thread) >= threads.max(1);
+        if bad {
+            fail(&format!(
+                "call {i} of the calls file names no call, slot or thread it has"
+            ));
+        }
+    }
+}
+
+/// Starts the threads (none with `threads` 0: the calling thread replays), takes the
+/// baseline once all wait, replays, and returns the replay's time.
+fn replay(shared: &Shared, threads: u32) -> std::time::Duration {
+    std::thread::scope(|scope| {
+        for me in 0..threads {
+            std::thread::Builder::new()
+                .stack_size(256 << 10)
+                .spawn_scoped(scope, move || shared.run_thread(me))
+                .unwrap_or_else(|e| fail(&format!("cannot start a replay thread: {e}")));
+        }
+        // Every thread started and waiting for its turn: the baseline.
+        while shared.ready.load(Ordering::Acquire) < threads {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        shared.sample(0);
+        let started = std::time::Instant::now();
+        if threads == 0 {
+            shared.run_all();
+        } else {
+            let first = if shared.n_ops > 0 {
+                u32::from(shared.op(0).thread)
+            } else {
+                u32::MAX
+            };
+            shared.turn.store(first, Ordering::Release);
+            if first == u32::MAX {
+                for w in &shared.wake {
+                    wake(w);
+                }
+            } else if let Some(w) = shared.wake.get(first as usize) {
+                wake(w);
+            }
+        }
+        started
+    })
+    .elapsed()
+}
+
+/// Writes what was measured to `path` (the format in the module's header).
+fn write_out(path: &str, shared: &Shared, elapsed_ns: u64) {
+    let n = shared.n_samples.load(Ordering::Relaxed) as usize;
+    let mut out = Vec::with_capacity(40 + n * 16);
+    out.extend_from_slice(OUT_MAGIC);
+    // SAFETY: the first sample is the baseline (taken before any call).
+    let baseline = unsafe { shared.samples.read() }[1];
+    for w in [
+        baseline,
+        elapsed_ns,
+        shared.failed.load(Ordering::Relaxed),
+        n as u64,
+    ] {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    for i in 0..n {
+        // SAFETY: the first `n` samples are written.
+        let [done, rss] = unsafe { shared.samples.add(i).read() };
+        out.extend_from_slice(&done.to_le_bytes());
+        out.extend_from_slice(&rss.to_le_bytes());
+    }
+    let written = std::fs::File::create(path).and_then(|mut f| f.write_all(&out));
+    if let Err(e) = written {
+        fail(&format!("{path}: {e}"));
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(ops_path), Some(out_path)) = (args.get(1), args.get(2)) else {
+        fail("usage: allocview_replayer OPS OUT");
+    };
+    let (h, ops, n_ops) = map_calls(ops_path);
+    let n_slots = usize::try_from(h.slots)
+        .unwrap_or_else(|_| fail("too many slots"))
+        .max(1);
+    let n_threads = (h.threads as usize).max(1);
+    check_calls(ops, n_ops, n_slots, n_threads);
     let slots = mapped(n_slots * 8).cast::<*mut c_void>();
+    let pending = mapped(n_threads * 8).cast::<*mut c_void>();
     let max_samples = n_ops / h.sample_every as usize + 4;
     let samples = mapped(max_samples * 16).cast::<[u64; 2]>();
-    let threads = if h.one_thread { 0 } else { h.threads.max(1) };
+    let threads = if h.one_thread { 0 } else { n_threads as u32 };
     let shared = Shared {
-        ops: ops.cast::<Op>(),
+        ops,
         n_ops,
         slots,
         n_slots,
@@ -473,66 +598,13 @@ fn main() {
         turn: AtomicU32::new(u32::MAX - 1),
         next_op: AtomicU64::new(0),
         wake: (0..threads).map(|_| AtomicU32::new(0)).collect(),
+        ready: AtomicU32::new(0),
+        pending,
+        n_threads,
     };
-    let started = std::thread::scope(|scope| {
-        for me in 0..threads {
-            let shared = &shared;
-            std::thread::Builder::new()
-                .stack_size(256 << 10)
-                .spawn_scoped(scope, move || shared.run_thread(me))
-                .unwrap_or_else(|e| fail(&format!("cannot start a replay thread: {e}")));
-        }
-        // Every thread is started and waiting: the baseline.
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        shared.sample(0);
-        let started = std::time::Instant::now();
-        if threads == 0 {
-            shared.run_all();
-        } else {
-            let first = if n_ops > 0 {
-                shared.op(0).thread as u32
-            } else {
-                u32::MAX
-            };
-            if first == u32::MAX {
-                shared.turn.store(u32::MAX, Ordering::Release);
-                for w in &shared.wake {
-                    wake(w);
-                }
-            } else {
-                shared.turn.store(first, Ordering::Release);
-                if let Some(w) = shared.wake.get(first as usize) {
-                    wake(w);
-                }
-            }
-        }
-        started
-    });
-    let elapsed_ns = started.elapsed().as_nanos() as u64;
+    let elapsed_ns = replay(&shared, threads).as_nanos() as u64;
     if n_ops == 0 {
         shared.sample(0);
     }
-    let n = shared.n_samples.load(Ordering::Relaxed) as usize;
-    let mut out = Vec::with_capacity(40 + n * 16);
-    out.extend_from_slice(OUT_MAGIC);
-    // SAFETY: the first sample is the baseline (taken before any call).
-    let baseline = unsafe { samples.read() }[1];
-    for w in [
-        baseline,
-        elapsed_ns,
-        shared.failed.load(Ordering::Relaxed),
-        n as u64,
-    ] {
-        out.extend_from_slice(&w.to_le_bytes());
-    }
-    for i in 0..n {
-        // SAFETY: the first `n` samples are written.
-        let [done, rss] = unsafe { samples.add(i).read() };
-        out.extend_from_slice(&done.to_le_bytes());
-        out.extend_from_slice(&rss.to_le_bytes());
-    }
-    let written = std::fs::File::create(out_path).and_then(|mut f| f.write_all(&out));
-    if let Err(e) = written {
-        fail(&format!("{out_path}: {e}"));
-    }
+    write_out(out_path, &shared, elapsed_ns);
 }

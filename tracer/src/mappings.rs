@@ -3,7 +3,8 @@
 //! the spool as a MAPPING frame (`0x15`) timed as a flush mark is: the clock tick u64, the
 //! call u8 (1 `mmap`, 2 `munmap`, 3 `mremap`, 4 the break moved), then u64s: the address and
 //! length (for a break: the old break and the new one), the new address and length (`mremap`;
-//! else 0), and the `mmap` flags u32 with bit 31 set for a mapping of a file.
+//! else 0), then the `mmap` flags u32 with bit 31 set for a mapping of a file, and its
+//! protection u32.
 //!
 //! The C library's own allocator maps through its internal entry points, which no interposer
 //! sees, and the tracer maps through raw system calls ([`crate::sys`]): so what is recorded is
@@ -28,14 +29,14 @@ const MAP_ANONYMOUS: c_int = 0x20;
 
 /// Writes one MAPPING frame, unless the calling thread runs the tracer (the allocator's call)
 /// or the tracer is not recording.
-fn note(call: u8, addr: u64, len: u64, new: (u64, u64), flags: u32) {
+fn note(call: u8, addr: u64, len: u64, new: (u64, u64), (flags, prot): (u32, u32)) {
     if STATE.load(Ordering::Acquire) != STATE_TRACING || tls().is_some_and(|t| t.busy.get()) {
         return;
     }
-    let mut frame = [0u8; 1 + 4 + 8 + 1 + 32 + 4];
+    let mut frame = [0u8; 1 + 4 + 8 + 1 + 32 + 8];
     let mut w = StackWriter::new(&mut frame);
     w.put_u8(FRAME_MAPPING);
-    w.put_u32(8 + 1 + 32 + 4);
+    w.put_u32(8 + 1 + 32 + 8);
     w.put_u64(now_ns());
     w.put_u8(call);
     w.put_u64(addr);
@@ -43,6 +44,7 @@ fn note(call: u8, addr: u64, len: u64, new: (u64, u64), flags: u32) {
     w.put_u64(new.0);
     w.put_u64(new.1);
     w.put_u32(flags);
+    w.put_u32(prot);
     write_frame(w.bytes());
 }
 
@@ -80,7 +82,7 @@ pub unsafe extern "C" fn mmap(
             p as u64,
             len as u64,
             (0, 0),
-            mmap_flags(flags, fd),
+            (mmap_flags(flags, fd), prot as u32),
         );
     }
     p
@@ -104,13 +106,15 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
     // SAFETY: the program's own call.
     let r = unsafe { sys::munmap(addr, len) };
     if r == 0 {
-        note(CALL_MUNMAP, addr as u64, len as u64, (0, 0), 0);
+        note(CALL_MUNMAP, addr as u64, len as u64, (0, 0), (0, 0));
     }
     r
 }
 
-/// `mremap`'s fifth argument is read only with `MREMAP_FIXED`; a variadic caller passes it
-/// where a fifth named argument is (integer registers, x86-64 and AArch64 Linux alike).
+/// `mremap`'s fifth argument is there only with `MREMAP_FIXED` (a variadic caller passes it
+/// where a fifth named argument is: integer registers, x86-64 and AArch64 Linux alike);
+/// otherwise the register holds anything, and the kernel gets 0 in its place, as the C
+/// library gives it.
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn mremap(
     old: *mut c_void,
@@ -119,6 +123,12 @@ pub unsafe extern "C" fn mremap(
     flags: c_int,
     new_addr: *mut c_void,
 ) -> *mut c_void {
+    const MREMAP_FIXED: c_int = 2;
+    let new_addr = if flags & MREMAP_FIXED != 0 {
+        new_addr
+    } else {
+        null_mut()
+    };
     // SAFETY: the program's own call.
     let p = unsafe { sys::mremap(old, old_len, new_len, flags, new_addr) };
     if p as isize != -1 {
@@ -127,7 +137,7 @@ pub unsafe extern "C" fn mremap(
             old as u64,
             old_len as u64,
             (p as u64, new_len as u64),
-            0,
+            (0, 0),
         );
     }
     p
@@ -161,7 +171,7 @@ pub unsafe extern "C" fn sbrk(increment: isize) -> *mut c_void {
     let old = unsafe { std::mem::transmute::<usize, SbrkFn>(f)(increment) };
     if old as isize != -1 && increment != 0 {
         let new = (old as u64).wrapping_add_signed(increment as i64);
-        note(CALL_BRK, old as u64, new, (0, 0), 0);
+        note(CALL_BRK, old as u64, new, (0, 0), (0, 0));
     }
     old
 }
@@ -177,7 +187,7 @@ pub unsafe extern "C" fn brk(addr: *mut c_void) -> c_int {
         let old = std::mem::transmute::<usize, SbrkFn>(fs)(0);
         let r = std::mem::transmute::<usize, BrkFn>(fb)(addr);
         if r == 0 {
-            note(CALL_BRK, old as u64, addr as u64, (0, 0), 0);
+            note(CALL_BRK, old as u64, addr as u64, (0, 0), (0, 0));
         }
         r
     }

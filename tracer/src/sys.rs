@@ -127,12 +127,34 @@ const SYS_MMAP: std::ffi::c_long = 9;
 const SYS_MUNMAP: std::ffi::c_long = 11;
 #[cfg(target_arch = "x86_64")]
 const SYS_MREMAP: std::ffi::c_long = 25;
-#[cfg(not(target_arch = "x86_64"))]
+// The generic system call table's numbers (AArch64, RISC-V, LoongArch).
+#[cfg(any(
+    target_arch = "aarch64",
+    target_arch = "riscv64",
+    target_arch = "loongarch64"
+))]
 const SYS_MMAP: std::ffi::c_long = 222;
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(any(
+    target_arch = "aarch64",
+    target_arch = "riscv64",
+    target_arch = "loongarch64"
+))]
 const SYS_MUNMAP: std::ffi::c_long = 215;
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(any(
+    target_arch = "aarch64",
+    target_arch = "riscv64",
+    target_arch = "loongarch64"
+))]
 const SYS_MREMAP: std::ffi::c_long = 216;
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64",
+    target_arch = "loongarch64"
+)))]
+compile_error!(
+    "the tracer knows the mapping system calls' numbers on x86-64, AArch64, RISC-V and LoongArch only"
+);
 
 /// `mmap(2)`: the mapping, or `-1` as a pointer with `errno` set (as the C library's).
 pub(crate) unsafe fn mmap(

@@ -13,7 +13,8 @@ use serde::Serialize;
 #[derive(Clone, Debug, Serialize)]
 pub struct RecordedMemory {
     pub samples: usize,
-    /// The largest resident set sampled, and when (seconds on the trace's time axis).
+    /// The largest resident set sampled, and when (seconds since the trace's first event, as
+    /// every time `stats` gives).
     pub peak_rss_bytes: u64,
     pub peak_rss_t_s: f64,
     /// The largest anonymous resident set (heap, stacks, private mappings).
@@ -38,18 +39,27 @@ pub struct RecordedMemory {
 }
 
 impl RecordedMemory {
-    /// The figures of the samples and the mapping calls (each in time order), the peak of
-    /// live bytes at `peak_live_t_ns`; `None` without samples.
+    /// The figures of the samples and the mapping calls (each in time order), on the events'
+    /// time axis: the first event at `t0_ns`, the peak of live bytes at `peak_live_t_ns`;
+    /// `None` without samples.
     #[must_use]
     pub fn of(
         (samples, mappings): (&[MemorySample], &[Mapping]),
+        t0_ns: i64,
         peak_live_t_ns: Option<i64>,
     ) -> Option<Self> {
         let first = samples.first()?;
         let last = samples.last()?;
         let peak = samples.iter().max_by_key(|s| s.resident_bytes)?;
         let is_file = |m: &&Mapping| m.call == MapCall::Mmap && m.flags & MAPPING_FILE_BACKED != 0;
-        let anon_calls: Vec<Mapping> = mappings.iter().filter(|m| !is_file(m)).copied().collect();
+        // A `PROT_NONE` mapping reserves addresses that nothing uses until they are made
+        // accessible (which is not recorded): it is left out, not counted whole.
+        let reserved = |m: &&Mapping| m.call == MapCall::Mmap && m.prot == 0;
+        let anon_calls: Vec<Mapping> = mappings
+            .iter()
+            .filter(|m| !is_file(m) && !reserved(m))
+            .copied()
+            .collect();
         // Unmaps and remaps count against the files' mappings too: a range never mapped takes
         // nothing away.
         let file_calls: Vec<Mapping> = mappings
@@ -68,7 +78,7 @@ impl RecordedMemory {
         Some(Self {
             samples: samples.len(),
             peak_rss_bytes: peak.resident_bytes,
-            peak_rss_t_s: peak.t_ns as f64 / 1e9,
+            peak_rss_t_s: peak.t_ns.saturating_sub(t0_ns) as f64 / 1e9,
             peak_anon_bytes: samples.iter().map(|s| s.anon_bytes).max().unwrap_or(0),
             first_anon_bytes: first.anon_bytes,
             anon_at_peak_live_bytes: near_peak_live,
@@ -90,6 +100,16 @@ impl RecordedMemory {
     pub fn anon_growth_bytes(&self) -> u64 {
         self.peak_anon_bytes.saturating_sub(self.first_anon_bytes)
     }
+}
+
+/// The time of the first event of the binary trace at `path` (its first block's), read from
+/// its index; 0 when it cannot be read.
+#[must_use]
+pub fn first_event_t_ns(path: &Path) -> i64 {
+    allocview_loaders::binary::read_index(path)
+        .ok()
+        .and_then(|i| i.blocks.first().map(|b| b.first_t_ns))
+        .unwrap_or(0)
 }
 
 /// The memory samples and the mapping calls of `loaded` (a trace made by `record`; none for

@@ -28,6 +28,7 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
     let window = state.window.clone();
     let replays = Replays::of(state);
     let real: Vec<crate::real::RealSpec> = state.real.iter().map(|r| r.spec.clone()).collect();
+    let cancel = Arc::clone(&state.cancel);
     let tx = tx.clone();
     std::thread::spawn(move || {
         let keep_calls = !real.is_empty();
@@ -58,6 +59,10 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
         replays.run(&data, jobs, &tx);
         // After the policies: each measures its own process, one at a time.
         for (i, spec) in real.iter().enumerate() {
+            // The frontend moved on (another part of the trace): its rows are nobody's.
+            if cancel.load(Ordering::Relaxed) {
+                break;
+            }
             if tx
                 .send(Msg::RealReplayed(i, real_row(&data, spec)))
                 .is_err()

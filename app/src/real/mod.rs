@@ -31,6 +31,9 @@ pub use spec::{REAL_NAMES, RealSpec, Touch, is_real};
 /// The replay process, embedded (empty where it could not be built).
 static REPLAYER_EXE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/allocview_replayer"));
 
+/// Most threads a replay starts (one per traced thread, all alive at once).
+const MAX_THREADS: u32 = 1024;
+
 /// Calls between two samples of resident memory: at most 1,024, and fewer on short traces (a
 /// sample costs a read of `/proc/self/statm`, some 2 µs), so a trace of any length has at
 /// least some 256 samples where it has the calls.
@@ -98,6 +101,15 @@ pub fn run(
         );
     }
     check_room(spec, view)?;
+    let n_threads = u32::from(threads.iter().copied().max().unwrap_or(0)) + 1;
+    if !spec.one_thread && n_threads > MAX_THREADS {
+        bail!(
+            "{}: the trace has {n_threads} threads, and each would be a thread of the replay, \
+             all alive at once (at most {MAX_THREADS}); replay them on one: {}:threads=one",
+            spec.label,
+            spec.label
+        );
+    }
     let library = spec.library()?;
     let started = Instant::now();
     let dir = tempfile::Builder::new()
@@ -110,7 +122,7 @@ pub fn run(
     let out_path = dir.path().join("samples.bin");
     let (_, peak_event) = view.peak_live();
     let setup = ops::Setup {
-        threads: u32::from(threads.iter().copied().max().unwrap_or(0)) + 1,
+        threads: n_threads,
         touch: spec.touch.code(),
         one_thread: spec.one_thread,
         sample_every: sample_every(view.len()),
@@ -143,13 +155,33 @@ pub fn run(
     let out = cmd
         .stdout(std::process::Stdio::null())
         .output()
-        .with_context(|| format!("{}: cannot run the replay process", spec.label))?;
+        .with_context(|| {
+            format!(
+                "{}: cannot run the replay process from {} (a file system mounted noexec? \
+                 TMPDIR names where it goes)",
+                spec.label,
+                dir.path().display()
+            )
+        })?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The dynamic linker ignores a library it cannot load, and the process would run on the
+    // C library's allocator under the other's name.
+    if stderr.contains("cannot be preloaded") {
+        bail!(
+            "{}: {} could not be loaded, so nothing was replayed through it: {}",
+            spec.label,
+            library
+                .as_ref()
+                .map_or_else(|| "the library".to_owned(), |l| l.display().to_string()),
+            stderr.trim()
+        );
+    }
     if !out.status.success() {
         bail!(
             "{}: the replay process failed ({}): {}",
             spec.label,
             out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
+            stderr.trim()
         );
     }
     let measured = read_samples(&out_path)
@@ -171,20 +203,25 @@ pub fn run(
 /// replay holds the trace's peak of live bytes for real): it would be killed, or push out
 /// everything else, rather than answer.
 fn check_room(spec: &RealSpec, view: &TraceView<'_>) -> Result<()> {
-    if spec.touch == Touch::None {
-        return Ok(());
-    }
     let (peak_live, _) = view.peak_live();
+    // The calls file (16 bytes a call) may be in memory too (a tmpfs).
+    let calls_bytes = view.len() as u64 * 16;
+    let written = if spec.touch == Touch::None {
+        0
+    } else {
+        peak_live
+    };
     let Some(available) = mem_available_bytes() else {
         return Ok(());
     };
-    if peak_live > available / 10 * 8 {
+    if written + calls_bytes > available / 10 * 8 {
         bail!(
-            "{}: the trace holds {} live at its peak, more than 80% of the {} this machine has \
-             available; a real row writes every page it allocates, so it would not fit \
-             ({}:touch=none writes none)",
+            "{}: the trace holds {} live at its peak, and its calls take {}: more than 80% of \
+             the {} this machine has available; a real row writes every page it allocates, so \
+             it would not fit ({}:touch=none writes none)",
             spec.label,
             crate::format::bytes(peak_live),
+            crate::format::bytes(calls_bytes),
             crate::format::bytes(available),
             spec.label
         );

@@ -5,9 +5,10 @@
 //! Each allocation gets a slot in the replayer's table of live pointers; a freed slot is given
 //! to the next allocation, so the table holds as many slots as allocations were ever live at
 //! once (its pages are in the replay's baseline, not in the measured memory). A free and then
-//! an allocation that the trace names `realloc`, one after the other on one thread, are one
-//! `realloc` call; `calloc` is `calloc`; every other allocation is `malloc` (the trace does
-//! not keep an aligned call's alignment).
+//! an allocation that the trace names `realloc` (or `reallocarray`), one after the other on one
+//! thread (other threads' calls may come between), are one `realloc` call; `calloc` is
+//! `calloc`; every other allocation is `malloc` (the trace does not keep an aligned call's
+//! alignment).
 
 use std::io::{Seek, SeekFrom, Write};
 
@@ -27,6 +28,7 @@ const NOTHING: u8 = 5;
 /// The `call` column's codes this reads (`allocview_loaders::events::CALL_NAMES`).
 const CALL_CALLOC: u8 = 1;
 const CALL_REALLOC: u8 = 2;
+const CALL_REALLOCARRAY: u8 = 9;
 
 /// How the replay runs, for the header.
 pub(super) struct Setup {
@@ -51,13 +53,13 @@ pub(super) fn write_ops(
     setup: &Setup,
 ) -> Result<()> {
     let n = view.len();
+    let (from, to) = realloc_halves(view, threads, calls);
+    let is = |bits: &[u64], i: usize| bits.get(i / 64).is_some_and(|w| w >> (i % 64) & 1 == 1);
     let mut slot_of = vec![u32::MAX; view.num_allocs as usize];
     let mut free_slots: Vec<u32> = Vec::new();
     let mut slots = 0u32;
     // The header's slot count is known at the end: the header is written last.
     out.write_all(&[0u8; HEADER_BYTES])?;
-    // The call before this one, held back in case this one makes it a realloc's first half.
-    let mut held: Option<[u8; 16]> = None;
     for i in 0..n {
         let thread = threads.get(i).copied().unwrap_or(0);
         let call = calls.and_then(|c| c.get(i)).copied();
@@ -72,26 +74,19 @@ pub(super) fn write_ops(
                 if let Some(s) = slot_of.get_mut(id) {
                     *s = slot;
                 }
-                // The second half of a realloc: its first half is the event before, on this
-                // thread, a free named realloc.
-                let after_realloc_free = i > 0
-                    && call == Some(CALL_REALLOC)
-                    && calls.and_then(|c| c.get(i - 1)).copied() == Some(CALL_REALLOC)
-                    && threads.get(i - 1).copied().unwrap_or(0) == thread
-                    && held.is_some_and(|o| o[0] == FREE);
-                if after_realloc_free && let Some(prev) = held.as_mut() {
-                    prev[0] = REALLOC_FROM;
-                    (REALLOC_TO, slot)
+                let op = if is(&to, i) {
+                    REALLOC_TO
                 } else if call == Some(CALL_CALLOC) {
-                    (CALLOC, slot)
+                    CALLOC
                 } else {
-                    (MALLOC, slot)
-                }
+                    MALLOC
+                };
+                (op, slot)
             }
             Some(EventKind::Free) => match slot_of.get(id).copied() {
                 Some(slot) if slot != u32::MAX => {
                     free_slots.push(slot);
-                    (FREE, slot)
+                    (if is(&from, i) { REALLOC_FROM } else { FREE }, slot)
                 }
                 _ => (NOTHING, 0),
             },
@@ -102,12 +97,7 @@ pub(super) fn write_ops(
         rec[2..4].copy_from_slice(&thread.to_le_bytes());
         rec[4..8].copy_from_slice(&slot.to_le_bytes());
         rec[8..16].copy_from_slice(&size.to_le_bytes());
-        if let Some(prev) = held.replace(rec) {
-            out.write_all(&prev)?;
-        }
-    }
-    if let Some(prev) = held {
-        out.write_all(&prev)?;
+        out.write_all(&rec)?;
     }
     let mut header = [0u8; HEADER_BYTES];
     header[..8].copy_from_slice(MAGIC);
@@ -121,6 +111,46 @@ pub(super) fn write_ops(
     out.seek(SeekFrom::Start(0))?;
     out.write_all(&header)?;
     Ok(())
+}
+
+/// Which frees begin a `realloc` and which allocations end one, as bit sets by event: a free
+/// named `realloc` (or `reallocarray`) of a known block, and the next event of the same
+/// thread, an allocation named so (other threads' events may come between the two: the
+/// tracer writes the free when the call starts and the allocation when it returns).
+fn realloc_halves(
+    view: &TraceView<'_>,
+    threads: &[u16],
+    calls: Option<&[u8]>,
+) -> (Vec<u64>, Vec<u64>) {
+    let n = view.len();
+    let (mut from, mut to) = (vec![0u64; n.div_ceil(64)], vec![0u64; n.div_ceil(64)]);
+    let Some(calls) = calls else {
+        return (from, to);
+    };
+    let named = |i: usize| matches!(calls.get(i), Some(&CALL_REALLOC | &CALL_REALLOCARRAY));
+    // Per thread: its latest event, when that was a realloc's free.
+    let mut open: std::collections::HashMap<u16, usize> = std::collections::HashMap::new();
+    for i in 0..n {
+        let thread = threads.get(i).copied().unwrap_or(0);
+        let opened = open.remove(&thread);
+        match view.kind_at(i) {
+            Some(EventKind::Free) if named(i) => {
+                open.insert(thread, i);
+            }
+            Some(EventKind::Alloc) if named(i) => {
+                if let Some(f) = opened {
+                    if let Some(w) = from.get_mut(f / 64) {
+                        *w |= 1 << (f % 64);
+                    }
+                    if let Some(w) = to.get_mut(i / 64) {
+                        *w |= 1 << (i % 64);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    (from, to)
 }
 
 #[cfg(test)]
@@ -163,6 +193,20 @@ mod tests {
             .map(|o| u32::from_le_bytes(o[4..8].try_into().unwrap()))
             .collect();
         assert_eq!(slots, [0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn a_realloc_keeps_its_halves_when_another_thread_comes_between() {
+        let mut t = OwnedTrace::new();
+        let a = t.alloc(0, 10);
+        let _b = t.alloc(1, 5);
+        t.free(2, a);
+        let _c = t.alloc(3, 7);
+        let _d = t.alloc(4, 20);
+        // Thread 0: a, realloc's free of a, ..., realloc's alloc; thread 1 between.
+        let ops = ops_of(&t, &[0, 1, 0, 1, 0], Some(&[0, 0, 2, 0, 2]));
+        let codes: Vec<u8> = ops.iter().map(|o| o[0]).collect();
+        assert_eq!(codes, [MALLOC, MALLOC, REALLOC_FROM, MALLOC, REALLOC_TO]);
     }
 
     #[test]

@@ -121,14 +121,19 @@ const KNOWN: &[Known] = &[
     },
 ];
 
-/// Where shared objects are looked for, in order.
+/// Where shared objects are looked for, in order: the target's multiarch folder first.
 const LIB_DIRS: &[&str] = &[
+    #[cfg(target_arch = "x86_64")]
     "/usr/lib/x86_64-linux-gnu",
+    #[cfg(target_arch = "aarch64")]
     "/usr/lib/aarch64-linux-gnu",
     "/usr/lib64",
     "/usr/lib",
     "/usr/local/lib",
+    #[cfg(target_arch = "x86_64")]
     "/lib/x86_64-linux-gnu",
+    #[cfg(target_arch = "aarch64")]
+    "/lib/aarch64-linux-gnu",
     "/lib64",
 ];
 
@@ -234,7 +239,10 @@ impl RealSpec {
                 }
                 "lib" => spec.lib = Some(PathBuf::from(v)),
                 _ if known.keys.contains(&k) => {
-                    if v.is_empty() || !v.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') {
+                    // Numbers (`-1` turns jemalloc's decay off, `0.5` is a tcmalloc rate) and
+                    // words; nothing that would end the variable's list of settings.
+                    let allowed = |c: u8| c.is_ascii_alphanumeric() || b"_.-".contains(&c);
+                    if v.is_empty() || !v.bytes().all(allowed) {
                         bail!("{text}: {k} takes a number or a word, not {v:?}");
                     }
                     spec.settings.push((k.to_owned(), v.to_owned()));
@@ -389,6 +397,9 @@ mod tests {
         // A value is a number or a word: nothing that would end the variable's list.
         assert!(RealSpec::parse("real-jemalloc:narenas=2:x").is_err());
         assert!(RealSpec::parse("real-jemalloc:narenas=2;rm").is_err());
+        // Negative and fractional numbers are settings too.
+        assert!(RealSpec::parse("real-jemalloc:dirty_decay_ms=-1").is_ok());
+        assert!(RealSpec::parse("real-tcmalloc:release_rate=0.5").is_ok());
     }
 
     #[test]

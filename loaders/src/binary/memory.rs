@@ -4,10 +4,11 @@
 //! events. The figures come from the recording, not from any model.
 //!
 //! Mappings: in a spool, each call is a frame (`0x15 MAPPING`: tick u64, call u8, address u64,
-//! length u64, new address u64, new length u64, flags u32; see the tracer's `mappings.rs`); in a
-//! trace, all are one frame (`0x0b MAPPINGS`, after the last EVENTS frame): varint n, then per
-//! call its time as a zigzag varint of the difference from the previous one's, the call u8,
-//! and the address, length, new address, new length and flags as varints.
+//! length u64, new address u64, new length u64, flags u32, protection u32; see the tracer's
+//! `mappings.rs`); in a trace, all are one frame (`0x0b MAPPINGS`, after the last EVENTS
+//! frame): varint n, then per call its time as a zigzag varint of the difference from the
+//! previous one's, the call u8, and the address, length, new address, new length, flags and
+//! protection as varints.
 //!
 //! In a spool, each sample is a frame of its own (`0x14 MEMORY`: the clock's tick u64, the
 //! resident bytes u64, the anonymous resident bytes u64, all little-endian), timed like the
@@ -71,6 +72,8 @@ pub struct Mapping {
     pub new_len: u64,
     /// `mmap`'s flags; bit 31 set for a mapping of a file.
     pub flags: u32,
+    /// `mmap`'s protection (0: `PROT_NONE`, a reservation nothing can use yet).
+    pub prot: u32,
 }
 
 /// Bit 31 of [`Mapping::flags`]: a mapping of a file.
@@ -151,7 +154,14 @@ pub fn encode_mappings(calls: &[Mapping]) -> Vec<u8> {
     for m in calls {
         put_varint(&mut out, zigzag(m.t_ns.wrapping_sub(prev)));
         out.push(m.call.code());
-        for v in [m.addr, m.len, m.new_addr, m.new_len, u64::from(m.flags)] {
+        for v in [
+            m.addr,
+            m.len,
+            m.new_addr,
+            m.new_len,
+            u64::from(m.flags),
+            u64::from(m.prot),
+        ] {
             put_varint(&mut out, v);
         }
         prev = m.t_ns;
@@ -159,7 +169,7 @@ pub fn encode_mappings(calls: &[Mapping]) -> Vec<u8> {
     out
 }
 
-/// Reads a trace's MAPPINGS frame (a count past what the payload can hold, seven bytes a call
+/// Reads a trace's MAPPINGS frame (a count past what the payload can hold, eight bytes a call
 /// at least, is refused before anything is allocated by it).
 ///
 /// # Errors
@@ -167,7 +177,7 @@ pub fn encode_mappings(calls: &[Mapping]) -> Vec<u8> {
 pub(crate) fn decode_mappings(payload: &[u8]) -> Result<Vec<Mapping>, String> {
     let mut c = Cursor::new(payload);
     let n = c.varint().ok_or("a cut mapping count")?;
-    if n.saturating_mul(7) > payload.len() as u64 {
+    if n.saturating_mul(8) > payload.len() as u64 {
         return Err(format!(
             "{n} mapping calls in a {}-byte frame",
             payload.len()
@@ -181,7 +191,7 @@ pub(crate) fn decode_mappings(payload: &[u8]) -> Result<Vec<Mapping>, String> {
             .u8()
             .and_then(MapCall::of)
             .ok_or("a mapping call of no known kind")?;
-        let mut v = [0u64; 5];
+        let mut v = [0u64; 6];
         for x in &mut v {
             *x = c.varint().ok_or("a cut mapping call")?;
         }
@@ -194,6 +204,7 @@ pub(crate) fn decode_mappings(payload: &[u8]) -> Result<Vec<Mapping>, String> {
             new_addr: v[2],
             new_len: v[3],
             flags: u32::try_from(v[4]).map_err(|_| "mapping flags past 32 bits")?,
+            prot: u32::try_from(v[5]).map_err(|_| "a mapping protection past 32 bits")?,
         });
     }
     if !c.at_end() {
@@ -208,7 +219,7 @@ pub(crate) fn decode_spool_mapping(payload: &[u8]) -> Option<(u64, Mapping)> {
     let tick = c.u64()?;
     let call = MapCall::of(c.u8()?)?;
     let (addr, len, new_addr, new_len) = (c.u64()?, c.u64()?, c.u64()?, c.u64()?);
-    let flags = c.u32()?;
+    let (flags, prot) = (c.u32()?, c.u32()?);
     c.at_end().then_some((
         tick,
         Mapping {
@@ -219,21 +230,22 @@ pub(crate) fn decode_spool_mapping(payload: &[u8]) -> Option<(u64, Mapping)> {
             new_addr,
             new_len,
             flags,
+            prot,
         },
     ))
 }
 
 /// The bytes the program had mapped outside the allocator after each call of `calls` (in
-/// time order): mappings added by `mmap` and moved by `mremap`, taken away (in part, as the
-/// kernel does) by `munmap` and `mremap`; the break counts from the first break seen.
+/// time order), in whole pages: mappings added by `mmap` and moved by `mremap`, taken away (in
+/// part, as the kernel does) by `munmap` and `mremap`; and what its own moves of the break
+/// added (the allocator's moves of it in between are not among the calls).
 #[must_use]
 pub fn mapped_bytes(calls: &[Mapping]) -> Vec<(i64, u64)> {
     use std::collections::BTreeMap;
     // start -> end of every range mapped, none overlapping.
     let mut ranges: BTreeMap<u64, u64> = BTreeMap::new();
     let mut total = 0u64;
-    let mut break_start: Option<u64> = None;
-    let mut break_bytes = 0u64;
+    let mut break_bytes = 0i64;
     let mut out = Vec::with_capacity(calls.len());
     for m in calls {
         match m.call {
@@ -253,18 +265,24 @@ pub fn mapped_bytes(calls: &[Mapping]) -> Vec<(i64, u64)> {
                 }
             }
             MapCall::Break => {
-                let start = *break_start.get_or_insert(m.addr);
-                break_bytes = m.len.saturating_sub(start);
+                break_bytes = break_bytes.saturating_add(m.len as i64 - m.addr as i64);
             }
         }
-        out.push((m.t_ns, total + break_bytes));
+        out.push((m.t_ns, total + break_bytes.max(0) as u64));
     }
     out
 }
 
+/// A length in whole pages, as the kernel maps and unmaps.
+fn pages(len: u64) -> u64 {
+    len.saturating_add(PAGE_BYTES - 1) & !(PAGE_BYTES - 1)
+}
+
+const PAGE_BYTES: u64 = 4096;
+
 /// Adds `[addr, addr + len)` (free of other ranges: unmapped first); returns its length.
 fn map(ranges: &mut std::collections::BTreeMap<u64, u64>, addr: u64, len: u64) -> u64 {
-    let end = addr.saturating_add(len);
+    let end = addr.saturating_add(pages(len));
     if end > addr {
         ranges.insert(addr, end);
     }
@@ -274,7 +292,7 @@ fn map(ranges: &mut std::collections::BTreeMap<u64, u64>, addr: u64, len: u64) -
 /// Takes `[addr, addr + len)` out of the ranges, cutting those it overlaps; returns the bytes
 /// taken out.
 fn unmap(ranges: &mut std::collections::BTreeMap<u64, u64>, addr: u64, len: u64) -> u64 {
-    let end = addr.saturating_add(len);
+    let end = addr.saturating_add(pages(len));
     if end <= addr {
         return 0;
     }
@@ -330,6 +348,7 @@ mod tests {
             new_addr: new.0,
             new_len: new.1,
             flags: 0,
+            prot: 3,
         }
     }
 

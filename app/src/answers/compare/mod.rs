@@ -147,33 +147,9 @@ pub fn evaluate(
         rows.push(real::row(run, &view));
     }
     real::compare_glibc(&mut rows);
-    let (_, peak_live_event) = view.peak_live();
-    let recorded_memory =
-        RecordedMemory::of(samples_of(loaded), view.t_ns.get(peak_live_event).copied());
-    if let Some(m) = &recorded_memory {
-        real::against_recorded(&mut rows, m);
-    }
+    let recorded_memory = recorded(loaded, &view, args.windowed, &mut rows);
     let series = if with_series {
-        let real_series: Vec<(String, Series)> = real_runs
-            .iter()
-            .map(|r| {
-                (
-                    r.spec.label.clone(),
-                    r.series(&view, ReplayOptions::default().buckets),
-                )
-            })
-            .collect();
-        let done: Vec<(&str, &Series)> = runs
-            .iter()
-            .filter_map(|r| {
-                r.result
-                    .as_ref()
-                    .ok()
-                    .map(|rep| (r.name.as_str(), &rep.series))
-            })
-            .chain(real_series.iter().map(|(n, s)| (n.as_str(), s)))
-            .collect();
-        Some(crate::answers::series::timeline_frame(&done)?)
+        Some(all_series(&runs, &real_runs, &view)?)
     } else {
         None
     };
@@ -193,6 +169,55 @@ pub fn evaluate(
         minima,
         series,
     })
+}
+
+/// The recorded program's own memory (none for a window: the samples cover the whole
+/// recording), and the `glibc` rows set against it.
+fn recorded(
+    loaded: &Loaded,
+    view: &TraceView<'_>,
+    windowed: bool,
+    rows: &mut [Row],
+) -> Option<RecordedMemory> {
+    if windowed {
+        return None;
+    }
+    let (_, peak_live_event) = view.peak_live();
+    let m = RecordedMemory::of(
+        samples_of(loaded),
+        view.t_ns.first().copied().unwrap_or(0),
+        view.t_ns.get(peak_live_event).copied(),
+    )?;
+    real::against_recorded(rows, &m);
+    Some(m)
+}
+
+/// Every replayed policy's series and every real row's, as one table.
+fn all_series(
+    runs: &[crate::session::runs::PolicyRun],
+    real_runs: &[crate::real::RealRun],
+    view: &TraceView<'_>,
+) -> Result<DataFrame> {
+    let real_series: Vec<(String, Series)> = real_runs
+        .iter()
+        .map(|r| {
+            (
+                r.spec.label.clone(),
+                r.series(view, ReplayOptions::default().buckets),
+            )
+        })
+        .collect();
+    let done: Vec<(&str, &Series)> = runs
+        .iter()
+        .filter_map(|r| {
+            r.result
+                .as_ref()
+                .ok()
+                .map(|rep| (r.name.as_str(), &rep.series))
+        })
+        .chain(real_series.iter().map(|(n, s)| (n.as_str(), s)))
+        .collect();
+    crate::answers::series::timeline_frame(&done)
 }
 
 /// `--min-limit`: each row's smallest limit without OOM, added to its JSON; the rows for the

@@ -143,7 +143,10 @@ pub fn json(loaded: &Loaded, path: &Path) -> Result<Value> {
             },
             recorded_memory: crate::answers::recorded_memory::RecordedMemory::of(
                 crate::answers::recorded_memory::samples_of(loaded),
-                Some((stats.peak_live_time_s * 1e9) as i64),
+                view.t_ns.first().copied().unwrap_or(0),
+                view.t_ns
+                    .get(usize::try_from(stats.peak_live_event).unwrap_or(usize::MAX))
+                    .copied(),
             ),
         };
         return Ok(serde_json::to_value(answer)?);

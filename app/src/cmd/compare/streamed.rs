@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use crate::answers::compare::against_recorded;
-use crate::answers::recorded_memory::{RecordedMemory, samples_in_file};
+use crate::answers::recorded_memory::{RecordedMemory, first_event_t_ns, samples_in_file};
 
 use allocview_sim::policy::spec::PolicySpec;
 use anyhow::{Result, bail};
@@ -61,7 +61,7 @@ pub(super) fn compare(
         None
     } else {
         let (samples, mappings) = samples_in_file(file);
-        RecordedMemory::of((&samples, &mappings), None)
+        RecordedMemory::of((&samples, &mappings), first_event_t_ns(file), None)
     };
     if let Some(m) = &recorded_memory {
         against_recorded(&mut rows, m);

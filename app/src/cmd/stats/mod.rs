@@ -55,7 +55,10 @@ pub fn run(args: &StatsArgs) -> Result<()> {
         let stats = TraceStats::compute(&view, per_thread, &ev.summary);
         let memory = RecordedMemory::of(
             samples_of(&loaded),
-            Some((stats.peak_live_time_s * 1e9) as i64),
+            view.t_ns.first().copied().unwrap_or(0),
+            view.t_ns
+                .get(usize::try_from(stats.peak_live_event).unwrap_or(usize::MAX))
+                .copied(),
         );
         print_table(&file, &stats, ev.load_seconds, memory.as_ref())?;
         if let Loaded::TfMemoryLog(log) = &loaded {

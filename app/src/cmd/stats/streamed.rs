@@ -7,7 +7,7 @@ use allocview_sim::stream::{EventBatch, EventSource as _, Prefetched};
 use anyhow::{Context as _, Result};
 
 use super::table::print_table;
-use crate::answers::recorded_memory::{RecordedMemory, samples_in_file};
+use crate::answers::recorded_memory::{RecordedMemory, first_event_t_ns, samples_in_file};
 use crate::answers::stats::TraceAnswer;
 use allocview_loaders::Requests;
 
@@ -46,9 +46,13 @@ pub(super) fn stats(
         None
     } else {
         let (samples, mappings) = samples_in_file(file);
+        // `peak_live_time_s` counts from the first event; the samples from the recording's
+        // own origin.
+        let t0 = first_event_t_ns(file);
         RecordedMemory::of(
             (&samples, &mappings),
-            Some((stats.peak_live_time_s * 1e9) as i64),
+            t0,
+            (stats.events > 0).then(|| t0 + (stats.peak_live_time_s * 1e9).round() as i64),
         )
     };
     let file = file.display().to_string();

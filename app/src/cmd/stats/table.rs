@@ -156,28 +156,7 @@ pub(super) fn print_table(
         format::seconds(s.peak_live_time_s),
         count(s.peak_live_blocks_at_peak_bytes)
     );
-    if let Some(m) = memory {
-        outln!(
-            "  peak RSS          {:>14}   at t = {} (recorded by the tracer, {} samples); \
-             anonymous {} at most, {} at the start{}",
-            bytes(m.peak_rss_bytes),
-            format::seconds(m.peak_rss_t_s),
-            count(m.samples as u64),
-            bytes(m.peak_anon_bytes),
-            bytes(m.first_anon_bytes),
-            m.anon_at_peak_live_bytes
-                .map(|b| format!(", {} near the peak of live bytes", bytes(b)))
-                .unwrap_or_default()
-        );
-        outln!(
-            "  mapped outside    {:>14}   anonymous at most (mmap and the break, outside the \
-             allocator: {} calls), {} at the end; files mapped {} at most",
-            bytes(m.mapped_outside_allocator_peak_bytes),
-            count(m.mapping_calls as u64),
-            bytes(m.mapped_outside_allocator_final_bytes),
-            bytes(m.mapped_files_peak_bytes)
-        );
-    }
+    print_memory(memory)?;
     outln!("  max live blocks   {:>14}", count(s.max_live_blocks));
     outln!(
         "  live at the end   {:>14}   in {} blocks",
@@ -211,5 +190,34 @@ pub(super) fn print_table(
             bytes(live_b)
         );
     }
+    Ok(())
+}
+
+/// The recorded program's own memory, under the peak of live bytes (a trace made by `record`).
+fn print_memory(memory: Option<&RecordedMemory>) -> Result<()> {
+    use format::{bytes, count};
+    let Some(m) = memory else {
+        return Ok(());
+    };
+    outln!(
+        "  peak RSS          {:>14}   at t = {} (recorded by the tracer, {} samples); \
+         anonymous {} at most, {} at the start{}",
+        bytes(m.peak_rss_bytes),
+        format::seconds(m.peak_rss_t_s),
+        count(m.samples as u64),
+        bytes(m.peak_anon_bytes),
+        bytes(m.first_anon_bytes),
+        m.anon_at_peak_live_bytes
+            .map(|b| format!(", {} near the peak of live bytes", bytes(b)))
+            .unwrap_or_default()
+    );
+    outln!(
+        "  mapped outside    {:>14}   anonymous at most (mmap and the break, outside the \
+         allocator: {} calls), {} at the end; files mapped {} at most",
+        bytes(m.mapped_outside_allocator_peak_bytes),
+        count(m.mapping_calls as u64),
+        bytes(m.mapped_outside_allocator_final_bytes),
+        bytes(m.mapped_files_peak_bytes)
+    );
     Ok(())
 }
