@@ -44,6 +44,9 @@ enum Command {
     Stats(cmd::stats::StatsArgs),
     /// Replay a trace through allocator policies and compare footprint, fragmentation and OOMs.
     Compare(cmd::compare::CompareArgs),
+    /// The settings of the input's allocator (PyTorch's, TensorFlow's BFC, glibc's) that make
+    /// it fit under a limit, found by a search over the family's keys, each with the line to set.
+    Tune(cmd::tune::TuneArgs),
     /// Open the desktop explorer (several files are overlaid on one timeline).
     #[cfg(feature = "gui")]
     Gui(gui::GuiArgs),
@@ -85,6 +88,7 @@ fn main() -> ExitCode {
     let result = match (cli.command, cli.file) {
         (Some(Command::Stats(args)), _) => cmd::stats::run(&args),
         (Some(Command::Compare(args)), _) => cmd::compare::run(&args),
+        (Some(Command::Tune(args)), _) => cmd::tune::run(&args),
         (Some(Command::Bench(args)), _) => cmd::bench::run(&args),
         (Some(Command::Report(args)), _) => cmd::report::run(&args),
         #[cfg(feature = "gui")]

@@ -9,7 +9,8 @@
 //! - [`series`]: every replayed policy's series as one table (`report`'s `timeline.csv`);
 //! - [`sites`]: `sites --json`, memory attributed to the code that asked for it;
 //! - [`predict`]: `predict --json`, how predictable the allocation stream is;
-//! - [`tables`]: the tables `convert OUT.parquet` writes.
+//! - [`tables`]: the tables `convert OUT.parquet` writes;
+//! - [`tune`]: `tune`, the settings of an allocator family that fit a limit, found by a search.
 
 pub mod compare;
 pub mod predict;
@@ -18,3 +19,4 @@ pub mod series;
 pub mod sites;
 pub mod stats;
 pub mod tables;
+pub mod tune;

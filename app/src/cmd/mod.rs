@@ -24,3 +24,4 @@ pub mod sites;
 pub mod spill;
 pub mod splice;
 pub mod stats;
+pub mod tune;
