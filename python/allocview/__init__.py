@@ -38,6 +38,7 @@ __all__ = [
     "predict",
     "sites",
     "stats",
+    "tune",
 ]
 __version__ = _native.__version__
 
@@ -183,6 +184,16 @@ def sites(source: Source, at: Union[str, int] = "peak", by: str = "function",
     """What ``allocview sites FILE --at AT --by BY [--policy P] --json`` prints."""
     return json.loads(_native.sites(_native_trace(source, progress), at=str(at), by=by,
                                     policy=policy))
+
+
+def tune(source: Source, limit: Union[None, int, str] = None, policy: Optional[str] = None, *,
+         jobs: Optional[int] = None, progress: Progress = None) -> dict:
+    """What ``allocview tune FILE [--limit L] [--policy FAMILY] --json`` prints: the settings
+    of the allocator family that replay the input under the limit, best first (``best``,
+    ``default``, ``candidates``, each with the ``env`` line to set and the ``policy`` variant
+    that ``compare`` proves it with)."""
+    return json.loads(_native.tune(_native_trace(source, progress), limit_bytes=_bytes(limit),
+                                   family=policy, jobs=jobs))
 
 
 def predict(source: Source, model: Union[None, str, Iterable[str]] = None, order: int = 8,

@@ -187,6 +187,30 @@ fn compare(
     Ok((json, ArrowTable::new(series)))
 }
 
+/// `allocview tune FILE [--limit] [--policy] --json`, as JSON text.
+#[pyfunction]
+#[pyo3(signature = (trace, limit_bytes = None, family = None, jobs = None))]
+fn tune(
+    py: Python<'_>,
+    trace: &Trace,
+    limit_bytes: Option<u64>,
+    family: Option<String>,
+    jobs: Option<usize>,
+) -> PyResult<String> {
+    let opts = allocview::answers::tune::TuneOptions {
+        limit_bytes,
+        family,
+        jobs: jobs.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        }),
+    };
+    let path = trace.path.clone();
+    let loaded = Arc::clone(&trace.loaded);
+    py.detach(move || allocview::answers::tune::tune(&loaded, &path, &opts))
+        .and_then(|t| serde_json::to_string(&t).map_err(anyhow::Error::from))
+        .map_err(|e| to_py(&e))
+}
+
 /// `allocview sites FILE --json`, as JSON text.
 #[pyfunction]
 #[pyo3(signature = (trace, at = "peak".to_owned(), by = "function".to_owned(), policy = None))]
@@ -291,6 +315,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(compare, m)?)?;
     m.add_function(wrap_pyfunction!(sites, m)?)?;
+    m.add_function(wrap_pyfunction!(tune, m)?)?;
     m.add_function(wrap_pyfunction!(predict, m)?)?;
     m.add_function(wrap_pyfunction!(from_snapshot, m)?)?;
     m.add_function(wrap_pyfunction!(policy_names, m)?)?;

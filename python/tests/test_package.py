@@ -92,6 +92,15 @@ def test_compare_runs_the_real_allocator_rows(samples):
     assert {a["policy"] for a in got["advice"]} <= set(rows)
 
 
+def test_tune_is_the_cli_json(samples):
+    path = str(samples / SNAPSHOT)
+    got = allocview.tune(path, limit="3.8GiB", jobs=1)
+    want = cli_json("tune", path, "--limit", "3.8GiB", "--jobs", "1")
+    assert got == want
+    assert got["fits"] and got["best"]["env"].startswith("PYTORCH_CUDA_ALLOC_CONF=")
+    assert not got["default"]["fits"]
+
+
 def test_sites_and_predict_are_the_cli_json(samples):
     path = str(samples / SNAPSHOT)
     got = allocview.sites(path, at="peak", by="function", policy="first-fit")
