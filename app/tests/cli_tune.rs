@@ -101,6 +101,21 @@ fn tune_finds_what_brute_force_finds_on_a_snapshot() {
             for m in mins {
                 assert!(m["min_limit_bytes"].as_u64().unwrap() > limit, "{m}");
             }
+            // What the peak must lose for the least demanding one, and where those bytes are.
+            let least = mins
+                .iter()
+                .map(|m| m["min_limit_bytes"].as_u64().unwrap())
+                .min()
+                .unwrap();
+            let shrink = &t["shrink"];
+            assert_eq!(shrink["bytes"].as_u64().unwrap(), least - limit);
+            let held: u64 = shrink["sites"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["live_bytes"].as_u64().unwrap())
+                .sum();
+            assert!(held >= least - limit, "{shrink}");
         }
         assert!(t["replays"].as_u64().unwrap() < grid("pytorch").len() as u64);
     }

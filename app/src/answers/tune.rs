@@ -75,6 +75,29 @@ pub struct Tuned {
     /// When nothing fits: the smallest limit the default and the closest candidates need
     /// (`None`: no limit works).
     pub min_limits: Vec<MinLimitOf>,
+    /// When nothing fits under a limit: what the live bytes at the peak would have to lose for
+    /// the setting that needs the least to fit, and the sites that hold the most of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shrink: Option<Shrink>,
+}
+
+/// How much the peak's live bytes would have to shrink, and where they are.
+#[derive(Clone, Debug, Serialize)]
+pub struct Shrink {
+    /// The setting that needs the smallest limit.
+    pub policy: String,
+    /// Its smallest limit less the limit asked for.
+    pub bytes: u64,
+    /// The sites with the most live bytes at the peak of live bytes (by function), most first,
+    /// as many as hold `bytes` between them (at most ten).
+    pub sites: Vec<ShrinkSite>,
+}
+
+/// One site's live bytes at the peak.
+#[derive(Clone, Debug, Serialize)]
+pub struct ShrinkSite {
+    pub site: String,
+    pub live_bytes: u64,
 }
 
 /// The smallest limit one setting needs.
@@ -271,6 +294,10 @@ pub fn tune(loaded: &Loaded, path: &Path, opts: &TuneOptions) -> Result<Tuned> {
     } else {
         Vec::new()
     };
+    let shrink = match opts.limit_bytes {
+        Some(limit) if best.is_none() => shrink_for(loaded, &view, &min_limits, limit),
+        _ => None,
+    };
     Ok(Tuned {
         family: family.to_owned(),
         limit_bytes: opts.limit_bytes,
@@ -282,6 +309,44 @@ pub fn tune(loaded: &Loaded, path: &Path, opts: &TuneOptions) -> Result<Tuned> {
         replays,
         pruned_keys: pruned,
         min_limits,
+        shrink,
+    })
+}
+
+/// What the peak's live bytes would have to lose for the setting with the smallest limit to
+/// fit under `limit`, and the sites (by function, at the peak of live bytes) that hold them.
+fn shrink_for(
+    loaded: &Loaded,
+    view: &TraceView<'_>,
+    min_limits: &[MinLimitOf],
+    limit: u64,
+) -> Option<Shrink> {
+    use allocview_loaders::analysis::site_stats::{GroupBy, by_site};
+    let least = min_limits
+        .iter()
+        .filter_map(|m| Some((m, m.min_limit_bytes?)))
+        .min_by_key(|&(_, b)| b)?;
+    let bytes = least.1.saturating_sub(limit);
+    let sites = crate::session::input::sites_of(loaded)?;
+    let (_, peak) = view.peak_live();
+    let mut rows = by_site(view, &sites, peak, GroupBy::Function);
+    rows.sort_by_key(|r| std::cmp::Reverse(r.live_bytes));
+    let mut held = 0u64;
+    let mut chosen = Vec::new();
+    for r in rows.into_iter().take(10) {
+        if held >= bytes {
+            break;
+        }
+        held += r.live_bytes;
+        chosen.push(ShrinkSite {
+            site: r.name,
+            live_bytes: r.live_bytes,
+        });
+    }
+    Some(Shrink {
+        policy: least.0.policy.clone(),
+        bytes,
+        sites: chosen,
     })
 }
 

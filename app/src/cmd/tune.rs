@@ -149,6 +149,17 @@ fn print(file: &str, t: &Tuned, top: usize) -> Result<()> {
                     m.env
                 );
             }
+            if let Some(s) = &t.shrink {
+                outln!(
+                    "  for {} to fit, the live bytes at the peak must lose about {} (the limit \
+                     it needs less the one asked for); the sites that hold the most of them then:",
+                    s.policy,
+                    bytes(s.bytes)
+                );
+                for site in &s.sites {
+                    outln!("    {:>12}  {}", bytes(site.live_bytes), site.site);
+                }
+            }
         }
     }
     Ok(())
