@@ -258,6 +258,32 @@ fn the_recorded_memory_and_a_real_allocator_are_drawn_on_the_timeline() {
     keys(&s, &["q"]);
 }
 
+#[test]
+fn t_tunes_the_allocator_and_draws_the_best_setting_beside_the_default() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        skip_missing("tmux is not installed");
+        return;
+    }
+    let snap = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../sample-traces/pytorch/lm_train_step_b.pickle");
+    let name = format!("allocview-test-tune-{}", std::process::id());
+    let cmd = format!(
+        "{} {} --policy pytorch --limit 3.8GiB",
+        env!("CARGO_BIN_EXE_allocview"),
+        snap.display()
+    );
+    let s = start(name, 220, 50, &cmd);
+    wait_for(&s, "the replay", |t| t.contains("(1/1 replayed)"));
+    keys(&s, &["T"]);
+    // The search's answer (what `tune --limit 3.8GiB` prints) and both settings' lines.
+    let screen = wait_for(&s, "the search", |t| {
+        t.contains("pytorch:start=empty:expandable_segments=true footprint")
+    });
+    assert!(screen.contains("pytorch:start=empty footprint"), "{screen}");
+    assert!(screen.contains("footprint of every policy"), "{screen}");
+    keys(&s, &["q"]);
+}
+
 /// A test whose input or tool is missing is skipped with a message; where CI asks for every
 /// input (`ALLOCVIEW_REQUIRE_TEST_INPUTS` set, as `.ci/run` does) it fails instead, so a missing
 /// `../shared` or tool cannot turn tests green.

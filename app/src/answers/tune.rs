@@ -189,9 +189,16 @@ fn family_of(loaded: &Loaded) -> &'static str {
 /// The settings every candidate starts from: a snapshot's allocator replayed from empty (the
 /// recorded run's replay follows its own releases and applies no limit).
 fn base_params(family: &str, loaded: &Loaded) -> Vec<(String, String)> {
-    match (family, loaded) {
-        ("pytorch", Loaded::PytorchSnapshot(_)) => vec![("start".into(), "empty".into())],
-        _ => Vec::new(),
+    base_params_of(family, matches!(loaded, Loaded::PytorchSnapshot(_)))
+}
+
+/// [`base_params`] for an input that is (or is not) a PyTorch snapshot.
+#[must_use]
+pub fn base_params_of(family: &str, snapshot: bool) -> Vec<(String, String)> {
+    if family == "pytorch" && snapshot {
+        vec![("start".into(), "empty".into())]
+    } else {
+        Vec::new()
     }
 }
 
@@ -203,26 +210,56 @@ pub fn tune(loaded: &Loaded, path: &Path, opts: &TuneOptions) -> Result<Tuned> {
     let ev = require_events(loaded, path, "tune")?;
     let view = allocview_loaders::trace_view(ev.events, path)?;
     let family = match &opts.family {
-        Some(f) => match FAMILIES.iter().find(|&&k| k == f) {
-            Some(&k) => k,
-            None => bail!(
-                "tune searches the settings of {}; not {f:?} (a real allocator's rows measure, \
-                 they are not searched yet)",
-                FAMILIES.join(", ")
-            ),
-        },
+        Some(f) => family_named(f)?,
         None => family_of(loaded),
     };
+    let config = config_for_input(loaded, PolicyConfig::default());
+    let mut tuned = search(&view, family, &base_params(family, loaded), &config, opts)?;
+    if let Some(limit) = opts.limit_bytes
+        && tuned.best.is_none()
+    {
+        tuned.shrink = shrink_for(loaded, &view, &tuned.min_limits, limit);
+    }
+    Ok(tuned)
+}
+
+/// The family called `name`.
+///
+/// # Errors
+/// A name `tune` does not search.
+pub fn family_named(name: &str) -> Result<&'static str> {
+    match FAMILIES.iter().find(|&&k| k == name) {
+        Some(&k) => Ok(k),
+        None => bail!(
+            "tune searches the settings of {}; not {name:?} (a real allocator's rows measure, \
+             they are not searched yet)",
+            FAMILIES.join(", ")
+        ),
+    }
+}
+
+/// The search of [`tune`] on `view`, every candidate starting from `base` on `config` (the
+/// input's own allocator settings), under `opts.limit_bytes`: what the explorers run too.
+///
+/// # Errors
+/// A setting the family refuses.
+pub fn search(
+    view: &TraceView<'_>,
+    family: &'static str,
+    base: &[(String, String)],
+    config: &PolicyConfig,
+    opts: &TuneOptions,
+) -> Result<Tuned> {
     let config = PolicyConfig {
         limit_bytes: opts.limit_bytes,
-        ..config_for_input(loaded, PolicyConfig::default())
+        ..config.clone()
     };
-    let base = base_params(family, loaded);
+    let view = *view;
     let jobs = opts.jobs.max(1);
     let mut replays = 0;
     let mut run = |sets: &[Vec<(String, String)>]| -> Result<Vec<Candidate>> {
         replays += sets.len();
-        replay_all(&view, family, &base, sets, &config, jobs)
+        replay_all(&view, family, base, sets, &config, jobs)
     };
     let default = run(&[Vec::new()])?.remove(0);
     let keys = space(family);
@@ -294,10 +331,6 @@ pub fn tune(loaded: &Loaded, path: &Path, opts: &TuneOptions) -> Result<Tuned> {
     } else {
         Vec::new()
     };
-    let shrink = match opts.limit_bytes {
-        Some(limit) if best.is_none() => shrink_for(loaded, &view, &min_limits, limit),
-        _ => None,
-    };
     Ok(Tuned {
         family: family.to_owned(),
         limit_bytes: opts.limit_bytes,
@@ -309,7 +342,7 @@ pub fn tune(loaded: &Loaded, path: &Path, opts: &TuneOptions) -> Result<Tuned> {
         replays,
         pruned_keys: pruned,
         min_limits,
-        shrink,
+        shrink: None,
     })
 }
 

@@ -72,6 +72,10 @@ fn cell_color(k: CellKind) -> Color32 {
 struct Run {
     state: AppState,
     rx: Receiver<Msg>,
+    /// Where the run's own background work reports (`tune`, started from the model's
+    /// request).
+    tx: std::sync::mpsc::Sender<Msg>,
+    jobs: usize,
 }
 
 impl Run {
@@ -90,7 +94,12 @@ impl Run {
         state.window = input.window.clone();
         let (tx, rx) = channel();
         start_workers(&state, lenient, jobs, &tx);
-        Self { state, rx }
+        Self {
+            state,
+            rx,
+            tx,
+            jobs,
+        }
     }
 
     /// Applies the workers' messages; true when anything arrived.
@@ -98,6 +107,10 @@ impl Run {
         let mut any = false;
         while let Ok(m) = self.rx.try_recv() {
             apply(&mut self.state, m);
+            any = true;
+        }
+        if std::mem::take(&mut self.state.tune_requested) {
+            crate::model::workers::start_tune(&self.state, self.jobs, &self.tx);
             any = true;
         }
         any
@@ -238,6 +251,7 @@ impl GuiApp {
                 (egui::Key::P, Msg::CyclePolicy(1)),
                 (egui::Key::C, Msg::ToggleCompare),
                 (egui::Key::S, Msg::ToggleSites),
+                (egui::Key::T, Msg::Tune),
                 (egui::Key::Period, Msg::CycleSite(1)),
                 (egui::Key::Comma, Msg::CycleSite(-1)),
             ];
@@ -318,6 +332,13 @@ impl GuiApp {
                     .clicked()
                 {
                     self.send(Msg::OpenPart(-1));
+                    ui.close();
+                }
+                if ui
+                    .button("Tune: add the allocator's best setting as a policy (T)")
+                    .clicked()
+                {
+                    self.send(Msg::Tune);
                     ui.close();
                 }
                 ui.separator();

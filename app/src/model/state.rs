@@ -233,6 +233,9 @@ pub struct AppState {
     pub reopen_goto: Option<String>,
     /// Set when the frontend moves on from this state: its workers stop their replays.
     pub cancel: Arc<std::sync::atomic::AtomicBool>,
+    /// `tune` was asked for ([`super::update::Msg::Tune`]): the frontend starts its search
+    /// ([`super::workers::start_tune`]) and clears this.
+    pub tune_requested: bool,
 }
 
 impl AppState {
@@ -278,6 +281,7 @@ impl AppState {
             reopen_goto: None,
             cancel: Arc::default(),
             real: Vec::new(),
+            tune_requested: false,
         }
     }
 

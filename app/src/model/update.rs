@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use allocview_sim::classes::ClassSeries;
+use allocview_sim::policy::spec::PolicySpec;
 use allocview_sim::replay::Replay;
 
 use super::state::{AppState, BUCKETS, Filter, Mode, Prompt, PromptKind, RunStatus};
@@ -62,6 +63,11 @@ pub enum Msg {
     Loaded(Result<Arc<TraceData>, String>),
     Classes(Arc<ClassSeries>),
     Replayed(usize, Result<Arc<Replay>, String>),
+    /// Search the allocator's settings under the session's limit and add the best as a policy.
+    Tune,
+    /// The search's default and best settings, replayed (policies to add, and what to say),
+    /// or why not.
+    Tuned(Result<TunedPolicies, String>),
     /// A real-allocator row's series (its measured RSS), or why it did not run.
     RealReplayed(usize, Result<Arc<allocview_sim::series::Series>, String>),
 }
@@ -139,6 +145,13 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
         Msg::Loaded(Err(e)) => state.load_error = Some(e),
         Msg::Classes(c) => state.classes = Some(c),
         Msg::Replayed(i, result) => replayed(state, i, result),
+        Msg::Tune => {
+            if !state.tune_requested {
+                state.tune_requested = true;
+                state.message = Some("tune: searching the allocator's settings…".to_owned());
+            }
+        }
+        Msg::Tuned(result) => tuned(state, result),
         Msg::RealReplayed(i, result) => {
             if let Some(slot) = state.real.get_mut(i) {
                 slot.status = match result {
@@ -318,6 +331,40 @@ fn replayed(state: &mut AppState, i: usize, result: Result<Arc<Replay>, String>)
         };
     }
     state.refresh_heaps();
+}
+
+/// What `tune` adds to a session: the default and the best settings, replayed, and what to
+/// say of them.
+#[derive(Clone)]
+pub struct TunedPolicies {
+    pub replayed: Vec<(PolicySpec, Arc<Replay>)>,
+    pub said: String,
+}
+
+/// Adds the search's default and best settings as policies, replayed, shows them side by side
+/// (the comparison view) and says what to set.
+fn tuned(state: &mut AppState, result: Result<TunedPolicies, String>) {
+    match result {
+        Ok(t) => {
+            for (spec, replay) in t.replayed {
+                if state.policies.iter().any(|p| p.spec == spec) {
+                    continue;
+                }
+                state.policies.push(super::state::PolicySlot {
+                    name: spec.label(),
+                    spec,
+                    status: RunStatus::Done(replay),
+                    progress: Arc::default(),
+                    preparing: Arc::default(),
+                });
+                state.heaps.push(None);
+            }
+            state.mode = Mode::Compare;
+            state.refresh_heaps();
+            state.message = Some(t.said);
+        }
+        Err(e) => state.message = Some(format!("tune: {e}")),
+    }
 }
 
 /// Moves the cursor to what `text` names: an event of the part shown (or of the whole trace,

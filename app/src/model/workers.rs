@@ -73,6 +73,98 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
     });
 }
 
+/// Starts `tune` on the loaded input, on a thread of its own: the search under the session's
+/// limit ([`crate::answers::tune::search`]), then the replay of its best setting, reported as
+/// [`Msg::Tuned`] (a policy to add). Without a limit, the setting with the lowest peak
+/// footprint.
+pub fn start_tune(state: &AppState, jobs: usize, tx: &Sender<Msg>) {
+    let Some(data) = state.data.clone() else {
+        tx.send(Msg::Tuned(Err("the input is not loaded yet".to_owned())))
+            .ok();
+        return;
+    };
+    let config = data.policy_config(state.config.clone());
+    let limit = state.config.limit_bytes;
+    let cancel = Arc::clone(&state.cancel);
+    let tx = tx.clone();
+    std::thread::spawn(move || {
+        let result = tuned(&data, config, limit, jobs, &cancel);
+        tx.send(Msg::Tuned(result)).ok();
+    });
+}
+
+/// The search and the replay of [`start_tune`].
+fn tuned(
+    data: &TraceData,
+    config: PolicyConfig,
+    limit: Option<u64>,
+    jobs: usize,
+    cancel: &AtomicBool,
+) -> Result<super::update::TunedPolicies, String> {
+    use crate::answers::tune::{TuneOptions, base_params_of, search};
+    let family = match data.format {
+        "pytorch-snapshot" => "pytorch",
+        "tf-memory-log" => "bfc",
+        "malloc-trace" => "glibc",
+        other => return Err(format!("a {other} has no allocator settings to search")),
+    };
+    let view = data.view();
+    let opts = TuneOptions {
+        limit_bytes: limit,
+        family: None,
+        jobs: jobs.max(1),
+    };
+    let base = base_params_of(family, data.format == "pytorch-snapshot");
+    let t = search(&view, family, &base, &config, &opts).map_err(|e| format!("{e:#}"))?;
+    let Some(best) = t.best else {
+        let needs = t
+            .min_limits
+            .iter()
+            .filter_map(|m| m.min_limit_bytes)
+            .min()
+            .map_or_else(|| "no limit works".to_owned(), crate::format::bytes);
+        return Err(format!(
+            "no {family} setting fits under the limit ({} replays); the least any needs: {needs}",
+            t.replays
+        ));
+    };
+    let config = PolicyConfig {
+        limit_bytes: limit,
+        ..config
+    };
+    // The default beside the best, as the search replayed them.
+    let mut replayed = Vec::new();
+    for policy in [&t.default.policy, &best.policy] {
+        let spec = PolicySpec::parse(policy).map_err(|e| e.to_string())?;
+        let cfg = spec.apply(&config).map_err(|e| e.to_string())?;
+        let opts = ReplayOptions {
+            align_bytes: cfg.align_bytes,
+            buckets: BUCKETS,
+            layout_index: true,
+            checkpoint_budget_bytes: checkpoint_budget_bytes(view.len()),
+            checkpoint_min_copies: CHECKPOINT_MIN_COPIES,
+            ..ReplayOptions::default()
+        };
+        let built = registry::build(spec.name, &cfg, &view).map_err(|e| e.to_string())?;
+        let (replay, cancelled) = replay_cancellable(&view, built, &opts, None, cancel);
+        if cancelled {
+            return Err("cancelled".to_owned());
+        }
+        replayed.push((spec, Arc::new(replay)));
+    }
+    let said = format!(
+        "tune: {} (peak {}{}; {} replays), added as {}",
+        best.env,
+        crate::format::bytes(best.peak_footprint_bytes),
+        best.headroom_bytes
+            .map(|h| format!(", {} to spare", crate::format::bytes(h)))
+            .unwrap_or_default(),
+        t.replays,
+        best.policy
+    );
+    Ok(super::update::TunedPolicies { replayed, said })
+}
+
 /// A real-allocator row's series on `data` (a malloc trace; others have no C library calls).
 fn real_row(
     data: &TraceData,

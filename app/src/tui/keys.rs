@@ -87,6 +87,7 @@ fn key(k: &KeyEvent, prompt_open: bool) -> Option<Msg> {
         KeyCode::Char('P') => Msg::CyclePolicy(-1),
         KeyCode::Char('c') => Msg::ToggleCompare,
         KeyCode::Char('s') => Msg::ToggleSites,
+        KeyCode::Char('T') => Msg::Tune,
         KeyCode::Char('>') => Msg::CycleSite(1),
         KeyCode::Char('<') => Msg::CycleSite(-1),
         KeyCode::Char('+' | '=') => Msg::ZoomIn,

@@ -86,13 +86,13 @@ pub fn run(
     let mut state = AppState::new(path, policies, config.clone()).with_real(real);
     state.initial_goto = goto;
     state.window = input.window.clone();
-    let (tx, rx) = mpsc::channel();
+    let (mut tx, rx) = mpsc::channel();
     start_workers(&state, lenient, jobs, &tx);
     let mut terminal = ratatui::init();
     execute!(io::stdout(), EnableMouseCapture).ok();
     let mut rx = rx;
     let result = loop {
-        match event_loop(&mut terminal, &mut state, &rx) {
+        match event_loop(&mut terminal, &mut state, &rx, &Tuning { tx: &tx, jobs }) {
             // Another part of the trace: a new model on it, and new workers (the old ones stop
             // at their next report, their channel gone).
             Ok(()) if !state.quit => {
@@ -106,9 +106,9 @@ pub fn run(
                 next.window = window;
                 next.initial_goto = state.reopen_goto.take();
                 state = next;
-                let (tx, next_rx) = mpsc::channel();
-                start_workers(&state, lenient, jobs, &tx);
-                rx = next_rx;
+                let (next_tx, next_rx) = mpsc::channel();
+                start_workers(&state, lenient, jobs, &next_tx);
+                (tx, rx) = (next_tx, next_rx);
             }
             other => break other,
         }
@@ -118,10 +118,18 @@ pub fn run(
     result
 }
 
+/// What the event loop needs to start `tune` when it is asked for: where its result goes,
+/// and how many replays it runs at once.
+struct Tuning<'a> {
+    tx: &'a mpsc::Sender<Msg>,
+    jobs: usize,
+}
+
 fn event_loop<B: Backend>(
     terminal: &mut Terminal<B>,
     state: &mut AppState,
     rx: &mpsc::Receiver<Msg>,
+    tuning: &Tuning<'_>,
 ) -> Result<()>
 where
     B::Error: Send + Sync + 'static,
@@ -159,6 +167,10 @@ where
         }
         while let Ok(msg) = rx.try_recv() {
             apply(state, msg);
+            dirty = true;
+        }
+        if std::mem::take(&mut state.tune_requested) {
+            crate::model::workers::start_tune(state, tuning.jobs, tuning.tx);
             dirty = true;
         }
         // While anything is still loading, replaying or reading the whole trace, redraw for

@@ -211,6 +211,10 @@ pub const HELP: &[(&str, &str)] = &[
         "< / >",
         "select the previous / next site (its blocks are # in the heap map)",
     ),
+    (
+        "T",
+        "tune: search the allocator's settings (under --limit) and add the best as a policy",
+    ),
     ("mouse", "click or drag on the timeline to scrub"),
     ("?", "this help"),
     ("q / Esc", "quit"),
