@@ -124,6 +124,12 @@ fn print(file: &str, t: &Tuned, top: usize) -> Result<()> {
                 );
             }
         }
+        Some(best) if best.changed.is_empty() => {
+            outln!(
+                "  the recorded or default settings already have the lowest peak footprint ({})",
+                bytes(best.peak_footprint_bytes)
+            );
+        }
         Some(best) => {
             let saved = t
                 .default
