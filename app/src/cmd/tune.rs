@@ -9,7 +9,9 @@ use anyhow::Result;
 use crate::answers::tune::{TuneOptions, Tuned, tune};
 use crate::format;
 use crate::session::InputArgs;
-use crate::session::input::load_input;
+use allocview_loaders::Requests;
+
+use crate::session::input::{load_input, note_requests};
 
 /// Arguments of `allocview tune`.
 #[derive(Debug, clap::Args)]
@@ -39,7 +41,11 @@ pub struct TuneArgs {
 
 /// Runs `allocview tune`.
 pub fn run(args: &TuneArgs) -> Result<()> {
-    let loaded = load_input(&args.file, &args.input)?;
+    // As `compare`: the allocator serves what reached the C library (a Python recording's
+    // pymalloc arenas included, not its objects).
+    let input = args.input.with_default_requests(Requests::Libc);
+    let loaded = load_input(&args.file, &input)?;
+    note_requests(&args.file, &loaded, input.requests_or(Requests::Libc));
     let opts = TuneOptions {
         limit_bytes: args.limit,
         family: args.policy.clone(),
