@@ -73,6 +73,12 @@ fn print(file: &str, t: &Tuned, top: usize) -> Result<()> {
         bytes(t.peak_live_bytes),
         t.replays
     );
+    if t.family.starts_with("real-") {
+        outln!(
+            "  each setting replayed through the library itself: its peak footprint is the peak \
+             RSS measured (a real allocator fails under no limit; it fits when its RSS does)"
+        );
+    }
     if !t.pruned_keys.is_empty() {
         outln!(
             "  left out: {} (no value of theirs changed the replay)",

@@ -24,7 +24,7 @@ use polars::prelude::DataFrame;
 use serde_json::{Value, json};
 
 pub use min_limit::{MinLimitRun, for_specs};
-pub use real::{Advice, against_recorded, real_rows, with_program_allocator};
+pub use real::{Advice, against_recorded, real_rows, threads_and_calls, with_program_allocator};
 pub use row::{Row, note_unsupported, pytorch_fidelity};
 use tf_bfc::tf_bfc_row;
 

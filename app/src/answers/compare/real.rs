@@ -42,13 +42,7 @@ pub fn run_all(
         );
     }
     let specs = with_program_allocator(specs)?;
-    let (_, threads) = events_and_threads(loaded, path, "compare")?;
-    let ev = require_events(loaded, path, "compare")?;
-    let calls: Option<Vec<u8>> = ev.events.column("call").ok().and_then(|c| {
-        c.u8()
-            .ok()
-            .map(|c| c.iter().map(|v| v.unwrap_or(0)).collect())
-    });
+    let (threads, calls) = threads_and_calls(loaded, path)?;
     specs
         .iter()
         .map(|spec| {
@@ -88,6 +82,22 @@ pub fn real_rows(
         .iter()
         .map(|r| (row(r, view), r.series(view, buckets)))
         .collect())
+}
+
+/// Each event's thread index, and its call where the trace names calls: what a real replay
+/// needs besides the view.
+///
+/// # Errors
+/// An input without events, or an unreadable thread column.
+pub fn threads_and_calls(loaded: &Loaded, path: &Path) -> Result<(Vec<u16>, Option<Vec<u8>>)> {
+    let (_, threads) = events_and_threads(loaded, path, "compare")?;
+    let ev = require_events(loaded, path, "compare")?;
+    let calls = ev.events.column("call").ok().and_then(|c| {
+        c.u8()
+            .ok()
+            .map(|c| c.iter().map(|v| v.unwrap_or(0)).collect())
+    });
+    Ok((threads, calls))
 }
 
 /// A real run's row: its footprint the measured resident memory above the replay process's

@@ -8,6 +8,8 @@
 //! key keeps its two best values alone). The candidates are ranked: those that fit first, then
 //! the fewest keys changed from the recorded or default settings, then the lowest peak
 //! footprint. Without a limit, every replay fits, and the lowest peak footprint comes first.
+//! A real allocator's settings (`--policy real-jemalloc`) are searched the same way, each
+//! candidate a replay through the library itself ([`real`]).
 
 use std::path::Path;
 
@@ -19,6 +21,8 @@ use allocview_sim::policy::spec::PolicySpec;
 use allocview_sim::trace::TraceView;
 use anyhow::{Result, bail};
 use serde::Serialize;
+
+mod real;
 
 use crate::session::input::require_events;
 use crate::session::policies::config_for_input;
@@ -210,6 +214,21 @@ pub fn tune(loaded: &Loaded, path: &Path, opts: &TuneOptions) -> Result<Tuned> {
     let ev = require_events(loaded, path, "tune")?;
     let view = allocview_loaders::trace_view(ev.events, path)?;
     let family = match &opts.family {
+        Some(f) if f.starts_with("real-") => {
+            let Some(&name) = crate::real::REAL_NAMES.iter().find(|&&n| n == f) else {
+                bail!(
+                    "unknown real allocator {f:?}; known: {}",
+                    crate::real::REAL_NAMES.join(", ")
+                );
+            };
+            if !matches!(loaded, Loaded::MallocTrace(_)) {
+                bail!(
+                    "{name} replays malloc traces; {} is not one",
+                    path.display()
+                );
+            }
+            return real::search(loaded, path, &view, name, opts);
+        }
         Some(f) => family_named(f)?,
         None => family_of(loaded),
     };
@@ -231,9 +250,9 @@ pub fn family_named(name: &str) -> Result<&'static str> {
     match FAMILIES.iter().find(|&&k| k == name) {
         Some(&k) => Ok(k),
         None => bail!(
-            "tune searches the settings of {}; not {name:?} (a real allocator's rows measure, \
-             they are not searched yet)",
-            FAMILIES.join(", ")
+            "tune searches the settings of {} and of the real allocators ({}); not {name:?}",
+            FAMILIES.join(", "),
+            crate::real::REAL_NAMES.join(", ")
         ),
     }
 }
@@ -412,7 +431,9 @@ fn best_values(values: &[&'static str], runs: &[&Candidate]) -> Vec<&'static str
 
 /// Every combination of the kept keys (each set or left at its default), cut to at most
 /// [`MAX_COMBINATIONS`] by keeping each key's best values first.
-fn combinations(kept: &[(&'static str, Vec<&'static str>)]) -> Vec<Vec<(String, String)>> {
+pub(super) fn combinations(
+    kept: &[(&'static str, Vec<&'static str>)],
+) -> Vec<Vec<(String, String)>> {
     let total: usize = kept
         .iter()
         .map(|(_, vs)| vs.len() + 1)
@@ -494,7 +515,7 @@ fn replay_all(
 
 /// Best first: those that fit; then, under a limit, the fewest keys changed; then the lowest
 /// peak footprint (and, among those that fail, the latest first OOM).
-fn rank(candidates: &mut [Candidate], limited: bool) {
+pub(super) fn rank(candidates: &mut [Candidate], limited: bool) {
     candidates.sort_by_key(|c| {
         (
             !c.fits,
