@@ -43,6 +43,18 @@ impl ByteProgress {
         )
     }
 
+    /// A counter of replays with no total known ahead (a search), shown when `shown` (a long
+    /// input) and stderr is a terminal.
+    pub fn start_counting(label: &str, counter: Arc<AtomicU64>, shown: bool) -> Self {
+        Self::with_template(
+            label,
+            0,
+            counter,
+            shown,
+            "{spinner} {msg}: {pos} replays ({elapsed})",
+        )
+    }
+
     fn with_template(
         label: &str,
         total: u64,
@@ -54,7 +66,11 @@ impl ByteProgress {
         if !std::io::stderr().is_terminal() || !shown {
             return Self { done, worker: None };
         }
-        let bar = ProgressBar::new(total);
+        let bar = if total == 0 {
+            ProgressBar::new_spinner()
+        } else {
+            ProgressBar::new(total)
+        };
         let style = ProgressStyle::with_template(template)
             .map(|s| s.progress_chars("=> "))
             .unwrap_or_else(|_| ProgressStyle::default_bar());

@@ -203,6 +203,7 @@ fn tune(
         jobs: jobs.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
         }),
+        replayed: None,
     };
     let path = trace.path.clone();
     let loaded = Arc::clone(&trace.loaded);

@@ -46,14 +46,21 @@ pub fn run(args: &TuneArgs) -> Result<()> {
     let input = args.input.with_default_requests(Requests::Libc);
     let loaded = load_input(&args.file, &input)?;
     note_requests(&args.file, &loaded, input.requests_or(Requests::Libc));
+    let replayed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let opts = TuneOptions {
         limit_bytes: args.limit,
         family: args.policy.clone(),
         jobs: args.jobs.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
         }),
+        replayed: Some(std::sync::Arc::clone(&replayed)),
     };
-    let tuned = tune(&loaded, &args.file, &opts)?;
+    // A long input's search takes a while: its replays are counted on stderr.
+    let events = crate::session::input::events_of(&loaded).map_or(0, |e| e.events.height());
+    let bar = crate::progress::ByteProgress::start_counting("tune", replayed, events >= 1 << 20);
+    let tuned = tune(&loaded, &args.file, &opts);
+    drop(bar);
+    let tuned = tuned?;
     if args.json {
         outln!("{}", serde_json::to_string(&tuned)?);
         return Ok(());

@@ -113,6 +113,7 @@ fn tuned(
         limit_bytes: limit,
         family: None,
         jobs: jobs.max(1),
+        replayed: None,
     };
     let base = base_params_of(family, data.format == "pytorch-snapshot");
     let t = search(&view, family, &base, &config, &opts).map_err(|e| format!("{e:#}"))?;

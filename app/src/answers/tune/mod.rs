@@ -38,6 +38,8 @@ pub struct TuneOptions {
     /// The family (`pytorch`, `bfc`, `glibc`); by default the one the input's allocator is.
     pub family: Option<String>,
     pub jobs: usize,
+    /// Counts the replays as they end (a progress display).
+    pub replayed: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// One setting replayed.
@@ -278,7 +280,11 @@ pub fn search(
     let mut replays = 0;
     let mut run = |sets: &[Vec<(String, String)>]| -> Result<Vec<Candidate>> {
         replays += sets.len();
-        replay_all(&view, family, base, sets, &config, jobs)
+        let done = replay_all(&view, family, base, sets, &config, jobs);
+        if let Some(c) = &opts.replayed {
+            c.fetch_add(sets.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        done
     };
     let default = run(&[Vec::new()])?.remove(0);
     let keys = space(family);

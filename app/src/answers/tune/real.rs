@@ -70,6 +70,9 @@ pub fn search(
                 let r = crate::real::run(&spec, view, &threads, calls.as_deref())
                     .with_context(|| format!("while replaying {}", path.display()))?;
                 let fits = opts.limit_bytes.is_none_or(|l| r.peak_rss_bytes <= l);
+                if let Some(c) = &opts.replayed {
+                    c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 Ok(Candidate {
                     policy: spec.label,
                     changed: changed.clone(),
