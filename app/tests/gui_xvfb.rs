@@ -204,3 +204,40 @@ fn skip_missing(why: &str) {
     );
     eprintln!("skipping: {why}");
 }
+
+/// `--tune` (View > Tune): the default and the best settings are added beside the session's
+/// policy, their footprints drawn in the next policy colours (`theme::series(2)` and `(3)`).
+#[test]
+fn gui_tune_draws_the_best_setting_beside_the_default_under_xvfb() {
+    let snap = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../sample-traces/pytorch/lm_train_step_b.pickle");
+    let args = ["--policy", "pytorch", "--limit", "3.8GiB"];
+    let Some(plain) = screenshot(&snap, &args) else {
+        return;
+    };
+    let Some(tuned) = screenshot(&snap, &[&args[..], &["--tune"]].concat()) else {
+        return;
+    };
+    assert_not_blank(&tuned);
+    let [g, o] = [allocview::theme::series(2), allocview::theme::series(3)];
+    let green = |img: &image::RgbaImage| pixels_like(img, [g.0, g.1, g.2]);
+    let orange = |img: &image::RgbaImage| pixels_like(img, [o.0, o.1, o.2]);
+    assert!(
+        green(&tuned) > 200 && orange(&tuned) > 200,
+        "{} {}",
+        green(&tuned),
+        orange(&tuned)
+    );
+    assert!(
+        green(&plain) < green(&tuned) / 4,
+        "{} {}",
+        green(&plain),
+        green(&tuned)
+    );
+    assert!(
+        orange(&plain) < orange(&tuned) / 4,
+        "{} {}",
+        orange(&plain),
+        orange(&tuned)
+    );
+}

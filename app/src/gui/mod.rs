@@ -51,6 +51,10 @@ pub struct GuiArgs {
     /// Open with the sites panel showing (memory by allocation site at the cursor).
     #[arg(long)]
     pub sites: bool,
+    /// Run `tune` once the input is loaded (View > Tune): the best setting under `--limit` is
+    /// added beside the default, both replayed, in the comparison view.
+    #[arg(long)]
+    pub tune: bool,
 }
 
 fn col(rgb: Rgb) -> Color32 {
@@ -109,7 +113,9 @@ impl Run {
             apply(&mut self.state, m);
             any = true;
         }
-        if std::mem::take(&mut self.state.tune_requested) {
+        // Asked for, and the input is loaded (before that, the search has nothing to read).
+        if self.state.tune_requested && self.state.data.is_some() {
+            self.state.tune_requested = false;
             crate::model::workers::start_tune(&self.state, self.jobs, &self.tx);
             any = true;
         }
@@ -117,7 +123,8 @@ impl Run {
     }
 
     fn busy(&self) -> bool {
-        self.state.data.is_none() && self.state.load_error.is_none()
+        self.state.tune_running
+            || self.state.data.is_none() && self.state.load_error.is_none()
             || self
                 .state
                 .policies
@@ -611,6 +618,7 @@ pub fn run(args: &GuiArgs) -> Result<()> {
     let shot = args.screenshot.clone();
     let goto = args.goto.clone();
     let sites = args.sites;
+    let tune = args.tune;
     let mut viewport = egui::ViewportBuilder::default()
         .with_inner_size([w, h])
         .with_title("allocview")
@@ -652,6 +660,9 @@ pub fn run(args: &GuiArgs) -> Result<()> {
             }
             if sites {
                 app.send(Msg::ToggleSites);
+            }
+            if tune {
+                app.send(Msg::Tune);
             }
             Ok(Box::new(app))
         }),

@@ -236,6 +236,8 @@ pub struct AppState {
     /// `tune` was asked for ([`super::update::Msg::Tune`]): the frontend starts its search
     /// ([`super::workers::start_tune`]) and clears this.
     pub tune_requested: bool,
+    /// A `tune` search is asked for or running (until its [`super::update::Msg::Tuned`]).
+    pub tune_running: bool,
 }
 
 impl AppState {
@@ -282,6 +284,7 @@ impl AppState {
             cancel: Arc::default(),
             real: Vec::new(),
             tune_requested: false,
+            tune_running: false,
         }
     }
 

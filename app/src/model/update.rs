@@ -146,12 +146,16 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
         Msg::Classes(c) => state.classes = Some(c),
         Msg::Replayed(i, result) => replayed(state, i, result),
         Msg::Tune => {
-            if !state.tune_requested {
+            if !state.tune_running {
                 state.tune_requested = true;
+                state.tune_running = true;
                 state.message = Some("tune: searching the allocator's settings…".to_owned());
             }
         }
-        Msg::Tuned(result) => tuned(state, result),
+        Msg::Tuned(result) => {
+            state.tune_running = false;
+            tuned(state, result);
+        }
         Msg::RealReplayed(i, result) => {
             if let Some(slot) = state.real.get_mut(i) {
                 slot.status = match result {

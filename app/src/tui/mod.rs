@@ -169,7 +169,8 @@ where
             apply(state, msg);
             dirty = true;
         }
-        if std::mem::take(&mut state.tune_requested) {
+        if state.tune_requested && state.data.is_some() {
+            state.tune_requested = false;
             crate::model::workers::start_tune(state, tuning.jobs, tuning.tx);
             dirty = true;
         }
