@@ -116,6 +116,13 @@ fn tune_finds_what_brute_force_finds_on_a_snapshot() {
                 .map(|s| s["live_bytes"].as_u64().unwrap())
                 .sum();
             assert!(held >= least - limit, "{shrink}");
+            let lost: u64 = shrink["sites"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["shrink_bytes"].as_u64().unwrap())
+                .sum();
+            assert_eq!(lost, least - limit, "{shrink}");
         }
         assert!(t["replays"].as_u64().unwrap() < grid("pytorch").len() as u64);
     }

@@ -182,7 +182,12 @@ fn print(file: &str, t: &Tuned, top: usize) -> Result<()> {
                     bytes(s.bytes)
                 );
                 for site in &s.sites {
-                    outln!("    {:>12}  {}", bytes(site.live_bytes), site.site);
+                    outln!(
+                        "    {:>12} of its {:>12}  {}",
+                        bytes(site.shrink_bytes),
+                        bytes(site.live_bytes),
+                        site.site
+                    );
                 }
             }
         }

@@ -99,11 +99,13 @@ pub struct Shrink {
     pub sites: Vec<ShrinkSite>,
 }
 
-/// One site's live bytes at the peak.
+/// One site's live bytes at the peak, and what it would lose: the sites with the most give
+/// up to all of theirs, in turn, until the total is reached.
 #[derive(Clone, Debug, Serialize)]
 pub struct ShrinkSite {
     pub site: String,
     pub live_bytes: u64,
+    pub shrink_bytes: u64,
 }
 
 /// The smallest limit one setting needs.
@@ -395,10 +397,12 @@ fn shrink_for(
         if held >= bytes {
             break;
         }
+        let shrink_bytes = r.live_bytes.min(bytes - held);
         held += r.live_bytes;
         chosen.push(ShrinkSite {
             site: r.name,
             live_bytes: r.live_bytes,
+            shrink_bytes,
         });
     }
     Some(Shrink {
