@@ -575,6 +575,11 @@ fn main() {
         .unwrap_or_else(|_| fail("too many slots"))
         .max(1);
     let n_threads = (h.threads as usize).max(1);
+    // The tables are mapped by these counts: a header that claims more slots than calls, or
+    // more threads than a call can name, is refused before anything is mapped.
+    if n_slots > n_ops.max(1) || n_threads > usize::from(u16::MAX) + 1 {
+        fail("the calls file's header claims more slots or threads than its calls can use");
+    }
     check_calls(ops, n_ops, n_slots, n_threads);
     let slots = mapped(n_slots * 8).cast::<*mut c_void>();
     let pending = mapped(n_threads * 8).cast::<*mut c_void>();

@@ -339,3 +339,54 @@ fn summarise(
         wall_seconds,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs the embedded replayer on a calls file of `header` and `ops` 16-byte calls.
+    fn replay_file(header: &[u8; ops::HEADER_BYTES], calls: usize) -> std::process::Output {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("allocview_replayer");
+        write_executable(&exe).unwrap();
+        let mut file = header.to_vec();
+        file.resize(ops::HEADER_BYTES + calls * 16, 5);
+        // Every call NOTHING (op 5) on thread 0, slot 0.
+        for c in file[ops::HEADER_BYTES..].chunks_mut(16) {
+            c.fill(0);
+            c[0] = 5;
+        }
+        let calls_path = dir.path().join("calls.bin");
+        std::fs::write(&calls_path, file).unwrap();
+        std::process::Command::new(&exe)
+            .arg(&calls_path)
+            .arg(dir.path().join("out.bin"))
+            .output()
+            .unwrap()
+    }
+
+    fn header(calls: u64, slots: u64, threads: u32) -> [u8; ops::HEADER_BYTES] {
+        let mut h = [0u8; ops::HEADER_BYTES];
+        h[..8].copy_from_slice(b"AVRPLAY1");
+        h[8..16].copy_from_slice(&calls.to_le_bytes());
+        h[16..24].copy_from_slice(&slots.to_le_bytes());
+        h[24..28].copy_from_slice(&threads.to_le_bytes());
+        h[32..36].copy_from_slice(&1u32.to_le_bytes());
+        h
+    }
+
+    #[test]
+    fn a_header_that_claims_more_slots_or_threads_than_its_calls_is_refused() {
+        if replayer_missing().is_some() {
+            return;
+        }
+        assert!(replay_file(&header(4, 4, 1), 4).status.success());
+        // The tables are mapped by these counts: refused before anything is mapped.
+        for bad in [header(4, 1 << 20, 1), header(4, 4, 1 << 20)] {
+            let out = replay_file(&bad, 4);
+            assert!(!out.status.success());
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("claims more slots or threads"), "{err}");
+        }
+    }
+}
