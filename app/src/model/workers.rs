@@ -138,14 +138,7 @@ fn tuned(
     for policy in [&t.default.policy, &best.policy] {
         let spec = PolicySpec::parse(policy).map_err(|e| e.to_string())?;
         let cfg = spec.apply(&config).map_err(|e| e.to_string())?;
-        let opts = ReplayOptions {
-            align_bytes: cfg.align_bytes,
-            buckets: BUCKETS,
-            layout_index: true,
-            checkpoint_budget_bytes: checkpoint_budget_bytes(view.len()),
-            checkpoint_min_copies: CHECKPOINT_MIN_COPIES,
-            ..ReplayOptions::default()
-        };
+        let opts = explorer_options(cfg.align_bytes, view.len());
         let built = registry::build(spec.name, &cfg, &view).map_err(|e| e.to_string())?;
         let (replay, cancelled) = replay_cancellable(&view, built, &opts, None, cancel);
         if cancelled {
@@ -267,14 +260,7 @@ impl Replays {
         let result = spec
             .apply(&self.config)
             .and_then(|cfg| {
-                let opts = ReplayOptions {
-                    align_bytes: cfg.align_bytes,
-                    buckets: BUCKETS,
-                    layout_index: true,
-                    checkpoint_budget_bytes: checkpoint_budget_bytes(view.len()),
-                    checkpoint_min_copies: CHECKPOINT_MIN_COPIES,
-                    ..ReplayOptions::default()
-                };
+                let opts = explorer_options(cfg.align_bytes, view.len());
                 registry::build_observed(spec.name, &cfg, &view, preparing)
                     .map(|p| replay_cancellable(&view, p, &opts, progress, &self.cancel))
             })
@@ -284,6 +270,19 @@ impl Replays {
             Ok((replay, false)) => Some(Ok(Arc::new(replay))),
             Err(e) => Some(Err(e)),
         }
+    }
+}
+
+/// How an explorer replays a policy on a trace of `events` events: its buckets, the layout
+/// index for the heap maps, and the checkpoints seeking needs.
+fn explorer_options(align_bytes: u64, events: usize) -> ReplayOptions {
+    ReplayOptions {
+        align_bytes,
+        buckets: BUCKETS,
+        layout_index: true,
+        checkpoint_budget_bytes: checkpoint_budget_bytes(events),
+        checkpoint_min_copies: CHECKPOINT_MIN_COPIES,
+        ..ReplayOptions::default()
     }
 }
 
