@@ -288,37 +288,21 @@ pub fn search(
         }
         done
     };
-    let default = run(&[Vec::new()])?.remove(0);
-    let keys = space(family);
-    let singles: Vec<Vec<(String, String)>> = keys
-        .iter()
-        .flat_map(|(k, vs)| vs.iter().map(|v| vec![((*k).to_owned(), (*v).to_owned())]))
-        .collect();
-    let single_runs = run(&singles)?;
     // A key none of whose values changes the outcome cannot help.
-    let outcome = |c: &Candidate| (c.first_oom_event, c.peak_footprint_bytes);
-    let (mut kept, mut pruned) = (Vec::new(), Vec::new());
-    for (k, vs) in &keys {
-        let runs: Vec<&Candidate> = single_runs
-            .iter()
-            .filter(|c| c.changed.first().is_some_and(|(ck, _)| ck == k))
-            .collect();
-        if runs.iter().all(|c| outcome(c) == outcome(&default)) {
-            pruned.push((*k).to_owned());
-        } else {
-            kept.push((*k, best_values(vs, &runs)));
-        }
-    }
-    let combos: Vec<Vec<(String, String)>> = combinations(&kept)
-        .into_iter()
-        .filter(|c| c.len() > 1)
-        .collect();
-    let combo_runs = run(&combos)?;
-    let mut candidates: Vec<Candidate> = std::iter::once(default.clone())
-        .chain(single_runs)
-        .chain(combo_runs)
-        .collect();
-    rank(&mut candidates, opts.limit_bytes.is_some());
+    let same = |c: &Candidate, d: &Candidate| {
+        (c.first_oom_event, c.peak_footprint_bytes) == (d.first_oom_event, d.peak_footprint_bytes)
+    };
+    let Searched {
+        default,
+        candidates,
+        pruned,
+    } = drive(
+        &space(family),
+        &mut run,
+        &same,
+        MAX_COMBINATIONS,
+        opts.limit_bytes.is_some(),
+    )?;
     let best = candidates.iter().find(|c| c.fits).cloned();
     let min_limits = if best.is_none() {
         // The default, and the three that came closest (the latest first OOM).
@@ -412,6 +396,62 @@ fn shrink_for(
     })
 }
 
+/// The keys a candidate changes, with their values.
+pub(super) type Changes = Vec<(String, String)>;
+
+/// What [`drive`] found: the default's replay, every candidate best first, the keys left out.
+pub(super) struct Searched {
+    pub(super) default: Candidate,
+    pub(super) candidates: Vec<Candidate>,
+    pub(super) pruned: Vec<String>,
+}
+
+/// The search both kinds of family share: the default, then each of `keys`' values alone
+/// (`run` replays sets of changed keys), the keys whose values are all `same` as the default
+/// left out, the rest in every combination (at most `max_combinations`), ranked.
+pub(super) fn drive(
+    keys: &[(&'static str, Vec<&'static str>)],
+    run: &mut dyn FnMut(&[Changes]) -> Result<Vec<Candidate>>,
+    same: &dyn Fn(&Candidate, &Candidate) -> bool,
+    max_combinations: usize,
+    limited: bool,
+) -> Result<Searched> {
+    let default = run(&[Vec::new()])?.remove(0);
+    let singles: Vec<Vec<(String, String)>> = keys
+        .iter()
+        .flat_map(|(k, vs)| vs.iter().map(|v| vec![((*k).to_owned(), (*v).to_owned())]))
+        .collect();
+    let single_runs = run(&singles)?;
+    let (mut kept, mut pruned) = (Vec::new(), Vec::new());
+    for (k, vs) in keys {
+        let runs: Vec<&Candidate> = single_runs
+            .iter()
+            .filter(|c| c.changed.first().is_some_and(|(ck, _)| ck == k))
+            .collect();
+        if runs.iter().all(|c| same(c, &default)) {
+            pruned.push((*k).to_owned());
+        } else {
+            kept.push((*k, best_values(vs, &runs)));
+        }
+    }
+    let mut combos: Vec<Vec<(String, String)>> = combinations(&kept)
+        .into_iter()
+        .filter(|c| c.len() > 1)
+        .collect();
+    combos.truncate(max_combinations);
+    let combo_runs = run(&combos)?;
+    let mut candidates: Vec<Candidate> = std::iter::once(default.clone())
+        .chain(single_runs)
+        .chain(combo_runs)
+        .collect();
+    rank(&mut candidates, limited);
+    Ok(Searched {
+        default,
+        candidates,
+        pruned,
+    })
+}
+
 /// How well a one-key replay did, least best: failed, its first OOM's event (later is
 /// better), its peak footprint.
 type Score = (bool, std::cmp::Reverse<usize>, u64);
@@ -441,9 +481,7 @@ fn best_values(values: &[&'static str], runs: &[&Candidate]) -> Vec<&'static str
 
 /// Every combination of the kept keys (each set or left at its default), cut to at most
 /// [`MAX_COMBINATIONS`] by keeping each key's best values first.
-pub(super) fn combinations(
-    kept: &[(&'static str, Vec<&'static str>)],
-) -> Vec<Vec<(String, String)>> {
+fn combinations(kept: &[(&'static str, Vec<&'static str>)]) -> Vec<Vec<(String, String)>> {
     let total: usize = kept
         .iter()
         .map(|(_, vs)| vs.len() + 1)
@@ -525,7 +563,7 @@ fn replay_all(
 
 /// Best first: those that fit; then, under a limit, the fewest keys changed; then the lowest
 /// peak footprint (and, among those that fail, the latest first OOM).
-pub(super) fn rank(candidates: &mut [Candidate], limited: bool) {
+fn rank(candidates: &mut [Candidate], limited: bool) {
     candidates.sort_by_key(|c| {
         (
             !c.fits,

@@ -11,7 +11,7 @@ use allocview_loaders::Loaded;
 use allocview_sim::trace::TraceView;
 use anyhow::{Context as _, Result};
 
-use super::{Candidate, MinLimitOf, TuneOptions, Tuned, rank};
+use super::{Candidate, MinLimitOf, Searched, TuneOptions, Tuned, drive};
 use crate::real::RealSpec;
 
 /// Peaks within this fraction of each other are the same measurement.
@@ -93,43 +93,21 @@ pub fn search(
             })
             .collect()
     };
-    let default = run(&[Vec::new()])?.remove(0);
-    let keys = space(family);
-    let singles: Vec<Vec<(String, String)>> = keys
-        .iter()
-        .flat_map(|(k, vs)| vs.iter().map(|v| vec![((*k).to_owned(), (*v).to_owned())]))
-        .collect();
-    let single_runs = run(&singles)?;
-    let same = |c: &Candidate| {
-        let (a, b) = (
-            c.peak_footprint_bytes as f64,
-            default.peak_footprint_bytes as f64,
-        );
+    let same = |c: &Candidate, d: &Candidate| {
+        let (a, b) = (c.peak_footprint_bytes as f64, d.peak_footprint_bytes as f64);
         (a - b).abs() <= SAME_FRACTION * b.max(1.0)
     };
-    let (mut kept, mut pruned) = (Vec::new(), Vec::new());
-    for (k, vs) in &keys {
-        let runs: Vec<&Candidate> = single_runs
-            .iter()
-            .filter(|c| c.changed.first().is_some_and(|(ck, _)| ck == k))
-            .collect();
-        if runs.iter().all(|c| same(c)) {
-            pruned.push((*k).to_owned());
-        } else {
-            kept.push((*k, vs.clone()));
-        }
-    }
-    let mut combos: Vec<Vec<(String, String)>> = super::combinations(&kept)
-        .into_iter()
-        .filter(|c| c.len() > 1)
-        .collect();
-    combos.truncate(MAX_REAL_COMBINATIONS);
-    let combo_runs = run(&combos)?;
-    let mut candidates: Vec<Candidate> = std::iter::once(default.clone())
-        .chain(single_runs)
-        .chain(combo_runs)
-        .collect();
-    rank(&mut candidates, opts.limit_bytes.is_some());
+    let Searched {
+        default,
+        candidates,
+        pruned,
+    } = drive(
+        &space(family),
+        &mut run,
+        &same,
+        MAX_REAL_COMBINATIONS,
+        opts.limit_bytes.is_some(),
+    )?;
     let best = candidates.iter().find(|c| c.fits).cloned();
     // A real allocator needs its peak RSS: the closest ones, when nothing fits.
     let min_limits = if best.is_none() {
