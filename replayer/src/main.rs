@@ -1,28 +1,30 @@
 //! The replay process of allocview's real-allocator rows (`real-glibc`, `real-jemalloc`, ...).
 //!
-//! `allocview_replayer OPS OUT` replays the calls listed in `OPS` through this process's own
-//! `malloc`, `calloc`, `realloc` and `free`: the C library's, or another allocator's when the
-//! caller sets `LD_PRELOAD` (and that allocator's settings in the environment). It writes each
-//! allocation's pages as the header asks (a program uses what it asks for), and samples its own
+//! `allocview_replayer OPS OUT TOUCH THREADS` replays the calls listed in `OPS` through this
+//! process's own `malloc`, `calloc`, `realloc` and `free`: the C library's, or another
+//! allocator's when the caller sets `LD_PRELOAD` (and that allocator's settings in the
+//! environment). It writes each allocation's pages as `TOUCH` says (`0` none, `1` the first,
+//! `2` every page: a program uses what it asks for), and samples its own
 //! anonymous resident memory (`/proc/self/statm`: resident less shared, the `RssAnon` of
 //! `/proc/self/status`) every `sample_every` calls, after the call the header marks (the
 //! trace's peak of live bytes) and after the last, taken by the thread that ran it before any
 //! thread ends (an ending thread's arena and cache may be given back); `OUT` gets the samples.
 //!
 //! Everything the replay needs is set up before the first sample, which is the baseline the
-//! caller subtracts: the calls read whole into an anonymous mapping, the table of live
+//! caller subtracts: the calls file mapped read-only (file pages, not measured), the table of live
 //! pointers and the samples' array mapped and written once, the threads started. During the
 //! replay this process allocates nothing of its own: every byte the allocator holds beyond
 //! the baseline is the replayed program's.
 //!
-//! Threads: with `one_thread` 0, each traced thread is replayed on an OS thread of its own, in
+//! Threads: with `THREADS` `each`, each traced thread is replayed on an OS thread of its own, in
 //! the recorded global order. The thread that runs a call hands the turn to the next call's
 //! thread (a word per thread, spun on briefly, then slept on with a futex), so each traced
-//! thread's calls come from one OS thread, as its per-thread caches and arenas expect.
+//! thread's calls come from one OS thread, as its per-thread caches and arenas expect; with
+//! `one`, every call is replayed on one thread. One calls file serves every row of a trace.
 //!
 //! The files (little-endian):
 //! - `OPS`: the header ([`Header`], 48 bytes: magic `AVRPLAY1`, call count, slot count, thread
-//!   count, touch mode, one-thread flag, sample period, the marked call), then one 16-byte
+//!   count, 4 bytes unused, sample period, 4 bytes unused, the marked call), then one 16-byte
 //!   [`Op`] per call.
 //! - `OUT`: magic `AVRPOUT1`, the baseline's resident bytes, the replay's nanoseconds, the
 //!   failed allocations, the sample count, then each sample as (calls done, resident bytes).
@@ -101,8 +103,6 @@ struct Header {
     ops: u64,
     slots: u64,
     threads: u32,
-    touch: u8,
-    one_thread: bool,
     sample_every: u32,
     mark: u64,
 }
@@ -164,8 +164,6 @@ fn read_header(f: &mut std::fs::File) -> Header {
         ops: u64_at(&h, 8),
         slots: u64_at(&h, 16),
         threads: u32_at(&h, 24),
-        touch: h[28],
-        one_thread: h[29] != 0,
         sample_every: u32_at(&h, 32).max(1),
         mark: u64_at(&h, 40),
     }
@@ -567,8 +565,17 @@ fn write_out(path: &str, shared: &Shared, elapsed_ns: u64) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let (Some(ops_path), Some(out_path)) = (args.get(1), args.get(2)) else {
-        fail("usage: allocview_replayer OPS OUT");
+    let usage = "usage: allocview_replayer OPS OUT TOUCH(0|1|2) THREADS(each|one)";
+    let (Some(ops_path), Some(out_path), Some(touch), Some(mode)) =
+        (args.get(1), args.get(2), args.get(3), args.get(4))
+    else {
+        fail(usage);
+    };
+    let touch: u8 = touch.parse().unwrap_or_else(|_| fail(usage));
+    let one_thread = match mode.as_str() {
+        "one" => true,
+        "each" => false,
+        _ => fail(usage),
     };
     let (h, ops, n_ops) = map_calls(ops_path);
     let n_slots = usize::try_from(h.slots)
@@ -585,13 +592,13 @@ fn main() {
     let pending = mapped(n_threads * 8).cast::<*mut c_void>();
     let max_samples = n_ops / h.sample_every as usize + 4;
     let samples = mapped(max_samples * 16).cast::<[u64; 2]>();
-    let threads = if h.one_thread { 0 } else { n_threads as u32 };
+    let threads = if one_thread { 0 } else { n_threads as u32 };
     let shared = Shared {
         ops,
         n_ops,
         slots,
         n_slots,
-        touch: h.touch,
+        touch,
         sample_every: h.sample_every as usize,
         mark: usize::try_from(h.mark).unwrap_or(usize::MAX),
         statm: Statm::open(),

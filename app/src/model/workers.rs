@@ -57,16 +57,20 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
             tx.send(Msg::Classes(Arc::new(classes))).ok();
         }
         replays.run(&data, jobs, &tx);
-        // After the policies: each measures its own process, one at a time.
+        // After the policies: each measures its own process, one at a time, on the calls
+        // written once for all.
+        let prepared = (!real.is_empty()).then(|| prepare_real(&data, &real));
         for (i, spec) in real.iter().enumerate() {
             // The frontend moved on (another part of the trace): its rows are nobody's.
             if cancel.load(Ordering::Relaxed) {
                 break;
             }
-            if tx
-                .send(Msg::RealReplayed(i, real_row(&data, spec)))
-                .is_err()
-            {
+            let row = match &prepared {
+                Some(Ok(p)) => real_row(&data, spec, p),
+                Some(Err(e)) => Err(format!("{}: {e}", spec.label)),
+                None => break,
+            };
+            if tx.send(Msg::RealReplayed(i, row)).is_err() {
                 break;
             }
         }
@@ -159,18 +163,18 @@ fn tuned(
     Ok(super::update::TunedPolicies { replayed, said })
 }
 
-/// A real-allocator row's series on `data` (a malloc trace; others have no C library calls).
-fn real_row(
+/// The calls of `data` (a malloc trace; others have no C library calls) written for its
+/// real-allocator rows.
+fn prepare_real(
     data: &TraceData,
-    spec: &crate::real::RealSpec,
-) -> Result<Arc<allocview_sim::series::Series>, String> {
+    real: &[crate::real::RealSpec],
+) -> Result<crate::real::Prepared, String> {
     if data.format != "malloc-trace" {
         return Err(format!(
-            "{} replays malloc traces through a C allocator; this is a {}",
-            spec.label, data.format
+            "a real allocator replays malloc traces; this is a {}",
+            data.format
         ));
     }
-    let view = data.view();
     let threads = allocview_loaders::analysis::stats::thread_indices(&data.events)
         .map_err(|e| e.to_string())?;
     let calls: Option<Vec<u8>> = data.events.column("call").ok().and_then(|c| {
@@ -178,8 +182,18 @@ fn real_row(
             .ok()
             .map(|c| c.iter().map(|v| v.unwrap_or(0)).collect())
     });
-    let run =
-        crate::real::run(spec, &view, &threads, calls.as_deref()).map_err(|e| format!("{e:#}"))?;
+    crate::real::prepare(real, &data.view(), &threads, calls.as_deref())
+        .map_err(|e| format!("{e:#}"))
+}
+
+/// A real-allocator row's series on `data`, replayed from its `prepared` calls.
+fn real_row(
+    data: &TraceData,
+    spec: &crate::real::RealSpec,
+    prepared: &crate::real::Prepared,
+) -> Result<Arc<allocview_sim::series::Series>, String> {
+    let view = data.view();
+    let run = crate::real::run_prepared(spec, &view, prepared).map_err(|e| format!("{e:#}"))?;
     Ok(Arc::new(run.series(&view, BUCKETS)))
 }
 

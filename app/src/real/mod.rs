@@ -83,25 +83,75 @@ fn replayer_missing() -> Option<&'static str> {
     option_env!("ALLOCVIEW_NO_REPLAYER").or(REPLAYER_EXE.is_empty().then_some("not built"))
 }
 
-/// Replays `view` (each event's thread index in `threads`, its call in `calls` where the
-/// trace names them) through the allocator `spec` names.
+/// A trace's calls written once for its replays, beside the replayer, in a private directory
+/// (removed when dropped): every real row of one trace replays this one file.
+pub struct Prepared {
+    dir: tempfile::TempDir,
+    exe: PathBuf,
+    calls_path: PathBuf,
+    /// Traced threads (each would be a thread of the replay).
+    threads: u32,
+    /// Replays run on these files so far (each writes its own samples).
+    runs: std::cell::Cell<u32>,
+    /// Writing the calls (counted in each row's wall time).
+    write_seconds: f64,
+}
+
+/// Writes `view`'s calls (each event's thread index in `threads`, its call in `calls` where the
+/// trace names them) for [`run_prepared`] to replay through each of `specs`, once each of them
+/// is known to be able to run (so nothing is written for a replay that would be refused).
 ///
 /// # Errors
-/// A library that is not installed, a replay process that could not run or failed.
-pub fn run(
-    spec: &RealSpec,
+/// A build without the replayer, a spec refused ([`check`]), or a file that cannot be written.
+pub fn prepare(
+    specs: &[RealSpec],
     view: &TraceView<'_>,
     threads: &[u16],
     calls: Option<&[u8]>,
-) -> Result<RealRun> {
+) -> Result<Prepared> {
     if let Some(why) = replayer_missing() {
-        bail!(
-            "{}: real-allocator rows are not available in this build ({why})",
-            spec.label
-        );
+        bail!("real-allocator rows are not available in this build ({why})");
     }
-    check_room(spec, view)?;
     let n_threads = u32::from(threads.iter().copied().max().unwrap_or(0)) + 1;
+    for spec in specs {
+        check(spec, view, n_threads)?;
+    }
+    let started = Instant::now();
+    let dir = tempfile::Builder::new()
+        .prefix("allocview-real-")
+        .tempdir()
+        .context("cannot create a private directory for the replay")?;
+    let exe = dir.path().join("allocview_replayer");
+    write_executable(&exe)?;
+    let calls_path = dir.path().join("calls.bin");
+    let (_, peak_event) = view.peak_live();
+    let setup = ops::Setup {
+        threads: n_threads,
+        sample_every: sample_every(view.len()),
+        mark: peak_event as u64,
+    };
+    let f = std::fs::File::create(&calls_path)
+        .with_context(|| format!("cannot write {}", calls_path.display()))?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+    ops::write_ops(&mut w, view, threads, calls, &setup)
+        .with_context(|| format!("cannot write {}", calls_path.display()))?;
+    w.into_inner()
+        .map_err(|e| e.into_error())
+        .and_then(|f| f.sync_data())
+        .with_context(|| format!("cannot write {}", calls_path.display()))?;
+    Ok(Prepared {
+        dir,
+        exe,
+        calls_path,
+        threads: n_threads,
+        runs: std::cell::Cell::new(0),
+        write_seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// What refuses a replay: too little memory, too many threads for `threads=each`.
+fn check(spec: &RealSpec, view: &TraceView<'_>, n_threads: u32) -> Result<()> {
+    check_room(spec, view)?;
     if !spec.one_thread && n_threads > MAX_THREADS {
         bail!(
             "{}: the trace has {n_threads} threads, and each would be a thread of the replay, \
@@ -110,37 +160,25 @@ pub fn run(
             spec.label
         );
     }
+    Ok(())
+}
+
+/// Replays the calls `prepared` holds (of `view`) through the allocator `spec` names.
+///
+/// # Errors
+/// A library that is not installed, a replay process that could not run or failed.
+pub fn run_prepared(spec: &RealSpec, view: &TraceView<'_>, prepared: &Prepared) -> Result<RealRun> {
+    check(spec, view, prepared.threads)?;
     let library = spec.library()?;
     let started = Instant::now();
-    let dir = tempfile::Builder::new()
-        .prefix("allocview-real-")
-        .tempdir()
-        .context("cannot create a private directory for the replay")?;
-    let exe = dir.path().join("allocview_replayer");
-    write_executable(&exe)?;
-    let ops_path = dir.path().join("calls.bin");
-    let out_path = dir.path().join("samples.bin");
-    let (_, peak_event) = view.peak_live();
-    let setup = ops::Setup {
-        threads: n_threads,
-        touch: spec.touch.code(),
-        one_thread: spec.one_thread,
-        sample_every: sample_every(view.len()),
-        mark: peak_event as u64,
-    };
-    {
-        let f = std::fs::File::create(&ops_path)
-            .with_context(|| format!("cannot write {}", ops_path.display()))?;
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-        ops::write_ops(&mut w, view, threads, calls, &setup)
-            .with_context(|| format!("cannot write {}", ops_path.display()))?;
-        w.into_inner()
-            .map_err(|e| e.into_error())
-            .and_then(|f| f.sync_data())
-            .with_context(|| format!("cannot write {}", ops_path.display()))?;
-    }
-    let mut cmd = std::process::Command::new(&exe);
-    cmd.arg(&ops_path).arg(&out_path);
+    let n = prepared.runs.get();
+    prepared.runs.set(n + 1);
+    let out_path = prepared.dir.path().join(format!("samples-{n}.bin"));
+    let mut cmd = std::process::Command::new(&prepared.exe);
+    cmd.arg(&prepared.calls_path)
+        .arg(&out_path)
+        .arg(spec.touch.code().to_string())
+        .arg(if spec.one_thread { "one" } else { "each" });
     for (k, _) in std::env::vars_os() {
         if k.to_str().is_some_and(spec::is_allocator_env) {
             cmd.env_remove(&k);
@@ -160,7 +198,7 @@ pub fn run(
                 "{}: cannot run the replay process from {} (a file system mounted noexec? \
                  TMPDIR names where it goes)",
                 spec.label,
-                dir.path().display()
+                prepared.dir.path().display()
             )
         })?;
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -186,9 +224,9 @@ pub fn run(
     }
     let measured = read_samples(&out_path)
         .with_context(|| format!("{}: reading the replay's samples", spec.label))?;
-    let wall_seconds = started.elapsed().as_secs_f64();
-    dir.close()
-        .context("cannot remove the replay's private directory")?;
+    std::fs::remove_file(&out_path).ok();
+    let (_, peak_event) = view.peak_live();
+    let wall_seconds = started.elapsed().as_secs_f64() + prepared.write_seconds;
     Ok(summarise(
         spec,
         library,
@@ -361,6 +399,7 @@ mod tests {
         std::process::Command::new(&exe)
             .arg(&calls_path)
             .arg(dir.path().join("out.bin"))
+            .args(["2", "each"])
             .output()
             .unwrap()
     }

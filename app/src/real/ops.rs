@@ -33,8 +33,6 @@ const CALL_REALLOCARRAY: u8 = 9;
 /// How the replay runs, for the header.
 pub(super) struct Setup {
     pub threads: u32,
-    pub touch: u8,
-    pub one_thread: bool,
     pub sample_every: u32,
     /// The event after which a sample is also taken (the peak of live bytes).
     pub mark: u64,
@@ -104,8 +102,6 @@ pub(super) fn write_ops(
     header[8..16].copy_from_slice(&(n as u64).to_le_bytes());
     header[16..24].copy_from_slice(&u64::from(slots.max(1)).to_le_bytes());
     header[24..28].copy_from_slice(&setup.threads.to_le_bytes());
-    header[28] = setup.touch;
-    header[29] = u8::from(setup.one_thread);
     header[32..36].copy_from_slice(&setup.sample_every.to_le_bytes());
     header[40..48].copy_from_slice(&setup.mark.to_le_bytes());
     out.seek(SeekFrom::Start(0))?;
@@ -163,8 +159,6 @@ mod tests {
         let mut out = std::io::Cursor::new(Vec::new());
         let setup = Setup {
             threads: 2,
-            touch: 2,
-            one_thread: false,
             sample_every: 1,
             mark: 0,
         };

@@ -43,10 +43,12 @@ pub fn run_all(
     }
     let specs = with_program_allocator(specs)?;
     let (threads, calls) = threads_and_calls(loaded, path)?;
+    // The calls are written once, for every row.
+    let prepared = crate::real::prepare(&specs, view, &threads, calls.as_deref())?;
     specs
         .iter()
         .map(|spec| {
-            crate::real::run(spec, view, &threads, calls.as_deref()).with_context(|| {
+            crate::real::run_prepared(spec, view, &prepared).with_context(|| {
                 format!("while replaying {} through {}", path.display(), spec.label)
             })
         })

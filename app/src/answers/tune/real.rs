@@ -57,6 +57,13 @@ pub fn search(
     opts: &TuneOptions,
 ) -> Result<Tuned> {
     let (threads, calls) = crate::answers::compare::threads_and_calls(loaded, path)?;
+    // The calls are written once, for every candidate.
+    let prepared = crate::real::prepare(
+        &[RealSpec::parse(family)?],
+        view,
+        &threads,
+        calls.as_deref(),
+    )?;
     let mut replays = 0;
     let mut run = |sets: &[Vec<(String, String)>]| -> Result<Vec<Candidate>> {
         replays += sets.len();
@@ -67,7 +74,7 @@ pub fn search(
                     .collect::<Vec<_>>()
                     .join(":");
                 let spec = RealSpec::parse(&text)?;
-                let r = crate::real::run(&spec, view, &threads, calls.as_deref())
+                let r = crate::real::run_prepared(&spec, view, &prepared)
                     .with_context(|| format!("while replaying {}", path.display()))?;
                 let fits = opts.limit_bytes.is_none_or(|l| r.peak_rss_bytes <= l);
                 if let Some(c) = &opts.replayed {
