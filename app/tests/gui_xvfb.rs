@@ -241,3 +241,16 @@ fn gui_tune_draws_the_best_setting_beside_the_default_under_xvfb() {
         orange(&tuned)
     );
 }
+
+/// An input that fails to load is shown with its error and the screenshot taken: the window
+/// used to wait for its policies' replays, which never start, for good.
+#[test]
+fn gui_shows_a_load_error_instead_of_waiting_for_ever_under_xvfb() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.trace");
+    std::fs::write(&bad, "not a trace line\n").unwrap();
+    let Some(img) = screenshot(&bad, &[]) else {
+        return;
+    };
+    assert!(img.width() >= 1000, "{}", img.width());
+}

@@ -122,14 +122,19 @@ impl Run {
         any
     }
 
+    /// Still loading, replaying or searching. An input that failed to load is done: its
+    /// policies stay pending for good (a screenshot waited on them forever).
     fn busy(&self) -> bool {
-        self.state.tune_running
-            || self.state.data.is_none() && self.state.load_error.is_none()
-            || self
-                .state
-                .policies
-                .iter()
-                .any(|p| matches!(p.status, RunStatus::Pending))
+        let s = &self.state;
+        s.load_error.is_none()
+            && (s.data.is_none()
+                || s.tune_running
+                || s.policies
+                    .iter()
+                    .any(|p| matches!(p.status, RunStatus::Pending))
+                || s.real
+                    .iter()
+                    .any(|r| matches!(r.status, crate::model::state::RealStatus::Pending)))
     }
 }
 

@@ -756,6 +756,8 @@ fn frame_name(tag: u8) -> String {
         FRAME_LOCATIONS => "a LOCATIONS".into(),
         FRAME_STACKS => "a STACKS".into(),
         FRAME_SYMBOLS => "a SYMBOLS".into(),
+        super::memory::FRAME_MEMORY => "a MEMORY".into(),
+        super::memory::FRAME_MAPPINGS => "a MAPPINGS".into(),
         super::FRAME_INDEX => "the INDEX".into(),
         other => format!("a 0x{other:02x}"),
     }
