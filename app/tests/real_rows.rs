@@ -241,6 +241,25 @@ fn every_traced_thread_replays_on_its_own_thread_and_threads_one_on_one() {
 }
 
 #[test]
+fn a_program_s_first_thread_replays_on_the_main_thread_and_its_main_arena() {
+    // One traced thread: with `threads=each` it is the program's main thread, and glibc serves
+    // it from the main arena on `brk`, as with `threads=one`; a thread of its own would get
+    // an arena of its own, mapped in 64 MiB heaps and trimmed differently.
+    let path = sample("find_usr_include.trace.gz");
+    let v = json(&[
+        "compare",
+        path.to_str().unwrap(),
+        "--json",
+        "--policy",
+        "real-glibc,real-glibc:threads=one",
+    ]);
+    let (each, one) = (row(&v, "real-glibc"), row(&v, "real-glibc:threads=one"));
+    for key in ["peak_rss_bytes", "final_rss_bytes"] {
+        assert_eq!(each[key], one[key], "{key}");
+    }
+}
+
+#[test]
 fn a_missing_library_is_named_with_how_to_install_it() {
     let path = sample("find_usr_include.trace.gz");
     let err = fails(&[

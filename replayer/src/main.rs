@@ -17,7 +17,7 @@
 //! the baseline is the replayed program's.
 //!
 //! Threads: with `THREADS` `each`, each traced thread is replayed on an OS thread of its own, in
-//! the recorded global order. The thread that runs a call hands the turn to the next call's
+//! the recorded global order, the trace's first on the process's main thread. The thread that runs a call hands the turn to the next call's
 //! thread (a word per thread, spun on briefly, then slept on with a futex), so each traced
 //! thread's calls come from one OS thread, as its per-thread caches and arenas expect; with
 //! `one`, every call is replayed on one thread. One calls file serves every row of a trace.
@@ -84,7 +84,8 @@ const OP_BYTES: usize = 16;
 const MALLOC: u8 = 0;
 const CALLOC: u8 = 1;
 const FREE: u8 = 2;
-/// The first half of a `realloc`: the old pointer (the next call of its thread is the second).
+/// The first half of a `realloc`: the old pointer and size (the next call of its thread is the
+/// second).
 const REALLOC_FROM: u8 = 3;
 /// The second half: the new slot and size.
 const REALLOC_TO: u8 = 4;
@@ -105,6 +106,22 @@ struct Header {
     threads: u32,
     sample_every: u32,
     mark: u64,
+}
+
+/// A block between the two halves of a `realloc`: its pointer and its size before.
+#[repr(C)]
+struct Pending {
+    p: *mut c_void,
+    size: usize,
+}
+
+impl Default for Pending {
+    fn default() -> Self {
+        Pending {
+            p: std::ptr::null_mut(),
+            size: 0,
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -236,7 +253,7 @@ struct Shared {
     ready: AtomicU32,
     /// Each traced thread's pointer between the two halves of a `realloc` (another thread's
     /// calls may come between them), touched only by the thread that replays its calls.
-    pending: *mut *mut c_void,
+    pending: *mut Pending,
     n_threads: usize,
 }
 
@@ -291,17 +308,18 @@ impl Shared {
         unsafe { self.slots.add(s) }
     }
 
-    /// The traced thread's pointer between the two halves of its `realloc`.
+    /// The traced thread's block between the two halves of its `realloc`.
     #[allow(clippy::mut_from_ref)]
-    fn pending(&self, thread: u16) -> &mut *mut c_void {
+    fn pending(&self, thread: u16) -> &mut Pending {
         let t = usize::from(thread).min(self.n_threads.saturating_sub(1));
-        // SAFETY: inside the mapping of `n_threads` pointers; only the OS thread replaying
+        // SAFETY: inside the mapping of `n_threads` entries; only the OS thread replaying
         // traced thread `t` touches its entry, and not re-entrantly.
         unsafe { &mut *self.pending.add(t) }
     }
 
     /// Runs one call; a `REALLOC_FROM` leaves its pointer as its thread's pending one, for
     /// that thread's next call, the `REALLOC_TO`.
+    #[inline(always)]
     fn run(&self, op: Op) {
         let pending = self.pending(op.thread);
         let size = op.size as usize;
@@ -327,15 +345,24 @@ impl Shared {
                 }
                 REALLOC_FROM => {
                     let s = self.slot(op.slot);
-                    free(std::mem::replace(pending, *s));
+                    let before = std::mem::replace(pending, Pending { p: *s, size });
+                    free(before.p);
                     *s = std::ptr::null_mut();
                 }
                 REALLOC_TO => {
-                    let p = realloc(std::mem::replace(pending, std::ptr::null_mut()), size);
+                    let from = std::mem::take(pending);
+                    let p = realloc(from.p, size);
                     if p.is_null() {
                         self.failed.fetch_add(1, Ordering::Relaxed);
+                    } else if self.touch == TOUCH_ALL && !from.p.is_null() {
+                        // The old bytes were written when they were allocated, and `realloc`
+                        // moved or kept them: only the grown part is the program's to write.
+                        if size > from.size {
+                            self.touch(p.cast::<u8>().add(from.size).cast(), size - from.size);
+                        }
+                    } else {
+                        self.touch(p, size);
                     }
-                    self.touch(p, size);
                     *self.slot(op.slot) = p;
                 }
                 _ => {}
@@ -374,7 +401,6 @@ impl Shared {
     /// Thread `me`'s share of the replay: waits for its turn, runs calls while they are its
     /// own, and hands the turn to the next call's thread.
     fn run_thread(&self, me: u32) {
-        self.ready.fetch_add(1, Ordering::Release);
         while self.wait_turn(me) {
             let mut i = self.next_op.load(Ordering::Acquire) as usize;
             while i < self.n_ops && self.op(i).thread as u32 == me {
@@ -498,18 +524,23 @@ fn check_calls(ops: *const Op, n_ops: usize, n_slots: usize, threads: usize) {
     }
 }
 
-/// Starts the threads (none with `threads` 0: the calling thread replays), takes the
-/// baseline once all wait, replays, and returns the replay's time.
+/// Starts the threads, takes the baseline once all wait, replays, and returns the replay's
+/// time. The calling thread replays the trace's first thread, as a program's first thread is
+/// its main thread (glibc serves the main thread from its main arena, on `brk`, and the others
+/// from arenas of their own), and with `threads` 0 every call.
 fn replay(shared: &Shared, threads: u32) -> std::time::Duration {
-    std::thread::scope(|scope| {
-        for me in 0..threads {
+    let started = std::thread::scope(|scope| {
+        for me in 1..threads {
             std::thread::Builder::new()
                 .stack_size(256 << 10)
-                .spawn_scoped(scope, move || shared.run_thread(me))
+                .spawn_scoped(scope, move || {
+                    shared.ready.fetch_add(1, Ordering::Release);
+                    shared.run_thread(me);
+                })
                 .unwrap_or_else(|e| fail(&format!("cannot start a replay thread: {e}")));
         }
-        // Every thread started and waiting for its turn: the baseline.
-        while shared.ready.load(Ordering::Acquire) < threads {
+        // Every other thread started and waiting for its turn: the baseline.
+        while shared.ready.load(Ordering::Acquire) < threads.saturating_sub(1) {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         shared.sample(0);
@@ -530,10 +561,11 @@ fn replay(shared: &Shared, threads: u32) -> std::time::Duration {
             } else if let Some(w) = shared.wake.get(first as usize) {
                 wake(w);
             }
+            shared.run_thread(0);
         }
         started
-    })
-    .elapsed()
+    });
+    started.elapsed()
 }
 
 /// Writes what was measured to `path` (the format in the module's header).
@@ -589,7 +621,7 @@ fn main() {
     }
     check_calls(ops, n_ops, n_slots, n_threads);
     let slots = mapped(n_slots * 8).cast::<*mut c_void>();
-    let pending = mapped(n_threads * 8).cast::<*mut c_void>();
+    let pending = mapped(n_threads * std::mem::size_of::<Pending>()).cast::<Pending>();
     let max_samples = n_ops / h.sample_every as usize + 4;
     let samples = mapped(max_samples * 16).cast::<[u64; 2]>();
     let threads = if one_thread { 0 } else { n_threads as u32 };
