@@ -37,6 +37,7 @@ pub mod error;
 pub mod events;
 pub mod export;
 #[doc(hidden)]
+pub mod foreign;
 pub mod fuzzing;
 pub mod input;
 pub mod malloc_trace;

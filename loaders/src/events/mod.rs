@@ -125,13 +125,16 @@ pub struct LoadSummary {
     pub frees_unknown_python: u64,
     /// Decompressed bytes parsed.
     pub text_bytes: u64,
+    /// What the reader of another tool's format says of what that format keeps (lifetimes
+    /// it could only approximate, fields it could not read): said on every load.
+    pub notes: Vec<String>,
 }
 
 impl LoadSummary {
     /// Human-readable warnings (empty when the load was clean).
     #[must_use]
     pub fn warnings(&self) -> Vec<String> {
-        let mut out = Vec::new();
+        let mut out = self.notes.clone();
         if let Some(why) = &self.truncated {
             out.push(format!(
                 "the compressed stream is truncated ({why}); loaded the {} events before the cut{}",
