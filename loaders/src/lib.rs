@@ -36,8 +36,8 @@ pub mod binary;
 pub mod error;
 pub mod events;
 pub mod export;
-#[doc(hidden)]
 pub mod foreign;
+#[doc(hidden)]
 pub mod fuzzing;
 pub mod input;
 pub mod malloc_trace;
