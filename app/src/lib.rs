@@ -21,6 +21,7 @@
 pub mod answers;
 pub(crate) mod charts;
 pub mod cmd;
+pub mod export;
 pub mod format;
 #[cfg(feature = "gui")]
 pub mod gui;

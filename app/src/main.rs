@@ -72,6 +72,9 @@ enum Command {
     Leaks(cmd::sites::LeaksArgs),
     /// A flame graph (SVG, or folded stacks) of live or allocated bytes by call stack.
     Flamegraph(cmd::sites::FlamegraphArgs),
+    /// Write an input in another tool's format: pprof (`go tool pprof`, Pyroscope), speedscope,
+    /// a Chrome trace (Perfetto) or DHAT's JSON (`dh_view`).
+    Export(cmd::export::ExportArgs),
     /// Compare two runs: peak live bytes, footprint per policy, and bytes by site.
     Diff(cmd::diff::DiffArgs),
     /// Simulate spilling to disk under a memory limit: bytes spilled and reloaded per eviction
@@ -105,6 +108,7 @@ fn main() -> ExitCode {
         (Some(Command::Splice(args)), _) => cmd::splice::run(&args),
         (Some(Command::Plan(args)), _) => cmd::plan::run(&args),
         (Some(Command::Sites(args)), _) => cmd::sites::run_sites(&args),
+        (Some(Command::Export(args)), _) => cmd::export::run(&args),
         (Some(Command::Leaks(args)), _) => cmd::sites::run_leaks(&args),
         (Some(Command::Flamegraph(args)), _) => cmd::sites::run_flamegraph(&args),
         (Some(Command::Predict(args)), _) => cmd::predict::run(&args),

@@ -69,6 +69,12 @@ pub struct StackTable {
     frame_ids: HashMap<Frame, u32>,
     stacks: Vec<Vec<u32>>,
     stack_ids: HashMap<Vec<u32>, u32>,
+    /// The build id (hex) of each module that has one, by the module's path as frames name
+    /// it: what a symbolizer elsewhere needs to find the same binary.
+    build_ids: HashMap<String, String>,
+    /// For frames of native code: the address in their module (the virtual address in the
+    /// file, load bias removed) of the first location that gave the frame.
+    module_offsets: HashMap<u32, u64>,
 }
 
 impl StackTable {
@@ -152,6 +158,21 @@ impl StackTable {
             .copied()
     }
 
+    /// The frame ids of stack `id` from its site ([`Self::site_frame`]) outward: the frames
+    /// inside it (the allocator's, the interpreter's) left out, as `sites` passes over them.
+    #[must_use]
+    pub fn from_site(&self, id: u32) -> &[u32] {
+        let all = self.stack(id);
+        let Some(site) = self.site_frame(id) else {
+            return all;
+        };
+        let at = all
+            .iter()
+            .position(|&f| self.frame(f).is_some_and(|x| std::ptr::eq(x, site)))
+            .unwrap_or(0);
+        all.get(at..).unwrap_or(all)
+    }
+
     /// A stack as lines of text for a reader: its site (`at function (file:line)`), then the
     /// frames with a source line outward from it, at most `max_lines` in all; the allocator's
     /// and interpreters' frames are left out (the frames table has them all). Empty for a
@@ -179,6 +200,29 @@ impl StackTable {
                 .map(|f| format!("   {}", show(f))),
         );
         out
+    }
+
+    /// Records the build id (hex) of the module at `path`.
+    pub fn set_build_id(&mut self, path: &str, build_id_hex: String) {
+        self.build_ids.insert(path.to_owned(), build_id_hex);
+    }
+
+    /// The build id (hex) of the module at `path`, when the input recorded one.
+    #[must_use]
+    pub fn build_id(&self, path: &str) -> Option<&str> {
+        self.build_ids.get(path).map(String::as_str)
+    }
+
+    /// Records where in its module frame `id` was seen (the first such place is kept).
+    pub fn set_module_offset(&mut self, id: u32, offset: u64) {
+        self.module_offsets.entry(id).or_insert(offset);
+    }
+
+    /// The address in its module of frame `id`, for a frame of native code whose input
+    /// recorded it.
+    #[must_use]
+    pub fn module_offset(&self, id: u32) -> Option<u64> {
+        self.module_offsets.get(&id).copied()
     }
 
     /// Frame `id`.

@@ -130,6 +130,20 @@ pub fn pinned_free(
     at: usize,
     rows: &[SiteRow],
 ) -> Result<Vec<u64>> {
+    let blocks = policy_blocks_at(loaded, view, policy, at)?;
+    Ok(site_stats::pinned_free(&blocks, rows))
+}
+
+/// The blocks of `policy`'s heap just after event `at`, in address order.
+///
+/// # Errors
+/// When the policy is not understood or cannot replay the trace to `at`.
+pub fn policy_blocks_at(
+    loaded: &Loaded,
+    view: &TraceView<'_>,
+    policy: &str,
+    at: usize,
+) -> Result<Vec<Block>> {
     let spec = PolicySpec::parse(policy)?;
     let config = spec.apply(&config_for_input(
         loaded,
@@ -148,5 +162,5 @@ pub fn pinned_free(
         .map_err(|e| anyhow!("replaying {policy} to event {at}: {e}"))?;
     let mut blocks: Vec<Block> = Vec::new();
     state.blocks(&mut blocks);
-    Ok(site_stats::pinned_free(&blocks, rows))
+    Ok(blocks)
 }

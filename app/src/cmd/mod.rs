@@ -16,6 +16,7 @@ pub mod bench;
 pub mod compare;
 pub mod convert;
 pub mod diff;
+pub mod export;
 pub mod plan;
 pub mod predict;
 pub mod record;

@@ -641,6 +641,13 @@ fn read_symbols(c: &mut Cursor<'_>) -> Result<(usize, Vec<SourceFrame>), String>
 
 impl NativeStacks {
     /// The frames of a location for [`StackTable`]: its source frames, or module + offset.
+    /// Whether module `m` is the one Python frames are placed in (its offsets are code ids).
+    fn is_python_module(&self, m: u32) -> bool {
+        self.modules
+            .get(m as usize)
+            .is_some_and(|m| m.path == PYTHON_FRAMES_MODULE)
+    }
+
     fn frames_of(&self, loc: u32) -> Vec<Frame> {
         let Some(l) = self.locations.get(loc as usize) else {
             return Vec::new();
@@ -683,6 +690,12 @@ impl NativeStacks {
     #[must_use]
     pub fn to_table(&self) -> (StackTable, HashMap<u32, u32>) {
         let mut table = StackTable::new();
+        for m in &self.modules {
+            if !m.build_id.is_empty() {
+                let hex = m.build_id.iter().map(|b| format!("{b:02x}")).collect();
+                table.set_build_id(&m.path, hex);
+            }
+        }
         let mut frame_ids: HashMap<u32, Vec<u32>> = HashMap::new();
         let mut ids: Vec<&u32> = self.stacks.keys().collect();
         ids.sort_unstable();
@@ -691,9 +704,19 @@ impl NativeStacks {
             let mut frames = Vec::new();
             for &loc in &self.stacks[id].locations {
                 let fs = frame_ids.entry(loc).or_insert_with(|| {
+                    let native = self
+                        .locations
+                        .get(loc as usize)
+                        .filter(|l| l.module.is_some_and(|m| !self.is_python_module(m)));
                     self.frames_of(loc)
                         .into_iter()
-                        .map(|f| table.intern_frame(f))
+                        .map(|f| {
+                            let id = table.intern_frame(f);
+                            if let Some(l) = native {
+                                table.set_module_offset(id, l.offset);
+                            }
+                            id
+                        })
                         .collect()
                 });
                 frames.extend_from_slice(fs);

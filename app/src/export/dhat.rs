@@ -1,0 +1,165 @@
+//! DHAT's JSON (`dhatFileVersion` 2, heap mode), what Valgrind's `dh_view.html`, the Firefox
+//! Profiler and dhat-rs's tools read: per allocation site (a program point), the blocks and
+//! bytes it allocated, their total lifetime, its most bytes live at once, its bytes at the
+//! global peak and at the end. The input's run (or window) is the whole profile; time is in
+//! microseconds from its first event. Block accesses are not recorded (`bkacc` false).
+
+use std::collections::HashMap;
+
+use allocview_loaders::analysis::site_stats::EventSites;
+use allocview_loaders::sites::StackTable;
+use allocview_sim::trace::{EventKind, NO_ALLOC_ID, TraceView};
+use serde_json::{Value, json};
+
+/// Blocks shorter-lived than this many microseconds count as short-lived in `dh_view`.
+const SHORT_LIVED_US: u64 = 500;
+
+/// One program point's figures.
+#[derive(Clone, Copy, Default)]
+struct Point {
+    stack: u32,
+    total_bytes: u64,
+    total_blocks: u64,
+    total_lifetime_us: u64,
+    live_bytes: u64,
+    live_blocks: u64,
+    max_bytes: u64,
+    max_blocks: u64,
+    peak_bytes: u64,
+    peak_blocks: u64,
+}
+
+/// The DHAT file of `view`'s run, whose sites `sites` gives; `cmd` names the input.
+#[must_use]
+pub fn write(view: &TraceView<'_>, sites: &EventSites, cmd: &str) -> Value {
+    let t0 = view.t_ns.first().copied().unwrap_or(0);
+    let us = |i: usize| (view.t_ns.get(i).copied().unwrap_or(t0) - t0).max(0) as u64 / 1000;
+    let (peak_live, peak_at) = view.peak_live();
+    let mut points: Vec<Point> = Vec::new();
+    let mut index: HashMap<u32, usize> = HashMap::new();
+    // Per allocation id: its point, size and time of allocation while live.
+    let mut live: Vec<Option<(usize, u64, u64)>> = vec![None; view.num_allocs as usize];
+    for i in 0..view.len() {
+        let id = view.alloc_id.get(i).copied().unwrap_or(NO_ALLOC_ID);
+        let size = view.size_bytes.get(i).copied().unwrap_or(0);
+        match view.kind_at(i) {
+            Some(EventKind::Alloc) => {
+                let stack = sites.stack_at(i);
+                let p = *index.entry(stack).or_insert_with(|| {
+                    points.push(Point {
+                        stack,
+                        ..Point::default()
+                    });
+                    points.len() - 1
+                });
+                if let Some(pt) = points.get_mut(p) {
+                    pt.total_bytes += size;
+                    pt.total_blocks += 1;
+                    pt.live_bytes += size;
+                    pt.live_blocks += 1;
+                    if pt.live_bytes > pt.max_bytes {
+                        pt.max_bytes = pt.live_bytes;
+                        pt.max_blocks = pt.live_blocks;
+                    }
+                }
+                if let Some(slot) = live.get_mut(id as usize) {
+                    *slot = Some((p, size, us(i)));
+                }
+            }
+            Some(EventKind::Free) => {
+                if let Some((p, size, born)) = live.get_mut(id as usize).and_then(Option::take)
+                    && let Some(pt) = points.get_mut(p)
+                {
+                    pt.live_bytes = pt.live_bytes.saturating_sub(size);
+                    pt.live_blocks = pt.live_blocks.saturating_sub(1);
+                    pt.total_lifetime_us += us(i).saturating_sub(born);
+                }
+            }
+            _ => {}
+        }
+        if i == peak_at && peak_live > 0 {
+            for pt in &mut points {
+                pt.peak_bytes = pt.live_bytes;
+                pt.peak_blocks = pt.live_blocks;
+            }
+        }
+    }
+    let end_us = us(view.len().saturating_sub(1));
+    // Blocks still live at the end lived until it.
+    for (p, _, born) in live.iter().flatten() {
+        if let Some(pt) = points.get_mut(*p) {
+            pt.total_lifetime_us += end_us.saturating_sub(*born);
+        }
+    }
+    let mut ftbl: Vec<String> = vec!["[root]".to_owned()];
+    let mut frame_index: HashMap<u32, usize> = HashMap::new();
+    let stacks = &sites.stacks;
+    let pps: Vec<Value> = points
+        .iter()
+        .map(|pt| {
+            let fs = frames_of(stacks, pt.stack, &mut ftbl, &mut frame_index);
+            json!({
+                "tb": pt.total_bytes, "tbk": pt.total_blocks, "tl": pt.total_lifetime_us,
+                "mb": pt.max_bytes, "mbk": pt.max_blocks,
+                "gb": pt.peak_bytes, "gbk": pt.peak_blocks,
+                "eb": pt.live_bytes, "ebk": pt.live_blocks,
+                "fs": fs,
+            })
+        })
+        .collect();
+    json!({
+        "dhatFileVersion": 2,
+        "mode": "heap",
+        "verb": "Allocated",
+        "bklt": true,
+        "bkacc": false,
+        "tu": "µs",
+        "Mtu": "s",
+        "tuth": SHORT_LIVED_US,
+        "cmd": cmd,
+        "pid": 0,
+        "te": end_us,
+        "tg": us(peak_at),
+        "pps": pps,
+        "ftbl": ftbl,
+    })
+}
+
+/// The `ftbl` indices of stack `stack`'s frames, innermost first, adding new ones; a stack
+/// without frames is one frame that says so (`dh_view` needs a distinct path per point).
+fn frames_of(
+    stacks: &StackTable,
+    stack: u32,
+    ftbl: &mut Vec<String>,
+    index: &mut HashMap<u32, usize>,
+) -> Vec<usize> {
+    let mut fs: Vec<usize> = stacks
+        .stack(stack)
+        .iter()
+        .map(|&f| {
+            *index.entry(f).or_insert_with(|| {
+                let text = stacks.frame(f).map_or_else(|| "??".to_owned(), frame_text);
+                ftbl.push(text);
+                ftbl.len() - 1
+            })
+        })
+        .collect();
+    if fs.is_empty() {
+        fs.push(*index.entry(u32::MAX).or_insert_with(|| {
+            ftbl.push("(no stack recorded)".to_owned());
+            ftbl.len() - 1
+        }));
+    }
+    fs
+}
+
+/// A frame as DHAT writes one: `function (file:line)`, or `function (in module)`.
+fn frame_text(f: &allocview_loaders::sites::Frame) -> String {
+    if f.line > 0 && !f.file.is_empty() && f.file != "??" {
+        format!("{} ({}:{})", f.function, f.file, f.line)
+    } else if !f.module.is_empty() {
+        format!("{} (in {})", f.function, f.module)
+    } else {
+        f.function.clone()
+    }
+}
