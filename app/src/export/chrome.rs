@@ -85,7 +85,11 @@ fn instant(pid: usize, ts_us: f64, name: &str) -> Value {
 
 /// The counter events of every row's series (`compare`'s table: seconds since the first
 /// event, the bucket's maximum bytes and its last fractions).
-fn counters(series: &DataFrame, rows: &[crate::answers::compare::Row], out: &mut Vec<Value>) -> Result<()> {
+fn counters(
+    series: &DataFrame,
+    rows: &[crate::answers::compare::Row],
+    out: &mut Vec<Value>,
+) -> Result<()> {
     let col = |n: &str| {
         anyhow::Context::with_context(series.column(n), || format!("the series lack {n}"))
     };

@@ -99,9 +99,10 @@ pub struct Exported {
 pub fn export(path: &Path, loaded: &Loaded, query: &ExportQuery) -> Result<Exported> {
     let ev = require_events(loaded, path, "export")?;
     let view = allocview_loaders::trace_view(ev.events, path)?;
-    let name = path
-        .file_name()
-        .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     match query.format {
         Format::Pprof | Format::Speedscope => {
             let policy = match query.policies.policy.as_slice() {

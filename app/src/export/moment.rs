@@ -144,7 +144,10 @@ fn add_policy(
             row.live_ids.push(id as u32);
         }
     }
-    for (i, pinned) in site_stats::pinned_free(&blocks, &rows).into_iter().enumerate() {
+    for (i, pinned) in site_stats::pinned_free(&blocks, &rows)
+        .into_iter()
+        .enumerate()
+    {
         if let Some((_, t)) = samples.get_mut(i) {
             t.pinned_free_bytes = pinned;
         }
@@ -160,7 +163,11 @@ pub fn size_class_label(class: u8) -> String {
         return "0B".to_owned();
     }
     let low = 1u64 << (class - 1).min(63);
-    format!("{}..{}", power_of_two(low), power_of_two(low.saturating_mul(2)))
+    format!(
+        "{}..{}",
+        power_of_two(low),
+        power_of_two(low.saturating_mul(2))
+    )
 }
 
 /// A power of two of bytes, exactly, in the largest binary unit that divides it.
@@ -168,7 +175,7 @@ fn power_of_two(bytes: u64) -> String {
     const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     let mut v = bytes;
     let mut unit = 0;
-    while v >= 1024 && v % 1024 == 0 && unit + 1 < UNITS.len() {
+    while v >= 1024 && v.is_multiple_of(1024) && unit + 1 < UNITS.len() {
         v /= 1024;
         unit += 1;
     }

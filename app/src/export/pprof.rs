@@ -118,7 +118,12 @@ fn profile(moment: &Moment, input: &PprofInput<'_>) -> Message {
         } else {
             s.packed(1, frames.iter().map(|&f| u64::from(f) + 1));
         }
-        let mut values = vec![t.alloc_objects, t.alloc_bytes, t.inuse_objects, t.inuse_bytes];
+        let mut values = vec![
+            t.alloc_objects,
+            t.alloc_bytes,
+            t.inuse_objects,
+            t.inuse_bytes,
+        ];
         if moment.policy.is_some() {
             values.extend([t.allocated_bytes, t.pinned_free_bytes]);
         }
@@ -204,7 +209,10 @@ fn code(p: &mut Message, strings: &mut Strings, stacks: &StackTable, frames: &[u
         if mapping != 0
             && let Some(offset) = stacks.module_offset(id)
         {
-            loc.uint(3, mapping * MAPPING_SPAN_BYTES + offset % MAPPING_SPAN_BYTES);
+            loc.uint(
+                3,
+                mapping * MAPPING_SPAN_BYTES + offset % MAPPING_SPAN_BYTES,
+            );
         }
         loc.message(4, &line);
         p.message(4, &loc);

@@ -9,6 +9,9 @@ use serde_json::{Value, json};
 
 use super::moment::{Moment, Totals};
 
+/// A figure of a sample's totals.
+type Metric = fn(&Totals) -> u64;
+
 /// The file for `moment`, named `name` (the input and the moment).
 #[must_use]
 pub fn write(moment: &Moment, stacks: &StackTable, name: &str) -> Value {
@@ -51,7 +54,7 @@ pub fn write(moment: &Moment, stacks: &StackTable, name: &str) -> Value {
         out
     };
     let stacks_of: Vec<Vec<usize>> = by_stack.iter().map(|(s, _)| stack_of(*s)).collect();
-    let mut metrics: Vec<(&str, fn(&Totals) -> u64)> = vec![
+    let mut metrics: Vec<(&str, Metric)> = vec![
         ("inuse_space", |t| t.inuse_bytes),
         ("alloc_space", |t| t.alloc_bytes),
     ];
