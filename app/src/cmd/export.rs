@@ -105,7 +105,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     let out = export(&args.file, &loaded, &query)?;
     crate::safe_write::write_bytes(&args.output, &out.bytes, &[args.file.as_path()])
         .with_context(|| format!("cannot write {}", args.output.display()))?;
-    eprintln!(
+    outln!(
         "wrote {} ({}, {}): {}",
         args.output.display(),
         format.name(),
