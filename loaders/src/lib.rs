@@ -42,6 +42,7 @@ pub mod fuzzing;
 pub mod input;
 pub mod malloc_trace;
 pub mod plan;
+pub mod profile;
 pub mod pytorch;
 pub mod sites;
 pub mod tf;
@@ -70,6 +71,8 @@ pub enum InputKind {
     Plan(plan::PlanFormat),
     /// A PyTorch CUDA memory snapshot pickle ([`pytorch`]).
     PytorchSnapshot,
+    /// A heap profile: pprof's `profile.proto` or DHAT's JSON ([`profile`]).
+    HeapProfile(profile::ProfileFormat),
 }
 
 /// Most bytes [`detect`] reads to recognise a libtracemalloc trace.
@@ -87,6 +90,9 @@ pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
     }
     if pytorch::is_snapshot(&head) {
         return Ok(InputKind::PytorchSnapshot);
+    }
+    if let Some(format) = profile::detect_file(path)? {
+        return Ok(InputKind::HeapProfile(format));
     }
     if let Some(format) = plan::detect_plan(path)? {
         return Ok(InputKind::Plan(format));
@@ -213,6 +219,8 @@ pub enum Loaded {
     Plan(Box<plan::MemoryPlan>),
     /// A PyTorch memory snapshot.
     PytorchSnapshot(Box<pytorch::PytorchSnapshot>),
+    /// A heap profile: a moment by call stack, without events.
+    HeapProfile(Box<profile::HeapProfile>),
 }
 
 /// Loads any supported file, detecting its kind from content.
@@ -233,5 +241,8 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
         InputKind::PytorchSnapshot => Ok(Loaded::PytorchSnapshot(Box::new(
             pytorch::load_snapshot(path, opts)?,
         ))),
+        InputKind::HeapProfile(format) => Ok(Loaded::HeapProfile(Box::new(profile::load_profile(
+            path, format,
+        )?))),
     }
 }

@@ -45,10 +45,39 @@ pub fn tables_of(
         ),
         // A plan's one table is its buffers.
         Loaded::Plan(p) => (p.buffers.clone(), vec![]),
+        Loaded::HeapProfile(p) => (
+            profile_samples(p)?,
+            vec![
+                ("stacks", p.stacks.stacks_frame()?),
+                ("frames", p.stacks.frames_frame()?),
+            ],
+        ),
         Loaded::TfBfcDump(_) => bail!(
             "{} is a TensorFlow BFC dump: a heap at one moment, with no event table to write; \
              `allocview stats --json` gives its figures",
             input.display()
         ),
     })
+}
+
+/// A heap profile's samples: one row per stack, with the figures the profile holds.
+fn profile_samples(p: &allocview_loaders::profile::HeapProfile) -> Result<DataFrame> {
+    let col = |name: &str, f: fn(&allocview_loaders::profile::ProfileSample) -> u64| {
+        Column::new(name.into(), p.samples.iter().map(f).collect::<Vec<u64>>())
+    };
+    Ok(DataFrame::new(
+        p.samples.len(),
+        vec![
+            Column::new(
+                "stack_id".into(),
+                p.samples.iter().map(|s| s.stack).collect::<Vec<u32>>(),
+            ),
+            col("live_bytes", |s| s.live_bytes),
+            col("live_objects", |s| s.live_objects),
+            col("alloc_bytes", |s| s.alloc_bytes),
+            col("alloc_objects", |s| s.alloc_objects),
+            col("peak_bytes", |s| s.peak_bytes),
+            col("peak_objects", |s| s.peak_objects),
+        ],
+    )?)
 }

@@ -250,6 +250,13 @@ impl Contents {
             Loaded::MallocTrace(t) => t.stacks.clone(),
             Loaded::PytorchSnapshot(s) => Some(s.stacks.clone()),
             Loaded::TfMemoryLog(_) | Loaded::TfBfcDump(_) | Loaded::Plan(_) => None,
+            Loaded::HeapProfile(p) => {
+                return Err(format!(
+                    "a {} heap profile is a moment by call stack, with no events to draw over \
+                     time: `allocview sites`, `flamegraph`, `diff` and `export` read it",
+                    p.format.name()
+                ));
+            }
         };
         // What a kind below does not set stays empty.
         let none = Self {
@@ -306,6 +313,7 @@ impl Contents {
                 load_seconds: p.load_seconds,
                 ..none
             },
+            Loaded::HeapProfile(_) => none,
         })
     }
 }

@@ -265,6 +265,7 @@ pub fn warnings(loaded: &Loaded) -> Vec<String> {
             w
         }
         Loaded::Plan(p) => p.notes.clone(),
+        Loaded::HeapProfile(p) => p.notes.clone(),
         Loaded::PytorchSnapshot(s) => {
             let mut w = s.warnings.clone();
             w.extend(s.notes.iter().map(|n| format!("snapshot format: {n}")));
@@ -310,7 +311,7 @@ pub fn events_of(loaded: &Loaded) -> Option<Events<'_>> {
             load_seconds: s.load_seconds,
             summary: s.summary.clone(),
         }),
-        Loaded::TfBfcDump(_) | Loaded::Plan(_) => None,
+        Loaded::TfBfcDump(_) | Loaded::Plan(_) | Loaded::HeapProfile(_) => None,
     }
 }
 
@@ -323,6 +324,10 @@ pub fn require_events<'a>(loaded: &'a Loaded, path: &Path, command: &str) -> Res
                  `allocview stats` summarises it and the explorers draw it"
             }
             Loaded::Plan(_) => "a memory plan; `allocview plan` runs the planners on it",
+            Loaded::HeapProfile(_) => {
+                "a heap profile (a moment by call stack, with no events to replay); \
+                 `allocview sites`, `flamegraph`, `diff` and `export` read it"
+            }
             _ => "not an event trace",
         };
         anyhow::anyhow!(
@@ -339,6 +344,6 @@ pub fn sites_of(loaded: &Loaded) -> Option<EventSites> {
         Loaded::PytorchSnapshot(s) => Some(EventSites::from_events(&s.events, Some(&s.stacks))),
         Loaded::TfMemoryLog(log) => Some(EventSites::from_events(&log.events, None)),
         Loaded::MallocTrace(t) => Some(EventSites::from_events(&t.events, t.stacks.as_ref())),
-        Loaded::TfBfcDump(_) | Loaded::Plan(_) => None,
+        Loaded::TfBfcDump(_) | Loaded::Plan(_) | Loaded::HeapProfile(_) => None,
     }
 }

@@ -164,7 +164,7 @@ pub fn apply(loaded: &mut Loaded, args: &WindowArgs, path: &Path) -> Result<Opti
              the snapshot's own replay (the `pytorch` policy) follows its recorded script",
             path.display()
         ),
-        Loaded::TfBfcDump(_) | Loaded::Plan(_) => bail!(
+        Loaded::TfBfcDump(_) | Loaded::Plan(_) | Loaded::HeapProfile(_) => bail!(
             "{}: windows (--from/--to/--events) need an event trace; this input has no events",
             path.display()
         ),

@@ -357,6 +357,7 @@ pub fn load_any(path: &Path, opts: &PlanLoadOptions) -> Result<MemoryPlan, LoadE
         crate::Loaded::MallocTrace(t) => t.summary.warnings(),
         crate::Loaded::TfMemoryLog(log) => log.summary.warnings(),
         crate::Loaded::PytorchSnapshot(s) => s.warnings.clone(),
+        crate::Loaded::HeapProfile(p) => p.notes.clone(),
         crate::Loaded::Plan(_) | crate::Loaded::TfBfcDump(_) => Vec::new(),
     };
     let mut plan = from_loaded(loaded, path, opts.step)?;
@@ -388,6 +389,11 @@ pub fn from_loaded(
             let view = crate::trace_view(&s.events, path)?;
             from_trace::plan_from_trace(&view, path)
         }
+        crate::Loaded::HeapProfile(_) => Err(LoadError::format(
+            path,
+            "a heap profile is one moment by call stack and holds no lifetimes, so there is \
+             nothing to plan",
+        )),
         crate::Loaded::TfBfcDump(_) => Err(LoadError::format(
             path,
             "a BFC dump is one moment of a heap and holds no lifetimes, so there is nothing to \

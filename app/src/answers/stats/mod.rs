@@ -152,6 +152,7 @@ pub fn json(loaded: &Loaded, path: &Path) -> Result<Value> {
         return Ok(serde_json::to_value(answer)?);
     }
     Ok(match loaded {
+        Loaded::HeapProfile(p) => serde_json::to_value(profile_answer(p, file))?,
         Loaded::TfBfcDump(dump) => serde_json::to_value(DumpAnswer {
             file: Some(file),
             ..dump_answer(dump)
@@ -232,5 +233,42 @@ pub fn dump_answer(d: &BfcDump) -> DumpAnswer<'_> {
         missing: &d.missing,
         warnings: d.warnings.iter().map(ToString::to_string).collect(),
         file: None,
+    }
+}
+
+/// The `stats --json` object of a heap profile: its figures in all, and which it holds.
+#[derive(Serialize)]
+pub struct ProfileAnswer {
+    file: String,
+    format: &'static str,
+    profile_format: &'static str,
+    stacks: usize,
+    frames: usize,
+    live_bytes: Option<u64>,
+    live_objects: Option<u64>,
+    alloc_bytes: Option<u64>,
+    alloc_objects: Option<u64>,
+    peak_bytes: Option<u64>,
+    duration_ns: Option<u64>,
+}
+
+/// The figures of a heap profile (a figure it does not hold is `None`).
+#[must_use]
+pub fn profile_answer(p: &allocview_loaders::profile::HeapProfile, file: String) -> ProfileAnswer {
+    let sum = |f: fn(&allocview_loaders::profile::ProfileSample) -> u64| {
+        p.samples.iter().map(f).sum::<u64>()
+    };
+    ProfileAnswer {
+        file,
+        format: "heap-profile",
+        profile_format: p.format.name(),
+        stacks: p.samples.len(),
+        frames: p.stacks.num_frames(),
+        live_bytes: p.has.live.then(|| sum(|s| s.live_bytes)),
+        live_objects: p.has.live.then(|| sum(|s| s.live_objects)),
+        alloc_bytes: p.has.alloc.then(|| sum(|s| s.alloc_bytes)),
+        alloc_objects: p.has.alloc.then(|| sum(|s| s.alloc_objects)),
+        peak_bytes: p.has.peak.then(|| sum(|s| s.peak_bytes)),
+        duration_ns: p.duration_ns,
     }
 }

@@ -63,7 +63,9 @@ pub fn executor_units(loaded: &Loaded, events: &DataFrame) -> Result<EventUnits>
             (ids, "operations")
         }
         Loaded::PytorchSnapshot(snap) => (phases(&snap.annotations, events, &mut namer)?, "phases"),
-        Loaded::TfBfcDump(_) | Loaded::Plan(_) => bail!("this input has no events"),
+        Loaded::TfBfcDump(_) | Loaded::Plan(_) | Loaded::HeapProfile(_) => {
+            bail!("this input has no events")
+        }
     };
     Ok(EventUnits {
         unit_of_event,

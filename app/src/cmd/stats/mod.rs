@@ -70,6 +70,7 @@ pub fn run(args: &StatsArgs) -> Result<()> {
         return Ok(());
     }
     match &loaded {
+        Loaded::HeapProfile(p) => print_profile(&file, p)?,
         Loaded::TfBfcDump(dump) => print_dump(&file, dump)?,
         Loaded::Plan(plan) => {
             let buffers = plan.to_buffers()?;
@@ -86,5 +87,54 @@ pub fn run(args: &StatsArgs) -> Result<()> {
         }
         Loaded::MallocTrace(_) | Loaded::TfMemoryLog(_) | Loaded::PytorchSnapshot(_) => {}
     }
+    Ok(())
+}
+
+/// A heap profile's figures, and what reads it.
+fn print_profile(file: &str, p: &allocview_loaders::profile::HeapProfile) -> Result<()> {
+    use allocview_loaders::profile::{ProfileFormat, ProfileSample};
+    outln!(
+        "{file}: a {} heap profile (a moment, not a timeline) of {} stacks",
+        p.format.name(),
+        format::count(p.samples.len() as u64)
+    );
+    let sum = |f: fn(&ProfileSample) -> u64| p.samples.iter().map(f).sum::<u64>();
+    let live = if p.format == ProfileFormat::Dhat {
+        "live at the end"
+    } else {
+        "in use"
+    };
+    let lines: [(&str, bool, u64, u64); 3] = [
+        (
+            live,
+            p.has.live,
+            sum(|s| s.live_bytes),
+            sum(|s| s.live_objects),
+        ),
+        (
+            "allocated",
+            p.has.alloc,
+            sum(|s| s.alloc_bytes),
+            sum(|s| s.alloc_objects),
+        ),
+        (
+            "live at the peak",
+            p.has.peak,
+            sum(|s| s.peak_bytes),
+            sum(|s| s.peak_objects),
+        ),
+    ];
+    for (label, held, bytes, objects) in lines {
+        if held {
+            // A profile without object counts (jemalloc's has bytes only) says none.
+            let objects = if objects == 0 && bytes > 0 {
+                String::new()
+            } else {
+                format!(" in {} objects", format::count(objects))
+            };
+            outln!("  {label:<20}{:>14}{objects}", format::bytes(bytes));
+        }
+    }
+    outln!("  read it with: allocview sites|flamegraph|diff|export {file}");
     Ok(())
 }
