@@ -158,8 +158,8 @@ mod tests {
         let (_, v, _) = r.field().unwrap().unwrap();
         assert_eq!(v.uints().unwrap(), [3, 270]);
         assert!(r.field().unwrap().is_none());
-        let cut = [0x12, 200, b'x'];
+        let cut = [0x12, 100, b'x'];
         let err = Reader::new(&cut, 7).field().unwrap_err();
-        assert!(err.contains("200 bytes at byte 9"), "{err}");
+        assert!(err.contains("100 bytes at byte 9"), "{err}");
     }
 }
