@@ -40,6 +40,7 @@ pub mod export;
 pub mod foreign;
 pub mod fuzzing;
 pub mod input;
+pub mod kineto;
 pub mod malloc_trace;
 pub mod plan;
 pub mod pytorch;
@@ -53,7 +54,7 @@ use allocview_sim::trace::{NO_ALLOC_ID, TraceView};
 use polars::prelude::*;
 
 pub use error::{LineError, LoadError};
-pub use events::{LoadOptions, LoadSummary, MallocTrace, Requests, Strictness};
+pub use events::{LoadOptions, LoadSummary, MallocTrace, RecordedSeries, Requests, Strictness};
 
 /// The kinds of input allocview reads, told apart by content.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +71,9 @@ pub enum InputKind {
     Plan(plan::PlanFormat),
     /// A PyTorch CUDA memory snapshot pickle ([`pytorch`]).
     PytorchSnapshot,
+    /// A PyTorch profiler (Kineto) trace with `[memory]` events ([`kineto`]): loads into the
+    /// malloc-trace DataFrame.
+    KinetoTrace,
 }
 
 /// Most bytes [`detect`] reads to recognise a libtracemalloc trace.
@@ -87,6 +91,14 @@ pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
     }
     if pytorch::is_snapshot(&head) {
         return Ok(InputKind::PytorchSnapshot);
+    }
+    let mut json_head = Vec::new();
+    input::open_text(path)?
+        .take(kineto::DETECT_HEAD_BYTES)
+        .read_to_end(&mut json_head)
+        .ok();
+    if kineto::is_kineto(&json_head) {
+        return Ok(InputKind::KinetoTrace);
     }
     if let Some(format) = plan::detect_plan(path)? {
         return Ok(InputKind::Plan(format));
@@ -140,7 +152,8 @@ pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
 const UNRECOGNISED: &str = "unrecognised input: expected a libtracemalloc trace (lines of \
          `<sec>.<usec>\\t<thread>\\t<size>\\t<pointer>`, plain or gzip), an allocview binary \
          trace, a TensorFlow memory log or BFC dump, a PyTorch memory snapshot (a pickle \
-         holding `segments`), a minimalloc CSV or a JSON graph plan";
+         holding `segments`), a PyTorch profiler trace (JSON with `traceEvents`), a minimalloc \
+         CSV or a JSON graph plan";
 
 /// Borrows the simulator's view of an event DataFrame (no copy) and validates it.
 ///
@@ -233,5 +246,6 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
         InputKind::PytorchSnapshot => Ok(Loaded::PytorchSnapshot(Box::new(
             pytorch::load_snapshot(path, opts)?,
         ))),
+        InputKind::KinetoTrace => Ok(Loaded::MallocTrace(kineto::load_kineto(path, opts)?)),
     }
 }

@@ -67,6 +67,7 @@ fn load_streamed_window(path: &Path, args: &InputArgs) -> Result<Loaded> {
         stacks: None,
         // A window's tables are read block by block; its memory samples are not read.
         memory: Vec::new(),
+        memory_series: allocview_loaders::RecordedSeries::ProcessResident,
         mappings: Vec::new(),
     }))
 }
@@ -131,6 +132,7 @@ fn load_options(lenient: bool, requests: Requests, counter: Arc<AtomicU64>) -> L
         },
         progress: Some(counter),
         requests,
+        device: None,
     }
 }
 

@@ -72,6 +72,9 @@ pub struct LoadOptions {
     pub progress: Option<Arc<AtomicU64>>,
     /// Which requests of a trace recorded in a CPython interpreter to read.
     pub requests: Requests,
+    /// Of a PyTorch profiler trace, which device's events to read (default: the GPU with the
+    /// most events, else the CPU).
+    pub device: Option<crate::kineto::DeviceChoice>,
 }
 
 /// The most threads a trace may have: thread indices are 16 bits in the event table. The
@@ -242,6 +245,18 @@ impl std::fmt::Display for Damage {
     }
 }
 
+/// What a trace's recorded memory series ([`MallocTrace::memory`]) measures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecordedSeries {
+    /// The program's resident set, sampled by `record` (resident and anonymous bytes).
+    #[default]
+    ProcessResident,
+    /// The bytes a caching allocator held reserved from the device, as it reported them with
+    /// each of its events (a PyTorch profiler trace's `Total Reserved`); both fields of a
+    /// sample hold it.
+    AllocatorReserved,
+}
+
 /// A loaded malloc trace.
 #[derive(Clone, Debug)]
 pub struct MallocTrace {
@@ -257,6 +272,8 @@ pub struct MallocTrace {
     /// The recorded program's resident memory over time (a trace made by `record`; empty
     /// for other inputs): a measurement, on the events' time axis.
     pub memory: Vec<crate::binary::MemorySample>,
+    /// What `memory` measures.
+    pub memory_series: RecordedSeries,
     /// The mapping calls the recorded program made outside the allocator (a trace made by
     /// `record`).
     pub mappings: Vec<crate::binary::Mapping>,
