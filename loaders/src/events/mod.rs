@@ -131,6 +131,9 @@ pub struct LoadSummary {
     /// What the reader of another tool's format says of what that format keeps (lifetimes
     /// it could only approximate, fields it could not read): said on every load.
     pub notes: Vec<String>,
+    /// Of a PyTorch profiler trace read for a GPU (`cuda:0`, `hip:0`): the device. Its
+    /// events are PyTorch's caching allocator's, replayed like a snapshot's.
+    pub gpu_device: Option<String>,
 }
 
 impl LoadSummary {

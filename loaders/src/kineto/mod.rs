@@ -279,7 +279,9 @@ fn build(
         notes,
         memory_series: RecordedSeries::AllocatorReserved,
     };
-    into_trace(path, foreign, opts.strictness, started)
+    let mut trace = into_trace(path, foreign, opts.strictness, started)?;
+    trace.summary.gpu_device = device.is_gpu().then(|| device.to_string());
+    Ok(trace)
 }
 
 /// The device asked for, or the GPU with the most events, else the CPU.
