@@ -1,6 +1,7 @@
 //! PyTorch profiler traces from real runs (`tests/data/kineto/README.md` says where each comes
 //! from and how its figures were counted): per device, the events, the allocations and frees,
 //! and the live bytes against the file's own `Total Allocated`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::path::{Path, PathBuf};
 

@@ -196,7 +196,7 @@ impl RawEvent {
         matches!(&self.name, Scalar::Str(n) if n == "[memory]")
     }
 
-    pub(crate) fn text<'a>(s: &'a Scalar) -> Option<&'a str> {
+    pub(crate) fn text(s: &Scalar) -> Option<&str> {
         match s {
             Scalar::Str(s) => Some(s),
             _ => None,
