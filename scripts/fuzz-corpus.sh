@@ -44,6 +44,12 @@ cp "$root"/loaders/tests/data/plans/minimalloc/*.csv "$root"/sample-traces/plans
 cp "$root"/loaders/tests/data/plans/*.json "$corpus/graph_json/"
 for f in "$root"/app/tests/data/*.json; do [ -f "$f" ] && cp "$f" "$corpus/graph_json/"; done
 
+# PyTorch profiler traces: the test traces, decompressed (the target reads plain JSON as well).
+seed kineto
+for f in "$root"/loaders/tests/data/kineto/*.gz; do
+    (gzip -dc "$f" || true) > "$corpus/kineto/$(basename "$f" .gz)"
+done
+
 # PyTorch snapshots: the fixtures whole, the smallest real snapshot whole.
 seed pickle
 cp "$root"/loaders/tests/data/pytorch/*.pickle "$corpus/pickle/"

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use crate::binary::MemorySample;
 use crate::error::LoadError;
-use crate::events::{Builder, Line, MallocTrace, Record, Strictness};
+use crate::events::{Builder, Line, MallocTrace, Record, RecordedSeries, Strictness};
 use crate::sites::{NO_STACK, StackTable, stack_id_column};
 
 /// What a reader of another tool's format read.
@@ -31,6 +31,8 @@ pub struct ForeignEvents {
     pub memory: Vec<MemorySample>,
     /// What the user must know about this input's fidelity, said once on every load.
     pub notes: Vec<String>,
+    /// What `memory` measures.
+    pub memory_series: RecordedSeries,
 }
 
 /// Builds the event table of `events`, read from `path`, and counts what the pairing did.
@@ -50,6 +52,7 @@ pub fn into_trace(
         stacks,
         memory,
         notes,
+        memory_series,
     } = events;
     let mut b = Builder::with_capacity(records.len());
     for (i, r) in records.iter().enumerate() {
@@ -92,6 +95,7 @@ pub fn into_trace(
         load_seconds: started.elapsed().as_secs_f64(),
         stacks,
         memory,
+        memory_series,
         mappings: Vec::new(),
     })
 }
@@ -131,6 +135,7 @@ mod tests {
             stacks,
             memory: Vec::new(),
             notes: vec!["lifetimes are approximate".into()],
+            memory_series: RecordedSeries::ProcessResident,
         };
         let t = into_trace(Path::new("x"), events, Strictness::Strict, Instant::now()).unwrap();
         assert_eq!(t.events.height(), 3);

@@ -7,7 +7,8 @@
 //! is not gzip already) and loads it with its loader, then computes what the commands compute
 //! from the result ([`exercise`]): the statistics, and the replays `compare` runs (a
 //! TensorFlow log's BFC replay with its checkpoint search, a PyTorch snapshot's rebuilt
-//! script through the caching allocator). Only for tests and fuzzing.
+//! script through the caching allocator; a profiler trace's stream like any malloc trace). Only
+//! for tests and fuzzing.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -36,11 +37,12 @@ pub enum Target {
     MinimallocCsv,
     GraphJson,
     Pickle,
+    Kineto,
 }
 
 impl Target {
     /// Every target, in the order the fuzzing recipe runs them.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::MallocText,
         Self::MallocGzip,
         Self::Binary,
@@ -51,6 +53,7 @@ impl Target {
         Self::MinimallocCsv,
         Self::GraphJson,
         Self::Pickle,
+        Self::Kineto,
     ];
 
     /// The target's name: its binary in `fuzz/` and its folders.
@@ -67,6 +70,7 @@ impl Target {
             Self::MinimallocCsv => "minimalloc_csv",
             Self::GraphJson => "graph_json",
             Self::Pickle => "pickle",
+            Self::Kineto => "kineto",
         }
     }
 
@@ -89,6 +93,7 @@ impl Target {
             Self::MinimallocCsv => "plan.csv",
             Self::GraphJson => "plan.json",
             Self::Pickle => "snapshot.pickle",
+            Self::Kineto => "trace.pt.trace.json",
         }
     }
 }
@@ -245,6 +250,7 @@ pub fn exercise(target: Target, path: &Path) -> Vec<Outcome> {
             crate::plan::graph::load_graph_json(path)
                 .and_then(|plan| plan.to_buffers().map(|b| b.buffers.len() as u64)),
         )],
+        Target::Kineto => trace(crate::kineto::load_kineto),
         Target::Pickle => vec![outcome(
             crate::pytorch::load_snapshot(path, &options(Strictness::Lenient))
                 .and_then(|s| snapshot_replay(path, &s)),

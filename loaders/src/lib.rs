@@ -40,6 +40,7 @@ pub mod foreign;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod input;
+pub mod kineto;
 pub mod malloc_trace;
 pub mod plan;
 pub mod profile;
@@ -54,7 +55,7 @@ use allocview_sim::trace::{NO_ALLOC_ID, TraceView};
 use polars::prelude::*;
 
 pub use error::{LineError, LoadError};
-pub use events::{LoadOptions, LoadSummary, MallocTrace, Requests, Strictness};
+pub use events::{LoadOptions, LoadSummary, MallocTrace, RecordedSeries, Requests, Strictness};
 
 /// The kinds of input allocview reads, told apart by content.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +74,9 @@ pub enum InputKind {
     PytorchSnapshot,
     /// A heap profile: pprof's `profile.proto` or DHAT's JSON ([`profile`]).
     HeapProfile(profile::ProfileFormat),
+    /// A PyTorch profiler (Kineto) trace with `[memory]` events ([`kineto`]): loads into the
+    /// malloc-trace DataFrame.
+    KinetoTrace,
 }
 
 /// Most bytes [`detect`] reads to recognise a libtracemalloc trace.
@@ -91,7 +95,15 @@ pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
     if pytorch::is_snapshot(&head) {
         return Ok(InputKind::PytorchSnapshot);
     }
-    if let Some(format) = profile::detect_file(path)? {
+    let mut json_head = Vec::new();
+    input::open_text(path)?
+        .take(kineto::DETECT_HEAD_BYTES)
+        .read_to_end(&mut json_head)
+        .ok();
+    if kineto::is_kineto(&json_head) {
+        return Ok(InputKind::KinetoTrace);
+    }
+    if let Some(format) = profile::detect(&json_head) {
         return Ok(InputKind::HeapProfile(format));
     }
     if let Some(format) = plan::detect_plan(path)? {
@@ -146,7 +158,8 @@ pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
 const UNRECOGNISED: &str = "unrecognised input: expected a libtracemalloc trace (lines of \
          `<sec>.<usec>\\t<thread>\\t<size>\\t<pointer>`, plain or gzip), an allocview binary \
          trace, a TensorFlow memory log or BFC dump, a PyTorch memory snapshot (a pickle \
-         holding `segments`), a minimalloc CSV or a JSON graph plan";
+         holding `segments`), a PyTorch profiler trace (JSON with `traceEvents`), a minimalloc \
+         CSV or a JSON graph plan";
 
 /// Borrows the simulator's view of an event DataFrame (no copy) and validates it.
 ///
@@ -244,5 +257,6 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
         InputKind::HeapProfile(format) => Ok(Loaded::HeapProfile(Box::new(profile::load_profile(
             path, format,
         )?))),
+        InputKind::KinetoTrace => Ok(Loaded::MallocTrace(kineto::load_kineto(path, opts)?)),
     }
 }

@@ -43,6 +43,10 @@ pub struct Frame {
 /// the line executing), as recorded in a CPython interpreter.
 pub const PYTHON_FRAMES_MODULE: &str = "[python]";
 
+/// The `module` of a PyTorch operator (`aten::conv2d`) in a profiler trace's stack: the
+/// allocation's site is the innermost operator it happened in ([`StackTable::site_frame`]).
+pub const OPERATOR_FRAMES_MODULE: &str = "[operator]";
+
 impl Frame {
     /// A frame of Python code (not of native code).
     #[must_use]
@@ -139,11 +143,22 @@ impl StackTable {
     /// debug information); failing that, the first frame not passed over; failing that, the
     /// innermost.
     ///
+    /// A PyTorch profiler trace's stack with operators ([`OPERATOR_FRAMES_MODULE`]): its site
+    /// is the innermost operator.
+    ///
     /// A stack recorded in a CPython interpreter with Python frames is the Python program's:
     /// its site is among its Python frames, chosen the same way (the native frames inside the
     /// innermost Python frame are the interpreter's or an extension's, called by that line).
     #[must_use]
     pub fn site_frame(&self, id: u32) -> Option<&Frame> {
+        // A profiler trace's stack: the operator the allocation happened in, whatever Python
+        // frames called it.
+        if let Some(op) = self
+            .frames_of(id)
+            .find(|f| f.module == OPERATOR_FRAMES_MODULE)
+        {
+            return Some(op);
+        }
         let mut frames: Vec<&Frame> = self.frames_of(id).collect();
         if frames.iter().any(|f| f.is_python()) {
             frames.retain(|f| f.is_python());

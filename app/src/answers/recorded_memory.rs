@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-use allocview_loaders::Loaded;
 use allocview_loaders::binary::memory::{MAPPING_FILE_BACKED, mapped_bytes};
 use allocview_loaders::binary::{MapCall, Mapping, MemorySample};
+use allocview_loaders::{Loaded, RecordedSeries};
 use serde::Serialize;
 
 /// What the samples say.
@@ -35,6 +35,11 @@ pub struct RecordedMemory {
     pub mapped_outside_allocator_final_bytes: u64,
     /// The most file-backed memory it had mapped at once.
     pub mapped_files_peak_bytes: u64,
+    /// What the samples are: `process_resident` (the program's resident set, sampled by
+    /// `record`) or `allocator_reserved` (the bytes PyTorch's caching allocator held reserved
+    /// on the device, as a profiler trace recorded them: the `_rss` and `_anon` figures then
+    /// both hold it).
+    pub series: &'static str,
     pub measured: &'static str,
 }
 
@@ -88,9 +93,31 @@ impl RecordedMemory {
             mapped_outside_allocator_peak_bytes: peak_of(&anon),
             mapped_outside_allocator_final_bytes: anon.last().map_or(0, |m| m.1),
             mapped_files_peak_bytes: peak_of(&files),
+            series: "process_resident",
             measured: "the recorded process's resident memory (/proc/self/statm), sampled by \
                        record's clock thread about every 10 ms: a measurement, not a model",
         })
+    }
+
+    /// [`Self::of`] the samples of `loaded`, named for what they measure.
+    #[must_use]
+    pub fn of_loaded(loaded: &Loaded, t0_ns: i64, peak_live_t_ns: Option<i64>) -> Option<Self> {
+        let mut m = Self::of(samples_of(loaded), t0_ns, peak_live_t_ns)?;
+        if let Loaded::MallocTrace(t) = loaded
+            && t.memory_series == RecordedSeries::AllocatorReserved
+        {
+            m.series = "allocator_reserved";
+            m.measured = "the bytes PyTorch's caching allocator held reserved on the device \
+                          (Total Reserved), as the profiler recorded them with each memory \
+                          event: a measurement, not a model";
+        }
+        Some(m)
+    }
+
+    /// The samples are an allocator's reserved bytes, not the program's resident set.
+    #[must_use]
+    pub fn is_reserved(&self) -> bool {
+        self.series == "allocator_reserved"
     }
 
     /// The anonymous memory the program grew by at its peak: what an allocator's footprint is

@@ -40,6 +40,10 @@ pub struct ExportArgs {
     /// `libc`; default `objects`).
     #[arg(long, value_name = "objects|libc")]
     pub requests: Option<allocview_loaders::Requests>,
+    /// Of a PyTorch profiler trace, which device's memory events to read (`cuda:0`, `hip:1`,
+    /// `cpu`; default: the GPU with the most events).
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<allocview_loaders::kineto::DeviceChoice>,
     /// pprof: keep the frames inside each sample's site (the allocator's, the interpreter's);
     /// by default a stack starts at the frame `sites` names.
     #[arg(long)]
@@ -62,6 +66,7 @@ impl ExportArgs {
         InputArgs {
             lenient: self.lenient,
             requests: self.requests,
+            device: self.device.clone(),
             window: WindowArgs {
                 from: self.from.clone(),
                 to: self.to.clone().filter(|_| self.named_format().is_none()),

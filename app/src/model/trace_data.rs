@@ -272,7 +272,7 @@ impl Contents {
         };
         Ok(match loaded {
             Loaded::MallocTrace(t) => Self {
-                format: "malloc-trace",
+                format: crate::session::input::trace_format(&t),
                 events: t.events,
                 threads: t.threads,
                 load_seconds: t.load_seconds,

@@ -107,7 +107,7 @@ fn tuned(
 ) -> Result<super::update::TunedPolicies, String> {
     use crate::answers::tune::{TuneOptions, base_params_of, search};
     let family = match data.format {
-        "pytorch-snapshot" => "pytorch",
+        "pytorch-snapshot" | "pytorch-profiler" => "pytorch",
         "tf-memory-log" => "bfc",
         "malloc-trace" => "glibc",
         other => return Err(format!("a {other} has no allocator settings to search")),

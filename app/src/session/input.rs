@@ -24,7 +24,7 @@ pub fn load_input(path: &Path, args: &InputArgs) -> Result<Loaded> {
     if args.window.is_set() && super::mode::refuse_if_too_big(path).is_err() {
         return load_streamed_window(path, args);
     }
-    let mut loaded = load_whole(path, args.lenient, args.requests_or(Requests::Objects))?;
+    let mut loaded = load_whole(path, args, args.requests_or(Requests::Objects))?;
     if let Some(w) = crate::session::window::apply(&mut loaded, &args.window, path)? {
         eprintln!(
             "window: events {}..{} of {} ({} allocations live at its start carried in)",
@@ -67,6 +67,7 @@ fn load_streamed_window(path: &Path, args: &InputArgs) -> Result<Loaded> {
         stacks: None,
         // A window's tables are read block by block; its memory samples are not read.
         memory: Vec::new(),
+        memory_series: allocview_loaders::RecordedSeries::ProcessResident,
         mappings: Vec::new(),
     }))
 }
@@ -94,14 +95,17 @@ pub fn note_requests(path: &Path, loaded: &Loaded, requests: Requests) {
 }
 
 /// Loads `path` whole (see [`load_input`]).
-pub fn load_whole(path: &Path, lenient: bool, requests: Requests) -> Result<Loaded> {
+pub fn load_whole(path: &Path, args: &InputArgs, requests: Requests) -> Result<Loaded> {
     crate::session::mode::refuse_if_too_big(path)?;
     let counter = Arc::new(AtomicU64::new(0));
     let file_bytes = std::fs::metadata(path)
         .with_context(|| format!("cannot open {}", path.display()))?
         .len();
     let bar = ByteProgress::start("loading", file_bytes, Arc::clone(&counter));
-    let loaded = load_counted(path, lenient, requests, counter)?;
+    let mut opts = load_options(args.lenient, requests, counter);
+    opts.device = args.device;
+    let loaded = allocview_loaders::load(path, &opts)
+        .with_context(|| format!("while loading {}", path.display()))?;
     drop(bar);
     for w in warnings(&loaded) {
         eprintln!("warning: {w}");
@@ -131,6 +135,7 @@ fn load_options(lenient: bool, requests: Requests, counter: Arc<AtomicU64>) -> L
         },
         progress: Some(counter),
         requests,
+        device: None,
     }
 }
 
@@ -286,12 +291,23 @@ pub struct Events<'a> {
     pub summary: LoadSummary,
 }
 
+/// The format name of a malloc trace: `pytorch-profiler` for a profiler trace's GPU stream
+/// (PyTorch's caching allocator, replayed like a snapshot's), else `malloc-trace`.
+#[must_use]
+pub fn trace_format(t: &allocview_loaders::MallocTrace) -> &'static str {
+    if t.summary.gpu_device.is_some() {
+        "pytorch-profiler"
+    } else {
+        "malloc-trace"
+    }
+}
+
 /// The event table of `loaded`, if it has one.
 #[must_use]
 pub fn events_of(loaded: &Loaded) -> Option<Events<'_>> {
     match loaded {
         Loaded::MallocTrace(t) => Some(Events {
-            format: "malloc-trace",
+            format: trace_format(t),
             events: &t.events,
             threads: &t.threads,
             load_seconds: t.load_seconds,

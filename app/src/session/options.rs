@@ -19,6 +19,11 @@ pub struct InputArgs {
     /// policies replay what the process held; `objects` for every other command.
     #[arg(long, value_name = "objects|libc")]
     pub requests: Option<Requests>,
+    /// Of a PyTorch profiler trace, which device's memory events to read: `cuda:0`, `hip:1`,
+    /// `cpu`, a type alone (its device with the most events) or PyTorch's numbers (`6:0`).
+    /// Default: the GPU with the most events, else the CPU.
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<allocview_loaders::kineto::DeviceChoice>,
     #[command(flatten)]
     pub window: WindowArgs,
 }

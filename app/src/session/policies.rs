@@ -78,13 +78,15 @@ impl PolicyArgs {
     }
 
     /// The policies for an explorer on `file`: as [`Self::specs`], but with no `--policy` a
-    /// PyTorch snapshot opens on `pytorch` (its recorded heap), the others after it.
+    /// PyTorch snapshot or profiler trace opens on `pytorch` (its recorded heap), the others
+    /// after it.
     pub fn explorer_specs(&self, file: Option<&std::path::Path>) -> Result<Vec<PolicySpec>> {
         let mut specs = self.specs()?;
         let is_snapshot = file.is_some_and(|f| {
             matches!(
                 allocview_loaders::detect(f),
-                Ok(allocview_loaders::InputKind::PytorchSnapshot)
+                Ok(allocview_loaders::InputKind::PytorchSnapshot
+                    | allocview_loaders::InputKind::KinetoTrace)
             )
         });
         if self.policy.is_empty() && is_snapshot {

@@ -396,6 +396,7 @@ pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
         load_seconds: started.elapsed().as_secs_f64(),
         stacks,
         memory: info.memory,
+        memory_series: crate::events::RecordedSeries::ProcessResident,
         mappings: info.mappings,
     })
 }

@@ -72,6 +72,9 @@ pub struct LoadOptions {
     pub progress: Option<Arc<AtomicU64>>,
     /// Which requests of a trace recorded in a CPython interpreter to read.
     pub requests: Requests,
+    /// Of a PyTorch profiler trace, which device's events to read (default: the GPU with the
+    /// most events, else the CPU).
+    pub device: Option<crate::kineto::DeviceChoice>,
 }
 
 /// The most threads a trace may have: thread indices are 16 bits in the event table. The
@@ -128,6 +131,9 @@ pub struct LoadSummary {
     /// What the reader of another tool's format says of what that format keeps (lifetimes
     /// it could only approximate, fields it could not read): said on every load.
     pub notes: Vec<String>,
+    /// Of a PyTorch profiler trace read for a GPU (`cuda:0`, `hip:0`): the device. Its
+    /// events are PyTorch's caching allocator's, replayed like a snapshot's.
+    pub gpu_device: Option<String>,
 }
 
 impl LoadSummary {
@@ -242,6 +248,18 @@ impl std::fmt::Display for Damage {
     }
 }
 
+/// What a trace's recorded memory series ([`MallocTrace::memory`]) measures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecordedSeries {
+    /// The program's resident set, sampled by `record` (resident and anonymous bytes).
+    #[default]
+    ProcessResident,
+    /// The bytes a caching allocator held reserved from the device, as it reported them with
+    /// each of its events (a PyTorch profiler trace's `Total Reserved`); both fields of a
+    /// sample hold it.
+    AllocatorReserved,
+}
+
 /// A loaded malloc trace.
 #[derive(Clone, Debug)]
 pub struct MallocTrace {
@@ -257,6 +275,8 @@ pub struct MallocTrace {
     /// The recorded program's resident memory over time (a trace made by `record`; empty
     /// for other inputs): a measurement, on the events' time axis.
     pub memory: Vec<crate::binary::MemorySample>,
+    /// What `memory` measures.
+    pub memory_series: RecordedSeries,
     /// The mapping calls the recorded program made outside the allocator (a trace made by
     /// `record`).
     pub mappings: Vec<crate::binary::Mapping>,

@@ -246,6 +246,7 @@ pub fn load_malloc_trace(path: &Path, opts: &LoadOptions) -> Result<MallocTrace,
     let (events, threads, summary) = b.finish()?;
     Ok(MallocTrace {
         memory: Vec::new(),
+        memory_series: crate::events::RecordedSeries::ProcessResident,
         mappings: Vec::new(),
         events,
         threads,

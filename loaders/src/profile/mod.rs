@@ -106,20 +106,6 @@ pub fn read_bytes(path: &Path) -> Result<Vec<u8>, LoadError> {
     Ok(out)
 }
 
-/// Whether the file at `path` is a pprof profile or DHAT's JSON, from its first decompressed
-/// bytes.
-///
-/// # Errors
-/// When the file cannot be opened.
-pub fn detect_file(path: &Path) -> Result<Option<ProfileFormat>, LoadError> {
-    let mut head = Vec::with_capacity(4096);
-    // A stream that fails to decompress here is reported by the load that follows.
-    let _ = crate::input::open_text(path)?
-        .take(4096)
-        .read_to_end(&mut head);
-    Ok(detect(&head))
-}
-
 /// Whether the first (decompressed) bytes of a file are a pprof profile or DHAT's JSON.
 #[must_use]
 pub fn detect(head: &[u8]) -> Option<ProfileFormat> {

@@ -28,7 +28,7 @@ pub use real::{Advice, against_recorded, real_rows, threads_and_calls, with_prog
 pub use row::{Row, note_unsupported, pytorch_fidelity};
 use tf_bfc::tf_bfc_row;
 
-use crate::answers::recorded_memory::{RecordedMemory, samples_of};
+use crate::answers::recorded_memory::RecordedMemory;
 use crate::session::PolicyArgs;
 use crate::session::input::require_events;
 use crate::session::policies::{config_for_input, with_predictive_features};
@@ -183,12 +183,16 @@ fn recorded(
         return None;
     }
     let (_, peak_live_event) = view.peak_live();
-    let m = RecordedMemory::of(
-        samples_of(loaded),
+    let m = RecordedMemory::of_loaded(
+        loaded,
         view.t_ns.first().copied().unwrap_or(0),
         view.t_ns.get(peak_live_event).copied(),
     )?;
-    real::against_recorded(rows, &m);
+    if m.is_reserved() {
+        real::against_reserved(rows, &m);
+    } else {
+        real::against_recorded(rows, &m);
+    }
     Some(m)
 }
 

@@ -363,6 +363,38 @@ pub fn advice(rows: &[Row]) -> Vec<Advice> {
         .collect()
 }
 
+/// The `pytorch` rows against the bytes PyTorch's caching allocator held reserved as a
+/// profiler trace recorded them: a note in each and `error_against_recorded` in their JSON.
+/// (The recorded figure also holds what was allocated before the profiler started, which the
+/// replay does not see.)
+pub fn against_reserved(
+    rows: &mut [Row],
+    recorded: &crate::answers::recorded_memory::RecordedMemory,
+) {
+    let reserved = recorded.peak_rss_bytes;
+    if reserved == 0 {
+        return;
+    }
+    for r in rows.iter_mut().filter(|r| r.name.starts_with("pytorch")) {
+        let error = (r.peak_footprint_bytes as f64 - reserved as f64) / reserved as f64;
+        r.extra.insert(
+            "error_against_recorded".into(),
+            json!({
+                "peak_footprint_bytes": r.peak_footprint_bytes,
+                "recorded_peak_reserved_bytes": reserved,
+                "error_fraction": error,
+            }),
+        );
+        r.notes.push(format!(
+            "against the recording: peak {} vs the {} PyTorch's allocator reserved at most \
+             (recorded; it also holds what was allocated before the profiler started): {:+.1}%",
+            format::bytes(r.peak_footprint_bytes),
+            format::bytes(reserved),
+            100.0 * error
+        ));
+    }
+}
+
 /// The rows `glibc` and `real-glibc` against the memory the recorded program really held (its
 /// anonymous resident memory's growth from the first sample to its peak, which also holds its
 /// threads' stacks and what it mapped outside the allocator): a note in each and

@@ -141,8 +141,8 @@ pub fn json(loaded: &Loaded, path: &Path) -> Result<Value> {
                 Loaded::PytorchSnapshot(s) => Some(pytorch::snapshot_json(s)?),
                 _ => None,
             },
-            recorded_memory: crate::answers::recorded_memory::RecordedMemory::of(
-                crate::answers::recorded_memory::samples_of(loaded),
+            recorded_memory: crate::answers::recorded_memory::RecordedMemory::of_loaded(
+                loaded,
                 view.t_ns.first().copied().unwrap_or(0),
                 view.t_ns
                     .get(usize::try_from(stats.peak_live_event).unwrap_or(usize::MAX))

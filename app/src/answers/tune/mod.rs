@@ -189,6 +189,7 @@ pub fn env_line(family: &str, changed: &[(String, String)]) -> String {
 fn family_of(loaded: &Loaded) -> &'static str {
     match loaded {
         Loaded::PytorchSnapshot(_) => "pytorch",
+        Loaded::MallocTrace(t) if t.summary.gpu_device.is_some() => "pytorch",
         Loaded::TfMemoryLog(_) | Loaded::TfBfcDump(_) => "bfc",
         _ => "glibc",
     }

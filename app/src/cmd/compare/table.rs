@@ -136,6 +136,16 @@ pub(super) fn print_recorded(
         return Ok(());
     };
     outln!();
+    if m.is_reserved() {
+        outln!(
+            "  recorded: PyTorch's caching allocator reserved at most {} on the device (Total \
+             Reserved in the profiler trace, {} samples), {} at the end",
+            format::bytes(m.peak_rss_bytes),
+            format::count(m.samples as u64),
+            format::bytes(m.final_rss_bytes)
+        );
+        return Ok(());
+    }
     outln!(
         "  recorded: the program's peak RSS was {} (anonymous {} at most, {} at the start: it \
          grew by {}), measured while it ran; it mapped up to {} of anonymous memory outside \

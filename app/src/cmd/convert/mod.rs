@@ -153,6 +153,9 @@ fn refuse_other_inputs(input: &Path, lenient: bool) -> Result<()> {
         Ok(InputKind::PytorchSnapshot) => {
             "a PyTorch memory snapshot (every other command reads it as it is)"
         }
+        Ok(InputKind::KinetoTrace) => {
+            "a PyTorch profiler trace (every other command reads it as it is)"
+        }
         Ok(InputKind::TfMemoryLog) => "a TensorFlow memory log (every other command reads it)",
         Ok(InputKind::TfBfcDump) => "a TensorFlow BFC dump (`allocview stats` reads it)",
         Ok(InputKind::Plan(_)) => "a memory plan (`allocview plan` reads it)",

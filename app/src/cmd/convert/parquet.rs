@@ -45,6 +45,7 @@ pub(super) fn run(args: ToParquet<'_>) -> Result<()> {
         let input = InputArgs {
             lenient: args.lenient,
             requests: None,
+            device: None,
             window,
         };
         let loaded = load_input(args.input, &input)?;

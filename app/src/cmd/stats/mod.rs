@@ -16,7 +16,7 @@ use crate::session::StreamArgs;
 use crate::session::input::{events_of, load_input};
 use table::{print_dump, print_memlog, print_table};
 
-use crate::answers::recorded_memory::{RecordedMemory, samples_of};
+use crate::answers::recorded_memory::RecordedMemory;
 
 /// Arguments of `allocview stats`.
 #[derive(Debug, clap::Args)]
@@ -53,8 +53,8 @@ pub fn run(args: &StatsArgs) -> Result<()> {
         let view = allocview_loaders::trace_view(ev.events, &args.file)?;
         let per_thread = events_per_thread(ev.events, ev.threads.height())?;
         let stats = TraceStats::compute(&view, per_thread, &ev.summary);
-        let memory = RecordedMemory::of(
-            samples_of(&loaded),
+        let memory = RecordedMemory::of_loaded(
+            &loaded,
             view.t_ns.first().copied().unwrap_or(0),
             view.t_ns
                 .get(usize::try_from(stats.peak_live_event).unwrap_or(usize::MAX))

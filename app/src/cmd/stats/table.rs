@@ -199,6 +199,17 @@ fn print_memory(memory: Option<&RecordedMemory>) -> Result<()> {
     let Some(m) = memory else {
         return Ok(());
     };
+    if m.is_reserved() {
+        outln!(
+            "  peak reserved     {:>14}   at t = {} (PyTorch's caching allocator, Total Reserved \
+             as the profiler recorded it, {} samples); {} at the end",
+            bytes(m.peak_rss_bytes),
+            format::seconds(m.peak_rss_t_s),
+            count(m.samples as u64),
+            bytes(m.final_rss_bytes)
+        );
+        return Ok(());
+    }
     outln!(
         "  peak RSS          {:>14}   at t = {} (recorded by the tracer, {} samples); \
          anonymous {} at most, {} at the start{}",

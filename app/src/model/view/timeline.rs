@@ -232,7 +232,11 @@ fn recorded_line(state: &AppState, w: Window) -> Option<LineVm> {
         }
     }
     Some(LineVm {
-        label: "recorded RSS".to_owned(),
+        label: if data.format == "pytorch-profiler" {
+            "recorded reserved".to_owned()
+        } else {
+            "recorded RSS".to_owned()
+        },
         palette: RECORDED_PALETTE,
         points: w.sample(&values, len),
     })
