@@ -229,9 +229,7 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
             path, opts,
         )?)),
         InputKind::BinaryTrace => Ok(Loaded::MallocTrace(binary::load_binary(path, opts)?)),
-        InputKind::Heaptrack => Ok(Loaded::MallocTrace(heaptrack::load_heaptrack(
-            path, opts,
-        )?)),
+        InputKind::Heaptrack => Ok(Loaded::MallocTrace(heaptrack::load_heaptrack(path, opts)?)),
         InputKind::TfMemoryLog => Ok(Loaded::TfMemoryLog(Box::new(tf::memlog::load_memory_log(
             path,
         )?))),

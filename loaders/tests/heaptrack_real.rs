@@ -121,10 +121,18 @@ fn heaptrack_print(path: &Path) -> Printed {
 /// class 0 (the first `a` line, the class of the first allocation) right after another free
 /// counts too: that quirk is counted here as well.
 fn temporary(trace: &MallocTrace) -> u64 {
-    let kinds: Vec<u8> = trace.events["kind"].u8().unwrap().into_no_null_iter().collect();
+    let kinds: Vec<u8> = trace.events["kind"]
+        .u8()
+        .unwrap()
+        .into_no_null_iter()
+        .collect();
     let ids: Vec<Option<u32>> = trace.events["alloc_id"].u32().unwrap().iter().collect();
     let stacks: Vec<Option<u32>> = trace.events["stack_id"].u32().unwrap().iter().collect();
-    let sizes: Vec<u64> = trace.events["size_bytes"].u64().unwrap().into_no_null_iter().collect();
+    let sizes: Vec<u64> = trace.events["size_bytes"]
+        .u64()
+        .unwrap()
+        .into_no_null_iter()
+        .collect();
     let mut class_of = std::collections::HashMap::new();
     for i in 0..kinds.len() {
         if kinds[i] == EventKind::Alloc as u8 {
@@ -156,8 +164,16 @@ fn check_against_heaptrack_print(path: &Path) {
     let printed = heaptrack_print(path);
     let name = path.display();
     assert_eq!(s.mallocs, printed.calls, "allocation calls of {name}");
-    assert_eq!(heaptrack_bytes(s.peak_live_bytes), printed.peak, "peak of {name}");
-    assert_eq!(heaptrack_bytes(s.final_live_bytes), printed.leaked, "leaked of {name}");
+    assert_eq!(
+        heaptrack_bytes(s.peak_live_bytes),
+        printed.peak,
+        "peak of {name}"
+    );
+    assert_eq!(
+        heaptrack_bytes(s.final_live_bytes),
+        printed.leaked,
+        "leaked of {name}"
+    );
     assert_eq!(temporary(&trace), printed.temporary, "temporary of {name}");
     assert_eq!(s.frees_unknown, 0, "{name}");
     assert!(trace.summary.notes.iter().any(|n| n.contains("LIFO")));
@@ -176,7 +192,12 @@ fn small_real_files_match_heaptrack_print() {
     // `heaptrack_print --disable-embedded-suppressions --disable-builtin-suppressions FILE`.
     for (name, calls, peak, leaked) in [
         ("heaptrack.david.18594.gz", 2896, "996.97K", "30.46K"),
-        ("heaptrack.embedded_lsan_suppressions.84207.zst", 5, "72.71K", "10B"),
+        (
+            "heaptrack.embedded_lsan_suppressions.84207.zst",
+            5,
+            "72.71K",
+            "10B",
+        ),
     ] {
         let path = data(name);
         let trace = load(&path, Strictness::Strict);
@@ -214,13 +235,24 @@ fn large_shared_files_match_heaptrack_print() {
 
 fn frames_named(trace: &MallocTrace, stack: u32) -> Vec<String> {
     let stacks = trace.stacks.as_ref().unwrap();
-    stacks.frames_of(stack).map(|f| f.function.clone()).collect()
+    stacks
+        .frames_of(stack)
+        .map(|f| f.function.clone())
+        .collect()
 }
 
 /// The sizes allocated under `function` and still live at the end, in event order.
 fn allocations_under(trace: &MallocTrace, function: &str) -> (Vec<u64>, Vec<u64>) {
-    let kinds: Vec<u8> = trace.events["kind"].u8().unwrap().into_no_null_iter().collect();
-    let sizes: Vec<u64> = trace.events["size_bytes"].u64().unwrap().into_no_null_iter().collect();
+    let kinds: Vec<u8> = trace.events["kind"]
+        .u8()
+        .unwrap()
+        .into_no_null_iter()
+        .collect();
+    let sizes: Vec<u64> = trace.events["size_bytes"]
+        .u64()
+        .unwrap()
+        .into_no_null_iter()
+        .collect();
     let ids: Vec<Option<u32>> = trace.events["alloc_id"].u32().unwrap().iter().collect();
     let stacks: Vec<Option<u32>> = trace.events["stack_id"].u32().unwrap().iter().collect();
     let mut freed = std::collections::HashSet::new();
@@ -263,15 +295,22 @@ fn our_own_program_recorded_with_heaptrack() {
         .arg(&exe)
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let file = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("heaptrack.prog"))
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("heaptrack.prog")
+        })
         .expect("heaptrack wrote no data file");
-    assert!(
-        allocview_loaders::detect(&file).unwrap() == allocview_loaders::InputKind::Heaptrack
-    );
+    assert!(allocview_loaders::detect(&file).unwrap() == allocview_loaders::InputKind::Heaptrack);
     let trace = load(&file, Strictness::Strict);
     // prog.c: ten make_block(1000), five freed; make_table(100) (calloc 800 bytes) freed,
     // make_table(3) (24 bytes) leaked.
@@ -292,9 +331,14 @@ fn a_cut_file_names_where_it_stops_and_lenient_loads_what_is_before() {
     let dir = tempfile::tempdir().unwrap();
     let cut = dir.path().join("cut.gz");
     std::fs::write(&cut, &whole[..whole.len() / 2]).unwrap();
-    let strict = load_heaptrack(&cut, &LoadOptions::default()).unwrap_err().to_string();
+    let strict = load_heaptrack(&cut, &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
     assert!(strict.contains("cut short after line"), "{strict}");
-    assert!(strict.contains("at byte") && strict.contains("cut.gz"), "{strict}");
+    assert!(
+        strict.contains("bytes of the file read") && strict.contains("cut.gz"),
+        "{strict}"
+    );
     let t = load(&cut, Strictness::Lenient);
     assert!(t.summary.truncated.is_some());
     assert!(t.summary.mallocs > 0 && t.summary.mallocs < 2896);
@@ -305,9 +349,11 @@ fn a_corrupt_file_names_its_line_and_lenient_counts_the_lines_it_skips() {
     let text = {
         use std::io::Read as _;
         let mut s = String::new();
-        flate2::read::GzDecoder::new(std::fs::File::open(data("heaptrack.david.18594.gz")).unwrap())
-            .read_to_string(&mut s)
-            .unwrap();
+        flate2::read::GzDecoder::new(
+            std::fs::File::open(data("heaptrack.david.18594.gz")).unwrap(),
+        )
+        .read_to_string(&mut s)
+        .unwrap();
         s
     };
     // Lines 600 and 700 damaged (a letter no line starts with, a size that is not hex).
@@ -317,8 +363,13 @@ fn a_corrupt_file_names_its_line_and_lenient_counts_the_lines_it_skips() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.txt");
     std::fs::write(&bad, lines.join("\n")).unwrap();
-    let e = load_heaptrack(&bad, &LoadOptions::default()).unwrap_err().to_string();
-    assert!(e.contains("line 600, column 1") && e.contains("bad.txt"), "{e}");
+    let e = load_heaptrack(&bad, &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("line 600, column 1") && e.contains("bad.txt"),
+        "{e}"
+    );
     let t = load(&bad, Strictness::Lenient);
     assert_eq!(t.summary.bad_lines, 2);
     assert_eq!(t.summary.first_bad_lines[1].line, 700);
@@ -334,8 +385,13 @@ fn a_corrupt_zstd_stream_names_the_file_byte() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.zst");
     std::fs::write(&bad, &bytes).unwrap();
-    let e = load_heaptrack(&bad, &LoadOptions::default()).unwrap_err().to_string();
-    assert!(e.contains("zstd stream") && e.contains("at byte") && e.contains("bad.zst"), "{e}");
+    let e = load_heaptrack(&bad, &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("zstd stream") && e.contains("bytes of the file read") && e.contains("bad.zst"),
+        "{e}"
+    );
     // Lenient: what was decompressed before the damage (maybe nothing) loads, and says so.
     let t = load(&bad, Strictness::Lenient);
     assert!(t.summary.truncated.is_some());
@@ -351,5 +407,8 @@ fn the_raw_stream_is_refused_as_not_yet_interpreted() {
     let e = allocview_loaders::load(&path, &LoadOptions::default())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("RAW") && e.contains("heaptrack_interpret"), "{e}");
+    assert!(
+        e.contains("RAW") && e.contains("heaptrack_interpret"),
+        "{e}"
+    );
 }

@@ -43,7 +43,11 @@ use parse::{Fault, Reader};
 pub fn is_heaptrack(first_lines: &[&str]) -> bool {
     let hex = |s: &str| !s.is_empty() && s.len() <= 16 && s.bytes().all(|b| b.is_ascii_hexdigit());
     let mut lines = first_lines.iter().filter(|l| !l.is_empty());
-    match lines.next().map(|l| l.split(' ').collect::<Vec<_>>()).as_deref() {
+    match lines
+        .next()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .as_deref()
+    {
         Some(["v", a, b]) => hex(a) && hex(b),
         Some(["X", ..]) => lines
             .next()
@@ -71,10 +75,11 @@ pub fn load_heaptrack(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, Lo
         let block = match stream.next_block() {
             Ok(Some(block)) => block,
             Ok(None) => break,
-            Err(e) => {
-                stopped = Some(e.to_string());
+            Err(LoadError::Io { error, .. }) => {
+                stopped = Some(error.to_string());
                 break;
             }
+            Err(e) => return Err(e),
         };
         lines.text_bytes += block.len() as u64;
         lines.feed(&block, &mut reader, path, opts.strictness)?;
@@ -91,7 +96,7 @@ pub fn load_heaptrack(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, Lo
     };
     if let Some((what, why)) = cut {
         let at = format!(
-            "the {} stream is {what} after line {}, at byte {} of the file ({why})",
+            "the {} stream is {what} after line {}, with {} bytes of the file read ({why})",
             compression.name(),
             lines.line_no,
             file_progress.load(Ordering::Relaxed)
@@ -109,12 +114,7 @@ pub fn load_heaptrack(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, Lo
         lines.line(&last, &mut reader, path, opts.strictness)?;
     }
     let notes = notes(&reader);
-    let mut trace = into_trace(
-        path,
-        reader.into_events(notes),
-        opts.strictness,
-        started,
-    )?;
+    let mut trace = into_trace(path, reader.into_events(notes), opts.strictness, started)?;
     let s = &mut trace.summary;
     s.compression = Some(compression);
     s.text_bytes = lines.text_bytes;

@@ -64,7 +64,11 @@ impl Symbols {
 
     /// A string index that names a string already read (0: none).
     fn string_index(&self, fields: &mut Fields<'_>, field: &'static str) -> Result<u32, Fault> {
-        fields.index(field, self.strings.len(), "a string index already defined by an `s` line")
+        fields.index(
+            field,
+            self.strings.len(),
+            "a string index already defined by an `s` line",
+        )
     }
 
     /// `i <ip> <module> [<function> [<file> <line> [<function> <file> <line>]...]]`.
@@ -72,7 +76,7 @@ impl Symbols {
         let address = fields.hex("instruction pointer")?;
         let module = self.string_index(fields, "module")?;
         let start = self.raw_frames.len();
-        let mut frame = |f: &mut Fields<'_>, s: &Self, function| -> Result<RawFrame, Fault> {
+        let frame = |f: &mut Fields<'_>, s: &Self, function| -> Result<RawFrame, Fault> {
             let file = s.string_index(f, "file")?;
             let line = f.hex("line")?;
             Ok(RawFrame {
@@ -155,7 +159,9 @@ impl Symbols {
         let mut frames = Vec::new();
         let mut node = trace;
         let mut cut = false;
-        while let Some(&(ip, parent)) = node.checked_sub(1).and_then(|n| self.traces.get(n as usize))
+        while let Some(&(ip, parent)) = node
+            .checked_sub(1)
+            .and_then(|n| self.traces.get(n as usize))
         {
             for f in self.ip_frames(ip) {
                 if frames.len() == max {
@@ -191,14 +197,17 @@ impl Symbols {
                 break;
             };
             let id = if id == NO_STACK {
+                let module_name = self.string(module);
                 let frame = Frame {
-                    function: match self.string(raw.function) {
-                        "" => format!("0x{address:x}"),
-                        name => name.to_owned(),
+                    // heaptrack's "<unresolved function> in MODULE", with the address kept.
+                    function: match (self.string(raw.function), module_name.rsplit('/').next()) {
+                        ("", Some(m)) if !m.is_empty() => format!("0x{address:x} in {m}"),
+                        ("", _) => format!("0x{address:x}"),
+                        (name, _) => name.to_owned(),
                     },
                     file: self.string(raw.file).to_owned(),
                     line: i64::from(raw.line),
-                    module: self.string(module).to_owned(),
+                    module: module_name.to_owned(),
                 };
                 let id = self.stacks.intern_frame(frame);
                 if let Some(slot) = self.frame_ids.get_mut(i) {

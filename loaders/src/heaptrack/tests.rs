@@ -33,10 +33,7 @@ fn a_free_ends_the_latest_live_allocation_of_its_class() {
     assert_eq!(t.summary.frees_unknown, 0);
     let ids: Vec<Option<u32>> = t.events["alloc_id"].u32().unwrap().iter().collect();
     // + 0 (id 0), + 0 (id 1), + 1 (id 2), - 0 ends id 1 (LIFO), - 1 ends id 2, + 0 (id 3).
-    assert_eq!(
-        ids,
-        [Some(0), Some(1), Some(2), Some(1), Some(2), Some(3)]
-    );
+    assert_eq!(ids, [Some(0), Some(1), Some(2), Some(1), Some(2), Some(3)]);
     let times: Vec<Option<i64>> = t.events["t_ns"].i64().unwrap().iter().collect();
     assert_eq!(times[1], Some(10_000_000));
     assert_eq!(times[5], Some(20_000_000));
@@ -101,7 +98,10 @@ fn a_raw_stream_is_refused_with_the_command_that_interprets_it() {
     let text = "v 10550 3\nx 3 abc\nm 1 -\n";
     for mode in [Strictness::Strict, Strictness::Lenient] {
         let e = load(text, mode).unwrap_err().to_string();
-        assert!(e.contains("RAW") && e.contains("heaptrack_interpret"), "{e}");
+        assert!(
+            e.contains("RAW") && e.contains("heaptrack_interpret"),
+            "{e}"
+        );
     }
 }
 

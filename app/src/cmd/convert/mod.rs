@@ -156,6 +156,10 @@ fn refuse_other_inputs(input: &Path, lenient: bool) -> Result<()> {
         Ok(InputKind::TfMemoryLog) => "a TensorFlow memory log (every other command reads it)",
         Ok(InputKind::TfBfcDump) => "a TensorFlow BFC dump (`allocview stats` reads it)",
         Ok(InputKind::Plan(_)) => "a memory plan (`allocview plan` reads it)",
+        Ok(InputKind::Heaptrack) => {
+            "a heaptrack data file (every other command reads it as it is, and `convert \
+             --to parquet` writes its tables)"
+        }
     };
     anyhow::bail!("{CONVERT_READS}; {} is {what}", input.display())
 }
