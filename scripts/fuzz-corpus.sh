@@ -55,6 +55,17 @@ seed pickle
 cp "$root"/loaders/tests/data/pytorch/*.pickle "$corpus/pickle/"
 cp "$root/sample-traces/pytorch/lm_train_step_windows.pickle" "$corpus/pickle/"
 
+# heaptrack data files: the test data's whole (compressed as heaptrack wrote them) and a
+# plain head of each (the raw stream too: the loader must refuse it clearly).
+seed heaptrack
+for f in "$root"/loaders/tests/data/heaptrack/heaptrack.* "$shared"/interop/heaptrack/heaptrack.*; do
+    [ -f "$f" ] || continue
+    name="$(basename "$f")"
+    [ "$(stat -c %s "$f")" -le 65536 ] && cp "$f" "$corpus/heaptrack/$name"
+    (zstd -dcq "$f" 2>/dev/null || gzip -dc "$f" 2>/dev/null || cat "$f") | head -n 1500 \
+        > "$corpus/heaptrack/$name.head.txt" || true
+done
+
 # The committed seeds (recorded spools and stack tables, and the small entries of earlier
 # campaigns' corpora) and the regression inputs found so far seed their targets too.
 for d in "$root"/fuzz/seeds/*/; do

@@ -94,6 +94,13 @@ fn crafted(dir: &Path) -> Vec<PathBuf> {
     );
     // Stacks whose inline frames multiply into billions of frames (issue 43).
     add("stacks_inline_bomb.avt", crafted::stacks_inline_bomb());
+    // heaptrack: a call tree 20,000 nodes deep with an allocation at every node (stacks of
+    // 200 million frames if nothing cut them).
+    let mut deep = String::from("v 10400 3\ns 4 main\ni 1000 0 1\n");
+    for n in 1..=20_000u32 {
+        deep.push_str(&format!("t 1 {:x}\na 10 {n:x}\n+ {:x}\n", n - 1, n - 1));
+    }
+    add("heaptrack_deep.txt", deep.into_bytes());
     add("empty", Vec::new());
     files
 }

@@ -38,11 +38,12 @@ pub enum Target {
     GraphJson,
     Pickle,
     Kineto,
+    Heaptrack,
 }
 
 impl Target {
     /// Every target, in the order the fuzzing recipe runs them.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::MallocText,
         Self::MallocGzip,
         Self::Binary,
@@ -54,6 +55,7 @@ impl Target {
         Self::GraphJson,
         Self::Pickle,
         Self::Kineto,
+        Self::Heaptrack,
     ];
 
     /// The target's name: its binary in `fuzz/` and its folders.
@@ -71,6 +73,7 @@ impl Target {
             Self::GraphJson => "graph_json",
             Self::Pickle => "pickle",
             Self::Kineto => "kineto",
+            Self::Heaptrack => "heaptrack",
         }
     }
 
@@ -94,6 +97,7 @@ impl Target {
             Self::GraphJson => "plan.json",
             Self::Pickle => "snapshot.pickle",
             Self::Kineto => "trace.pt.trace.json",
+            Self::Heaptrack => "heaptrack.prog.1",
         }
     }
 }
@@ -221,6 +225,7 @@ pub fn exercise(target: Target, path: &Path) -> Vec<Outcome> {
     match target {
         Target::MallocText | Target::MallocGzip => trace(load_malloc_trace),
         Target::Binary | Target::Spool | Target::Stacks => trace(crate::binary::load_binary),
+        Target::Heaptrack => trace(crate::heaptrack::load_heaptrack),
         Target::TfDump => vec![outcome(crate::tf::dump::load_bfc_dumps(path).map(
             |dumps| {
                 for d in &dumps {

@@ -19,6 +19,8 @@ use crate::error::LoadError;
 pub enum Compression {
     Plain,
     Gzip,
+    /// Zstandard (heaptrack's data files; one or more frames).
+    Zstd,
 }
 
 impl Compression {
@@ -28,11 +30,13 @@ impl Compression {
         match self {
             Self::Plain => "plain",
             Self::Gzip => "gzip",
+            Self::Zstd => "zstd",
         }
     }
 }
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
 /// Size of the blocks of decompressed text handed to the parser. Large enough that channel
 /// traffic is negligible, small enough to stay in L2/L3 while it is parsed.
@@ -102,6 +106,8 @@ pub fn sniff(path: &Path) -> Result<(Compression, Vec<u8>), LoadError> {
     head.truncate(filled);
     let compression = if head.starts_with(&GZIP_MAGIC) {
         Compression::Gzip
+    } else if head.starts_with(&ZSTD_MAGIC) {
+        Compression::Zstd
     } else {
         Compression::Plain
     };
@@ -122,12 +128,7 @@ impl TextStream {
             inner: file,
             count: Arc::clone(&compressed_read),
         };
-        let reader: Box<dyn Read + Send> = match compression {
-            Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(
-                BufReader::with_capacity(256 * 1024, counting),
-            )),
-            Compression::Plain => Box::new(counting),
-        };
+        let reader = decoder(path, compression, counting)?;
         let (tx, rx) = sync_channel::<Chunk>(BLOCKS_IN_FLIGHT);
         let (recycle, recycled) = sync_channel::<Vec<u8>>(BLOCKS_IN_FLIGHT + 1);
         let worker = std::thread::Builder::new()
@@ -283,10 +284,22 @@ pub fn read_all(path: &Path) -> Result<(Vec<u8>, StreamEnd), LoadError> {
 pub fn open_text(path: &Path) -> Result<Box<dyn BufRead + Send>, LoadError> {
     let (compression, _) = sniff(path)?;
     let file = File::open(path).map_err(|e| LoadError::io(path, e))?;
+    Ok(Box::new(BufReader::new(decoder(path, compression, file)?)))
+}
+
+/// The decompressed bytes of `file`, stored with `compression`.
+fn decoder<R: Read + Send + 'static>(
+    path: &Path,
+    compression: Compression,
+    file: R,
+) -> Result<Box<dyn Read + Send>, LoadError> {
+    let buffered = BufReader::with_capacity(256 * 1024, file);
     Ok(match compression {
-        Compression::Gzip => Box::new(BufReader::new(flate2::bufread::MultiGzDecoder::new(
-            BufReader::new(file),
-        ))),
-        Compression::Plain => Box::new(BufReader::new(file)),
+        Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(buffered)),
+        Compression::Zstd => Box::new(
+            zstd::stream::read::Decoder::with_buffer(buffered)
+                .map_err(|e| LoadError::io(path, e))?,
+        ),
+        Compression::Plain => Box::new(buffered),
     })
 }

@@ -39,6 +39,7 @@ pub mod export;
 pub mod foreign;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod heaptrack;
 pub mod input;
 pub mod kineto;
 pub mod malloc_trace;
@@ -77,6 +78,9 @@ pub enum InputKind {
     /// A PyTorch profiler (Kineto) trace with `[memory]` events ([`kineto`]): loads into the
     /// malloc-trace DataFrame.
     KinetoTrace,
+    /// A heaptrack data file (plain, gzip or zstd; [`heaptrack`]): loads into the same
+    /// DataFrame as a malloc trace.
+    Heaptrack,
 }
 
 /// Most bytes [`detect`] reads to recognise a libtracemalloc trace.
@@ -111,20 +115,21 @@ pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
     }
     // The first 20 lines decide; a file whose first line is gigabytes long is not read whole.
     let mut reader = input::open_text(path)?.take(DETECT_TEXT_BYTES);
-    let mut first = String::new();
+    let mut head_lines = Vec::new();
+    let mut line = String::new();
     // A file that fails to decompress here is reported by the full load with its details.
-    let mut lines = 0;
-    while lines < 20 {
-        first.clear();
-        match reader.read_line(&mut first) {
+    while head_lines.len() < 20 {
+        line.clear();
+        match reader.read_line(&mut line) {
             Ok(0) | Err(_) => break,
-            Ok(_) => {}
+            Ok(_) => head_lines.push(line.trim_end().to_owned()),
         }
-        lines += 1;
-        let line = first.trim_end();
-        if line.is_empty() {
-            continue;
-        }
+    }
+    let head_lines: Vec<&str> = head_lines.iter().map(String::as_str).collect();
+    if heaptrack::is_heaptrack(&head_lines) {
+        return Ok(InputKind::Heaptrack);
+    }
+    if let Some(line) = head_lines.iter().find(|l| !l.is_empty()) {
         let fields: Vec<&str> = line.split('\t').collect();
         if (4..=5).contains(&fields.len())
             && fields
@@ -133,7 +138,6 @@ pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
         {
             return Ok(InputKind::MallocTrace);
         }
-        break;
     }
     match tf::detect_kind(path)? {
         Some(tf::TfKind::MemoryLog) => return Ok(InputKind::TfMemoryLog),
@@ -157,9 +161,9 @@ pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
 /// What [`detect`] says of a file of no known kind.
 const UNRECOGNISED: &str = "unrecognised input: expected a libtracemalloc trace (lines of \
          `<sec>.<usec>\\t<thread>\\t<size>\\t<pointer>`, plain or gzip), an allocview binary \
-         trace, a TensorFlow memory log or BFC dump, a PyTorch memory snapshot (a pickle \
-         holding `segments`), a PyTorch profiler trace (JSON with `traceEvents`), a minimalloc \
-         CSV or a JSON graph plan";
+         trace, a heaptrack data file, a TensorFlow memory log or BFC dump, a PyTorch memory \
+         snapshot (a pickle holding `segments`), a PyTorch profiler trace (JSON with \
+         `traceEvents`), a pprof heap profile, DHAT's JSON, a minimalloc CSV or a JSON graph plan";
 
 /// Borrows the simulator's view of an event DataFrame (no copy) and validates it.
 ///
@@ -246,6 +250,7 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
             path, opts,
         )?)),
         InputKind::BinaryTrace => Ok(Loaded::MallocTrace(binary::load_binary(path, opts)?)),
+        InputKind::Heaptrack => Ok(Loaded::MallocTrace(heaptrack::load_heaptrack(path, opts)?)),
         InputKind::TfMemoryLog => Ok(Loaded::TfMemoryLog(Box::new(tf::memlog::load_memory_log(
             path,
         )?))),

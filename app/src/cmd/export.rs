@@ -66,7 +66,7 @@ impl ExportArgs {
         InputArgs {
             lenient: self.lenient,
             requests: self.requests,
-            device: self.device.clone(),
+            device: self.device,
             window: WindowArgs {
                 from: self.from.clone(),
                 to: self.to.clone().filter(|_| self.named_format().is_none()),

@@ -174,6 +174,10 @@ pub fn load_kineto(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
             256 << 10,
             flate2::bufread::MultiGzDecoder::new(counted),
         )),
+        Compression::Zstd => Box::new(
+            zstd::stream::read::Decoder::with_buffer(counted)
+                .map_err(|e| LoadError::io(path, e))?,
+        ),
         Compression::Plain => Box::new(counted),
     };
     let mut c = Collector::new(opts.strictness);

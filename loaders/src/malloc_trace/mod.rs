@@ -220,7 +220,7 @@ fn parse_line(line: &[u8]) -> Result<Line, FieldError> {
     })
 }
 
-fn shorten(bytes: &[u8]) -> String {
+pub(crate) fn shorten(bytes: &[u8]) -> String {
     const MAX: usize = 60;
     let s = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX)]).into_owned();
     if bytes.len() > MAX { s + "..." } else { s }
@@ -294,6 +294,8 @@ fn estimate_events(path: &Path, compression: Compression, file_bytes: u64) -> us
                 isize >= file_bytes && isize <= file_bytes.saturating_mul(MAX_GZIP_RATIO)
             })
             .unwrap_or(file_bytes.saturating_mul(5)),
+        // A zstd frame may state its content size, but nothing here trusts it: a typical ratio.
+        Compression::Zstd => file_bytes.saturating_mul(5),
     };
     usize::try_from(text_bytes / TYPICAL_LINE_BYTES + 1024).unwrap_or(1 << 20)
 }

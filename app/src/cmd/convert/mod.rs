@@ -162,6 +162,10 @@ fn refuse_other_inputs(input: &Path, lenient: bool) -> Result<()> {
         Ok(InputKind::HeapProfile(_)) => {
             "a heap profile (`allocview sites`, `flamegraph`, `diff` and `export` read it)"
         }
+        Ok(InputKind::Heaptrack) => {
+            "a heaptrack data file (every other command reads it as it is, and `convert \
+             --to parquet` writes its tables)"
+        }
     };
     anyhow::bail!("{CONVERT_READS}; {} is {what}", input.display())
 }
