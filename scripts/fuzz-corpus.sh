@@ -66,6 +66,14 @@ for f in "$root"/loaders/tests/data/heaptrack/heaptrack.* "$shared"/interop/heap
         > "$corpus/heaptrack/$name.head.txt" || true
 done
 
+# Heap profiles: the test data's pprof and DHAT files whole, and the shared ones up to 64 KiB.
+seed profile
+for f in "$root"/loaders/tests/data/profiles/*.prof "$root"/loaders/tests/data/profiles/*.gz \
+         "$root"/loaders/tests/data/profiles/*.json "$root"/loaders/tests/data/profiles/*.out \
+         "$shared"/interop/pprof/* "$shared"/interop/dhat/*; do
+    [ -f "$f" ] && [ "$(stat -c %s "$f")" -le 65536 ] && cp "$f" "$corpus/profile/"
+done
+
 # The committed seeds (recorded spools and stack tables, and the small entries of earlier
 # campaigns' corpora) and the regression inputs found so far seed their targets too.
 for d in "$root"/fuzz/seeds/*/; do

@@ -39,11 +39,13 @@ pub enum Target {
     Pickle,
     Kineto,
     Heaptrack,
+    /// Heap profiles: pprof's `profile.proto` and DHAT's JSON.
+    Profile,
 }
 
 impl Target {
     /// Every target, in the order the fuzzing recipe runs them.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::MallocText,
         Self::MallocGzip,
         Self::Binary,
@@ -56,6 +58,7 @@ impl Target {
         Self::Pickle,
         Self::Kineto,
         Self::Heaptrack,
+        Self::Profile,
     ];
 
     /// The target's name: its binary in `fuzz/` and its folders.
@@ -74,6 +77,7 @@ impl Target {
             Self::Pickle => "pickle",
             Self::Kineto => "kineto",
             Self::Heaptrack => "heaptrack",
+            Self::Profile => "profile",
         }
     }
 
@@ -98,6 +102,7 @@ impl Target {
             Self::Pickle => "snapshot.pickle",
             Self::Kineto => "trace.pt.trace.json",
             Self::Heaptrack => "heaptrack.prog.1",
+            Self::Profile => "heap.prof",
         }
     }
 }
@@ -256,11 +261,29 @@ pub fn exercise(target: Target, path: &Path) -> Vec<Outcome> {
                 .and_then(|plan| plan.to_buffers().map(|b| b.buffers.len() as u64)),
         )],
         Target::Kineto => trace(crate::kineto::load_kineto),
+        Target::Profile => vec![outcome(profile_figures(path))],
         Target::Pickle => vec![outcome(
             crate::pytorch::load_snapshot(path, &options(Strictness::Lenient))
                 .and_then(|s| snapshot_replay(path, &s)),
         )],
     }
+}
+
+/// A heap profile (pprof or DHAT, by content) and what `sites` and `flamegraph` make of it.
+fn profile_figures(path: &Path) -> Result<u64, LoadError> {
+    use crate::analysis::profile_sites::{ProfileMoment, profile_folded, profile_rows};
+    use crate::analysis::site_stats::GroupBy;
+    let head = crate::profile::read_bytes(path)?;
+    let format = crate::profile::detect(&head)
+        .ok_or_else(|| LoadError::format(path, "neither a pprof profile nor DHAT's JSON"))?;
+    let p = crate::profile::load_profile(path, format)?;
+    for moment in [ProfileMoment::Live, ProfileMoment::Peak] {
+        for by in [GroupBy::Stack, GroupBy::Function, GroupBy::Module] {
+            std::hint::black_box(profile_rows(&p, moment, by));
+        }
+        std::hint::black_box(profile_folded(&p, moment, "live", &|f| f.to_owned()));
+    }
+    Ok(p.samples.len() as u64)
 }
 
 /// What `compare` (and its limit search) replays of a TensorFlow memory log: BFC from the

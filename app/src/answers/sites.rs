@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use allocview_loaders::Loaded;
+use allocview_loaders::analysis::profile_sites::{ProfileMoment, profile_rows};
 use allocview_loaders::analysis::site_stats::{self, GroupBy, SiteKind, SiteRow};
 use allocview_loaders::sites::StackTable;
 use allocview_sim::heap::Block;
@@ -85,6 +86,91 @@ pub fn frames_json(stacks: &StackTable, stack: u32) -> Value {
 /// cannot replay the trace.
 pub fn sites_json(path: &Path, args: &SitesQuery, loaded: &Loaded) -> Result<Value> {
     let by = parse_by(&args.by)?;
+    let SiteView {
+        rows,
+        stacks,
+        kind,
+        moment,
+        pinned,
+    } = site_view(path, args, loaded)?;
+    let at_event = match moment {
+        SiteMoment::Event { at, .. } => json!(at),
+        SiteMoment::Profile(_) => Value::Null,
+    };
+    let pin = |i: usize| {
+        pinned
+            .as_ref()
+            .map(|v: &Vec<u64>| v.get(i).copied().unwrap_or(0))
+    };
+    Ok(json!({
+        "file": path.display().to_string(),
+        "at_event": at_event,
+        "at_profile_moment": match moment {
+            SiteMoment::Profile(ProfileMoment::Peak) => json!("peak"),
+            SiteMoment::Profile(ProfileMoment::Live) => json!("live"),
+            SiteMoment::Event { .. } => Value::Null,
+        },
+        "by": by.name(),
+        "site_kind": match kind {
+            SiteKind::Stacks => "stacks",
+            SiteKind::Operations => "operations",
+            SiteKind::SizeClasses => "size_classes",
+        },
+        "policy": args.policy,
+        "sites": rows.iter().enumerate().map(|(i, r)| json!({
+            "name": r.name,
+            "frames": frames_json(&stacks, r.stack),
+            "live_bytes": r.live_bytes,
+            "live_blocks": r.live_blocks,
+            "alloc_count": r.alloc_count,
+            "alloc_bytes": r.alloc_bytes,
+            "pinned_free_bytes": pin(i),
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+/// The moment an input's sites are read at.
+#[derive(Clone, Copy, Debug)]
+pub enum SiteMoment {
+    /// Just after an event of the input's events, `t_s` seconds after the first.
+    Event { at: usize, t_s: f64 },
+    /// One of a heap profile's moments.
+    Profile(ProfileMoment),
+}
+
+/// An input's sites at a moment: from its events, or from a heap profile's samples.
+pub struct SiteView {
+    pub rows: Vec<SiteRow>,
+    pub stacks: StackTable,
+    pub kind: SiteKind,
+    pub moment: SiteMoment,
+    /// With a policy: the free bytes each row's blocks pin in its heap.
+    pub pinned: Option<Vec<u64>>,
+}
+
+/// The sites `args` asks for of `loaded` (read from `path`).
+///
+/// # Errors
+/// When the input has no allocations, `--at` or `--by` is not understood, the policy cannot
+/// replay it, or a policy is asked of a heap profile (it has no events to replay).
+pub fn site_view(path: &Path, args: &SitesQuery, loaded: &Loaded) -> Result<SiteView> {
+    let by = parse_by(&args.by)?;
+    if let Loaded::HeapProfile(p) = loaded {
+        if args.policy.is_some() {
+            bail!(
+                "--policy: {} is a heap profile, a moment with no events to replay through a policy",
+                path.display()
+            );
+        }
+        let moment = ProfileMoment::parse(&args.at, p).map_err(|e| anyhow!(e))?;
+        return Ok(SiteView {
+            rows: profile_rows(p, moment, by),
+            stacks: p.stacks.clone(),
+            kind: SiteKind::Stacks,
+            moment: SiteMoment::Profile(moment),
+            pinned: None,
+        });
+    }
     let ev = require_events(loaded, path, "sites")?;
     let view = allocview_loaders::trace_view(ev.events, path)?;
     let sites = sites_of(loaded).context("this input has no allocations")?;
@@ -94,31 +180,17 @@ pub fn sites_json(path: &Path, args: &SitesQuery, loaded: &Loaded) -> Result<Val
         Some(p) => Some(pinned_free(loaded, &view, p, at, &rows)?),
         None => None,
     };
-    let pin = |i: usize| {
-        pinned
-            .as_ref()
-            .map(|v: &Vec<u64>| v.get(i).copied().unwrap_or(0))
-    };
-    Ok(json!({
-        "file": path.display().to_string(),
-        "at_event": at,
-        "by": by.name(),
-        "site_kind": match sites.kind {
-            SiteKind::Stacks => "stacks",
-            SiteKind::Operations => "operations",
-            SiteKind::SizeClasses => "size_classes",
+    let t0 = view.t_ns.first().copied().unwrap_or(0);
+    Ok(SiteView {
+        rows,
+        stacks: sites.stacks,
+        kind: sites.kind,
+        moment: SiteMoment::Event {
+            at,
+            t_s: (view.t_ns.get(at).copied().unwrap_or(t0) - t0) as f64 / 1e9,
         },
-        "policy": args.policy,
-        "sites": rows.iter().enumerate().map(|(i, r)| json!({
-            "name": r.name,
-            "frames": frames_json(&sites.stacks, r.stack),
-            "live_bytes": r.live_bytes,
-            "live_blocks": r.live_blocks,
-            "alloc_count": r.alloc_count,
-            "alloc_bytes": r.alloc_bytes,
-            "pinned_free_bytes": pin(i),
-        })).collect::<Vec<_>>(),
-    }))
+        pinned,
+    })
 }
 
 /// For each site row: the free bytes of `policy`'s heap at `at` that its live blocks pin

@@ -62,6 +62,9 @@ struct Side {
 
 fn side(path: &Path, args: &DiffArgs) -> Result<Side> {
     let loaded = load_input(path, &args.input)?;
+    if let allocview_loaders::Loaded::HeapProfile(p) = &loaded {
+        return profile_side(path, p, args);
+    }
     let ev = require_events(&loaded, path, "diff")?;
     let view = allocview_loaders::trace_view(ev.events, path)?;
     let sites = sites_of(&loaded).context("this input has no allocations")?;
@@ -98,6 +101,39 @@ fn side(path: &Path, args: &DiffArgs) -> Result<Side> {
         sites: by_name,
         footprints,
         site_kind: sites.kind.describe(),
+    })
+}
+
+/// One side that is a heap profile: its sites at the moment `--at` names (a profile has no
+/// events to replay, so no policy's footprint).
+fn profile_side(
+    path: &Path,
+    p: &allocview_loaders::profile::HeapProfile,
+    args: &DiffArgs,
+) -> Result<Side> {
+    use allocview_loaders::analysis::profile_sites::{ProfileMoment, profile_rows};
+    if !args.policies.policy.is_empty() {
+        bail!(
+            "--policy: {} is a heap profile, a moment with no events to replay through a policy",
+            path.display()
+        );
+    }
+    let moment = ProfileMoment::parse(&args.at, p).map_err(|e| anyhow::anyhow!(e))?;
+    let rows = profile_rows(p, moment, GroupBy::Function);
+    let mut by_name: BTreeMap<String, SiteFigures> = BTreeMap::new();
+    for r in &rows {
+        let e = by_name.entry(r.name.clone()).or_default();
+        e.0 += r.live_bytes;
+        e.1 += r.alloc_count;
+        e.2 += r.alloc_bytes;
+    }
+    Ok(Side {
+        peak_live: rows.iter().map(|r| r.live_bytes).sum(),
+        allocs: rows.iter().map(|r| r.alloc_count).sum(),
+        alloc_bytes: rows.iter().map(|r| r.alloc_bytes).sum(),
+        sites: by_name,
+        footprints: Vec::new(),
+        site_kind: "call stacks",
     })
 }
 

@@ -163,3 +163,40 @@ fn frame_text(f: &allocview_loaders::sites::Frame) -> String {
         f.function.clone()
     }
 }
+
+/// The DHAT file of a heap profile's samples: what was allocated by each stack. A profile
+/// holds no block lifetimes, so the file says none (`bklt` false) rather than invent them.
+#[must_use]
+pub fn of_profile(p: &allocview_loaders::profile::HeapProfile, cmd: &str) -> Value {
+    let mut ftbl: Vec<String> = vec!["[root]".to_owned()];
+    let mut frame_index: HashMap<u32, usize> = HashMap::new();
+    let pps: Vec<Value> = p
+        .samples
+        .iter()
+        .filter(|s| s.alloc_bytes > 0 || s.live_bytes > 0)
+        .map(|s| {
+            let fs = frames_of(&p.stacks, s.stack, &mut ftbl, &mut frame_index);
+            // A profile without allocation totals (only what is in use) gives its live figures.
+            let (tb, tbk) = if p.has.alloc {
+                (s.alloc_bytes, s.alloc_objects)
+            } else {
+                (s.live_bytes, s.live_objects)
+            };
+            json!({"tb": tb, "tbk": tbk, "fs": fs})
+        })
+        .collect();
+    json!({
+        "dhatFileVersion": 2,
+        "mode": "heap",
+        "verb": "Allocated",
+        "bklt": false,
+        "bkacc": false,
+        "tu": "µs",
+        "Mtu": "s",
+        "cmd": cmd,
+        "pid": 0,
+        "te": p.duration_ns.map_or(0, |d| d / 1000),
+        "pps": pps,
+        "ftbl": ftbl,
+    })
+}

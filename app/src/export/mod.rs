@@ -17,6 +17,8 @@ use std::path::Path;
 use std::sync::atomic::AtomicU64;
 
 use allocview_loaders::Loaded;
+use allocview_loaders::analysis::profile_sites::ProfileMoment;
+use allocview_loaders::profile::HeapProfile;
 use anyhow::{Context as _, Result, bail};
 use polars::prelude::*;
 
@@ -97,6 +99,9 @@ pub struct Exported {
 /// When the input has no events, the moment or a policy is not understood, or a policy
 /// cannot replay the input.
 pub fn export(path: &Path, loaded: &Loaded, query: &ExportQuery) -> Result<Exported> {
+    if let Loaded::HeapProfile(p) = loaded {
+        return export_profile(path, p, query);
+    }
     let ev = require_events(loaded, path, "export")?;
     let view = allocview_loaders::trace_view(ev.events, path)?;
     let name = path.file_name().map_or_else(
@@ -179,6 +184,52 @@ pub fn export(path: &Path, loaded: &Loaded, query: &ExportQuery) -> Result<Expor
             })
         }
     }
+}
+
+/// Exports a heap profile: its moment as pprof or speedscope, its sites as DHAT's; a Chrome
+/// trace needs a timeline it does not have.
+fn export_profile(path: &Path, p: &HeapProfile, query: &ExportQuery) -> Result<Exported> {
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    if !query.policies.policy.is_empty() {
+        bail!(
+            "--policy: {} is a heap profile, a moment with no events to replay through a policy",
+            path.display()
+        );
+    }
+    let moment = ProfileMoment::parse(&query.at, p).map_err(|e| anyhow::anyhow!(e))?;
+    let m = moment::of_profile(p, moment);
+    let summary = format!(
+        "{} samples, {} live at the profile's {}",
+        crate::format::count(m.samples.len() as u64),
+        crate::format::bytes(m.samples.iter().map(|(_, t)| t.inuse_bytes).sum()),
+        if moment == ProfileMoment::Peak {
+            "peak"
+        } else {
+            "moment"
+        }
+    );
+    let bytes = match query.format {
+        Format::Pprof => pprof::write(
+            &m,
+            &pprof::PprofInput {
+                stacks: &p.stacks,
+                thread_ids: &[],
+                comment: format!("allocview export of the {} profile {name}", p.format.name()),
+                all_frames: query.all_frames,
+            },
+        )?,
+        Format::Speedscope => serde_json::to_vec(&speedscope::write(&m, &p.stacks, &name))?,
+        Format::Dhat => serde_json::to_vec(&dhat::of_profile(p, &name))?,
+        Format::Chrome => bail!(
+            "{} is a heap profile, a moment without a timeline: a Chrome trace has nothing to \
+             draw (pprof, speedscope and dhat hold a moment)",
+            path.display()
+        ),
+    };
+    Ok(Exported { bytes, summary })
 }
 
 /// The events' thread indices (zeros where the table has none).

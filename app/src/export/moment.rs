@@ -41,6 +41,9 @@ pub struct Moment {
     pub samples: Vec<(SampleKey, Totals)>,
     /// The policy the `allocated` and `pinned_free` figures come from.
     pub policy: Option<String>,
+    /// Whether the keys' threads and size classes are known (not for a heap profile's
+    /// samples, which are by stack only).
+    pub labelled: bool,
 }
 
 /// The samples of the heap just after `at`: every allocation up to it by key, and the live
@@ -112,7 +115,46 @@ pub fn moment_at(
         since_start_ns: view.t_ns.get(end).copied().unwrap_or(t0) - t0,
         samples,
         policy: policy.map(str::to_owned),
+        labelled: true,
     })
+}
+
+/// A heap profile's samples at `moment` as a moment of the export (by stack only).
+#[must_use]
+pub fn of_profile(
+    p: &allocview_loaders::profile::HeapProfile,
+    moment: allocview_loaders::analysis::profile_sites::ProfileMoment,
+) -> Moment {
+    let samples = p
+        .samples
+        .iter()
+        .map(|s| {
+            let (live_bytes, live_objects) = moment.live(s);
+            (
+                SampleKey {
+                    stack: s.stack,
+                    thread: 0,
+                    size_class: 0,
+                },
+                Totals {
+                    alloc_objects: s.alloc_objects,
+                    alloc_bytes: s.alloc_bytes,
+                    inuse_objects: live_objects,
+                    inuse_bytes: live_bytes,
+                    ..Totals::default()
+                },
+            )
+        })
+        .collect();
+    Moment {
+        at: 0,
+        since_start_ns: p
+            .duration_ns
+            .map_or(0, |d| i64::try_from(d).unwrap_or(i64::MAX)),
+        samples,
+        policy: None,
+        labelled: false,
+    }
 }
 
 /// Adds `policy`'s allocated and pinned free bytes at `at` to the samples of the blocks live
@@ -191,6 +233,6 @@ mod tests {
         assert_eq!(size_class_label(0), "0B");
         assert_eq!(size_class_label(1), "1B..2B");
         assert_eq!(size_class_label(11), "1KiB..2KiB");
-        assert_eq!(size_class_label(30), "256MiB..512MiB");
+        assert_eq!(size_class_label(30), "512MiB..1GiB");
     }
 }

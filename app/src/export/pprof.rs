@@ -133,12 +133,13 @@ fn profile(moment: &Moment, input: &PprofInput<'_>) -> Message {
             .get(usize::from(key.thread))
             .copied()
             .unwrap_or(u64::from(key.thread));
-        for (k, v) in [
+        let labels = [
             ("thread", tid.to_string()),
             ("size_class", size_class_label(key.size_class)),
-        ] {
+        ];
+        for (k, v) in labels.iter().filter(|_| moment.labelled) {
             let mut l = Message::default();
-            l.int(1, strings.id(k)).int(2, strings.id(&v));
+            l.int(1, strings.id(k)).int(2, strings.id(v));
             s.message(3, &l);
         }
         p.message(2, &s);

@@ -160,7 +160,7 @@ pub fn group_name(stacks: &StackTable, stack: u32, by: GroupBy) -> String {
 }
 
 /// The key a stack is grouped under.
-fn group_key(stacks: &StackTable, stack: u32, by: GroupBy) -> String {
+pub(crate) fn group_key(stacks: &StackTable, stack: u32, by: GroupBy) -> String {
     match by {
         GroupBy::Stack => format!("{stack}"),
         GroupBy::Function => stacks
@@ -442,12 +442,20 @@ pub fn folded(
     for (stack, size) in alive.into_iter().flatten() {
         *by_stack.entry(stack).or_insert(0) += size;
     }
+    fold_lines(&sites.stacks, by_stack, frame)
+}
+
+/// The folded lines of a value by stack, sorted (stacks of value 0 left out).
+pub(crate) fn fold_lines(
+    stacks: &StackTable,
+    by_stack: HashMap<u32, u64>,
+    frame: &dyn Fn(&str) -> String,
+) -> Vec<String> {
     let mut lines: Vec<String> = by_stack
         .into_iter()
         .filter(|&(_, v)| v > 0)
         .map(|(stack, v)| {
-            let mut names: Vec<String> = sites
-                .stacks
+            let mut names: Vec<String> = stacks
                 .frames_of(stack)
                 .map(|f| frame(&f.function))
                 .collect();

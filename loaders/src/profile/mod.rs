@@ -91,10 +91,19 @@ pub fn read_bytes(path: &Path) -> Result<Vec<u8>, LoadError> {
         return Ok(raw);
     }
     let mut out = Vec::new();
-    flate2::read::MultiGzDecoder::new(raw.as_slice())
+    if let Err(e) = flate2::read::MultiGzDecoder::new(raw.as_slice())
         .take(MAX_INFLATED_BYTES + 1)
         .read_to_end(&mut out)
-        .map_err(|e| LoadError::format(path, format!("the gzip stream is damaged: {e}")))?;
+    {
+        return Err(LoadError::format(
+            path,
+            format!(
+                "the gzip stream is damaged after {} decompressed bytes (of {} in the file): {e}",
+                out.len(),
+                raw.len()
+            ),
+        ));
+    }
     if out.len() as u64 > MAX_INFLATED_BYTES {
         return Err(LoadError::format(
             path,

@@ -5,16 +5,18 @@ mod flamegraph_svg;
 
 use std::path::{Path, PathBuf};
 
+use allocview_loaders::Loaded;
 use allocview_loaders::analysis::site_stats::{self, SiteKind, SiteRow};
 use anyhow::{Context as _, Result, bail};
 use serde_json::json;
 
 use crate::answers::sites::{
-    SitesQuery, frames_json, parse_by, pinned_free, resolve_at, sites_json,
+    SiteMoment, SiteView, SitesQuery, frames_json, parse_by, resolve_at, site_view, sites_json,
 };
 use crate::format;
 use crate::session::InputArgs;
 use crate::session::input::{load_input, require_events, sites_of};
+use allocview_loaders::analysis::profile_sites::{ProfileMoment, profile_folded};
 
 /// Arguments of `allocview sites`.
 #[derive(Debug, clap::Args)]
@@ -53,36 +55,39 @@ impl SitesArgs {
 
 /// Runs `allocview sites`.
 pub fn run_sites(args: &SitesArgs) -> Result<()> {
-    let by = parse_by(&args.by)?;
     let loaded = load_input(&args.file, &args.input)?;
     if args.json {
         outln!("{}", sites_json(&args.file, &args.query(), &loaded)?);
         return Ok(());
     }
-    let ev = require_events(&loaded, &args.file, "sites")?;
-    let view = allocview_loaders::trace_view(ev.events, &args.file)?;
-    let sites = sites_of(&loaded).context("this input has no allocations")?;
-    let at = resolve_at(&args.at, &view)?;
-    let rows = site_stats::by_site(&view, &sites, at, by);
-    let pinned = match &args.policy {
-        Some(p) => Some(pinned_free(&loaded, &view, p, at, &rows)?),
-        None => None,
-    };
+    let SiteView {
+        rows,
+        stacks,
+        kind,
+        moment,
+        pinned,
+    } = site_view(&args.file, &args.query(), &loaded)?;
     let pin = |i: usize| {
         pinned
             .as_ref()
             .map(|v: &Vec<u64>| v.get(i).copied().unwrap_or(0))
     };
-    let t0 = view.t_ns.first().copied().unwrap_or(0);
     let live: u64 = rows.iter().map(|r| r.live_bytes).sum();
+    let when = match moment {
+        SiteMoment::Event { at, t_s } => format!(
+            "at event {} (t = {})",
+            format::count(at as u64),
+            format::seconds_fixed(t_s)
+        ),
+        SiteMoment::Profile(ProfileMoment::Peak) => "at the profile's peak".to_owned(),
+        SiteMoment::Profile(ProfileMoment::Live) => "at the profile's moment".to_owned(),
+    };
     outln!(
-        "{}: {} live in {} sites at event {} (t = {}); sites are {}",
+        "{}: {} live in {} sites {when}; sites are {}",
         args.file.display(),
         format::bytes(live),
         format::count(rows.iter().filter(|r| r.live_bytes > 0).count() as u64),
-        format::count(at as u64),
-        format::seconds_fixed((view.t_ns.get(at).copied().unwrap_or(t0) - t0) as f64 / 1e9),
-        sites.kind.describe()
+        kind.describe()
     );
     outln!();
     outln!(
@@ -103,8 +108,8 @@ pub fn run_sites(args: &SitesArgs) -> Result<()> {
             pin(i).map_or_else(String::new, format::bytes),
             format::trace_text(&r.name)
         );
-        if sites.kind == SiteKind::Stacks {
-            for l in sites.stacks.site_lines(r.stack, 3, true).iter().skip(1) {
+        if kind == SiteKind::Stacks {
+            for l in stacks.site_lines(r.stack, 3, true).iter().skip(1) {
                 outln!("  {:>55}  {}", "", format::trace_text(l));
             }
         }
@@ -253,11 +258,25 @@ pub fn run_flamegraph(args: &FlamegraphArgs) -> Result<()> {
         );
     }
     let loaded = load_input(&args.file, &args.input)?;
-    let ev = require_events(&loaded, &args.file, "flamegraph")?;
-    let view = allocview_loaders::trace_view(ev.events, &args.file)?;
-    let sites = sites_of(&loaded).context("this input has no allocations")?;
-    let at = resolve_at(&args.at, &view)?;
-    let lines = site_stats::folded(&view, &sites, at, &args.metric, &format::folded_frame);
+    let (lines, what, kind) = match &loaded {
+        Loaded::HeapProfile(p) => {
+            let moment = ProfileMoment::parse(&args.at, p).map_err(|e| anyhow::anyhow!(e))?;
+            let lines = profile_folded(p, moment, &args.metric, &format::folded_frame);
+            let when = match moment {
+                ProfileMoment::Peak => "live at the profile's peak",
+                ProfileMoment::Live => "live at the profile's moment",
+            };
+            (lines, when.to_owned(), SiteKind::Stacks)
+        }
+        _ => {
+            let ev = require_events(&loaded, &args.file, "flamegraph")?;
+            let view = allocview_loaders::trace_view(ev.events, &args.file)?;
+            let sites = sites_of(&loaded).context("this input has no allocations")?;
+            let at = resolve_at(&args.at, &view)?;
+            let lines = site_stats::folded(&view, &sites, at, &args.metric, &format::folded_frame);
+            (lines, format!("live at event {at}"), sites.kind)
+        }
+    };
     let to_stdout = args.out.as_deref().is_none_or(|p| p == Path::new("-"));
     if args.folded {
         let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
@@ -279,11 +298,11 @@ pub fn run_flamegraph(args: &FlamegraphArgs) -> Result<()> {
             .file_name()
             .map_or_else(String::new, |f| f.to_string_lossy().into_owned()),
         match args.metric.as_str() {
-            "live" => format!("bytes live at event {at}"),
+            "live" => format!("bytes {what}"),
             "allocated" => "bytes allocated over the run".to_owned(),
             _ => "allocations over the run".to_owned(),
         },
-        sites.kind.describe()
+        kind.describe()
     );
     let svg = flamegraph_svg::render(&lines, &title, args.metric != "count");
     crate::safe_write::write_bytes(out, svg.as_bytes(), &[args.file.as_path()])
