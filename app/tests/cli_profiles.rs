@@ -339,4 +339,15 @@ fn a_cut_or_damaged_profile_is_refused_naming_the_file_and_byte() {
         err.contains("bad.dhat.json") && err.contains("999"),
         "{err}"
     );
+    // --lenient reads what it can and counts what it skips.
+    let out = common::run(&["sites", bad.to_str().unwrap(), "--lenient"]);
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("skipped 1 program points"), "{err}");
+    let out = common::run(&["stats", cut.to_str().unwrap(), "--lenient", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the profile is damaged"),
+        "{out:?}"
+    );
 }

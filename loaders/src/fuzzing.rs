@@ -276,7 +276,12 @@ fn profile_figures(path: &Path) -> Result<u64, LoadError> {
     let head = crate::profile::read_bytes(path)?;
     let format = crate::profile::detect(&head)
         .ok_or_else(|| LoadError::format(path, "neither a pprof profile nor DHAT's JSON"))?;
-    let p = crate::profile::load_profile(path, format)?;
+    let _ = std::hint::black_box(crate::profile::load_profile(
+        path,
+        format,
+        Strictness::Lenient,
+    ));
+    let p = crate::profile::load_profile(path, format, Strictness::Strict)?;
     for moment in [ProfileMoment::Live, ProfileMoment::Peak] {
         for by in [GroupBy::Stack, GroupBy::Function, GroupBy::Module] {
             std::hint::black_box(profile_rows(&p, moment, by));

@@ -260,7 +260,9 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
             pytorch::load_snapshot(path, opts)?,
         ))),
         InputKind::HeapProfile(format) => Ok(Loaded::HeapProfile(Box::new(profile::load_profile(
-            path, format,
+            path,
+            format,
+            opts.strictness,
         )?))),
         InputKind::KinetoTrace => Ok(Loaded::MallocTrace(kineto::load_kineto(path, opts)?)),
     }

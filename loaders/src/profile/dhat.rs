@@ -25,7 +25,7 @@ pub fn is_dhat(head: &[u8]) -> bool {
 /// # Errors
 /// JSON that does not parse (with its line and column), another file version or mode, or a
 /// program point that names no frame of the table (with its index).
-pub fn parse(bytes: &[u8]) -> Result<HeapProfile, String> {
+pub fn parse(bytes: &[u8], lenient: bool) -> Result<HeapProfile, String> {
     let doc: Value =
         serde_json::from_slice(bytes).map_err(|e| format!("the JSON does not parse: {e}"))?;
     let version = doc["dhatFileVersion"].as_u64();
@@ -50,20 +50,16 @@ pub fn parse(bytes: &[u8]) -> Result<HeapProfile, String> {
         .map(|f| stacks.intern_frame(frame(f.as_str().unwrap_or("??"))))
         .collect();
     let mut samples = Vec::with_capacity(pps.len().min(1 << 20));
+    let mut skipped = 0u64;
     for (i, pp) in pps.iter().enumerate() {
-        let fs = pp["fs"]
-            .as_array()
-            .ok_or_else(|| format!("program point {i} has no fs"))?;
-        let mut ids = Vec::with_capacity(fs.len().min(1024));
-        for f in fs {
-            let id = f
-                .as_u64()
-                .and_then(|f| usize::try_from(f).ok())
-                .filter(|&f| f > 0)
-                .and_then(|f| frame_ids.get(f))
-                .ok_or_else(|| format!("program point {i} names frame {f}, which ftbl lacks"))?;
-            ids.push(*id);
-        }
+        let ids = match point_frames(pp, i, &frame_ids) {
+            Ok(ids) => ids,
+            Err(_) if lenient => {
+                skipped += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let n = |k: &str| pp[k].as_u64().unwrap_or(0);
         samples.push(ProfileSample {
             stack: stacks.intern_stack(ids),
@@ -79,11 +75,17 @@ pub fn parse(bytes: &[u8]) -> Result<HeapProfile, String> {
         Some("µs") => Some(1_000),
         _ => None,
     };
-    let mut notes = vec![format!(
+    let mut notes = Vec::new();
+    if skipped > 0 {
+        notes.push(format!(
+            "skipped {skipped} program points that name frames the table lacks (--lenient)"
+        ));
+    }
+    notes.push(format!(
         "a DHAT profile of {}: per-site totals, a moment at its end{}, not a timeline",
         doc["cmd"].as_str().unwrap_or("a program"),
         if lifetimes { " and at its peak" } else { "" }
-    )];
+    ));
     if !lifetimes {
         notes.push(
             "the file has no block lifetimes (bklt): nothing is live at its end or peak in it"
@@ -102,6 +104,24 @@ pub fn parse(bytes: &[u8]) -> Result<HeapProfile, String> {
         duration_ns: unit_ns.and_then(|u: u64| doc["te"].as_u64().map(|t| t.saturating_mul(u))),
         notes,
     })
+}
+
+/// The stack ids of program point `i`'s frames (`fs`), innermost first.
+fn point_frames(pp: &Value, i: usize, frame_ids: &[u32]) -> Result<Vec<u32>, String> {
+    let fs = pp["fs"]
+        .as_array()
+        .ok_or_else(|| format!("program point {i} has no fs"))?;
+    let mut ids = Vec::with_capacity(fs.len().min(1024));
+    for f in fs {
+        let id = f
+            .as_u64()
+            .and_then(|f| usize::try_from(f).ok())
+            .filter(|&f| f > 0)
+            .and_then(|f| frame_ids.get(f))
+            .ok_or_else(|| format!("program point {i} names frame {f}, which ftbl lacks"))?;
+        ids.push(*id);
+    }
+    Ok(ids)
 }
 
 /// A frame of the frames table.

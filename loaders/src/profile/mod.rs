@@ -12,6 +12,7 @@ use std::io::Read as _;
 use std::path::Path;
 
 use crate::error::LoadError;
+use crate::events::Strictness;
 use crate::sites::StackTable;
 
 /// Which tool's format a profile came in.
@@ -127,15 +128,23 @@ pub fn detect(head: &[u8]) -> Option<ProfileFormat> {
     }
 }
 
-/// Loads the heap profile at `path`.
+/// Loads the heap profile at `path`. Lenient, a pprof profile keeps the fields before damage
+/// and skips samples that do not read, and a DHAT file skips program points naming frames its
+/// table lacks, each counted in a note.
 ///
 /// # Errors
 /// When the file cannot be read or is not a profile this reader understands; the error names
 /// the byte offset (pprof) or the place in the JSON (DHAT).
-pub fn load_profile(path: &Path, format: ProfileFormat) -> Result<HeapProfile, LoadError> {
+pub fn load_profile(
+    path: &Path,
+    format: ProfileFormat,
+    strictness: Strictness,
+) -> Result<HeapProfile, LoadError> {
     let bytes = read_bytes(path)?;
+    let lenient = strictness == Strictness::Lenient;
     match format {
-        ProfileFormat::Pprof => pprof::parse(&bytes).map_err(|e| LoadError::format(path, e)),
-        ProfileFormat::Dhat => dhat::parse(&bytes).map_err(|e| LoadError::format(path, e)),
+        ProfileFormat::Pprof => pprof::parse(&bytes, lenient),
+        ProfileFormat::Dhat => dhat::parse(&bytes, lenient),
     }
+    .map_err(|e| LoadError::format(path, e))
 }

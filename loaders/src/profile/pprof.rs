@@ -62,10 +62,25 @@ struct Parts<'a> {
     duration_ns: Option<u64>,
 }
 
-fn parts(bytes: &[u8]) -> Result<Parts<'_>, String> {
+/// The top-level fields; with `lenient`, those before a field that does not read (the reason
+/// then in `damage`).
+fn parts<'a>(
+    bytes: &'a [u8],
+    lenient: bool,
+    damage: &mut Option<String>,
+) -> Result<Parts<'a>, String> {
     let mut p = Parts::default();
     let mut r = Reader::new(bytes, 0);
-    while let Some((n, v, at)) = r.field()? {
+    loop {
+        let (n, v, at) = match r.field() {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) if lenient => {
+                *damage = Some(e);
+                break;
+            }
+            Err(e) => return Err(e),
+        };
         match (n, v) {
             (1, Value::Bytes(b)) => p.sample_types.push(b),
             (2, Value::Bytes(b)) => p.samples.push((b, at)),
@@ -95,8 +110,9 @@ fn fields(b: &[u8], at: usize) -> Result<Vec<(u32, Value<'_>)>, String> {
 /// # Errors
 /// A message that does not read, naming its byte offset (in the decompressed bytes); a
 /// profile with no sample type in bytes.
-pub fn parse(bytes: &[u8]) -> Result<HeapProfile, String> {
-    let p = parts(bytes)?;
+pub fn parse(bytes: &[u8], lenient: bool) -> Result<HeapProfile, String> {
+    let mut damage = None;
+    let p = parts(bytes, lenient, &mut damage)?;
     let string = |i: u64| -> &str {
         usize::try_from(i)
             .ok()
@@ -149,15 +165,16 @@ pub fn parse(bytes: &[u8]) -> Result<HeapProfile, String> {
     let mut frames_of_location: HashMap<u64, Vec<u32>> = HashMap::new();
     let mut by_stack: HashMap<u32, usize> = HashMap::new();
     let mut samples: Vec<ProfileSample> = Vec::new();
+    let mut skipped = 0u64;
     for (b, at) in &p.samples {
-        let (mut locations, mut values) = (Vec::new(), Vec::new());
-        for (n, v) in fields(b, *at)? {
-            match n {
-                1 => locations.extend(v.uints()?),
-                2 => values.extend(v.uints()?),
-                _ => {}
+        let (locations, values) = match sample_fields(b, *at) {
+            Ok(lv) => lv,
+            Err(_) if lenient => {
+                skipped += 1;
+                continue;
             }
-        }
+            Err(e) => return Err(e),
+        };
         let mut frame_ids = Vec::new();
         for loc in locations {
             let ids = frames_of_location.entry(loc).or_insert_with(|| {
@@ -180,6 +197,16 @@ pub fn parse(bytes: &[u8]) -> Result<HeapProfile, String> {
             index.add(sample, &values);
         }
     }
+    if let Some(e) = damage {
+        notes.push(format!(
+            "the profile is damaged ({e}): read what came before (--lenient)"
+        ));
+    }
+    if skipped > 0 {
+        notes.push(format!(
+            "skipped {skipped} samples that did not read (--lenient)"
+        ));
+    }
     notes.push(format!(
         "a pprof heap profile: a moment, not a timeline (sample types {})",
         types
@@ -200,6 +227,19 @@ pub fn parse(bytes: &[u8]) -> Result<HeapProfile, String> {
         duration_ns: p.duration_ns,
         notes,
     })
+}
+
+/// A sample's location ids and values.
+fn sample_fields(b: &[u8], at: usize) -> Result<(Vec<u64>, Vec<u64>), String> {
+    let (mut locations, mut values) = (Vec::new(), Vec::new());
+    for (n, v) in fields(b, at)? {
+        match n {
+            1 => locations.extend(v.uints()?),
+            2 => values.extend(v.uints()?),
+            _ => {}
+        }
+    }
+    Ok((locations, values))
 }
 
 /// Which value of a sample is which figure.
