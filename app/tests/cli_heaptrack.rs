@@ -27,6 +27,18 @@ fn stats_counts_heaptracks_allocation_calls() {
     // heaptrack_print: "peak heap memory consumption: 996.97K" (two decimals, powers of 1000).
     let peak = v["peak_live_bytes"].as_u64().unwrap();
     assert_eq!(format!("{:.2}", peak as f64 / 1000.0), "996.97");
+    // heaptrack samples the whole resident set only: nothing is said of an anonymous part or
+    // of mappings it did not record.
+    let out = ok(&["stats", &data("heaptrack.prog.zst")]);
+    assert!(
+        out.contains("no anonymous part or mappings recorded"),
+        "{out}"
+    );
+    assert!(!out.contains("mapped outside"), "{out}");
+    assert_eq!(
+        common::json(&["stats", "--json", &data("heaptrack.prog.zst")])["recorded_memory"]["series"],
+        "resident_only"
+    );
 }
 
 #[test]

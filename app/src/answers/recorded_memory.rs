@@ -103,13 +103,23 @@ impl RecordedMemory {
     #[must_use]
     pub fn of_loaded(loaded: &Loaded, t0_ns: i64, peak_live_t_ns: Option<i64>) -> Option<Self> {
         let mut m = Self::of(samples_of(loaded), t0_ns, peak_live_t_ns)?;
-        if let Loaded::MallocTrace(t) = loaded
-            && t.memory_series == RecordedSeries::AllocatorReserved
-        {
-            m.series = "allocator_reserved";
-            m.measured = "the bytes PyTorch's caching allocator held reserved on the device \
-                          (Total Reserved), as the profiler recorded them with each memory \
-                          event: a measurement, not a model";
+        if let Loaded::MallocTrace(t) = loaded {
+            match t.memory_series {
+                RecordedSeries::AllocatorReserved => {
+                    m.series = "allocator_reserved";
+                    m.measured = "the bytes PyTorch's caching allocator held reserved on the \
+                                  device (Total Reserved), as the profiler recorded them with \
+                                  each memory event: a measurement, not a model";
+                }
+                RecordedSeries::ResidentOnly => {
+                    m.series = "resident_only";
+                    m.measured = "the recorded process's whole resident set, as the recording \
+                                  tool sampled it (heaptrack: every 10 ms): a measurement, not a \
+                                  model; its anonymous part and the mappings made outside the \
+                                  allocator were not recorded";
+                }
+                RecordedSeries::ProcessResident => {}
+            }
         }
         Some(m)
     }
@@ -118,6 +128,12 @@ impl RecordedMemory {
     #[must_use]
     pub fn is_reserved(&self) -> bool {
         self.series == "allocator_reserved"
+    }
+
+    /// The samples are the whole resident set only: no anonymous part, no mapping calls.
+    #[must_use]
+    pub fn is_resident_only(&self) -> bool {
+        self.series == "resident_only"
     }
 
     /// The anonymous memory the program grew by at its peak: what an allocator's footprint is

@@ -258,6 +258,9 @@ pub enum RecordedSeries {
     /// each of its events (a PyTorch profiler trace's `Total Reserved`); both fields of a
     /// sample hold it.
     AllocatorReserved,
+    /// The program's whole resident set as another tool sampled it (heaptrack's `R` lines):
+    /// no anonymous part and no mapping calls were recorded; both fields of a sample hold it.
+    ResidentOnly,
 }
 
 /// A loaded malloc trace.

@@ -390,8 +390,8 @@ impl Reader {
             records: self.records,
             stacks: self.symbols.stacks,
             memory: self.memory,
-            // heaptrack's `R` lines are the process's resident set.
-            memory_series: crate::events::RecordedSeries::ProcessResident,
+            // heaptrack's `R` lines are the process's whole resident set, nothing more.
+            memory_series: crate::events::RecordedSeries::ResidentOnly,
             notes,
         }
     }

@@ -404,7 +404,8 @@ pub fn against_recorded(
     recorded: &crate::answers::recorded_memory::RecordedMemory,
 ) {
     let program = recorded.anon_growth_bytes();
-    if program == 0 {
+    // A whole resident set (code and file pages in it) is no measure of a heap's footprint.
+    if program == 0 || recorded.is_resident_only() || recorded.is_reserved() {
         return;
     }
     for r in rows

@@ -146,6 +146,16 @@ pub(super) fn print_recorded(
         );
         return Ok(());
     }
+    if m.is_resident_only() {
+        outln!(
+            "  recorded: the program's peak RSS was {} ({} samples; its anonymous part and its \
+             mappings outside the allocator were not recorded), {} at the end",
+            format::bytes(m.peak_rss_bytes),
+            format::count(m.samples as u64),
+            format::bytes(m.final_rss_bytes)
+        );
+        return Ok(());
+    }
     outln!(
         "  recorded: the program's peak RSS was {} (anonymous {} at most, {} at the start: it \
          grew by {}), measured while it ran; it mapped up to {} of anonymous memory outside \

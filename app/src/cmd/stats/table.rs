@@ -210,6 +210,17 @@ fn print_memory(memory: Option<&RecordedMemory>) -> Result<()> {
         );
         return Ok(());
     }
+    if m.is_resident_only() {
+        outln!(
+            "  peak RSS          {:>14}   at t = {} (as the recording sampled it, {} samples; \
+             no anonymous part or mappings recorded); {} at the end",
+            bytes(m.peak_rss_bytes),
+            format::seconds(m.peak_rss_t_s),
+            count(m.samples as u64),
+            bytes(m.final_rss_bytes)
+        );
+        return Ok(());
+    }
     outln!(
         "  peak RSS          {:>14}   at t = {} (recorded by the tracer, {} samples); \
          anonymous {} at most, {} at the start{}",
