@@ -96,6 +96,7 @@ impl Run {
         let mut state = AppState::new(path, names, config.clone()).with_real(real);
         state.initial_goto = goto;
         state.window = input.window.clone();
+        state.device = input.device;
         let (tx, rx) = channel();
         start_workers(&state, lenient, jobs, &tx);
         Self {

@@ -222,6 +222,8 @@ pub struct AppState {
     pub initial_goto: Option<String>,
     /// `--from`/`--to`/`--events`: the window of the trace to load.
     pub window: crate::session::WindowArgs,
+    /// `--device`: which device's events of a PyTorch profiler trace to load.
+    pub device: Option<allocview_loaders::kineto::DeviceChoice>,
     /// For a plan file: which of its plans is shown (`p` cycles).
     pub plan_index: usize,
     /// The sites panel: memory by allocation site at the cursor.
@@ -277,6 +279,7 @@ impl AppState {
             export_dir: PathBuf::from("."),
             initial_goto: None,
             window: crate::session::WindowArgs::default(),
+            device: None,
             plan_index: 0,
             sites: super::sites::SitesState::default(),
             reopen: None,

@@ -330,6 +330,17 @@ const MAX_FRAME_LINES: usize = 24;
 /// `lifetimes` value for an allocation never freed.
 const NEVER: u32 = u32::MAX;
 
+/// How an explorer opens its input, besides the window.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Opening {
+    /// Skip malformed lines (`--lenient`).
+    pub lenient: bool,
+    /// `--device`: which device's events of a PyTorch profiler trace.
+    pub device: Option<allocview_loaders::kineto::DeviceChoice>,
+    /// Keep the events' `call` column (the real-allocator rows replay a `realloc` as one).
+    pub keep_calls: bool,
+}
+
 impl TraceData {
     /// Loads and validates a trace, a TensorFlow memory log, a BFC dump, a PyTorch snapshot or
     /// a memory plan, as the session opens it for an explorer
@@ -344,7 +355,12 @@ impl TraceData {
         window: &crate::session::WindowArgs,
         progress: Arc<AtomicU64>,
     ) -> Result<Self, String> {
-        Self::load_with(path, lenient, window, progress, false)
+        let opening = Opening {
+            lenient,
+            device: None,
+            keep_calls: false,
+        };
+        Self::load_with(path, &opening, window, progress)
     }
 
     /// [`Self::load`], keeping the events' `call` column when `keep_calls` (the real-allocator
@@ -354,13 +370,17 @@ impl TraceData {
     /// As [`Self::load`].
     pub fn load_with(
         path: &Path,
-        lenient: bool,
+        opening: &Opening,
         window: &crate::session::WindowArgs,
         progress: Arc<AtomicU64>,
-        keep_calls: bool,
     ) -> Result<Self, String> {
+        let keep_calls = opening.keep_calls;
         let started = std::time::Instant::now();
-        match input::open_for_explorer(path, lenient, window, &progress, |spec| {
+        let how = input::ExplorerLoad {
+            lenient: opening.lenient,
+            device: opening.device,
+        };
+        match input::open_for_explorer(path, &how, window, &progress, |spec| {
             resume_point(path, spec)
         })? {
             Opened::Loaded {

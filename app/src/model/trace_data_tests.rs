@@ -94,3 +94,23 @@ fn a_recorded_trace_keeps_its_addresses() {
         assert_eq!(data.address_at(i), a.unwrap(), "event {i}");
     }
 }
+
+#[test]
+fn an_explorer_opens_the_device_asked_for_of_a_profiler_trace() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../loaders/tests/data/kineto/tracelens_mi300_normalization_layer_test.json.gz");
+    let window = crate::session::WindowArgs::default();
+    let open = |device: Option<&str>| {
+        let opening = super::Opening {
+            device: device.map(|d| d.parse().unwrap()),
+            ..super::Opening::default()
+        };
+        TraceData::load_with(&path, &opening, &window, Arc::new(AtomicU64::new(0)))
+            .unwrap()
+            .len()
+    };
+    // The file's HIP device holds 415 memory events and its CPU 60 (counted with Python's
+    // json in loaders/tests/data/kineto/README.md).
+    assert_eq!(open(None), 415);
+    assert_eq!(open(Some("cpu")), 60);
+}

@@ -26,13 +26,19 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
     let path = state.path.clone();
     let progress = Arc::clone(&state.load_progress);
     let window = state.window.clone();
+    let device = state.device;
     let replays = Replays::of(state);
     let real: Vec<crate::real::RealSpec> = state.real.iter().map(|r| r.spec.clone()).collect();
     let cancel = Arc::clone(&state.cancel);
     let tx = tx.clone();
     std::thread::spawn(move || {
         let keep_calls = !real.is_empty();
-        let data = match TraceData::load_with(&path, lenient, &window, progress, keep_calls) {
+        let opening = super::trace_data::Opening {
+            lenient,
+            device,
+            keep_calls,
+        };
+        let data = match TraceData::load_with(&path, &opening, &window, progress) {
             Ok(d) => Arc::new(d),
             Err(e) => {
                 tx.send(Msg::Loaded(Err(e))).ok();

@@ -139,6 +139,15 @@ fn load_options(lenient: bool, requests: Requests, counter: Arc<AtomicU64>) -> L
     }
 }
 
+/// How an explorer loads its input ([`open_for_explorer`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExplorerLoad {
+    /// Skip malformed lines.
+    pub lenient: bool,
+    /// Which device's events of a PyTorch profiler trace.
+    pub device: Option<allocview_loaders::kineto::DeviceChoice>,
+}
+
 /// What an explorer opens of its input ([`open_for_explorer`]).
 pub enum Opened {
     /// Loaded in memory, whole or cut to the window asked for.
@@ -175,7 +184,7 @@ pub struct StreamedWindow {
 /// A readable message naming the file.
 pub fn open_for_explorer(
     path: &Path,
-    lenient: bool,
+    how: &ExplorerLoad,
     window: &WindowArgs,
     progress: &Arc<AtomicU64>,
     resume: impl FnOnce(&WindowSpec) -> Option<ResumePoint>,
@@ -205,11 +214,11 @@ pub fn open_for_explorer(
         );
         return Ok(Opened::Streamed(Box::new(streamed)));
     }
-    let mut loaded = allocview_loaders::load(
-        path,
-        &load_options(lenient, Requests::Objects, Arc::clone(progress)),
-    )
-    .map_err(|e| e.to_string())?;
+    let opts = LoadOptions {
+        device: how.device,
+        ..load_options(how.lenient, Requests::Objects, Arc::clone(progress))
+    };
+    let mut loaded = allocview_loaders::load(path, &opts).map_err(|e| e.to_string())?;
     let trace_events = match &loaded {
         Loaded::MallocTrace(t) => t.events.height() as u64,
         Loaded::TfMemoryLog(log) => log.events.height() as u64,

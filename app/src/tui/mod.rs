@@ -86,6 +86,7 @@ pub fn run(
     let mut state = AppState::new(path, policies, config.clone()).with_real(real);
     state.initial_goto = goto;
     state.window = input.window.clone();
+    state.device = input.device;
     let (mut tx, rx) = mpsc::channel();
     start_workers(&state, lenient, jobs, &tx);
     let mut terminal = ratatui::init();
@@ -104,6 +105,7 @@ pub fn run(
                     .store(true, std::sync::atomic::Ordering::Relaxed);
                 let mut next = AppState::new(path, policies, config.clone()).with_real(real);
                 next.window = window;
+                next.device = state.device;
                 next.initial_goto = state.reopen_goto.take();
                 state = next;
                 let (next_tx, next_rx) = mpsc::channel();
