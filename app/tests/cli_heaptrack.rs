@@ -39,6 +39,13 @@ fn stats_counts_heaptracks_allocation_calls() {
         common::json(&["stats", "--json", &data("heaptrack.prog.zst")])["recorded_memory"]["series"],
         "resident_only"
     );
+    // --stream reads binary traces; a heaptrack file does not convert to one, so the error
+    // says to read it whole rather than to convert it.
+    let err = common::fails(&["stats", "--stream", &data("heaptrack.prog.zst")]);
+    assert!(
+        err.contains("loaded whole") && !err.contains("convert"),
+        "{err}"
+    );
 }
 
 #[test]

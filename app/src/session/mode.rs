@@ -30,10 +30,23 @@ impl StreamArgs {
         let is_binary = binary::is_binary(&binary::file_head(file)?);
         if self.stream {
             if !is_binary {
+                // Only a text trace converts to the binary form; every other input is read
+                // whole.
+                let text = matches!(
+                    allocview_loaders::detect(file),
+                    Ok(allocview_loaders::InputKind::MallocTrace)
+                );
+                if text {
+                    bail!(
+                        "--stream reads allocview's binary traces; convert {} first \
+                         (allocview convert {} OUT.avt)",
+                        file.display(),
+                        file.display()
+                    );
+                }
                 bail!(
-                    "--stream reads allocview's binary traces; convert {} first \
-                     (allocview convert {} OUT.avt)",
-                    file.display(),
+                    "--stream reads allocview's binary traces; {} is loaded whole (without \
+                     --stream)",
                     file.display()
                 );
             }
