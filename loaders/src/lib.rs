@@ -6,7 +6,7 @@
 //! event table and its builder, the load options and the summary. The formats: [`malloc_trace`] (libtracemalloc
 //! text), [`binary`] (allocview's own traces and the tracer's spools), [`tf`] (TensorFlow BFC
 //! dumps, and memory logs in this event schema), [`pytorch`] (CUDA memory snapshots), [`plan`]
-//! (memory plans). What is worked out from a loaded input (statistics, sites, the BFC replay
+//! (memory plans), [`memray`] (memray captures). What is worked out from a loaded input (statistics, sites, the BFC replay
 //! against a TensorFlow log) is in [`analysis`].
 //!
 //! # The event DataFrame
@@ -41,6 +41,7 @@ pub mod foreign;
 pub mod fuzzing;
 pub mod input;
 pub mod malloc_trace;
+pub mod memray;
 pub mod plan;
 pub mod pytorch;
 pub mod sites;
@@ -70,6 +71,8 @@ pub enum InputKind {
     Plan(plan::PlanFormat),
     /// A PyTorch CUDA memory snapshot pickle ([`pytorch`]).
     PytorchSnapshot,
+    /// A memray capture file (`memray run -o`, [`memray`]): loads into the event DataFrame.
+    Memray,
 }
 
 /// Most bytes [`detect`] reads to recognise a libtracemalloc trace.
@@ -87,6 +90,9 @@ pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
     }
     if pytorch::is_snapshot(&head) {
         return Ok(InputKind::PytorchSnapshot);
+    }
+    if memray::is_capture(&head) {
+        return Ok(InputKind::Memray);
     }
     if let Some(format) = plan::detect_plan(path)? {
         return Ok(InputKind::Plan(format));
@@ -140,7 +146,7 @@ pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
 const UNRECOGNISED: &str = "unrecognised input: expected a libtracemalloc trace (lines of \
          `<sec>.<usec>\\t<thread>\\t<size>\\t<pointer>`, plain or gzip), an allocview binary \
          trace, a TensorFlow memory log or BFC dump, a PyTorch memory snapshot (a pickle \
-         holding `segments`), a minimalloc CSV or a JSON graph plan";
+         holding `segments`), a memray capture, a minimalloc CSV or a JSON graph plan";
 
 /// Borrows the simulator's view of an event DataFrame (no copy) and validates it.
 ///
@@ -233,5 +239,6 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
         InputKind::PytorchSnapshot => Ok(Loaded::PytorchSnapshot(Box::new(
             pytorch::load_snapshot(path, opts)?,
         ))),
+        InputKind::Memray => Ok(Loaded::MallocTrace(memray::load_memray(path, opts)?)),
     }
 }

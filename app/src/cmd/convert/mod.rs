@@ -156,6 +156,7 @@ fn refuse_other_inputs(input: &Path, lenient: bool) -> Result<()> {
         Ok(InputKind::TfMemoryLog) => "a TensorFlow memory log (every other command reads it)",
         Ok(InputKind::TfBfcDump) => "a TensorFlow BFC dump (`allocview stats` reads it)",
         Ok(InputKind::Plan(_)) => "a memory plan (`allocview plan` reads it)",
+        Ok(InputKind::Memray) => "a memray capture (every other command reads it as it is)",
     };
     anyhow::bail!("{CONVERT_READS}; {} is {what}", input.display())
 }
