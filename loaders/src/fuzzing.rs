@@ -36,11 +36,12 @@ pub enum Target {
     MinimallocCsv,
     GraphJson,
     Pickle,
+    Memray,
 }
 
 impl Target {
     /// Every target, in the order the fuzzing recipe runs them.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::MallocText,
         Self::MallocGzip,
         Self::Binary,
@@ -51,6 +52,7 @@ impl Target {
         Self::MinimallocCsv,
         Self::GraphJson,
         Self::Pickle,
+        Self::Memray,
     ];
 
     /// The target's name: its binary in `fuzz/` and its folders.
@@ -67,6 +69,7 @@ impl Target {
             Self::MinimallocCsv => "minimalloc_csv",
             Self::GraphJson => "graph_json",
             Self::Pickle => "pickle",
+            Self::Memray => "memray",
         }
     }
 
@@ -89,6 +92,7 @@ impl Target {
             Self::MinimallocCsv => "plan.csv",
             Self::GraphJson => "plan.json",
             Self::Pickle => "snapshot.pickle",
+            Self::Memray => "capture.memray.bin",
         }
     }
 }
@@ -216,6 +220,7 @@ pub fn exercise(target: Target, path: &Path) -> Vec<Outcome> {
     match target {
         Target::MallocText | Target::MallocGzip => trace(load_malloc_trace),
         Target::Binary | Target::Spool | Target::Stacks => trace(crate::binary::load_binary),
+        Target::Memray => trace(crate::memray::load_memray),
         Target::TfDump => vec![outcome(crate::tf::dump::load_bfc_dumps(path).map(
             |dumps| {
                 for d in &dumps {

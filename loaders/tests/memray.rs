@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use allocview_loaders::analysis::stats::{TraceStats, events_per_thread};
 use allocview_loaders::memray::load_memray;
-use allocview_loaders::{InputKind, LoadOptions, MallocTrace, detect, trace_view};
+use allocview_loaders::{InputKind, LoadOptions, MallocTrace, Strictness, detect, trace_view};
 
 fn sample(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -166,5 +166,205 @@ fn format_13_python_allocators_match_memray_1_20() {
             threads: 4,
             top_site: ("main", PROG, 20, 5_000_057),
         },
+    );
+}
+
+#[test]
+fn real_captures_end_with_the_trailer_and_load_clean() {
+    for name in [
+        "pathology_manifest_builder_linux.memray.bin",
+        "threads12_native.bin",
+        "threads13.bin",
+    ] {
+        let (_, trace) = load(name);
+        assert_eq!(trace.summary.truncated, None, "{name}");
+        assert_eq!(trace.summary.bad_lines, 0, "{name}");
+    }
+}
+
+// Bad input: damaged copies of `threads13.bin`'s decompressed stream, written as a
+// `--no-compress` capture holds it.
+
+#[path = "scratch/mod.rs"]
+mod scratch;
+
+fn raw_stream(name: &str) -> Vec<u8> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(sample(name)).unwrap();
+    let mut out = Vec::new();
+    lz4_flex::frame::FrameDecoder::new(file)
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+/// The length of a format-13 header: fixed fields, the command line, more fixed fields, then
+/// libdest and two lists of strings, each ended by an empty one.
+fn header_len_13(raw: &[u8]) -> usize {
+    let nul_after = |at: usize| at + raw[at..].iter().position(|&b| b == 0).unwrap() + 1;
+    let mut at = nul_after(49) + 23;
+    at = nul_after(at);
+    for _ in 0..2 {
+        loop {
+            let next = nul_after(at);
+            let empty = next == at + 1;
+            at = next;
+            if empty {
+                break;
+            }
+        }
+    }
+    at
+}
+
+fn options(strictness: Strictness) -> LoadOptions {
+    LoadOptions {
+        strictness,
+        ..LoadOptions::default()
+    }
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, bytes: &[u8]) -> PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn an_uncompressed_capture_reads_like_a_compressed_one() {
+    // memray 1.20.0: `memray run -q --no-compress -o tiny13raw.bin tiny.py`; `memray stats
+    // --json`: peak_memory 369846, total_num_allocations 164; FileReader: 2 thread ids.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/memray/tiny13raw.bin");
+    assert_eq!(detect(&path).unwrap(), InputKind::Memray);
+    let trace = load_memray(&path, &LoadOptions::default()).unwrap();
+    let view = trace_view(&trace.events, &path).unwrap();
+    let per_thread = events_per_thread(&trace.events, trace.threads.height()).unwrap();
+    let stats = TraceStats::compute(&view, per_thread, &trace.summary);
+    assert_eq!(stats.peak_live_bytes, 369_846);
+    assert_eq!(trace.summary.mallocs, 164);
+    assert_eq!(trace.threads.height(), 2);
+}
+
+#[test]
+fn a_truncated_stream_is_an_error_naming_file_and_offset_and_lenient_keeps_the_head() {
+    let dir = scratch::scratch_dir("memray-cut");
+    let raw = raw_stream("threads13.bin");
+    let cut = write(&dir, "cut.bin", &raw[..raw.len() / 3]);
+    let e = load_memray(&cut, &options(Strictness::Strict))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cut.bin"), "{e}");
+    assert!(e.contains("of the decompressed stream"), "{e}");
+    let t = load_memray(&cut, &options(Strictness::Lenient)).unwrap();
+    assert!(t.summary.truncated.is_some());
+    let (_, whole) = load("threads13.bin");
+    assert!(t.summary.mallocs > 0 && t.summary.mallocs < whole.summary.mallocs);
+}
+
+#[test]
+fn a_truncated_lz4_file_is_an_error_naming_file_and_offset() {
+    let dir = scratch::scratch_dir("memray-lz4");
+    // Many LZ4 blocks: the cut falls after the header's.
+    let bytes = std::fs::read(sample("async_analysis_linux.memray.bin")).unwrap();
+    let cut = write(&dir, "cut.bin", &bytes[..bytes.len() / 2]);
+    assert_eq!(detect(&cut).unwrap(), InputKind::Memray);
+    let e = load_memray(&cut, &options(Strictness::Strict))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cut.bin") && e.contains("byte"), "{e}");
+    let t = load_memray(&cut, &options(Strictness::Lenient)).unwrap();
+    assert!(t.summary.truncated.as_ref().unwrap().contains("LZ4"));
+    assert!(t.summary.mallocs > 0 && t.summary.mallocs < 161_580);
+    // Cut inside the first block, the header itself is lost: refused in either mode, naming
+    // the byte of the file where decoding stopped.
+    let bytes = std::fs::read(sample("threads13.bin")).unwrap();
+    let head = write(&dir, "head.bin", &bytes[..bytes.len() / 2]);
+    let e = load_memray(&head, &options(Strictness::Lenient))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("head.bin") && e.contains("of the file"), "{e}");
+}
+
+#[test]
+fn an_unknown_record_type_names_its_offset() {
+    let dir = scratch::scratch_dir("memray-type");
+    let mut raw = raw_stream("threads13.bin");
+    let at = header_len_13(&raw);
+    raw.insert(at, 0x03);
+    let path = write(&dir, "bad.bin", &raw);
+    let e = load_memray(&path, &options(Strictness::Strict))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bad.bin"), "{e}");
+    assert!(
+        e.contains(&format!(
+            "unknown type 3 at byte {at} of the decompressed stream"
+        )),
+        "{e}"
+    );
+    let t = load_memray(&path, &options(Strictness::Lenient)).unwrap();
+    assert!(
+        t.summary
+            .truncated
+            .as_ref()
+            .unwrap()
+            .contains("unknown type 3")
+    );
+    assert_eq!(t.summary.events, 0);
+}
+
+#[test]
+fn lenient_skips_and_counts_a_record_out_of_place_and_reads_the_rest() {
+    let dir = scratch::scratch_dir("memray-pop");
+    let mut raw = raw_stream("threads13.bin");
+    let at = header_len_13(&raw);
+    // A frame pop before any thread is named.
+    raw.insert(at, 0x10);
+    let path = write(&dir, "pop.bin", &raw);
+    let e = load_memray(&path, &options(Strictness::Strict))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("pop.bin") && e.contains(&format!("at byte {at}")),
+        "{e}"
+    );
+    let t = load_memray(&path, &options(Strictness::Lenient)).unwrap();
+    assert_eq!(t.summary.bad_lines, 1);
+    assert_eq!(t.summary.first_bad_lines.len(), 1);
+    assert_eq!(t.summary.truncated, None);
+    // The rest reads as memray reads the undamaged file (its peak and count).
+    let view = trace_view(&t.events, &path).unwrap();
+    let per_thread = events_per_thread(&t.events, t.threads.height()).unwrap();
+    let stats = TraceStats::compute(&view, per_thread, &t.summary);
+    assert_eq!(stats.peak_live_bytes, 6_307_390);
+    assert_eq!(t.summary.mallocs, 1306);
+}
+
+#[test]
+fn other_versions_and_aggregated_captures_are_refused_by_name() {
+    let dir = scratch::scratch_dir("memray-version");
+    let mut raw = raw_stream("threads13.bin");
+    raw[7] = 14;
+    let path = write(&dir, "v14.bin", &raw);
+    assert_eq!(detect(&path).unwrap(), InputKind::Memray);
+    let e = load_memray(&path, &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("v14.bin") && e.contains("format version 14"),
+        "{e}"
+    );
+    assert!(
+        e.contains("12 (memray 1.18 and 1.19) and 13 (memray 1.20)"),
+        "{e}"
+    );
+    // memray 1.20.0: `memray run -q --aggregate -o tiny13agg.bin tiny.py`.
+    let agg = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/memray/tiny13agg.bin");
+    let e = load_memray(&agg, &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("tiny13agg.bin") && e.contains("aggregated"),
+        "{e}"
     );
 }

@@ -115,6 +115,13 @@ pub fn load_memray(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
     summary.first_bad_lines.extend(outcome.first_skipped);
     summary.python_allocator_events = outcome.python_allocator_events;
     summary.text_bytes = s.offset;
+    if cut.is_none() && outcome.no_trailer {
+        cut = Some(
+            "the capture ends without memray's trailer record, where a run that was cut short \
+             stops"
+                .to_owned(),
+        );
+    }
     if cut.is_some() {
         summary.truncated = cut;
     }

@@ -67,6 +67,8 @@ pub(super) struct Outcome {
     /// Allocations at an address memray still held live (a free it did not see), kept live
     /// at an address of their own.
     pub(super) displaced: u64,
+    /// The stream ended between records without memray's trailer (a run cut short).
+    pub(super) no_trailer: bool,
 }
 
 /// The reader's state: the delta bases, the pointer cache, the threads' stacks.
@@ -132,6 +134,7 @@ impl<'h> Records<'h> {
         loop {
             let start = s.offset;
             let Some(token) = s.next_byte()? else {
+                self.out.no_trailer = true;
                 return Ok(());
             };
             self.out.records += 1;
