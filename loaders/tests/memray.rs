@@ -3,7 +3,8 @@
 //! 13). Every expected figure is memray's own, not ours: `memray stats --json` (its
 //! `metadata.peak_memory`, `total_num_allocations`, `total_bytes_allocated`,
 //! `top_allocations_by_size`) and `memray.FileReader(path).get_allocation_records()` (thread
-//! ids, records by allocator), run with the memray release that wrote the file:
+//! ids, records by allocator, `get_memory_snapshots()`' count and largest `rss`), run with the
+//! memray release that wrote the file:
 //!
 //! ```text
 //! python -m memray run -q -o threads13.bin prog.py                            # 1.20.0
@@ -51,6 +52,8 @@ struct Memray {
     threads: usize,
     /// `function:file:line` of memray's largest allocating location, and its bytes.
     top_site: (&'static str, &'static str, i64, u64),
+    /// `FileReader.get_memory_snapshots()`: how many, and the largest `rss`.
+    rss_samples: (usize, u64),
 }
 
 fn check(name: &str, want: &Memray) {
@@ -65,6 +68,12 @@ fn check(name: &str, want: &Memray) {
         "{name}: bytes"
     );
     assert_eq!(trace.threads.height(), want.threads, "{name}: threads");
+    let rss_max = trace.memory.iter().map(|m| m.resident_bytes).max();
+    assert_eq!(
+        (trace.memory.len(), rss_max),
+        (want.rss_samples.0, Some(want.rss_samples.1)),
+        "{name}: RSS samples"
+    );
     // The bytes allocated at the top site, by the innermost Python frame of each stack, as
     // memray attributes a location.
     let stacks = trace.stacks.as_ref().unwrap();
@@ -100,6 +109,7 @@ fn format_12_pathology_manifest_builder_matches_memray() {
                 135,
                 322_126_848,
             ),
+            rss_samples: (269, 175_345_664),
         },
     );
 }
@@ -114,6 +124,7 @@ fn format_12_async_analysis_matches_memray() {
             allocated_bytes: 33_450_787,
             threads: 5,
             top_site: ("read", "/usr/lib/python3.12/ssl.py", 859, 7_027_493),
+            rss_samples: (1053, 55_267_328),
         },
     );
 }
@@ -122,7 +133,10 @@ const PROG: &str = "prog.py";
 
 #[test]
 fn format_12_threads_match_memray_1_19() {
-    for name in ["threads12.bin", "threads12_native.bin"] {
+    for (name, rss_samples) in [
+        ("threads12.bin", (2, 51_417_088)),
+        ("threads12_native.bin", (4, 48_185_344)),
+    ] {
         check(
             name,
             &Memray {
@@ -131,6 +145,7 @@ fn format_12_threads_match_memray_1_19() {
                 allocated_bytes: 6_645_243,
                 threads: 4,
                 top_site: ("main", PROG, 20, 5_000_001),
+                rss_samples,
             },
         );
     }
@@ -138,7 +153,10 @@ fn format_12_threads_match_memray_1_19() {
 
 #[test]
 fn format_13_threads_match_memray_1_20() {
-    for name in ["threads13.bin", "threads13_native.bin"] {
+    for (name, rss_samples) in [
+        ("threads13.bin", (2, 44_736_512)),
+        ("threads13_native.bin", (3, 48_672_768)),
+    ] {
         check(
             name,
             &Memray {
@@ -147,6 +165,7 @@ fn format_13_threads_match_memray_1_20() {
                 allocated_bytes: 6_645_148,
                 threads: 4,
                 top_site: ("make_table", PROG, 6, 1_304_510),
+                rss_samples,
             },
         );
     }
@@ -165,6 +184,7 @@ fn format_13_python_allocators_match_memray_1_20() {
             allocated_bytes: 7_117_940,
             threads: 4,
             top_site: ("main", PROG, 20, 5_000_057),
+            rss_samples: (4, 45_273_088),
         },
     );
 }
