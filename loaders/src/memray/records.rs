@@ -420,30 +420,24 @@ impl<'h> Records<'h> {
                 stack,
             };
             self.out.events.records.push(piece(start, None, None, tid));
-            if start < addr {
-                let kept = addr - start;
-                let piece_of = Mapped {
-                    len_bytes: kept,
-                    ..m
-                };
-                self.mappings.insert(start, piece_of);
-                self.out
-                    .events
-                    .records
-                    .push(piece(start, Some(kept), stack, owner));
-            }
+            // What is left below the range and above it, each where there is any.
             let map_end = start.saturating_add(len);
-            if map_end > end {
-                let kept = map_end - end;
-                let piece_of = Mapped {
+            for (at, kept) in [
+                (start, addr.saturating_sub(start)),
+                (end, map_end.saturating_sub(end)),
+            ] {
+                if kept == 0 {
+                    continue;
+                }
+                let left = Mapped {
                     len_bytes: kept,
                     ..m
                 };
-                self.mappings.insert(end, piece_of);
+                self.mappings.insert(at, left);
                 self.out
                     .events
                     .records
-                    .push(piece(end, Some(kept), stack, owner));
+                    .push(piece(at, Some(kept), stack, owner));
             }
         }
     }
