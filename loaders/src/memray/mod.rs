@@ -17,6 +17,8 @@ mod linetable;
 mod records;
 mod stacks;
 mod stream;
+#[cfg(test)]
+mod tests;
 
 use std::path::Path;
 use std::time::Instant;

@@ -200,8 +200,8 @@ impl<'h> Records<'h> {
         let threads = self.thread_names.len();
         if self.out.displaced > 0 {
             self.out.events.notes.push(format!(
-                "{} allocations were at an address memray still held live (a free it did not \
-                 see): they stay live to the end, as memray counts them, at addresses from \
+                "allocations at an address memray still held live (a free it did not see): {}; \
+                 they stay live to the end, as memray counts them, at addresses from \
                  {DISPLACED_BASE:#x}",
                 self.out.displaced
             ));
