@@ -51,7 +51,10 @@ pub(super) fn read_header(s: &mut Stream) -> Result<Header, StreamError> {
         return Err(s.bad(
             7,
             format!(
-                "memray capture format version {version}: allocview reads versions {}",
+                "memray capture format version {version}: allocview reads versions {}; \
+                 where the memray that wrote it is installed, `python -m \
+                 allocview.memray_convert FILE OUT` rewrites it as version 13 through \
+                 memray's own reader",
                 versions_read()
             ),
         ));
