@@ -74,6 +74,13 @@ for f in "$root"/loaders/tests/data/profiles/*.prof "$root"/loaders/tests/data/p
     [ -f "$f" ] && [ "$(stat -c %s "$f")" -le 65536 ] && cp "$f" "$corpus/profile/"
 done
 
+# memray captures: the small ones whole (LZ4 frames; the committed seeds hold decompressed
+# streams, which the loader reads as `--no-compress` captures).
+seed memray
+for f in "$root"/sample-traces/memray/threads1*.bin "$root"/loaders/tests/data/memray/*.bin; do
+    [ -f "$f" ] && cp "$f" "$corpus/memray/"
+done
+
 # The committed seeds (recorded spools and stack tables, and the small entries of earlier
 # campaigns' corpora) and the regression inputs found so far seed their targets too.
 for d in "$root"/fuzz/seeds/*/; do

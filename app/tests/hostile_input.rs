@@ -101,6 +101,18 @@ fn crafted(dir: &Path) -> Vec<PathBuf> {
         deep.push_str(&format!("t 1 {:x}\na 10 {n:x}\n+ {:x}\n", n - 1, n - 1));
     }
     add("heaptrack_deep.txt", deep.into_bytes());
+    // memray captures: a decompressed stream cut inside a record, with a version no reader
+    // knows, with an unknown record type where a record starts; an LZ4 frame cut mid-block.
+    let raw = std::fs::read(repo("loaders/tests/data/memray/tiny13raw.bin")).unwrap();
+    add("memray_cut.bin", raw[..raw.len() / 3].to_vec());
+    let mut v99 = raw.clone();
+    v99[7] = 99;
+    add("memray_v99.bin", v99);
+    let mut bad_type = raw.clone();
+    bad_type[raw.len() / 4] = 0x03;
+    add("memray_bad_byte.bin", bad_type);
+    let lz4 = std::fs::read(repo("sample-traces/memray/threads13.bin")).unwrap();
+    add("memray_lz4_cut.bin", lz4[..lz4.len() * 2 / 3].to_vec());
     add("empty", Vec::new());
     files
 }

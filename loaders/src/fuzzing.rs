@@ -41,11 +41,12 @@ pub enum Target {
     Heaptrack,
     /// Heap profiles: pprof's `profile.proto` and DHAT's JSON.
     Profile,
+    Memray,
 }
 
 impl Target {
     /// Every target, in the order the fuzzing recipe runs them.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::MallocText,
         Self::MallocGzip,
         Self::Binary,
@@ -59,6 +60,7 @@ impl Target {
         Self::Kineto,
         Self::Heaptrack,
         Self::Profile,
+        Self::Memray,
     ];
 
     /// The target's name: its binary in `fuzz/` and its folders.
@@ -78,6 +80,7 @@ impl Target {
             Self::Kineto => "kineto",
             Self::Heaptrack => "heaptrack",
             Self::Profile => "profile",
+            Self::Memray => "memray",
         }
     }
 
@@ -103,6 +106,7 @@ impl Target {
             Self::Kineto => "trace.pt.trace.json",
             Self::Heaptrack => "heaptrack.prog.1",
             Self::Profile => "heap.prof",
+            Self::Memray => "capture.memray.bin",
         }
     }
 }
@@ -231,6 +235,7 @@ pub fn exercise(target: Target, path: &Path) -> Vec<Outcome> {
         Target::MallocText | Target::MallocGzip => trace(load_malloc_trace),
         Target::Binary | Target::Spool | Target::Stacks => trace(crate::binary::load_binary),
         Target::Heaptrack => trace(crate::heaptrack::load_heaptrack),
+        Target::Memray => trace(crate::memray::load_memray),
         Target::TfDump => vec![outcome(crate::tf::dump::load_bfc_dumps(path).map(
             |dumps| {
                 for d in &dumps {

@@ -6,7 +6,7 @@
 //! event table and its builder, the load options and the summary. The formats: [`malloc_trace`] (libtracemalloc
 //! text), [`binary`] (allocview's own traces and the tracer's spools), [`tf`] (TensorFlow BFC
 //! dumps, and memory logs in this event schema), [`pytorch`] (CUDA memory snapshots), [`plan`]
-//! (memory plans). What is worked out from a loaded input (statistics, sites, the BFC replay
+//! (memory plans), [`memray`] (memray captures). What is worked out from a loaded input (statistics, sites, the BFC replay
 //! against a TensorFlow log) is in [`analysis`].
 //!
 //! # The event DataFrame
@@ -43,6 +43,7 @@ pub mod heaptrack;
 pub mod input;
 pub mod kineto;
 pub mod malloc_trace;
+pub mod memray;
 pub mod plan;
 pub mod profile;
 pub mod pytorch;
@@ -81,6 +82,8 @@ pub enum InputKind {
     /// A heaptrack data file (plain, gzip or zstd; [`heaptrack`]): loads into the same
     /// DataFrame as a malloc trace.
     Heaptrack,
+    /// A memray capture file (`memray run -o`, [`memray`]): loads into the event DataFrame.
+    Memray,
 }
 
 /// Most bytes [`detect`] reads to recognise a libtracemalloc trace.
@@ -98,6 +101,9 @@ pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
     }
     if pytorch::is_snapshot(&head) {
         return Ok(InputKind::PytorchSnapshot);
+    }
+    if memray::is_capture(&head) {
+        return Ok(InputKind::Memray);
     }
     let mut json_head = Vec::new();
     input::open_text(path)?
@@ -161,9 +167,10 @@ pub fn detect(path: &Path) -> Result<InputKind, LoadError> {
 /// What [`detect`] says of a file of no known kind.
 const UNRECOGNISED: &str = "unrecognised input: expected a libtracemalloc trace (lines of \
          `<sec>.<usec>\\t<thread>\\t<size>\\t<pointer>`, plain or gzip), an allocview binary \
-         trace, a heaptrack data file, a TensorFlow memory log or BFC dump, a PyTorch memory \
-         snapshot (a pickle holding `segments`), a PyTorch profiler trace (JSON with \
-         `traceEvents`), a pprof heap profile, DHAT's JSON, a minimalloc CSV or a JSON graph plan";
+         trace, a heaptrack data file, a memray capture, a TensorFlow memory log or BFC dump, \
+         a PyTorch memory snapshot (a pickle holding `segments`), a PyTorch profiler trace \
+         (JSON with `traceEvents`), a pprof heap profile, DHAT's JSON, a minimalloc CSV or a \
+         JSON graph plan";
 
 /// Borrows the simulator's view of an event DataFrame (no copy) and validates it.
 ///
@@ -265,5 +272,6 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, LoadError> {
             opts.strictness,
         )?))),
         InputKind::KinetoTrace => Ok(Loaded::MallocTrace(kineto::load_kineto(path, opts)?)),
+        InputKind::Memray => Ok(Loaded::MallocTrace(memray::load_memray(path, opts)?)),
     }
 }

@@ -166,6 +166,7 @@ fn refuse_other_inputs(input: &Path, lenient: bool) -> Result<()> {
             "a heaptrack data file (every other command reads it as it is, and `convert \
              --to parquet` writes its tables)"
         }
+        Ok(InputKind::Memray) => "a memray capture (every other command reads it as it is)",
     };
     anyhow::bail!("{CONVERT_READS}; {} is {what}", input.display())
 }
