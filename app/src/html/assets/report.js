@@ -129,6 +129,7 @@
         });
       }
       tbody.textContent = "";
+      if (opts.limit && !showAll) sorted = sorted.slice(0, opts.limit);
       sorted.forEach(function (r) {
         var row = el("tr", { cls: opts.rowCls || "" });
         columns.forEach(function (c) {
@@ -139,7 +140,19 @@
         if (opts.expand) opts.expand(r, row, tbody);
       });
     }
+    var showAll = false;
     fill();
+    if (opts.limit && rows.length > opts.limit) {
+      // Long tables show their first rows; the rest are a click away (and printed in full).
+      var more = el("button", { cls: "btn more", text: "show all " + rows.length + " rows" });
+      more.addEventListener("click", function () {
+        showAll = !showAll; more.textContent = showAll ? "show the first " + opts.limit : "show all " + rows.length + " rows"; fill();
+      });
+      window.addEventListener("beforeprint", function () { showAll = true; fill(); });
+      var wrap = el("div", {}, [table, more]);
+      wrap.table = table;
+      return wrap;
+    }
     return table;
   }
 
@@ -388,7 +401,10 @@
         var col = cellColour(h.cells[i], C);
         if (!col) continue;
         ctx.fillStyle = col;
-        ctx.fillRect(Math.floor((i % cols) * cw), Math.floor(Math.floor(i / cols) * ch), Math.ceil(cw) - 1, Math.ceil(ch) - 1);
+        // Whole pixels, one pixel apart, so fractional cell widths leave no uneven seams.
+        var c0 = i % cols, r0 = Math.floor(i / cols);
+        var x0 = Math.floor(c0 * cw), y0 = Math.floor(r0 * ch);
+        ctx.fillRect(x0, y0, Math.max(1, Math.floor((c0 + 1) * cw) - x0 - 1), Math.max(1, Math.floor((r0 + 1) * ch) - y0 - 1));
       }
       geo = { cw: cw, ch: ch, cols: cols };
       figures.textContent = h.policy + " at " + h.moment + (h.moment === "the dump" ? "" : " (event " + count(h.event) + ", " + secs(h.t_s) + ")") +
@@ -440,7 +456,7 @@
       { title: "live blocks", num: true, key: function (r) { return r.live_blocks; }, cell: function (r) { return count(r.live_blocks); } },
       { title: "allocations", num: true, key: function (r) { return r.alloc_count; }, cell: function (r) { return count(r.alloc_count); } },
       { title: "bytes allocated", num: true, key: function (r) { return r.alloc_bytes; }, cell: function (r) { return bytes(r.alloc_bytes); } }
-    ], s.rows, { sort: 1, rowCls: "site", cls: "sites", expand: function (r, row, tbody) {
+    ], s.rows, { sort: 1, rowCls: "site", cls: "sites", limit: 50, expand: function (r, row, tbody) {
       row.addEventListener("click", function () {
         if (row.nextSibling && row.nextSibling.classList && row.nextSibling.classList.contains("frames")) { tbody.removeChild(row.nextSibling); return; }
         var frames = r.frames.map(function (i) { return frameNode(s.frames[i]); });
@@ -450,10 +466,10 @@
         tbody.insertBefore(tr, row.nextSibling);
       });
     } });
-    t.id = "sites-table";
+    (t.table || t).id = "sites-table";
     box.appendChild(t);
     if (s.left_out) box.appendChild(el("div", { cls: "dim", text: count(s.left_out) + " smaller sites are left out of this table." }));
-    t.setAttribute("data-drawn", "1");
+    (t.table || t).setAttribute("data-drawn", "1");
   }
   function hue(name) {
     var h = 0;
@@ -603,7 +619,7 @@
       { title: "allocated", num: true, key: function (r) { return r.s[1]; }, cell: function (r) { return bytes(r.s[1]); } },
       { title: "requested", num: true, key: function (r) { return r.s[2]; }, cell: function (r) { return bytes(r.s[2]); } },
       { title: "free in segment", num: true, key: function (r) { return r.s[0] - r.s[1]; }, cell: function (r) { return bytes(r.s[0] - r.s[1]); } }
-    ], run.segments.map(function (s, i) { return { s: s, i: i }; }), { cls: "segments" }));
+    ], run.segments.map(function (s, i) { return { s: s, i: i }; }), { cls: "segments", limit: 20 }));
     if (run.segments_left_out) box.appendChild(el("div", { cls: "dim", text: count(run.segments_left_out) + " smaller segments left out." }));
     if (run.phases.length) {
       box.appendChild(el("h3", { text: "Phases" }));
@@ -638,10 +654,10 @@
       { title: "allocations B", num: true, key: function (r) { return r.b[1]; }, cell: function (r) { return count(r.b[1]); } },
       { title: "allocated A", num: true, key: function (r) { return r.a[2]; }, cell: function (r) { return bytes(r.a[2]); } },
       { title: "allocated B", num: true, key: function (r) { return r.b[2]; }, cell: function (r) { return bytes(r.b[2]); } }
-    ], rows, { sort: 3, cls: "sites" });
-    t.id = "sites-table";
+    ], rows, { sort: 3, cls: "sites", limit: 50 });
+    (t.table || t).id = "sites-table";
     box.appendChild(t);
-    t.setAttribute("data-drawn", "1");
+    (t.table || t).setAttribute("data-drawn", "1");
   }
 
   // ---- the page ------------------------------------------------------------------------
@@ -650,10 +666,10 @@
     if (run.timeline) timeline(section("Timeline", "timeline-section"), runSeries(run, false, ""), runMarks(run), "timeline");
     if (run.heaps.length) heapmaps(section(run.timeline ? "Heap maps" : "Heap map (chunks)", "heap-section"), run.heaps);
     if (run.bins.length) bins(section("Bins", "bins-section"), run);
-    if (run.segments.length) segments(section("Segments and phases", "segments-section"), run);
     if (run.sites && run.sites.rows.length) sites(section("Sites", "sites-section"), run.sites);
     if (run.flame && run.flame.v > 0) flame(section("Flame graph", "flame-section"), run.flame);
     if (run.classes && run.classes.rows.length) classes(section("Size classes", "classes-section"), run.classes);
+    if (run.segments.length) segments(section("Segments and phases", "segments-section"), run);
   }
   function drawDiff() {
     var a = D.runs[0], b = D.runs[1];
