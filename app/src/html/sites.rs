@@ -224,7 +224,7 @@ fn prune(name: String, tree: Tree, min_bytes: u64, budget: &mut usize) -> FlameN
         .into_iter()
         .filter(|(_, t)| t.v >= min_bytes.max(1))
         .collect();
-    kids.sort_by(|a, b| b.1.v.cmp(&a.1.v));
+    kids.sort_by_key(|k| std::cmp::Reverse(k.1.v));
     let mut c = Vec::new();
     for (n, t) in kids {
         if *budget == 0 {

@@ -570,6 +570,8 @@
   }
 
   // ---- size classes --------------------------------------------------------------------
+  // A class's request sizes, in bytes where the label has no unit of its own.
+  function classLabel(r) { return /^[0-9]+$/.test(r.label) ? r.label + " B" : r.label; }
   function heatColour(v) { return P.heat[Math.max(0, Math.min(16, Math.round(v * 16)))]; }
   function classes(box, c) {
     var chart = el("div", { cls: "chart", id: "classes" });
@@ -586,7 +588,7 @@
       ctx.fillStyle = C.bg; ctx.fillRect(0, 0, g.w, g.h);
       ctx.font = "11px system-ui, sans-serif"; ctx.textAlign = "right"; ctx.textBaseline = "middle";
       rows.forEach(function (r, k) {
-        ctx.fillStyle = C.text; ctx.fillText(r.label + " B", L - 6, k * rowH + rowH / 2);
+        ctx.fillStyle = C.text; ctx.fillText(classLabel(r), L - 6, k * rowH + rowH / 2);
         for (var b = 0; b < n; b++) {
           var v = r.live_bytes[b];
           ctx.fillStyle = v > 0 ? heatColour(Math.log1p(v) / logMax) : P.heat[0];
@@ -603,7 +605,7 @@
       var r = cv.canvas.getBoundingClientRect(), x = e.clientX - r.left - L, k = Math.floor((e.clientY - r.top) / rowH);
       var b = Math.floor(x / geo.cw);
       if (x < 0 || b >= n || k < 0 || k >= rows.length) { hideTip(); return; }
-      showTip(e, "class " + rows[k].label + " B at " + secs(c.t_s[b]) + "\nlive " + bytes(rows[k].live_bytes[b]));
+      showTip(e, "class " + classLabel(rows[k]) + " at " + secs(c.t_s[b]) + "\nlive " + bytes(rows[k].live_bytes[b]));
     });
     cv.canvas.addEventListener("mouseleave", hideTip);
     redraws.push(draw);
@@ -693,5 +695,7 @@
     var r = e.getBoundingClientRect();
     e.setAttribute("data-rect", [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height].map(Math.round).join(","));
   });
+  // How long the page took to read its data and draw, for the size-and-speed figures.
+  document.body.setAttribute("data-draw-ms", String(Math.round(performance.now())));
   document.body.setAttribute("data-ready", "1");
 })();
