@@ -7,6 +7,7 @@
 //! - `tui/`, `gui/`: the terminal and desktop explorers, drawing `model/`'s view-model;
 //! - `model/`: the explorers' state, messages and view-model, shared by both explorers;
 //! - `answers/`: what the commands compute, as values and JSON, for the commands and Python;
+//! - `html/`: the self-contained HTML page of `report --html` and `diff --html`;
 //! - `session/`: opening an input, its window, loaded or streamed, the policies and their
 //!   replays on threads: what every frontend stands on;
 //! - `trace_file`, `parquet_out`, `symbolize`, `charts`: reading and writing traces, Parquet
@@ -25,6 +26,7 @@ pub mod export;
 pub mod format;
 #[cfg(feature = "gui")]
 pub mod gui;
+pub mod html;
 pub mod model;
 pub mod parquet_out;
 pub mod progress;

@@ -37,6 +37,10 @@ pub struct DiffArgs {
     pub top: usize,
     #[arg(long)]
     pub json: bool,
+    /// Also write one self-contained HTML page: both runs' summaries, their timelines
+    /// overlaid and the sites table.
+    #[arg(long, value_name = "OUT.html")]
+    pub html: Option<PathBuf>,
     #[command(flatten)]
     pub policies: PolicyArgs,
     #[command(flatten)]
@@ -58,6 +62,8 @@ struct Side {
     /// Policy label -> peak footprint.
     footprints: Vec<(String, u64)>,
     site_kind: &'static str,
+    /// The run's part of the `--html` page.
+    page: Option<crate::html::Run>,
 }
 
 fn side(path: &Path, args: &DiffArgs) -> Result<Side> {
@@ -82,14 +88,19 @@ fn side(path: &Path, args: &DiffArgs) -> Result<Side> {
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    let mut footprints: Vec<(String, u64)> = run_policies(&view, &specs, &config, jobs)
-        .into_iter()
-        .filter_map(|r| {
-            r.result
-                .ok()
-                .map(|rep| (r.name, rep.summary.peak_footprint_bytes))
-        })
+    let runs = run_policies(&view, &specs, &config, jobs);
+    let replays: Vec<(&str, &allocview_sim::replay::Replay)> = runs
+        .iter()
+        .filter_map(|r| r.result.as_ref().ok().map(|rep| (r.name.as_str(), rep)))
         .collect();
+    let mut footprints: Vec<(String, u64)> = replays
+        .iter()
+        .map(|&(name, rep)| (name.to_owned(), rep.summary.peak_footprint_bytes))
+        .collect();
+    let page = args
+        .html
+        .as_ref()
+        .map(|_| crate::html::diff_run(path, &loaded, &view, &replays));
     // A real allocator's footprint is the peak RSS its replay measured.
     for (row, _) in crate::answers::compare::real_rows(&loaded, path, &view, &real_specs)? {
         footprints.push((row.name, row.peak_footprint_bytes));
@@ -101,6 +112,7 @@ fn side(path: &Path, args: &DiffArgs) -> Result<Side> {
         sites: by_name,
         footprints,
         site_kind: sites.kind.describe(),
+        page,
     })
 }
 
@@ -127,14 +139,53 @@ fn profile_side(
         e.1 += r.alloc_count;
         e.2 += r.alloc_bytes;
     }
+    let peak_live = rows.iter().map(|r| r.live_bytes).sum();
+    let page = args.html.as_ref().map(|_| crate::html::Run {
+        file: crate::html::file_label(path),
+        format: "heap-profile".to_owned(),
+        peak_live_bytes: peak_live,
+        ..crate::html::Run::default()
+    });
     Ok(Side {
-        peak_live: rows.iter().map(|r| r.live_bytes).sum(),
+        peak_live,
         allocs: rows.iter().map(|r| r.alloc_count).sum(),
         alloc_bytes: rows.iter().map(|r| r.alloc_bytes).sum(),
         sites: by_name,
         footprints: Vec::new(),
         site_kind: "call stacks",
+        page,
     })
+}
+
+/// Sites in the page's table, largest change first (the JSON has every site).
+const HTML_SITES: usize = 500;
+
+/// Writes `diff`'s page to `out`: both runs and the sites table; returns its size in bytes.
+fn write_html(
+    out: &Path,
+    args: &DiffArgs,
+    pages: [Option<crate::html::Run>; 2],
+    rows: &[DiffRow<'_>],
+) -> Result<u64> {
+    let runs = pages.into_iter().flatten().collect();
+    let title = format!(
+        "allocview diff: {} against {}",
+        crate::html::file_label(&args.b),
+        crate::html::file_label(&args.a)
+    );
+    let mut page = crate::html::Page::new("diff", title, runs);
+    page.sites_diff = Some(
+        rows.iter()
+            .take(HTML_SITES)
+            .map(|(n, x, y)| crate::html::SiteDiff {
+                name: (*n).clone(),
+                a: [x.0, x.1, x.2],
+                b: [y.0, y.1, y.2],
+            })
+            .collect(),
+    );
+    page.diff_at = Some(args.at.clone());
+    crate::html::write(out, &page, &[&args.a, &args.b])
 }
 
 /// `--fail-on-increase`: a finite percentage. A CI gate must fail closed, and `nan`, `inf` or
@@ -165,8 +216,9 @@ pub fn run(args: &DiffArgs) -> Result<bool> {
     if !matches!(args.at.as_str(), "peak" | "end") {
         bail!("--at {:?}: diff compares `peak` or `end`", args.at);
     }
-    let a = side(&args.a, args)?;
-    let b = side(&args.b, args)?;
+    let mut a = side(&args.a, args)?;
+    let mut b = side(&args.b, args)?;
+    let pages = [a.page.take(), b.page.take()];
     let mut names: Vec<&String> = a.sites.keys().chain(b.sites.keys()).collect();
     names.sort();
     names.dedup();
@@ -182,6 +234,12 @@ pub fn run(args: &DiffArgs) -> Result<bool> {
             .cmp(&change(p).abs())
             .then_with(|| p.0.cmp(q.0))
     });
+    if let Some(out) = &args.html {
+        let size_bytes = write_html(out, args, pages, &rows)?;
+        if !args.json {
+            outln!("wrote {} ({})", out.display(), format::bytes(size_bytes));
+        }
+    }
     let peak_pct = pct(a.peak_live, b.peak_live);
     let failed = args
         .fail_on_increase

@@ -75,7 +75,7 @@ pub struct DumpData {
 }
 
 impl DumpData {
-    fn of(d: &allocview_loaders::tf::dump::BfcDump) -> Self {
+    pub(crate) fn of(d: &allocview_loaders::tf::dump::BfcDump) -> Self {
         use crate::format::{bytes, count};
         let f = &d.figures;
         let mut lines = Vec::new();
@@ -129,7 +129,7 @@ pub struct SnapshotData {
 }
 
 impl SnapshotData {
-    fn of(s: &allocview_loaders::pytorch::PytorchSnapshot) -> Self {
+    pub(crate) fn of(s: &allocview_loaders::pytorch::PytorchSnapshot) -> Self {
         use crate::format::{bytes, count};
         let reserved: u64 = s.raw_segments.iter().map(|g| g.total_bytes).sum();
         let allocated: u64 = s.raw_segments.iter().map(|g| g.allocated_bytes).sum();

@@ -1,5 +1,6 @@
 //! `allocview report FILE [--policy ...] --out DIR`: CSVs and PNG charts for a bug report or a
 //! paper, without any UI. CSVs are written through polars; charts are drawn with plotters.
+//! `--html OUT.html`: one self-contained page of the same figures ([`crate::html`]).
 
 mod charts;
 mod heapmap;
@@ -31,9 +32,13 @@ pub struct ReportArgs {
     pub file: PathBuf,
     #[command(flatten)]
     pub policies: PolicyArgs,
-    /// Directory to write into (created if missing).
-    #[arg(long, value_name = "DIR")]
-    pub out: PathBuf,
+    /// Directory to write the CSVs and charts into (created if missing).
+    #[arg(long, value_name = "DIR", required_unless_present = "html")]
+    pub out: Option<PathBuf>,
+    /// Write one self-contained HTML page (data, script and styles inside; opens offline in
+    /// a browser) with the summary, timeline, heap maps, sites, flame graph and size classes.
+    #[arg(long, value_name = "OUT.html")]
+    pub html: Option<PathBuf>,
     /// Also write each CSV's table as Parquet beside it (`summary.parquet`, `timeline.parquet`,
     /// `classes.parquet`).
     #[arg(long)]
@@ -48,10 +53,10 @@ pub struct ReportArgs {
 }
 
 impl ReportArgs {
-    fn destination(&self) -> Destination<'_> {
+    fn destination<'a>(&'a self, out: &'a std::path::Path) -> Destination<'a> {
         Destination {
             file: &self.file,
-            out: &self.out,
+            out,
             parquet: self.parquet,
         }
     }
@@ -64,6 +69,13 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     // The policies replay what the process held: what reached the C library.
     let input = args.input.with_default_requests(Requests::Libc);
     if args.stream.applies(&args.file, &args.input)? {
+        if args.html.is_some() {
+            bail!(
+                "--html draws heap maps and sites from the trace loaded: leave out --stream, \
+                 or take a window with --from/--to/--events"
+            );
+        }
+        let out = args.out.as_deref().context("--out DIR is needed")?;
         if let Some(r) = real_specs.first() {
             bail!(
                 "{} replays the trace's calls from memory: it needs the trace loaded, not \
@@ -76,12 +88,19 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             &args.policies,
             &args.input.window,
             input.requests_or(Requests::Libc),
-            &args.destination(),
+            &args.destination(out),
             &specs,
             size,
         );
     }
     let loaded = load_input(&args.file, &input)?;
+    if let (Some(html), None, allocview_loaders::Loaded::TfBfcDump(dump)) =
+        (&args.html, &args.out, &loaded)
+    {
+        // A dump is a heap at one moment: no events to replay, its own page.
+        let run = crate::html::dump_run(&args.file, dump);
+        return write_html(html, &args.file, run);
+    }
     note_requests(&args.file, &loaded, input.requests_or(Requests::Libc));
     let config = config_for_input(&loaded, args.policies.config()?);
     let ev = require_events(&loaded, &args.file, "report")?;
@@ -107,18 +126,45 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     } else {
         states_at(&done, &view, peak, jobs)?
     };
-    write_report(
-        &args.destination(),
-        size,
-        &Gathered {
-            done,
-            real,
-            classes,
-            max_live: max_live_bytes(&view),
-            peak_event: peak,
-            heaps,
-        },
-    )
+    let g = Gathered {
+        done,
+        real,
+        classes,
+        max_live: max_live_bytes(&view),
+        peak_event: peak,
+        heaps,
+    };
+    if let Some(out) = &args.out {
+        write_report(&args.destination(out), size, &g)?;
+    }
+    if let Some(html) = &args.html {
+        let real: Vec<_> = g.real.iter().map(|r| (&r.row, &r.series)).collect();
+        let run = crate::html::build_run(&crate::html::RunInput {
+            path: &args.file,
+            loaded: &loaded,
+            view: &view,
+            replays: &g.done,
+            real: &real,
+            classes: &g.classes,
+            peak_heaps: &g.heaps,
+            peak_event: g.peak_event,
+        })?;
+        write_html(html, &args.file, run)?;
+    }
+    Ok(())
+}
+
+/// Writes the page of `run` (read from `file`) to `out`.
+fn write_html(out: &std::path::Path, file: &std::path::Path, run: crate::html::Run) -> Result<()> {
+    let title = format!("allocview report: {}", crate::html::file_label(file));
+    let page = crate::html::Page::new("report", title, vec![run]);
+    let size_bytes = crate::html::write(out, &page, &[file])?;
+    outln!(
+        "wrote {} ({})",
+        out.display(),
+        crate::format::bytes(size_bytes)
+    );
+    Ok(())
 }
 
 /// The smallest chart `--size` takes: below it the charts' fixed margins, labels and colour
