@@ -36,6 +36,7 @@ __all__ = [
     "parse_bytes",
     "policy_names",
     "predict",
+    "report_html",
     "sites",
     "stats",
     "tune",
@@ -184,6 +185,41 @@ def sites(source: Source, at: Union[str, int] = "peak", by: str = "function",
     """What ``allocview sites FILE --at AT --by BY [--policy P] --json`` prints."""
     return json.loads(_native.sites(_native_trace(source, progress), at=str(at), by=by,
                                     policy=policy))
+
+
+class ReportPage:
+    """``allocview report FILE --html OUT.html``'s page: ``html`` is the whole self-contained
+    file; in a notebook it shows inline (in a frame of its own, its script apart from the
+    notebook's); ``save(path)`` writes it."""
+
+    def __init__(self, html: str):
+        self.html = html
+
+    def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.html)
+
+    def _repr_html_(self) -> str:
+        import html as _html
+
+        return (f'<iframe class="allocview-report" srcdoc="{_html.escape(self.html, quote=True)}" '
+                'style="width:100%;height:900px;border:0" sandbox="allow-scripts"></iframe>')
+
+    def __repr__(self) -> str:
+        return f"<allocview report page, {len(self.html):,} characters>"
+
+
+def report_html(source: Source, policies: Union[None, str, Iterable[str]] = None, *,
+                jobs: Optional[int] = None, progress: Progress = None) -> ReportPage:
+    """The page ``allocview report FILE --policy ... --html OUT.html`` writes, as a
+    :class:`ReportPage`: shown inline in a notebook, ``.save(path)`` to share it. A path is
+    read as ``report`` reads it (of a trace recorded in a CPython interpreter, what reached the
+    C library, which the policies replay)."""
+    if isinstance(source, Trace):
+        native = source._native
+    else:
+        native = _native.load(os.fspath(source), progress=_callback(progress), requests="libc")
+    return ReportPage(_native.report_html(native, _policy_list(policies), jobs=jobs))
 
 
 def tune(source: Source, limit: Union[None, int, str] = None, policy: Optional[str] = None, *,

@@ -3,7 +3,8 @@
 the live-bytes timeline.
 
 ``%%allocview -o run.avt`` keeps the trace; ``--python-only`` records only the requests to
-Python's allocators (``native=False``).
+Python's allocators (``native=False``); ``--report`` shows instead the page ``allocview report
+--html`` writes, inline (timeline, heap maps, sites, flame graph, size classes).
 """
 
 from __future__ import annotations
@@ -84,8 +85,9 @@ def _series(trace) -> List[Tuple[float, int]]:
     return [(float(t), int(v)) for t, v in zip(grouped["t_ns"], grouped["live"])]
 
 
-def run_cell(ipython, line: str, cell: str) -> CellReport:
-    """Runs ``cell`` in ``ipython`` under a Tracker; the report."""
+def run_cell(ipython, line: str, cell: str):
+    """Runs ``cell`` in ``ipython`` under a Tracker; the report (a :class:`CellReport`, or with
+    ``--report`` the whole page, an :class:`allocview.ReportPage`)."""
     from . import load
     from .tracker import Tracker
 
@@ -99,6 +101,10 @@ def run_cell(ipython, line: str, cell: str) -> CellReport:
     tracker = Tracker(path, native=native)
     with tracker:
         ipython.run_cell(cell)
+    if "--report" in args:
+        from . import report_html
+
+        return report_html(path)
     trace = load(path)
     return CellReport(tracker.peak_live_bytes or 0, tracker.final_live_bytes or 0,
                       top_sites(trace), _series(trace), path)

@@ -187,6 +187,31 @@ fn compare(
     Ok((json, ArrowTable::new(series)))
 }
 
+/// The page `allocview report FILE --html OUT.html` writes, as HTML text: one self-contained
+/// file (data, script and styles inside).
+#[pyfunction]
+#[pyo3(signature = (trace, policies, jobs = None))]
+fn report_html(
+    py: Python<'_>,
+    trace: &Trace,
+    policies: Vec<String>,
+    jobs: Option<usize>,
+) -> PyResult<String> {
+    let args = PolicyArgs {
+        policy: policies,
+        limit: None,
+        align: 16,
+        jobs,
+    };
+    let path = trace.path.clone();
+    let loaded = Arc::clone(&trace.loaded);
+    py.detach(move || {
+        allocview::html::report_page(&path, &loaded, &args)
+            .and_then(|page| allocview::html::render(&page))
+    })
+    .map_err(|e| to_py(&e))
+}
+
 /// `allocview tune FILE [--limit] [--policy] --json`, as JSON text.
 #[pyfunction]
 #[pyo3(signature = (trace, limit_bytes = None, family = None, jobs = None))]
@@ -317,6 +342,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compare, m)?)?;
     m.add_function(wrap_pyfunction!(sites, m)?)?;
     m.add_function(wrap_pyfunction!(tune, m)?)?;
+    m.add_function(wrap_pyfunction!(report_html, m)?)?;
     m.add_function(wrap_pyfunction!(predict, m)?)?;
     m.add_function(wrap_pyfunction!(from_snapshot, m)?)?;
     m.add_function(wrap_pyfunction!(policy_names, m)?)?;

@@ -164,6 +164,50 @@ def test_the_notebook_magic_shows_the_peak_sites_and_timeline():
     assert IPython.version_info[0] >= 8
 
 
+def test_the_notebook_magic_shows_the_report_page_inline():
+    pytest.importorskip("IPython", reason="the magic is tested in a real IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "allocview")
+    page = shell.run_cell_magic(
+        "allocview", "--report",
+        "def keep():\n    return [bytearray(200_000) for _ in range(40)]\nx = keep()\n")
+    assert isinstance(page, allocview.ReportPage)
+    # The page `report --html` writes: its data and script inside, nothing fetched.
+    assert page.html.lower().startswith("<!doctype html>") and "http://" not in page.html
+    assert '"kind":"report"' in page.html
+    inline = page._repr_html_()
+    assert inline.lower().startswith('<iframe class="allocview-report" srcdoc="&lt;!doctype html&gt;')
+    assert "<script" not in inline, "the page's markup is escaped into the frame's srcdoc"
+
+
+def test_report_html_is_the_page_report_writes(tmp_path):
+    import subprocess
+
+    from conftest import allocview_bin
+
+    trace = pathlib.Path(__file__).resolve().parents[2] / "sample-traces/python_fragments.trace.gz"
+    page = allocview.report_html(str(trace), policies=["glibc", "bfc"])
+    out = tmp_path / "page.html"
+    subprocess.run([allocview_bin(), "report", str(trace), "--policy", "glibc,bfc",
+                    "--html", str(out)], check=True, capture_output=True)
+    written = out.read_text(encoding="utf-8")
+    # The same figures: the embedded data of both pages agree (the data is one JSON object).
+    import json
+    import re
+
+    def data(html: str) -> dict:
+        found = re.search(r'<script type="application/json" id="report-data">(.*?)</script>',
+                          html, re.S)
+        assert found, "the page embeds its data"
+        return json.loads(found.group(1))
+    assert data(page.html)["runs"][0]["rows"] == data(written)["runs"][0]["rows"]
+    saved = tmp_path / "saved.html"
+    page.save(saved)
+    assert saved.read_text(encoding="utf-8") == page.html
+
+
 def test_the_books_tracker_example_runs(tmp_path, monkeypatch):
     import re
 

@@ -15,6 +15,7 @@
 pub mod compare;
 pub mod predict;
 pub mod recorded_memory;
+pub mod report;
 pub mod series;
 pub mod sites;
 pub mod stats;

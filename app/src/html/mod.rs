@@ -289,3 +289,42 @@ pub fn file_label(path: &Path) -> String {
         |f| f.to_string_lossy().into_owned(),
     )
 }
+
+/// The page `report --html` writes for `loaded` (read from `path`), replayed through
+/// `policies`: what the Python package's notebook view shows too.
+///
+/// # Errors
+/// When the input has no events (but a TF dump, which has its own page) or a policy cannot
+/// replay it.
+pub fn report_page(
+    path: &Path,
+    loaded: &allocview_loaders::Loaded,
+    policies: &crate::session::PolicyArgs,
+) -> Result<Page> {
+    use crate::answers::report;
+    let title = format!("allocview report: {}", file_label(path));
+    if let allocview_loaders::Loaded::TfBfcDump(dump) = loaded {
+        return Ok(Page::new("report", title, vec![dump_run(path, dump)]));
+    }
+    let ev = crate::session::input::require_events(loaded, path, "report")?;
+    let view = allocview_loaders::trace_view(ev.events, path)?;
+    let r = report::replay(path, loaded, &view, policies)?;
+    let done = report::replayed(&r.runs, !r.real.is_empty())?;
+    let heaps = if view.is_empty() {
+        Vec::new()
+    } else {
+        report::states_at(&done, &view, r.peak_event, r.jobs)?
+    };
+    let real: Vec<_> = r.real.iter().map(|(row, series)| (row, series)).collect();
+    let run = build_run(&RunInput {
+        path,
+        loaded,
+        view: &view,
+        replays: &done,
+        real: &real,
+        classes: &r.classes,
+        peak_heaps: &heaps,
+        peak_event: r.peak_event,
+    })?;
+    Ok(Page::new("report", title, vec![run]))
+}

@@ -9,21 +9,16 @@ mod write;
 
 use std::path::PathBuf;
 
-use allocview_sim::classes::ClassSeries;
-use allocview_sim::heap::Counters;
-use allocview_sim::policy::Policy;
-use allocview_sim::replay::Replay;
-use anyhow::{Context as _, Result, anyhow, bail};
+use anyhow::{Context as _, Result, bail};
 
 use allocview_loaders::Requests;
 
+use crate::answers::report;
 use crate::session::InputArgs;
 use crate::session::PolicyArgs;
 use crate::session::StreamArgs;
 use crate::session::input::{load_input, note_requests, require_events};
-use crate::session::policies::{config_for_input, with_predictive_features};
-use crate::session::runs::{max_live_bytes, run_policies};
-use write::{BUCKETS, Destination, Gathered, replayed, write_report};
+use write::{Destination, Gathered, write_report};
 
 /// Arguments of `allocview report`.
 #[derive(Debug, clap::Args)]
@@ -102,36 +97,27 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         return write_html(html, &args.file, run);
     }
     note_requests(&args.file, &loaded, input.requests_or(Requests::Libc));
-    let config = config_for_input(&loaded, args.policies.config()?);
     let ev = require_events(&loaded, &args.file, "report")?;
     let view = allocview_loaders::trace_view(ev.events, &args.file)?;
-    // The features `compare` gives `predictive` (each thread's calls, the sites).
-    let config = with_predictive_features(config, &specs, &loaded, &view, &args.file)?;
-    let jobs = args.policies.jobs.unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-    });
-    let runs = run_policies(&view, &specs, &config, jobs);
-    let done = replayed(&runs, !real_specs.is_empty())?;
-    let real = crate::answers::compare::real_rows(&loaded, &args.file, &view, &real_specs)?
-        .into_iter()
-        .map(|(row, series)| write::Real { row, series })
-        .collect();
-    let bucketing = allocview_sim::series::Bucketing::for_trace(&view, BUCKETS);
-    let classes = ClassSeries::build(&view, bucketing, 16_384);
-    let (_, peak) = view.peak_live();
+    let r = report::replay(&args.file, &loaded, &view, &args.policies)?;
+    let done = report::replayed(&r.runs, !r.real.is_empty())?;
     let heaps = if view.is_empty() {
         // Nothing was replayed, so there is no moment to draw a heap at.
         eprintln!("note: the trace has no events: no heap maps");
         Vec::new()
     } else {
-        states_at(&done, &view, peak, jobs)?
+        report::states_at(&done, &view, r.peak_event, r.jobs)?
     };
     let g = Gathered {
         done,
-        real,
-        classes,
-        max_live: max_live_bytes(&view),
-        peak_event: peak,
+        real: r
+            .real
+            .into_iter()
+            .map(|(row, series)| write::Real { row, series })
+            .collect(),
+        classes: r.classes,
+        max_live: r.max_live,
+        peak_event: r.peak_event,
         heaps,
     };
     if let Some(out) = &args.out {
@@ -187,40 +173,4 @@ fn chart_size(text: &str) -> Result<(u32, u32)> {
         );
     }
     Ok((w, h))
-}
-
-/// Each replay's state just after `event`, `jobs` at a time: the replays keep no checkpoints
-/// but their first state (`run_policies`), so each seek replays from the start, and the seeks
-/// share the cores as the replays did.
-fn states_at(
-    done: &[(&str, &Replay)],
-    view: &allocview_sim::trace::TraceView<'_>,
-    event: usize,
-    jobs: usize,
-) -> Result<Vec<(Box<dyn Policy>, Counters)>> {
-    let mut heaps = Vec::with_capacity(done.len());
-    for chunk in done.chunks(jobs.max(1)) {
-        let found: Vec<Result<_>> = std::thread::scope(|s| {
-            let seeks: Vec<_> = chunk
-                .iter()
-                .map(|&(name, rep)| {
-                    s.spawn(move || {
-                        rep.state_at(view, event)
-                            .map_err(|e| anyhow!("{name}: seeking to event {event}: {e}"))
-                    })
-                })
-                .collect();
-            seeks
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(anyhow!("a seek's thread panicked")))
-                })
-                .collect()
-        });
-        for heap in found {
-            heaps.push(heap?);
-        }
-    }
-    Ok(heaps)
 }

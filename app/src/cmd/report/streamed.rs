@@ -11,7 +11,8 @@ use allocview_sim::series::Bucketing;
 use allocview_sim::stream::{EventBatch, EventSource as _, Prefetched};
 use anyhow::{Context as _, Result};
 
-use super::write::{BUCKETS, Destination, Gathered, replayed, write_report};
+use super::write::{BUCKETS, Destination, Gathered, write_report};
+use crate::answers::report::replayed;
 use crate::session::PolicyArgs;
 use allocview_loaders::Requests;
 

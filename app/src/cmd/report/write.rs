@@ -8,7 +8,7 @@ use allocview_sim::heap::Counters;
 use allocview_sim::policy::Policy;
 use allocview_sim::replay::Replay;
 use allocview_sim::series::Series;
-use anyhow::{Context as _, Result, anyhow};
+use anyhow::{Context as _, Result};
 use polars::prelude::*;
 
 use super::charts::{chart_classes, chart_fragmentation, chart_timeline};
@@ -16,7 +16,6 @@ use super::heapmap;
 use crate::answers::series::timeline_frame;
 use crate::charts::register_fonts;
 use crate::safe_write::PendingFile;
-use crate::session::runs::PolicyRun;
 
 /// Where a report goes: the trace it is about (never overwritten) and the directory.
 pub(super) struct Destination<'a> {
@@ -27,26 +26,7 @@ pub(super) struct Destination<'a> {
 }
 
 /// Time buckets of the size-class series (the charts are about a thousand pixels wide).
-pub(super) const BUCKETS: usize = 1024;
-
-/// The policies that replayed (the others are noted on stderr); an error when none did and
-/// no real allocator row (`others`) is to be drawn either.
-pub(super) fn replayed(runs: &[PolicyRun], others: bool) -> Result<Vec<(&str, &Replay)>> {
-    let done: Vec<(&str, &Replay)> = runs
-        .iter()
-        .filter_map(|r| match &r.result {
-            Ok(rep) => Some((r.name.as_str(), rep)),
-            Err(e) => {
-                eprintln!("note: skipping {}: {e}", r.name);
-                None
-            }
-        })
-        .collect();
-    if done.is_empty() && !others {
-        return Err(anyhow!("no policy could be replayed"));
-    }
-    Ok(done)
-}
+pub(super) use crate::answers::report::BUCKETS;
 
 /// A line of the report's tables and charts: a replayed policy, or a real allocator's measured
 /// resident memory ([`crate::real`]).
