@@ -256,3 +256,22 @@ fn diff_html_overlays_two_runs() {
     assert!(html.contains("lm_train_step_a.pickle") && html.contains("lm_train_step_b.pickle"));
     check_page(&out, &["timeline", "sites-table"]);
 }
+
+#[test]
+fn report_html_of_a_streamed_trace_draws_what_a_stream_gives() {
+    // Read block by block, as a trace too big for memory is: the timeline, the heaps at the
+    // peak and the size classes are drawn; the page says why the sites are not there.
+    let trace = repo_arg("sample-traces/python_json.avt");
+    let page = report_html(&trace, "streamed", &["--stream", "--policy", "glibc,bfc"]);
+    check_page(&page, &["timeline", "heapmap", "classes"]);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("read block by block (--stream)"), "the note");
+    // The same peak as the page of the trace loaded whole.
+    let loaded = report_html(&trace, "streamed-loaded", &["--policy", "glibc,bfc"]);
+    let peak = |p: &std::path::Path| {
+        let text = std::fs::read_to_string(p).unwrap();
+        let at = text.find("\"peak_live_bytes\":").unwrap() + "\"peak_live_bytes\":".len();
+        text[at..].split([',', '}']).next().unwrap().to_owned()
+    };
+    assert_eq!(peak(&page), peak(&loaded));
+}

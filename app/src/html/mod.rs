@@ -18,7 +18,7 @@ use serde::Serialize;
 
 pub use dump::dump_run;
 pub use heap::HeapMoment;
-pub use run::{RunInput, build_run, diff_run};
+pub use run::{RunInput, StreamedInput, build_run, build_streamed_run, diff_run};
 pub use sites::SiteDiff;
 
 use crate::theme::{self, Rgb};

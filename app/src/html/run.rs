@@ -119,13 +119,20 @@ fn timeline(
     replays: &[(&str, &Replay)],
     real: &[(&Row, &Series)],
 ) -> Timeline {
+    let t0 = view.t_ns.first().copied().unwrap_or(0);
+    let mut t = timeline_of(t0, replays, real);
+    t.recorded = recorded(loaded, t0, t.t_s.len().max(1));
+    t
+}
+
+/// The timeline of `replays` and `real` rows, times from `t0_ns`, without recorded memory.
+fn timeline_of(t0: i64, replays: &[(&str, &Replay)], real: &[(&Row, &Series)]) -> Timeline {
     let mut t = Timeline::default();
     // Live bytes are the trace's, the same in every replay: the first series has them.
     if let Some((_, r)) = replays.first() {
         t.t_s = seconds(&r.series);
         t.live_bytes = r.series.live_bytes.max.clone();
     }
-    let t0 = view.t_ns.first().copied().unwrap_or(0);
     for (i, &(name, r)) in replays.iter().enumerate() {
         t.lines.push(line(name, i + 1, &r.series, false, &t.t_s));
         for oom in r.ooms.iter().take(OOM_MARKERS_PER_LINE) {
@@ -136,7 +143,6 @@ fn timeline(
         t.lines
             .push(line(&row.name, replays.len() + i + 1, series, true, &t.t_s));
     }
-    t.recorded = recorded(loaded, t0, t.t_s.len().max(1));
     t
 }
 
@@ -262,4 +268,75 @@ fn heaps(input: &RunInput<'_>) -> Result<Vec<HeapMoment>> {
         ));
     }
     Ok(out)
+}
+
+/// What a page of a binary trace read block by block (`report --stream`) is built from: no
+/// events in memory, so no sites and no heaps but at the peak.
+pub struct StreamedInput<'a> {
+    pub path: &'a Path,
+    pub events: u64,
+    pub t0_ns: i64,
+    pub t_last_ns: i64,
+    pub peak_live_bytes: u64,
+    pub peak_event: usize,
+    pub replays: &'a [(&'a str, &'a Replay)],
+    pub classes: &'a ClassSeries,
+    /// Each replay's heap just after `peak_event`, in `replays`' order.
+    pub peak_heaps: &'a [(Box<dyn Policy>, Counters)],
+}
+
+/// A run's part of the page from a streamed report: the summary, the rows, the timeline, the
+/// heaps at the peak and the size classes; a note says why there are no sites.
+#[must_use]
+pub fn build_streamed_run(input: &StreamedInput<'_>) -> Run {
+    let t0 = input.t0_ns;
+    let mut timeline = timeline_of(t0, input.replays, &[]);
+    if let Some(&(_, r)) = input.replays.first()
+        && timeline.live_bytes.is_empty()
+    {
+        timeline.live_bytes = r.series.live_bytes.max.clone();
+    }
+    // The peak's time: the bucket where the live bytes were highest (the stream keeps the
+    // peak's event, not its time).
+    let peak_t_s = timeline
+        .live_bytes
+        .iter()
+        .enumerate()
+        .max_by_key(|&(i, &v)| (v, std::cmp::Reverse(i)))
+        .and_then(|(i, _)| timeline.t_s.get(i).copied())
+        .unwrap_or(0.0);
+    let heaps = input
+        .replays
+        .iter()
+        .zip(input.peak_heaps)
+        .take(PEAK_HEAPS)
+        .map(|(&(name, _), (policy, counters))| {
+            HeapMoment::of(
+                name,
+                "peak of live bytes",
+                (input.peak_event, peak_t_s),
+                policy.as_ref(),
+                counters,
+            )
+        })
+        .collect();
+    Run {
+        file: file_label(input.path),
+        format: "binary-trace".to_owned(),
+        events: input.events,
+        duration_s: (input.t_last_ns - t0) as f64 / 1e9,
+        peak_live_bytes: input.peak_live_bytes,
+        peak_live_t_s: peak_t_s,
+        rows: rows(input.replays, &[]),
+        timeline: Some(timeline),
+        heaps,
+        classes: Some(classes(input.classes)),
+        notes: vec![
+            "read block by block (--stream): the sites, the flame graph and the heaps at the \
+             first OOM and the end need the trace loaded; a window of it (--from/--to/--events) \
+             has them"
+                .to_owned(),
+        ],
+        ..Run::default()
+    }
 }

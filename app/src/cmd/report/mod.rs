@@ -64,13 +64,6 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     // The policies replay what the process held: what reached the C library.
     let input = args.input.with_default_requests(Requests::Libc);
     if args.stream.applies(&args.file, &args.input)? {
-        if args.html.is_some() {
-            bail!(
-                "--html draws heap maps and sites from the trace loaded: leave out --stream, \
-                 or take a window with --from/--to/--events"
-            );
-        }
-        let out = args.out.as_deref().context("--out DIR is needed")?;
         if let Some(r) = real_specs.first() {
             bail!(
                 "{} replays the trace's calls from memory: it needs the trace loaded, not \
@@ -78,14 +71,18 @@ pub fn run(args: &ReportArgs) -> Result<()> {
                 r.label
             );
         }
+        let dest = args.out.as_deref().map(|out| args.destination(out));
         return streamed::run(
             &args.file,
             &args.policies,
             &args.input.window,
             input.requests_or(Requests::Libc),
-            &args.destination(out),
+            &streamed::Outputs {
+                dest: dest.as_ref(),
+                html: args.html.as_deref(),
+                size,
+            },
             &specs,
-            size,
         );
     }
     let loaded = load_input(&args.file, &input)?;
@@ -141,7 +138,11 @@ pub fn run(args: &ReportArgs) -> Result<()> {
 }
 
 /// Writes the page of `run` (read from `file`) to `out`.
-fn write_html(out: &std::path::Path, file: &std::path::Path, run: crate::html::Run) -> Result<()> {
+pub(super) fn write_html(
+    out: &std::path::Path,
+    file: &std::path::Path,
+    run: crate::html::Run,
+) -> Result<()> {
     let title = format!("allocview report: {}", crate::html::file_label(file));
     let page = crate::html::Page::new("report", title, vec![run]);
     let size_bytes = crate::html::write(out, &page, &[file])?;

@@ -20,15 +20,21 @@ use crate::session::WindowArgs;
 use crate::session::runs::{OraclePlans, PolicyRun, per_spec, replay_one, stream_specs};
 use crate::session::source::StreamInput;
 
+/// What a streamed report writes: the folder of CSVs and charts, the HTML page, or both.
+pub(super) struct Outputs<'a> {
+    pub(super) dest: Option<&'a Destination<'a>>,
+    pub(super) html: Option<&'a Path>,
+    pub(super) size: (u32, u32),
+}
+
 /// Runs `report` streamed.
 pub(super) fn run(
     file: &Path,
     policies: &PolicyArgs,
     window: &WindowArgs,
     requests: Requests,
-    dest: &Destination<'_>,
+    outputs: &Outputs<'_>,
     specs: &[PolicySpec],
-    size: (u32, u32),
 ) -> Result<()> {
     let config = policies.config()?;
     let online = stream_specs(specs)?;
@@ -84,16 +90,30 @@ pub(super) fn run(
             heaps.push((r.final_state, counters));
         }
     }
-    write_report(
-        dest,
-        size,
-        &Gathered {
-            done,
-            real: Vec::new(),
-            classes: classes.finish(),
-            max_live,
+    let g = Gathered {
+        done,
+        real: Vec::new(),
+        classes: classes.finish(),
+        max_live,
+        peak_event,
+        heaps,
+    };
+    if let Some(dest) = outputs.dest {
+        write_report(dest, outputs.size, &g)?;
+    }
+    if let Some(html) = outputs.html {
+        let run = crate::html::build_streamed_run(&crate::html::StreamedInput {
+            path: file,
+            events,
+            t0_ns: t0,
+            t_last_ns: t_last,
+            peak_live_bytes: max_live,
             peak_event,
-            heaps,
-        },
-    )
+            replays: &g.done,
+            classes: &g.classes,
+            peak_heaps: &g.heaps,
+        });
+        super::write_html(html, file, run)?;
+    }
+    Ok(())
 }
