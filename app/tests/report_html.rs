@@ -275,3 +275,93 @@ fn report_html_of_a_streamed_trace_draws_what_a_stream_gives() {
     };
     assert_eq!(peak(&page), peak(&loaded));
 }
+
+/// Drives the page as a reader does, with the browser's own events, and writes what it saw
+/// into the DOM: the timeline's readout under the pointer before and after a wheel zoom, the
+/// heap map's readout of a block, the flame graph's readouts around a click on a frame, and the
+/// search's matched share.
+const INTERACT_JS: &str = r##"
+window.addEventListener("load", function () {
+  setTimeout(function () {
+    var out = {};
+    var tip = document.querySelector(".tip");
+    function at(canvas, fx, fy, type, extra) {
+      var r = canvas.getBoundingClientRect();
+      var init = Object.assign({ clientX: r.left + r.width * fx, clientY: r.top + r.height * fy,
+                                 bubbles: true, cancelable: true }, extra || {});
+      canvas.dispatchEvent(type === "wheel" ? new WheelEvent("wheel", init) : new MouseEvent(type, init));
+      return tip.textContent;
+    }
+    var tl = document.querySelector("#timeline canvas");
+    out.hover_before = at(tl, 0.6, 0.5, "mousemove");
+    for (var i = 0; i < 5; i++) at(tl, 0.3, 0.5, "wheel", { deltaY: -100 });
+    out.hover_after = at(tl, 0.6, 0.5, "mousemove");
+    out.heap = at(document.querySelector("#heapmap canvas"), 0.5, 0.3, "mousemove");
+    var search = document.querySelector("input[type=search]");
+    search.value = "size class 10";
+    search.dispatchEvent(new Event("input"));
+    out.found = search.parentNode.querySelector("span").textContent;
+    search.value = "";
+    search.dispatchEvent(new Event("input"));
+    var fl = document.querySelector("#flamegraph canvas");
+    var y = 1.5 * 18 / fl.getBoundingClientRect().height;
+    out.flame_left_before = at(fl, 0.03, y, "mousemove");
+    out.flame_clicked = at(fl, 0.97, y, "mousemove");
+    at(fl, 0.97, y, "click");
+    out.flame_left_after = at(fl, 0.03, y, "mousemove");
+    var pre = document.createElement("pre");
+    pre.id = "interaction";
+    pre.textContent = JSON.stringify(out);
+    document.body.appendChild(pre);
+  }, 200);
+});
+"##;
+
+#[test]
+fn the_timeline_zooms_the_flame_graph_zooms_and_searches_under_real_events() {
+    let Some(browser) = chromium() else {
+        return;
+    };
+    let page = report_html(
+        &repo_arg("sample-traces/python_json.avt"),
+        "interact",
+        &["--policy", "glibc"],
+    );
+    let driven = page.with_file_name("driven.html");
+    let html = std::fs::read_to_string(&page).unwrap();
+    let script = format!("<script>{INTERACT_JS}</script></body>");
+    std::fs::write(&driven, html.replacen("</body>", &script, 1)).unwrap();
+    let dom = chromium_run(browser, &driven, 900, None);
+    let at = dom
+        .find("<pre id=\"interaction\">")
+        .expect("the driver ran")
+        + 22;
+    let text = &dom[at..at + dom[at..].find("</pre>").unwrap()];
+    let v: serde_json::Value = serde_json::from_str(&text.replace("&quot;", "\"")).unwrap();
+    let s = |k: &str| v[k].as_str().unwrap().to_owned();
+    // The readout names the time and the live bytes under the pointer; zoomed in, the same
+    // point of the canvas is an earlier time (the zoom was centred left of it).
+    assert!(s("hover_before").starts_with("t = ") && s("hover_before").contains("live bytes"));
+    assert_ne!(
+        s("hover_before"),
+        s("hover_after"),
+        "the wheel zoomed the timeline"
+    );
+    // A click on a frame of the flame graph's second row, near its right edge, zooms into it:
+    // the frame then fills the width, so the row's left end names it too.
+    let first = |k: &str| s(k).lines().next().unwrap_or_default().to_owned();
+    assert!(s("flame_clicked").contains(" of all"), "{v}");
+    assert_ne!(first("flame_left_before"), first("flame_clicked"), "{v}");
+    assert_eq!(
+        first("flame_left_after"),
+        first("flame_clicked"),
+        "the click zoomed: {v}"
+    );
+    // The heap map names the block under the pointer.
+    assert!(
+        s("heap").starts_with("cell ") && s("heap").contains(" block of "),
+        "{v}"
+    );
+    assert!(s("found").starts_with("matched "), "{v}");
+    assert!(!s("found").starts_with("matched 0 B"), "{v}");
+}
