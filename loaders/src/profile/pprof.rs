@@ -16,13 +16,15 @@ use super::proto::{Reader, Value};
 use super::{HeapProfile, Holds, ProfileFormat, ProfileSample};
 use crate::sites::{Frame, StackTable};
 
-/// Whether `head` (a file's first decompressed bytes) opens like a `Profile` message: its
-/// first fields are fields of `Profile` with their schema's wire types.
+/// Whether `head` (a file's first decompressed bytes) is the start of a `Profile` message:
+/// every field in it is a field of `Profile` with its schema's wire type, up to the end of
+/// the head (where the last field may be cut). Text can pass for a few fields (a digit is a
+/// key of field 6 and a `.` a length): the whole head must read.
 #[must_use]
 pub fn is_pprof(head: &[u8]) -> bool {
     let mut r = Reader::new(head, 0);
     let mut fields = 0;
-    while fields < 8 {
+    loop {
         match r.field() {
             Ok(Some((n, v, _))) => {
                 let ok = match n {
@@ -36,8 +38,10 @@ pub fn is_pprof(head: &[u8]) -> bool {
                 }
                 fields += 1;
             }
-            // The head may cut the last field it holds.
-            Ok(None) | Err(_) => break,
+            Ok(None) => break,
+            // The head may cut its last field; any other error is not a profile.
+            Err(e) if e.contains("runs past the end") || e.contains("cut at byte") => break,
+            Err(_) => return false,
         }
     }
     fields >= 2
@@ -381,5 +385,18 @@ impl Code {
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_text_trace_is_not_taken_for_a_profile() {
+        // The head of a real libtracemalloc trace: its first bytes read as two fields of
+        // `Profile` (`2` is field 6's key, `.` a length); the third does not.
+        let text = b"2.588836\t140719197803072\t1094\t0x55f8341077e0\n2.588836\t140719197803072\t-1\t0x55f8341077e0\n2.588837\t140719197803072\t1094\t0x55f8341077e0\n";
+        assert!(!is_pprof(text));
     }
 }
