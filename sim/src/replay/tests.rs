@@ -38,32 +38,32 @@ fn fragmentation_at_peak_is_taken_where_the_peak_is_best_used() {
 fn a_copy_bigger_than_the_budget_is_not_made() {
     let mut t = OwnedTrace::new();
     // 200 top-level buddy blocks of 64 MiB, each filled with one block of every order from
-    // 32 MiB down and two of 256 B: every order's bitmap reaches 12.5 GiB of addresses.
+    // 32 MiB down: each keeps one free block of 256 B, 64 MiB from the last one, so each is a
+    // page of the order-0 bitmap of its own (4 KiB): 800 KiB of state.
     let mut at = 0i64;
     for _ in 0..200 {
         for order in (0..18).rev() {
             t.alloc(at, 256u64 << order);
             at += 1;
         }
-        t.alloc(at, 256);
-        at += 1;
     }
     let view = t.view().unwrap();
     let policy = build("buddy", &PolicyConfig::default(), &view).unwrap();
+    let budget_bytes = 256 << 10;
     let opts = ReplayOptions {
         checkpoint_every: 1,
-        checkpoint_budget_bytes: 1 << 20,
+        checkpoint_budget_bytes: budget_bytes,
         ..ReplayOptions::default()
     };
     let r = replay(&view, policy, &opts);
     assert!(
-        r.final_state.state_bytes() > 1 << 20,
+        r.final_state.state_bytes() > budget_bytes,
         "the bitmaps outgrow the budget"
     );
     // 64 bytes per live allocation would charge the last state under 300 KB.
     assert!(r.final_state.counters().live_allocs * 64 < 300 << 10);
     let real: u64 = r.checkpoints.iter().map(|c| c.policy.state_bytes()).sum();
-    assert!(real <= 1 << 20, "checkpoints hold {real} bytes");
+    assert!(real <= budget_bytes, "checkpoints hold {real} bytes");
     let (_, c) = r.state_at(&view, 150).unwrap();
     assert_eq!(c.live_allocs, 151);
     assert_eq!(r.summary.final_footprint_bytes, 200 * (64 << 20));

@@ -46,141 +46,9 @@ struct Used {
     requested_bytes: u64,
 }
 
-/// Checks that bit i of `upper` is set exactly when `lower[i]` is not zero.
-fn summary_matches(lower: &[u64], upper: &[u64], what: &str) -> Result<(), String> {
-    for (i, &word) in lower.iter().enumerate() {
-        let marked = upper.get(i / 64).is_some_and(|u| u & (1 << (i % 64)) != 0);
-        if marked != (word != 0) {
-            return Err(format!("summary bit of {what} {i} wrong"));
-        }
-    }
-    Ok(())
-}
+mod block_set;
 
-/// The free blocks of one order: a bitmap over block positions (address >> shift) with two
-/// summary levels, so the lowest set bit is found in three word scans.
-#[derive(Clone, Debug)]
-struct BlockSet {
-    shift: u32,
-    bits: Vec<u64>,
-    /// Bit j: `bits[j] != 0`.
-    words: Vec<u64>,
-    /// Bit m: `words[m] != 0`.
-    groups: Vec<u64>,
-    len: usize,
-}
-
-impl BlockSet {
-    fn new(shift: u32) -> Self {
-        Self {
-            shift,
-            bits: Vec::new(),
-            words: Vec::new(),
-            groups: Vec::new(),
-            len: 0,
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Word index and bit mask of `addr`'s position.
-    fn slot(&self, addr: Addr) -> (usize, u64) {
-        let i = addr >> self.shift;
-        ((i / 64) as usize, 1u64 << (i % 64))
-    }
-
-    fn contains(&self, addr: Addr) -> bool {
-        let (w, bit) = self.slot(addr);
-        self.bits.get(w).is_some_and(|&b| b & bit != 0)
-    }
-
-    fn insert(&mut self, addr: Addr) {
-        let (w, bit) = self.slot(addr);
-        if w >= self.bits.len() {
-            self.bits.resize(w + 1, 0);
-            self.words.resize(w / 64 + 1, 0);
-            self.groups.resize(w / 4096 + 1, 0);
-        }
-        let Some(b) = self.bits.get_mut(w) else {
-            return;
-        };
-        if *b & bit != 0 {
-            return;
-        }
-        let was_empty = *b == 0;
-        *b |= bit;
-        self.len += 1;
-        if was_empty {
-            if let Some(s) = self.words.get_mut(w / 64) {
-                *s |= 1 << (w % 64);
-            }
-            if let Some(g) = self.groups.get_mut(w / 4096) {
-                *g |= 1 << ((w / 64) % 64);
-            }
-        }
-    }
-
-    /// Removes `addr`; false when it was not there.
-    fn remove(&mut self, addr: Addr) -> bool {
-        let (w, bit) = self.slot(addr);
-        let Some(b) = self.bits.get_mut(w) else {
-            return false;
-        };
-        if *b & bit == 0 {
-            return false;
-        }
-        *b &= !bit;
-        self.len -= 1;
-        if *b == 0
-            && let Some(s) = self.words.get_mut(w / 64)
-        {
-            *s &= !(1 << (w % 64));
-            if *s == 0
-                && let Some(g) = self.groups.get_mut(w / 4096)
-            {
-                *g &= !(1 << ((w / 64) % 64));
-            }
-        }
-        true
-    }
-
-    /// The lowest address in the set.
-    fn first(&self) -> Option<Addr> {
-        let (m, g) = self.groups.iter().enumerate().find(|&(_, &g)| g != 0)?;
-        let s = m * 64 + g.trailing_zeros() as usize;
-        let w = s * 64 + self.words.get(s)?.trailing_zeros() as usize;
-        let i = w as u64 * 64 + u64::from(self.bits.get(w)?.trailing_zeros());
-        Some(i << self.shift)
-    }
-
-    /// Self-check of the summary levels and the count.
-    fn check(&self) -> Result<(), String> {
-        summary_matches(&self.bits, &self.words, "word")?;
-        summary_matches(&self.words, &self.groups, "summary word")?;
-        let count: usize = self.bits.iter().map(|b| b.count_ones() as usize).sum();
-        if count != self.len {
-            return Err(format!("{count} bits set, len says {}", self.len));
-        }
-        Ok(())
-    }
-
-    /// Every address in the set, in increasing order.
-    fn iter(&self) -> impl Iterator<Item = Addr> + '_ {
-        (0u64..).zip(&self.bits).flat_map(move |(w, &word)| {
-            let mut rest = word;
-            std::iter::from_fn(move || {
-                if rest == 0 {
-                    return None;
-                }
-                let b = u64::from(rest.trailing_zeros());
-                rest &= rest - 1;
-                Some((w * 64 + b) << self.shift)
-            })
-        })
-    }
-}
+use block_set::BlockSet;
 
 /// Binary buddy allocator (see the module docs).
 #[derive(Clone, Debug)]
@@ -496,13 +364,9 @@ impl Policy for Buddy {
     }
 
     fn state_bytes(&self) -> u64 {
-        let bitmaps: usize = self
-            .free
-            .iter()
-            .map(|set| set.bits.capacity() + set.words.capacity() + set.groups.capacity())
-            .sum();
+        let bitmaps: usize = self.free.iter().map(BlockSet::heap_bytes).sum();
         // The used map's slots are at most half full.
-        (bitmaps as u64) * 8 + self.counters.live_allocs * 2 * 48 + 256
+        bitmaps as u64 + self.counters.live_allocs * 2 * 48 + 256
     }
 
     fn shrink_to_fit(&mut self) {
