@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
-use common::{build_c, json, ok, snapshot};
+use common::{build_c, json, ok, pprof_top, require_tool, snapshot};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,23 +18,6 @@ fn scratch(name: &str) -> PathBuf {
     std::fs::remove_dir_all(&dir).ok();
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// Whether `tool` runs; a missing one skips the test, unless CI asks for every tool
-/// (`ALLOCVIEW_REQUIRE_TEST_INPUTS`, set by `.ci/run`, which installs them): then it fails.
-fn have(tool: &str, args: &[&str], install: &str) -> bool {
-    let found = Command::new(tool)
-        .args(args)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("ALLOCVIEW_REQUIRE_TEST_INPUTS").is_none(),
-            "a required test tool is missing: {tool} ({install})"
-        );
-        eprintln!("skipping: {tool} is missing ({install})");
-    }
-    found
 }
 
 /// The npm packages the viewers' checks use (speedscope, ajv): `ALLOCVIEW_NODE_MODULES`.
@@ -87,41 +70,6 @@ fn chromium_dom(url: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// `go tool pprof -top` of `profile` for `index`: bytes (flat) by function.
-fn pprof_top(profile: &Path, index: &str) -> HashMap<String, u64> {
-    let out = Command::new("go")
-        .args([
-            "tool",
-            "pprof",
-            "-top",
-            "-unit=B",
-            "-nodefraction=0",
-            "-nodecount=100000",
-        ])
-        .arg(format!("-sample_index={index}"))
-        .arg(profile)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut flat = HashMap::new();
-    for line in text
-        .lines()
-        .skip_while(|l| !l.trim_start().starts_with("flat"))
-        .skip(1)
-    {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let [f, _, _, _, _, name @ ..] = fields.as_slice() else {
-            continue;
-        };
-        let bytes: u64 = f.trim_end_matches('B').parse().unwrap();
-        if bytes > 0 {
-            flat.insert(name.join(" "), bytes);
-        }
-    }
-    flat
-}
-
 /// `sites --json --by function` at `at`: a figure by site name, where above zero.
 fn sites_by_function(
     input: &str,
@@ -149,14 +97,14 @@ fn sites_by_function(
 
 #[test]
 fn go_tool_pprof_names_the_top_functions_of_sites_with_the_same_bytes() {
-    if !have("go", &["version"], "apt-get install golang-go") {
+    if !require_tool("go", &["version"], "apt-get install golang-go") {
         return;
     }
     let dir = scratch("pprof");
     let snap = snapshot("lm_train_step_b");
     let peak = dir.join("peak.pb.gz");
     export(&snap, &peak, &["--policy", "pytorch"]);
-    let top = pprof_top(&peak, "inuse_space");
+    let top = pprof_top(&peak, "inuse_space").0;
     let sites = sites_by_function(&snap, "peak", "live_bytes", Some("pytorch"));
     assert_eq!(
         top, sites,
@@ -164,7 +112,7 @@ fn go_tool_pprof_names_the_top_functions_of_sites_with_the_same_bytes() {
     );
     assert!(top.get("step").is_some_and(|&b| b > 500 << 20), "{top:?}");
     // What only allocview can say: the free bytes each site's blocks pin in the policy's heap.
-    let pinned = pprof_top(&peak, "pinned_free_space");
+    let pinned = pprof_top(&peak, "pinned_free_space").0;
     assert_eq!(
         pinned,
         sites_by_function(&snap, "peak", "pinned_free_bytes", Some("pytorch"))
@@ -174,7 +122,7 @@ fn go_tool_pprof_names_the_top_functions_of_sites_with_the_same_bytes() {
     let end = dir.join("end.pprof");
     export(&snap, &end, &["--at", "end"]);
     assert_eq!(
-        pprof_top(&end, "alloc_space"),
+        pprof_top(&end, "alloc_space").0,
         sites_by_function(&snap, "end", "alloc_bytes", None)
     );
     // The labels: thread and size class.
@@ -218,7 +166,7 @@ fn build_id(exe: &Path) -> String {
 
 #[test]
 fn a_recorded_program_s_profile_has_its_functions_bytes_and_build_id() {
-    if !have("go", &["version"], "apt-get install golang-go") {
+    if !require_tool("go", &["version"], "apt-get install golang-go") {
         return;
     }
     let dir = scratch("recorded");
@@ -233,7 +181,7 @@ fn a_recorded_program_s_profile_has_its_functions_bytes_and_build_id() {
     ]);
     let out = dir.join("end.pb.gz");
     export(trace.to_str().unwrap(), &out, &["--at", "end"]);
-    let top = pprof_top(&out, "inuse_space");
+    let top = pprof_top(&out, "inuse_space").0;
     assert_eq!(top.get("make_table"), Some(&300_000), "{top:?}");
     let names: u64 = (1..64).map(|i| 1000 + i).sum();
     assert_eq!(top.get("make_names"), Some(&names), "{top:?}");
@@ -251,7 +199,7 @@ fn speedscope_s_schema_accepts_the_export_and_its_viewer_shows_the_frames() {
     let Some(modules) = node_modules() else {
         return;
     };
-    if !have("node", &["--version"], "apt-get install nodejs") {
+    if !require_tool("node", &["--version"], "apt-get install nodejs") {
         return;
     }
     let dir = scratch("speedscope");
@@ -292,7 +240,7 @@ fn speedscope_s_schema_accepts_the_export_and_its_viewer_shows_the_frames() {
             "pinned_free_space"
         ]
     );
-    if !have("chromium", &["--version"], "apt-get install chromium") {
+    if !require_tool("chromium", &["--version"], "apt-get install chromium") {
         return;
     }
     // speedscope's offline viewer loads a local profile through a script that hands it over;
@@ -363,7 +311,7 @@ fn valgrind_s_dh_view_shows_the_dhat_export_s_program_points() {
         eprintln!("skipping: valgrind's dh_view.html is missing");
         return;
     }
-    if !have("chromium", &["--version"], "apt-get install chromium") {
+    if !require_tool("chromium", &["--version"], "apt-get install chromium") {
         return;
     }
     let dir = scratch("dhat");

@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
-use common::{fails, json, ok, repo};
+use common::{fails, json, ok, pprof_top, repo, require_tool};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,67 +24,6 @@ fn data(name: &str) -> String {
     repo(&format!("loaders/tests/data/profiles/{name}"))
         .display()
         .to_string()
-}
-
-/// Whether Go runs; missing, the test is skipped unless CI asks for every tool.
-fn have_go() -> bool {
-    let found = Command::new("go")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("ALLOCVIEW_REQUIRE_TEST_INPUTS").is_none(),
-            "a required test tool is missing: go (apt-get install golang-go)"
-        );
-        eprintln!("skipping: go is missing (apt-get install golang-go)");
-    }
-    found
-}
-
-/// `go tool pprof -top` of `profile` for `index`: bytes (flat) by function, and the total.
-fn pprof_top(profile: &Path, index: &str) -> (HashMap<String, u64>, u64) {
-    let out = Command::new("go")
-        .args([
-            "tool",
-            "pprof",
-            "-top",
-            "-unit=B",
-            "-nodefraction=0",
-            "-nodecount=100000",
-        ])
-        .arg(format!("-sample_index={index}"))
-        .arg(profile)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let total = text
-        .lines()
-        .find_map(|l| {
-            l.split(" of ")
-                .nth(1)?
-                .strip_suffix("B total")?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no total in {text}"));
-    let mut flat = HashMap::new();
-    for line in text
-        .lines()
-        .skip_while(|l| !l.trim_start().starts_with("flat"))
-        .skip(1)
-    {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let [f, _, _, _, _, name @ ..] = fields.as_slice() else {
-            continue;
-        };
-        let bytes: u64 = f.trim_end_matches('B').parse().unwrap();
-        if bytes > 0 {
-            *flat.entry(name.join(" ")).or_insert(0) += bytes;
-        }
-    }
-    (flat, total)
 }
 
 /// A Go program whose live heap comes from two named functions, profiled at every allocation.
@@ -143,7 +82,7 @@ fn go_heap_profile(dir: &Path) -> PathBuf {
 
 #[test]
 fn a_go_heap_profile_s_sites_are_go_tool_pprof_s_top_functions() {
-    if !have_go() {
+    if !require_tool("go", &["version"], "apt-get install golang-go") {
         return;
     }
     let dir = scratch("go");
@@ -190,7 +129,7 @@ fn a_go_heap_profile_s_sites_are_go_tool_pprof_s_top_functions() {
 
 #[test]
 fn jax_and_jemalloc_profiles_load_with_go_tool_pprof_s_totals() {
-    if !have_go() {
+    if !require_tool("go", &["version"], "apt-get install golang-go") {
         return;
     }
     for (file, index) in [

@@ -207,9 +207,10 @@ impl StackTable {
         };
         let mut out = vec![format!("at {}", show(site))];
         out.extend(
-            self.frames_of(id)
-                .skip_while(|f| !std::ptr::eq(*f, site))
+            self.from_site(id)
+                .iter()
                 .skip(1)
+                .filter_map(|&f| self.frame(f))
                 .filter(|f| f.line > 0)
                 .take(max_lines.saturating_sub(1))
                 .map(|f| format!("   {}", show(f))),

@@ -20,13 +20,13 @@ use allocview_loaders::Loaded;
 use allocview_loaders::analysis::profile_sites::ProfileMoment;
 use allocview_loaders::profile::HeapProfile;
 use anyhow::{Context as _, Result, bail};
-use polars::prelude::*;
 
 use crate::answers::compare::{CompareOptions, evaluate};
 use crate::answers::recorded_memory::samples_of;
 use crate::answers::sites::resolve_at;
 use crate::session::PolicyArgs;
-use crate::session::input::{require_events, sites_of};
+use crate::session::input::sites_of;
+use crate::session::policies::{events_and_threads, tids_of};
 
 /// The formats `export` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -102,8 +102,7 @@ pub fn export(path: &Path, loaded: &Loaded, query: &ExportQuery) -> Result<Expor
     if let Loaded::HeapProfile(p) = loaded {
         return export_profile(path, p, query);
     }
-    let ev = require_events(loaded, path, "export")?;
-    let view = allocview_loaders::trace_view(ev.events, path)?;
+    let (view, threads) = events_and_threads(loaded, path, "export")?;
     let name = path.file_name().map_or_else(
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
@@ -121,7 +120,6 @@ pub fn export(path: &Path, loaded: &Loaded, query: &ExportQuery) -> Result<Expor
             };
             let sites = sites_of(loaded).context("this input has no allocations")?;
             let at = resolve_at(&query.at, &view)?;
-            let threads = thread_column(ev.events);
             let m = moment::moment_at(loaded, &view, &sites, &threads, at, policy)?;
             let when = format!(
                 "event {} (t = {})",
@@ -135,7 +133,7 @@ pub fn export(path: &Path, loaded: &Loaded, query: &ExportQuery) -> Result<Expor
                 crate::format::bytes(live)
             );
             let bytes = if query.format == Format::Pprof {
-                let tids = thread_ids(ev.threads);
+                let tids = tids_of(loaded);
                 let input = pprof::PprofInput {
                     stacks: &sites.stacks,
                     thread_ids: &tids,
@@ -230,43 +228,4 @@ fn export_profile(path: &Path, p: &HeapProfile, query: &ExportQuery) -> Result<E
         ),
     };
     Ok(Exported { bytes, summary })
-}
-
-/// The events' thread indices (zeros where the table has none).
-fn thread_column(events: &DataFrame) -> Vec<u16> {
-    let Ok(col) = events.column("thread") else {
-        return Vec::new();
-    };
-    let Ok(col) = col.cast(&DataType::UInt16) else {
-        return Vec::new();
-    };
-    col.u16()
-        .map(|c| c.iter().map(|v| v.unwrap_or(0)).collect())
-        .unwrap_or_default()
-}
-
-/// The recorded thread id of each thread index.
-fn thread_ids(threads: &DataFrame) -> Vec<u64> {
-    let column = |name: &str| {
-        threads
-            .column(name)
-            .ok()
-            .and_then(|c| c.cast(&DataType::UInt64).ok())
-            .and_then(|c| c.u64().ok().map(|c| c.iter().collect::<Vec<_>>()))
-            .unwrap_or_default()
-    };
-    let mut ids = Vec::new();
-    for (index, tid) in column("thread").into_iter().zip(column("tid")) {
-        let (Some(index), Some(tid)) = (index, tid) else {
-            continue;
-        };
-        let index = usize::try_from(index).unwrap_or(usize::MAX).min(1 << 16);
-        if ids.len() <= index {
-            ids.resize(index + 1, 0);
-        }
-        if let Some(slot) = ids.get_mut(index) {
-            *slot = tid;
-        }
-    }
-    ids
 }

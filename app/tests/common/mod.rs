@@ -4,6 +4,7 @@
 // Each test binary uses some of these, none all of them.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -137,4 +138,66 @@ pub fn assert_pairing_clean(s: &allocview_loaders::LoadSummary) {
     );
     assert_eq!(s.timestamps_non_monotonic, 0, "times went backwards");
     assert!(s.truncated.is_none(), "{:?}", s.truncated);
+}
+
+/// Whether `tool` runs; a missing one skips the test, unless CI asks for every tool
+/// (`ALLOCVIEW_REQUIRE_TEST_INPUTS`, set by `.ci/run`, which installs them): then it fails.
+pub fn require_tool(tool: &str, args: &[&str], install: &str) -> bool {
+    let found = Command::new(tool)
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("ALLOCVIEW_REQUIRE_TEST_INPUTS").is_none(),
+            "a required test tool is missing: {tool} ({install})"
+        );
+        eprintln!("skipping: {tool} is missing ({install})");
+    }
+    found
+}
+
+/// `go tool pprof -top` of `profile` for `index`: bytes (flat) by function, and the total.
+pub fn pprof_top(profile: &Path, index: &str) -> (HashMap<String, u64>, u64) {
+    let out = Command::new("go")
+        .args([
+            "tool",
+            "pprof",
+            "-top",
+            "-unit=B",
+            "-nodefraction=0",
+            "-nodecount=100000",
+        ])
+        .arg(format!("-sample_index={index}"))
+        .arg(profile)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let total = text
+        .lines()
+        .find_map(|l| {
+            l.split(" of ")
+                .nth(1)?
+                .strip_suffix("B total")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no total in {text}"));
+    let mut flat = HashMap::new();
+    for line in text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1)
+    {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [f, _, _, _, _, name @ ..] = fields.as_slice() else {
+            continue;
+        };
+        let bytes: u64 = f.trim_end_matches('B').parse().unwrap();
+        if bytes > 0 {
+            *flat.entry(name.join(" ")).or_insert(0) += bytes;
+        }
+    }
+    (flat, total)
 }

@@ -239,17 +239,18 @@ pub fn dump_answer(d: &BfcDump) -> DumpAnswer<'_> {
 /// The `stats --json` object of a heap profile: its figures in all, and which it holds.
 #[derive(Serialize)]
 pub struct ProfileAnswer {
-    file: String,
-    format: &'static str,
-    profile_format: &'static str,
-    stacks: usize,
-    frames: usize,
-    live_bytes: Option<u64>,
-    live_objects: Option<u64>,
-    alloc_bytes: Option<u64>,
-    alloc_objects: Option<u64>,
-    peak_bytes: Option<u64>,
-    duration_ns: Option<u64>,
+    pub file: String,
+    pub format: &'static str,
+    pub profile_format: &'static str,
+    pub stacks: usize,
+    pub frames: usize,
+    pub live_bytes: Option<u64>,
+    pub live_objects: Option<u64>,
+    pub alloc_bytes: Option<u64>,
+    pub alloc_objects: Option<u64>,
+    pub peak_bytes: Option<u64>,
+    pub peak_objects: Option<u64>,
+    pub duration_ns: Option<u64>,
 }
 
 /// The figures of a heap profile (a figure it does not hold is `None`).
@@ -269,6 +270,7 @@ pub fn profile_answer(p: &allocview_loaders::profile::HeapProfile, file: String)
         alloc_bytes: p.has.alloc.then(|| sum(|s| s.alloc_bytes)),
         alloc_objects: p.has.alloc.then(|| sum(|s| s.alloc_objects)),
         peak_bytes: p.has.peak.then(|| sum(|s| s.peak_bytes)),
+        peak_objects: p.has.peak.then(|| sum(|s| s.peak_objects)),
         duration_ns: p.duration_ns,
     }
 }

@@ -90,50 +90,32 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     Ok(())
 }
 
-/// A heap profile's figures, and what reads it.
+/// A heap profile's figures (`stats --json`'s), and what reads it.
 fn print_profile(file: &str, p: &allocview_loaders::profile::HeapProfile) -> Result<()> {
-    use allocview_loaders::profile::{ProfileFormat, ProfileSample};
+    let a = crate::answers::stats::profile_answer(p, file.to_owned());
     outln!(
         "{file}: a {} heap profile (a moment, not a timeline) of {} stacks",
-        p.format.name(),
-        format::count(p.samples.len() as u64)
+        a.profile_format,
+        format::count(a.stacks as u64)
     );
-    let sum = |f: fn(&ProfileSample) -> u64| p.samples.iter().map(f).sum::<u64>();
-    let live = if p.format == ProfileFormat::Dhat {
+    let live = if p.format == allocview_loaders::profile::ProfileFormat::Dhat {
         "live at the end"
     } else {
         "in use"
     };
-    let lines: [(&str, bool, u64, u64); 3] = [
-        (
-            live,
-            p.has.live,
-            sum(|s| s.live_bytes),
-            sum(|s| s.live_objects),
-        ),
-        (
-            "allocated",
-            p.has.alloc,
-            sum(|s| s.alloc_bytes),
-            sum(|s| s.alloc_objects),
-        ),
-        (
-            "live at the peak",
-            p.has.peak,
-            sum(|s| s.peak_bytes),
-            sum(|s| s.peak_objects),
-        ),
+    let lines = [
+        (live, a.live_bytes, a.live_objects),
+        ("allocated", a.alloc_bytes, a.alloc_objects),
+        ("live at the peak", a.peak_bytes, a.peak_objects),
     ];
-    for (label, held, bytes, objects) in lines {
-        if held {
-            // A profile without object counts (jemalloc's has bytes only) says none.
-            let objects = if objects == 0 && bytes > 0 {
-                String::new()
-            } else {
-                format!(" in {} objects", format::count(objects))
-            };
-            outln!("  {label:<20}{:>14}{objects}", format::bytes(bytes));
-        }
+    for (label, bytes, objects) in lines {
+        let Some(bytes) = bytes else { continue };
+        // A profile without object counts (jemalloc's has bytes only) says none.
+        let objects = match objects {
+            Some(o) if o > 0 || bytes == 0 => format!(" in {} objects", format::count(o)),
+            _ => String::new(),
+        };
+        outln!("  {label:<20}{:>14}{objects}", format::bytes(bytes));
     }
     outln!("  read it with: allocview sites|flamegraph|diff|export {file}");
     Ok(())
