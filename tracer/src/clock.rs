@@ -300,7 +300,7 @@ pub(crate) unsafe extern "C" fn clock_main(arg: *mut c_void) -> *mut c_void {
         until_memory -= 1;
         if until_memory == 0 {
             until_memory = MEMORY_EVERY_PERIODS;
-            if STATE.load(Ordering::Acquire) == STATE_TRACING {
+            if STATE.load(Ordering::Acquire) == STATE_TRACING && !control::paused() {
                 write_memory_sample(now_ns());
             }
         }
@@ -312,6 +312,7 @@ pub(crate) unsafe extern "C" fn clock_main(arg: *mut c_void) -> *mut c_void {
             #[cfg(target_arch = "x86_64")]
             crate::inprocess::poll();
             if STATE.load(Ordering::Acquire) == STATE_TRACING {
+                control::poll();
                 let before_ns = now_ns();
                 flush_all(Wait::Block);
                 write_flush_mark(before_ns);

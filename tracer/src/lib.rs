@@ -315,6 +315,7 @@ macro_rules! real_fn {
 // The tracer's parts (after `real_fn!`, which some of them use).
 mod arena;
 mod clock;
+mod control;
 #[cfg(target_arch = "x86_64")]
 mod got;
 #[cfg(target_arch = "x86_64")]
@@ -418,6 +419,7 @@ unsafe fn initialise() -> bool {
     let stacks =
         !stacks.is_null() && unsafe { std::ffi::CStr::from_ptr(stacks) }.to_bytes() == b"1";
     STACKS.store(stacks && cfg!(target_arch = "x86_64"), Ordering::Relaxed);
+    control::init();
     // Before the limits start counting calls: the look-ups may allocate (dlerror's message).
     #[cfg(target_arch = "x86_64")]
     python::detect();

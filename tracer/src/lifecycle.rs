@@ -163,6 +163,11 @@ pub(crate) unsafe extern "C" fn after_fork_child() {
         let mine = unsafe { &*mine };
         start_stream(mine);
         t.start_at(mine);
+        if control::paused() {
+            // Recording is stopped (`control.rs`): the thread takes its stream up when it
+            // starts, like every other.
+            t.cursor.set(null_mut());
+        }
     }
     tick_clock();
     // SAFETY: a plain open of the child's own file.

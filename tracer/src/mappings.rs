@@ -30,7 +30,10 @@ const MAP_ANONYMOUS: c_int = 0x20;
 /// Writes one MAPPING frame, unless the calling thread runs the tracer (the allocator's call)
 /// or the tracer is not recording.
 fn note(call: u8, addr: u64, len: u64, new: (u64, u64), (flags, prot): (u32, u32)) {
-    if STATE.load(Ordering::Acquire) != STATE_TRACING || tls().is_some_and(|t| t.busy.get()) {
+    if STATE.load(Ordering::Acquire) != STATE_TRACING
+        || control::paused()
+        || tls().is_some_and(|t| t.busy.get())
+    {
         return;
     }
     let mut frame = [0u8; 1 + 4 + 8 + 1 + 32 + 8];

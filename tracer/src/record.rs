@@ -29,7 +29,11 @@ pub(crate) fn enter_slow(t: &ThreadState) -> Option<*mut u8> {
     if t.epoch.get() != EPOCH.load(Ordering::Acquire) {
         return new_run(t);
     }
-    if t.busy.get() || !t.buf.get().is_null() || STATE.load(Ordering::Acquire) != STATE_TRACING {
+    if t.busy.get()
+        || !t.buf.get().is_null()
+        || STATE.load(Ordering::Acquire) != STATE_TRACING
+        || control::paused()
+    {
         return None;
     }
     // Its first stream belongs to this run.
@@ -51,7 +55,7 @@ fn new_run(t: &ThreadState) -> Option<*mut u8> {
     }
     t.epoch.set(EPOCH.load(Ordering::Acquire));
     t.cursor.set(null_mut());
-    if STATE.load(Ordering::Acquire) != STATE_TRACING {
+    if STATE.load(Ordering::Acquire) != STATE_TRACING || control::paused() {
         return None;
     }
     let b = t.buf.get();
@@ -63,6 +67,11 @@ fn new_run(t: &ThreadState) -> Option<*mut u8> {
     }
     // SAFETY: the thread's own buffer, never unmapped.
     let b = unsafe { &*b };
+    // Recording resumed (`control.rs`): an event the thread finished after the stop's flush
+    // is still there, and goes out before the new stream starts.
+    let busy = Busy::new();
+    flush_own(b);
+    drop(busy);
     start_stream(b);
     t.start_at(b);
     Some(b.data())

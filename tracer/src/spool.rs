@@ -154,6 +154,11 @@ pub(crate) unsafe fn write_header(fd: c_int, pid: c_int) -> bool {
         // that moment no period has events without keys from two threads.
         w.put(b"\norder_keys=tsc");
     }
+    if crate::control::paused() {
+        // Started stopped (`record --paused`): blocks allocated before recording starts are
+        // freed in the trace without having been seen.
+        w.put(b"\nstarted_mid_run=1");
+    }
     w.put(b"\ntracer=allocview_tracer ");
     w.put(TRACER_VERSION.as_bytes());
     // The command line, one `arg=` line per argument (newlines inside become spaces).

@@ -60,6 +60,7 @@ unsafe extern "C" {
     pub(crate) fn writev(fd: c_int, iov: *const IoVec, count: c_int) -> isize;
     pub(crate) fn write(fd: c_int, buf: *const c_void, n: usize) -> isize;
     pub(crate) fn close(fd: c_int) -> c_int;
+    pub(crate) fn unlink(path: *const c_char) -> c_int;
     pub(crate) fn sysconf(name: c_int) -> std::ffi::c_long;
     pub(crate) fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int;
     pub(crate) fn getpid() -> c_int;
