@@ -97,6 +97,7 @@ pub fn into_trace(
         memory,
         memory_series,
         mappings: Vec::new(),
+        marks: Vec::new(),
     })
 }
 

@@ -366,22 +366,32 @@ pub enum LeakKind {
     Leak,
     /// Levelled off: held by the midpoint, no real growth since.
     Cache,
+    /// Every block the site holds at the end was allocated before recording last stopped
+    /// (`allocview ctl PID stop`): they may have been freed while it was stopped, unseen.
+    Unknown,
 }
 
 impl LeakKind {
-    /// `leak` or `cache`.
+    /// `leak`, `cache` or `unknown`.
     #[must_use]
     pub fn name(self) -> &'static str {
         match self {
             Self::Leak => "leak",
             Self::Cache => "cache",
+            Self::Unknown => "unknown",
         }
     }
 }
 
-/// Classifies a site live at the end from its growth samples (see [`LeakKind`]).
+/// Classifies a site live at the end from its growth samples (see [`LeakKind`]);
+/// `stopped_before` is the first event after recording last stopped, when it did.
 #[must_use]
-pub fn classify(row: &SiteRow, events: usize) -> LeakKind {
+pub fn classify(row: &SiteRow, events: usize, stopped_before: Option<usize>) -> LeakKind {
+    if let (Some(stop), Some(last)) = (stopped_before, row.last_alloc_event)
+        && last < stop
+    {
+        return LeakKind::Unknown;
+    }
     let end = row.growth.last().copied().unwrap_or(0);
     let mid = row.growth.get(GROWTH_POINTS / 2 - 1).copied().unwrap_or(0);
     let grew_late = end.saturating_sub(mid) > end / 10;
@@ -570,10 +580,18 @@ mod tests {
         let rows = by_site(&view, &sites, view.len() - 1, GroupBy::Stack);
         let kind = |name: &str| {
             let r = rows.iter().find(|r| r.name == name).unwrap();
-            classify(r, view.len())
+            classify(r, view.len(), None)
         };
         assert_eq!(kind("alpha"), LeakKind::Cache);
         assert_eq!(kind("beta"), LeakKind::Leak);
+        // Recording stopped after alpha's blocks and before beta's last: alpha's may have been
+        // freed unseen; beta still allocates after the stop.
+        let after_stop = |name: &str| {
+            let r = rows.iter().find(|r| r.name == name).unwrap();
+            classify(r, view.len(), Some(100))
+        };
+        assert_eq!(after_stop("alpha"), LeakKind::Unknown);
+        assert_eq!(after_stop("beta"), LeakKind::Leak);
     }
 
     #[test]

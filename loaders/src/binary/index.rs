@@ -324,6 +324,19 @@ pub fn read_mappings(path: &Path) -> Result<Vec<super::Mapping>, LoadError> {
     }
 }
 
+/// The marks of a trace ([`super::marks`]), read without its events: none in a trace without
+/// them.
+///
+/// # Errors
+/// When the file cannot be read, is not a trace, or its MARKS frame is damaged.
+pub fn read_marks(path: &Path) -> Result<Vec<super::Mark>, LoadError> {
+    match trailing_frame(path, super::marks::FRAME_MARKS)? {
+        Some((at, payload)) => super::marks::decode_frame(&payload)
+            .map_err(|why| corrupt(path, at, &format!("a MARKS frame: {why}"))),
+        None => Ok(Vec::new()),
+    }
+}
+
 /// The first frame tagged `tag` after the trace's last EVENTS block (where the tables that
 /// follow the events are) and before INDEX and END, with its offset: frame headers only are
 /// read on the way.

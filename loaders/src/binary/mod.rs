@@ -30,6 +30,9 @@
 //!   is there and says so).
 //! - `0x05` MODULES, `0x06` LOCATIONS, `0x07` STACKS, `0x08` SYMBOLS: the call stacks of a
 //!   trace recorded with stacks, after the last EVENTS frame (see `stacks.rs`).
+//! - `0x0a` MEMORY and `0x0b` MAPPINGS, the recorded program's own memory (`memory.rs`), and
+//!   `0x0c` MARKS, the run's marks (`marks.rs`), after the last EVENTS frame; a spool has one
+//!   frame per sample, call or mark instead (`0x14`, `0x15`, `0x16`).
 //! - `0x09` INDEX, just before END: the threads table and, per EVENTS block, its file
 //!   offset, event count and time span, ending in the index frame's own offset so it is found
 //!   from the end of the file (see `index.rs`). Files written before it existed have none and
@@ -111,6 +114,7 @@ pub mod codec;
 pub mod crafted;
 mod frames;
 mod index;
+pub mod marks;
 pub mod memory;
 mod spool;
 mod stacks;
@@ -122,7 +126,10 @@ mod verify;
 mod write;
 
 use frames::{Frames, read_header};
-pub use index::{BlockEntry, BlockIndex, read_index, read_index_frame, read_mappings, read_memory};
+pub use index::{
+    BlockEntry, BlockIndex, read_index, read_index_frame, read_mappings, read_marks, read_memory,
+};
+pub use marks::{Mark, MarkKind};
 pub use memory::{MapCall, Mapping, MemorySample};
 use spool::read_spool;
 pub use spool::{LivePoll, LiveSpool};
@@ -207,6 +214,8 @@ pub struct BinaryInfo {
     pub memory: Vec<MemorySample>,
     /// The mapping calls the recorded program made outside the allocator, in time order.
     pub mappings: Vec<Mapping>,
+    /// The run's marks ([`marks`]), in time order.
+    pub marks: Vec<Mark>,
 }
 
 impl BinaryInfo {
@@ -222,6 +231,7 @@ impl BinaryInfo {
             stacks: None,
             memory: Vec::new(),
             mappings: Vec::new(),
+            marks: Vec::new(),
         }
     }
 
@@ -398,6 +408,7 @@ pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
         memory: info.memory,
         memory_series: crate::events::RecordedSeries::ProcessResident,
         mappings: info.mappings,
+        marks: info.marks,
     })
 }
 

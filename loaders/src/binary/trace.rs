@@ -46,6 +46,7 @@ enum Parsed {
     Meta(Vec<(String, String)>),
     Memory(Vec<super::MemorySample>),
     Mappings(Vec<super::Mapping>),
+    Marks(Vec<super::Mark>),
     Threads(Vec<u64>),
     /// The block's records are in [`Reader::decoded`].
     Events,
@@ -160,6 +161,7 @@ impl<'a> Reader<'a> {
             super::memory::FRAME_MAPPINGS => {
                 Ok(Parsed::Mappings(super::memory::decode_mappings(payload)?))
             }
+            super::marks::FRAME_MARKS => Ok(Parsed::Marks(super::marks::decode_frame(payload)?)),
             _ => Ok(Parsed::Unknown),
         }
     }
@@ -229,6 +231,7 @@ impl<'a> Reader<'a> {
                         | super::FRAME_INDEX
                         | super::memory::FRAME_MEMORY
                         | super::memory::FRAME_MAPPINGS
+                        | super::marks::FRAME_MARKS
                 )
             })
     }
@@ -470,6 +473,7 @@ fn read_frames(
             Parsed::Meta(meta) => info.meta.extend(meta),
             Parsed::Memory(samples) => info.memory.extend(samples),
             Parsed::Mappings(calls) => info.mappings.extend(calls),
+            Parsed::Marks(marks) => info.marks.extend(marks),
             Parsed::Threads(ids) => r.threads.extend(ids),
             Parsed::Events => {
                 if let Some(first) = r.decoded.first() {
@@ -758,6 +762,7 @@ fn frame_name(tag: u8) -> String {
         FRAME_SYMBOLS => "a SYMBOLS".into(),
         super::memory::FRAME_MEMORY => "a MEMORY".into(),
         super::memory::FRAME_MAPPINGS => "a MAPPINGS".into(),
+        super::marks::FRAME_MARKS => "a MARKS".into(),
         super::FRAME_INDEX => "the INDEX".into(),
         other => format!("a 0x{other:02x}"),
     }

@@ -250,6 +250,21 @@ impl<W: Write> BinaryWriter<W> {
         )
     }
 
+    /// Writes the run's marks (a MARKS frame, [`super::marks`]); nothing when there are none.
+    ///
+    /// # Errors
+    /// On write errors.
+    pub fn write_marks(&mut self, marks: &[super::Mark]) -> io::Result<()> {
+        if marks.is_empty() {
+            return Ok(());
+        }
+        self.flush_block()?;
+        self.frame(
+            super::marks::FRAME_MARKS,
+            &[&super::marks::encode_frame(marks)],
+        )
+    }
+
     /// Writes the last block and the END frame, and returns the output.
     ///
     /// # Errors

@@ -283,6 +283,9 @@ pub struct MallocTrace {
     /// The mapping calls the recorded program made outside the allocator (a trace made by
     /// `record`).
     pub mappings: Vec<crate::binary::Mapping>,
+    /// The run's marks: named moments, and where recording stopped and started (a trace
+    /// made by `record`, see [`crate::binary::marks`]).
+    pub marks: Vec<crate::binary::Mark>,
 }
 
 /// Multiplicative hashing for pointer keys: pointers are already well spread in their middle

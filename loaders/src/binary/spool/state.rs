@@ -31,6 +31,8 @@ pub(super) struct SpoolState<'a> {
     memory: Vec<(u64, u64, u64)>,
     /// The program's mapping calls as read, with their ticks.
     mappings: Vec<(u64, crate::binary::Mapping)>,
+    /// The run's marks as read: `(tick, kind, name)`.
+    marks: Vec<(u64, crate::binary::MarkKind, String)>,
     merge: Merge,
 }
 
@@ -48,6 +50,7 @@ impl<'a> SpoolState<'a> {
             flushed: [None, None],
             memory: Vec::new(),
             mappings: Vec::new(),
+            marks: Vec::new(),
             merge: Merge::new(),
         }
     }
@@ -106,6 +109,11 @@ impl<'a> SpoolState<'a> {
                 let call = crate::binary::memory::decode_spool_mapping(&payload)
                     .ok_or_else(|| corrupt(&self.path, at, "a mapping call"))?;
                 self.mappings.push(call);
+            }
+            crate::binary::marks::FRAME_MARK => {
+                let mark = crate::binary::marks::decode_spool_mark(&payload)
+                    .ok_or_else(|| corrupt(&self.path, at, "a mark"))?;
+                self.marks.push(mark);
             }
             _ => {}
         }
@@ -293,6 +301,20 @@ impl<'a> SpoolState<'a> {
             // Stable: calls of one time keep the order they were written in.
             calls.sort_by_key(|m| m.t_ns);
             self.info.mappings = calls;
+        }
+        if !self.marks.is_empty() {
+            let timing = self.timing()?;
+            let mut marks: Vec<crate::binary::Mark> = self
+                .marks
+                .drain(..)
+                .map(|(tick, kind, name)| crate::binary::Mark {
+                    t_ns: timing.to_ns(tick),
+                    kind,
+                    name,
+                })
+                .collect();
+            marks.sort_by_key(|m| m.t_ns);
+            self.info.marks = marks;
         }
         if self.encoding()? == SpoolEncoding::Stacked {
             let defs = self

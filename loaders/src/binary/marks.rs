@@ -1,0 +1,215 @@
+//! Marks: named moments a user put into a run (`allocview ctl PID mark NAME`), and the moments
+//! recording stopped and started again (`ctl PID stop|start`, `record --paused`); the
+//! tracer's `control.rs` writes them.
+//!
+//! In a spool, each mark is a frame (`0x16 MARK`: the clock's tick u64, the kind u8, then the
+//! name in UTF-8), timed as the events. In a trace, all are one frame (`0x0c MARKS`, after the
+//! last EVENTS frame): varint n, then per mark its time in nanoseconds as a zigzag varint of
+//! the difference from the previous mark's (the first from 0), the kind u8, the name's length
+//! as a varint and the name.
+//!
+//! Kinds: 0 a user's mark, 1 recording stopped, 2 recording started. Between a stop and the
+//! next start the trace holds nothing: a block allocated before a stop whose free was not
+//! recorded may have been freed while recording was stopped ([`Mark::recording_stops`]).
+
+use super::codec::{Cursor, put_varint, zigzag};
+
+/// A trace's MARKS frame.
+pub(crate) const FRAME_MARKS: u8 = 0x0c;
+/// A spool's MARK frame (one mark).
+pub(crate) const FRAME_MARK: u8 = 0x16;
+/// The longest name a mark may have (the tracer cuts longer ones).
+const MAX_NAME_BYTES: u64 = 4096;
+
+/// What a mark says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkKind {
+    /// A user's named moment.
+    User,
+    /// Recording stopped here.
+    Stopped,
+    /// Recording started (again) here.
+    Started,
+}
+
+impl MarkKind {
+    fn code(self) -> u8 {
+        match self {
+            Self::User => 0,
+            Self::Stopped => 1,
+            Self::Started => 2,
+        }
+    }
+
+    fn of(code: u8) -> Option<Self> {
+        Some(match code {
+            0 => Self::User,
+            1 => Self::Stopped,
+            2 => Self::Started,
+            _ => return None,
+        })
+    }
+
+    /// How the kind reads in a table.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::User => "mark",
+            Self::Stopped => "recording stopped",
+            Self::Started => "recording started",
+        }
+    }
+}
+
+/// One mark of a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mark {
+    /// On the events' time axis.
+    pub t_ns: i64,
+    pub kind: MarkKind,
+    /// The user's name for it (empty for a stop or a start).
+    pub name: String,
+}
+
+impl Mark {
+    /// What a timeline shows for it: the name, or the kind for a stop or a start.
+    #[must_use]
+    pub fn label(&self) -> &str {
+        match self.kind {
+            MarkKind::User => &self.name,
+            kind => kind.label(),
+        }
+    }
+
+    /// The times at which recording stopped and was not started again before the end, or
+    /// was started later: each `(stopped_ns, started_ns)` (`None`: never started again).
+    #[must_use]
+    pub fn recording_stops(marks: &[Mark]) -> Vec<(i64, Option<i64>)> {
+        let mut out: Vec<(i64, Option<i64>)> = Vec::new();
+        for m in marks {
+            match m.kind {
+                MarkKind::Stopped => out.push((m.t_ns, None)),
+                MarkKind::Started => {
+                    if let Some(last) = out.last_mut().filter(|(_, start)| start.is_none()) {
+                        last.1 = Some(m.t_ns);
+                    }
+                }
+                MarkKind::User => {}
+            }
+        }
+        out
+    }
+}
+
+/// A trace's MARKS frame's payload.
+#[must_use]
+pub fn encode_frame(marks: &[Mark]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + marks.len() * 16);
+    put_varint(&mut out, marks.len() as u64);
+    let mut prev = 0i64;
+    for m in marks {
+        put_varint(&mut out, zigzag(m.t_ns.wrapping_sub(prev)));
+        out.push(m.kind.code());
+        put_varint(&mut out, m.name.len() as u64);
+        out.extend_from_slice(m.name.as_bytes());
+        prev = m.t_ns;
+    }
+    out
+}
+
+/// Reads a trace's MARKS frame; a count larger than the payload can hold (three bytes a mark
+/// at least) is damage, refused before anything is allocated by it.
+///
+/// # Errors
+/// A cut or damaged frame, in words.
+pub(crate) fn decode_frame(payload: &[u8]) -> Result<Vec<Mark>, String> {
+    let mut c = Cursor::new(payload);
+    let n = c.varint().ok_or("a cut mark count")?;
+    if n.saturating_mul(3) > payload.len() as u64 {
+        return Err(format!("{n} marks in a {}-byte frame", payload.len()));
+    }
+    let mut out = Vec::with_capacity(n as usize);
+    let mut t = 0i64;
+    for i in 0..n {
+        let dt = c.zigzag().ok_or("a cut mark")?;
+        let kind = c
+            .u8()
+            .and_then(MarkKind::of)
+            .ok_or_else(|| format!("mark {i} is of no known kind"))?;
+        let len = c.varint().ok_or("a cut mark")?;
+        if len > MAX_NAME_BYTES {
+            return Err(format!("mark {i} has a {len}-byte name"));
+        }
+        let name = c.take(len as usize).ok_or("a cut mark name")?;
+        let name = std::str::from_utf8(name)
+            .map_err(|_| format!("mark {i}'s name is not UTF-8"))?
+            .to_owned();
+        t = t.wrapping_add(dt);
+        out.push(Mark {
+            t_ns: t,
+            kind,
+            name,
+        });
+    }
+    if !c.at_end() {
+        return Err("bytes after the marks".into());
+    }
+    Ok(out)
+}
+
+/// Reads a spool's MARK frame: `(tick, kind, name)`; a name that is not UTF-8 is read with
+/// replacement characters (the tracer cuts names at a character boundary).
+pub(crate) fn decode_spool_mark(payload: &[u8]) -> Option<(u64, MarkKind, String)> {
+    let mut c = Cursor::new(payload);
+    let tick = c.u64()?;
+    let kind = MarkKind::of(c.u8()?)?;
+    let name = String::from_utf8_lossy(payload.get(9..)?).into_owned();
+    Some((tick, kind, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mark(t_ns: i64, kind: MarkKind, name: &str) -> Mark {
+        Mark {
+            t_ns,
+            kind,
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn marks_survive_the_trace_frame() {
+        let marks = vec![
+            mark(5_000, MarkKind::Started, ""),
+            mark(9_000, MarkKind::User, "epoch 2 ✓"),
+            mark(12_000, MarkKind::Stopped, ""),
+        ];
+        assert_eq!(decode_frame(&encode_frame(&marks)).unwrap(), marks);
+    }
+
+    #[test]
+    fn a_damaged_frame_is_refused_in_words() {
+        let mut bytes = encode_frame(&[mark(1, MarkKind::User, "a")]);
+        bytes[2] = 9; // the kind
+        assert!(decode_frame(&bytes).unwrap_err().contains("no known kind"));
+        // A count the payload cannot hold allocates nothing.
+        let mut huge = Vec::new();
+        put_varint(&mut huge, u64::MAX / 4);
+        assert!(decode_frame(&huge).unwrap_err().contains("marks in a"));
+        let cut = &encode_frame(&[mark(1, MarkKind::User, "abc")])[..5];
+        assert!(decode_frame(cut).is_err());
+    }
+
+    #[test]
+    fn stops_pair_with_the_next_start() {
+        let marks = vec![
+            mark(1, MarkKind::Stopped, ""),
+            mark(2, MarkKind::User, "x"),
+            mark(3, MarkKind::Started, ""),
+            mark(4, MarkKind::Stopped, ""),
+        ];
+        assert_eq!(Mark::recording_stops(&marks), vec![(1, Some(3)), (4, None)]);
+    }
+}
