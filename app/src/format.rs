@@ -58,6 +58,10 @@ pub fn count(n: u64) -> String {
 /// Seconds with a unit that keeps three significant figures: `812 ns`, `1.25 ms`, `12.3 s`.
 #[must_use]
 pub fn seconds(s: f64) -> String {
+    if s < 0.0 {
+        // A moment before the reference (a mark put before the first recorded event).
+        return format!("-{}", seconds(-s));
+    }
     if s < 1e-6 {
         format!("{:.0} ns", s * 1e9)
     } else if s < 1e-3 {
@@ -151,6 +155,7 @@ mod tests {
         assert_eq!(count(999), "999");
         assert_eq!(count(1_145_773), "1,145,773");
         assert_eq!(seconds(0.00125), "1.2 ms");
+        assert_eq!(seconds(-0.0093), "-9.3 ms");
         assert_eq!(class_range(1), "1");
         assert_eq!(class_range(3), "4 B..7 B");
     }

@@ -56,6 +56,8 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// Run a command under the malloc tracer and write its trace (one file per process).
     Record(cmd::record::RecordArgs),
+    /// Start or stop recording in a process `record` runs, or put a named mark in its trace.
+    Ctl(cmd::ctl::CtlArgs),
     /// Convert a trace between the text form and allocview's binary form, losslessly, or write
     /// an input's tables as Parquet (`OUT.parquet`).
     Convert(cmd::convert::ConvertArgs),
@@ -103,6 +105,7 @@ fn main() -> ExitCode {
             Ok(code) if code != 0 => return ExitCode::from(code),
             other => other.map(|_| ()),
         },
+        (Some(Command::Ctl(args)), _) => cmd::ctl::run(&args),
         (Some(Command::Convert(args)), _) => cmd::convert::run(&args),
         (Some(Command::Spill(args)), _) => cmd::spill::run(&args),
         (Some(Command::Splice(args)), _) => cmd::splice::run(&args),

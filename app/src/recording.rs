@@ -106,8 +106,7 @@ pub fn spool_to_trace(spool: &Path, out: &Path, program: &str) -> Result<Recordi
         TimeBase::default(),
         &[],
         &mut |writer: &mut RecordWriter, info: BinaryInfo| -> Result<()> {
-            writer.write_memory(&info.memory)?;
-            writer.write_mappings(&info.mappings)?;
+            writer.write_run_tables(&info)?;
             if let Some(mut stacks) = info.stacks {
                 symbolizer.symbolize_stacks(&mut stacks);
                 writer.write_stacks(&stacks)?;

@@ -25,6 +25,8 @@ pub const DIM: Rgb = Rgb(0x80, 0x80, 0x80);
 pub const SELECTED: Rgb = Rgb(0x00, 0xe0, 0xff);
 /// Annotated phases (a PyTorch snapshot's `external_annotations`) on the timeline.
 pub const PHASE: Rgb = Rgb(0x40, 0xb0, 0xa0);
+/// A run's marks (`allocview ctl PID mark NAME`, where recording stopped and started).
+pub const MARK: Rgb = Rgb(0xff, 0x9f, 0x1c);
 
 /// One colour per policy, in registry order (index 1..); index 0 is live bytes.
 /// The recorded program's own resident memory: a measurement, drawn apart from the models.

@@ -173,10 +173,7 @@ impl RecordWriter {
     ///
     /// # Errors
     /// On write errors.
-    pub fn write_memory(
-        &mut self,
-        samples: &[allocview_loaders::binary::MemorySample],
-    ) -> Result<()> {
+    fn write_memory(&mut self, samples: &[allocview_loaders::binary::MemorySample]) -> Result<()> {
         match &mut self.sink {
             Sink::Binary(w) => w
                 .write_memory(samples)
@@ -201,7 +198,7 @@ impl RecordWriter {
     ///
     /// # Errors
     /// On write errors.
-    pub fn write_mappings(&mut self, calls: &[allocview_loaders::binary::Mapping]) -> Result<()> {
+    fn write_mappings(&mut self, calls: &[allocview_loaders::binary::Mapping]) -> Result<()> {
         match &mut self.sink {
             Sink::Binary(w) => w
                 .write_mappings(calls)
@@ -218,6 +215,41 @@ impl RecordWriter {
                 Ok(())
             }
         }
+    }
+
+    /// Writes the run's marks (binary form; the text form has none, and says what is left
+    /// out).
+    ///
+    /// # Errors
+    /// On write errors.
+    fn write_marks(&mut self, marks: &[allocview_loaders::binary::Mark]) -> Result<()> {
+        match &mut self.sink {
+            Sink::Binary(w) => w
+                .write_marks(marks)
+                .with_context(|| format!("cannot write {}", self.path.display())),
+            Sink::Text(_) => {
+                if !marks.is_empty() {
+                    eprintln!(
+                        "note: the text form has no marks: the run's {} marks (named moments, \
+                         and where recording stopped and started) are left out of {}",
+                        crate::format::count(marks.len() as u64),
+                        self.path.display()
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes what a recording keeps beside its events (call after the last record): the
+    /// program's memory samples, its mapping calls and the run's marks.
+    ///
+    /// # Errors
+    /// On write errors.
+    pub fn write_run_tables(&mut self, info: &allocview_loaders::binary::BinaryInfo) -> Result<()> {
+        self.write_memory(&info.memory)?;
+        self.write_mappings(&info.mappings)?;
+        self.write_marks(&info.marks)
     }
 
     /// Writes the call stacks the records' stack ids refer to (call after the last record):

@@ -13,6 +13,7 @@
 //! - [`tune`]: `tune`, the settings of an allocator family that fit a limit, found by a search.
 
 pub mod compare;
+pub mod marks;
 pub mod predict;
 pub mod recorded_memory;
 pub mod report;

@@ -15,6 +15,7 @@ macro_rules! outln {
 pub mod bench;
 pub mod compare;
 pub mod convert;
+pub mod ctl;
 pub mod diff;
 pub mod export;
 pub mod plan;

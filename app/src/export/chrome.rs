@@ -1,8 +1,9 @@
 //! Chrome's Trace Event JSON, as Perfetto's UI and `chrome://tracing` open it: per policy a
 //! process of its own with two counter tracks (`bytes`: live, allocated, footprint;
 //! `fragmentation`: of the footprint, and external), instants at its peak footprint and first
-//! OOM; the recorded program's resident memory where the trace has it; a PyTorch snapshot's
-//! annotations as slices. Built from the bucketed series `compare` draws (a few thousand
+//! OOM; the recorded program's resident memory where the trace has it, and the run's marks
+//! (`allocview ctl PID mark NAME`, where recording stopped and started) as global instants; a
+//! PyTorch snapshot's annotations as slices. Built from the bucketed series `compare` draws (a few thousand
 //! points a policy whatever the input's length), never an event per allocation. Times are
 //! microseconds from the input's first event.
 
@@ -63,6 +64,13 @@ pub fn write(
             "pid": RECORDED_PID, "tid": 0,
             "args": {"resident": s.resident_bytes, "anonymous": s.anon_bytes},
         }));
+    }
+    for m in crate::answers::marks::marks_of(loaded) {
+        // Global scope: Perfetto draws a line across every track at the mark.
+        events.push(
+            json!({"name": m.label(), "ph": "i", "s": "g", "ts": us(m.t_ns),
+                           "pid": RECORDED_PID, "tid": 0, "cat": "mark"}),
+        );
     }
     if let Loaded::PytorchSnapshot(s) = loaded {
         annotations(&s.annotations, &mut events)?;

@@ -1,8 +1,8 @@
-//! The desktop explorer's timeline: every run's series, the cursor, phase boundaries and
-//! OOMs, with a hover that gives each series' value at the pointer's time.
+//! The desktop explorer's timeline: every run's series, the cursor, phase boundaries, the
+//! run's marks and OOMs, with a hover that gives each series' value at the pointer's time.
 
 use eframe::egui;
-use egui_plot::{Legend, Line, Plot, PlotPoints, VLine};
+use egui_plot::{Legend, Line, Plot, PlotPoint, PlotPoints, Text, VLine};
 
 use super::{GuiApp, col};
 use crate::format;
@@ -22,6 +22,8 @@ impl GuiApp {
         let mut hover_series: Vec<(String, Vec<[f64; 2]>)> = Vec::new();
         let mut cursor_s = None;
         let mut phases_s: Vec<f64> = Vec::new();
+        let mut marks_s: Vec<(f64, String)> = Vec::new();
+        let mut y_top = 0.0f64;
         for (k, (run, vm)) in self.runs.iter().zip(vms).enumerate() {
             let Some(t) = &vm.timeline else { continue };
             let span_s = run
@@ -59,6 +61,12 @@ impl GuiApp {
                     ));
                 }
                 cursor_s = t.cursor_x.map(|x| x * span_s);
+                marks_s = t
+                    .marks
+                    .iter()
+                    .map(|(x, n)| (x * span_s, n.clone()))
+                    .collect();
+                y_top = t.y_max_bytes;
                 phases_s = t
                     .phases
                     .iter()
@@ -90,6 +98,14 @@ impl GuiApp {
                         VLine::new("phase boundaries", x)
                             .color(col(theme::PHASE))
                             .style(egui_plot::LineStyle::dashed_loose()),
+                    );
+                }
+                for (x, name) in &marks_s {
+                    p.vline(VLine::new("marks", *x).color(col(theme::MARK)).width(1.2));
+                    p.text(
+                        Text::new("marks", PlotPoint::new(*x, y_top), name.as_str())
+                            .color(col(theme::MARK))
+                            .anchor(egui::Align2::LEFT_TOP),
                     );
                 }
                 if let Some(x) = cursor_s {

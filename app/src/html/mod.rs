@@ -132,6 +132,9 @@ pub struct Timeline {
     pub recorded: Option<Recorded>,
     /// OOMs: `(line index, t_s)`, the first few of each line.
     pub ooms: Vec<(usize, f64)>,
+    /// The run's marks (`allocview ctl PID mark NAME`, where recording stopped and started):
+    /// `(t_s, label)`.
+    pub marks: Vec<(f64, String)>,
 }
 
 /// A policy's footprint over time.
@@ -184,6 +187,7 @@ pub struct Palette {
     pub selected: String,
     pub fragmentation: String,
     pub phase: String,
+    pub mark: String,
     pub cursor: String,
     /// Size classes 0..65 (a live block's colour in a heap map).
     pub classes: Vec<String>,
@@ -208,6 +212,7 @@ impl Palette {
             selected: css(theme::SELECTED),
             fragmentation: css(theme::FRAGMENTATION),
             phase: css(theme::PHASE),
+            mark: css(theme::MARK),
             cursor: css(theme::CURSOR),
             classes: (0u8..65).map(|c| css(theme::class(c))).collect(),
             heat: (0..=16)

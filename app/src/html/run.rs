@@ -122,7 +122,16 @@ fn timeline(
     let t0 = view.t_ns.first().copied().unwrap_or(0);
     let mut t = timeline_of(t0, replays, real);
     t.recorded = recorded(loaded, t0, t.t_s.len().max(1));
+    t.marks = marks(crate::answers::marks::marks_of(loaded), t0);
     t
+}
+
+/// The run's marks, times from `t0_ns`.
+fn marks(marks: &[allocview_loaders::binary::Mark], t0_ns: i64) -> Vec<(f64, String)> {
+    marks
+        .iter()
+        .map(|m| (round6((m.t_ns - t0_ns) as f64 / 1e9), m.label().to_owned()))
+        .collect()
 }
 
 /// The timeline of `replays` and `real` rows, times from `t0_ns`, without recorded memory.
@@ -291,6 +300,7 @@ pub struct StreamedInput<'a> {
 pub fn build_streamed_run(input: &StreamedInput<'_>) -> Run {
     let t0 = input.t0_ns;
     let mut timeline = timeline_of(t0, input.replays, &[]);
+    timeline.marks = marks(&crate::answers::marks::marks_in_file(input.path), t0);
     if let Some(&(_, r)) = input.replays.first()
         && timeline.live_bytes.is_empty()
     {

@@ -380,11 +380,27 @@ impl AppState {
         v.t_ns.partition_point(|&t| (t as f64) < target)
     }
 
-    /// Events the marks (`n`/`N`) stop at: OOMs of the selected policy, its peak footprint and
-    /// peak live events, and the local maxima of live bytes across the visible buckets.
+    /// The first event at or after each of the run's marks (`allocview ctl PID mark NAME`,
+    /// where recording stopped and started), with the mark.
+    #[must_use]
+    pub fn run_marks(&self) -> Vec<(usize, &allocview_loaders::binary::Mark)> {
+        let Some(data) = &self.data else {
+            return Vec::new();
+        };
+        let v = data.view();
+        data.marks
+            .iter()
+            .map(|m| (v.t_ns.partition_point(|&t| t < m.t_ns), m))
+            .filter(|&(e, _)| e < v.len())
+            .collect()
+    }
+
+    /// Events the marks (`n`/`N`) stop at: the run's marks, OOMs of the selected policy, its
+    /// peak footprint and peak live events, and the local maxima of live bytes across the
+    /// visible buckets.
     #[must_use]
     pub fn marks(&self) -> Vec<usize> {
-        let mut marks = Vec::new();
+        let mut marks: Vec<usize> = self.run_marks().into_iter().map(|(e, _)| e).collect();
         if let Some(r) = self.selected_replay() {
             marks.extend(r.ooms.iter().map(|o| o.event));
             marks.extend(r.summary.peak_footprint_event);

@@ -55,6 +55,8 @@ pub struct TraceData {
     pub scan: Option<Arc<super::scan::Scan>>,
     /// The recorded program's resident memory over time (a trace made by `record`).
     pub memory: Vec<allocview_loaders::binary::MemorySample>,
+    /// The run's marks (a trace made by `record`), in time order.
+    pub marks: Vec<allocview_loaders::binary::Mark>,
 }
 
 /// A window of a trace, as its events `start..end` of `trace_events`.
@@ -238,6 +240,7 @@ struct Contents {
     snapshot: Option<SnapshotData>,
     site_stacks: Option<allocview_loaders::sites::StackTable>,
     memory: Vec<allocview_loaders::binary::MemorySample>,
+    marks: Vec<allocview_loaders::binary::Mark>,
 }
 
 impl Contents {
@@ -269,6 +272,7 @@ impl Contents {
             snapshot: None,
             site_stacks,
             memory: Vec::new(),
+            marks: Vec::new(),
         };
         Ok(match loaded {
             Loaded::MallocTrace(t) => Self {
@@ -277,6 +281,7 @@ impl Contents {
                 threads: t.threads,
                 load_seconds: t.load_seconds,
                 memory: t.memory,
+                marks: t.marks,
                 ..none
             },
             Loaded::PytorchSnapshot(s) => {
@@ -436,6 +441,7 @@ impl TraceData {
             snapshot,
             site_stacks,
             memory,
+            marks,
         } = Contents::of(loaded)?;
         let num_allocs = if events.height() == 0 {
             0
@@ -463,6 +469,7 @@ impl TraceData {
             scan: None,
             part,
             memory,
+            marks,
         })
     }
 
@@ -482,6 +489,10 @@ impl TraceData {
         // the part's time span.
         let memory = allocview_loaders::binary::read_memory(path).unwrap_or_else(|e| {
             warnings.push(format!("{e}: the program's memory samples are left out"));
+            Vec::new()
+        });
+        let marks = allocview_loaders::binary::read_marks(path).unwrap_or_else(|e| {
+            warnings.push(format!("{e}: the run's marks are left out"));
             Vec::new()
         });
         // The whole trace is read once in the background (resume points and an overview),
@@ -515,6 +526,7 @@ impl TraceData {
             lifetimes: std::sync::OnceLock::new(),
             scan: Some(scan),
             memory,
+            marks,
         })
     }
 

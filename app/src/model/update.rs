@@ -229,9 +229,9 @@ fn jump_to_mark(state: &mut AppState, forward: bool) {
         None => {
             state.message = Some(
                 if forward {
-                    "no later peak or OOM"
+                    "no later mark, peak or OOM"
                 } else {
-                    "no earlier peak or OOM"
+                    "no earlier mark, peak or OOM"
                 }
                 .to_owned(),
             );
@@ -408,6 +408,12 @@ fn peak_live_event(state: &AppState) -> usize {
 /// What the mark at `event` is, for the message line: an OOM, a peak of the selected policy,
 /// or a local peak of live bytes.
 fn describe_mark(state: &AppState, event: usize) -> String {
+    if let Some((_, m)) = state.run_marks().into_iter().find(|&(e, _)| e == event) {
+        return match m.kind {
+            allocview_loaders::binary::MarkKind::User => format!("mark \"{}\"", m.name),
+            kind => kind.label().to_owned(),
+        };
+    }
     let Some(r) = state.selected_replay() else {
         return String::new();
     };

@@ -69,6 +69,11 @@ fn load_streamed_window(path: &Path, args: &InputArgs) -> Result<Loaded> {
         memory: Vec::new(),
         memory_series: allocview_loaders::RecordedSeries::ProcessResident,
         mappings: Vec::new(),
+        // A few bytes at the end of the file: a window is shown with the run's marks.
+        marks: allocview_loaders::binary::read_marks(path).unwrap_or_else(|e| {
+            eprintln!("warning: {e}: the run's marks are left out");
+            Vec::new()
+        }),
     }))
 }
 

@@ -1,5 +1,5 @@
-//! The terminal timeline: every run's series, fragmentation, OOMs, phases and the cursor in
-//! a chart, the legend in its title, and the whole trace's strip in its bottom border.
+//! The terminal timeline: every run's series, fragmentation, OOMs, phases, marks and the cursor
+//! in a chart, the legend in its title, and the whole trace's strip in its bottom border.
 
 use ratatui::Frame;
 use ratatui::layout::{Alignment, Rect};
@@ -21,6 +21,8 @@ struct Marks {
     cursor: Vec<(f64, f64)>,
     ooms: Vec<(f64, f64)>,
     phases: Vec<(f64, f64)>,
+    /// The run's marks as verticals.
+    marks: Vec<(f64, f64)>,
 }
 
 impl Marks {
@@ -45,12 +47,18 @@ impl Marks {
             .filter(|x| (0.0..=1.0).contains(x))
             .flat_map(|x| (0..=20).map(move |i| (x, y_max * f64::from(i) / 20.0)))
             .collect();
+        let marks = t
+            .marks
+            .iter()
+            .flat_map(|&(x, _)| (0..=40).map(move |i| (x, y_max * f64::from(i) / 40.0)))
+            .collect();
         Self {
             y_max,
             fragmentation,
             cursor,
             ooms,
             phases,
+            marks,
         }
     }
 }
@@ -124,6 +132,15 @@ fn datasets<'a>(t: &'a TimelineVm, m: &'a Marks) -> Vec<Dataset<'a>> {
                 .data(&line.points),
         );
     }
+    if !m.marks.is_empty() {
+        datasets.push(
+            Dataset::default()
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Scatter)
+                .style(Style::new().fg(c(theme::MARK)))
+                .data(&m.marks),
+        );
+    }
     if !m.ooms.is_empty() {
         datasets.push(
             Dataset::default()
@@ -161,6 +178,10 @@ fn legend(t: &TimelineVm) -> Vec<Span<'static>> {
         title.push(Span::styled("• ", Style::new().fg(c(theme::OOM))));
         title.push(Span::raw("OOM "));
     }
+    if !t.marks.is_empty() {
+        title.push(Span::styled("│ ", Style::new().fg(c(theme::MARK))));
+        title.push(Span::raw(format!("{} ", marks_label(&t.marks))));
+    }
     if let Some((_, _, name)) = t.phases.first() {
         title.push(Span::styled("┆ ", Style::new().fg(c(theme::PHASE))));
         title.push(Span::raw(format!(
@@ -176,6 +197,18 @@ fn legend(t: &TimelineVm) -> Vec<Span<'static>> {
         )));
     }
     title
+}
+
+/// The marks in view, by name in time order (`recording stopped` and `started` too), at most
+/// three named and the rest counted, so that the legend keeps its room for the lines.
+fn marks_label(marks: &[(f64, String)]) -> String {
+    let named: Vec<&str> = marks.iter().take(3).map(|(_, n)| n.as_str()).collect();
+    let rest = marks.len().saturating_sub(named.len());
+    let mut label = format!("marks: {}", named.join(", "));
+    if rest > 0 {
+        label.push_str(&format!(" and {rest} more"));
+    }
+    label
 }
 
 /// The whole trace's strip (the part shown in reverse) and its label, for the timeline's

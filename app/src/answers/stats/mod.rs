@@ -36,6 +36,9 @@ pub struct TraceAnswer<'a> {
     /// The recorded program's own resident memory (a trace made by `record`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recorded_memory: Option<crate::answers::recorded_memory::RecordedMemory>,
+    /// The run's marks: named moments, and where recording stopped and started.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub marks: Vec<crate::answers::marks::MarkAnswer>,
 }
 
 /// The `tf` object of `stats --json` for a memory log.
@@ -147,6 +150,10 @@ pub fn json(loaded: &Loaded, path: &Path) -> Result<Value> {
                 view.t_ns
                     .get(usize::try_from(stats.peak_live_event).unwrap_or(usize::MAX))
                     .copied(),
+            ),
+            marks: crate::answers::marks::answers(
+                crate::answers::marks::marks_of(loaded),
+                view.t_ns.first().copied().unwrap_or(0),
             ),
         };
         return Ok(serde_json::to_value(answer)?);

@@ -181,8 +181,7 @@ pub fn convert(input: &Path, output: &Path, to: Form, lenient: bool) -> Result<u
     let mut sink = RecordWriter::create(output, to, &meta, &[input])?;
     let info = read_any(input, lenient, TimeBase::default(), &mut |r| sink.push(r))?;
     if let Some(info) = &info {
-        sink.write_memory(&info.memory)?;
-        sink.write_mappings(&info.mappings)?;
+        sink.write_run_tables(info)?;
     }
     if let Some(info) = info
         && let Some(mut stacks) = info.stacks

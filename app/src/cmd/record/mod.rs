@@ -61,6 +61,7 @@ fn unsupported_here() -> String {
 #[command(
     after_help = "Examples:\n  allocview record -- python3 -c 'print(sum(range(10**6)))'\n  \
                         allocview record -o ls.avt -- ls -l /usr\n  \
+                        allocview record --paused -o serve.avt -- ./serve   (then: allocview ctl PID start)\n  \
                         allocview record --text -o make.trace.gz -- make -j2"
 )]
 pub struct RecordArgs {
@@ -76,6 +77,11 @@ pub struct RecordArgs {
     /// Do not capture the call stack of each allocation (captured by default, on x86-64).
     #[arg(long)]
     pub no_stacks: bool,
+    /// Start the command with recording stopped: `allocview ctl PID start` starts it (and
+    /// `stop`, `mark NAME`; ctl works without --paused too). Blocks allocated before recording
+    /// starts and freed after are counted apart, not as unknown frees.
+    #[arg(long)]
+    pub paused: bool,
     #[command(flatten)]
     pub faults: limit::LimitArgs,
     /// The command and its arguments (after `--`).
@@ -271,8 +277,16 @@ fn spawn_traced(
         .env("LD_PRELOAD", &staging.preload)
         .env("ALLOCVIEW_SPOOL", staging.spools.path().join("p"))
         .env("ALLOCVIEW_STACKS", if stacks { "1" } else { "0" })
+        .env("ALLOCVIEW_PAUSED", if args.paused { "1" } else { "0" })
         .spawn()
         .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
+    if args.paused {
+        eprintln!(
+            "allocview: recording is paused; start it with `allocview ctl {pid} start` (also \
+             `stop`, `mark NAME`)",
+            pid = child.id()
+        );
+    }
     Ok((child, ignored))
 }
 
@@ -344,8 +358,7 @@ fn convert_spool(
     symbolizer: &mut Symbolizer,
 ) -> Result<RecordingSummary> {
     let mut add_stacks = |writer: &mut RecordWriter, info: BinaryInfo| -> Result<()> {
-        writer.write_memory(&info.memory)?;
-        writer.write_mappings(&info.mappings)?;
+        writer.write_run_tables(&info)?;
         if let Some(mut stacks) = info.stacks {
             symbolizer.symbolize_stacks(&mut stacks).print_summary();
             writer.write_stacks(&stacks)?;

@@ -152,6 +152,9 @@ pub fn run_leaks(args: &LeaksArgs) -> Result<()> {
         .filter(|r| r.live_bytes > 0)
         .collect();
     let t0 = view.t_ns.first().copied().unwrap_or(0);
+    // Blocks allocated before recording last stopped may have been freed unseen.
+    let stop_t_ns = crate::answers::marks::last_stop_t_ns(crate::answers::marks::marks_of(&loaded));
+    let stopped_before = stop_t_ns.map(|t| view.t_ns.partition_point(|&e| e < t));
     let secs = |e: Option<usize>| {
         e.map_or(0.0, |e| {
             (view.t_ns.get(e).copied().unwrap_or(t0) - t0) as f64 / 1e9
@@ -161,6 +164,7 @@ pub fn run_leaks(args: &LeaksArgs) -> Result<()> {
         let out = json!({
             "file": args.file.display().to_string(),
             "site_kind": sites.kind.describe(),
+            "recording_last_stopped_s": stop_t_ns.map(|t| (t - t0) as f64 / 1e9),
             "leaks": rows.iter().map(|r| json!({
                 "name": r.name,
                 "frames": frames_json(&sites.stacks, r.stack),
@@ -168,7 +172,7 @@ pub fn run_leaks(args: &LeaksArgs) -> Result<()> {
                 "live_blocks": r.live_blocks,
                 "first_alloc_s": secs(r.first_alloc_event),
                 "last_alloc_s": secs(r.last_alloc_event),
-                "kind": site_stats::classify(r, view.len()).name(),
+                "kind": site_stats::classify(r, view.len(), stopped_before).name(),
                 "live_bytes_over_run": r.growth,
             })).collect::<Vec<_>>(),
         });
@@ -184,9 +188,16 @@ pub fn run_leaks(args: &LeaksArgs) -> Result<()> {
         format::count(rows.len() as u64),
         sites.kind.describe()
     );
+    if let Some(t) = stop_t_ns {
+        outln!(
+            "recording last stopped at t = {}: `unknown`: every block the site holds was \
+             allocated before then, and may have been freed while recording was stopped",
+            format::seconds((t - t0) as f64 / 1e9)
+        );
+    }
     outln!();
     outln!(
-        "  {:<6} {:>11} {:>7} {:>12} {:>12}  {:<20}  site",
+        "  {:<7} {:>11} {:>7} {:>12} {:>12}  {:<20}  site",
         "kind",
         "live",
         "blocks",
@@ -196,8 +207,8 @@ pub fn run_leaks(args: &LeaksArgs) -> Result<()> {
     );
     for r in rows.iter().take(args.top) {
         outln!(
-            "  {:<6} {:>11} {:>7} {:>12} {:>12}  {:<20}  {}",
-            site_stats::classify(r, view.len()).name(),
+            "  {:<7} {:>11} {:>7} {:>12} {:>12}  {:<20}  {}",
+            site_stats::classify(r, view.len(), stopped_before).name(),
             format::bytes(r.live_bytes),
             format::count(r.live_blocks),
             format::seconds_fixed(secs(r.first_alloc_event)),

@@ -14,7 +14,7 @@ use crate::format;
 use crate::session::InputArgs;
 use crate::session::StreamArgs;
 use crate::session::input::{events_of, load_input};
-use table::{print_dump, print_memlog, print_table};
+use table::{print_dump, print_marks, print_memlog, print_table};
 
 use crate::answers::recorded_memory::RecordedMemory;
 
@@ -61,6 +61,10 @@ pub fn run(args: &StatsArgs) -> Result<()> {
                 .copied(),
         );
         print_table(&file, &stats, ev.load_seconds, memory.as_ref())?;
+        print_marks(&crate::answers::marks::answers(
+            crate::answers::marks::marks_of(&loaded),
+            view.t_ns.first().copied().unwrap_or(0),
+        ))?;
         if let Loaded::TfMemoryLog(log) = &loaded {
             print_memlog(log)?;
         }

@@ -6,7 +6,7 @@ use allocview_loaders::analysis::stats::StatsAccumulator;
 use allocview_sim::stream::{EventBatch, EventSource as _, Prefetched};
 use anyhow::{Context as _, Result};
 
-use super::table::print_table;
+use super::table::{print_marks, print_table};
 use crate::answers::recorded_memory::{RecordedMemory, first_event_t_ns, samples_in_file};
 use crate::answers::stats::TraceAnswer;
 use allocview_loaders::Requests;
@@ -55,6 +55,10 @@ pub(super) fn stats(
             (stats.events > 0).then(|| t0 + (stats.peak_live_time_s * 1e9).round() as i64),
         )
     };
+    let marks = crate::answers::marks::answers(
+        &crate::answers::marks::marks_in_file(file),
+        first_event_t_ns(file),
+    );
     let file = file.display().to_string();
     let seconds = started.elapsed().as_secs_f64();
     if json {
@@ -68,10 +72,12 @@ pub(super) fn stats(
             tf: None,
             pytorch: None,
             recorded_memory: memory,
+            marks,
         };
         outln!("{}", serde_json::to_value(answer)?);
     } else {
         print_table(&file, &stats, seconds, memory.as_ref())?;
+        print_marks(&marks)?;
     }
     Ok(())
 }

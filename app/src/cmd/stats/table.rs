@@ -193,6 +193,30 @@ pub(super) fn print_table(
     Ok(())
 }
 
+/// The run's marks, one line each (nothing when it has none).
+pub(super) fn print_marks(marks: &[crate::answers::marks::MarkAnswer]) -> Result<()> {
+    if marks.is_empty() {
+        return Ok(());
+    }
+    outln!(
+        "  marks             {:>14}",
+        format::count(marks.len() as u64)
+    );
+    for m in marks {
+        if m.name.is_empty() {
+            outln!("    t = {:<12} {}", format::seconds(m.t_s), m.kind);
+        } else {
+            outln!(
+                "    t = {:<12} {} \"{}\"",
+                format::seconds(m.t_s),
+                m.kind,
+                m.name
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The recorded program's own memory, under the peak of live bytes (a trace made by `record`).
 fn print_memory(memory: Option<&RecordedMemory>) -> Result<()> {
     use format::{bytes, count};

@@ -364,6 +364,9 @@
       var l = run.timeline.lines[o[0]];
       marks.push({ t: o[1], colour: P.oom, label: "OOM: " + (l ? l.name : "") });
     });
+    (run.timeline.marks || []).forEach(function (m) {
+      marks.push({ t: m[0], colour: P.mark, top: true, label: "mark: " + m[1] });
+    });
     (run.phases || []).forEach(function (p) {
       marks.push({ t: p[0], colour: P.phase, top: true, label: "phase " + p[1] + ": " + p[2] });
     });

@@ -117,8 +117,25 @@ pub(super) fn timeline(state: &AppState, vp: &Viewport) -> TimelineVm {
         oom_x,
         phases,
         phases_in_view,
+        marks: marks(state, (zlo, zhi)),
         title,
     }
+}
+
+/// The run's marks in the window, placed on the timeline's buckets.
+fn marks(state: &AppState, (zlo, zhi): (f64, f64)) -> Vec<(f64, String)> {
+    let (Some(data), Some(b)) = (state.data.as_ref(), state.bucketing()) else {
+        return Vec::new();
+    };
+    let span_ns = (b.span_ns as f64).max(1.0);
+    let w = (zhi - zlo).max(f64::MIN_POSITIVE);
+    data.marks
+        .iter()
+        .filter_map(|m| {
+            let x = (m.t_ns.saturating_sub(b.t0_ns) as f64 / span_ns - zlo) / w;
+            (0.0..=1.0).contains(&x).then(|| (x, m.label().to_owned()))
+        })
+        .collect()
 }
 
 /// The lines of the policies shown (the selected one, or every one in compare mode) that have

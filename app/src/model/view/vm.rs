@@ -49,6 +49,9 @@ pub struct TimelineVm {
     pub phases: Vec<(f64, f64, String)>,
     /// Phases overlapping the window, marked or not.
     pub phases_in_view: usize,
+    /// The run's marks in the window (`allocview ctl PID mark NAME`, where recording stopped
+    /// and started): `(x in 0..1 of the window, label)`, in time order.
+    pub marks: Vec<(f64, String)>,
     pub title: String,
 }
 
