@@ -87,7 +87,7 @@ pub fn run_sites(args: &SitesArgs) -> Result<()> {
         args.file.display(),
         format::bytes(live),
         format::count(rows.iter().filter(|r| r.live_bytes > 0).count() as u64),
-        kind.describe()
+        site_stats::describe_sites(kind, stacks.sampling())
     );
     outln!();
     outln!(
@@ -161,6 +161,8 @@ pub fn run_leaks(args: &LeaksArgs) -> Result<()> {
         let out = json!({
             "file": args.file.display().to_string(),
             "site_kind": sites.kind.describe(),
+            "stack_sample_bytes": sites.sampling().map(|s| s.mean_bytes),
+            "estimated": sites.sampling().is_some(),
             "leaks": rows.iter().map(|r| json!({
                 "name": r.name,
                 "frames": frames_json(&sites.stacks, r.stack),
@@ -182,7 +184,7 @@ pub fn run_leaks(args: &LeaksArgs) -> Result<()> {
         args.file.display(),
         format::bytes(total),
         format::count(rows.len() as u64),
-        sites.kind.describe()
+        site_stats::describe_sites(sites.kind, sites.sampling())
     );
     outln!();
     outln!(
@@ -258,7 +260,7 @@ pub fn run_flamegraph(args: &FlamegraphArgs) -> Result<()> {
         );
     }
     let loaded = load_input(&args.file, &args.input)?;
-    let (lines, what, kind) = match &loaded {
+    let (lines, what, kind, sampling) = match &loaded {
         Loaded::HeapProfile(p) => {
             let moment = ProfileMoment::parse(&args.at, p).map_err(|e| anyhow::anyhow!(e))?;
             let lines = profile_folded(p, moment, &args.metric, &format::folded_frame);
@@ -266,7 +268,7 @@ pub fn run_flamegraph(args: &FlamegraphArgs) -> Result<()> {
                 ProfileMoment::Peak => "live at the profile's peak",
                 ProfileMoment::Live => "live at the profile's moment",
             };
-            (lines, when.to_owned(), SiteKind::Stacks)
+            (lines, when.to_owned(), SiteKind::Stacks, None)
         }
         _ => {
             let ev = require_events(&loaded, &args.file, "flamegraph")?;
@@ -274,10 +276,19 @@ pub fn run_flamegraph(args: &FlamegraphArgs) -> Result<()> {
             let sites = sites_of(&loaded).context("this input has no allocations")?;
             let at = resolve_at(&args.at, &view)?;
             let lines = site_stats::folded(&view, &sites, at, &args.metric, &format::folded_frame);
-            (lines, format!("live at event {at}"), sites.kind)
+            (
+                lines,
+                format!("live at event {at}"),
+                sites.kind,
+                sites.sampling(),
+            )
         }
     };
     let to_stdout = args.out.as_deref().is_none_or(|p| p == Path::new("-"));
+    if let Some(s) = sampling.filter(|_| args.folded) {
+        // Not in the folded lines, which tools read as they are.
+        eprintln!("note: {}", s.note());
+    }
     if args.folded {
         let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
         if to_stdout {
@@ -302,7 +313,7 @@ pub fn run_flamegraph(args: &FlamegraphArgs) -> Result<()> {
             "allocated" => "bytes allocated over the run".to_owned(),
             _ => "allocations over the run".to_owned(),
         },
-        kind.describe()
+        site_stats::describe_sites(kind, sampling)
     );
     let svg = flamegraph_svg::render(&lines, &title, args.metric != "count");
     crate::safe_write::write_bytes(out, svg.as_bytes(), &[args.file.as_path()])
