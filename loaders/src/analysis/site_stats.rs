@@ -631,6 +631,41 @@ mod tests {
     }
 
     #[test]
+    fn sampled_allocations_stand_for_what_their_probability_says() {
+        let mut tr = OwnedTrace::new();
+        let x = tr.alloc(0, 1024); // alpha, sampled
+        tr.alloc(1, 1024); // not sampled: no stack
+        tr.alloc(2, 1 << 20); // beta, at least the interval: always sampled
+        tr.free(3, x);
+        let view = tr.view().unwrap();
+        let mut sites = sites_for(&[0, NO_STACK, 1, NO_STACK]);
+        sites.stacks.set_sampling(Some(StackSampling {
+            mean_bytes: 512 << 10,
+        }));
+        // 1 KiB at 512 KiB: sampled with p = 1 - exp(-1/512), so it stands for 1/p.
+        let w = 1.0 / -(-1.0f64 / 512.0).exp_m1();
+        let rows = by_site(&view, &sites, 2, GroupBy::Function);
+        assert_eq!(rows.len(), 2, "no row for the allocation not sampled");
+        let alpha = rows.iter().find(|r| r.name == "alpha").unwrap();
+        assert_eq!(alpha.alloc_count, w.round() as u64);
+        assert_eq!(alpha.alloc_bytes, (1024.0 * w).round() as u64);
+        assert_eq!(alpha.live_bytes, (1024.0 * w).round() as u64);
+        assert_eq!(alpha.live_blocks, w.round() as u64);
+        let beta = rows.iter().find(|r| r.name == "beta").unwrap();
+        assert_eq!((beta.alloc_count, beta.alloc_bytes), (1, 1 << 20));
+        // Freed: alpha's weighted bytes leave with it.
+        let rows = by_site(&view, &sites, 3, GroupBy::Function);
+        let alpha = rows.iter().find(|r| r.name == "alpha").unwrap();
+        assert_eq!(alpha.live_bytes, 0);
+        let f = folded(&view, &sites, 3, "count", &|f| f.to_owned());
+        assert_eq!(
+            f,
+            [format!("main;alpha {}", w.round()), "main;beta 1".into()]
+        );
+        assert!(describe_sites(sites.kind, sites.sampling()).contains("estimates"));
+    }
+
+    #[test]
     fn free_holes_are_pinned_by_their_live_neighbours() {
         let used = |addr, id| Block {
             addr,
