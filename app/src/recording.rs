@@ -35,6 +35,7 @@ pub fn trace_meta(header: &[(String, String)], program: &str) -> Vec<(String, St
                         | "realtime_ns0"
                         | "clock"
                         | "clock_resolution_ns"
+                        | "stack_sample_bytes"
                 )
             })
             .cloned(),

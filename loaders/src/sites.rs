@@ -27,6 +27,8 @@ use std::collections::HashMap;
 
 use polars::prelude::*;
 
+use crate::analysis::sampling::StackSampling;
+
 /// `stack_id` of an event without a recorded stack (null in the DataFrame).
 pub const NO_STACK: u32 = u32::MAX;
 
@@ -79,6 +81,10 @@ pub struct StackTable {
     /// For frames of native code: the address in their module (the virtual address in the
     /// file, load bias removed) of the first location that gave the frame.
     module_offsets: HashMap<u32, u64>,
+    /// How the stacks were sampled (`record --stack-sample`): only some allocations have one,
+    /// and figures by site weigh them ([`crate::analysis::sampling`]). `None`: every
+    /// allocation's stack was recorded.
+    sampling: Option<StackSampling>,
 }
 
 impl StackTable {
@@ -216,6 +222,17 @@ impl StackTable {
                 .map(|f| format!("   {}", show(f))),
         );
         out
+    }
+
+    /// Says how the stacks were sampled (a trace's `stack_sample_bytes`).
+    pub fn set_sampling(&mut self, sampling: Option<StackSampling>) {
+        self.sampling = sampling;
+    }
+
+    /// How the stacks were sampled, when only some allocations have one.
+    #[must_use]
+    pub fn sampling(&self) -> Option<StackSampling> {
+        self.sampling
     }
 
     /// Records the build id (hex) of the module at `path`.

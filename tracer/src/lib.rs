@@ -324,6 +324,7 @@ mod lifecycle;
 mod locks;
 pub mod mappings;
 mod record;
+mod sample;
 mod spool;
 mod sys;
 mod tls;
@@ -420,6 +421,7 @@ unsafe fn initialise() -> bool {
         !stacks.is_null() && unsafe { std::ffi::CStr::from_ptr(stacks) }.to_bytes() == b"1";
     STACKS.store(stacks && cfg!(target_arch = "x86_64"), Ordering::Relaxed);
     control::init();
+    sample::init();
     // Before the limits start counting calls: the look-ups may allocate (dlerror's message).
     #[cfg(target_arch = "x86_64")]
     python::detect();
@@ -474,7 +476,7 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     };
     limit::allocated(p);
     if stacks_on() {
-        return record_alloc_stacked(CALL_MALLOC, size, p);
+        return record_alloc_with_stack(CALL_MALLOC, size, p);
     }
     record_alloc(CALL_MALLOC, size, p, now_word())
 }
@@ -491,7 +493,7 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     // Recorded before the real call, which then is the wrapper's tail call: nothing lives
     // across it. The time is read before the block can be handed out again, as it must be.
     let word = now_word();
-    if multi_thread() || !record_fast(CALL_FREE | OP_FREE, 0, p as u64, tick_of(word)) {
+    if multi_thread() || !record_fast(CALL_FREE | OP_FREE, 0, p as u64, tick_of(word), None) {
         return unsafe { free_slow(f, p, word) };
     }
     unsafe { f(p) }

@@ -233,9 +233,10 @@ pub(crate) fn append_time(t: &ThreadState, cursor: *mut u8, time_ns: u64) -> *mu
 
 /// One event, the common way while one thread records: the thread has a buffer with room,
 /// the time has not changed since its last event. Returns false, having done nothing,
-/// otherwise. It calls nothing, so the wrappers' hot path saves no registers.
+/// otherwise. It calls nothing, so the wrappers' hot path saves no registers. `stack` is the
+/// stack id field (an allocation's, with stacks on; `None` otherwise).
 #[inline(always)]
-pub(crate) fn record_fast(op: u8, size: u64, addr: u64, time_ns: u64) -> bool {
+pub(crate) fn record_fast(op: u8, size: u64, addr: u64, time_ns: u64, stack: Option<u64>) -> bool {
     let Some(t) = tls() else {
         return false;
     };
@@ -253,7 +254,7 @@ pub(crate) fn record_fast(op: u8, size: u64, addr: u64, time_ns: u64) -> bool {
     }
     // SAFETY: the thread's buffer, never unmapped (a non-null cursor implies one).
     let b = unsafe { &*t.buf.get() };
-    let next = append_at(t, b, cursor, op, size, addr, None);
+    let next = append_at(t, b, cursor, op, size, addr, stack);
     leave(t, next);
     true
 }
@@ -263,12 +264,12 @@ pub(crate) fn record_fast(op: u8, size: u64, addr: u64, time_ns: u64) -> bool {
 /// wrapper read after an allocation's real call, before a free's). The path of every event
 /// once several threads record.
 #[inline(never)]
-pub(crate) fn record_slow(op: u8, size: u64, addr: u64, word: u64) {
+pub(crate) fn record_slow(op: u8, size: u64, addr: u64, word: u64, stack: Option<u64>) {
     if let Some((t, cursor)) = enter() {
         // Decided after enter: a thread's first call takes its buffer there, and may be the
         // one that makes the process multi-threaded.
         let key = event_key_at(t, word);
-        let next = append(t, cursor, op, size, addr, tick_of(word), key, None);
+        let next = append(t, cursor, op, size, addr, tick_of(word), key, stack);
         leave(t, next);
     }
 }
@@ -295,13 +296,49 @@ pub(crate) fn stack_of(t: &ThreadState, cursor: *mut u8) -> (*mut u8, Option<u64
     }
 }
 
+/// The stack field of an allocation whose stack was not walked (not sampled), or 0 when none
+/// could be captured.
+const NO_STACK_ID: Option<u64> = Some(0);
+
+/// The stack of an allocation of `size` bytes entered before its real call (see
+/// [`stack_of`]): with sampled stacks, walked only when the allocation is sampled.
+#[inline(always)]
+pub(crate) fn stack_of_sampled(
+    t: &ThreadState,
+    cursor: *mut u8,
+    size: usize,
+) -> (*mut u8, Option<u64>) {
+    if stacks_on() && crate::sample::on() && !crate::sample::take(t, size) {
+        return (cursor, NO_STACK_ID);
+    }
+    stack_of(t, cursor)
+}
+
+/// Records an allocation (stacks on): with its stack, or, with sampled stacks and the
+/// allocation not sampled, the way events without stacks are (stack id 0). `p` is returned.
+#[inline(always)]
+pub(crate) fn record_alloc_with_stack(call: u8, size: usize, p: *mut c_void) -> *mut c_void {
+    if crate::sample::on()
+        && let Some(t) = tls()
+        && !crate::sample::take(t, size)
+    {
+        let word = now_word();
+        if multi_thread() || !record_fast(call, size as u64, p as u64, tick_of(word), NO_STACK_ID) {
+            record_slow(call, size as u64, p as u64, word, NO_STACK_ID);
+        }
+        return p;
+    }
+    record_alloc_stacked(call, size, p)
+}
+
 /// Records an allocation with its stack (stacks on); `p` is returned. The capture is inlined
 /// here: the walk starts with two frames of the tracer's (this one and `malloc`'s) instead of
 /// four.
 #[inline(never)]
 pub(crate) fn record_alloc_stacked(call: u8, size: usize, p: *mut c_void) -> *mut c_void {
     match enter() {
-        Some((t, cursor)) => finish_alloc_here(t, cursor, call, size, p),
+        // Sampled already (see `record_alloc_with_stack`).
+        Some((t, cursor)) => finish_alloc_here(t, cursor, call, size, p, false),
         None => p,
     }
 }
@@ -310,8 +347,8 @@ pub(crate) fn record_alloc_stacked(call: u8, size: usize, p: *mut c_void) -> *mu
 /// `p`, for the wrapper to return.
 #[inline(always)]
 pub(crate) fn record_alloc(call: u8, size: usize, p: *mut c_void, word: u64) -> *mut c_void {
-    if multi_thread() || !record_fast(call, size as u64, p as u64, tick_of(word)) {
-        record_slow(call, size as u64, p as u64, word);
+    if multi_thread() || !record_fast(call, size as u64, p as u64, tick_of(word), None) {
+        record_slow(call, size as u64, p as u64, word, None);
     }
     p
 }
@@ -320,7 +357,7 @@ pub(crate) fn record_alloc(call: u8, size: usize, p: *mut c_void, word: u64) -> 
 /// then needs no registers saved).
 #[inline(never)]
 pub(crate) unsafe fn free_slow(f: FreeFn, p: *mut c_void, word: u64) {
-    record_slow(CALL_FREE | OP_FREE, 0, p as u64, word);
+    record_slow(CALL_FREE | OP_FREE, 0, p as u64, word, None);
     unsafe { f(p) }
 }
 
@@ -338,7 +375,7 @@ pub(crate) fn finish_alloc(
     size: usize,
     p: *mut c_void,
 ) -> *mut c_void {
-    finish_alloc_here(t, cursor, call, size, p)
+    finish_alloc_here(t, cursor, call, size, p, true)
 }
 
 #[inline(always)]
@@ -348,10 +385,15 @@ fn finish_alloc_here(
     call: u8,
     size: usize,
     p: *mut c_void,
+    sample: bool,
 ) -> *mut c_void {
     let word = now_word();
     let key = event_key_at(t, word);
-    let (cursor, stack) = stack_of(t, cursor);
+    let (cursor, stack) = if sample {
+        stack_of_sampled(t, cursor, size)
+    } else {
+        stack_of(t, cursor)
+    };
     let next = append(
         t,
         cursor,
@@ -412,7 +454,7 @@ pub(crate) fn finish_realloc(
         )
     };
     let alloc = |cursor, addr| {
-        let (cursor, stack) = stack_of(t, cursor);
+        let (cursor, stack) = stack_of_sampled(t, cursor, size as usize);
         append(t, cursor, call, size, addr, after_ns, after_key, stack)
     };
     if old == 0 {

@@ -146,6 +146,11 @@ pub(crate) unsafe fn write_header(fd: c_int, pid: c_int) -> bool {
     if stacks_on() {
         w.put_dec(SPOOL_EVENTS_ENCODING_STACKS);
         w.put(b"\nstacks=dwarf_cfi\narch=x86_64");
+        if crate::sample::on() {
+            // Only the sampled allocations carry a stack: readers weigh them (`sample.rs`).
+            w.put(b"\nstack_sample_bytes=");
+            w.put_dec(crate::sample::mean_bytes());
+        }
     } else {
         w.put_dec(SPOOL_EVENTS_ENCODING);
     }

@@ -44,6 +44,10 @@ pub(crate) struct ThreadState {
     pub(crate) addr_tag: Cell<u64>,
     /// The run of in-process tracking this thread's stream belongs to ([`crate::EPOCH`]).
     pub(crate) epoch: Cell<u32>,
+    /// Sampled stacks (`sample.rs`): bytes left before the thread's next sample point (0: no
+    /// gap drawn yet), and its generator's state.
+    pub(crate) sample_left: Cell<u64>,
+    pub(crate) sample_rng: Cell<u64>,
 }
 
 impl ThreadState {
@@ -128,6 +132,8 @@ thread_local! {
             forks_untraced: Cell::new(0),
             addr_tag: Cell::new(0),
             epoch: Cell::new(0),
+            sample_left: Cell::new(0),
+            sample_rng: Cell::new(0),
         }
     };
 }

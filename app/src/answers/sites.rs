@@ -117,6 +117,10 @@ pub fn sites_json(path: &Path, args: &SitesQuery, loaded: &Loaded) -> Result<Val
             SiteKind::SizeClasses => "size_classes",
         },
         "policy": args.policy,
+        // Set when the stacks were sampled (`record --stack-sample`): the figures by site
+        // are then estimates.
+        "stack_sample_bytes": stacks.sampling().map(|s| s.mean_bytes),
+        "estimated": stacks.sampling().is_some(),
         "sites": rows.iter().enumerate().map(|(i, r)| json!({
             "name": r.name,
             "frames": frames_json(&stacks, r.stack),

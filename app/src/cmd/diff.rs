@@ -61,7 +61,7 @@ struct Side {
     sites: BTreeMap<String, SiteFigures>,
     /// Policy label -> peak footprint.
     footprints: Vec<(String, u64)>,
-    site_kind: &'static str,
+    site_kind: String,
     /// The run's part of the `--html` page.
     page: Option<crate::html::Run>,
 }
@@ -107,11 +107,16 @@ fn side(path: &Path, args: &DiffArgs) -> Result<Side> {
     }
     Ok(Side {
         peak_live: view.peak_live().0,
-        allocs: rows.iter().map(|r| r.alloc_count).sum(),
-        alloc_bytes: rows.iter().map(|r| r.alloc_bytes).sum(),
+        // From the events, not the rows: exact even when the rows are estimates (sampled
+        // stacks).
+        allocs: view.num_allocs.into(),
+        alloc_bytes: (0..view.len())
+            .filter(|&i| view.kind_at(i) == Some(allocview_sim::trace::EventKind::Alloc))
+            .map(|i| view.size_bytes.get(i).copied().unwrap_or(0))
+            .sum(),
         sites: by_name,
         footprints,
-        site_kind: sites.kind.describe(),
+        site_kind: site_stats::describe_sites(sites.kind, sites.sampling()),
         page,
     })
 }
@@ -152,7 +157,7 @@ fn profile_side(
         alloc_bytes: rows.iter().map(|r| r.alloc_bytes).sum(),
         sites: by_name,
         footprints: Vec::new(),
-        site_kind: "call stacks",
+        site_kind: "call stacks".to_owned(),
         page,
     })
 }

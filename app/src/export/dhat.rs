@@ -2,10 +2,12 @@
 //! Profiler and dhat-rs's tools read: per allocation site (a program point), the blocks and
 //! bytes it allocated, their total lifetime, its most bytes live at once, its bytes at the
 //! global peak and at the end. The input's run (or window) is the whole profile; time is in
-//! microseconds from its first event. Block accesses are not recorded (`bkacc` false).
+//! microseconds from its first event. Block accesses are not recorded (`bkacc` false). With
+//! sampled stacks the figures are estimates (`EventSites::alloc_weight`, said in `cmd`).
 
 use std::collections::HashMap;
 
+use allocview_loaders::analysis::sampling::Weight;
 use allocview_loaders::analysis::site_stats::EventSites;
 use allocview_loaders::sites::StackTable;
 use allocview_sim::trace::{EventKind, NO_ALLOC_ID, TraceView};
@@ -14,19 +16,20 @@ use serde_json::{Value, json};
 /// Blocks shorter-lived than this many microseconds count as short-lived in `dh_view`.
 const SHORT_LIVED_US: u64 = 500;
 
-/// One program point's figures.
+/// One program point's figures (fractional: with sampled stacks, each allocation counts for
+/// its weight).
 #[derive(Clone, Copy, Default)]
 struct Point {
     stack: u32,
-    total_bytes: u64,
-    total_blocks: u64,
-    total_lifetime_us: u64,
-    live_bytes: u64,
-    live_blocks: u64,
-    max_bytes: u64,
-    max_blocks: u64,
-    peak_bytes: u64,
-    peak_blocks: u64,
+    total_bytes: f64,
+    total_blocks: f64,
+    total_lifetime_us: f64,
+    live_bytes: f64,
+    live_blocks: f64,
+    max_bytes: f64,
+    max_blocks: f64,
+    peak_bytes: f64,
+    peak_blocks: f64,
 }
 
 /// The DHAT file of `view`'s run, whose sites `sites` gives; `cmd` names the input.
@@ -37,13 +40,17 @@ pub fn write(view: &TraceView<'_>, sites: &EventSites, cmd: &str) -> Value {
     let (peak_live, peak_at) = view.peak_live();
     let mut points: Vec<Point> = Vec::new();
     let mut index: HashMap<u32, usize> = HashMap::new();
-    // Per allocation id: its point, size and time of allocation while live.
-    let mut live: Vec<Option<(usize, u64, u64)>> = vec![None; view.num_allocs as usize];
+    // Per allocation id: its point, weight and time of allocation while live.
+    let mut live: Vec<Option<(usize, Weight, u64)>> = vec![None; view.num_allocs as usize];
     for i in 0..view.len() {
         let id = view.alloc_id.get(i).copied().unwrap_or(NO_ALLOC_ID);
         let size = view.size_bytes.get(i).copied().unwrap_or(0);
         match view.kind_at(i) {
             Some(EventKind::Alloc) => {
+                let w = sites.alloc_weight(i, size);
+                if w.count == 0.0 {
+                    continue;
+                }
                 let stack = sites.stack_at(i);
                 let p = *index.entry(stack).or_insert_with(|| {
                     points.push(Point {
@@ -53,26 +60,26 @@ pub fn write(view: &TraceView<'_>, sites: &EventSites, cmd: &str) -> Value {
                     points.len() - 1
                 });
                 if let Some(pt) = points.get_mut(p) {
-                    pt.total_bytes += size;
-                    pt.total_blocks += 1;
-                    pt.live_bytes += size;
-                    pt.live_blocks += 1;
+                    pt.total_bytes += w.bytes;
+                    pt.total_blocks += w.count;
+                    pt.live_bytes += w.bytes;
+                    pt.live_blocks += w.count;
                     if pt.live_bytes > pt.max_bytes {
                         pt.max_bytes = pt.live_bytes;
                         pt.max_blocks = pt.live_blocks;
                     }
                 }
                 if let Some(slot) = live.get_mut(id as usize) {
-                    *slot = Some((p, size, us(i)));
+                    *slot = Some((p, w, us(i)));
                 }
             }
             Some(EventKind::Free) => {
-                if let Some((p, size, born)) = live.get_mut(id as usize).and_then(Option::take)
+                if let Some((p, w, born)) = live.get_mut(id as usize).and_then(Option::take)
                     && let Some(pt) = points.get_mut(p)
                 {
-                    pt.live_bytes = pt.live_bytes.saturating_sub(size);
-                    pt.live_blocks = pt.live_blocks.saturating_sub(1);
-                    pt.total_lifetime_us += us(i).saturating_sub(born);
+                    pt.live_bytes = (pt.live_bytes - w.bytes).max(0.0);
+                    pt.live_blocks = (pt.live_blocks - w.count).max(0.0);
+                    pt.total_lifetime_us += us(i).saturating_sub(born) as f64 * w.count;
                 }
             }
             _ => {}
@@ -86,11 +93,16 @@ pub fn write(view: &TraceView<'_>, sites: &EventSites, cmd: &str) -> Value {
     }
     let end_us = us(view.len().saturating_sub(1));
     // Blocks still live at the end lived until it.
-    for (p, _, born) in live.iter().flatten() {
+    for (p, w, born) in live.iter().flatten() {
         if let Some(pt) = points.get_mut(*p) {
-            pt.total_lifetime_us += end_us.saturating_sub(*born);
+            pt.total_lifetime_us += end_us.saturating_sub(*born) as f64 * w.count;
         }
     }
+    let n = |v: f64| v.round() as u64;
+    let cmd = match sites.sampling() {
+        Some(s) => format!("{cmd} ({})", s.note()),
+        None => cmd.to_owned(),
+    };
     let mut ftbl: Vec<String> = vec!["[root]".to_owned()];
     let mut frame_index: HashMap<u32, usize> = HashMap::new();
     let stacks = &sites.stacks;
@@ -99,10 +111,11 @@ pub fn write(view: &TraceView<'_>, sites: &EventSites, cmd: &str) -> Value {
         .map(|pt| {
             let fs = frames_of(stacks, pt.stack, &mut ftbl, &mut frame_index);
             json!({
-                "tb": pt.total_bytes, "tbk": pt.total_blocks, "tl": pt.total_lifetime_us,
-                "mb": pt.max_bytes, "mbk": pt.max_blocks,
-                "gb": pt.peak_bytes, "gbk": pt.peak_blocks,
-                "eb": pt.live_bytes, "ebk": pt.live_blocks,
+                "tb": n(pt.total_bytes), "tbk": n(pt.total_blocks),
+                "tl": n(pt.total_lifetime_us),
+                "mb": n(pt.max_bytes), "mbk": n(pt.max_blocks),
+                "gb": n(pt.peak_bytes), "gbk": n(pt.peak_blocks),
+                "eb": n(pt.live_bytes), "ebk": n(pt.live_blocks),
                 "fs": fs,
             })
         })

@@ -127,8 +127,13 @@ pub fn export(path: &Path, loaded: &Loaded, query: &ExportQuery) -> Result<Expor
                 crate::format::seconds_fixed(m.since_start_ns as f64 / 1e9)
             );
             let live: u64 = m.samples.iter().map(|(_, t)| t.inuse_bytes).sum();
+            // Sampled stacks: the samples' figures are estimates; the summary and the
+            // profile's comment say so.
+            let estimated = sites
+                .sampling()
+                .map_or_else(String::new, |s| format!("; {}", s.note()));
             let summary = format!(
-                "{} samples, {} live at {when}",
+                "{} samples, {} live at {when}{estimated}",
                 crate::format::count(m.samples.len() as u64),
                 crate::format::bytes(live)
             );
@@ -137,12 +142,13 @@ pub fn export(path: &Path, loaded: &Loaded, query: &ExportQuery) -> Result<Expor
                 let input = pprof::PprofInput {
                     stacks: &sites.stacks,
                     thread_ids: &tids,
-                    comment: format!("allocview export of {name} at {when}"),
+                    comment: format!("allocview export of {name} at {when}{estimated}"),
                     all_frames: query.all_frames,
                 };
                 pprof::write(&m, &input)?
             } else {
-                let doc = speedscope::write(&m, &sites.stacks, &format!("{name} at {when}"));
+                let doc =
+                    speedscope::write(&m, &sites.stacks, &format!("{name} at {when}{estimated}"));
                 serde_json::to_vec(&doc)?
             };
             Ok(Exported { bytes, summary })

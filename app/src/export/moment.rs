@@ -1,7 +1,9 @@
 //! The heap at one moment, by allocation site, thread and size class: what a pprof or a
 //! speedscope export holds. Allocations are counted from the start of the (windowed) input
-//! to the moment; the live ones at it are `inuse`, as Go's heap profiles count them.
+//! to the moment; the live ones at it are `inuse`, as Go's heap profiles count them. With
+//! sampled stacks the figures are estimates (`EventSites::alloc_weight`).
 
+use allocview_loaders::analysis::sampling::Weight;
 use allocview_loaders::analysis::site_stats::{self, EventSites, SiteRow};
 use allocview_sim::heap::BlockState;
 use allocview_sim::trace::{EventKind, NO_ALLOC_ID, TraceView, size_class};
@@ -61,8 +63,11 @@ pub fn moment_at(
 ) -> Result<Moment> {
     let mut index: std::collections::HashMap<SampleKey, usize> = Default::default();
     let mut samples: Vec<(SampleKey, Totals)> = Vec::new();
-    // Per allocation id: its sample and size while live.
-    let mut live: Vec<Option<(usize, u64)>> = vec![None; view.num_allocs as usize];
+    // Per sample: allocated objects and bytes, live objects and bytes (fractional with
+    // sampled stacks, where each allocation counts for its weight).
+    let mut figures: Vec<[f64; 4]> = Vec::new();
+    // Per allocation id: its sample and weight while live.
+    let mut live: Vec<Option<(usize, Weight)>> = vec![None; view.num_allocs as usize];
     let n = view.len();
     let end = at.min(n.saturating_sub(1));
     for i in 0..n.min(end + 1) {
@@ -70,6 +75,10 @@ pub fn moment_at(
         let size = view.size_bytes.get(i).copied().unwrap_or(0);
         match view.kind_at(i) {
             Some(EventKind::Alloc) => {
+                let w = sites.alloc_weight(i, size);
+                if w.count == 0.0 {
+                    continue;
+                }
                 let key = SampleKey {
                     stack: sites.stack_at(i),
                     thread: threads.get(i).copied().unwrap_or(0),
@@ -77,28 +86,34 @@ pub fn moment_at(
                 };
                 let s = *index.entry(key).or_insert_with(|| {
                     samples.push((key, Totals::default()));
+                    figures.push([0.0; 4]);
                     samples.len() - 1
                 });
-                if let Some((_, t)) = samples.get_mut(s) {
-                    t.alloc_objects += 1;
-                    t.alloc_bytes = t.alloc_bytes.saturating_add(size);
-                    t.inuse_objects += 1;
-                    t.inuse_bytes = t.inuse_bytes.saturating_add(size);
+                if let Some(f) = figures.get_mut(s) {
+                    f[0] += w.count;
+                    f[1] += w.bytes;
+                    f[2] += w.count;
+                    f[3] += w.bytes;
                 }
                 if let Some(slot) = live.get_mut(id as usize) {
-                    *slot = Some((s, size));
+                    *slot = Some((s, w));
                 }
             }
             Some(EventKind::Free) => {
-                if let Some((s, size)) = live.get_mut(id as usize).and_then(Option::take)
-                    && let Some((_, t)) = samples.get_mut(s)
+                if let Some((s, w)) = live.get_mut(id as usize).and_then(Option::take)
+                    && let Some(f) = figures.get_mut(s)
                 {
-                    t.inuse_objects = t.inuse_objects.saturating_sub(1);
-                    t.inuse_bytes = t.inuse_bytes.saturating_sub(size);
+                    f[2] = (f[2] - w.count).max(0.0);
+                    f[3] = (f[3] - w.bytes).max(0.0);
                 }
             }
             _ => {}
         }
+    }
+    for ((_, t), f) in samples.iter_mut().zip(&figures) {
+        let n = |v: f64| v.round() as u64;
+        (t.alloc_objects, t.alloc_bytes) = (n(f[0]), n(f[1]));
+        (t.inuse_objects, t.inuse_bytes) = (n(f[2]), n(f[3]));
     }
     if let Some(policy) = policy {
         add_policy(loaded, view, policy, end, &live, &mut samples)?;
@@ -164,7 +179,7 @@ fn add_policy(
     view: &TraceView<'_>,
     policy: &str,
     at: usize,
-    live: &[Option<(usize, u64)>],
+    live: &[Option<(usize, Weight)>],
     samples: &mut [(SampleKey, Totals)],
 ) -> Result<()> {
     let blocks = policy_blocks_at(loaded, view, policy, at)?;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use allocview_loaders::Loaded;
-use allocview_loaders::analysis::site_stats::SiteRow;
+use allocview_loaders::analysis::site_stats::{self, SiteRow};
 use allocview_loaders::sites::StackTable;
 use anyhow::Result;
 use serde::Serialize;
@@ -29,8 +29,9 @@ const FLAME_MIN_FRACTION: f64 = 1.0 / 2000.0;
 /// The sites table.
 #[derive(Debug, Serialize)]
 pub struct Sites {
-    /// What the sites are (`call stacks`, `TensorFlow operations`, `size classes`).
-    pub kind: &'static str,
+    /// What the sites are (`call stacks`, `TensorFlow operations`, `size classes`), and, with
+    /// sampled stacks, that the figures are estimates.
+    pub kind: String,
     pub at_event: Option<u64>,
     pub rows: Vec<Site>,
     /// The frames of the rows' stacks, each once.
@@ -108,7 +109,7 @@ pub fn of(path: &Path, loaded: &Loaded) -> Result<(Option<Sites>, Option<FlameNo
         .map(|r| site(r, &v.stacks, &mut table))
         .collect();
     let sites = Sites {
-        kind: v.kind.describe(),
+        kind: site_stats::describe_sites(v.kind, v.stacks.sampling()),
         at_event: match v.moment {
             SiteMoment::Event { at, .. } => Some(at as u64),
             SiteMoment::Profile(_) => None,

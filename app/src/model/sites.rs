@@ -6,7 +6,7 @@
 //! over the events up to the end of the trace (allocations over the run are part of it), so it
 //! is computed only while the panel is open and only when the cursor has moved.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use allocview_loaders::analysis::site_stats::{self, EventSites, GroupBy, SiteRow};
@@ -103,10 +103,12 @@ impl SitesState {
     }
 }
 
-/// Live bytes of the site called `name` (grouped by function), as the maximum in each bucket.
+/// Live bytes of the site called `name` (grouped by function), as the maximum in each bucket
+/// (estimates with sampled stacks: [`EventSites::alloc_weight`]).
 fn live_series(view: &TraceView<'_>, sites: &EventSites, name: &str, b: Bucketing) -> Vec<u64> {
     let mut out = vec![0u64; b.buckets];
-    let mut mine: HashSet<u32> = HashSet::new();
+    // The site's live allocations and the bytes each counts for.
+    let mut mine: HashMap<u32, u64> = HashMap::new();
     let matches: Vec<bool> = (0..sites.stacks.num_stacks())
         .map(|s| site_stats::group_name(&sites.stacks, s as u32, GroupBy::Function) == name)
         .collect();
@@ -133,12 +135,17 @@ fn live_series(view: &TraceView<'_>, sites: &EventSites, name: &str, b: Bucketin
             Some(EventKind::Alloc) => {
                 let s = sites.stack_at(i);
                 let hit = matches.get(s as usize).copied().unwrap_or(no_stack_matches);
-                if hit {
-                    mine.insert(id);
-                    live = live.saturating_add(size);
+                let bytes = sites.alloc_weight(i, size).whole_bytes();
+                if hit && bytes > 0 {
+                    mine.insert(id, bytes);
+                    live = live.saturating_add(bytes);
                 }
             }
-            Some(EventKind::Free) if mine.remove(&id) => live = live.saturating_sub(size),
+            Some(EventKind::Free) => {
+                if let Some(bytes) = mine.remove(&id) {
+                    live = live.saturating_sub(bytes);
+                }
+            }
             _ => {}
         }
         if let Some(slot) = out.get_mut(bucket) {

@@ -6,6 +6,10 @@
 //! trace without stacks has none, and its allocations are grouped by size class instead (said
 //! in every report). [`EventSites`] gives every event a site id in one [`StackTable`], so the
 //! commands and explorers treat all of them alike.
+//!
+//! A trace whose stacks were sampled (`record --stack-sample`) has a stack for some
+//! allocations only: every figure by site weighs each allocation by
+//! [`EventSites::alloc_weight`] (see [`super::sampling`]), and the rows are estimates.
 
 use std::collections::HashMap;
 
@@ -13,6 +17,7 @@ use allocview_sim::heap::{Block, BlockState};
 use allocview_sim::trace::{EventKind, NO_ALLOC_ID, TraceView, size_class};
 use polars::prelude::*;
 
+use super::sampling::{StackSampling, Weight};
 use crate::sites::{Frame, NO_STACK, StackTable};
 
 /// Where an input's sites come from.
@@ -35,6 +40,16 @@ impl SiteKind {
             Self::Operations => "TensorFlow operations",
             Self::SizeClasses => "size classes (this input records no call stacks)",
         }
+    }
+}
+
+/// What the sites are, for reports, and, with sampled stacks, that their figures are
+/// estimates ([`StackSampling::note`]).
+#[must_use]
+pub fn describe_sites(kind: SiteKind, sampling: Option<StackSampling>) -> String {
+    match sampling {
+        Some(s) if kind == SiteKind::Stacks => format!("{}; {}", kind.describe(), s.note()),
+        _ => kind.describe().to_owned(),
     }
 }
 
@@ -109,6 +124,28 @@ impl EventSites {
     #[must_use]
     pub fn stack_at(&self, i: usize) -> u32 {
         self.event_stack.get(i).copied().unwrap_or(NO_STACK)
+    }
+
+    /// How the stacks were sampled, when only some allocations have one (then every figure
+    /// by site is an estimate: say so with [`StackSampling::note`]).
+    #[must_use]
+    pub fn sampling(&self) -> Option<StackSampling> {
+        match self.kind {
+            SiteKind::Stacks => self.stacks.sampling(),
+            SiteKind::Operations | SiteKind::SizeClasses => None,
+        }
+    }
+
+    /// What the allocation event `i` of `size_bytes` counts for in figures by site: itself,
+    /// or, with sampled stacks, the allocations it stands for when it was sampled and
+    /// nothing when it was not. The one place every reader of sites weighs allocations.
+    #[must_use]
+    pub fn alloc_weight(&self, i: usize, size_bytes: u64) -> Weight {
+        match self.sampling() {
+            None => Weight::exact(size_bytes),
+            Some(_) if self.stack_at(i) == NO_STACK => Weight::NONE,
+            Some(s) => s.weight(size_bytes),
+        }
     }
 }
 
@@ -194,124 +231,193 @@ pub struct SiteRow {
 pub const GROWTH_POINTS: usize = 20;
 
 /// Sites with their live figures just after event `at`, and their allocations over the whole
-/// run, sorted by live bytes then allocated bytes (largest first).
+/// run, sorted by live bytes then allocated bytes (largest first). With sampled stacks the
+/// figures are estimates ([`EventSites::alloc_weight`]); `live_ids` then holds the sampled
+/// allocations only.
 #[must_use]
 pub fn by_site(view: &TraceView<'_>, sites: &EventSites, at: usize, by: GroupBy) -> Vec<SiteRow> {
     let n = view.len();
-    let mut group_of_stack: HashMap<u32, usize> = HashMap::new();
-    let mut key_index: HashMap<String, usize> = HashMap::new();
-    let mut rows: Vec<SiteRow> = Vec::new();
-    // Per group: live bytes per representative stack, to choose the representative.
-    let mut stack_live: HashMap<u32, u64> = HashMap::new();
-    let mut alloc_group: Vec<u32> = vec![u32::MAX; view.num_allocs as usize];
-    let mut alloc_size: Vec<u64> = vec![0; view.num_allocs as usize];
-    let mut live_now: Vec<u64> = Vec::new();
+    let mut acc = SiteAccum::new(view.num_allocs as usize, sites.sampling().is_some());
     let sample_at: Vec<usize> = (1..=GROWTH_POINTS)
         .map(|k| (n * k / GROWTH_POINTS).saturating_sub(1))
         .collect();
     let mut next_sample = 0;
     for i in 0..n {
-        let kind = view.kind_at(i);
-        let id = view.alloc_id.get(i).copied().unwrap_or(NO_ALLOC_ID);
-        let size = view.size_bytes.get(i).copied().unwrap_or(0);
-        match kind {
+        let id = view.alloc_id.get(i).copied().unwrap_or(NO_ALLOC_ID) as usize;
+        match view.kind_at(i) {
             Some(EventKind::Alloc) => {
-                let stack = sites.stack_at(i);
-                let g = *group_of_stack.entry(stack).or_insert_with(|| {
-                    let key = group_key(&sites.stacks, stack, by);
-                    *key_index.entry(key).or_insert_with(|| {
-                        rows.push(SiteRow {
-                            name: group_name(&sites.stacks, stack, by),
-                            stack,
-                            ..SiteRow::default()
-                        });
-                        live_now.push(0);
-                        rows.len() - 1
-                    })
-                });
-                if let Some(r) = rows.get_mut(g) {
-                    r.alloc_count += 1;
-                    r.alloc_bytes = r.alloc_bytes.saturating_add(size);
-                    r.first_alloc_event.get_or_insert(i);
-                    r.last_alloc_event = Some(i);
-                }
-                if let Some(l) = live_now.get_mut(g) {
-                    *l = l.saturating_add(size);
-                }
-                if let (Some(slot), Some(sz)) = (
-                    alloc_group.get_mut(id as usize),
-                    alloc_size.get_mut(id as usize),
-                ) {
-                    *slot = g as u32;
-                    *sz = size;
-                }
-                if i <= at {
-                    *stack_live.entry(stack).or_insert(0) += size;
+                let size = view.size_bytes.get(i).copied().unwrap_or(0);
+                let w = sites.alloc_weight(i, size);
+                if w.count > 0.0 {
+                    acc.alloc(sites, by, i, id, w, i <= at);
                 }
             }
-            Some(EventKind::Free) => {
-                let g = alloc_group.get(id as usize).copied().unwrap_or(u32::MAX);
-                if let Some(l) = live_now.get_mut(g as usize) {
-                    *l = l.saturating_sub(size);
-                }
-            }
+            Some(EventKind::Free) => acc.free(id),
             _ => {}
         }
         if i == at {
-            for (r, &l) in rows.iter_mut().zip(&live_now) {
+            for (r, &l) in acc.rows.iter_mut().zip(&acc.live_now) {
                 r.live_bytes = l;
             }
         }
         while sample_at.get(next_sample) == Some(&i) {
-            for (r, &l) in rows.iter_mut().zip(&live_now) {
+            for (r, &l) in acc.rows.iter_mut().zip(&acc.live_now) {
                 r.growth.resize(next_sample, 0);
                 r.growth.push(l);
             }
             next_sample += 1;
         }
     }
-    // Live ids at `at`: replay alive-ness up to it.
-    let mut alive = vec![false; view.num_allocs as usize];
-    for i in 0..=at.min(n.saturating_sub(1)) {
-        let id = view.alloc_id.get(i).copied().unwrap_or(NO_ALLOC_ID);
-        match view.kind_at(i) {
-            Some(EventKind::Alloc) => {
-                if let Some(a) = alive.get_mut(id as usize) {
-                    *a = true;
+    acc.finish(view, at)
+}
+
+/// The running figures of [`by_site`].
+struct SiteAccum {
+    rows: Vec<SiteRow>,
+    group_of_stack: HashMap<u32, usize>,
+    key_index: HashMap<String, usize>,
+    /// Per stack: its (weighted) bytes allocated up to the moment and still live then, to
+    /// choose each group's representative.
+    stack_live: HashMap<u32, u64>,
+    /// Per allocation id: its group (`u32::MAX`: none) and the bytes it counts for.
+    alloc_group: Vec<u32>,
+    alloc_bytes: Vec<u64>,
+    /// With sampled stacks: per allocation id, the allocations it stands for; per group,
+    /// the allocations its samples stand for (the rows' counts are these, rounded).
+    alloc_count: Vec<f64>,
+    group_count: Vec<f64>,
+    weighted: bool,
+    live_now: Vec<u64>,
+}
+
+impl SiteAccum {
+    fn new(num_allocs: usize, weighted: bool) -> Self {
+        Self {
+            rows: Vec::new(),
+            group_of_stack: HashMap::new(),
+            key_index: HashMap::new(),
+            stack_live: HashMap::new(),
+            alloc_group: vec![u32::MAX; num_allocs],
+            alloc_bytes: vec![0; num_allocs],
+            alloc_count: if weighted {
+                vec![0.0; num_allocs]
+            } else {
+                Vec::new()
+            },
+            group_count: Vec::new(),
+            weighted,
+            live_now: Vec::new(),
+        }
+    }
+
+    /// The allocation event `i` (allocation `id`), counting for `w`.
+    fn alloc(
+        &mut self,
+        sites: &EventSites,
+        by: GroupBy,
+        i: usize,
+        id: usize,
+        w: Weight,
+        by_moment: bool,
+    ) {
+        let stack = sites.stack_at(i);
+        let (rows, live_now, group_count) =
+            (&mut self.rows, &mut self.live_now, &mut self.group_count);
+        let key_index = &mut self.key_index;
+        let g = *self.group_of_stack.entry(stack).or_insert_with(|| {
+            let key = group_key(&sites.stacks, stack, by);
+            *key_index.entry(key).or_insert_with(|| {
+                rows.push(SiteRow {
+                    name: group_name(&sites.stacks, stack, by),
+                    stack,
+                    ..SiteRow::default()
+                });
+                live_now.push(0);
+                group_count.push(0.0);
+                rows.len() - 1
+            })
+        });
+        let bytes = w.whole_bytes();
+        if let Some(r) = self.rows.get_mut(g) {
+            r.alloc_count += 1;
+            r.alloc_bytes = r.alloc_bytes.saturating_add(bytes);
+            r.first_alloc_event.get_or_insert(i);
+            r.last_alloc_event = Some(i);
+        }
+        if let Some(c) = self.group_count.get_mut(g) {
+            *c += w.count;
+        }
+        if let Some(l) = self.live_now.get_mut(g) {
+            *l = l.saturating_add(bytes);
+        }
+        if let (Some(slot), Some(b)) = (self.alloc_group.get_mut(id), self.alloc_bytes.get_mut(id))
+        {
+            *slot = g as u32;
+            *b = bytes;
+        }
+        if let Some(c) = self.alloc_count.get_mut(id) {
+            *c = w.count;
+        }
+        if by_moment {
+            *self.stack_live.entry(stack).or_insert(0) += bytes;
+        }
+    }
+
+    fn free(&mut self, id: usize) {
+        let g = self.alloc_group.get(id).copied().unwrap_or(u32::MAX);
+        let bytes = self.alloc_bytes.get(id).copied().unwrap_or(0);
+        if let Some(l) = self.live_now.get_mut(g as usize) {
+            *l = l.saturating_sub(bytes);
+        }
+    }
+
+    /// The rows: live blocks at `at`, the representatives, the estimated counts, sorted.
+    fn finish(mut self, view: &TraceView<'_>, at: usize) -> Vec<SiteRow> {
+        let n = view.len();
+        // Live ids at `at`: replay alive-ness up to it.
+        let mut alive = vec![false; view.num_allocs as usize];
+        for i in 0..=at.min(n.saturating_sub(1)) {
+            let id = view.alloc_id.get(i).copied().unwrap_or(NO_ALLOC_ID);
+            if let Some(a) = alive.get_mut(id as usize) {
+                match view.kind_at(i) {
+                    Some(EventKind::Alloc) => *a = true,
+                    Some(EventKind::Free) => *a = false,
+                    _ => {}
                 }
             }
-            Some(EventKind::Free) => {
-                if let Some(a) = alive.get_mut(id as usize) {
-                    *a = false;
+        }
+        let mut live_count = vec![0f64; self.rows.len()];
+        for (id, _) in alive.iter().enumerate().filter(|(_, a)| **a) {
+            let g = self.alloc_group.get(id).copied().unwrap_or(u32::MAX) as usize;
+            if let (Some(r), Some(c)) = (self.rows.get_mut(g), live_count.get_mut(g)) {
+                r.live_blocks += 1;
+                r.live_ids.push(id as u32);
+                *c += self.alloc_count.get(id).copied().unwrap_or(1.0);
+            }
+        }
+        for (g, r) in self.rows.iter_mut().enumerate() {
+            r.growth.resize(GROWTH_POINTS, 0);
+            if self.weighted {
+                r.alloc_count = self.group_count.get(g).map_or(0, |c| c.round() as u64);
+                r.live_blocks = live_count.get(g).map_or(0, |c| c.round() as u64);
+            }
+        }
+        // Each group's representative stack: its stack with the most live bytes at `at`.
+        for (&stack, &g) in &self.group_of_stack {
+            if let Some(r) = self.rows.get_mut(g) {
+                let live = self.stack_live.get(&stack).copied().unwrap_or(0);
+                let cur = self.stack_live.get(&r.stack).copied().unwrap_or(0);
+                if live > cur || (live == cur && stack < r.stack) {
+                    r.stack = stack;
                 }
             }
-            _ => {}
         }
+        let mut rows = self.rows;
+        rows.sort_by(|a, b| {
+            (b.live_bytes, b.alloc_bytes, &a.name).cmp(&(a.live_bytes, a.alloc_bytes, &b.name))
+        });
+        rows
     }
-    for (id, _) in alive.iter().enumerate().filter(|(_, a)| **a) {
-        let g = alloc_group.get(id).copied().unwrap_or(u32::MAX);
-        if let Some(r) = rows.get_mut(g as usize) {
-            r.live_blocks += 1;
-            r.live_ids.push(id as u32);
-        }
-    }
-    for r in &mut rows {
-        r.growth.resize(GROWTH_POINTS, 0);
-    }
-    // Each group's representative stack: its stack with the most live bytes at `at`.
-    for (&stack, &g) in &group_of_stack {
-        if let Some(r) = rows.get_mut(g) {
-            let live = stack_live.get(&stack).copied().unwrap_or(0);
-            let cur = stack_live.get(&r.stack).copied().unwrap_or(0);
-            if live > cur || (live == cur && stack < r.stack) {
-                r.stack = stack;
-            }
-        }
-    }
-    rows.sort_by(|a, b| {
-        (b.live_bytes, b.alloc_bytes, &a.name).cmp(&(a.live_bytes, a.alloc_bytes, &b.name))
-    });
-    rows
 }
 
 /// For each row: the free bytes of a heap (`blocks`, address order) that the row's live blocks
@@ -409,7 +515,8 @@ pub fn classify(row: &SiteRow, events: usize, stopped_before: Option<usize>) -> 
 /// allocations live just after event `at` (`live`), of every allocation (`allocated`, bytes),
 /// or of allocation counts (`count`). `frame` writes each function name as a frame: the
 /// caller's escaping, which must leave no `;` (the frame separator) and no line break (a
-/// name from a trace can hold any character).
+/// name from a trace can hold any character). With sampled stacks the values are estimates
+/// ([`EventSites::alloc_weight`]).
 #[must_use]
 pub fn folded(
     view: &TraceView<'_>,
@@ -418,8 +525,8 @@ pub fn folded(
     metric: &str,
     frame: &dyn Fn(&str) -> String,
 ) -> Vec<String> {
-    let mut by_stack: HashMap<u32, u64> = HashMap::new();
-    let mut alive: Vec<Option<(u32, u64)>> = vec![None; view.num_allocs as usize];
+    let mut by_stack: HashMap<u32, f64> = HashMap::new();
+    let mut alive: Vec<Option<(u32, f64)>> = vec![None; view.num_allocs as usize];
     let end = if metric == "live" {
         at
     } else {
@@ -431,14 +538,18 @@ pub fn folded(
         match view.kind_at(i) {
             Some(EventKind::Alloc) => {
                 let stack = sites.stack_at(i);
+                let w = sites.alloc_weight(i, size);
+                if w.count == 0.0 {
+                    continue;
+                }
                 match metric {
                     "live" => {
                         if let Some(slot) = alive.get_mut(id as usize) {
-                            *slot = Some((stack, size));
+                            *slot = Some((stack, w.bytes));
                         }
                     }
-                    "count" => *by_stack.entry(stack).or_insert(0) += 1,
-                    _ => *by_stack.entry(stack).or_insert(0) += size,
+                    "count" => *by_stack.entry(stack).or_insert(0.0) += w.count,
+                    _ => *by_stack.entry(stack).or_insert(0.0) += w.bytes,
                 }
             }
             Some(EventKind::Free) if metric == "live" => {
@@ -449,9 +560,13 @@ pub fn folded(
             _ => {}
         }
     }
-    for (stack, size) in alive.into_iter().flatten() {
-        *by_stack.entry(stack).or_insert(0) += size;
+    for (stack, bytes) in alive.into_iter().flatten() {
+        *by_stack.entry(stack).or_insert(0.0) += bytes;
     }
+    let by_stack = by_stack
+        .into_iter()
+        .map(|(stack, v)| (stack, v.round() as u64))
+        .collect();
     fold_lines(&sites.stacks, by_stack, frame)
 }
 
@@ -523,6 +638,41 @@ mod tests {
         assert_eq!(f, ["main;alpha 30", "main;beta 50"]);
         let f = folded(&view, &sites, 3, "count", &|f| f.replace(';', ":"));
         assert_eq!(f, ["main;alpha 2", "main;beta 1"]);
+    }
+
+    #[test]
+    fn sampled_allocations_stand_for_what_their_probability_says() {
+        let mut tr = OwnedTrace::new();
+        let x = tr.alloc(0, 1024); // alpha, sampled
+        tr.alloc(1, 1024); // not sampled: no stack
+        tr.alloc(2, 1 << 20); // beta, at least the interval: always sampled
+        tr.free(3, x);
+        let view = tr.view().unwrap();
+        let mut sites = sites_for(&[0, NO_STACK, 1, NO_STACK]);
+        sites.stacks.set_sampling(Some(StackSampling {
+            mean_bytes: 512 << 10,
+        }));
+        // 1 KiB at 512 KiB: sampled with p = 1 - exp(-1/512), so it stands for 1/p.
+        let w = 1.0 / -(-1.0f64 / 512.0).exp_m1();
+        let rows = by_site(&view, &sites, 2, GroupBy::Function);
+        assert_eq!(rows.len(), 2, "no row for the allocation not sampled");
+        let alpha = rows.iter().find(|r| r.name == "alpha").unwrap();
+        assert_eq!(alpha.alloc_count, w.round() as u64);
+        assert_eq!(alpha.alloc_bytes, (1024.0 * w).round() as u64);
+        assert_eq!(alpha.live_bytes, (1024.0 * w).round() as u64);
+        assert_eq!(alpha.live_blocks, w.round() as u64);
+        let beta = rows.iter().find(|r| r.name == "beta").unwrap();
+        assert_eq!((beta.alloc_count, beta.alloc_bytes), (1, 1 << 20));
+        // Freed: alpha's weighted bytes leave with it.
+        let rows = by_site(&view, &sites, 3, GroupBy::Function);
+        let alpha = rows.iter().find(|r| r.name == "alpha").unwrap();
+        assert_eq!(alpha.live_bytes, 0);
+        let f = folded(&view, &sites, 3, "count", &|f| f.to_owned());
+        assert_eq!(
+            f,
+            [format!("main;alpha {}", w.round()), "main;beta 1".into()]
+        );
+        assert!(describe_sites(sites.kind, sites.sampling()).contains("estimates"));
     }
 
     #[test]

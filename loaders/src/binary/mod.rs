@@ -15,6 +15,10 @@
 //!
 //! - `0x01` META: UTF-8 `key=value` lines (`pid`, `ppid`, `arg` once per argument of the
 //!   traced command, `tracer`, `source`...); informative, never needed to read events.
+//!   One key changes what the stacks mean: `stack_sample_bytes=R` (a spool's and a trace's,
+//!   from `record --stack-sample`) says that only the allocations sampled by bytes, a mean of
+//!   one every R bytes, carry a stack (the others stack id 0); figures by site weigh them
+//!   (`analysis/sampling.rs`). The events are all there either way.
 //! - `0x02` THREADS: varint `n`, then `n` varint thread ids; appends them to the threads table
 //!   (the first thread introduced is index 0). A thread is introduced before its first event.
 //! - `0x03` EVENTS: codec u8 (0 = stored, 1 = zstd), varint `events`, varint `raw_bytes`,
@@ -105,6 +109,7 @@ use std::io::Read as _;
 use std::path::Path;
 use std::time::Instant;
 
+use crate::analysis::sampling::StackSampling;
 use crate::error::LoadError;
 use crate::events::{Builder, Damage, Line, LoadOptions, MallocTrace, Record, Strictness};
 use crate::sites::{NO_STACK, stack_id_column};
@@ -379,6 +384,7 @@ pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
     if let Some(p) = &opts.progress {
         p.store(file_bytes, std::sync::atomic::Ordering::Relaxed);
     }
+    let sampling = StackSampling::from_meta(info.meta_value("stack_sample_bytes"));
     if info.truncated.is_some() {
         b.summary.truncated = info.truncated;
     }
@@ -395,6 +401,8 @@ pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
                 .map(|id| map.get(&id).copied().unwrap_or(NO_STACK))
                 .collect();
             events.with_column(stack_id_column("stack_id", ids))?;
+            let mut table = table;
+            table.set_sampling(sampling);
             Some(table)
         }
         (None, _) => None,

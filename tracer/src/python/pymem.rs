@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering;
 use super::{API, TAG_ARENA, TAG_BACKING, TAG_OBJECT};
 use crate::{
     CALL_CALLOC, CALL_FREE, CALL_MALLOC, CALL_REALLOC, OP_FREE, multi_thread, now_word,
-    record_alloc, record_alloc_stacked, record_fast, record_slow, stacks_on, tick_of, tls,
+    record_alloc, record_alloc_with_stack, record_fast, record_slow, stacks_on, tick_of, tls,
 };
 
 type Ctx = *mut c_void;
@@ -140,7 +140,7 @@ fn tagged<R>(tag: u64, f: impl FnOnce() -> R) -> R {
 
 fn record_allocation(call: u8, size: usize, p: *mut c_void) -> *mut c_void {
     if stacks_on() {
-        record_alloc_stacked(call, size, p)
+        record_alloc_with_stack(call, size, p)
     } else {
         record_alloc(call, size, p, now_word())
     }
@@ -149,8 +149,8 @@ fn record_allocation(call: u8, size: usize, p: *mut c_void) -> *mut c_void {
 fn record_free(call: u8, p: *mut c_void) {
     let word = now_word();
     let op = call | OP_FREE;
-    if multi_thread() || !record_fast(op, 0, p as u64, tick_of(word)) {
-        record_slow(op, 0, p as u64, word);
+    if multi_thread() || !record_fast(op, 0, p as u64, tick_of(word), None) {
+        record_slow(op, 0, p as u64, word, None);
     }
 }
 

@@ -174,10 +174,19 @@ fn refuse_other_inputs(input: &Path, lenient: bool) -> Result<()> {
 /// Converts `input` (any form, detected by content) into `output` in form `to`; returns the
 /// number of records written.
 pub fn convert(input: &Path, output: &Path, to: Form, lenient: bool) -> Result<u64> {
-    let meta = vec![
+    let mut meta = vec![
         ("source".to_owned(), "allocview convert".to_owned()),
         ("converted_from".to_owned(), input.display().to_string()),
     ];
+    // Sampled stacks (`record --stack-sample`) are weighed by their interval: it goes with
+    // them into a binary trace.
+    if to == Form::Binary {
+        meta.extend(
+            crate::recording::spool_header(input)
+                .into_iter()
+                .filter(|(k, _)| k == "stack_sample_bytes"),
+        );
+    }
     let mut sink = RecordWriter::create(output, to, &meta, &[input])?;
     let info = read_any(input, lenient, TimeBase::default(), &mut |r| sink.push(r))?;
     if let Some(info) = &info {

@@ -87,7 +87,7 @@ pub fn run_sites(args: &SitesArgs) -> Result<()> {
         args.file.display(),
         format::bytes(live),
         format::count(rows.iter().filter(|r| r.live_bytes > 0).count() as u64),
-        kind.describe()
+        site_stats::describe_sites(kind, stacks.sampling())
     );
     outln!();
     outln!(
@@ -165,6 +165,8 @@ pub fn run_leaks(args: &LeaksArgs) -> Result<()> {
             "file": args.file.display().to_string(),
             "site_kind": sites.kind.describe(),
             "recording_last_stopped_s": stop_t_ns.map(|t| (t - t0) as f64 / 1e9),
+            "stack_sample_bytes": sites.sampling().map(|s| s.mean_bytes),
+            "estimated": sites.sampling().is_some(),
             "leaks": rows.iter().map(|r| json!({
                 "name": r.name,
                 "frames": frames_json(&sites.stacks, r.stack),
@@ -186,7 +188,7 @@ pub fn run_leaks(args: &LeaksArgs) -> Result<()> {
         args.file.display(),
         format::bytes(total),
         format::count(rows.len() as u64),
-        sites.kind.describe()
+        site_stats::describe_sites(sites.kind, sites.sampling())
     );
     if let Some(t) = stop_t_ns {
         outln!(
@@ -269,7 +271,7 @@ pub fn run_flamegraph(args: &FlamegraphArgs) -> Result<()> {
         );
     }
     let loaded = load_input(&args.file, &args.input)?;
-    let (lines, what, kind) = match &loaded {
+    let (lines, what, kind, sampling) = match &loaded {
         Loaded::HeapProfile(p) => {
             let moment = ProfileMoment::parse(&args.at, p).map_err(|e| anyhow::anyhow!(e))?;
             let lines = profile_folded(p, moment, &args.metric, &format::folded_frame);
@@ -277,7 +279,7 @@ pub fn run_flamegraph(args: &FlamegraphArgs) -> Result<()> {
                 ProfileMoment::Peak => "live at the profile's peak",
                 ProfileMoment::Live => "live at the profile's moment",
             };
-            (lines, when.to_owned(), SiteKind::Stacks)
+            (lines, when.to_owned(), SiteKind::Stacks, None)
         }
         _ => {
             let ev = require_events(&loaded, &args.file, "flamegraph")?;
@@ -285,10 +287,19 @@ pub fn run_flamegraph(args: &FlamegraphArgs) -> Result<()> {
             let sites = sites_of(&loaded).context("this input has no allocations")?;
             let at = resolve_at(&args.at, &view)?;
             let lines = site_stats::folded(&view, &sites, at, &args.metric, &format::folded_frame);
-            (lines, format!("live at event {at}"), sites.kind)
+            (
+                lines,
+                format!("live at event {at}"),
+                sites.kind,
+                sites.sampling(),
+            )
         }
     };
     let to_stdout = args.out.as_deref().is_none_or(|p| p == Path::new("-"));
+    if let Some(s) = sampling.filter(|_| args.folded) {
+        // Not in the folded lines, which tools read as they are.
+        eprintln!("note: {}", s.note());
+    }
     if args.folded {
         let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
         if to_stdout {
@@ -313,7 +324,7 @@ pub fn run_flamegraph(args: &FlamegraphArgs) -> Result<()> {
             "allocated" => "bytes allocated over the run".to_owned(),
             _ => "allocations over the run".to_owned(),
         },
-        kind.describe()
+        site_stats::describe_sites(kind, sampling)
     );
     let svg = flamegraph_svg::render(&lines, &title, args.metric != "count");
     crate::safe_write::write_bytes(out, svg.as_bytes(), &[args.file.as_path()])

@@ -15,7 +15,15 @@ pub(super) fn sites_panel(state: &AppState, vp: &Viewport) -> Option<SitesVm> {
         return None;
     }
     let data = state.data.as_ref()?;
-    let kind = data.sites()?.kind;
+    let kind = data.sites()?.kind.describe();
+    // Sampled stacks (`record --stack-sample`): the figures are estimates, said in the title.
+    let kind = match data.sites()?.sampling() {
+        Some(s) => format!(
+            "{kind}, sampled every {}: estimates",
+            format::bytes(s.mean_bytes)
+        ),
+        None => kind.to_owned(),
+    };
     let Some(rows) = state.sites.rows() else {
         return Some(SitesVm {
             title: "sites: computing...".to_owned(),
@@ -37,7 +45,7 @@ pub(super) fn sites_panel(state: &AppState, vp: &Viewport) -> Option<SitesVm> {
         title: format!(
             "sites at event {} ({}): {} live in {}",
             format::count(state.cursor as u64),
-            kind.describe(),
+            kind,
             format::bytes(live),
             format::count(rows.iter().filter(|r| r.live_bytes > 0).count() as u64)
         ),
