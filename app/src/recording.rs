@@ -35,6 +35,7 @@ pub fn trace_meta(header: &[(String, String)], program: &str) -> Vec<(String, St
                         | "realtime_ns0"
                         | "clock"
                         | "clock_resolution_ns"
+                        | allocview_loaders::binary::META_STARTED_MID_RUN
                 )
             })
             .cloned(),
@@ -55,6 +56,9 @@ pub fn convert_file(
     let meta = trace_meta(&spool_header(spool), program);
     let mut writer = RecordWriter::create(path, form, &meta, protected)?;
     let mut stats = RecordingStats::default();
+    if allocview_loaders::binary::started_mid_run(&meta) {
+        stats.mark_started_mid_run();
+    }
     let info = read_any(spool, false, base, &mut |r| {
         stats
             .push(r)
