@@ -154,6 +154,10 @@ pub(crate) unsafe fn write_header(fd: c_int, pid: c_int) -> bool {
         // that moment no period has events without keys from two threads.
         w.put(b"\norder_keys=tsc");
     }
+    if crate::inprocess::MID_RUN.load(Ordering::Acquire) {
+        // Started by `allocview attach`: blocks allocated before are freed while recording.
+        w.put(b"\nstarted_mid_run=1");
+    }
     w.put(b"\ntracer=allocview_tracer ");
     w.put(TRACER_VERSION.as_bytes());
     // The command line, one `arg=` line per argument (newlines inside become spaces).
