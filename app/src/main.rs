@@ -56,6 +56,9 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// Run a command under the malloc tracer and write its trace (one file per process).
     Record(cmd::record::RecordArgs),
+    /// Record a running process started without allocview (through ptrace), for a while or
+    /// until Ctrl-C, and detach leaving it running (x86-64 Linux).
+    Attach(cmd::attach::AttachArgs),
     /// Convert a trace between the text form and allocview's binary form, losslessly, or write
     /// an input's tables as Parquet (`OUT.parquet`).
     Convert(cmd::convert::ConvertArgs),
@@ -103,6 +106,7 @@ fn main() -> ExitCode {
             Ok(code) if code != 0 => return ExitCode::from(code),
             other => other.map(|_| ()),
         },
+        (Some(Command::Attach(args)), _) => cmd::attach::run(&args),
         (Some(Command::Convert(args)), _) => cmd::convert::run(&args),
         (Some(Command::Spill(args)), _) => cmd::spill::run(&args),
         (Some(Command::Splice(args)), _) => cmd::splice::run(&args),
