@@ -322,6 +322,30 @@ fn a_process_attached_twice_records_each_window() {
     assert_eq!(allocs.get(&34_567), Some(&7), "{allocs:?}");
 }
 
+#[test]
+fn a_process_that_exits_while_attached_leaves_what_it_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c(dir.path(), "phases", PHASES_C);
+    let trace = dir.path().join("exits.avt");
+    let mut p = Paced::spawn(&mut Command::new(&exe));
+    p.expect_ready("B");
+    let attach = Attach::start(p.pid(), &trace, &[]);
+    p.go();
+    p.expect_ready("C");
+    // No line for phase C: the program exits (status 3) while attached.
+    let Paced {
+        mut child, stdin, ..
+    } = p;
+    drop(stdin);
+    assert_eq!(child.wait().unwrap().code(), Some(3));
+    let said = attach.wait();
+    assert!(said.contains("the process exited"), "{said}");
+    let (allocs, frees, summary) = by_size(&trace);
+    assert_eq!(allocs.get(&34_567), Some(&7), "{allocs:?}");
+    assert_eq!(frees.get(&45_678), Some(&11), "{frees:?}");
+    assert!(summary.started_mid_run);
+}
+
 /// Debian's Python, else a pyenv 3.12.
 fn python() -> PathBuf {
     let debian = PathBuf::from("/usr/bin/python3");

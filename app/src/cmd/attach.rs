@@ -137,6 +137,9 @@ fn record_attached(args: &AttachArgs) -> Result<()> {
         })?;
     let summary = spool_to_trace(&spool, &output, &program)
         .with_context(|| format!("converting the recording of process {pid}"))?;
+    // Removed here too: the private directory may not be reachable by its path any more (a
+    // process in another mount namespace that exited).
+    std::fs::remove_file(&spool).ok();
     eprintln!(
         "detached from process {pid} ({ended}, after {}): {}  {} events, {} threads, peak \
          live {}, {} live at detach",

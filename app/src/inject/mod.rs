@@ -33,8 +33,13 @@ pub struct Attached {
     started: u64,
     /// The tracer's base address in the target.
     tracer_base: u64,
-    /// The private directory, as this process reaches it (removed on drop).
-    dir: tempfile::TempDir,
+    /// The private directory; kept only to be removed on drop.
+    _dir: tempfile::TempDir,
+    /// The directory as this process reaches it, also after the target exits: its path when
+    /// the target shares this process's mount namespace, else through an open handle
+    /// (`/proc/self/fd/N`: `/proc/PID/root` goes away with the process).
+    dir_access: PathBuf,
+    _dir_handle: std::fs::File,
     /// The spool's path prefix, as the target sees it.
     prefix_in_target: String,
 }
@@ -65,6 +70,16 @@ impl Attached {
         let started = target::start_time(pid).with_context(|| format!("process {pid} ended"))?;
         let name = tracer_file_name(so);
         let dir = private_dir(pid)?;
+        let dir_handle = std::fs::File::open(dir.path())
+            .with_context(|| format!("opening {}", dir.path().display()))?;
+        let dir_access = if same_mount_namespace(pid) {
+            dir.path().to_path_buf()
+        } else {
+            PathBuf::from(format!(
+                "/proc/self/fd/{}",
+                std::os::fd::AsRawFd::as_raw_fd(&dir_handle)
+            ))
+        };
         let dir_in_target = format!(
             "/tmp/{}",
             dir.path()
@@ -109,7 +124,9 @@ impl Attached {
             pid,
             started,
             tracer_base,
-            dir,
+            _dir: dir,
+            dir_access,
+            _dir_handle: dir_handle,
             prefix_in_target,
         })
     }
@@ -144,7 +161,7 @@ impl Attached {
     /// The spools the process wrote (`<prefix>.<pid>[.<n>].spool`), as this process reaches
     /// them.
     pub fn spools(&self) -> Vec<PathBuf> {
-        let mut out: Vec<PathBuf> = std::fs::read_dir(self.dir.path())
+        let mut out: Vec<PathBuf> = std::fs::read_dir(&self.dir_access)
             .into_iter()
             .flatten()
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -164,10 +181,21 @@ impl Attached {
     }
 }
 
+/// Whether `pid` sees the same file system as this process (its mount namespace is ours).
+fn same_mount_namespace(pid: i32) -> bool {
+    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/mnt")).ok();
+    let own = ns("self");
+    own.is_some() && own == ns(&pid.to_string())
+}
+
 /// A private directory in the target's `/tmp` (its own file system's), readable and writable
 /// by the target's user only.
 fn private_dir(pid: i32) -> Result<tempfile::TempDir> {
-    let tmp = target::in_root(pid, "/tmp");
+    let tmp = if same_mount_namespace(pid) {
+        PathBuf::from("/tmp")
+    } else {
+        target::in_root(pid, "/tmp")
+    };
     let dir = tempfile::Builder::new()
         .prefix("allocview-attach-")
         .tempdir_in(&tmp)
