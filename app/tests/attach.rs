@@ -346,6 +346,71 @@ fn a_process_that_exits_while_attached_leaves_what_it_recorded() {
     assert!(summary.started_mid_run);
 }
 
+/// Four threads allocate, reallocate and free as fast as they can until the test's line
+/// comes; each keeps 64 blocks in a ring, freed and replaced in turn. The main thread waits
+/// on standard input.
+const THREADS_C: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static volatile int stop;
+static void *work(void *arg) {
+    long t = (long)arg;
+    unsigned long n = 0;
+    void *keep[64] = {0};
+    for (long i = 0; !stop; i++) {
+        int k = i % 64;
+        free(keep[k]);
+        keep[k] = malloc(100 + (i % 5000) + t);
+        memset(keep[k], 1, 100);
+        free(realloc(malloc(50), 3000));
+        n++;
+    }
+    for (int k = 0; k < 64; k++) free(keep[k]);
+    return (void *)n;
+}
+int main(void) {
+    pthread_t th[4];
+    char line[64];
+    for (long t = 0; t < 4; t++) pthread_create(&th[t], NULL, work, (void *)t);
+    printf("ready B\n");
+    fflush(stdout);
+    if (!fgets(line, sizeof line, stdin)) return 3;
+    stop = 1;
+    int all = 1;
+    for (int t = 0; t < 4; t++) {
+        void *n;
+        pthread_join(th[t], &n);
+        all &= n != NULL;
+    }
+    printf("every thread ran: %d\n", all);
+    return 0;
+}
+"#;
+
+#[test]
+fn busy_threads_run_on_through_attach_and_detach() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c(dir.path(), "threads", THREADS_C);
+    let trace = dir.path().join("threads.avt");
+    let mut p = Paced::spawn(&mut Command::new(&exe));
+    p.expect_ready("B");
+    // Attached and detached while every thread allocates.
+    let said = Attach::start(p.pid(), &trace, &["--duration", "100ms"]).wait();
+    assert!(said.contains("the duration ended"), "{said}");
+    p.go();
+    assert_eq!(p.finish(), "every thread ran: 1\n");
+    let t = load_binary(&trace, &LoadOptions::default()).unwrap();
+    let s = &t.summary;
+    assert!(s.events > 1000, "{s:?}");
+    assert_eq!(s.frees_unknown, 0);
+    assert_eq!(s.mallocs_of_live_ptr, 0);
+    // At most each thread's 64 kept blocks and one block between its malloc and realloc.
+    assert!((1..=4 * 65).contains(&s.frees_before_recording), "{s:?}");
+    assert!(t.threads.height() >= 4, "{:?}", t.threads);
+}
+
 /// Debian's Python, else a pyenv 3.12.
 fn python() -> PathBuf {
     let debian = PathBuf::from("/usr/bin/python3");
