@@ -12,6 +12,8 @@
 //!   replays on threads: what every frontend stands on;
 //! - `trace_file`, `parquet_out`, `symbolize`, `charts`: reading and writing traces, Parquet
 //!   tables, naming recorded addresses, PNG charts;
+//! - `inject`: loading the tracer into a running process through ptrace (`attach`; x86-64
+//!   Linux);
 //! - `real`: the real-allocator rows, a trace's calls replayed through the library itself in a
 //!   process of their own;
 //! - `format`, `theme`, `units`, `progress`: formatting, colours, byte sizes, progress bars;
@@ -27,6 +29,8 @@ pub mod format;
 #[cfg(feature = "gui")]
 pub mod gui;
 pub mod html;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod inject;
 pub mod model;
 pub mod parquet_out;
 pub mod progress;

@@ -58,6 +58,9 @@ enum Command {
     Record(cmd::record::RecordArgs),
     /// Start or stop recording in a process `record` runs, or put a named mark in its trace.
     Ctl(cmd::ctl::CtlArgs),
+    /// Record a running process started without allocview (through ptrace), for a while or
+    /// until Ctrl-C, and detach leaving it running (x86-64 Linux).
+    Attach(cmd::attach::AttachArgs),
     /// Convert a trace between the text form and allocview's binary form, losslessly, or write
     /// an input's tables as Parquet (`OUT.parquet`).
     Convert(cmd::convert::ConvertArgs),
@@ -106,6 +109,7 @@ fn main() -> ExitCode {
             other => other.map(|_| ()),
         },
         (Some(Command::Ctl(args)), _) => cmd::ctl::run(&args),
+        (Some(Command::Attach(args)), _) => cmd::attach::run(&args),
         (Some(Command::Convert(args)), _) => cmd::convert::run(&args),
         (Some(Command::Spill(args)), _) => cmd::spill::run(&args),
         (Some(Command::Splice(args)), _) => cmd::splice::run(&args),

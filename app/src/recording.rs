@@ -36,6 +36,7 @@ pub fn trace_meta(header: &[(String, String)], program: &str) -> Vec<(String, St
                         | "clock"
                         | "clock_resolution_ns"
                         | "stack_sample_bytes"
+                        | allocview_loaders::binary::META_STARTED_MID_RUN
                 )
             })
             .cloned(),
@@ -56,6 +57,9 @@ pub fn convert_file(
     let meta = trace_meta(&spool_header(spool), program);
     let mut writer = RecordWriter::create(path, form, &meta, protected)?;
     let mut stats = RecordingStats::default();
+    if allocview_loaders::binary::started_mid_run(&meta) {
+        stats.mark_started_mid_run();
+    }
     let info = read_any(spool, false, base, &mut |r| {
         stats
             .push(r)
@@ -63,6 +67,10 @@ pub fn convert_file(
         writer.push(r)
     })?;
     if let Some(info) = info {
+        if allocview_loaders::binary::marks::recording_stopped(&info.marks) {
+            // Blocks allocated while recording was stopped were freed unseen.
+            stats.mark_started_mid_run();
+        }
         add_stacks(&mut writer, info)?;
     }
     writer.finish()?;

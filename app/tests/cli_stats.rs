@@ -192,3 +192,55 @@ fn compare_says_which_ooms_are_requests_a_policy_cannot_serve() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("requests it cannot serve at all"), "{text}");
 }
+
+/// A trace recorded from the middle of a run (META `started_mid_run=1`): its frees of blocks
+/// it never saw allocated are counted apart, in the table and the JSON, loaded or streamed.
+#[test]
+fn stats_counts_frees_from_before_a_mid_run_start_apart() {
+    use allocview_loaders::binary::BinaryWriter;
+    use allocview_loaders::events::Record;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("joined.avt");
+    let meta = [("started_mid_run".to_owned(), "1".to_owned())];
+    let mut w = BinaryWriter::new(Vec::new(), &meta).unwrap();
+    let rec = |t_ns, size_bytes, addr| Record {
+        t_ns,
+        tid: 3,
+        size_bytes,
+        addr,
+        call: None,
+        stack: None,
+    };
+    for r in [
+        rec(1, Some(12_345), 0x1000),
+        rec(2, None, 0x5000),
+        rec(3, None, 0x6000),
+        rec(4, None, 0x7000),
+        rec(5, None, 0x1000),
+    ] {
+        w.push(&r).unwrap();
+    }
+    std::fs::write(&path, w.finish().unwrap()).unwrap();
+    let p = path.to_str().unwrap();
+    for extra in [&[][..], &["--no-stream"][..]] {
+        let mut args = vec!["stats", "--json", p];
+        args.extend_from_slice(extra);
+        let out = run(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["frees_unknown"], 0, "{extra:?}");
+        assert_eq!(v["frees_before_recording"], 3, "{extra:?}");
+        assert_eq!(v["final_live_blocks"], 0, "{extra:?}");
+    }
+    let out = run(&["stats", p]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("3   frees of blocks allocated before recording started"),
+        "{text}"
+    );
+    assert!(text.contains("0 of unknown pointers"), "{text}");
+}

@@ -9,6 +9,12 @@
 //! to the tracer (`got.rs`). Stop undoes all three, writes every buffer out and closes the
 //! spool, which the caller then converts into a trace as `record` does.
 //!
+//! `allocview attach` loads the library the same way into a process that was started without
+//! allocview (through ptrace, from a thread it stopped: no GIL is held, whatever the program)
+//! and brackets its run with [`allocview_attach_start`] and [`allocview_tracker_stop`]: a
+//! native-only run (the C library calls, redirected as with `native`; Python's allocators are
+//! left alone, since wrapping them needs the GIL), whose spool says `started_mid_run=1`.
+//!
 //! Between the two, every thread records as under `LD_PRELOAD`. A thread that recorded in an
 //! earlier run finds the run number ([`crate::EPOCH`]) moved at its next call and starts a new
 //! stream in its buffer (the spool, the stack and code ids and the module map start again too).
@@ -22,6 +28,11 @@ use crate::*;
 static SET_UP: AtomicBool = AtomicBool::new(false);
 /// The current run redirects the C library calls.
 static NATIVE: AtomicBool = AtomicBool::new(false);
+/// Whether Python's C API was looked up (the first run that wraps Python's allocators).
+static PY_DETECTED: AtomicBool = AtomicBool::new(false);
+/// The current run was started by `allocview attach`, in the middle of the program's run: its
+/// spool's META says `started_mid_run=1`.
+pub(crate) static MID_RUN: AtomicBool = AtomicBool::new(false);
 
 /// Starts recording into `<prefix>.<pid>.spool`; `native` also records the C library calls
 /// of the whole process. Returns 0, or -1 when a run is on (or the tracer is preloaded and
@@ -31,6 +42,28 @@ static NATIVE: AtomicBool = AtomicBool::new(false);
 /// `prefix` is a NUL-terminated path; the caller holds the GIL of the running interpreter.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn allocview_tracker_start(prefix: *const c_char, native: c_int) -> c_int {
+    // SAFETY: the caller's guarantees.
+    unsafe { start_run(prefix, native != 0, true) }
+}
+
+/// `allocview attach`'s start: records the C library calls of the whole process into
+/// `<prefix>.<pid>.spool`, whose META says the run started mid-run. Python's allocators are
+/// not wrapped (that needs the GIL, which the caller, a thread stopped anywhere, may not hold).
+/// Returns as [`allocview_tracker_start`].
+///
+/// # Safety
+/// `prefix` is a NUL-terminated path.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn allocview_attach_start(prefix: *const c_char) -> c_int {
+    // SAFETY: the caller's NUL-terminated path; no Python call is made.
+    unsafe { start_run(prefix, true, false) }
+}
+
+/// Starts a run (see the two entry points); `python` wraps Python's allocators.
+///
+/// # Safety
+/// `prefix` is a NUL-terminated path; with `python`, the caller holds the GIL.
+unsafe fn start_run(prefix: *const c_char, native: bool, python: bool) -> c_int {
     // Resolves the real functions (the constructor did already: no ALLOCVIEW_SPOOL, so off).
     ensure_init();
     if STATE.load(Ordering::Acquire) != STATE_OFF || prefix.is_null() {
@@ -51,13 +84,18 @@ pub unsafe extern "C" fn allocview_tracker_start(prefix: *const c_char, native: 
     }
     PREFIX.len.store(prefix.len(), Ordering::Release);
     STACKS.store(true, Ordering::Relaxed);
+    MID_RUN.store(!python, Ordering::Release);
     if !SET_UP.swap(true, Ordering::AcqRel) {
         KEYS_USABLE.store(keys_usable(), Ordering::Relaxed);
-        python::detect();
         // SAFETY: once per process.
         unsafe { register_process_hooks() };
     } else {
         restart_streams();
+    }
+    // Looked up only for a run that wraps Python's allocators: once found, the clock thread
+    // would ask the interpreter to let it wrap them (`python::poll`).
+    if python && !PY_DETECTED.swap(true, Ordering::AcqRel) {
+        python::detect();
     }
     tick_clock();
     // SAFETY: creates the run's spool.
@@ -71,9 +109,11 @@ pub unsafe extern "C" fn allocview_tracker_start(prefix: *const c_char, native: 
     // run on yet holding its buffer without a cursor, recording nothing in this run.
     STATE.store(STATE_TRACING, Ordering::Release);
     EPOCH.fetch_add(1, Ordering::AcqRel);
-    python::wrap_running();
-    NATIVE.store(native != 0, Ordering::Release);
-    if native != 0 {
+    if python {
+        python::wrap_running();
+    }
+    NATIVE.store(native, Ordering::Release);
+    if native {
         got::patch_all();
     }
     start_clock();
@@ -84,7 +124,8 @@ pub unsafe extern "C" fn allocview_tracker_start(prefix: *const c_char, native: 
 /// spool. Returns 0, or -1 when no run is on.
 ///
 /// # Safety
-/// The caller holds the GIL of the running interpreter.
+/// After [`allocview_tracker_start`], the caller holds the GIL of the running interpreter
+/// (the Python allocators are put back); after [`allocview_attach_start`], nothing is needed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn allocview_tracker_stop() -> c_int {
     if STATE.load(Ordering::Acquire) != STATE_TRACING || PID.load(Ordering::Acquire) == 0 {

@@ -159,9 +159,12 @@ pub(crate) unsafe fn write_header(fd: c_int, pid: c_int) -> bool {
         // that moment no period has events without keys from two threads.
         w.put(b"\norder_keys=tsc");
     }
-    if crate::control::paused() {
-        // Started stopped (`record --paused`): blocks allocated before recording starts are
-        // freed in the trace without having been seen.
+    // Started stopped (`record --paused`) or by `allocview attach`: blocks allocated before
+    // recording starts are freed in the trace without having been seen.
+    let mid_run = crate::control::paused();
+    #[cfg(target_arch = "x86_64")]
+    let mid_run = mid_run || crate::inprocess::MID_RUN.load(Ordering::Acquire);
+    if mid_run {
         w.put(b"\nstarted_mid_run=1");
     }
     w.put(b"\ntracer=allocview_tracer ");

@@ -12,6 +12,7 @@ macro_rules! outln {
     }};
 }
 
+pub mod attach;
 pub mod bench;
 pub mod compare;
 pub mod convert;

@@ -147,7 +147,7 @@ impl Source {
             s.mallocs_failed = n(EventKind::AllocFailed);
             s.frees = n(EventKind::Free) + n(EventKind::FreeNull) + n(EventKind::FreeUnknown);
             s.frees_null = n(EventKind::FreeNull);
-            s.frees_unknown = n(EventKind::FreeUnknown);
+            s.set_frees_unknown(n(EventKind::FreeUnknown));
         }
         s
     }

@@ -187,7 +187,7 @@ pub fn apply(loaded: &mut Loaded, args: &WindowArgs, path: &Path) -> Result<Opti
         t.summary.mallocs_failed = events.mallocs_failed;
         t.summary.frees = events.frees;
         t.summary.frees_null = events.frees_null;
-        t.summary.frees_unknown = events.frees_unknown;
+        t.summary.set_frees_unknown(events.frees_unknown);
     }
     Ok(Some(info))
 }

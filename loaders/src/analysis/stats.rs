@@ -17,7 +17,11 @@ pub struct TraceStats {
     pub mallocs: u64,
     pub frees: u64,
     pub frees_null: u64,
+    /// Frees of pointers never allocated in the trace, where none was expected.
     pub frees_unknown: u64,
+    /// Of a trace recorded from the middle of a run (`started_mid_run`), frees of blocks
+    /// allocated before recording started: expected, not errors (nor in `frees_unknown`).
+    pub frees_before_recording: u64,
     pub mallocs_failed: u64,
     pub mallocs_of_live_ptr: u64,
     pub mallocs_size_zero: u64,
@@ -195,6 +199,7 @@ impl StatsAccumulator {
             frees: summary.frees,
             frees_null: summary.frees_null,
             frees_unknown: summary.frees_unknown,
+            frees_before_recording: summary.frees_before_recording,
             mallocs_failed: summary.mallocs_failed,
             mallocs_of_live_ptr: summary.mallocs_of_live_ptr,
             mallocs_size_zero: summary.mallocs_size_zero,
@@ -311,6 +316,12 @@ pub struct RecordingSummary {
 }
 
 impl RecordingStats {
+    /// Counts as for a recording that began in the middle of the run (META
+    /// `started_mid_run=1`): frees of blocks it never saw allocated are expected.
+    pub fn mark_started_mid_run(&mut self) {
+        self.summary.mark_started_mid_run();
+    }
+
     /// Counts one record, as the binary loader would take it.
     ///
     /// # Errors

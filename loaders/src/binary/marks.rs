@@ -10,7 +10,8 @@
 //!
 //! Kinds: 0 a user's mark, 1 recording stopped, 2 recording started. Between a stop and the
 //! next start the trace holds nothing: a block allocated before a stop whose free was not
-//! recorded may have been freed while recording was stopped ([`Mark::recording_stops`]).
+//! recorded may have been freed while recording was stopped, and one allocated meanwhile may
+//! be freed after the start, unseen ([`recording_stopped`]).
 
 use super::codec::{Cursor, put_varint, zigzag};
 
@@ -80,25 +81,14 @@ impl Mark {
             kind => kind.label(),
         }
     }
+}
 
-    /// The times at which recording stopped and was not started again before the end, or
-    /// was started later: each `(stopped_ns, started_ns)` (`None`: never started again).
-    #[must_use]
-    pub fn recording_stops(marks: &[Mark]) -> Vec<(i64, Option<i64>)> {
-        let mut out: Vec<(i64, Option<i64>)> = Vec::new();
-        for m in marks {
-            match m.kind {
-                MarkKind::Stopped => out.push((m.t_ns, None)),
-                MarkKind::Started => {
-                    if let Some(last) = out.last_mut().filter(|(_, start)| start.is_none()) {
-                        last.1 = Some(m.t_ns);
-                    }
-                }
-                MarkKind::User => {}
-            }
-        }
-        out
-    }
+/// Whether recording stopped at some point of the run: then blocks allocated while it was
+/// stopped may be freed after it started again, unseen, as in a recording begun mid-run
+/// ([`LoadSummary::mark_started_mid_run`](crate::events::LoadSummary::mark_started_mid_run)).
+#[must_use]
+pub fn recording_stopped(marks: &[Mark]) -> bool {
+    marks.iter().any(|m| m.kind == MarkKind::Stopped)
 }
 
 /// A trace's MARKS frame's payload.
@@ -203,13 +193,9 @@ mod tests {
     }
 
     #[test]
-    fn stops_pair_with_the_next_start() {
-        let marks = vec![
-            mark(1, MarkKind::Stopped, ""),
-            mark(2, MarkKind::User, "x"),
-            mark(3, MarkKind::Started, ""),
-            mark(4, MarkKind::Stopped, ""),
-        ];
-        assert_eq!(Mark::recording_stops(&marks), vec![(1, Some(3)), (4, None)]);
+    fn only_a_stop_makes_unseen_frees_expected() {
+        let started = vec![mark(1, MarkKind::Started, ""), mark(2, MarkKind::User, "x")];
+        assert!(!recording_stopped(&started));
+        assert!(recording_stopped(&[mark(3, MarkKind::Stopped, "")]));
     }
 }

@@ -19,6 +19,11 @@
 //!   from `record --stack-sample`) says that only the allocations sampled by bytes, a mean of
 //!   one every R bytes, carry a stack (the others stack id 0); figures by site weigh them
 //!   (`analysis/sampling.rs`). The events are all there either way.
+//!   Another changes how events are counted: `started_mid_run=1` (a recording that began after
+//!   the program started: `allocview attach`, `record --paused`) says that frees of blocks the
+//!   trace never saw allocated are expected; they are counted as frees of blocks allocated
+//!   before recording started, not as unknown frees ([`META_STARTED_MID_RUN`]). A spool's
+//!   META may carry it too; converting a spool keeps it.
 //! - `0x02` THREADS: varint `n`, then `n` varint thread ids; appends them to the threads table
 //!   (the first thread introduced is index 0). A thread is introduced before its first event.
 //! - `0x03` EVENTS: codec u8 (0 = stored, 1 = zstd), varint `events`, varint `raw_bytes`,
@@ -240,6 +245,13 @@ impl BinaryInfo {
         }
     }
 
+    /// The META lines say the recording began in the middle of the run
+    /// ([`META_STARTED_MID_RUN`]).
+    #[must_use]
+    pub fn started_mid_run(&self) -> bool {
+        started_mid_run(&self.meta)
+    }
+
     /// The first value of a META key.
     #[must_use]
     pub fn meta_value(&self, key: &str) -> Option<&str> {
@@ -248,6 +260,49 @@ impl BinaryInfo {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
+}
+
+/// The META key of a recording that began after the program started (value `1`): frees of
+/// blocks the trace never saw allocated are expected
+/// ([`LoadSummary::mark_started_mid_run`](crate::events::LoadSummary::mark_started_mid_run)).
+pub const META_STARTED_MID_RUN: &str = "started_mid_run";
+
+/// True when META lines say the recording began in the middle of the run.
+#[must_use]
+pub fn started_mid_run(meta: &[(String, String)]) -> bool {
+    meta.iter()
+        .any(|(k, v)| k == META_STARTED_MID_RUN && v.trim() == "1")
+}
+
+/// The META lines of a binary trace or spool (its first frame; none when it has no META
+/// frame), read without reading the rest of the file.
+///
+/// # Errors
+/// When the file cannot be read or is not in this format.
+pub fn read_meta(path: &Path) -> Result<Vec<(String, String)>, LoadError> {
+    let mut file = std::fs::File::open(path).map_err(|e| LoadError::io(path, e))?;
+    let mut head = [0u8; 15];
+    let mut got = 0;
+    while got < head.len() {
+        match file.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(LoadError::io(path, e)),
+        }
+    }
+    read_header(path, &head[..got])?;
+    let (Some(&FRAME_META), Some(len)) = (head.get(10), head.get(11..15)) else {
+        return Ok(Vec::new());
+    };
+    let len = <[u8; 4]>::try_from(len).map_or(0, u32::from_le_bytes);
+    // The frame's own length, bounded: the text read is only as long as the file holds.
+    let len = u64::from(len).min(MAX_FRAME_BYTES as u64);
+    let mut text = Vec::new();
+    file.take(len)
+        .read_to_end(&mut text)
+        .map_err(|e| LoadError::io(path, e))?;
+    Ok(frames::parse_meta(&text))
 }
 
 /// How spool times become trace times.
@@ -390,6 +445,18 @@ pub fn load_binary(path: &Path, opts: &LoadOptions) -> Result<MallocTrace, LoadE
     }
     b.summary.damaged = info.damaged;
     b.summary.events_lost = info.events_lost;
+    if info.meta.is_empty() {
+        // A damaged file read leniently may have lost its META with the error: read it alone.
+        if read_meta(path).is_ok_and(|m| started_mid_run(&m)) {
+            b.summary.mark_started_mid_run();
+        }
+    } else if started_mid_run(&info.meta) {
+        b.summary.mark_started_mid_run();
+    }
+    if marks::recording_stopped(&info.marks) {
+        // Blocks allocated while recording was stopped are freed unseen, as before a start.
+        b.summary.mark_started_mid_run();
+    }
     let file_stacks = b.take_stacks();
     let (mut events, threads, summary) = b.finish()?;
     let stacks = match (info.stacks, file_stacks) {

@@ -250,9 +250,15 @@ impl BinaryEventStream {
                 next_block: 0,
                 pairing: Pairing::default(),
                 threads: ThreadIds::default(),
-                summary: LoadSummary {
-                    truncated: cut,
-                    ..LoadSummary::default()
+                summary: {
+                    let mut summary = LoadSummary {
+                        truncated: cut,
+                        ..LoadSummary::default()
+                    };
+                    if super::started_mid_run(&super::read_meta(path)?) {
+                        summary.mark_started_mid_run();
+                    }
+                    summary
                 },
                 events_per_thread: Vec::new(),
                 peak_live_bytes: 0,

@@ -1,6 +1,7 @@
 use super::*;
 use crate::events::{LoadOptions, Strictness};
 use crate::events::{MAX_THREADS, Record};
+use std::path::PathBuf;
 
 fn records() -> Vec<Record> {
     vec![
@@ -391,4 +392,81 @@ fn a_refused_record_in_a_later_block_is_named_and_what_precedes_it_loads() {
     assert_eq!(lenient.summary.mallocs, refused_at);
     // The events before the refused one, and nothing of it.
     assert_eq!(lenient.events.height() as u64, refused_at);
+}
+
+/// A trace joined mid-run: one block allocated and freed while recorded, a free and a realloc
+/// (free half plus allocation) of blocks allocated before the recording, and a block still
+/// live at the end.
+fn mid_run_records() -> Vec<Record> {
+    let rec = |t_ns, size_bytes, addr, call| Record {
+        t_ns,
+        tid: 5,
+        size_bytes,
+        addr,
+        call: Some(call),
+        stack: None,
+    };
+    vec![
+        rec(10, Some(12_345), 0x7000, 0),
+        rec(20, None, 0x9000, 3),
+        rec(30, None, 0xa000, 2),
+        rec(30, Some(640), 0xb000, 2),
+        rec(40, None, 0x7000, 3),
+    ]
+}
+
+/// Writes `records` with `meta` to a file of `dir`, returns its path.
+fn write_file(dir: &Path, name: &str, meta: &[(String, String)], records: &[Record]) -> PathBuf {
+    let mut w = BinaryWriter::new(Vec::new(), meta).unwrap();
+    for r in records {
+        w.push(r).unwrap();
+    }
+    let path = dir.join(name);
+    std::fs::write(&path, w.finish().unwrap()).unwrap();
+    path
+}
+
+#[test]
+fn frees_of_blocks_from_before_a_mid_run_start_are_counted_apart() {
+    use crate::analysis::stats::{TraceStats, events_per_thread};
+    let dir = tempfile::tempdir().unwrap();
+    let mid = [(META_STARTED_MID_RUN.to_owned(), "1".to_owned())];
+    let joined = write_file(dir.path(), "joined.avt", &mid, &mid_run_records());
+    let plain = write_file(dir.path(), "plain.avt", &[], &mid_run_records());
+
+    let t = load_binary(&joined, &LoadOptions::default()).unwrap();
+    let s = &t.summary;
+    assert!(s.started_mid_run);
+    assert_eq!((s.frees_unknown, s.frees_before_recording), (0, 2));
+    assert_eq!(s.frees, 3);
+    let warnings = s.warnings().join("\n");
+    assert!(
+        warnings.contains("2 frees of blocks allocated before recording started"),
+        "{warnings}"
+    );
+    assert!(!warnings.contains("never allocated"), "{warnings}");
+    let view = crate::trace_view(&t.events, &joined).unwrap();
+    let per_thread = events_per_thread(&t.events, 1).unwrap();
+    let stats = TraceStats::compute(&view, per_thread, s);
+    assert_eq!(stats.frees_unknown, 0);
+    assert_eq!(stats.frees_before_recording, 2);
+    // Only what was allocated while recorded is live at the end: the realloc's new block.
+    assert_eq!((stats.final_live_blocks, stats.final_live_bytes), (1, 640));
+
+    // The same events without the META line: unknown frees, as before.
+    let t = load_binary(&plain, &LoadOptions::default()).unwrap();
+    assert!(!t.summary.started_mid_run);
+    assert_eq!(
+        (t.summary.frees_unknown, t.summary.frees_before_recording),
+        (2, 0)
+    );
+
+    // Streamed, the same counts.
+    let mut stream = BinaryEventStream::open(&joined).unwrap();
+    let mut batch = allocview_sim::stream::EventBatch::default();
+    while allocview_sim::stream::EventSource::next_batch(&mut stream, &mut batch).unwrap() {}
+    let s = stream.summary();
+    assert_eq!((s.frees_unknown, s.frees_before_recording), (0, 2));
+    assert!(started_mid_run(&read_meta(&joined).unwrap()));
+    assert!(!started_mid_run(&read_meta(&plain).unwrap()));
 }

@@ -176,8 +176,9 @@ impl Pairing {
         })
     }
 
-    /// Pairs one line, as [`Self::pair`]; a free of a Python object never allocated in the
-    /// trace (allocated before the trace began) is counted apart as well.
+    /// Pairs one line, as [`Self::pair`], and counts a free of a pointer never allocated in
+    /// the trace ([`LoadSummary::add_frees_unknown`]: of a Python object, or of a block
+    /// allocated before a recording started mid-run, counted apart).
     #[inline(always)]
     pub(crate) fn pair_line(
         &mut self,
@@ -185,13 +186,14 @@ impl Pairing {
         line: &Line,
     ) -> Result<Paired, &'static str> {
         let p = self.pair(summary, line.t_ns, line.size_bytes, line.addr)?;
-        if line.python && p.kind == EventKind::FreeUnknown {
-            summary.frees_unknown_python += 1;
+        if p.kind == EventKind::FreeUnknown {
+            summary.add_frees_unknown(1, u64::from(line.python));
         }
         Ok(p)
     }
 
-    /// Pairs one record (`size_bytes` `None` for a free), counting in `summary`.
+    /// Pairs one record (`size_bytes` `None` for a free), counting in `summary` (all but a
+    /// free of an unknown pointer: [`Self::pair_line`] counts those).
     pub(crate) fn pair(
         &mut self,
         summary: &mut LoadSummary,
@@ -279,7 +281,6 @@ impl Pairing {
                     self.free_slots.push(old.slot);
                     (EventKind::Free, old.size, old.id, old.slot)
                 } else {
-                    summary.frees_unknown += 1;
                     (EventKind::FreeUnknown, 0, NO_ALLOC_ID, NO_ALLOC_ID)
                 }
             }

@@ -96,7 +96,15 @@ pub struct LoadSummary {
     /// Lines with size -1, including `free(NULL)` and frees of unknown pointers.
     pub frees: u64,
     pub frees_null: u64,
+    /// Frees (and reallocs) of pointers never allocated in the trace, where none was expected:
+    /// of a trace recorded from the middle of a run, they are in `frees_before_recording`.
     pub frees_unknown: u64,
+    /// The recording began after the program started (META `started_mid_run=1`, written by
+    /// `allocview attach`): frees of blocks it never saw allocated are expected.
+    pub started_mid_run: bool,
+    /// Of a trace started mid-run, the frees (and reallocs) of blocks allocated before the
+    /// recording started: not unknown frees, not errors. Kept as `free_unknown` events.
+    pub frees_before_recording: u64,
     /// Allocations that returned NULL with a size > 0.
     pub mallocs_failed: u64,
     /// Allocations whose pointer was still live (a missed free).
@@ -137,6 +145,40 @@ pub struct LoadSummary {
 }
 
 impl LoadSummary {
+    /// Counts `n` frees of pointers never allocated in the trace, `python` of them Python
+    /// objects: unknown frees, or, in a trace started mid-run, frees of blocks allocated
+    /// before the recording started. Every count of such frees goes through here (the
+    /// pairing's, and a window's recount from the event kinds), so that the two are told
+    /// apart in one place.
+    pub fn add_frees_unknown(&mut self, n: u64, python: u64) {
+        if self.started_mid_run {
+            self.frees_before_recording += n;
+        } else {
+            self.frees_unknown += n;
+            self.frees_unknown_python += python;
+        }
+    }
+
+    /// Marks the trace as recorded from the middle of a run: the unknown frees counted so far
+    /// (the META line may be read after the events) and those to come are frees of blocks
+    /// allocated before the recording started.
+    pub fn mark_started_mid_run(&mut self) {
+        if !self.started_mid_run {
+            self.started_mid_run = true;
+            self.frees_before_recording += self.frees_unknown;
+            self.frees_unknown = 0;
+            self.frees_unknown_python = 0;
+        }
+    }
+
+    /// Sets the unknown frees to `n` (a recount of a window's event kinds), split as
+    /// [`Self::add_frees_unknown`] does.
+    pub fn set_frees_unknown(&mut self, n: u64) {
+        self.frees_unknown = 0;
+        self.frees_before_recording = 0;
+        self.add_frees_unknown(n, 0);
+    }
+
     /// Human-readable warnings (empty when the load was clean).
     #[must_use]
     pub fn warnings(&self) -> Vec<String> {
@@ -197,6 +239,13 @@ impl LoadSummary {
                 "{python} frees of Python objects allocated before the trace began (during the \
                  interpreter's start-up, before the tracer joined it, or in the parent of a \
                  forked process; kept as free_unknown events)"
+            ));
+        }
+        if self.frees_before_recording > 0 {
+            out.push(format!(
+                "{} frees of blocks allocated before recording started (the recording began in \
+                 the middle of the run; expected, not errors)",
+                self.frees_before_recording
             ));
         }
         if self.mallocs_of_live_ptr > 0 {

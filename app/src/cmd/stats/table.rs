@@ -127,6 +127,13 @@ pub(super) fn print_table(
         count(s.frees_null),
         count(s.frees_unknown)
     );
+    if s.frees_before_recording > 0 {
+        outln!(
+            "  started mid-run   {:>14}   frees of blocks allocated before recording started \
+             (expected, not errors)",
+            count(s.frees_before_recording)
+        );
+    }
     if s.mallocs_failed + s.mallocs_of_live_ptr + s.bad_lines > 0 {
         outln!(
             "  anomalies         failed allocations {}, allocations of a live pointer {}, skipped lines {}",
