@@ -149,6 +149,11 @@ fn recording_starts_and_stops_on_demand_and_marks_land_in_the_trace() {
         );
     }
     let s = json(&["stats", t, "--json"]);
+    // Frees of a's 100 blocks (allocated while paused) and c's 30 (while stopped) are
+    // expected, not unknown; the record summary says the same.
+    assert_eq!(s["frees_before_recording"], 130, "{s}");
+    assert_eq!(s["frees_unknown"], 0, "{s}");
+    assert!(!stderr.contains("never allocated"), "{stderr}");
     let marks = s["marks"].as_array().unwrap();
     let kinds: Vec<(&str, &str)> = marks
         .iter()

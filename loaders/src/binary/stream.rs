@@ -255,7 +255,12 @@ impl BinaryEventStream {
                         truncated: cut,
                         ..LoadSummary::default()
                     };
-                    if super::started_mid_run(&super::read_meta(path)?) {
+                    // Blocks allocated before recording started, or while it was stopped (a
+                    // few bytes at the file's end say), are freed unseen.
+                    if super::started_mid_run(&super::read_meta(path)?)
+                        || super::read_marks(path)
+                            .is_ok_and(|m| super::marks::recording_stopped(&m))
+                    {
                         summary.mark_started_mid_run();
                     }
                     summary

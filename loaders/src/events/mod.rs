@@ -244,7 +244,7 @@ impl LoadSummary {
         if self.frees_before_recording > 0 {
             out.push(format!(
                 "{} frees of blocks allocated before recording started (the recording began in \
-                 the middle of the run; expected, not errors)",
+                 the middle of the run, or was stopped for a while; expected, not errors)",
                 self.frees_before_recording
             ));
         }

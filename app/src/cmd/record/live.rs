@@ -199,7 +199,14 @@ fn finish_trace(
         (Err(_), Err(why)) => return Err(why.clone()),
         (Err(e), Ok(_)) => return Err(e.to_string()),
     };
-    let Written { mut writer, stats } = written?;
+    let Written {
+        mut writer,
+        mut stats,
+    } = written?;
+    if allocview_loaders::binary::marks::recording_stopped(&info.marks) {
+        // Blocks allocated while recording was stopped were freed unseen.
+        stats.mark_started_mid_run();
+    }
     stacks(&mut writer, info).map_err(|e| format!("{e:#}"))?;
     writer.finish().map_err(|e| format!("{e:#}"))?;
     Ok(stats.finish())
