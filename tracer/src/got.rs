@@ -12,13 +12,21 @@
 //! through a slot. A slot is an aligned word, so a thread calling through it meanwhile gets
 //! the old function or the new one, either of which works.
 //!
+//! Threads keep running while slots are rewritten, so the order matters: every object's
+//! releasing functions (`free`, `realloc`, `reallocarray`) are redirected before any
+//! allocating one, and put back after them. Otherwise a block allocated through a redirected
+//! `malloc` could be freed through a `free` not yet redirected (or no longer), unseen, and the
+//! trace would later see its address handed out again while it still holds it live. In the
+//! order kept, what a thread can see unrecorded is only the other way round: a free, or a
+//! realloc, of a block allocated before, which a recording begun mid-run expects.
+//!
 //! Objects loaded while tracking (`dlopen`: a Python extension imported) are found by the
 //! clock thread, which compares the loader's count of loads (`dlpi_adds`) every flush period
 //! (20 ms): their calls are traced from then on, not in their constructors nor in the period
 //! after loading.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crate::modules::{DlPhdrInfo, dl_iterate_phdr};
 use crate::{DlInfo, REAL, dladdr, dlopen, real};
@@ -96,17 +104,33 @@ unsafe fn dlclose_real(handle: *mut c_void) {
     }
 }
 
+/// Whether [`HOOKED`]'s function `name` releases a block (see the module's header: these are
+/// redirected first and put back last).
+fn releases(name: &[u8]) -> bool {
+    matches!(name, b"free" | b"realloc" | b"reallocarray")
+}
+
+/// Which functions a pass over the loaded objects redirects.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    Releasing,
+    Allocating,
+}
+
 /// Rewritten slots and what they held, for [`restore`].
 const MAX_PATCHES: usize = 16_384;
 struct Patch {
     /// The slot's address, plus 1 when it lies in read-only memory after relocation.
     slot: AtomicU64,
     old: AtomicU64,
+    /// The slot is a releasing function's.
+    releasing: AtomicBool,
 }
 static PATCHES: [Patch; MAX_PATCHES] = [const {
     Patch {
         slot: AtomicU64::new(0),
         old: AtomicU64::new(0),
+        releasing: AtomicBool::new(false),
     }
 }; MAX_PATCHES];
 static PATCHED: AtomicUsize = AtomicUsize::new(0);
@@ -116,12 +140,15 @@ static ADDS_SEEN: AtomicU64 = AtomicU64::new(0);
 /// Redirects every loaded object's imports of the allocation functions (already redirected
 /// slots are left alone). Serialised by the caller: tracking's start, or the clock thread.
 pub(crate) fn patch_all() {
-    let Some(mut hooked) = hooked() else {
+    let Some(hooked) = hooked() else {
         return;
     };
-    // SAFETY: the callback only reads what the loader reports about mapped objects, and the
-    // table of hooked functions passed to it.
-    unsafe { dl_iterate_phdr(patch_object, (&raw mut hooked).cast()) };
+    for pass in [Pass::Releasing, Pass::Allocating] {
+        let mut job = (hooked, pass);
+        // SAFETY: the callback only reads what the loader reports about mapped objects, and
+        // the table of hooked functions passed to it.
+        unsafe { dl_iterate_phdr(patch_object, (&raw mut job).cast()) };
+    }
 }
 
 /// Called by the clock thread each flush period while patching: patches the objects loaded
@@ -150,11 +177,14 @@ unsafe extern "C" fn read_adds(info: *mut DlPhdrInfo, size: usize, data: *mut c_
 pub(crate) fn restore() {
     ADDS_SEEN.store(0, Ordering::Release);
     let n = PATCHED.swap(0, Ordering::AcqRel).min(MAX_PATCHES);
-    for p in PATCHES.iter().take(n) {
-        let tagged = p.slot.load(Ordering::Acquire);
-        let slot = tagged & !1;
-        if slot != 0 {
-            write_slot(slot, p.old.load(Ordering::Acquire), tagged & 1 == 1);
+    // Allocating functions first, releasing ones last (see the module's header).
+    for releasing in [false, true] {
+        for p in PATCHES.iter().take(n) {
+            let tagged = p.slot.load(Ordering::Acquire);
+            let slot = tagged & !1;
+            if slot != 0 && p.releasing.load(Ordering::Acquire) == releasing {
+                write_slot(slot, p.old.load(Ordering::Acquire), tagged & 1 == 1);
+            }
         }
     }
 }
@@ -188,8 +218,8 @@ fn is_tracer(info: &DlPhdrInfo) -> bool {
 }
 
 unsafe extern "C" fn patch_object(info: *mut DlPhdrInfo, size: usize, data: *mut c_void) -> c_int {
-    // SAFETY: `patch_all`'s table.
-    let hooked = unsafe { &*data.cast::<[(&[u8], u64); 10]>() };
+    // SAFETY: `patch_all`'s table and pass.
+    let (hooked, pass) = unsafe { &*data.cast::<([(&[u8], u64); 10], Pass)>() };
     // SAFETY: the loader's record for one mapped object.
     let info = unsafe { &*info };
     if size >= std::mem::size_of::<DlPhdrInfo>() {
@@ -253,6 +283,10 @@ unsafe extern "C" fn patch_object(info: *mut DlPhdrInfo, size: usize, data: *mut
             let Some(&(_, ours)) = hooked.iter().find(|(n, _)| *n == name.to_bytes()) else {
                 continue;
             };
+            let releasing = releases(name.to_bytes());
+            if releasing != (*pass == Pass::Releasing) {
+                continue;
+            }
             let slot = base.wrapping_add(offset);
             // SAFETY: the slot is a mapped, aligned word of the object.
             let old = unsafe { &*(slot as *const AtomicU64) }.load(Ordering::Acquire);
@@ -267,6 +301,7 @@ unsafe extern "C" fn patch_object(info: *mut DlPhdrInfo, size: usize, data: *mut
             let sealed = relro.is_some_and(|(lo, hi)| slot >= lo && slot < hi);
             p.slot.store(slot | u64::from(sealed), Ordering::Release);
             p.old.store(old, Ordering::Release);
+            p.releasing.store(releasing, Ordering::Release);
             write_slot(slot, ours, sealed);
         }
     }

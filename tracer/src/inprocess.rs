@@ -103,12 +103,10 @@ unsafe fn start_run(prefix: *const c_char, native: bool, python: bool) -> c_int 
         return -3;
     }
     modules::emit_all(stacks::emit_module);
-    // Tracing first, then the new run number: a thread that sees the new number sees the
-    // run on (it starts a new stream), and one that saw the old number before moves on at
-    // its next call. The other order could leave a thread that took the new number with no
-    // run on yet holding its buffer without a cursor, recording nothing in this run.
-    STATE.store(STATE_TRACING, Ordering::Release);
-    EPOCH.fetch_add(1, Ordering::AcqRel);
+    // Redirected before the run is on, so that recording starts for every function at once:
+    // until then the tracer's functions pass calls through. Slots rewritten one by one while
+    // tracing would let a thread allocate through a rewritten `malloc` and free through a
+    // `free` not yet rewritten, unseen (`got.rs`).
     if python {
         python::wrap_running();
     }
@@ -116,6 +114,12 @@ unsafe fn start_run(prefix: *const c_char, native: bool, python: bool) -> c_int 
     if native {
         got::patch_all();
     }
+    // Tracing first, then the new run number: a thread that sees the new number sees the
+    // run on (it starts a new stream), and one that saw the old number before moves on at
+    // its next call. The other order could leave a thread that took the new number with no
+    // run on yet holding its buffer without a cursor, recording nothing in this run.
+    STATE.store(STATE_TRACING, Ordering::Release);
+    EPOCH.fetch_add(1, Ordering::AcqRel);
     start_clock();
     0
 }
@@ -131,15 +135,18 @@ pub unsafe extern "C" fn allocview_tracker_stop() -> c_int {
     if STATE.load(Ordering::Acquire) != STATE_TRACING || PID.load(Ordering::Acquire) == 0 {
         return -1;
     }
+    // The run ends for every function at once, before anything is put back (as at the
+    // start): from here the tracer's functions pass calls through.
+    STATE.store(STATE_OFF, Ordering::Release);
+    // Threads see the run end at their next call (their buffers start again next run).
+    EPOCH.fetch_add(1, Ordering::AcqRel);
     if NATIVE.swap(false, Ordering::AcqRel) {
         got::restore();
     }
     python::unwrap_running();
     let _busy = Busy::new();
+    // Also what a thread finished after the run ended for it (it entered before).
     flush_all(Wait::Block);
-    STATE.store(STATE_OFF, Ordering::Release);
-    // Threads see the run end at their next call (their buffers start again next run).
-    EPOCH.fetch_add(1, Ordering::AcqRel);
     // The clock thread ends at its next period; the next run starts one.
     CLOCK_GEN.fetch_add(1, Ordering::AcqRel);
     CLOCK_PID.store(0, Ordering::Release);
