@@ -108,6 +108,7 @@ pub fn spool_to_trace(spool: &Path, out: &Path, program: &str) -> Result<Recordi
         &mut |writer: &mut RecordWriter, info: BinaryInfo| -> Result<()> {
             writer.write_memory(&info.memory)?;
             writer.write_mappings(&info.mappings)?;
+            writer.write_heap_names(&info.heaps)?;
             if let Some(mut stacks) = info.stacks {
                 symbolizer.symbolize_stacks(&mut stacks);
                 writer.write_stacks(&stacks)?;

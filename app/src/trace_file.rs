@@ -111,6 +111,8 @@ pub struct RecordWriter {
     last_tid: Option<u64>,
     /// Records with a stack id.
     with_stack: u64,
+    /// Records of the program's own heaps left out of the text form (which has malloc's only).
+    other_heaps: u64,
 }
 
 impl RecordWriter {
@@ -149,11 +151,16 @@ impl RecordWriter {
             text_threads: HashSet::new(),
             last_tid: None,
             with_stack: 0,
+            other_heaps: 0,
         })
     }
 
     /// Appends one record.
     pub fn push(&mut self, r: &Record) -> io::Result<()> {
+        if r.heap != 0 && matches!(self.sink, Sink::Text(_)) {
+            self.other_heaps += 1;
+            return Ok(());
+        }
         if matches!(self.sink, Sink::Text(_)) && self.last_tid != Some(r.tid) {
             self.last_tid = Some(r.tid);
             self.text_threads.insert(r.tid);
@@ -212,6 +219,33 @@ impl RecordWriter {
                         "note: the text form has no mapping calls: the program's {} calls to \
                          mmap, munmap, mremap and brk are left out of {}",
                         crate::format::count(calls.len() as u64),
+                        self.path.display()
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Names the program's own heaps (binary form; the text form holds malloc's heap only, and
+    /// says what it left out).
+    ///
+    /// # Errors
+    /// On write errors.
+    pub fn write_heap_names(
+        &mut self,
+        names: &[allocview_loaders::binary::HeapName],
+    ) -> Result<()> {
+        match &mut self.sink {
+            Sink::Binary(w) => w
+                .write_heap_names(names)
+                .with_context(|| format!("cannot write {}", self.path.display())),
+            Sink::Text(_) => {
+                if self.other_heaps > 0 {
+                    eprintln!(
+                        "note: the text form holds malloc's heap only: {} events of the \
+                         program's own heaps are left out of {} (the binary form keeps them)",
+                        crate::format::count(self.other_heaps),
                         self.path.display()
                     );
                 }

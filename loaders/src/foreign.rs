@@ -113,6 +113,7 @@ mod tests {
             addr,
             call: None,
             stack,
+            heap: 0,
         }
     }
 

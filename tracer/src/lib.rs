@@ -110,11 +110,13 @@ use encode::{
 
 /// Bytes of events a thread buffers before writing them.
 const BUF_BYTES: usize = 256 << 10;
-/// Most bytes one record may write: a time change (op byte, varint), the switch to keyed
-/// events (one op byte), then the event's op byte, size, address and order key (the size and
-/// address stored as whole words, past their end; the key after them).
+/// Most bytes one record may write: a time change (op byte, varint), a heap prefix (an event
+/// of the program's own heap, `heaps.rs`), the switch to keyed events (one op byte), then the
+/// event's op byte, size, address and order key (the size and address stored as whole words,
+/// past their end; the key after them).
 const MAX_EVENT_BYTES: usize = 1
     + MAX_VARINT_BYTES
+    + heaps::HEAP_PREFIX_BYTES
     + 1
     + 1
     + PREFIX_VARINT_STORE_BYTES
@@ -317,6 +319,7 @@ mod arena;
 mod clock;
 #[cfg(target_arch = "x86_64")]
 mod got;
+pub mod heaps;
 #[cfg(target_arch = "x86_64")]
 pub mod inprocess;
 mod lifecycle;

@@ -11,6 +11,7 @@ fn records() -> Vec<Record> {
             addr: 0x1000,
             call: Some(1),
             stack: None,
+            heap: 0,
         },
         Record {
             t_ns: 3_000,
@@ -19,6 +20,7 @@ fn records() -> Vec<Record> {
             addr: 0x1000,
             call: Some(2),
             stack: None,
+            heap: 0,
         },
         Record {
             t_ns: 3_000,
@@ -27,6 +29,7 @@ fn records() -> Vec<Record> {
             addr: 0x3000,
             call: Some(2),
             stack: None,
+            heap: 0,
         },
         Record {
             t_ns: 2_500,
@@ -35,6 +38,7 @@ fn records() -> Vec<Record> {
             addr: 0,
             call: None,
             stack: None,
+            heap: 0,
         },
         Record {
             t_ns: 4_000,
@@ -43,6 +47,7 @@ fn records() -> Vec<Record> {
             addr: 0,
             call: Some(0),
             stack: None,
+            heap: 0,
         },
         Record {
             t_ns: 4_001,
@@ -51,6 +56,7 @@ fn records() -> Vec<Record> {
             addr: u64::MAX,
             call: Some(3),
             stack: None,
+            heap: 0,
         },
     ]
 }
@@ -100,6 +106,7 @@ fn many_blocks_round_trip() {
             addr: 0x5555_0000 + (i / 2) * 64,
             call: Some((i % 11) as u8),
             stack: None,
+            heap: 0,
         })
         .collect();
     let bytes = write(&recs);
@@ -163,6 +170,7 @@ fn many_records(blocks: u64) -> Vec<Record> {
             addr: 0x5555_0000 + (i / 2) * 64,
             call: Some((i % 11) as u8),
             stack: None,
+            heap: 0,
         })
         .collect()
 }
@@ -317,6 +325,7 @@ fn the_writer_refuses_a_thread_the_loader_could_not_hold() {
         addr: 0x1000 + tid * 16,
         call: Some(0),
         stack: None,
+        heap: 0,
     };
     let mut w = BinaryWriter::new(Vec::new(), &[]).unwrap();
     for tid in 0..MAX_THREADS as u64 {
@@ -354,6 +363,7 @@ fn a_refused_record_in_a_later_block_is_named_and_what_precedes_it_loads() {
             addr: if i == refused_at { 0x10 } else { 0x10 + i * 16 },
             call: None,
             stack: None,
+            heap: 0,
         })
         .collect();
     let dir = std::env::temp_dir().join(format!("allocview-binary-refused-{}", std::process::id()));

@@ -46,6 +46,8 @@ enum Parsed {
     Meta(Vec<(String, String)>),
     Memory(Vec<super::MemorySample>),
     Mappings(Vec<super::Mapping>),
+    /// A HEAPS frame's names (`heaps.rs`).
+    Heaps(Vec<super::HeapName>),
     Threads(Vec<u64>),
     /// The block's records are in [`Reader::decoded`].
     Events,
@@ -160,6 +162,11 @@ impl<'a> Reader<'a> {
             super::memory::FRAME_MAPPINGS => {
                 Ok(Parsed::Mappings(super::memory::decode_mappings(payload)?))
             }
+            super::heaps::FRAME_HEAPS => {
+                let mut names = Vec::new();
+                super::heaps::decode_names(payload, &mut names).ok_or("a corrupt heaps frame")?;
+                Ok(Parsed::Heaps(names))
+            }
             _ => Ok(Parsed::Unknown),
         }
     }
@@ -229,6 +236,7 @@ impl<'a> Reader<'a> {
                         | super::FRAME_INDEX
                         | super::memory::FRAME_MEMORY
                         | super::memory::FRAME_MAPPINGS
+                        | super::heaps::FRAME_HEAPS
                 )
             })
     }
@@ -470,6 +478,11 @@ fn read_frames(
             Parsed::Meta(meta) => info.meta.extend(meta),
             Parsed::Memory(samples) => info.memory.extend(samples),
             Parsed::Mappings(calls) => info.mappings.extend(calls),
+            Parsed::Heaps(names) => {
+                for h in names {
+                    super::heaps::set_name(&mut info.heaps, h.id, h.name);
+                }
+            }
             Parsed::Threads(ids) => r.threads.extend(ids),
             Parsed::Events => {
                 if let Some(first) = r.decoded.first() {

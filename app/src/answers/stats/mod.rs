@@ -2,6 +2,7 @@
 //! summary, a TensorFlow memory log's allocators, a BFC dump's regions and bins, a PyTorch
 //! snapshot's segments and stacks, a plan's sizes).
 
+pub mod heaps;
 pub mod pytorch;
 
 use std::path::Path;
@@ -36,6 +37,12 @@ pub struct TraceAnswer<'a> {
     /// The recorded program's own resident memory (a trace made by `record`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recorded_memory: Option<crate::answers::recorded_memory::RecordedMemory>,
+    /// The heap read, when `--heap` chose another than malloc's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heap: Option<String>,
+    /// The trace's heaps (a binary trace whose program reported heaps of its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heaps: Option<Vec<heaps::HeapAnswer>>,
 }
 
 /// The `tf` object of `stats --json` for a memory log.
@@ -120,7 +127,7 @@ struct PlanAnswer {
 ///
 /// # Errors
 /// When a table of the input lacks a column the summary needs.
-pub fn json(loaded: &Loaded, path: &Path) -> Result<Value> {
+pub fn json(loaded: &Loaded, path: &Path, heap: Option<&str>) -> Result<Value> {
     let file = path.display().to_string();
     if let Some(ev) = events_of(loaded) {
         let view = allocview_loaders::trace_view(ev.events, path)?;
@@ -148,6 +155,8 @@ pub fn json(loaded: &Loaded, path: &Path) -> Result<Value> {
                     .get(usize::try_from(stats.peak_live_event).unwrap_or(usize::MAX))
                     .copied(),
             ),
+            heap: heap.filter(|h| *h != binary_malloc()).map(str::to_owned),
+            heaps: heaps::heaps_of(path)?,
         };
         return Ok(serde_json::to_value(answer)?);
     }
@@ -172,6 +181,11 @@ pub fn json(loaded: &Loaded, path: &Path) -> Result<Value> {
         }
         Loaded::MallocTrace(_) | Loaded::TfMemoryLog(_) | Loaded::PytorchSnapshot(_) => Value::Null,
     })
+}
+
+/// The name of heap 0.
+fn binary_malloc() -> &'static str {
+    allocview_loaders::binary::MALLOC_HEAP
 }
 
 fn memlog_answer(log: &TfMemoryLog) -> MemlogAnswer<'_> {

@@ -183,6 +183,7 @@ pub fn convert(input: &Path, output: &Path, to: Form, lenient: bool) -> Result<u
     if let Some(info) = &info {
         sink.write_memory(&info.memory)?;
         sink.write_mappings(&info.mappings)?;
+        sink.write_heap_names(&info.heaps)?;
     }
     if let Some(info) = info
         && let Some(mut stacks) = info.stacks

@@ -346,6 +346,7 @@ fn convert_spool(
     let mut add_stacks = |writer: &mut RecordWriter, info: BinaryInfo| -> Result<()> {
         writer.write_memory(&info.memory)?;
         writer.write_mappings(&info.mappings)?;
+        writer.write_heap_names(&info.heaps)?;
         if let Some(mut stacks) = info.stacks {
             symbolizer.symbolize_stacks(&mut stacks).print_summary();
             writer.write_stacks(&stacks)?;

@@ -19,10 +19,11 @@ pub(super) fn stats(
     file: &Path,
     window: &WindowArgs,
     requests: Requests,
+    (heap, heap_name): (u32, Option<&str>),
     json: bool,
 ) -> Result<()> {
     let started = std::time::Instant::now();
-    let input = StreamInput::new(file, window, requests)?;
+    let input = StreamInput::new(file, window, requests, heap)?;
     let mut prefetched = Prefetched::start(input.open()?);
     let mut acc = StatsAccumulator::default();
     let mut batch = EventBatch::default();
@@ -55,6 +56,7 @@ pub(super) fn stats(
             (stats.events > 0).then(|| t0 + (stats.peak_live_time_s * 1e9).round() as i64),
         )
     };
+    let path = file;
     let file = file.display().to_string();
     let seconds = started.elapsed().as_secs_f64();
     if json {
@@ -68,10 +70,15 @@ pub(super) fn stats(
             tf: None,
             pytorch: None,
             recorded_memory: memory,
+            heap: heap_name
+                .filter(|h| *h != allocview_loaders::binary::MALLOC_HEAP)
+                .map(str::to_owned),
+            heaps: crate::answers::stats::heaps::heaps_of(path)?,
         };
         outln!("{}", serde_json::to_value(answer)?);
     } else {
         print_table(&file, &stats, seconds, memory.as_ref())?;
+        super::table::print_heaps(path, heap_name)?;
     }
     Ok(())
 }
