@@ -25,7 +25,8 @@
  *       every Linux ABI). 0 is malloc's own heap: a call naming it is ignored.
  * ptr   The block's address, or any number that tells your heap's blocks apart (an offset
  *       into a device's memory works): it is never dereferenced. Each heap's addresses are
- *       its own: a block of heap 1 may lie inside a block malloc gave (its arena).
+ *       its own: a block of heap 1 may lie inside a block malloc gave (its arena). NULL (0)
+ *       is a failed allocation, as malloc's NULL is: number offsets from 1 (or 256).
  * size  The block's size in bytes, as asked of your allocator.
  * name  A NUL-terminated UTF-8 string, copied at once (at most 255 bytes kept); `--heap`
  *       takes it. A heap never named is `heap-N`. A later name replaces an earlier one.

@@ -402,3 +402,84 @@ fn a_refused_record_in_a_later_block_is_named_and_what_precedes_it_loads() {
     // The events before the refused one, and nothing of it.
     assert_eq!(lenient.events.height() as u64, refused_at);
 }
+
+#[test]
+fn heap_events_round_trip_with_their_names_and_load_by_heap() {
+    let mut recs = records();
+    // The arena's block lies inside malloc's first block, at the same address: heaps apart.
+    let arena = |size: Option<u64>, addr: u64| Record {
+        t_ns: 4_000,
+        tid: 11,
+        size_bytes: size,
+        addr,
+        call: Some(if size.is_some() { 0 } else { 3 }),
+        stack: None,
+        heap: 300,
+    };
+    recs.insert(1, arena(Some(64), 0x1000));
+    recs.insert(2, arena(Some(32), 0x1040));
+    recs.insert(3, arena(None, 0x1000));
+    let mut w = BinaryWriter::new(Vec::new(), &[]).unwrap();
+    for r in &recs {
+        w.push(r).unwrap();
+    }
+    w.write_heap_names(&[super::HeapName {
+        id: 300,
+        name: "arena".into(),
+    }])
+    .unwrap();
+    let bytes = w.finish().unwrap();
+    let (back, info) = read(&bytes);
+    assert_eq!(back, recs);
+    assert_eq!(
+        info.heaps,
+        [super::HeapName {
+            id: 300,
+            name: "arena".into()
+        }]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heaps.avt");
+    std::fs::write(&path, &bytes).unwrap();
+    assert_eq!(super::resolve_heap(&path, "arena").unwrap(), 300);
+    assert_eq!(super::resolve_heap(&path, "malloc").unwrap(), 0);
+    let err = super::resolve_heap(&path, "pool").unwrap_err().to_string();
+    assert!(err.contains("the trace's heaps are malloc, arena"), "{err}");
+    let opts = LoadOptions {
+        heap: 300,
+        ..LoadOptions::default()
+    };
+    let t = load_binary(&path, &opts).unwrap();
+    assert_eq!(t.summary.mallocs, 2);
+    assert_eq!(t.summary.frees, 1);
+    assert_eq!(t.summary.frees_unknown, 0);
+    let malloc = load_binary(&path, &LoadOptions::default()).unwrap();
+    let plain_path = dir.path().join("plain.avt");
+    std::fs::write(&plain_path, write(&records())).unwrap();
+    let plain = load_binary(&plain_path, &LoadOptions::default()).unwrap();
+    assert_eq!(malloc.summary.events, plain.summary.events);
+    assert_eq!(malloc.summary.mallocs, plain.summary.mallocs);
+    assert!(malloc.events.equals_missing(&plain.events));
+    assert_eq!(malloc.summary.other_heap_events, 3);
+    let figures = super::heap_figures(&path).unwrap();
+    assert_eq!(figures[1].name, "arena");
+    assert_eq!(figures[1].peak_live_bytes, 96);
+    assert_eq!(figures[1].final_live_bytes, 32);
+}
+
+#[test]
+fn a_trace_without_heap_events_is_written_as_before() {
+    // No HEAPS frame and no op bit 7: the bytes readers before heaps read.
+    let recs = records();
+    let bytes = write(&recs);
+    let mut w = BinaryWriter::new(Vec::new(), &[("pid".into(), "1".into())]).unwrap();
+    for r in &recs {
+        w.push(r).unwrap();
+    }
+    w.write_heap_names(&[]).unwrap();
+    assert_eq!(w.finish().unwrap(), bytes);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plain.avt");
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(super::heap_names(&path).unwrap().is_empty());
+}

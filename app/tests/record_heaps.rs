@@ -1,0 +1,212 @@
+//! A program's own heaps (`include/allocview.h`): a C program with a bump arena and a pool of
+//! device offsets (on a second thread) reports their blocks, and `allocview record` keeps
+//! them as named heaps beside malloc's. Each heap reads with `--heap NAME` with exactly the
+//! counts and peak the program made; malloc's heap is what the same program recorded without
+//! its reports; `compare` replays the arena, `sites` names the C function that allocated; the
+//! same binary runs without allocview.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+const ARENA_C: &str = include_str!("heaps/arena.c");
+/// The arena's blocks: 4096 + i bytes for i in 0..1000; every third (i = 0, 3, ...) freed.
+const ARENA_ALLOCS: u64 = 1000;
+const ARENA_FREES: u64 = 334;
+const ARENA_PEAK_BYTES: u64 = 4096 * 1000 + 999 * 1000 / 2;
+
+fn arena_final_bytes() -> u64 {
+    (0..1000u64).filter(|i| i % 3 != 0).map(|i| 4096 + i).sum()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("record-heaps-{name}"));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn include_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../include")
+}
+
+fn build_c(dir: &Path, name: &str, defines: &[&str]) -> PathBuf {
+    let src = dir.join("arena.c");
+    std::fs::write(&src, ARENA_C).unwrap();
+    let exe = dir.join(name);
+    let out = Command::new("cc")
+        .args(["-O1", "-g", "-pthread", "-fno-builtin"])
+        .args(defines)
+        .arg("-I")
+        .arg(include_dir())
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("cc must be installed (build-essential)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+fn allocview(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = allocview(args);
+    assert!(
+        out.status.success(),
+        "allocview {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn json(args: &[&str]) -> Value {
+    serde_json::from_str(&ok(args)).unwrap()
+}
+
+fn record(dir: &Path, exe: &Path, name: &str) -> PathBuf {
+    let trace = dir.join(format!("{name}.avt"));
+    let out = allocview(&[
+        "record",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("reporting=1"));
+    trace
+}
+
+#[test]
+fn a_programs_own_heaps_are_recorded_and_read_by_name() {
+    let dir = scratch("c");
+    let exe = build_c(&dir, "arena", &[]);
+    // Without allocview the weak symbols are null: the program runs and reports nothing.
+    let alone = Command::new(&exe).output().unwrap();
+    assert!(alone.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&alone.stdout).trim(),
+        "sum=124716 reporting=0"
+    );
+    let trace = record(&dir, &exe, "arena");
+    let t = trace.to_str().unwrap();
+
+    let arena = json(&["stats", t, "--heap", "arena", "--json"]);
+    assert_eq!(arena["mallocs"], ARENA_ALLOCS);
+    assert_eq!(arena["frees"], ARENA_FREES);
+    assert_eq!(arena["events"], ARENA_ALLOCS + ARENA_FREES);
+    assert_eq!(arena["frees_unknown"], 0);
+    assert_eq!(arena["peak_live_bytes"], ARENA_PEAK_BYTES);
+    assert_eq!(arena["final_live_bytes"], arena_final_bytes());
+    assert_eq!(arena["malloc_size_min"], 4096);
+    assert_eq!(arena["malloc_size_max"], 5095);
+    assert_eq!(arena["heap"], "arena");
+
+    // The pool's offsets from 0, recorded on another thread, are a heap of their own.
+    let pool = json(&["stats", t, "--heap", "device pool", "--json", "--no-stream"]);
+    assert_eq!(pool["mallocs"], 200);
+    assert_eq!(pool["frees"], 200);
+    assert_eq!(pool["frees_unknown"], 0);
+    assert_eq!(pool["peak_live_bytes"], 200 * 256);
+    assert_eq!(pool["final_live_bytes"], 0);
+
+    // `stats` lists the heaps with their figures.
+    let heaps = arena["heaps"].as_array().unwrap();
+    let names: Vec<&str> = heaps.iter().map(|h| h["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["malloc", "arena", "device pool"]);
+    assert_eq!(heaps[1]["events"], ARENA_ALLOCS + ARENA_FREES);
+    assert_eq!(heaps[1]["peak_live_bytes"], ARENA_PEAK_BYTES);
+    assert_eq!(heaps[2]["peak_live_bytes"], 200 * 256);
+    let table = ok(&["stats", t]);
+    assert!(table.contains("heaps (--heap NAME reads one)"), "{table}");
+    assert!(table.contains("device pool"), "{table}");
+
+    // An unknown name fails, naming the heaps there are.
+    let bad = allocview(&["stats", t, "--heap", "arenas"]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("no heap named `arenas`") && err.contains("malloc, arena, device pool"),
+        "{err}"
+    );
+
+    // `compare` replays the arena's blocks through other policies.
+    let cmp = json(&[
+        "compare",
+        t,
+        "--heap",
+        "arena",
+        "--policy",
+        "buddy,first-fit",
+        "--json",
+    ]);
+    assert_eq!(cmp["events"], ARENA_ALLOCS + ARENA_FREES);
+    assert_eq!(cmp["max_live_bytes"], ARENA_PEAK_BYTES);
+    let rows = cmp["policies"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        assert_eq!(row["peak_live_bytes"], ARENA_PEAK_BYTES);
+        assert_eq!(row["ooms"], 0);
+        assert!(row["peak_footprint_bytes"].as_u64().unwrap() >= ARENA_PEAK_BYTES);
+    }
+
+    // `sites` names the C function that asked the arena, with its stack.
+    let sites = ok(&["sites", t, "--heap", "arena"]);
+    let first_site = sites
+        .lines()
+        .find(|l| l.contains("1,000     1,000"))
+        .unwrap_or_default();
+    assert!(first_site.trim_end().ends_with("arena_alloc"), "{sites}");
+    assert!(sites.contains("main (arena.c:"), "{sites}");
+}
+
+#[test]
+fn mallocs_heap_is_unchanged_by_the_programs_reports() {
+    let dir = scratch("unchanged");
+    let with = record(&dir, &build_c(&dir, "with", &[]), "with");
+    let without_exe = build_c(&dir, "without", &["-DNO_REPORTS"]);
+    let trace = dir.join("without.avt");
+    let out = allocview(&[
+        "record",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        without_exe.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let a = json(&["stats", with.to_str().unwrap(), "--json"]);
+    let b = json(&["stats", trace.to_str().unwrap(), "--json"]);
+    for key in [
+        "events",
+        "mallocs",
+        "frees",
+        "frees_unknown",
+        "malloc_bytes_total",
+    ] {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+    // The arena's 8 MiB block and the program's ten blocks of 100 to 109 bytes.
+    assert!(a["mallocs"].as_u64().unwrap() >= 11);
+    assert!(a["peak_live_bytes"].as_u64().unwrap() >= 8 << 20);
+    assert!(a.get("heap").is_none());
+    // A trace without heaps lists none, and is read as before.
+    assert!(b.get("heaps").is_none());
+    let bad = allocview(&["stats", trace.to_str().unwrap(), "--heap", "arena"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("the trace's heaps are malloc"));
+}
