@@ -210,3 +210,79 @@ fn mallocs_heap_is_unchanged_by_the_programs_reports() {
     let bad = allocview(&["stats", trace.to_str().unwrap(), "--heap", "arena"]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("the trace's heaps are malloc"));
 }
+
+/// Compiles the `allocview-heap` crate and its `bump_arena` example with a bare `rustc` (std
+/// only, as `build.rs` compiles the tracer), into `dir`.
+fn build_rust_example(dir: &Path) -> PathBuf {
+    let heap = Path::new(env!("CARGO_MANIFEST_DIR")).join("../heap");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
+    let lib = dir.join("liballocview_heap.rlib");
+    let out = Command::new(&rustc)
+        .args(["--edition", "2024", "--crate-type", "rlib", "--crate-name"])
+        .arg("allocview_heap")
+        .arg(heap.join("src/lib.rs"))
+        .arg("-o")
+        .arg(&lib)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exe = dir.join("bump_arena");
+    let out = Command::new(&rustc)
+        .args(["--edition", "2024", "-g", "--extern"])
+        .arg(format!("allocview_heap={}", lib.display()))
+        .arg(heap.join("examples/bump_arena.rs"))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+#[test]
+fn the_rust_crate_reports_a_heap() {
+    let dir = scratch("rust");
+    let exe = build_rust_example(&dir);
+    let alone = Command::new(&exe).output().unwrap();
+    assert!(alone.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&alone.stdout).trim(),
+        "blocks=500 reporting=0"
+    );
+    let trace = dir.join("rust.avt");
+    let out = allocview(&[
+        "record",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("blocks=500 reporting=1"));
+    let t = trace.to_str().unwrap();
+    // 500 blocks of 1000 + i bytes, those of even i freed.
+    let s = json(&["stats", t, "--heap", "rust-arena", "--json"]);
+    assert_eq!(s["mallocs"], 500);
+    assert_eq!(s["frees"], 250);
+    assert_eq!(
+        s["peak_live_bytes"],
+        (0..500u64).map(|i| 1000 + i).sum::<u64>()
+    );
+    assert_eq!(
+        s["final_live_bytes"],
+        (0..500u64)
+            .filter(|i| i % 2 == 1)
+            .map(|i| 1000 + i)
+            .sum::<u64>()
+    );
+    let sites = ok(&["sites", t, "--heap", "rust-arena"]);
+    assert!(sites.contains("main (bump_arena.rs:"), "{sites}");
+}
