@@ -6,7 +6,7 @@
 use allocview_heap::Heap;
 
 fn main() {
-    let heap = Heap::new(3, "rust-arena");
+    let heap = Heap::new("rust-arena");
     let mut arena = vec![0u8; 1 << 20];
     let mut used = 0usize;
     let mut blocks = Vec::new();

@@ -14,7 +14,7 @@
 //! use allocview_heap::Heap;
 //!
 //! // A bump arena of 64 KiB that reports its blocks.
-//! let heap = Heap::new(1, "arena");
+//! let heap = Heap::new("arena");
 //! let mut arena = vec![0u8; 64 << 10];
 //! let mut used = 0;
 //! let mut blocks = Vec::new();
@@ -32,10 +32,16 @@
 //! Addresses are never dereferenced: any number that tells the heap's blocks apart works
 //! (an offset into a device's memory), except 0, which is a failed allocation as malloc's
 //! NULL is. Each heap's addresses are its own: an arena's blocks may lie inside a block
-//! malloc gave. Heap ids are the program's choice, 1 and up (0 is malloc's and is refused).
+//! malloc gave. [`Heap::new`] numbers heaps from 2^31 up, apart from the numbers C code of
+//! the same program picks for `allocview.h` (small ones, as a rule); [`Heap::with_id`] takes
+//! a number of the program's choice (0 is malloc's and is refused).
 
 use std::ffi::{CString, c_char, c_uint, c_void};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The next number [`Heap::new`] gives.
+static NEXT_ID: AtomicU32 = AtomicU32::new(1 << 31);
 
 type AllocFn = unsafe extern "C" fn(c_uint, *const c_void, usize);
 type FreeFn = unsafe extern "C" fn(c_uint, *const c_void);
@@ -90,19 +96,20 @@ pub struct Heap {
 }
 
 impl Heap {
-    /// The heap numbered `id` (1 and up: 0 is malloc's, whose calls the tracer refuses),
-    /// named `name` in the trace (at most 255 bytes kept; a name with a NUL is cut there).
+    /// A new heap, named `name` in the trace (`--heap NAME`; at most 255 bytes kept, a name
+    /// with a NUL is cut there), numbered from 2^31 up.
     #[must_use]
-    pub fn new(id: u32, name: &str) -> Self {
+    pub fn new(name: &str) -> Self {
+        Self::with_id(NEXT_ID.fetch_add(1, Ordering::Relaxed), name)
+    }
+
+    /// The heap numbered `id` (1 and up: 0 is malloc's, whose calls the tracer refuses; the
+    /// number C code passes to `allocview.h` for the same heap), named `name`.
+    #[must_use]
+    pub fn with_id(id: u32, name: &str) -> Self {
         let heap = Self { id };
         heap.rename(name);
         heap
-    }
-
-    /// The heap numbered `id`, left unnamed (`heap-N` in the trace) or named elsewhere.
-    #[must_use]
-    pub fn with_id(id: u32) -> Self {
-        Self { id }
     }
 
     /// The heap's number.
