@@ -286,3 +286,66 @@ fn the_rust_crate_reports_a_heap() {
     let sites = ok(&["sites", t, "--heap", "rust-arena"]);
     assert!(sites.contains("main (bump_arena.rs:"), "{sites}");
 }
+
+/// The OpenTelemetry eBPF profiler's memory USDT contract: a program firing
+/// `otel_memory:alloc(user, size, weight)` and `otel_memory:free(ptr)` behind semaphores
+/// (`<sys/sdt.h>`, Debian's systemtap-sdt-dev) has them recorded as heap `otel_memory`,
+/// without root or eBPF: the tracer sets the semaphores and traps the probes' `nop`s.
+#[test]
+fn otel_memory_usdt_probes_land_in_their_heap() {
+    if !Path::new("/usr/include/x86_64-linux-gnu/sys/sdt.h").exists()
+        && !Path::new("/usr/include/sys/sdt.h").exists()
+    {
+        panic!("<sys/sdt.h> is missing: install systemtap-sdt-dev (.ci/run does)");
+    }
+    let dir = scratch("otel");
+    let src = dir.join("otel.c");
+    std::fs::write(&src, include_str!("heaps/otel.c")).unwrap();
+    let exe = dir.join("otel");
+    let out = Command::new("cc")
+        .args(["-O2", "-g", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Alone, nobody sets the semaphores: the probes do not fire.
+    let alone = Command::new(&exe).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&alone.stdout).trim(),
+        "probes enabled=0"
+    );
+    let trace = dir.join("otel.avt");
+    let out = allocview(&[
+        "record",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "probes enabled=1"
+    );
+    let t = trace.to_str().unwrap();
+    // 300 blocks of 64 * (i + 1) bytes, the first 100 freed.
+    let s = json(&["stats", t, "--heap", "otel_memory", "--json"]);
+    assert_eq!(s["mallocs"], 300);
+    assert_eq!(s["frees"], 100);
+    assert_eq!(s["frees_unknown"], 0);
+    assert_eq!(s["peak_live_bytes"], 64 * (1..=300u64).sum::<u64>());
+    assert_eq!(s["final_live_bytes"], 64 * (101..=300u64).sum::<u64>());
+    // The same blocks, through malloc, are in malloc's heap as before.
+    let m = json(&["stats", t, "--json"]);
+    assert!(m["mallocs"].as_u64().unwrap() >= 300);
+    assert!(m["peak_live_bytes"].as_u64().unwrap() >= 64 * (1..=300u64).sum::<u64>());
+}

@@ -69,6 +69,12 @@ pub(crate) fn write_name(heap: u32, name: &[u8]) {
     if real(&REAL.malloc).is_none() || STATE.load(Ordering::Acquire) != STATE_TRACING || is_busy() {
         return;
     }
+    let _busy = Busy::new();
+    write_name_frame(heap, name);
+}
+
+/// Writes a heap's name frame to the spool (when it is open).
+pub(crate) fn write_name_frame(heap: u32, name: &[u8]) {
     let name = name.get(..MAX_NAME_BYTES).unwrap_or(name);
     let mut frame = [0u8; 1 + 4 + MAX_VARINT_BYTES + MAX_NAME_BYTES];
     let mut id = [0u8; MAX_VARINT_BYTES];
@@ -80,7 +86,6 @@ pub(crate) fn write_name(heap: u32, name: &[u8]) {
     w.put(id.get(..id_len).unwrap_or(&[]));
     w.put(name);
     if !w.overflowed() {
-        let _busy = Busy::new();
         write_frame(w.bytes());
     }
 }
@@ -102,6 +107,22 @@ pub(crate) fn record_heap(heap: u32, op: u8, size: u64, addr: u64) {
     } else {
         (cursor, None)
     };
+    let next = append_heap(t, cursor, heap, op, size, addr, tick_of(word), key, stack);
+    leave(t, next);
+}
+
+/// Records one event of heap `heap` without a call stack (from a signal handler: the
+/// unwinder does not cross the signal frame).
+pub(crate) fn record_heap_unstacked(heap: u32, op: u8, size: u64, addr: u64) {
+    if real(&REAL.malloc).is_none() {
+        return;
+    }
+    let Some((t, cursor)) = enter() else {
+        return;
+    };
+    let word = now_word();
+    let key = event_key_at(t, word);
+    let stack = (stacks_on() && op & OP_FREE == 0).then_some(0);
     let next = append_heap(t, cursor, heap, op, size, addr, tick_of(word), key, stack);
     leave(t, next);
 }

@@ -84,6 +84,8 @@ mod python;
 mod stacks;
 #[cfg(target_arch = "x86_64")]
 mod unwind;
+#[cfg(target_arch = "x86_64")]
+mod usdt;
 
 use arena::*;
 use clock::*;
@@ -432,6 +434,9 @@ unsafe fn initialise() -> bool {
             return false;
         }
         register_process_hooks();
+        // The `otel_memory` USDT probes of the objects loaded now (`usdt.rs`).
+        #[cfg(target_arch = "x86_64")]
+        usdt::attach();
         for sig in FLUSH_SIGNALS {
             let old = signal(sig, on_fatal_signal as *const () as usize);
             if old != SIG_DFL && old != SIG_ERR {
