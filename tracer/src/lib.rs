@@ -64,6 +64,10 @@
 //!   `fork` (through `pthread_atfork`) gives the child its own file, an empty buffer and a
 //!   clock thread of its own, since the parent writes the events from before the fork; the
 //!   tracer itself never calls `malloc`.
+//! - The program's own heaps (`heaps.rs`): `allocview_heap_alloc`, `_free` and `_name`, which
+//!   `include/allocview.h` declares weak, record a heap's events into the thread's stream as
+//!   malloc's are recorded, each after a heap prefix; on x86-64, programs that fire the
+//!   `otel_memory` USDT probes have them recorded the same way (`usdt.rs`).
 //! - Thread-local state: one word read per call. On x86-64 it lives in the static TLS block
 //!   (initial-exec model, declared in assembly below: stable Rust has no TLS-model attribute),
 //!   which is valid because a preloaded library is loaded at start-up; elsewhere it is a
