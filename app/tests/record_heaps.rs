@@ -349,3 +349,51 @@ fn otel_memory_usdt_probes_land_in_their_heap() {
     assert!(m["mallocs"].as_u64().unwrap() >= 300);
     assert!(m["peak_live_bytes"].as_u64().unwrap() >= 64 * (1..=300u64).sum::<u64>());
 }
+
+/// A heap named before `fork` keeps its name in the child's trace (its spool is a file of its
+/// own, which the parent's name frame never reached).
+#[test]
+fn a_forked_child_keeps_its_heaps_names() {
+    let dir = scratch("fork");
+    let src = dir.join("fork.c");
+    std::fs::write(&src, include_str!("heaps/fork.c")).unwrap();
+    let exe = dir.join("fork");
+    let out = Command::new("cc")
+        .args(["-O1", "-g", "-I"])
+        .arg(include_dir())
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = dir.join("fork.avt");
+    let out = allocview(&[
+        "record",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut allocations: Vec<u64> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "avt"))
+        .map(|p| {
+            json(&["stats", p.to_str().unwrap(), "--heap", "pool", "--json"])["mallocs"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    allocations.sort_unstable();
+    assert_eq!(allocations, [1, 10]);
+}

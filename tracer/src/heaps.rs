@@ -70,7 +70,53 @@ pub(crate) fn write_name(heap: u32, name: &[u8]) {
         return;
     }
     let _busy = Busy::new();
+    remember_name(heap, name);
     write_name_frame(heap, name);
+}
+
+/// Heap names kept for the spool of a forked child (whose parent's spool got the frames).
+const MAX_KEPT_NAMES: usize = 32;
+
+struct KeptNames {
+    names: std::cell::UnsafeCell<[(u32, usize, [u8; MAX_NAME_BYTES]); MAX_KEPT_NAMES]>,
+    lock: AtomicUsize,
+}
+
+// SAFETY: the table is read and written under `lock` (and by a fork child alone).
+unsafe impl Sync for KeptNames {}
+
+static KEPT: KeptNames = KeptNames {
+    names: std::cell::UnsafeCell::new([(0, 0, [0; MAX_NAME_BYTES]); MAX_KEPT_NAMES]),
+    lock: AtomicUsize::new(0),
+};
+
+/// Keeps `heap`'s latest name (the first [`MAX_KEPT_NAMES`] heaps named).
+pub(crate) fn remember_name(heap: u32, name: &[u8]) {
+    if !lock(&KEPT.lock) {
+        return;
+    }
+    // SAFETY: under the lock.
+    let names = unsafe { &mut *KEPT.names.get() };
+    let name = name.get(..MAX_NAME_BYTES).unwrap_or(name);
+    if let Some(slot) = names.iter_mut().find(|(id, _, _)| *id == heap || *id == 0) {
+        slot.0 = heap;
+        slot.1 = name.len();
+        if let Some(dst) = slot.2.get_mut(..name.len()) {
+            dst.copy_from_slice(name);
+        }
+    }
+    unlock(&KEPT.lock);
+}
+
+/// In a fork child, once its spool is open: the names the parent's program gave its heaps.
+pub(crate) fn rename_in_child() {
+    // The child has one thread: a lock another thread of the parent held is nobody's now.
+    KEPT.lock.store(0, Ordering::Release);
+    // SAFETY: the child's only thread.
+    let names = unsafe { &*KEPT.names.get() };
+    for (id, len, bytes) in names.iter().filter(|(id, _, _)| *id != 0) {
+        write_name_frame(*id, bytes.get(..*len).unwrap_or(&[]));
+    }
 }
 
 /// Writes a heap's name frame to the spool (when it is open).

@@ -127,6 +127,7 @@ pub(crate) fn attach() {
     for p in probes.iter().take(n) {
         patch(p.pc);
     }
+    heaps::remember_name(OTEL_HEAP, PROVIDER);
     heaps::write_name_frame(OTEL_HEAP, PROVIDER);
 }
 
