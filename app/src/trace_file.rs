@@ -111,6 +111,8 @@ pub struct RecordWriter {
     last_tid: Option<u64>,
     /// Records with a stack id.
     with_stack: u64,
+    /// Records of the program's own heaps left out of the text form (which has malloc's only).
+    other_heaps: u64,
 }
 
 impl RecordWriter {
@@ -149,11 +151,16 @@ impl RecordWriter {
             text_threads: HashSet::new(),
             last_tid: None,
             with_stack: 0,
+            other_heaps: 0,
         })
     }
 
     /// Appends one record.
     pub fn push(&mut self, r: &Record) -> io::Result<()> {
+        if r.heap != 0 && matches!(self.sink, Sink::Text(_)) {
+            self.other_heaps += 1;
+            return Ok(());
+        }
         if matches!(self.sink, Sink::Text(_)) && self.last_tid != Some(r.tid) {
             self.last_tid = Some(r.tid);
             self.text_threads.insert(r.tid);
@@ -241,15 +248,41 @@ impl RecordWriter {
         }
     }
 
+    /// Names the program's own heaps (binary form; the text form holds malloc's heap only, and
+    /// says what it left out).
+    ///
+    /// # Errors
+    /// On write errors.
+    fn write_heap_names(&mut self, names: &[allocview_loaders::binary::HeapName]) -> Result<()> {
+        match &mut self.sink {
+            Sink::Binary(w) => w
+                .write_heap_names(names)
+                .with_context(|| format!("cannot write {}", self.path.display())),
+            Sink::Text(_) => {
+                if self.other_heaps > 0 {
+                    eprintln!(
+                        "note: the text form holds malloc's heap only: {} events of the \
+                         program's own heaps are left out of {} (the binary form keeps them)",
+                        crate::format::count(self.other_heaps),
+                        self.path.display()
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Writes what a recording keeps beside its events (call after the last record): the
-    /// program's memory samples, its mapping calls and the run's marks.
+    /// program's memory samples, its mapping calls, the run's marks and the names of its own
+    /// heaps.
     ///
     /// # Errors
     /// On write errors.
     pub fn write_run_tables(&mut self, info: &allocview_loaders::binary::BinaryInfo) -> Result<()> {
         self.write_memory(&info.memory)?;
         self.write_mappings(&info.mappings)?;
-        self.write_marks(&info.marks)
+        self.write_marks(&info.marks)?;
+        self.write_heap_names(&info.heaps)
     }
 
     /// Writes the call stacks the records' stack ids refer to (call after the last record):

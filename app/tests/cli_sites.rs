@@ -326,6 +326,7 @@ fn hostile_names_trace(path: &Path) {
             addr: 0x10_000 + 0x1000 * i,
             call: None,
             stack: Some(0),
+            heap: 0,
         })
         .unwrap();
     }

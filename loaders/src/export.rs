@@ -45,6 +45,8 @@ pub const EVENT_COLUMNS: [&str; 9] = [
 pub struct EventBatcher {
     builder: Builder,
     requests: Requests,
+    /// Which heap's records it reads (0: malloc's).
+    heap: u32,
 }
 
 impl Default for EventBatcher {
@@ -52,6 +54,7 @@ impl Default for EventBatcher {
         Self {
             builder: Builder::with_capacity(0),
             requests: Requests::default(),
+            heap: 0,
         }
     }
 }
@@ -63,12 +66,19 @@ impl EventBatcher {
         Self { requests, ..self }
     }
 
+    /// Reads heap `heap`'s records (0, the default: the malloc family's).
+    #[must_use]
+    pub fn with_heap(self, heap: u32) -> Self {
+        Self { heap, ..self }
+    }
+
     /// Pairs and appends one record (times before 0 are clamped to 0, as the loader does).
     ///
     /// # Errors
     /// What the loader would refuse (too many threads or allocations, an unknown call code).
     pub fn push(&mut self, r: &Record) -> Result<(), &'static str> {
-        match crate::events::Line::of_record(r, self.requests, &mut self.builder.summary) {
+        match crate::events::Line::of_record(r, self.requests, self.heap, &mut self.builder.summary)
+        {
             Some(line) => self.builder.push(&line),
             None => Ok(()),
         }

@@ -114,6 +114,7 @@ mod tests {
             addr,
             call: None,
             stack,
+            heap: 0,
         }
     }
 

@@ -135,7 +135,7 @@ fn load(
 fn stats(py: Python<'_>, trace: &Trace) -> PyResult<String> {
     let loaded = Arc::clone(&trace.loaded);
     let path = trace.path.clone();
-    py.detach(move || allocview::answers::stats::json(&loaded, &path))
+    py.detach(move || allocview::answers::stats::json(&loaded, &path, None))
         .map(|v| v.to_string())
         .map_err(|e| to_py(&e))
 }

@@ -64,6 +64,10 @@
 //!   `fork` (through `pthread_atfork`) gives the child its own file, an empty buffer and a
 //!   clock thread of its own, since the parent writes the events from before the fork; the
 //!   tracer itself never calls `malloc`.
+//! - The program's own heaps (`heaps.rs`): `allocview_heap_alloc`, `_free` and `_name`, which
+//!   `include/allocview.h` declares weak, record a heap's events into the thread's stream as
+//!   malloc's are recorded, each after a heap prefix; on x86-64, programs that fire the
+//!   `otel_memory` USDT probes have them recorded the same way (`usdt.rs`).
 //! - Thread-local state: one word read per call. On x86-64 it lives in the static TLS block
 //!   (initial-exec model, declared in assembly below: stable Rust has no TLS-model attribute),
 //!   which is valid because a preloaded library is loaded at start-up; elsewhere it is a
@@ -84,6 +88,8 @@ mod python;
 mod stacks;
 #[cfg(target_arch = "x86_64")]
 mod unwind;
+#[cfg(target_arch = "x86_64")]
+mod usdt;
 
 use arena::*;
 use clock::*;
@@ -110,11 +116,13 @@ use encode::{
 
 /// Bytes of events a thread buffers before writing them.
 const BUF_BYTES: usize = 256 << 10;
-/// Most bytes one record may write: a time change (op byte, varint), the switch to keyed
-/// events (one op byte), then the event's op byte, size, address and order key (the size and
-/// address stored as whole words, past their end; the key after them).
+/// Most bytes one record may write: a time change (op byte, varint), a heap prefix (an event
+/// of the program's own heap, `heaps.rs`), the switch to keyed events (one op byte), then the
+/// event's op byte, size, address and order key (the size and address stored as whole words,
+/// past their end; the key after them).
 const MAX_EVENT_BYTES: usize = 1
     + MAX_VARINT_BYTES
+    + heaps::HEAP_PREFIX_BYTES
     + 1
     + 1
     + PREFIX_VARINT_STORE_BYTES
@@ -318,6 +326,7 @@ mod clock;
 mod control;
 #[cfg(target_arch = "x86_64")]
 mod got;
+pub mod heaps;
 #[cfg(target_arch = "x86_64")]
 pub mod inprocess;
 mod lifecycle;
@@ -433,6 +442,9 @@ unsafe fn initialise() -> bool {
             return false;
         }
         register_process_hooks();
+        // The `otel_memory` USDT probes of the objects loaded now (`usdt.rs`).
+        #[cfg(target_arch = "x86_64")]
+        usdt::attach();
         for sig in FLUSH_SIGNALS {
             let old = signal(sig, on_fatal_signal as *const () as usize);
             if old != SIG_DFL && old != SIG_ERR {

@@ -183,5 +183,6 @@ pub(crate) unsafe extern "C" fn after_fork_child() {
         // The child's spool needs the module map too (the stacks it will define use it).
         modules::emit_all(stacks::emit_module);
     }
+    heaps::rename_in_child();
     start_clock();
 }

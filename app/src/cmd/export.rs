@@ -44,6 +44,10 @@ pub struct ExportArgs {
     /// `cpu`; default: the GPU with the most events).
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<allocview_loaders::kineto::DeviceChoice>,
+    /// Of a trace recorded with `allocview record`, which heap's events to read (`malloc` by
+    /// default; `stats` lists a trace's heaps).
+    #[arg(long, value_name = "NAME")]
+    pub heap: Option<String>,
     /// pprof: keep the frames inside each sample's site (the allocator's, the interpreter's);
     /// by default a stack starts at the frame `sites` names.
     #[arg(long)]
@@ -67,6 +71,7 @@ impl ExportArgs {
             lenient: self.lenient,
             requests: self.requests,
             device: self.device,
+            heap: self.heap.clone(),
             window: WindowArgs {
                 from: self.from.clone(),
                 to: self.to.clone().filter(|_| self.named_format().is_none()),

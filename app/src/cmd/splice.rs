@@ -155,6 +155,7 @@ impl Splice {
                 addr,
                 call: free_call,
                 stack: None,
+                heap: 0,
             })?;
             self.written += 1;
         }

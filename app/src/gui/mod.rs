@@ -97,6 +97,7 @@ impl Run {
         state.initial_goto = goto;
         state.window = input.window.clone();
         state.device = input.device;
+        state.heap = input.heap.clone();
         let (tx, rx) = channel();
         start_workers(&state, lenient, jobs, &tx);
         Self {

@@ -224,6 +224,8 @@ pub struct AppState {
     pub window: crate::session::WindowArgs,
     /// `--device`: which device's events of a PyTorch profiler trace to load.
     pub device: Option<allocview_loaders::kineto::DeviceChoice>,
+    /// `--heap`: which heap's events of a binary trace to load (`None`: malloc's).
+    pub heap: Option<String>,
     /// For a plan file: which of its plans is shown (`p` cycles).
     pub plan_index: usize,
     /// The sites panel: memory by allocation site at the cursor.
@@ -280,6 +282,7 @@ impl AppState {
             initial_goto: None,
             window: crate::session::WindowArgs::default(),
             device: None,
+            heap: None,
             plan_index: 0,
             sites: super::sites::SitesState::default(),
             reopen: None,

@@ -342,6 +342,8 @@ pub struct Opening {
     pub lenient: bool,
     /// `--device`: which device's events of a PyTorch profiler trace.
     pub device: Option<allocview_loaders::kineto::DeviceChoice>,
+    /// `--heap`: which heap's events of a binary trace (0: malloc's).
+    pub heap: u32,
     /// Keep the events' `call` column (the real-allocator rows replay a `realloc` as one).
     pub keep_calls: bool,
 }
@@ -363,6 +365,7 @@ impl TraceData {
         let opening = Opening {
             lenient,
             device: None,
+            heap: 0,
             keep_calls: false,
         };
         Self::load_with(path, &opening, window, progress)
@@ -384,6 +387,7 @@ impl TraceData {
         let how = input::ExplorerLoad {
             lenient: opening.lenient,
             device: opening.device,
+            heap: opening.heap,
         };
         match input::open_for_explorer(path, &how, window, &progress, |spec| {
             resume_point(path, spec)

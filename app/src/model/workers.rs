@@ -27,15 +27,24 @@ pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<M
     let progress = Arc::clone(&state.load_progress);
     let window = state.window.clone();
     let device = state.device;
+    let heap = state.heap.clone();
     let replays = Replays::of(state);
     let real: Vec<crate::real::RealSpec> = state.real.iter().map(|r| r.spec.clone()).collect();
     let cancel = Arc::clone(&state.cancel);
     let tx = tx.clone();
     std::thread::spawn(move || {
         let keep_calls = !real.is_empty();
+        let heap = match crate::session::input::heap_id(&path, heap.as_deref()) {
+            Ok(id) => id,
+            Err(e) => {
+                tx.send(Msg::Loaded(Err(format!("{e:#}")))).ok();
+                return;
+            }
+        };
         let opening = super::trace_data::Opening {
             lenient,
             device,
+            heap,
             keep_calls,
         };
         let data = match TraceData::load_with(&path, &opening, &window, progress) {

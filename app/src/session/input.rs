@@ -18,10 +18,31 @@ use super::options::{InputArgs, WindowArgs};
 use super::source::{ResumePoint, WindowTables};
 use crate::progress::ByteProgress;
 
+/// The id of the heap named `name` in `path` (0, malloc's, for `None`): see
+/// [`allocview_loaders::binary::resolve_heap`].
+///
+/// # Errors
+/// When the file has no heap of that name (the error lists those it has).
+pub fn heap_id(path: &Path, name: Option<&str>) -> Result<u32> {
+    match name {
+        None => Ok(0),
+        Some(name) => {
+            allocview_loaders::binary::resolve_heap(path, name).map_err(|e| anyhow::anyhow!("{e}"))
+        }
+    }
+}
+
 /// Loads `path`, showing a progress bar on a terminal and printing load warnings to stderr,
 /// and cuts it to the window `args` ask for.
 pub fn load_input(path: &Path, args: &InputArgs) -> Result<Loaded> {
     if args.window.is_set() && super::mode::refuse_if_too_big(path).is_err() {
+        if args.heap_id(path)? != 0 {
+            bail!(
+                "{}: a window of a trace too big to load is read for malloc's heap only; \
+                 --heap needs the trace loaded whole",
+                path.display()
+            );
+        }
         return load_streamed_window(path, args);
     }
     let mut loaded = load_whole(path, args, args.requests_or(Requests::Objects))?;
@@ -109,6 +130,7 @@ pub fn load_whole(path: &Path, args: &InputArgs, requests: Requests) -> Result<L
     let bar = ByteProgress::start("loading", file_bytes, Arc::clone(&counter));
     let mut opts = load_options(args.lenient, requests, counter);
     opts.device = args.device;
+    opts.heap = args.heap_id(path)?;
     let loaded = allocview_loaders::load(path, &opts)
         .with_context(|| format!("while loading {}", path.display()))?;
     drop(bar);
@@ -141,6 +163,7 @@ fn load_options(lenient: bool, requests: Requests, counter: Arc<AtomicU64>) -> L
         progress: Some(counter),
         requests,
         device: None,
+        heap: 0,
     }
 }
 
@@ -151,6 +174,8 @@ pub struct ExplorerLoad {
     pub lenient: bool,
     /// Which device's events of a PyTorch profiler trace.
     pub device: Option<allocview_loaders::kineto::DeviceChoice>,
+    /// Which heap's events of a binary trace (0: malloc's; [`heap_id`] resolves a name).
+    pub heap: u32,
 }
 
 /// What an explorer opens of its input ([`open_for_explorer`]).
@@ -195,6 +220,14 @@ pub fn open_for_explorer(
     resume: impl FnOnce(&WindowSpec) -> Option<ResumePoint>,
 ) -> Result<Opened, String> {
     if let Some((events, first)) = super::mode::explorer_default_window(path) {
+        if how.heap != 0 {
+            return Err(format!(
+                "{} holds {} events, too many to load whole: a part of it is read for \
+                 malloc's heap only (--heap needs the trace loaded whole)",
+                path.display(),
+                crate::format::count(events)
+            ));
+        }
         if window.is_set() {
             // A window of a trace too big to load: read block by block, only the window
             // kept.
@@ -221,6 +254,7 @@ pub fn open_for_explorer(
     }
     let opts = LoadOptions {
         device: how.device,
+        heap: how.heap,
         ..load_options(how.lenient, Requests::Objects, Arc::clone(progress))
     };
     let mut loaded = allocview_loaders::load(path, &opts).map_err(|e| e.to_string())?;

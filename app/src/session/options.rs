@@ -24,11 +24,25 @@ pub struct InputArgs {
     /// Default: the GPU with the most events, else the CPU.
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<allocview_loaders::kineto::DeviceChoice>,
+    /// Of a trace recorded with `allocview record`, which heap's events to read: `malloc` (the
+    /// default: the malloc family's) or a heap the program reported itself through
+    /// `allocview.h`, the `allocview-heap` crate or `otel_memory` USDT probes (`stats` lists
+    /// a trace's heaps).
+    #[arg(long, value_name = "NAME")]
+    pub heap: Option<String>,
     #[command(flatten)]
     pub window: WindowArgs,
 }
 
 impl InputArgs {
+    /// The id of the heap `--heap` names in `path` (0, malloc's, without the flag).
+    ///
+    /// # Errors
+    /// When the file has no heap of that name (the error lists those it has).
+    pub fn heap_id(&self, path: &std::path::Path) -> anyhow::Result<u32> {
+        super::input::heap_id(path, self.heap.as_deref())
+    }
+
     /// The requests to read: those asked for, or `default`.
     #[must_use]
     pub fn requests_or(&self, default: Requests) -> Requests {

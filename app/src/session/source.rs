@@ -26,16 +26,18 @@ pub struct StreamInput {
     window: Option<ResolvedWindow>,
     /// Which requests of a trace recorded in a CPython interpreter are read.
     pub requests: Requests,
+    /// Which heap's events are read (0: malloc's).
+    pub heap: u32,
 }
 
 impl StreamInput {
-    /// The `requests` of `file`, with the window `args` asks for found in them, said on
-    /// stderr as a loaded window is.
-    pub fn new(file: &Path, args: &WindowArgs, requests: Requests) -> Result<Self> {
+    /// The `requests` of heap `heap` of `file`, with the window `args` asks for found in
+    /// them, said on stderr as a loaded window is.
+    pub fn new(file: &Path, args: &WindowArgs, requests: Requests, heap: u32) -> Result<Self> {
         let window = match args.spec()? {
             None => None,
             Some(spec) => {
-                let w = find(file, &spec, requests)
+                let w = find(file, &spec, requests, heap)
                     .with_context(|| format!("window of {}", file.display()))?;
                 announce_window(file, &w);
                 Some(w)
@@ -45,6 +47,7 @@ impl StreamInput {
             file: file.to_owned(),
             window,
             requests,
+            heap,
         })
     }
 
@@ -61,7 +64,8 @@ impl StreamInput {
     pub fn open(&self) -> Result<Source> {
         let stream = BinaryEventStream::open(&self.file)
             .with_context(|| format!("while opening {}", self.file.display()))?
-            .with_requests(self.requests);
+            .with_requests(self.requests)
+            .with_heap(self.heap);
         Ok(match self.window {
             None => Source::Whole(stream),
             Some(w) => Source::Window(WindowSource::new(stream, w)),
@@ -69,10 +73,11 @@ impl StreamInput {
     }
 }
 
-fn find(file: &Path, spec: &WindowSpec, requests: Requests) -> Result<ResolvedWindow> {
+fn find(file: &Path, spec: &WindowSpec, requests: Requests, heap: u32) -> Result<ResolvedWindow> {
     let mut stream = BinaryEventStream::open(file)
         .with_context(|| format!("while opening {}", file.display()))?
-        .with_requests(requests);
+        .with_requests(requests)
+        .with_heap(heap);
     resolve(&mut stream, spec)
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("while reading {}", file.display()))?

@@ -87,6 +87,7 @@ pub fn run(
     state.initial_goto = goto;
     state.window = input.window.clone();
     state.device = input.device;
+    state.heap = input.heap.clone();
     let (mut tx, rx) = mpsc::channel();
     start_workers(&state, lenient, jobs, &tx);
     let mut terminal = ratatui::init();
@@ -106,6 +107,7 @@ pub fn run(
                 let mut next = AppState::new(path, policies, config.clone()).with_real(real);
                 next.window = window;
                 next.device = state.device;
+                next.heap = state.heap.clone();
                 next.initial_goto = state.reopen_goto.take();
                 state = next;
                 let (next_tx, next_rx) = mpsc::channel();

@@ -332,9 +332,12 @@ impl RecordingStats {
             self.tids.insert(r.tid);
         }
         // What the program asked for, as the loader reads by default.
-        let Some(line) =
-            crate::events::Line::of_record(r, crate::events::Requests::Objects, &mut self.summary)
-        else {
+        let Some(line) = crate::events::Line::of_record(
+            r,
+            crate::events::Requests::Objects,
+            0,
+            &mut self.summary,
+        ) else {
             return Ok(());
         };
         let p = self.pairing.pair_line(&mut self.summary, &line)?;

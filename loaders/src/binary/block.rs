@@ -5,8 +5,8 @@ use std::path::Path;
 
 use super::codec::Cursor;
 use super::{
-    BLOCK_EVENTS, CODEC_STORED, CODEC_ZSTD, MAX_BLOCK_RAW_BYTES, OP_CALL_MASK, OP_FREE, OP_NO_CALL,
-    OP_STACK, OP_THREAD,
+    BLOCK_EVENTS, CODEC_STORED, CODEC_ZSTD, MAX_BLOCK_RAW_BYTES, OP_CALL_MASK, OP_FREE, OP_HEAP,
+    OP_NO_CALL, OP_STACK, OP_THREAD,
 };
 use crate::error::LoadError;
 use crate::events::{CALL_NAMES, Record};
@@ -157,9 +157,6 @@ fn decode_block(
     for i in 0..events {
         let bad = |what: &str| format!("event {i} of the block: {what}");
         let op = c.u8().ok_or_else(|| bad("cut"))?;
-        if op & 0x80 != 0 {
-            return Err(bad("reserved op bits set"));
-        }
         let call = call_of(op).ok_or_else(|| bad("unknown call code"))?;
         if op & OP_THREAD != 0 {
             thread = c.varint().ok_or_else(|| bad("thread"))?;
@@ -185,6 +182,15 @@ fn decode_block(
         } else {
             None
         };
+        let heap = if op & OP_HEAP != 0 {
+            let id = c.varint().ok_or_else(|| bad("heap id"))?;
+            u32::try_from(id)
+                .ok()
+                .filter(|&id| id != 0)
+                .ok_or_else(|| bad("heap id"))?
+        } else {
+            0
+        };
         out.push(Record {
             t_ns,
             tid,
@@ -192,6 +198,7 @@ fn decode_block(
             addr,
             call,
             stack,
+            heap,
         });
     }
     if !c.at_end() {

@@ -30,10 +30,13 @@
 //!   then the (compressed) bytes. Decoded, a block holds `events` events, each:
 //!   an op byte (bits 0-3: call code, an index into [`CALL_NAMES`](crate::events::CALL_NAMES), or 15 for a record
 //!   without a call name; bit 4: a free, size -1 in the text form; bit 5: the thread changes;
-//!   bit 6: a stack id follows; bit 7: zero), then the thread index as a varint if bit 5 is
+//!   bit 6: a stack id follows; bit 7: a heap id follows), then the thread index as a varint if bit 5 is
 //!   set, the time as a zigzag varint of its difference from the previous event's, the size as
 //!   a varint unless the event is a free, the address as a zigzag varint of its difference
-//!   from the previous event's, and the stack id as a varint if bit 6 is set. Every block starts from time 0, address 0 and thread 0, so blocks decode on
+//!   from the previous event's, the stack id as a varint if bit 6 is set, and the heap id as
+//!   a varint (never 0) if bit 7 is set. An event without bit 7 belongs to heap 0, the malloc
+//!   family's; other heaps are the program's own (`allocview.h`, see `heaps.rs`), and every
+//!   address delta runs across all heaps. Every block starts from time 0, address 0 and thread 0, so blocks decode on
 //!   their own. Times are nanoseconds.
 //! - `0x04` END: varint total events. A file without it was cut short (the loader loads what
 //!   is there and says so).
@@ -46,6 +49,11 @@
 //!   offset, event count and time span, ending in the index frame's own offset so it is found
 //!   from the end of the file (see `index.rs`). Files written before it existed have none and
 //!   are indexed by reading their frames once; readers that predate it skip it.
+//! - `0x0E` HEAPS: the names of the heaps other than malloc's that the events use (see
+//!   `heaps.rs`): varint `n`, then `n` entries of varint heap id, varint name length, UTF-8
+//!   name. Anywhere after META, any number of them; a later entry for an id renames it. A
+//!   trace whose events are all malloc's has none (and is byte for byte what it was before
+//!   heaps existed); a heap used by events and named by no entry is `heap-N`.
 //!
 //! A **spool** (kind 1) is what the LD_PRELOAD tracer writes while the program runs: a META
 //! frame (as above, plus `tick0`, `mono_ns0`, `realtime_ns0`, `clock`, and in the current
@@ -77,6 +85,12 @@
 //!   with its *order key* (the TSC, comparable across the process's threads) as a zigzag
 //!   prefix varint of its difference from the stream's previous key (0 at the stream's
 //!   start). The tracer switches every stream to keys once a second thread records.
+//! - In encodings `3` and later, the op byte `0x1b` is a heap prefix: a prefix varint heap
+//!   id (not 0) follows, and the stream's next event belongs to that heap instead of the
+//!   malloc family's (heap 0); time changes and key switches may come between the prefix and
+//!   its event. `0x18` HEAPS frames (varint heap id, then the UTF-8 name to the frame's end)
+//!   name the heaps, anywhere in the spool; a later frame for an id renames it. A spool whose
+//!   program reports no heap of its own has neither.
 //! - `4` (call stacks): as `3`, and every allocation carries a stack id after its address
 //!   (prefix varint, 0 = none), streams hold stack definitions (op byte `0x0d`), and `0x11`
 //!   MODULE frames give the module map (see `stacks.rs`).
@@ -123,6 +137,7 @@ mod block;
 pub mod codec;
 pub mod crafted;
 mod frames;
+mod heaps;
 mod index;
 pub mod marks;
 pub mod memory;
@@ -136,6 +151,9 @@ mod verify;
 mod write;
 
 use frames::{Frames, read_header};
+pub use heaps::{
+    HeapFigures, HeapName, MALLOC_HEAP, MAX_HEAP_NAME_BYTES, heap_figures, heap_names, resolve_heap,
+};
 pub use index::{
     BlockEntry, BlockIndex, read_index, read_index_frame, read_mappings, read_marks, read_memory,
 };
@@ -173,14 +191,17 @@ const OP_FREE: u8 = 0x10;
 const OP_THREAD: u8 = 0x20;
 /// Op bit 6 of a trace event: a stack id follows the address.
 const OP_STACK: u8 = 0x40;
+/// Op bit 7 of a trace event: a heap id follows the stack id (see `heaps.rs`).
+const OP_HEAP: u8 = 0x80;
 /// Events per EVENTS block written: also the most a reader accepts in one block (the format
 /// has never been written with more), so a block's decoded size is bounded however its header
 /// or its zstd frame lies.
 const BLOCK_EVENTS: u32 = 1 << 16;
 /// Longest encoding of one event the writer produces: the op byte, the thread index (below
 /// [`MAX_THREADS`](crate::events::MAX_THREADS) = 2^16: three varint bytes), the time and
-/// address deltas and the size (ten varint bytes each at most), the stack id (a u32: five).
-const MAX_EVENT_BYTES: usize = 1 + 3 + 10 + 10 + 10 + 5;
+/// address deltas and the size (ten varint bytes each at most), the stack id and the heap id
+/// (u32s: five each).
+const MAX_EVENT_BYTES: usize = 1 + 3 + 10 + 10 + 10 + 5 + 5;
 /// Most decoded bytes of one EVENTS block a reader accepts: what the writer can produce.
 const MAX_BLOCK_RAW_BYTES: usize = BLOCK_EVENTS as usize * MAX_EVENT_BYTES;
 /// zstd level for blocks: fast to write (`record` converts while the program runs and must
@@ -226,6 +247,8 @@ pub struct BinaryInfo {
     pub mappings: Vec<Mapping>,
     /// The run's marks ([`marks`]), in time order.
     pub marks: Vec<Mark>,
+    /// The names of the program's own heaps (HEAPS frames), by id, the latest for an id.
+    pub heaps: Vec<HeapName>,
 }
 
 impl BinaryInfo {
@@ -242,6 +265,7 @@ impl BinaryInfo {
             memory: Vec::new(),
             mappings: Vec::new(),
             marks: Vec::new(),
+            heaps: Vec::new(),
         }
     }
 
@@ -386,11 +410,11 @@ fn read_frames_of(
 /// decodes its blocks while `b`'s columns are filled here (see [`read_trace_staged`]); a
 /// spool's streams are merged first, so its records go through [`Builder::push`].
 fn read_into(path: &Path, opts: &LoadOptions, b: &mut Builder) -> Result<BinaryInfo, LoadError> {
-    let (strictness, requests) = (opts.strictness, opts.requests);
+    let (strictness, requests, heap) = (opts.strictness, opts.requests, opts.heap);
     let (bytes, kind) = read_file(path)?;
     if kind == FileKind::Spool {
         let base = TimeBase::default();
-        let push = &mut |r: &Record| match Line::of_record(r, requests, &mut b.summary) {
+        let push = &mut |r: &Record| match Line::of_record(r, requests, heap, &mut b.summary) {
             Some(line) => b.push(&line),
             None => Ok(()),
         };
@@ -401,7 +425,7 @@ fn read_into(path: &Path, opts: &LoadOptions, b: &mut Builder) -> Result<BinaryI
         path,
         bytes.get(10..).unwrap_or(&[]),
         strictness,
-        |r: &Record, out: &mut Vec<_>| match Line::of_record(r, requests, &mut summary) {
+        |r: &Record, out: &mut Vec<_>| match Line::of_record(r, requests, heap, &mut summary) {
             Some(line) => maker.make(&mut summary, &line, |row| out.push(row)),
             None => Ok(()),
         },

@@ -33,6 +33,8 @@ pub struct BinaryEventStream {
     at: StreamPoint,
     /// Which requests of a trace recorded in a CPython interpreter it reads.
     requests: Requests,
+    /// Which heap's events it reads (0: the malloc family's; see `heaps.rs`).
+    heap: u32,
 }
 
 /// Blocks decoded ahead: reading and decompressing a block need nothing of the blocks before
@@ -270,6 +272,7 @@ impl BinaryEventStream {
                 peak_live_event: 0,
             },
             requests: Requests::default(),
+            heap: 0,
         })
     }
 
@@ -278,6 +281,14 @@ impl BinaryEventStream {
     #[must_use]
     pub fn with_requests(self, requests: Requests) -> Self {
         Self { requests, ..self }
+    }
+
+    /// Reads heap `heap`'s events (0, the default: the malloc family's; a name is resolved
+    /// with [`super::resolve_heap`]). A stream resumed at a point must read the heap the
+    /// point was taken in.
+    #[must_use]
+    pub fn with_heap(self, heap: u32) -> Self {
+        Self { heap, ..self }
     }
 
     /// The trace's block index.
@@ -370,7 +381,8 @@ impl BinaryEventStream {
                     ),
                 )
             };
-            let Some(line) = Line::of_record(r, self.requests, &mut self.at.summary) else {
+            let Some(line) = Line::of_record(r, self.requests, self.heap, &mut self.at.summary)
+            else {
                 continue;
             };
             let addr = line.addr;

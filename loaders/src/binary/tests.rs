@@ -12,6 +12,7 @@ fn records() -> Vec<Record> {
             addr: 0x1000,
             call: Some(1),
             stack: None,
+            heap: 0,
         },
         Record {
             t_ns: 3_000,
@@ -20,6 +21,7 @@ fn records() -> Vec<Record> {
             addr: 0x1000,
             call: Some(2),
             stack: None,
+            heap: 0,
         },
         Record {
             t_ns: 3_000,
@@ -28,6 +30,7 @@ fn records() -> Vec<Record> {
             addr: 0x3000,
             call: Some(2),
             stack: None,
+            heap: 0,
         },
         Record {
             t_ns: 2_500,
@@ -36,6 +39,7 @@ fn records() -> Vec<Record> {
             addr: 0,
             call: None,
             stack: None,
+            heap: 0,
         },
         Record {
             t_ns: 4_000,
@@ -44,6 +48,7 @@ fn records() -> Vec<Record> {
             addr: 0,
             call: Some(0),
             stack: None,
+            heap: 0,
         },
         Record {
             t_ns: 4_001,
@@ -52,6 +57,7 @@ fn records() -> Vec<Record> {
             addr: u64::MAX,
             call: Some(3),
             stack: None,
+            heap: 0,
         },
     ]
 }
@@ -101,6 +107,7 @@ fn many_blocks_round_trip() {
             addr: 0x5555_0000 + (i / 2) * 64,
             call: Some((i % 11) as u8),
             stack: None,
+            heap: 0,
         })
         .collect();
     let bytes = write(&recs);
@@ -164,6 +171,7 @@ fn many_records(blocks: u64) -> Vec<Record> {
             addr: 0x5555_0000 + (i / 2) * 64,
             call: Some((i % 11) as u8),
             stack: None,
+            heap: 0,
         })
         .collect()
 }
@@ -318,6 +326,7 @@ fn the_writer_refuses_a_thread_the_loader_could_not_hold() {
         addr: 0x1000 + tid * 16,
         call: Some(0),
         stack: None,
+        heap: 0,
     };
     let mut w = BinaryWriter::new(Vec::new(), &[]).unwrap();
     for tid in 0..MAX_THREADS as u64 {
@@ -355,6 +364,7 @@ fn a_refused_record_in_a_later_block_is_named_and_what_precedes_it_loads() {
             addr: if i == refused_at { 0x10 } else { 0x10 + i * 16 },
             call: None,
             stack: None,
+            heap: 0,
         })
         .collect();
     let dir = std::env::temp_dir().join(format!("allocview-binary-refused-{}", std::process::id()));
@@ -405,6 +415,7 @@ fn mid_run_records() -> Vec<Record> {
         addr,
         call: Some(call),
         stack: None,
+        heap: 0,
     };
     vec![
         rec(10, Some(12_345), 0x7000, 0),
@@ -469,4 +480,85 @@ fn frees_of_blocks_from_before_a_mid_run_start_are_counted_apart() {
     assert_eq!((s.frees_unknown, s.frees_before_recording), (0, 2));
     assert!(started_mid_run(&read_meta(&joined).unwrap()));
     assert!(!started_mid_run(&read_meta(&plain).unwrap()));
+}
+
+#[test]
+fn heap_events_round_trip_with_their_names_and_load_by_heap() {
+    let mut recs = records();
+    // The arena's block lies inside malloc's first block, at the same address: heaps apart.
+    let arena = |size: Option<u64>, addr: u64| Record {
+        t_ns: 4_000,
+        tid: 11,
+        size_bytes: size,
+        addr,
+        call: Some(if size.is_some() { 0 } else { 3 }),
+        stack: None,
+        heap: 300,
+    };
+    recs.insert(1, arena(Some(64), 0x1000));
+    recs.insert(2, arena(Some(32), 0x1040));
+    recs.insert(3, arena(None, 0x1000));
+    let mut w = BinaryWriter::new(Vec::new(), &[]).unwrap();
+    for r in &recs {
+        w.push(r).unwrap();
+    }
+    w.write_heap_names(&[super::HeapName {
+        id: 300,
+        name: "arena".into(),
+    }])
+    .unwrap();
+    let bytes = w.finish().unwrap();
+    let (back, info) = read(&bytes);
+    assert_eq!(back, recs);
+    assert_eq!(
+        info.heaps,
+        [super::HeapName {
+            id: 300,
+            name: "arena".into()
+        }]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heaps.avt");
+    std::fs::write(&path, &bytes).unwrap();
+    assert_eq!(super::resolve_heap(&path, "arena").unwrap(), 300);
+    assert_eq!(super::resolve_heap(&path, "malloc").unwrap(), 0);
+    let err = super::resolve_heap(&path, "pool").unwrap_err().to_string();
+    assert!(err.contains("the trace's heaps are malloc, arena"), "{err}");
+    let opts = LoadOptions {
+        heap: 300,
+        ..LoadOptions::default()
+    };
+    let t = load_binary(&path, &opts).unwrap();
+    assert_eq!(t.summary.mallocs, 2);
+    assert_eq!(t.summary.frees, 1);
+    assert_eq!(t.summary.frees_unknown, 0);
+    let malloc = load_binary(&path, &LoadOptions::default()).unwrap();
+    let plain_path = dir.path().join("plain.avt");
+    std::fs::write(&plain_path, write(&records())).unwrap();
+    let plain = load_binary(&plain_path, &LoadOptions::default()).unwrap();
+    assert_eq!(malloc.summary.events, plain.summary.events);
+    assert_eq!(malloc.summary.mallocs, plain.summary.mallocs);
+    assert!(malloc.events.equals_missing(&plain.events));
+    assert_eq!(malloc.summary.other_heap_events, 3);
+    let figures = super::heap_figures(&path).unwrap();
+    assert_eq!(figures[1].name, "arena");
+    assert_eq!(figures[1].peak_live_bytes, 96);
+    assert_eq!(figures[1].final_live_bytes, 32);
+}
+
+#[test]
+fn a_trace_without_heap_events_is_written_as_before() {
+    // No HEAPS frame and no op bit 7: the bytes readers before heaps read.
+    let recs = records();
+    let bytes = write(&recs);
+    let mut w = BinaryWriter::new(Vec::new(), &[("pid".into(), "1".into())]).unwrap();
+    for r in &recs {
+        w.push(r).unwrap();
+    }
+    w.write_heap_names(&[]).unwrap();
+    assert_eq!(w.finish().unwrap(), bytes);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plain.avt");
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(super::heap_names(&path).unwrap().is_empty());
 }

@@ -47,6 +47,8 @@ enum Parsed {
     Memory(Vec<super::MemorySample>),
     Mappings(Vec<super::Mapping>),
     Marks(Vec<super::Mark>),
+    /// A HEAPS frame's names (`heaps.rs`).
+    Heaps(Vec<super::HeapName>),
     Threads(Vec<u64>),
     /// The block's records are in [`Reader::decoded`].
     Events,
@@ -162,6 +164,11 @@ impl<'a> Reader<'a> {
                 Ok(Parsed::Mappings(super::memory::decode_mappings(payload)?))
             }
             super::marks::FRAME_MARKS => Ok(Parsed::Marks(super::marks::decode_frame(payload)?)),
+            super::heaps::FRAME_HEAPS => {
+                let mut names = Vec::new();
+                super::heaps::decode_names(payload, &mut names).ok_or("a corrupt heaps frame")?;
+                Ok(Parsed::Heaps(names))
+            }
             _ => Ok(Parsed::Unknown),
         }
     }
@@ -232,6 +239,7 @@ impl<'a> Reader<'a> {
                         | super::memory::FRAME_MEMORY
                         | super::memory::FRAME_MAPPINGS
                         | super::marks::FRAME_MARKS
+                        | super::heaps::FRAME_HEAPS
                 )
             })
     }
@@ -474,6 +482,11 @@ fn read_frames(
             Parsed::Memory(samples) => info.memory.extend(samples),
             Parsed::Mappings(calls) => info.mappings.extend(calls),
             Parsed::Marks(marks) => info.marks.extend(marks),
+            Parsed::Heaps(names) => {
+                for h in names {
+                    super::heaps::set_name(&mut info.heaps, h.id, h.name);
+                }
+            }
             Parsed::Threads(ids) => r.threads.extend(ids),
             Parsed::Events => {
                 if let Some(first) = r.decoded.first() {

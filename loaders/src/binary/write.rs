@@ -8,8 +8,8 @@ use super::index::{BlockEntry, BlockIndex};
 use super::stacks::{self, NativeStacks};
 use super::{
     BLOCK_EVENTS, CODEC_STORED, CODEC_ZSTD, FRAME_END, FRAME_EVENTS, FRAME_INDEX, FRAME_META,
-    FRAME_THREADS, KIND_TRACE, MAGIC, OP_CALL_MASK, OP_FREE, OP_NO_CALL, OP_STACK, OP_THREAD,
-    VERSION, ZSTD_LEVEL,
+    FRAME_THREADS, KIND_TRACE, MAGIC, OP_CALL_MASK, OP_FREE, OP_HEAP, OP_NO_CALL, OP_STACK,
+    OP_THREAD, VERSION, ZSTD_LEVEL,
 };
 use crate::events::{MAX_THREADS, PtrMap, Record};
 
@@ -35,6 +35,10 @@ pub struct BinaryWriter<W: Write> {
     index: BlockIndex,
     block_first_t: i64,
     block_max_t: i64,
+    /// The heaps other than malloc's that the records used, in order of first use.
+    heaps_used: Vec<u32>,
+    /// The heap names written so far (HEAPS frames).
+    heaps_named: Vec<super::HeapName>,
 }
 
 impl<W: Write> BinaryWriter<W> {
@@ -75,6 +79,8 @@ impl<W: Write> BinaryWriter<W> {
             index: BlockIndex::default(),
             block_first_t: 0,
             block_max_t: 0,
+            heaps_used: Vec::new(),
+            heaps_named: Vec::new(),
         })
     }
 
@@ -123,6 +129,12 @@ impl<W: Write> BinaryWriter<W> {
         if r.stack.is_some() {
             op |= OP_STACK;
         }
+        if r.heap != 0 {
+            op |= OP_HEAP;
+            if !self.heaps_used.contains(&r.heap) {
+                self.heaps_used.push(r.heap);
+            }
+        }
         if self.block_events == 0 {
             self.block_first_t = r.t_ns;
             self.block_max_t = r.t_ns;
@@ -145,6 +157,9 @@ impl<W: Write> BinaryWriter<W> {
         self.prev_addr = r.addr;
         if let Some(id) = r.stack {
             put_varint(&mut self.block, u64::from(id));
+        }
+        if r.heap != 0 {
+            put_varint(&mut self.block, u64::from(r.heap));
         }
         self.block_events += 1;
         self.total += 1;
@@ -265,12 +280,48 @@ impl<W: Write> BinaryWriter<W> {
         )
     }
 
+    /// Names the program's own heaps (a HEAPS frame, see `heaps.rs`): the entries of `names`
+    /// not written yet with that name. Nothing when there are none. [`Self::finish`] names
+    /// the heaps the records used and no call named `heap-N`.
+    ///
+    /// # Errors
+    /// On write errors.
+    pub fn write_heap_names(&mut self, names: &[super::HeapName]) -> io::Result<()> {
+        let new: Vec<super::HeapName> = names
+            .iter()
+            .filter(|h| h.id != 0 && !self.heaps_named.contains(h))
+            .cloned()
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        self.flush_block()?;
+        self.frame(
+            super::heaps::FRAME_HEAPS,
+            &[&super::heaps::encode_names(&new)],
+        )?;
+        for h in new {
+            super::heaps::set_name(&mut self.heaps_named, h.id, h.name);
+        }
+        Ok(())
+    }
+
     /// Writes the last block and the END frame, and returns the output.
     ///
     /// # Errors
     /// On write errors.
     pub fn finish(mut self) -> io::Result<W> {
         self.flush_block()?;
+        let unnamed: Vec<super::HeapName> = self
+            .heaps_used
+            .iter()
+            .filter(|&&id| !self.heaps_named.iter().any(|h| h.id == id))
+            .map(|&id| super::HeapName {
+                id,
+                name: format!("heap-{id}"),
+            })
+            .collect();
+        self.write_heap_names(&unnamed)?;
         let index = self.index.encode(self.written);
         self.frame(FRAME_INDEX, &[&index])?;
         let mut end = Vec::new();

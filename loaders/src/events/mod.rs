@@ -75,6 +75,10 @@ pub struct LoadOptions {
     /// Of a PyTorch profiler trace, which device's events to read (default: the GPU with the
     /// most events, else the CPU).
     pub device: Option<crate::kineto::DeviceChoice>,
+    /// Of a binary trace, which heap's events to read: 0 (the default) for the malloc
+    /// family's, another id for a heap the program reported itself (resolve a name with
+    /// [`crate::binary::resolve_heap`]). Other formats have heap 0 only.
+    pub heap: u32,
 }
 
 /// The most threads a trace may have: thread indices are 16 bits in the event table. The
@@ -131,6 +135,9 @@ pub struct LoadSummary {
     /// to the other view only.
     pub python_allocator_events: u64,
     pub other_view_events: u64,
+    /// Events of a binary trace left out as belonging to another heap than the one read (the
+    /// malloc family's by default; see [`LoadOptions::heap`]).
+    pub other_heap_events: u64,
     /// Of `frees_unknown`, frees of Python objects allocated before the trace began (during
     /// the interpreter's start-up, or in the parent of a forked process).
     pub frees_unknown_python: u64,
@@ -382,14 +389,20 @@ pub(crate) struct Line {
 }
 
 impl Line {
-    /// The loader's line for a binary record, in the view `requests` (`None` for a record
-    /// of the other view only, counted in `summary`): times before 0 are clamped to 0.
+    /// The loader's line for a binary record, in the view `requests` of heap `heap` (`None`
+    /// for a record of the other view only or of another heap, counted in `summary`): times
+    /// before 0 are clamped to 0.
     #[inline(always)]
     pub(crate) fn of_record(
         r: &Record,
         requests: Requests,
+        heap: u32,
         summary: &mut LoadSummary,
     ) -> Option<Self> {
+        if r.heap != heap {
+            summary.other_heap_events += 1;
+            return None;
+        }
         Self {
             t_ns: r.t_ns.max(0),
             tid: r.tid,
@@ -435,4 +448,7 @@ pub struct Record {
     /// The allocation's call stack, as an id into the file's stack table (binary traces and
     /// spools recorded with stacks; never in the text form).
     pub stack: Option<u32>,
+    /// The heap the event belongs to: 0 for the malloc family, another number for a heap the
+    /// program reported itself (`allocview.h`, see `binary/heaps.rs`; binary traces only).
+    pub heap: u32,
 }

@@ -381,6 +381,7 @@ impl Reader {
             addr,
             call: None,
             stack,
+            heap: 0,
         });
     }
 

@@ -398,6 +398,7 @@ fn records(
             addr,
             call: None,
             stack: Some(stack),
+            heap: 0,
         });
     }
     out

@@ -75,6 +75,7 @@ impl<F: FnMut(&Record) -> Result<(), &'static str>> LineSink for RecordSink<F> {
             addr: line.addr,
             call: line.call,
             stack: line.stack,
+            heap: 0,
         })?;
         self.summary.events += 1;
         Ok(())

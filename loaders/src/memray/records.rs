@@ -353,6 +353,7 @@ impl<'h> Records<'h> {
             addr,
             call,
             stack,
+            heap: 0,
         };
         match allocator {
             MMAP => {
@@ -418,6 +419,7 @@ impl<'h> Records<'h> {
                 addr,
                 call,
                 stack,
+                heap: 0,
             };
             self.out.events.records.push(piece(start, None, None, tid));
             // What is left below the range and above it, each where there is any.

@@ -176,6 +176,7 @@ fn other_calls(args: &PredictOptions) -> Result<Option<OtherCalls>> {
             path,
             &args.input.window,
             args.input.requests_or(allocview_loaders::Requests::Objects),
+            args.input.heap_id(path)?,
         )?;
         return Ok(Some(OtherCalls::Streamed(Box::new(StreamedCalls::new(
             other,

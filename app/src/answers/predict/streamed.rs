@@ -151,6 +151,7 @@ pub(super) fn evaluate(
         path,
         &args.input.window,
         args.input.requests_or(allocview_loaders::Requests::Objects),
+        args.input.heap_id(path)?,
     )?);
     let mut other = other_calls(args)?;
     let reports = evaluate_calls(

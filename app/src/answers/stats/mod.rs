@@ -2,6 +2,7 @@
 //! summary, a TensorFlow memory log's allocators, a BFC dump's regions and bins, a PyTorch
 //! snapshot's segments and stacks, a plan's sizes).
 
+pub mod heaps;
 pub mod pytorch;
 
 use std::path::Path;
@@ -39,6 +40,12 @@ pub struct TraceAnswer<'a> {
     /// The run's marks: named moments, and where recording stopped and started.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub marks: Vec<crate::answers::marks::MarkAnswer>,
+    /// The heap read, when `--heap` chose another than malloc's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heap: Option<String>,
+    /// The trace's heaps (a binary trace whose program reported heaps of its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heaps: Option<Vec<heaps::HeapAnswer>>,
 }
 
 /// The `tf` object of `stats --json` for a memory log.
@@ -123,7 +130,7 @@ struct PlanAnswer {
 ///
 /// # Errors
 /// When a table of the input lacks a column the summary needs.
-pub fn json(loaded: &Loaded, path: &Path) -> Result<Value> {
+pub fn json(loaded: &Loaded, path: &Path, heap: Option<&str>) -> Result<Value> {
     let file = path.display().to_string();
     if let Some(ev) = events_of(loaded) {
         let view = allocview_loaders::trace_view(ev.events, path)?;
@@ -155,6 +162,8 @@ pub fn json(loaded: &Loaded, path: &Path) -> Result<Value> {
                 crate::answers::marks::marks_of(loaded),
                 view.t_ns.first().copied().unwrap_or(0),
             ),
+            heap: heap.filter(|h| *h != binary_malloc()).map(str::to_owned),
+            heaps: heaps::heaps_of(path)?,
         };
         return Ok(serde_json::to_value(answer)?);
     }
@@ -179,6 +188,11 @@ pub fn json(loaded: &Loaded, path: &Path) -> Result<Value> {
         }
         Loaded::MallocTrace(_) | Loaded::TfMemoryLog(_) | Loaded::PytorchSnapshot(_) => Value::Null,
     })
+}
+
+/// The name of heap 0.
+fn binary_malloc() -> &'static str {
+    allocview_loaders::binary::MALLOC_HEAP
 }
 
 fn memlog_answer(log: &TfMemoryLog) -> MemlogAnswer<'_> {

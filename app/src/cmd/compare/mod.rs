@@ -92,6 +92,7 @@ pub fn run(args: &CompareArgs) -> Result<()> {
             &args.policies,
             &args.input.window,
             input.requests_or(Requests::Libc),
+            input.heap_id(&args.file)?,
             args.json,
             &specs,
         );

@@ -25,6 +25,7 @@ pub(super) fn compare(
     policies: &PolicyArgs,
     window: &WindowArgs,
     requests: Requests,
+    heap: u32,
     json: bool,
     specs: &[PolicySpec],
 ) -> Result<()> {
@@ -34,7 +35,7 @@ pub(super) fn compare(
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     let online = stream_specs(specs)?;
-    let input = StreamInput::new(file, window, requests)?;
+    let input = StreamInput::new(file, window, requests, heap)?;
     let plans = OraclePlans::new(jobs);
     let runs = per_spec(&online, jobs, |spec| {
         replay_one(&input, spec, &config, &plans, usize::MAX).map_err(|e| format!("{e:#}"))

@@ -46,6 +46,7 @@ pub(super) fn run(args: ToParquet<'_>) -> Result<()> {
             lenient: args.lenient,
             requests: None,
             device: None,
+            heap: None,
             window,
         };
         let loaded = load_input(args.input, &input)?;

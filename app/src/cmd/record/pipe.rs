@@ -182,6 +182,7 @@ mod tests {
             addr: 0x1000 + (i / 2) * 0x100,
             call: None,
             stack: None,
+            heap: 0,
         }
     }
 

@@ -77,6 +77,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             &args.policies,
             &args.input.window,
             input.requests_or(Requests::Libc),
+            input.heap_id(&args.file)?,
             &streamed::Outputs {
                 dest: dest.as_ref(),
                 html: args.html.as_deref(),

@@ -33,6 +33,7 @@ pub(super) fn run(
     policies: &PolicyArgs,
     window: &WindowArgs,
     requests: Requests,
+    heap: u32,
     outputs: &Outputs<'_>,
     specs: &[PolicySpec],
 ) -> Result<()> {
@@ -42,7 +43,7 @@ pub(super) fn run(
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     // The size classes (policy-independent) and where the peak of live bytes is.
-    let input = StreamInput::new(file, window, requests)?;
+    let input = StreamInput::new(file, window, requests, heap)?;
     let mut source = Prefetched::start(input.open()?);
     let (t0, t_last) = source.time_span();
     // One snapshot: the report draws the series, it never seeks in it.

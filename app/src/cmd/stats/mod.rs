@@ -14,7 +14,7 @@ use crate::format;
 use crate::session::InputArgs;
 use crate::session::StreamArgs;
 use crate::session::input::{events_of, load_input};
-use table::{print_dump, print_marks, print_memlog, print_table};
+use table::{print_dump, print_heaps, print_marks, print_memlog, print_table};
 
 use crate::answers::recorded_memory::RecordedMemory;
 
@@ -40,12 +40,16 @@ pub fn run(args: &StatsArgs) -> Result<()> {
             &args.file,
             &args.input.window,
             args.input.requests_or(Requests::Objects),
+            (args.input.heap_id(&args.file)?, args.input.heap.as_deref()),
             args.json,
         );
     }
     let loaded = load_input(&args.file, &args.input)?;
     if args.json {
-        outln!("{}", crate::answers::stats::json(&loaded, &args.file)?);
+        outln!(
+            "{}",
+            crate::answers::stats::json(&loaded, &args.file, args.input.heap.as_deref())?
+        );
         return Ok(());
     }
     let file = args.file.display().to_string();
@@ -65,6 +69,7 @@ pub fn run(args: &StatsArgs) -> Result<()> {
             crate::answers::marks::marks_of(&loaded),
             view.t_ns.first().copied().unwrap_or(0),
         ))?;
+        print_heaps(&args.file, args.input.heap.as_deref())?;
         if let Loaded::TfMemoryLog(log) = &loaded {
             print_memlog(log)?;
         }

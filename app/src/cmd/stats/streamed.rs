@@ -19,10 +19,11 @@ pub(super) fn stats(
     file: &Path,
     window: &WindowArgs,
     requests: Requests,
+    (heap, heap_name): (u32, Option<&str>),
     json: bool,
 ) -> Result<()> {
     let started = std::time::Instant::now();
-    let input = StreamInput::new(file, window, requests)?;
+    let input = StreamInput::new(file, window, requests, heap)?;
     let mut prefetched = Prefetched::start(input.open()?);
     let mut acc = StatsAccumulator::default();
     let mut batch = EventBatch::default();
@@ -59,6 +60,7 @@ pub(super) fn stats(
         &crate::answers::marks::marks_in_file(file),
         first_event_t_ns(file),
     );
+    let path = file;
     let file = file.display().to_string();
     let seconds = started.elapsed().as_secs_f64();
     if json {
@@ -73,11 +75,16 @@ pub(super) fn stats(
             pytorch: None,
             recorded_memory: memory,
             marks,
+            heap: heap_name
+                .filter(|h| *h != allocview_loaders::binary::MALLOC_HEAP)
+                .map(str::to_owned),
+            heaps: crate::answers::stats::heaps::heaps_of(path)?,
         };
         outln!("{}", serde_json::to_value(answer)?);
     } else {
         print_table(&file, &stats, seconds, memory.as_ref())?;
         print_marks(&marks)?;
+        super::table::print_heaps(path, heap_name)?;
     }
     Ok(())
 }

@@ -274,3 +274,25 @@ fn print_memory(memory: Option<&RecordedMemory>) -> Result<()> {
     );
     Ok(())
 }
+
+/// The heaps of a binary trace whose program reported heaps of its own (nothing otherwise),
+/// `selected` marked: the names `--heap` takes.
+pub(super) fn print_heaps(path: &std::path::Path, selected: Option<&str>) -> Result<()> {
+    let Some(heaps) = crate::answers::stats::heaps::heaps_of(path)? else {
+        return Ok(());
+    };
+    let selected = selected.unwrap_or(allocview_loaders::binary::MALLOC_HEAP);
+    outln!();
+    outln!("  heaps (--heap NAME reads one)     events      peak live     live at end");
+    for h in &heaps {
+        let mark = if h.name == selected { "*" } else { " " };
+        outln!(
+            "  {mark} {:<30} {:>8} {:>14} {:>15}",
+            h.name,
+            format::count(h.events),
+            format::bytes(h.peak_live_bytes),
+            format::bytes(h.final_live_bytes)
+        );
+    }
+    Ok(())
+}

@@ -117,9 +117,10 @@ impl Merge {
             t_ns: out.timing.to_ns(ev.tick),
             tid,
             size_bytes: (!is_free).then_some(ev.size),
-            addr: ev.addr,
+            addr: super::merge_addr(ev.heap, ev.addr),
             call,
             stack: ev.stack,
+            heap: ev.heap,
         })
         .map_err(|e| corrupt(out.path, 0, e))?;
         if ev.key.is_some() && self.first_keyed_tick.is_none() {

@@ -49,6 +49,9 @@ const OP_KEYED: u8 = 0x0e;
 const OP_UNKEYED: u8 = 0x0c;
 /// Spool op (encoding 4): a stack definition (see `stacks.rs`).
 const OP_STACK_DEF: u8 = 0x0d;
+/// Spool op (encodings 3 and later): a heap prefix, the heap id (a prefix varint, not 0)
+/// follows; the stream's next event belongs to that heap (see `heaps.rs`).
+const OP_HEAP_PREFIX: u8 = 0x1b;
 /// A spool's MODULE frame (encoding 4).
 const FRAME_MODULE: u8 = 0x11;
 /// A spool's flush mark: the clock value (u64) read before the clock thread wrote out every
@@ -76,6 +79,8 @@ pub(super) struct Stream<'a> {
     defs: Vec<StackDef>,
     /// The Python code objects named so far.
     codes: Vec<PyCode>,
+    /// The heap of the next event, from an [`OP_HEAP_PREFIX`] (0: malloc's).
+    next_heap: u32,
 }
 
 /// A segment's events, and how many module frames came before it in the file.
@@ -95,6 +100,21 @@ pub(super) struct SpoolEvent {
     key: Option<u64>,
     /// The allocation's stack id (encoding 4; `None` for frees and when none was captured).
     stack: Option<u32>,
+    /// The heap (0: malloc's). Its `addr` is then [`merge_addr`]'s, apart from malloc's.
+    heap: u32,
+}
+
+/// The address the merge orders an event of `heap` by: malloc's own, and for another heap
+/// the address with bit 63 set (malloc's never has it: user addresses stay below 2^57 and
+/// the Python tags take bits 60-61) and mixed with the heap's id, so that the causality
+/// order of one heap never waits on another's blocks (an arena's blocks lie inside a block
+/// malloc gave it, and two pools may both number their blocks from 0). Its own inverse.
+pub(super) fn merge_addr(heap: u32, addr: u64) -> u64 {
+    if heap == 0 {
+        return addr;
+    }
+    let mix = u64::from(heap).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    addr ^ (mix | 1 << 63)
 }
 
 impl<'a> Stream<'a> {
@@ -112,6 +132,7 @@ impl<'a> Stream<'a> {
             head: None,
             defs: Vec::new(),
             codes: Vec::new(),
+            next_heap: 0,
         }
     }
 
@@ -180,6 +201,15 @@ impl<'a> Stream<'a> {
                         self.pos = c.pos;
                         continue;
                     }
+                    if encoding != SpoolEncoding::Compact && op == OP_HEAP_PREFIX {
+                        let heap = c.prefix_varint().ok_or("a cut heap prefix")?;
+                        self.next_heap = u32::try_from(heap)
+                            .ok()
+                            .filter(|&h| h != 0)
+                            .ok_or("a heap prefix out of range")?;
+                        self.pos = c.pos;
+                        continue;
+                    }
                     if op & OP_CALL_MASK == OP_TIME {
                         if op != OP_TIME {
                             return Err("reserved bits set in a time change");
@@ -215,13 +245,15 @@ impl<'a> Stream<'a> {
                 None
             };
             self.pos = c.pos;
+            let heap = std::mem::take(&mut self.next_heap);
             self.head = Some(SpoolEvent {
                 tick: self.tick,
                 op: op & (OP_CALL_MASK | OP_FREE),
                 size,
-                addr: self.addr,
+                addr: merge_addr(heap, self.addr),
                 key,
                 stack,
+                heap,
             });
             return Ok(());
         }

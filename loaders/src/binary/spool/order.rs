@@ -415,6 +415,7 @@ mod tests {
             addr,
             key: None,
             stack: None,
+            heap: 0,
         }
     }
 

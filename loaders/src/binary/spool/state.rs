@@ -100,6 +100,10 @@ impl<'a> SpoolState<'a> {
                 self.flushed = [self.flushed[1], Some(tick)];
             }
             FRAME_SEGMENT => self.segment(payload, at)?,
+            crate::binary::heaps::SPOOL_FRAME_HEAPS => {
+                crate::binary::heaps::decode_spool_name(&payload, &mut self.info.heaps)
+                    .ok_or_else(|| corrupt(&self.path, at, "a heap name"))?;
+            }
             crate::binary::memory::FRAME_MEMORY_SAMPLE => {
                 let sample = crate::binary::memory::decode_spool_sample(&payload)
                     .ok_or_else(|| corrupt(&self.path, at, "a memory sample"))?;
