@@ -210,6 +210,7 @@ fn stats_counts_frees_from_before_a_mid_run_start_apart() {
         addr,
         call: None,
         stack: None,
+        heap: 0,
     };
     for r in [
         rec(1, Some(12_345), 0x1000),
