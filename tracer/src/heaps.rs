@@ -148,8 +148,10 @@ pub(crate) fn record_heap(heap: u32, op: u8, size: u64, addr: u64) {
     };
     let word = now_word();
     let key = event_key_at(t, word);
+    // Sampled as malloc's allocations are (`record --stack-sample`): readers weigh every
+    // allocation with a stack as a sample.
     let (cursor, stack) = if op & OP_FREE == 0 {
-        stack_of(t, cursor)
+        stack_of_sampled(t, cursor, usize::try_from(size).unwrap_or(usize::MAX))
     } else {
         (cursor, None)
     };

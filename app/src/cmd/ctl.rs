@@ -2,9 +2,11 @@
 //! `allocview record` runs (`--paused` starts it stopped), or puts a named mark into its trace.
 //!
 //! The tracer in the process looks for a command file next to its spool once a flush period
-//! (the tracer's `control.rs` has the protocol): this writes the file whole, then waits until
-//! the tracer has obeyed and removed it, so that when `ctl` returns the program's next call
-//! already finds recording as the command left it.
+//! (the tracer's `control.rs` has the protocol): this writes the file whole under a name of its
+//! own and links it into place (a link never replaces a file, so two `ctl`s at once take turns
+//! and neither command is lost), then waits until the tracer has obeyed and removed it, so
+//! that when `ctl` returns the program's next call already finds recording as the command
+//! left it.
 
 use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt as _;
@@ -44,29 +46,68 @@ pub fn run(args: &CtlArgs) -> Result<()> {
     let mut ctl = prefix.clone().into_os_string();
     ctl.push(format!(".{}.ctl", args.pid));
     let ctl = PathBuf::from(ctl);
-    // A command another `ctl` sent and the tracer has not taken yet: wait for it.
-    wait_gone(&ctl, args.pid, "an earlier command")?;
     let mut tmp = ctl.clone().into_os_string();
     tmp.push(format!(".{}.tmp", std::process::id()));
     let tmp = PathBuf::from(tmp);
-    let mut f = std::fs::File::create(&tmp).with_context(|| {
-        format!(
-            "cannot write {}: has the recording of process {} ended?",
-            tmp.display(),
-            args.pid
-        )
-    })?;
-    f.write_all(line.as_bytes())
+    // Created new, never through a link someone planted at the name (`O_EXCL`).
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .with_context(|| {
+            format!(
+                "cannot write {}: has the recording of process {} ended?",
+                tmp.display(),
+                args.pid
+            )
+        })?;
+    let sent = f
+        .write_all(line.as_bytes())
         .and_then(|()| f.sync_data())
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
+        .with_context(|| format!("cannot write {}", tmp.display()))
+        .and_then(|()| publish(&tmp, &ctl, args.pid))
+        .and_then(|()| wait_taken(&ctl, &f, args.pid));
     drop(f);
-    std::fs::rename(&tmp, &ctl).with_context(|| format!("cannot write {}", ctl.display()))?;
-    if let Err(e) = wait_gone(&ctl, args.pid, "the command") {
-        // Not left for the tracer to find later, when nobody waits for it.
-        let _ = std::fs::remove_file(&ctl);
-        return Err(e);
-    }
+    let _ = std::fs::remove_file(&tmp);
+    sent?;
     println!("{}", done_message(args));
+    Ok(())
+}
+
+/// Links the command file `tmp` into place at `ctl`, once the command before it (another
+/// `ctl`'s) has been taken.
+fn publish(tmp: &std::path::Path, ctl: &std::path::Path, pid: u32) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        match std::fs::hard_link(tmp, ctl) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                check_waiting(started, pid, "an earlier command")?;
+                std::thread::sleep(POLL);
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot write {}", ctl.display())),
+        }
+    }
+}
+
+/// Waits until the tracer has taken the command at `ctl` (the file `ours`, linked there); on a
+/// timeout, removes it unless it is already another `ctl`'s.
+fn wait_taken(ctl: &std::path::Path, ours: &std::fs::File, pid: u32) -> Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let started = Instant::now();
+    let our_inode = ours.metadata().map(|m| m.ino()).ok();
+    while let Ok(there) = std::fs::metadata(ctl) {
+        if Some(there.ino()) != our_inode {
+            // Taken, and another `ctl`'s command came after it.
+            break;
+        }
+        if let Err(e) = check_waiting(started, pid, "the command") {
+            // Not left for the tracer to find later, when nobody waits for it.
+            let _ = std::fs::remove_file(ctl);
+            return Err(e);
+        }
+        std::thread::sleep(POLL);
+    }
     Ok(())
 }
 
@@ -130,21 +171,18 @@ fn spool_prefix(pid: u32) -> Result<PathBuf> {
     }
 }
 
-/// Waits until `ctl` no longer exists (the tracer took what it held).
-fn wait_gone(ctl: &std::path::Path, pid: u32, what: &str) -> Result<()> {
-    let started = Instant::now();
-    while ctl.exists() {
-        if started.elapsed() > ANSWER_WITHIN {
-            bail!(
-                "the tracer in process {pid} did not take {what} within {} s (it looks every \
-                 20 ms): is the process stopped, exiting, or not traced (a static binary)?",
-                ANSWER_WITHIN.as_secs()
-            );
-        }
-        if !process_alive(pid) {
-            bail!("process {pid} ended before it took {what}");
-        }
-        std::thread::sleep(POLL);
+/// Whether to wait on for the tracer to take `what`: an error once [`ANSWER_WITHIN`] has
+/// passed since `started`, or the process has ended.
+fn check_waiting(started: Instant, pid: u32, what: &str) -> Result<()> {
+    if started.elapsed() > ANSWER_WITHIN {
+        bail!(
+            "the tracer in process {pid} did not take {what} within {} s (it looks every 20 \
+             ms): is the process stopped, exiting, or not traced (a static binary)?",
+            ANSWER_WITHIN.as_secs()
+        );
+    }
+    if !process_alive(pid) {
+        bail!("process {pid} ended before it took {what}");
     }
     Ok(())
 }

@@ -20,10 +20,7 @@ impl GuiApp {
         let mut lines = Vec::new();
         // Each series' points, for the hover: the value of every series at the pointer's time.
         let mut hover_series: Vec<(String, Vec<[f64; 2]>)> = Vec::new();
-        let mut cursor_s = None;
-        let mut phases_s: Vec<f64> = Vec::new();
-        let mut marks_s: Vec<(f64, String)> = Vec::new();
-        let mut y_top = 0.0f64;
+        let mut verticals = Verticals::default();
         for (k, (run, vm)) in self.runs.iter().zip(vms).enumerate() {
             let Some(t) = &vm.timeline else { continue };
             let span_s = run
@@ -60,18 +57,7 @@ impl GuiApp {
                         t.phases_in_view
                     ));
                 }
-                cursor_s = t.cursor_x.map(|x| x * span_s);
-                marks_s = t
-                    .marks
-                    .iter()
-                    .map(|(x, n)| (x * span_s, n.clone()))
-                    .collect();
-                y_top = t.y_max_bytes;
-                phases_s = t
-                    .phases
-                    .iter()
-                    .flat_map(|&(a, b, _)| [a * span_s, b * span_s])
-                    .collect();
+                verticals = Verticals::of(t, span_s);
             }
         }
         let resp = Plot::new("timeline")
@@ -93,24 +79,7 @@ impl GuiApp {
                 for l in lines {
                     p.line(l);
                 }
-                for &x in &phases_s {
-                    p.vline(
-                        VLine::new("phase boundaries", x)
-                            .color(col(theme::PHASE))
-                            .style(egui_plot::LineStyle::dashed_loose()),
-                    );
-                }
-                for (x, name) in &marks_s {
-                    p.vline(VLine::new("marks", *x).color(col(theme::MARK)).width(1.2));
-                    p.text(
-                        Text::new("marks", PlotPoint::new(*x, y_top), name.as_str())
-                            .color(col(theme::MARK))
-                            .anchor(egui::Align2::LEFT_TOP),
-                    );
-                }
-                if let Some(x) = cursor_s {
-                    p.vline(VLine::new("cursor", x).color(col(theme::CURSOR)).width(1.5));
-                }
+                verticals.draw(p);
             });
         let b = resp.transform.bounds();
         self.visible_s = (b.min()[0].max(0.0), b.max()[0].max(0.0));
@@ -120,6 +89,57 @@ impl GuiApp {
         {
             let x_s = resp.transform.value_from_position(pos).x;
             self.send(Msg::GotoTime(x_s * 1e9));
+        }
+    }
+}
+
+/// What the timeline marks across its height, in seconds: the first run's cursor, phase
+/// boundaries and marks (named at the top, `y_top_bytes`).
+#[derive(Default)]
+struct Verticals {
+    cursor_s: Option<f64>,
+    phases_s: Vec<f64>,
+    marks_s: Vec<(f64, String)>,
+    y_top_bytes: f64,
+}
+
+impl Verticals {
+    /// Those of timeline `t`, whose window spans `span_s` seconds.
+    fn of(t: &crate::model::view::TimelineVm, span_s: f64) -> Self {
+        Self {
+            cursor_s: t.cursor_x.map(|x| x * span_s),
+            phases_s: t
+                .phases
+                .iter()
+                .flat_map(|&(a, b, _)| [a * span_s, b * span_s])
+                .collect(),
+            marks_s: t
+                .marks
+                .iter()
+                .map(|(x, n)| (x * span_s, n.clone()))
+                .collect(),
+            y_top_bytes: t.y_max_bytes,
+        }
+    }
+
+    fn draw(&self, p: &mut egui_plot::PlotUi<'_>) {
+        for &x in &self.phases_s {
+            p.vline(
+                VLine::new("phase boundaries", x)
+                    .color(col(theme::PHASE))
+                    .style(egui_plot::LineStyle::dashed_loose()),
+            );
+        }
+        for (x, name) in &self.marks_s {
+            p.vline(VLine::new("marks", *x).color(col(theme::MARK)).width(1.2));
+            p.text(
+                Text::new("marks", PlotPoint::new(*x, self.y_top_bytes), name.as_str())
+                    .color(col(theme::MARK))
+                    .anchor(egui::Align2::LEFT_TOP),
+            );
+        }
+        if let Some(x) = self.cursor_s {
+            p.vline(VLine::new("cursor", x).color(col(theme::CURSOR)).width(1.5));
         }
     }
 }

@@ -94,9 +94,7 @@ impl Attached {
             Some(base) => base,
             None => {
                 let so_path = dir.path().join(&name);
-                std::fs::write(&so_path, so)
-                    .with_context(|| format!("writing {}", so_path.display()))?;
-                give_to_target(pid, &so_path)?;
+                write_new_for_target(pid, &so_path, so)?;
                 let so_in_target = format!("{dir_in_target}/{name}");
                 dlopen(&mut thread, pid, &maps, &so_in_target)?;
                 let maps = target::mappings(pid)?;
@@ -212,6 +210,29 @@ fn give_to_target(pid: i32, path: &Path) -> Result<()> {
     };
     if uid != rustix::process::geteuid().as_raw() {
         std::os::unix::fs::chown(path, Some(uid), Some(gid))
+            .with_context(|| format!("giving {} to user {uid} of process {pid}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to a new file at `path` in the target's user's directory and gives it to
+/// that user. Created, never opened if it exists (`O_EXCL` follows no link), and given through
+/// its open handle: the directory is the target user's, who could otherwise plant a link there
+/// and have allocview, run as root, write and give away the file it points to.
+fn write_new_for_target(pid: i32, path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write as _;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_data())
+        .with_context(|| format!("writing {}", path.display()))?;
+    if let Some((uid, gid)) = target::process_ids(pid)
+        && uid != rustix::process::geteuid().as_raw()
+    {
+        std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
             .with_context(|| format!("giving {} to user {uid} of process {pid}", path.display()))?;
     }
     Ok(())

@@ -29,25 +29,15 @@ pub(super) const SPOOL_FRAME_HEAPS: u8 = 0x18;
 pub const MALLOC_HEAP: &str = "malloc";
 /// Longest heap name kept, in bytes (longer names are cut at a character boundary).
 pub const MAX_HEAP_NAME_BYTES: usize = 255;
+/// The most heaps a trace holds besides malloc's: a writer refuses more, and a reader names at
+/// most this many (others read as `heap-N`), so that crafted input costs bounded time.
+pub const MAX_HEAPS: usize = 4096;
 
 /// A heap's id and the name the program gave it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeapName {
     pub id: u32,
     pub name: String,
-}
-
-/// The name of heap `id` in `names`: its latest entry, `malloc` for 0, else `heap-N`.
-#[must_use]
-pub fn name_of(names: &[HeapName], id: u32) -> String {
-    if id == 0 {
-        return MALLOC_HEAP.to_owned();
-    }
-    names
-        .iter()
-        .rev()
-        .find(|h| h.id == id)
-        .map_or_else(|| format!("heap-{id}"), |h| h.name.clone())
 }
 
 /// `name` cut to [`MAX_HEAP_NAME_BYTES`] at a character boundary, lossily decoded.
@@ -63,11 +53,14 @@ pub(super) fn clean_name(bytes: &[u8]) -> String {
     s
 }
 
-/// Sets `id`'s name in `names` (a later name replaces an earlier one).
+/// Sets `id`'s name in `names` (a later name replaces an earlier one); past [`MAX_HEAPS`]
+/// names, a new id is left unnamed (each call then costs a bounded search).
 pub(super) fn set_name(names: &mut Vec<HeapName>, id: u32, name: String) {
+    let full = names.len() >= MAX_HEAPS;
     match names.iter_mut().find(|h| h.id == id) {
         Some(h) => h.name = name,
-        None => names.push(HeapName { id, name }),
+        None if !full => names.push(HeapName { id, name }),
+        None => {}
     }
 }
 
@@ -218,16 +211,17 @@ pub fn heap_figures(path: &Path) -> Result<Vec<HeapFigures>, LoadError> {
                 f.allocations += 1;
                 if r.addr != 0 {
                     if let Some(old) = live.insert(r.addr, size) {
-                        *live_bytes -= old;
+                        *live_bytes = live_bytes.saturating_sub(old);
                     }
-                    *live_bytes += size;
+                    // Sizes come from the file: a crafted one may not overflow the sum.
+                    *live_bytes = live_bytes.saturating_add(size);
                     f.peak_live_bytes = f.peak_live_bytes.max(*live_bytes);
                 }
             }
             None => {
                 f.frees += 1;
                 if let Some(size) = live.remove(&r.addr) {
-                    *live_bytes -= size;
+                    *live_bytes = live_bytes.saturating_sub(size);
                 }
             }
         }
@@ -235,17 +229,24 @@ pub fn heap_figures(path: &Path) -> Result<Vec<HeapFigures>, LoadError> {
     })?;
     let names = info.heaps;
     by_id.entry(0).or_default();
+    // Looked up by id: a crafted trace may use a great many heaps.
+    let name_by_id: HashMap<u32, &str> = names.iter().map(|h| (h.id, h.name.as_str())).collect();
     let mut out: Vec<HeapFigures> = by_id
         .into_iter()
         .map(|(id, (f, _, live_bytes))| HeapFigures {
             id,
-            name: name_of(&names, id),
+            name: match (id, name_by_id.get(&id)) {
+                (0, _) => MALLOC_HEAP.to_owned(),
+                (_, Some(name)) => (*name).to_owned(),
+                (_, None) => format!("heap-{id}"),
+            },
             final_live_bytes: live_bytes,
             ..f
         })
         .collect();
+    let present: std::collections::HashSet<u32> = out.iter().map(|f| f.id).collect();
     for h in &names {
-        if !out.iter().any(|f| f.id == h.id) {
+        if !present.contains(&h.id) {
             out.push(HeapFigures {
                 id: h.id,
                 name: h.name.clone(),

@@ -148,12 +148,18 @@ pub(crate) fn decode_frame(payload: &[u8]) -> Result<Vec<Mark>, String> {
 }
 
 /// Reads a spool's MARK frame: `(tick, kind, name)`; a name that is not UTF-8 is read with
-/// replacement characters (the tracer cuts names at a character boundary).
+/// replacement characters, and one longer than a trace's MARKS frame holds is cut (at a
+/// character boundary), so that the trace converted from the spool reads back.
 pub(crate) fn decode_spool_mark(payload: &[u8]) -> Option<(u64, MarkKind, String)> {
     let mut c = Cursor::new(payload);
     let tick = c.u64()?;
     let kind = MarkKind::of(c.u8()?)?;
-    let name = String::from_utf8_lossy(payload.get(9..)?).into_owned();
+    let mut name = String::from_utf8_lossy(payload.get(9..)?).into_owned();
+    let mut end = name.len().min(MAX_NAME_BYTES as usize);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name.truncate(end);
     Some((tick, kind, name))
 }
 
@@ -190,6 +196,21 @@ mod tests {
         assert!(decode_frame(&huge).unwrap_err().contains("marks in a"));
         let cut = &encode_frame(&[mark(1, MarkKind::User, "abc")])[..5];
         assert!(decode_frame(cut).is_err());
+    }
+
+    #[test]
+    fn a_spool_mark_too_long_for_a_trace_is_cut_to_what_reads_back() {
+        let mut payload = 7u64.to_le_bytes().to_vec();
+        payload.push(0);
+        payload.extend("é".repeat(3000).as_bytes()); // 6000 bytes
+        let (tick, kind, name) = decode_spool_mark(&payload).unwrap();
+        assert_eq!((tick, kind, name.len()), (7, MarkKind::User, 4096));
+        let marks = [Mark {
+            t_ns: 1,
+            kind,
+            name,
+        }];
+        assert_eq!(decode_frame(&encode_frame(&marks)).unwrap(), marks);
     }
 
     #[test]

@@ -35,8 +35,8 @@ pub struct BinaryWriter<W: Write> {
     index: BlockIndex,
     block_first_t: i64,
     block_max_t: i64,
-    /// The heaps other than malloc's that the records used, in order of first use.
-    heaps_used: Vec<u32>,
+    /// The heaps other than malloc's that the records used (at most [`super::heaps::MAX_HEAPS`]).
+    heaps_used: std::collections::BTreeSet<u32>,
     /// The heap names written so far (HEAPS frames).
     heaps_named: Vec<super::HeapName>,
 }
@@ -79,7 +79,7 @@ impl<W: Write> BinaryWriter<W> {
             index: BlockIndex::default(),
             block_first_t: 0,
             block_max_t: 0,
-            heaps_used: Vec::new(),
+            heaps_used: std::collections::BTreeSet::new(),
             heaps_named: Vec::new(),
         })
     }
@@ -132,7 +132,17 @@ impl<W: Write> BinaryWriter<W> {
         if r.heap != 0 {
             op |= OP_HEAP;
             if !self.heaps_used.contains(&r.heap) {
-                self.heaps_used.push(r.heap);
+                if self.heaps_used.len() >= super::heaps::MAX_HEAPS {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "a trace holds at most {} heaps besides malloc's; heap {} would be one more",
+                            super::heaps::MAX_HEAPS,
+                            r.heap
+                        ),
+                    ));
+                }
+                self.heaps_used.insert(r.heap);
             }
         }
         if self.block_events == 0 {
@@ -312,10 +322,11 @@ impl<W: Write> BinaryWriter<W> {
     /// On write errors.
     pub fn finish(mut self) -> io::Result<W> {
         self.flush_block()?;
+        let named: std::collections::HashSet<u32> = self.heaps_named.iter().map(|h| h.id).collect();
         let unnamed: Vec<super::HeapName> = self
             .heaps_used
             .iter()
-            .filter(|&&id| !self.heaps_named.iter().any(|h| h.id == id))
+            .filter(|&&id| !named.contains(&id))
             .map(|&id| super::HeapName {
                 id,
                 name: format!("heap-{id}"),

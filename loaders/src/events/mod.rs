@@ -258,8 +258,14 @@ impl LoadSummary {
         if self.mallocs_of_live_ptr > 0 {
             out.push(format!(
                 "{} allocations returned a pointer that was still live; the trace missed their \
-                 frees, so the older allocations were ended there",
-                self.mallocs_of_live_ptr
+                 frees, so the older allocations were ended there{}",
+                self.mallocs_of_live_ptr,
+                if self.started_mid_run {
+                    " (expected where recording was stopped for a while: the frees were made \
+                     then)"
+                } else {
+                    ""
+                }
             ));
         }
         if self.timestamps_non_monotonic > 0 {
