@@ -477,7 +477,8 @@ fn attaching_without_ptrace_permission_says_why_and_what_to_do() {
             "attach",
             &sleeper.id().to_string(),
             "-o",
-            "/nonexistent/never.avt",
+            // A folder that exists: refused at the attach, before anything is written.
+            "/tmp/allocview-never-written.avt",
         ])
         .current_dir("/")
         .output()
@@ -489,6 +490,7 @@ fn attaching_without_ptrace_permission_says_why_and_what_to_do() {
     assert!(stderr.contains("not allowed to trace process"), "{stderr}");
     assert!(stderr.contains("belongs to user 0"), "{stderr}");
     assert!(stderr.contains("--cap-add SYS_PTRACE"), "{stderr}");
+    assert!(!Path::new("/tmp/allocview-never-written.avt").exists());
 }
 
 #[test]
@@ -500,4 +502,28 @@ fn attaching_to_no_process_says_so() {
     );
     let stderr = fails(&["attach", "0"]);
     assert!(stderr.contains("0 is not a process id"), "{stderr}");
+}
+
+/// An output that cannot be written is refused before the process is touched: a program
+/// waiting on its standard input is never attached to, and runs on as it was.
+#[test]
+fn an_output_in_no_folder_is_refused_before_attaching() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c(dir.path(), "phases", PHASES_C);
+    let expected = Paced::untraced(&mut Command::new(&exe));
+    let mut p = Paced::spawn(&mut Command::new(&exe));
+    p.expect_ready("B");
+    let nowhere = dir.path().join("no-such-folder").join("x.avt");
+    let stderr = fails(&[
+        "attach",
+        &p.pid().to_string(),
+        "-o",
+        nowhere.to_str().unwrap(),
+    ]);
+    assert!(stderr.contains("is not a folder"), "{stderr}");
+    assert!(!stderr.contains("attached to"), "{stderr}");
+    p.go();
+    p.expect_ready("C");
+    p.go();
+    assert_eq!(p.finish(), expected);
 }

@@ -91,6 +91,18 @@ fn record_attached(args: &AttachArgs) -> Result<()> {
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("allocview-{program}-{pid}.avt")));
+    // Refused before the process is touched, not after it was recorded.
+    let folder = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !folder.is_dir() {
+        bail!(
+            "cannot write {}: {} is not a folder",
+            output.display(),
+            folder.display()
+        );
+    }
     // Registered before the attach: a Ctrl-C that comes while attaching still detaches.
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
@@ -135,8 +147,23 @@ fn record_attached(args: &AttachArgs) -> Result<()> {
                 attached.prefix_in_target()
             )
         })?;
-    let summary = spool_to_trace(&spool, &output, &program)
-        .with_context(|| format!("converting the recording of process {pid}"))?;
+    let summary = match spool_to_trace(&spool, &output, &program) {
+        Ok(summary) => summary,
+        Err(e) => {
+            // The recording is not lost with the private folder: it is kept beside the output.
+            let kept = keep_spool(&spool, &output);
+            std::fs::remove_file(&spool).ok();
+            return Err(match kept {
+                Some(kept) => e.context(format!(
+                    "converting the recording of process {pid} failed; it is kept in {} \
+                     (`allocview convert {} OUT.avt` converts it)",
+                    kept.display(),
+                    kept.display()
+                )),
+                None => e.context(format!("converting the recording of process {pid}")),
+            });
+        }
+    };
     // Removed here too: the private directory may not be reachable by its path any more (a
     // process in another mount namespace that exited).
     std::fs::remove_file(&spool).ok();
@@ -158,6 +185,34 @@ fn record_attached(args: &AttachArgs) -> Result<()> {
         bail!("the trace was written, but stopping the recording in process {pid} failed: {e:#}");
     }
     Ok(())
+}
+
+/// Copies `spool` beside `output` under a name no file has (`<output>.spool`, or with a number
+/// added), never over one; `None` when it cannot.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn keep_spool(spool: &std::path::Path, output: &std::path::Path) -> Option<PathBuf> {
+    let mut from = std::fs::File::open(spool).ok()?;
+    for n in 0..100 {
+        let mut name = output.as_os_str().to_owned();
+        name.push(if n == 0 {
+            ".spool".to_owned()
+        } else {
+            format!(".{n}.spool")
+        });
+        let kept = PathBuf::from(name);
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&kept)
+        {
+            Ok(mut to) => {
+                return std::io::copy(&mut from, &mut to).ok().map(|_| kept);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(_) => return None,
+        }
+    }
+    None
 }
 
 /// Whether `path` is the spool of process `pid` (`attach.<pid>.spool` or
