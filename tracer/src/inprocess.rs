@@ -125,7 +125,9 @@ unsafe fn start_run(prefix: *const c_char, native: bool, python: bool) -> c_int 
 }
 
 /// Stops the run: puts back what start changed, writes every buffer out and closes the
-/// spool. Returns 0, or -1 when no run is on.
+/// spool. Returns 0, -1 when no run is on, or -2 when the calling thread holds one of the
+/// tracer's locks (`allocview attach` may make a thread stopped inside the tracer call this:
+/// the buffers it would write wait for that lock, so it asks to be called from another).
 ///
 /// # Safety
 /// After [`allocview_tracker_start`], the caller holds the GIL of the running interpreter
@@ -134,6 +136,9 @@ unsafe fn start_run(prefix: *const c_char, native: bool, python: bool) -> c_int 
 pub unsafe extern "C" fn allocview_tracker_stop() -> c_int {
     if STATE.load(Ordering::Acquire) != STATE_TRACING || PID.load(Ordering::Acquire) == 0 {
         return -1;
+    }
+    if holds_a_lock() {
+        return -2;
     }
     // The run ends for every function at once, before anything is put back (as at the
     // start): from here the tracer's functions pass calls through.

@@ -23,6 +23,9 @@ use self::call::{Arg, Hijack};
 
 /// glibc's `RTLD_NOW`.
 const RTLD_NOW: u64 = 2;
+/// How many times the stop is asked of a thread that turns out to hold a lock of the tracer's
+/// (10 ms apart: a spool write takes microseconds).
+const STOP_TRIES: usize = 50;
 /// glibc's private `__RTLD_DLOPEN` flag, which `__libc_dlopen_mode` callers pass.
 const RTLD_DLOPEN_PRIVATE: u64 = 0x8000_0000;
 
@@ -144,9 +147,18 @@ impl Attached {
             return Ok(());
         }
         let stop = tracer_symbol(so, self.tracer_base, "allocview_tracker_stop")?;
-        let mut thread = Hijack::new(self.pid)?;
-        let code = thread.call(stop, &[])? as u32 as i32;
-        thread.release()?;
+        let mut code = -2;
+        // -2: the thread stopped holds a lock of the tracer's (it was writing the spool):
+        // another one, or the same once it let go, is asked again.
+        for _ in 0..STOP_TRIES {
+            let mut thread = Hijack::new(self.pid)?;
+            code = thread.call(stop, &[])? as u32 as i32;
+            thread.release()?;
+            if code != -2 || !self.running() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         if code != 0 {
             bail!(
                 "the tracer in process {} was not recording at the end (code {code})",
