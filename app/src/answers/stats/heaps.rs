@@ -21,11 +21,17 @@ pub struct HeapAnswer {
 }
 
 /// The heaps of `path`, malloc's first, when it is a binary trace or spool that names heaps
-/// of the program's own (`None` otherwise: it holds malloc's only). Reads every event once.
+/// of the program's own (`None` otherwise: it holds malloc's only, or is no longer there).
+/// Reads every event once, for a trace with heaps only.
 ///
 /// # Errors
 /// When the file cannot be read.
 pub fn heaps_of(path: &Path) -> Result<Option<Vec<HeapAnswer>>> {
+    if !path.exists() {
+        // Loaded, then removed (the fleet job's local copy of a trace it downloaded): the
+        // figures describe what was loaded, which holds one heap only.
+        return Ok(None);
+    }
     let head =
         binary::file_head(path).with_context(|| format!("cannot read {}", path.display()))?;
     if !binary::is_binary(&head) {
@@ -51,4 +57,17 @@ pub fn heaps_of(path: &Path) -> Result<Option<Vec<HeapAnswer>>> {
             })
             .collect(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `stats` of a trace loaded and then removed (the fleet job deletes its downloaded copy
+    /// before asking) describes what was loaded, instead of failing to list the heaps.
+    #[test]
+    fn a_trace_no_longer_there_lists_no_heaps() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(heaps_of(&dir.path().join("gone.avt")).unwrap(), None);
+    }
 }
