@@ -179,7 +179,7 @@ pub(crate) fn record_heap_unstacked(heap: u32, op: u8, size: u64, addr: u64) {
 #[allow(clippy::too_many_arguments)]
 fn append_heap(
     t: &ThreadState,
-    mut cursor: *mut u8,
+    cursor: *mut u8,
     heap: u32,
     op: u8,
     size: u64,
@@ -188,31 +188,15 @@ fn append_heap(
     key: Option<u64>,
     stack: Option<u64>,
 ) -> *mut u8 {
-    // SAFETY: the thread's buffer, never unmapped.
-    let b = unsafe { &*t.buf.get() };
-    if cursor > t.last_start.get() {
-        flush_own(b);
-        cursor = b.data();
-    }
-    if time_ns != t.prev_ns.get() {
-        cursor = append_time(t, cursor, time_ns);
-    }
-    // SAFETY: within the room checked above (MAX_EVENT_BYTES counts the prefix).
+    let (b, mut cursor) = append_start(t, cursor, time_ns);
+    // SAFETY: within the room `append_start` made (MAX_EVENT_BYTES counts the prefix).
     unsafe {
         cursor.write(OP_HEAP_PREFIX);
         cursor = cursor.add(1 + put_prefix_varint(cursor.add(1), u64::from(heap)));
     }
     // The address is the program's own: no allocator tag (those are for Python's).
     let tag = t.addr_tag.replace(0);
-    let next = match key {
-        None => {
-            if t.keyed.get() {
-                cursor = append_unkeyed(t, cursor);
-            }
-            append_at(t, b, cursor, op, size, addr, stack)
-        }
-        Some(key) => append_keyed(t, b, cursor, op, size, addr, key, stack),
-    };
+    let next = append_event(t, b, cursor, op, size, addr, key, stack);
     t.addr_tag.set(tag);
     next
 }

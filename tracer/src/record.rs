@@ -92,7 +92,7 @@ pub(crate) fn leave(t: &ThreadState, cursor: *mut u8) {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn append(
     t: &ThreadState,
-    mut cursor: *mut u8,
+    cursor: *mut u8,
     op: u8,
     size: u64,
     addr: u64,
@@ -100,6 +100,19 @@ pub(crate) fn append(
     key: Option<u64>,
     stack: Option<u64>,
 ) -> *mut u8 {
+    let (b, cursor) = append_start(t, cursor, time_ns);
+    append_event(t, b, cursor, op, size, addr, key, stack)
+}
+
+/// The start of every record (between [`enter`] and [`leave`]): the thread's buffer, written
+/// out first when full, and the time change when the time moved; returns where what follows
+/// goes (an event, or a heap prefix before it: `heaps.rs`).
+#[inline(always)]
+pub(crate) fn append_start(
+    t: &ThreadState,
+    mut cursor: *mut u8,
+    time_ns: u64,
+) -> (&'static Buf, *mut u8) {
     // SAFETY: the thread's buffer, never unmapped.
     let b = unsafe { &*t.buf.get() };
     if cursor > t.last_start.get() {
@@ -109,6 +122,23 @@ pub(crate) fn append(
     if time_ns != t.prev_ns.get() {
         cursor = append_time(t, cursor, time_ns);
     }
+    (b, cursor)
+}
+
+/// The event itself, after [`append_start`]: keyed or not, published; returns the new
+/// cursor.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn append_event(
+    t: &ThreadState,
+    b: &Buf,
+    mut cursor: *mut u8,
+    op: u8,
+    size: u64,
+    addr: u64,
+    key: Option<u64>,
+    stack: Option<u64>,
+) -> *mut u8 {
     let Some(key) = key else {
         if t.keyed.get() {
             cursor = append_unkeyed(t, cursor);
