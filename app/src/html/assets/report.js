@@ -226,8 +226,14 @@
       item.addEventListener("click", function () { s.on = !s.on; item.classList.toggle("off", !s.on); draw(); });
       legend.appendChild(item);
     });
-    if (marks.some(function (m) { return !m.top; })) legend.appendChild(el("span", {}, [el("span", { cls: "swatch", style: "background:" + P.oom }), "OOM"]));
-    if (marks.some(function (m) { return m.top; })) legend.appendChild(el("span", {}, [el("span", { cls: "swatch", style: "background:" + P.phase }), "phase"]));
+    // One legend entry per kind of vertical drawn (OOM, phase, the run's marks).
+    var kinds = [];
+    marks.forEach(function (m) {
+      if (kinds.indexOf(m.kind) < 0) {
+        kinds.push(m.kind);
+        legend.appendChild(el("span", {}, [el("span", { cls: "swatch", style: "background:" + m.colour }), m.kind]));
+      }
+    });
     var g;
     function xOf(t) { return M.l + (t - view.x0) / (view.x1 - view.x0) * (g.w - M.l - M.r); }
     function tOf(x) { return view.x0 + (x - M.l) / (g.w - M.l - M.r) * (view.x1 - view.x0); }
@@ -362,13 +368,13 @@
     var marks = [];
     (run.timeline.ooms || []).forEach(function (o) {
       var l = run.timeline.lines[o[0]];
-      marks.push({ t: o[1], colour: P.oom, label: "OOM: " + (l ? l.name : "") });
+      marks.push({ t: o[1], colour: P.oom, kind: "OOM", label: "OOM: " + (l ? l.name : "") });
     });
     (run.timeline.marks || []).forEach(function (m) {
-      marks.push({ t: m[0], colour: P.mark, top: true, label: "mark: " + m[1] });
+      marks.push({ t: m[0], colour: P.mark, top: true, kind: "mark", label: "mark: " + m[1] });
     });
     (run.phases || []).forEach(function (p) {
-      marks.push({ t: p[0], colour: P.phase, top: true, label: "phase " + p[1] + ": " + p[2] });
+      marks.push({ t: p[0], colour: P.phase, top: true, kind: "phase", label: "phase " + p[1] + ": " + p[2] });
     });
     return marks;
   }
