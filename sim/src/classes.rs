@@ -167,12 +167,19 @@ impl ClassSeries {
 
 /// Builds a [`ClassSeries`] from events pushed in order (a trace streamed from its file: with
 /// a `snapshot_every` as large as the trace, memory stays constant).
+///
+/// A growing builder ([`Self::growing`]) doubles its span to hold later times, merging its
+/// buckets pairwise, as a growing [`crate::series::Series`] does: a bucket's maxima start from
+/// the state in effect when it begins, so the maxima of two neighbours' union are the larger
+/// of theirs, and its last values the later one's.
+#[derive(Clone)]
 pub struct ClassSeriesBuilder {
     out: ClassSeries,
     hist: ClassHistogram,
     max: ClassHistogram,
     bucket: usize,
     next_start: i64,
+    growing: bool,
 }
 
 impl ClassSeriesBuilder {
@@ -195,18 +202,99 @@ impl ClassSeriesBuilder {
             max: ClassHistogram::default(),
             bucket: 0,
             next_start: bucketing.start_ns(1),
+            growing: false,
         }
+    }
+
+    /// A growing builder from `t0_ns`, `buckets` buckets of `width_ns` to start with (see
+    /// [`Bucketing::of_width`]).
+    #[must_use]
+    pub fn growing(t0_ns: i64, width_ns: u64, buckets: usize, snapshot_every: usize) -> Self {
+        let mut b = Self::new(
+            Bucketing::of_width(t0_ns, width_ns, buckets.max(2)),
+            snapshot_every,
+        );
+        b.growing = true;
+        b
+    }
+
+    /// Events pushed so far.
+    #[must_use]
+    pub fn events(&self) -> usize {
+        self.out.events
+    }
+
+    /// Doubles the span until it holds `t_ns`.
+    fn grow_to_hold(&mut self, t_ns: i64) {
+        loop {
+            let b = self.out.bucketing;
+            if t_ns < b.start_ns(b.buckets) || b.span_ns > u64::MAX / 2 {
+                return;
+            }
+            if self.bucket % 2 == 1 {
+                // The partner of the bucket in progress is written: take its maxima back.
+                let at = (self.bucket - 1) * NUM_SIZE_CLASSES;
+                for (m, v) in self
+                    .max
+                    .live_count
+                    .iter_mut()
+                    .zip(self.out.live_count_max.get(at..).unwrap_or_default())
+                {
+                    *m = (*m).max(*v);
+                }
+                for (m, v) in self
+                    .max
+                    .live_bytes
+                    .iter_mut()
+                    .zip(self.out.live_bytes_max.get(at..).unwrap_or_default())
+                {
+                    *m = (*m).max(*v);
+                }
+                for v in [
+                    &mut self.out.live_count_last,
+                    &mut self.out.live_count_max,
+                    &mut self.out.live_bytes_last,
+                    &mut self.out.live_bytes_max,
+                ] {
+                    v.truncate(at);
+                }
+            }
+            let o = &mut self.out;
+            merge_pairs(&mut o.live_count_last, |_, b| b);
+            merge_pairs(&mut o.live_bytes_last, |_, b| b);
+            merge_pairs(&mut o.live_count_max, u64::max);
+            merge_pairs(&mut o.live_bytes_max, u64::max);
+            self.bucket /= 2;
+            self.out.bucketing.span_ns = b.span_ns * 2;
+            self.next_start = self.out.bucketing.start_ns(self.bucket + 1);
+        }
+    }
+
+    /// The series so far, up to the bucket in progress (as it stands), its bucketing cut to
+    /// those buckets; of a growing builder.
+    #[must_use]
+    pub fn snapshot(&self) -> ClassSeries {
+        let mut b = self.clone();
+        b.out.flush(&b.hist, &mut b.max);
+        let kept = b.out.live_count_last.len() / NUM_SIZE_CLASSES;
+        let full = b.out.bucketing;
+        let width = full.span_ns / full.buckets as u64;
+        b.out.bucketing = Bucketing::of_width(full.t0_ns, width, kept.max(1));
+        b.out
     }
 
     /// Counts the next event.
     #[inline]
     pub fn push(&mut self, code: u8, size: u64, t: i64) {
-        let bucketing = self.out.bucketing;
         if self.out.events.is_multiple_of(self.out.snapshot_every) {
             self.out.snapshots.push(self.hist);
         }
         self.out.events += 1;
-        if t >= self.next_start && self.bucket + 1 < bucketing.buckets {
+        if self.growing && t >= self.next_start {
+            self.grow_to_hold(t);
+        }
+        let bucketing = self.out.bucketing;
+        if t >= self.next_start && (self.growing || self.bucket + 1 < bucketing.buckets) {
             let target = bucketing.bucket_of(t);
             while self.bucket < target {
                 self.out.flush(&self.hist, &mut self.max);
@@ -230,12 +318,34 @@ impl ClassSeriesBuilder {
     /// The series of the events pushed.
     #[must_use]
     pub fn finish(mut self) -> ClassSeries {
+        if self.growing {
+            return self.snapshot();
+        }
         while self.bucket < self.out.bucketing.buckets {
             self.out.flush(&self.hist, &mut self.max);
             self.bucket += 1;
         }
         self.out
     }
+}
+
+/// Merges rows `2k` and `2k + 1` (of [`NUM_SIZE_CLASSES`] cells) of `v` into row `k` with
+/// `f(earlier, later)`; an odd last row stays as it is.
+fn merge_pairs(v: &mut Vec<u64>, f: impl Fn(u64, u64) -> u64) {
+    let rows = v.len() / NUM_SIZE_CLASSES;
+    for k in 0..rows.div_ceil(2) {
+        for c in 0..NUM_SIZE_CLASSES {
+            let a = v.get(2 * k * NUM_SIZE_CLASSES + c).copied().unwrap_or(0);
+            let merged = match v.get((2 * k + 1) * NUM_SIZE_CLASSES + c) {
+                Some(&b) => f(a, b),
+                None => a,
+            };
+            if let Some(cell) = v.get_mut(k * NUM_SIZE_CLASSES + c) {
+                *cell = merged;
+            }
+        }
+    }
+    v.truncate(rows.div_ceil(2) * NUM_SIZE_CLASSES);
 }
 
 #[cfg(test)]
@@ -273,5 +383,51 @@ mod tests {
             cs.histogram_at(&view, 5),
             Err(SeekError::OutOfRange { .. })
         ));
+    }
+
+    #[test]
+    fn a_growing_series_equals_one_built_with_its_final_bucketing() {
+        let mut t = OwnedTrace::new();
+        let (mut time, mut x, mut live) = (100_i64, 7_u64, Vec::new());
+        for i in 0..30_000_u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            time += (x % 9_000) as i64 * if i.is_multiple_of(211) { 300 } else { 1 };
+            if x.is_multiple_of(3) && !live.is_empty() {
+                t.free(time, live.swap_remove(x as usize % live.len()));
+            } else {
+                live.push(t.alloc(time, 1 + x % 70_000));
+            }
+        }
+        let view = t.view().unwrap();
+        let mut grown = ClassSeriesBuilder::growing(100, 1024, 2048, 4096);
+        for (k, ((&code, &size), &t)) in view
+            .kind
+            .iter()
+            .zip(view.size_bytes)
+            .zip(view.t_ns)
+            .enumerate()
+        {
+            grown.push(code, size, t);
+            // Snapshots along the way leave the builder as it was.
+            if k % 7_919 == 0 {
+                let _ = grown.snapshot();
+            }
+        }
+        let got = grown.snapshot();
+        let b = got.bucketing;
+        assert!(b.buckets > 1024 && b.buckets <= 2048, "{b:?}");
+        let full = Bucketing::of_width(b.t0_ns, b.span_ns / b.buckets as u64, 2048);
+        let want = ClassSeries::build(&view, full, 4096);
+        let cells = b.buckets * NUM_SIZE_CLASSES;
+        assert_eq!(got.live_count_last, want.live_count_last[..cells]);
+        assert_eq!(got.live_count_max, want.live_count_max[..cells]);
+        assert_eq!(got.live_bytes_last, want.live_bytes_last[..cells]);
+        assert_eq!(got.live_bytes_max, want.live_bytes_max[..cells]);
+        assert_eq!(
+            got.histogram_at(&view, 12_345),
+            want.histogram_at(&view, 12_345)
+        );
     }
 }

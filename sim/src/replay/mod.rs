@@ -30,9 +30,11 @@ use crate::series::{Bucketing, Series};
 use crate::trace::{EventKind, TraceView};
 
 mod addrs;
+mod live;
 mod peaks;
 mod run;
 pub(crate) use addrs::{AddrLookup, AddrTable};
+pub use live::LiveReplay;
 pub(crate) use run::Run;
 pub use run::STREAM_OOMS_KEPT;
 // In `Policy::replay_span`'s signature only: the engine's, not for use elsewhere.
@@ -155,7 +157,9 @@ pub enum SeekError {
 struct Checkpoint {
     /// The policy state before this event (after all earlier ones).
     next_event: usize,
-    policy: Box<dyn Policy>,
+    /// Shared, so that the replays a live run hands out ([`LiveReplay::snapshot`]) share its
+    /// checkpoints instead of copying them.
+    policy: std::sync::Arc<dyn Policy>,
     approx_bytes: u64,
 }
 

@@ -92,8 +92,8 @@ pub struct Meter {
     series: SeriesBuilder,
     /// Address of each allocation slot (its id in memory; a recycled slot when streaming).
     addrs: AddrTable,
-    /// The address table grows with the slots seen (streaming) instead of being sized upfront.
-    grow_addrs: bool,
+    /// How the slots of the address table come.
+    slots: Slots,
     ooms: Vec<Oom>,
     oom_count: u64,
     /// At most this many [`Oom`]s are kept (all of them in memory; a bounded number when
@@ -112,6 +112,19 @@ pub struct Meter {
     /// The states after the events of the stretch in progress, measured at its end.
     states: Vec<State>,
     layout: Option<LayoutRecorder>,
+}
+
+/// How a run's allocation slots come, which decides how its address table grows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slots {
+    /// One slot per allocation id of a trace in memory: the table is sized upfront.
+    Fixed,
+    /// Slots recycled as their allocations are freed (streaming): the table grows with the
+    /// slots seen, and a freed slot is unplaced for its next allocation.
+    Recycled,
+    /// One slot per allocation id of a trace still growing ([`super::LiveReplay`]): the table
+    /// grows with the ids seen and keeps every address, for seeking.
+    Growing,
 }
 
 /// Events replayed before their states are measured (see [`Meter::measure`]): their states
@@ -152,7 +165,11 @@ impl Run {
             align_bytes: opts.align_bytes,
             series: SeriesBuilder::new(bucketing),
             addrs: AddrTable::unplaced(num_allocs),
-            grow_addrs: events.is_none(),
+            slots: if events.is_none() {
+                Slots::Recycled
+            } else {
+                Slots::Fixed
+            },
             ooms: Vec::new(),
             oom_count: 0,
             max_ooms_kept: if events.is_some() {
@@ -213,7 +230,7 @@ impl Meter {
         if self.checkpoints.is_empty() || approx <= self.checkpoint_budget_bytes {
             self.checkpoints.push(Checkpoint {
                 next_event: i,
-                policy: policy.clone_box(),
+                policy: policy.clone_box().into(),
                 approx_bytes: approx,
             });
             self.checkpoint_bytes += approx;
@@ -277,7 +294,9 @@ impl Meter {
         size: u64,
         t: i64,
     ) {
-        if self.grow_addrs && slot as usize >= self.addrs.len() && slot != crate::trace::NO_ALLOC_ID
+        if self.slots != Slots::Fixed
+            && slot as usize >= self.addrs.len()
+            && slot != crate::trace::NO_ALLOC_ID
         {
             self.addrs.grow_to(slot as usize + 1);
         }
@@ -294,7 +313,7 @@ impl Meter {
                     if let Some(l) = &mut self.layout {
                         l.on_free(i, id);
                     }
-                    if self.grow_addrs {
+                    if self.slots == Slots::Recycled {
                         // The slot is reused by a later allocation, which may fail.
                         self.addrs.set(slot as usize, FAILED);
                     }
@@ -329,7 +348,7 @@ impl Meter {
         request: Request,
         error: AllocError,
     ) {
-        if self.grow_addrs {
+        if self.slots != Slots::Fixed {
             self.addrs.set(slot as usize, FAILED);
         }
         if self.first_oom_state.is_none() {
@@ -379,39 +398,11 @@ impl Run {
         if m.checkpoints.is_empty() {
             m.checkpoints.push(Checkpoint {
                 next_event: 0,
-                policy: policy.clone_box(),
+                policy: policy.clone_box().into(),
                 approx_bytes: policy.state_bytes(),
             });
         }
-        let counters = policy.counters();
-        let p = &m.peaks;
-        let summary = Summary {
-            events: n,
-            peak_footprint_bytes: p.footprint_bytes,
-            peak_footprint_event: p.footprint_event,
-            final_footprint_bytes: counters.footprint_bytes,
-            peak_live_bytes: p.live_bytes,
-            peak_live_event: p.live_event,
-            peak_allocated_bytes: p.allocated_bytes,
-            fragmentation_at_peak: metrics::fragmentation(&Counters {
-                live_bytes: p.live_at_peak_bytes,
-                footprint_bytes: p.footprint_bytes,
-                ..Counters::default()
-            }),
-            mean_fragmentation: if n == 0 {
-                0.0
-            } else {
-                p.fragmentation_sum() / n as f64
-            },
-            oom_count: m.oom_count,
-            replay_seconds,
-            events_per_second: if replay_seconds > 0.0 {
-                n as f64 / replay_seconds
-            } else {
-                0.0
-            },
-            final_counters: counters,
-        };
+        let summary = summary(&m.peaks, m.oom_count, policy.as_ref(), n, replay_seconds);
         Replay {
             policy_name: policy.name(),
             summary,
@@ -430,6 +421,109 @@ impl Run {
             align_bytes: m.align_bytes,
             layout,
             streamed,
+        }
+    }
+
+    /// A run over a trace still being written ([`super::LiveReplay`]): its series grows from
+    /// `t0_ns` (buckets of `bucket_width_ns` to start with), its address table with the ids
+    /// seen; it keeps checkpoints every `opts.checkpoint_every` events for seeking, and no
+    /// layout index (which needs the trace's length).
+    pub(crate) fn growing(
+        policy: Box<dyn Policy>,
+        opts: &ReplayOptions,
+        t0_ns: i64,
+        bucket_width_ns: u64,
+    ) -> Self {
+        let opts = ReplayOptions {
+            layout_index: false,
+            ..opts.clone()
+        };
+        let mut run = Self::new(
+            policy,
+            &opts,
+            Bucketing::for_span(t0_ns, t0_ns, 1),
+            0,
+            Some(0),
+        );
+        run.meter.series = SeriesBuilder::growing(t0_ns, bucket_width_ns, opts.buckets);
+        run.meter.slots = Slots::Growing;
+        run.meter.interval = opts.checkpoint_every.max(1);
+        run
+    }
+
+    /// The replay of the first `n` events, the run's `n` so far, without ending the run:
+    /// copies of what a frontend reads (the policy, the checkpoints' handles, the address
+    /// table, the series up to the bucket in progress).
+    pub(crate) fn snapshot(&self, n: usize, replay_seconds: f64) -> Replay {
+        let m = &self.meter;
+        let mut checkpoints = m.checkpoints.clone();
+        if checkpoints.is_empty() {
+            checkpoints.push(Checkpoint {
+                next_event: 0,
+                policy: self.policy.clone_box().into(),
+                approx_bytes: self.policy.state_bytes(),
+            });
+        }
+        Replay {
+            policy_name: self.policy.name(),
+            summary: summary(
+                &m.peaks,
+                m.oom_count,
+                self.policy.as_ref(),
+                n,
+                replay_seconds,
+            ),
+            series: m.series.snapshot(),
+            ooms: m.ooms.clone(),
+            first_oom_state: m.first_oom_state.as_ref().map(|p| p.clone_box()),
+            free_failures: m.free_failures.clone(),
+            final_state: self.policy.clone_box(),
+            checkpoints,
+            checkpoint_every: m.interval,
+            addrs: m.addrs.clone(),
+            align_bytes: m.align_bytes,
+            layout: None,
+            streamed: false,
+        }
+    }
+}
+
+/// The exact scalars after `n` events, `policy` being the policy after them.
+fn summary(
+    p: &Peaks,
+    oom_count: u64,
+    policy: &dyn Policy,
+    n: usize,
+    replay_seconds: f64,
+) -> Summary {
+    let counters = policy.counters();
+    {
+        Summary {
+            events: n,
+            peak_footprint_bytes: p.footprint_bytes,
+            peak_footprint_event: p.footprint_event,
+            final_footprint_bytes: counters.footprint_bytes,
+            peak_live_bytes: p.live_bytes,
+            peak_live_event: p.live_event,
+            peak_allocated_bytes: p.allocated_bytes,
+            fragmentation_at_peak: metrics::fragmentation(&Counters {
+                live_bytes: p.live_at_peak_bytes,
+                footprint_bytes: p.footprint_bytes,
+                ..Counters::default()
+            }),
+            mean_fragmentation: if n == 0 {
+                0.0
+            } else {
+                p.fragmentation_sum() / n as f64
+            },
+            oom_count,
+            replay_seconds,
+            events_per_second: if replay_seconds > 0.0 {
+                n as f64 / replay_seconds
+            } else {
+                0.0
+            },
+            final_counters: counters,
         }
     }
 }

@@ -11,6 +11,7 @@ use crate::heap::Counters;
 use crate::metrics;
 use crate::trace::TraceView;
 
+mod growing;
 mod measured;
 pub use measured::measured;
 
@@ -32,6 +33,19 @@ impl Bucketing {
         let t0_ns = trace.t_ns.first().copied().unwrap_or(0);
         let t_last = trace.t_ns.last().copied().unwrap_or(t0_ns);
         Self::for_span(t0_ns, t_last, buckets)
+    }
+
+    /// `buckets` buckets of `width_ns` each from `t0_ns`: a bucketing whose bucket starts are
+    /// exact multiples of the width, so that doubling the span merges buckets pairwise (a
+    /// series that grows with a trace still being written, [`crate::replay::LiveReplay`]).
+    #[must_use]
+    pub fn of_width(t0_ns: i64, width_ns: u64, buckets: usize) -> Self {
+        let buckets = buckets.max(1);
+        Self {
+            t0_ns,
+            span_ns: width_ns.max(1).saturating_mul(buckets as u64),
+            buckets,
+        }
     }
 
     /// `buckets` equal time spans from `t0_ns` to `t_last` (at least one bucket).
@@ -275,8 +289,17 @@ impl RunExtremes {
 /// Builds a [`Series`] from runs of states, in O(1) per event and without allocating (the
 /// bucket arrays are reserved up front). Fragmentations are tracked as integer ratios and turned
 /// into floats once per bucket.
+///
+/// A growing builder ([`Self::growing`]) has no last bucket: a time past its span doubles the
+/// span, merging its buckets pairwise (`growing.rs`).
+#[derive(Clone)]
 pub(crate) struct SeriesBuilder {
     series: Series,
+    /// Whether the span doubles to hold later times instead of the last bucket taking them.
+    growing: bool,
+    /// Of a growing builder: the buckets already written that the current one absorbed when
+    /// the span doubled, merged into it when it is written.
+    pending: Option<growing::Row>,
     bucket: usize,
     next_start_ns: i64,
     /// Events so far (the next event's index).
@@ -313,6 +336,8 @@ impl SeriesBuilder {
                 fragmentation: MinMaxLast::with_capacity(n),
                 external_fragmentation: MinMaxLast::with_capacity(n),
             },
+            growing: false,
+            pending: None,
             bucket: 0,
             next_start_ns: bucketing.start_ns(1),
             events: 0,
@@ -336,10 +361,14 @@ impl SeriesBuilder {
         let Some(&t) = t_ns.get(from) else {
             return n;
         };
-        if t >= self.next_start_ns && self.bucket + 1 < self.series.bucketing.buckets {
+        if self.growing {
+            self.grow_to_hold(t);
+        }
+        let last_bucket = !self.growing && self.bucket + 1 >= self.series.bucketing.buckets;
+        if t >= self.next_start_ns && !last_bucket {
             self.advance_to(self.series.bucketing.bucket_of(t));
         }
-        if self.bucket + 1 >= self.series.bucketing.buckets {
+        if !self.growing && self.bucket + 1 >= self.series.bucketing.buckets {
             return n;
         }
         let next = self.next_start_ns;
@@ -494,6 +523,9 @@ impl SeriesBuilder {
             external_fragmentation_of(self.largest_lo),
             external_fragmentation_of(last_largest),
         );
+        if let Some(earlier) = self.pending.take() {
+            self.series.merge_last_after(earlier);
+        }
         self.count = 0;
         self.ooms = 0;
         self.min = [u64::MAX; INTS];
