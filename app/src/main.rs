@@ -30,6 +30,10 @@ struct Cli {
     /// Open the explorer at this event: an event number, a time (`1.5s`) or `peak`.
     #[arg(long, value_name = "WHERE")]
     goto: Option<String>,
+    /// Follow a trace that `allocview record` is still writing: the explorer shows the run as
+    /// it happens (`F` follows the newest event again after the cursor was moved).
+    #[arg(long)]
+    follow: bool,
     #[command(flatten)]
     policies: allocview::session::PolicyArgs,
     #[command(flatten)]
@@ -124,7 +128,13 @@ fn main() -> ExitCode {
             Ok(true) => return ExitCode::from(1),
             other => other.map(|_| ()),
         },
-        (None, Some(file)) => explore(&file, &cli.policies, &cli.input, cli.goto),
+        (None, Some(file)) => {
+            let launch = allocview::model::state::Launch {
+                goto: cli.goto,
+                follow: cli.follow,
+            };
+            explore(&file, &cli.policies, &cli.input, launch)
+        }
         (None, None) => {
             eprintln!("usage: allocview FILE  (or allocview --help)");
             return ExitCode::from(2);
@@ -163,15 +173,18 @@ fn explore(
     file: &std::path::Path,
     policies: &allocview::session::PolicyArgs,
     input: &allocview::session::InputArgs,
-    goto: Option<String>,
+    launch: allocview::model::state::Launch,
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;
-    // Fail before taking over the terminal when the file cannot even be opened.
-    std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?;
+    // Fail before taking over the terminal when the file cannot even be opened (a followed
+    // run's file may not be there yet).
+    if !launch.follow {
+        std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?;
+    }
     let (names, real) = policies.explorer_specs_and_real(Some(file))?;
     let config = policies.config()?;
     let jobs = policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    tui::run(file, &names, &real, config, input, jobs, goto)
+    tui::run(file, &names, &real, config, input, jobs, launch)
 }

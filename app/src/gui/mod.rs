@@ -55,6 +55,10 @@ pub struct GuiArgs {
     /// added beside the default, both replayed, in the comparison view.
     #[arg(long)]
     pub tune: bool,
+    /// Follow a trace that `record` is still writing: the view grows with the run (`F`
+    /// follows the newest event again after the cursor was moved).
+    #[arg(long)]
+    pub follow: bool,
 }
 
 fn col(rgb: Rgb) -> Color32 {
@@ -90,11 +94,12 @@ impl Run {
         config: &PolicyConfig,
         input: &crate::session::InputArgs,
         jobs: usize,
-        goto: Option<String>,
+        launch: crate::model::state::Launch,
     ) -> Self {
         let lenient = input.lenient;
-        let mut state = AppState::new(path, names, config.clone()).with_real(real);
-        state.initial_goto = goto;
+        let mut state = AppState::new(path, names, config.clone())
+            .with_real(real)
+            .launched(launch);
         state.window = input.window.clone();
         state.device = input.device;
         state.heap = input.heap.clone();
@@ -166,6 +171,8 @@ struct GuiApp {
     exit_code: Arc<Mutex<Option<String>>>,
     /// `--goto`, applied to the first file opened.
     goto: Option<String>,
+    /// `--follow`: the first file is a run being recorded.
+    follow: bool,
     /// The menu bar's "go to" box, and whether `g` asked for the keyboard to go there.
     goto_text: String,
     focus_goto: bool,
@@ -191,7 +198,11 @@ impl GuiApp {
             &self.config,
             &self.input,
             self.jobs,
-            self.goto.take(),
+            crate::model::state::Launch {
+                goto: self.goto.take(),
+                // An overlaid trace is a finished one.
+                follow: self.follow && !overlay,
+            },
         );
         if overlay && !self.runs.is_empty() {
             self.runs.push(run);
@@ -232,7 +243,10 @@ impl GuiApp {
             &self.config,
             &input,
             self.jobs,
-            goto,
+            crate::model::state::Launch {
+                goto,
+                follow: false,
+            },
         );
         if let Some(first) = self.runs.first_mut() {
             *first = run;
@@ -266,6 +280,7 @@ impl GuiApp {
                 (egui::Key::C, Msg::ToggleCompare),
                 (egui::Key::S, Msg::ToggleSites),
                 (egui::Key::T, Msg::Tune),
+                (egui::Key::F, Msg::FollowHead),
                 (egui::Key::Period, Msg::CycleSite(1)),
                 (egui::Key::Comma, Msg::CycleSite(-1)),
             ];
@@ -497,6 +512,14 @@ impl GuiApp {
             r.drain();
         }
         self.open_asked_part();
+        if self
+            .runs
+            .iter()
+            .any(|r| r.state.live.as_ref().is_some_and(|l| !l.ended))
+        {
+            // A followed run grows without any input: look for its rounds.
+            ctx.request_repaint_after(std::time::Duration::from_millis(100));
+        }
         if self.runs.iter().any(|r| r.state.scanning()) {
             // The whole trace's strip fills in as the background read goes on.
             ctx.request_repaint_after(std::time::Duration::from_millis(250));
@@ -610,7 +633,8 @@ pub fn run(args: &GuiArgs) -> Result<()> {
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    for f in &args.files {
+    // A followed run's file may not be there yet.
+    for f in args.files.iter().skip(usize::from(args.follow)) {
         std::fs::File::open(f).map_err(|e| anyhow!("cannot open {}: {e}", f.display()))?;
     }
     let (w, h) = args
@@ -624,6 +648,7 @@ pub fn run(args: &GuiArgs) -> Result<()> {
     let input = args.input.clone();
     let shot = args.screenshot.clone();
     let goto = args.goto.clone();
+    let follow = args.follow;
     let sites = args.sites;
     let tune = args.tune;
     let mut viewport = egui::ViewportBuilder::default()
@@ -659,6 +684,7 @@ pub fn run(args: &GuiArgs) -> Result<()> {
                 }),
                 exit_code: app_exit,
                 goto,
+                follow,
                 goto_text: String::new(),
                 focus_goto: false,
             };

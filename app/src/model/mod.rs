@@ -3,6 +3,7 @@
 
 pub mod compact;
 pub mod export;
+pub mod follow;
 pub mod heap_at;
 pub mod heapmap;
 pub mod heaps;

@@ -24,6 +24,15 @@ pub const BUCKETS: usize = 2048;
 use super::trace_data::TraceData;
 // The commands' benchmark reaches the messages and the workers through this module.
 
+/// How an explorer opens its input, beyond the input's options.
+#[derive(Clone, Debug, Default)]
+pub struct Launch {
+    /// `--goto`: the event, time or `peak` to open at.
+    pub goto: Option<String>,
+    /// `--follow`: the input is a run being recorded, followed as it grows.
+    pub follow: bool,
+}
+
 /// Where one policy's replay stands.
 #[derive(Clone)]
 pub enum RunStatus {
@@ -242,6 +251,9 @@ pub struct AppState {
     pub tune_requested: bool,
     /// A `tune` search is asked for or running (until its [`super::update::Msg::Tuned`]).
     pub tune_running: bool,
+    /// A run followed while it is recorded (`--follow`, `record --live`): the worker reads the
+    /// growing file ([`super::follow`]) instead of loading it once.
+    pub live: Option<super::follow::Live>,
 }
 
 impl AppState {
@@ -291,7 +303,22 @@ impl AppState {
             real: Vec::new(),
             tune_requested: false,
             tune_running: false,
+            live: None,
         }
+    }
+
+    /// The session as `launch` opens it: at an event (`--goto`), following a run being
+    /// recorded (`--follow`: the cursor on the newest event).
+    #[must_use]
+    pub fn launched(mut self, launch: Launch) -> Self {
+        self.initial_goto = launch.goto;
+        if launch.follow {
+            self.live = Some(super::follow::Live {
+                at_head: true,
+                ..super::follow::Live::default()
+            });
+        }
+        self
     }
 
     /// The session with the real-allocator rows `specs` besides its policies.
@@ -325,6 +352,10 @@ impl AppState {
     /// The bucketing shared by every series (needs the trace).
     #[must_use]
     pub fn bucketing(&self) -> Option<Bucketing> {
+        // A followed run's series grow with it: theirs, not the trace's span cut in BUCKETS.
+        if let Some(b) = self.live.as_ref().and_then(|l| l.bucketing) {
+            return Some(b);
+        }
         self.data
             .as_ref()
             .map(|d| Bucketing::for_trace(&d.view(), BUCKETS))

@@ -70,11 +70,23 @@ pub enum Msg {
     Tuned(Result<TunedPolicies, String>),
     /// A real-allocator row's series (its measured RSS), or why it did not run.
     RealReplayed(usize, Result<Arc<allocview_sim::series::Series>, String>),
+    /// A followed run has grown ([`super::follow`]).
+    Grown(Box<super::follow::Grown>),
+    /// A followed run has nothing to show yet, and why.
+    LiveWaiting(String),
+    /// The cursor follows the newest event of a followed run again (`F`).
+    FollowHead,
 }
 
 /// Applies one message. Returns a follow-up message, if any.
 pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
     let n = state.events();
+    if let Some(live) = state.live.as_mut()
+        && moves_cursor(&msg)
+    {
+        // Going back in time while the run goes on: the cursor stays where it is put.
+        live.at_head = false;
+    }
     match msg {
         // Moving the cursor.
         Msg::Step(d) => step(state, d),
@@ -156,6 +168,13 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
             state.tune_running = false;
             tuned(state, result);
         }
+        Msg::Grown(g) => super::follow::grown(state, *g),
+        Msg::LiveWaiting(why) => {
+            if let Some(live) = state.live.as_mut() {
+                live.waiting = Some(why);
+            }
+        }
+        Msg::FollowHead => super::follow::follow_head(state),
         Msg::RealReplayed(i, result) => {
             if let Some(slot) = state.real.get_mut(i) {
                 slot.status = match result {
@@ -166,6 +185,24 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
         }
     }
     None
+}
+
+/// Whether `msg` moves the cursor by the user's hand.
+fn moves_cursor(msg: &Msg) -> bool {
+    matches!(
+        msg,
+        Msg::Step(_)
+            | Msg::StepBucket(_)
+            | Msg::StepPage(_)
+            | Msg::Home
+            | Msg::End
+            | Msg::ScrubTo(_)
+            | Msg::GotoTime(_)
+            | Msg::GotoEvent(_)
+            | Msg::NextMark
+            | Msg::PrevMark
+            | Msg::PromptSubmit
+    )
 }
 
 /// Moves the cursor by `d` events, stopping at the first.

@@ -23,6 +23,11 @@ use super::update::{Msg, update};
 /// Starts loading the trace, then the size-class series and every policy's replay, on worker
 /// threads that report through `tx`.
 pub fn start_workers(state: &AppState, lenient: bool, jobs: usize, tx: &Sender<Msg>) {
+    if state.live.is_some() {
+        // A run still being recorded: read as it grows, replayed as it goes.
+        super::follow::start_follow(state, lenient, tx);
+        return;
+    }
     let path = state.path.clone();
     let progress = Arc::clone(&state.load_progress);
     let window = state.window.clone();

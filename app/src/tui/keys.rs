@@ -83,6 +83,7 @@ fn key(k: &KeyEvent, prompt_open: bool) -> Option<Msg> {
         KeyCode::Char('/') => Msg::OpenPrompt(PromptKind::Filter),
         KeyCode::Char('n') => Msg::NextMark,
         KeyCode::Char('N') => Msg::PrevMark,
+        KeyCode::Char('F') => Msg::FollowHead,
         KeyCode::Char('p') => Msg::CyclePolicy(1),
         KeyCode::Char('P') => Msg::CyclePolicy(-1),
         KeyCode::Char('c') => Msg::ToggleCompare,

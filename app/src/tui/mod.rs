@@ -80,11 +80,12 @@ pub fn run(
     config: PolicyConfig,
     input: &crate::session::InputArgs,
     jobs: usize,
-    goto: Option<String>,
+    launch: crate::model::state::Launch,
 ) -> Result<()> {
     let lenient = input.lenient;
-    let mut state = AppState::new(path, policies, config.clone()).with_real(real);
-    state.initial_goto = goto;
+    let mut state = AppState::new(path, policies, config.clone())
+        .with_real(real)
+        .launched(launch);
     state.window = input.window.clone();
     state.device = input.device;
     state.heap = input.heap.clone();

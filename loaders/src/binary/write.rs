@@ -186,6 +186,18 @@ impl<W: Write> BinaryWriter<W> {
         Ok(())
     }
 
+    /// Ends the block in progress and flushes everything to `out`: a reader of the file while
+    /// it is written (`allocview FILE --follow`) finds the records pushed so far, in a file
+    /// that is cut short (no index, no END) but otherwise whole. The next record starts a new
+    /// block.
+    ///
+    /// # Errors
+    /// On write errors.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.flush_block()?;
+        self.out.flush()
+    }
+
     fn flush_block(&mut self) -> io::Result<()> {
         if !self.new_threads.is_empty() {
             let mut t = Vec::new();

@@ -76,14 +76,7 @@ impl LiveReplay {
             }
             (None, None) => return false,
         };
-        let all = Span::new(
-            0,
-            trace.kind,
-            trace.alloc_id,
-            None,
-            trace.size_bytes,
-            trace.t_ns,
-        );
+        let all = Span::of_trace(trace);
         let started = Instant::now();
         let mut cancelled = false;
         while self.events < n {
@@ -180,14 +173,7 @@ mod tests {
             let whole = replay(&view, policy(name), &opts);
             let n = view.len();
             let mut one = Run::new(policy(name), &opts, full, view.num_allocs as usize, Some(n));
-            one.run(&Span::new(
-                0,
-                view.kind,
-                view.alloc_id,
-                None,
-                view.size_bytes,
-                view.t_ns,
-            ));
+            one.run(&Span::of_trace(&view));
             let one = one.finish(view.len(), 0.0, false);
             let s = &one.series;
             let k = b.buckets;

@@ -34,7 +34,7 @@ mod live;
 mod peaks;
 mod run;
 pub(crate) use addrs::{AddrLookup, AddrTable};
-pub use live::LiveReplay;
+pub use live::{LIVE_BUCKET_WIDTH_NS, LiveReplay};
 pub(crate) use run::Run;
 pub use run::STREAM_OOMS_KEPT;
 // In `Policy::replay_span`'s signature only: the engine's, not for use elsewhere.
@@ -258,16 +258,37 @@ pub fn replay_cancellable(
     cancel: &std::sync::atomic::AtomicBool,
 ) -> (Replay, bool) {
     // In memory, allocation ids are dense: each has its own slot of the address table.
-    let all = Span::new(
-        0,
-        trace.kind,
-        trace.alloc_id,
-        None,
-        trace.size_bytes,
-        trace.t_ns,
-    );
-    let n = all.len();
+    let all = Span::of_trace(trace);
     let bucketing = Bucketing::for_trace(trace, opts.buckets);
+    replay_all(trace, all, policy, opts, bucketing, progress, cancel)
+}
+
+/// [`replay`] into the buckets of `bucketing` instead of the trace's own span: a trace that
+/// was followed while it was written is drawn in the buckets its live replays grew into
+/// ([`LiveReplay`]), and a policy replayed once it ended joins them there.
+#[must_use]
+pub fn replay_with_bucketing(
+    trace: &TraceView<'_>,
+    policy: Box<dyn Policy>,
+    opts: &ReplayOptions,
+    bucketing: Bucketing,
+) -> Replay {
+    let all = Span::of_trace(trace);
+    let never = std::sync::atomic::AtomicBool::new(false);
+    replay_all(trace, all, policy, opts, bucketing, None, &never).0
+}
+
+/// The loop of [`replay_cancellable`] over `all`, the whole of `trace`, into `bucketing`.
+fn replay_all(
+    trace: &TraceView<'_>,
+    all: Span<'_>,
+    policy: Box<dyn Policy>,
+    opts: &ReplayOptions,
+    bucketing: Bucketing,
+    progress: Option<&std::sync::atomic::AtomicUsize>,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> (Replay, bool) {
+    let n = all.len();
     let mut run = Run::new(policy, opts, bucketing, trace.num_allocs as usize, Some(n));
     let started = Instant::now();
     let mut from = 0;

@@ -67,6 +67,18 @@ impl<'a> Span<'a> {
         .part(0, n)
     }
 
+    /// Every event of a trace in memory (allocation ids are their own slots).
+    pub(crate) fn of_trace(trace: &crate::trace::TraceView<'a>) -> Self {
+        Self::new(
+            0,
+            trace.kind,
+            trace.alloc_id,
+            None,
+            trace.size_bytes,
+            trace.t_ns,
+        )
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.kind.len()
     }

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use allocview_loaders::analysis::stats::{RecordingStats, RecordingSummary};
 use allocview_loaders::binary::{BinaryInfo, LivePoll, LiveSpool, TimeBase};
@@ -19,7 +19,7 @@ use super::pipe::{Pipe, Written};
 use super::spools::{list_spools, per_process_name};
 use crate::recording::trace_meta;
 use crate::symbolize::ModuleFeed;
-use crate::trace_file::{Form, RecordWriter};
+use crate::trace_file::{Form, LIVE_FLUSH, RecordWriter};
 
 /// How long the converter waits between looks at the spools.
 const POLL: Duration = Duration::from_millis(10);
@@ -48,6 +48,9 @@ struct LiveTrace {
     /// Created once the spool's header is read (the trace's META comes from it).
     writer: Option<RecordWriter>,
     stats: RecordingStats,
+    /// When the writer last flushed for a follower, and whether records came since.
+    flushed_at: Instant,
+    unflushed: bool,
 }
 
 /// The spools of a recording, converted while the command runs.
@@ -120,6 +123,8 @@ impl<'a> Converter<'a> {
                                 reader,
                                 writer: None,
                                 stats: RecordingStats::default(),
+                                flushed_at: Instant::now(),
+                                unflushed: false,
                             });
                     self.traces.insert(spool.path, trace);
                 }
@@ -235,13 +240,22 @@ impl LiveTrace {
             return Ok(false);
         };
         let stats = &mut self.stats;
+        let mut emitted = false;
         let poll = self.reader.emit_at_most(
             &mut |r| {
+                emitted = true;
                 stats.push(r)?;
                 writer.push(r).map_err(|_| "a writable output")
             },
             records,
         )?;
+        self.unflushed |= emitted;
+        // A follower of the file sees the run a quarter second late at most.
+        if self.unflushed && self.flushed_at.elapsed() >= LIVE_FLUSH {
+            writer.flush_live().context("cannot write the trace")?;
+            self.flushed_at = Instant::now();
+            self.unflushed = false;
+        }
         if poll == LivePoll::Late {
             anyhow::bail!("an event came in late");
         }

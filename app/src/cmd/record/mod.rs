@@ -43,6 +43,7 @@ mod limit;
 mod live;
 mod pipe;
 mod spools;
+mod watch;
 
 use spools::{Spool, list_spools, per_process_name};
 
@@ -65,6 +66,7 @@ fn unsupported_here() -> String {
     after_help = "Examples:\n  allocview record -- python3 -c 'print(sum(range(10**6)))'\n  \
                         allocview record -o ls.avt -- ls -l /usr\n  \
                         allocview record --paused -o serve.avt -- ./serve   (then: allocview ctl PID start)\n  \
+                        allocview record --live -o train.avt -- python3 train.py   (watch it as it runs)\n  \
                         allocview record --text -o make.trace.gz -- make -j2"
 )]
 pub struct RecordArgs {
@@ -94,6 +96,14 @@ pub struct RecordArgs {
     pub stack_sample: Option<u64>,
     #[command(flatten)]
     pub faults: limit::LimitArgs,
+    /// Show the run in the terminal explorer while it is recorded: the timeline, heap maps,
+    /// sites and size classes grow with it (`F` follows the newest event). The command's
+    /// output goes to OUTPUT.log.
+    #[arg(long)]
+    pub live: bool,
+    /// As --live, in the desktop explorer.
+    #[arg(long)]
+    pub gui: bool,
     /// The command and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<OsString>,
@@ -119,6 +129,10 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
     let protected_refs: Vec<&Path> = protected.iter().map(PathBuf::as_path).collect();
     safe_write::refuse_if_any_input(&protected_refs, &output)?;
     refuse_output_named_in_command(&output, &args.command)?;
+    if args.live || args.gui {
+        check_stack_sample(args)?;
+        return watch::run(args, &output);
+    }
     let staging = Staging::create(&output)?;
     let started_wall_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -22,7 +22,13 @@ pub(super) fn frame(state: &AppState) -> ViewModel {
         status: StatusVm {
             left: state.path.display().to_string(),
             right: String::new(),
-            message: state.message.clone(),
+            message: state.message.clone().or_else(|| {
+                state
+                    .live
+                    .as_ref()
+                    .filter(|_| state.data.is_none())
+                    .and_then(|l| l.waiting.clone())
+            }),
         },
         prompt: state.prompt.as_ref().map(|p| {
             let label = match p.kind {
@@ -77,9 +83,10 @@ pub(super) fn status_left(state: &AppState, data: &TraceData, events: usize) -> 
         .filter(|p| matches!(p.status, RunStatus::Done(_)))
         .count();
     format!(
-        "{}  {} events{}{}  policy {} ({}/{} replayed)",
+        "{}  {} events{}{}{}  policy {} ({}/{} replayed)",
         data.path.display(),
         format::count(events as u64),
+        live_tag(state),
         if data.format == "malloc-trace" {
             String::new()
         } else {
@@ -95,6 +102,17 @@ pub(super) fn status_left(state: &AppState, data: &TraceData, events: usize) -> 
         done,
         state.policies.len()
     )
+}
+
+/// What the status line says of a followed run: whether it is still recorded, and whether
+/// the cursor follows its newest event.
+fn live_tag(state: &AppState) -> &'static str {
+    match &state.live {
+        None => "",
+        Some(l) if l.ended => "  [recording ended]",
+        Some(l) if l.at_head => "  [LIVE, following]",
+        Some(_) => "  [LIVE, cursor held: F follows]",
+    }
 }
 
 /// The status line's right side: the cursor's event and time (`t_cursor_ns` from the first

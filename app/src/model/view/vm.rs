@@ -200,7 +200,11 @@ pub const HELP: &[(&str, &str)] = &[
         "g",
         "go to an event, a time (1.5s), or #N: event N of the whole trace",
     ),
-    ("n / N", "next / previous peak or OOM"),
+    ("n / N", "next / previous mark, peak or OOM"),
+    (
+        "F",
+        "follow the newest event of a run being recorded (--follow, record --live)",
+    ),
     ("p / P", "next / previous policy"),
     ("c", "comparison view: every policy at the cursor"),
     ("+ / -", "zoom the timeline in / out around the cursor"),
