@@ -1,0 +1,322 @@
+//! Watching a run while it is recorded: `record --live` and `allocview FILE --follow` in tmux,
+//! on a real program that grows its heap one phase at a time, paced by the test through a
+//! FIFO, so the screen is read while the program is still running. Skips (with a message)
+//! where tmux is not installed; CI installs it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
+mod common;
+use common::{build_c, json};
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// One phase per line read from the FIFO named by its argument: 1,000 blocks of 30,000 bytes
+/// (size class 15), all kept; at the end of the FIFO it frees them all and exits. The FIFO is
+/// opened once, before the first phase, so a phase allocates nothing else.
+const GROW_C: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static void *keep[100][1000];
+int main(int argc, char **argv) {
+    FILE *f = fopen(argv[1], "r");
+    if (!f) return 2;
+    char line[64];
+    int phases = 0;
+    while (phases < 100 && fgets(line, sizeof line, f)) {
+        for (int i = 0; i < 1000; i++) {
+            keep[phases][i] = malloc(30000);
+            memset(keep[phases][i], 1, 64);
+        }
+        phases++;
+    }
+    for (int p = 0; p < phases; p++)
+        for (int i = 0; i < 1000; i++) free(keep[p][i]);
+    return 0;
+}
+"#;
+
+struct Session(String);
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .output()
+            .ok();
+    }
+}
+
+impl Session {
+    fn start(name: &str, cmd: &str) -> Self {
+        let name = format!("allocview-live-{name}-{}", std::process::id());
+        let out = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                &name,
+                "-x",
+                "200",
+                "-y",
+                "50",
+                cmd,
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        Self(name)
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-t", &self.0, "-p"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &str) {
+        Command::new("tmux")
+            .args(["send-keys", "-t", &self.0, keys])
+            .output()
+            .unwrap();
+    }
+
+    /// Polls the screen until `pred` holds.
+    fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen();
+            if pred(&screen) {
+                return screen;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "timed out waiting for {what}; screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn tmux_missing() -> bool {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("SKIPPED: tmux is not installed (CI installs it)");
+        return true;
+    }
+    false
+}
+
+/// The number before ` events` on the status line.
+fn events(screen: &str) -> Option<u64> {
+    let line = screen.lines().rev().find(|l| l.contains(" events"))?;
+    let before = line.split(" events").next()?;
+    let n = before.rsplit(' ').next()?;
+    n.replace(',', "").parse().ok()
+}
+
+/// The status line's `event C/L`: the cursor and the last event.
+fn cursor(screen: &str) -> Option<(u64, u64)> {
+    let line = screen.lines().rev().find(|l| l.contains("event "))?;
+    let at = line.split("  event ").nth(1)?.split_whitespace().next()?;
+    let (c, l) = at.split_once('/')?;
+    Some((
+        c.replace(',', "").parse().ok()?,
+        l.replace(',', "").parse().ok()?,
+    ))
+}
+
+/// The live count of size class 15 (16 KiB..32 KiB) in the panel at the cursor.
+fn class_15(screen: &str) -> Option<u64> {
+    let line = screen.lines().find(|l| l.contains("16.0 KiB..32.0 KiB"))?;
+    let rest = line.split("16.0 KiB..32.0 KiB").nth(1)?;
+    rest.split_whitespace()
+        .next()?
+        .replace(',', "")
+        .parse()
+        .ok()
+}
+
+/// The timeline's end label (the span drawn), in seconds.
+fn span_s(screen: &str) -> Option<f64> {
+    screen
+        .lines()
+        .find(|l| l.trim_start().starts_with("│  0.000000s"))?
+        .split_whitespace()
+        .rev()
+        .find_map(|w| w.trim_end_matches('│').strip_suffix('s')?.parse().ok())
+}
+
+/// The program, its FIFO, opened for writing (read and write: opening does not wait for the
+/// reader), in `dir`.
+fn program(dir: &Path) -> (PathBuf, PathBuf, std::fs::File) {
+    let exe = build_c(dir, "grow", GROW_C);
+    let fifo = dir.join("phases");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let pipe = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .unwrap();
+    (exe, fifo, pipe)
+}
+
+/// Asks for a phase and waits until the explorer shows its 1,000 allocations: returns the
+/// screen and its event count.
+fn phase(s: &Session, pipe: &mut std::fs::File, before: u64) -> (String, u64) {
+    pipe.write_all(b"go\n").unwrap();
+    let screen = s.wait_for("a phase's 1,000 allocations", |sc| {
+        events(sc).is_some_and(|n| n >= before + 1000)
+    });
+    let n = events(&screen).unwrap();
+    assert_eq!(
+        n,
+        before + 1000,
+        "a phase allocates 1,000 blocks:\n{screen}"
+    );
+    (screen, n)
+}
+
+/// Whether a recording of `output` is still being written (its temporary file is there).
+fn recording(output: &Path) -> bool {
+    let name = output.file_name().unwrap().to_str().unwrap();
+    let stem = name.split('.').next().unwrap();
+    std::fs::read_dir(output.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .any(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with(".allocview-tmp-") && n.contains(&format!("-{stem}."))
+        })
+}
+
+#[test]
+fn record_live_shows_the_run_while_it_goes_on() {
+    if tmux_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (exe, fifo, mut pipe) = program(dir.path());
+    let out = dir.path().join("run.avt");
+    let cmd = format!(
+        "{} record --live -o {} -- {} {}; sleep 60",
+        env!("CARGO_BIN_EXE_allocview"),
+        out.display(),
+        exe.display(),
+        fifo.display()
+    );
+    let s = Session::start("record", &cmd);
+    // The program has opened its FIFO: its start-up events are shown, following the head.
+    let first = s.wait_for("the start of the run", |sc| {
+        sc.contains("[LIVE, following]") && events(sc).is_some()
+    });
+    let start = events(&first).unwrap();
+
+    // Each phase shows up while the program still runs (it waits for the next line).
+    let (one, e1) = phase(&s, &mut pipe, start);
+    assert!(recording(&out), "the program should still be recorded");
+    let one = s.wait_for("the classes of phase 1", |sc| class_15(sc) == Some(1000));
+    assert_eq!(cursor(&one), Some((e1 - 1, e1 - 1)), "{one}");
+    let (two, e2) = phase(&s, &mut pipe, e1);
+    let two = s.wait_for("the classes of phase 2", |sc| {
+        class_15(sc) == Some(2000) && cursor(sc) == Some((e2 - 1, e2 - 1))
+    });
+    assert!(recording(&out));
+    assert!(
+        span_s(&two).unwrap() > span_s(&one).unwrap(),
+        "the timeline grows:\n{one}\n{two}"
+    );
+
+    // Back in time while the run goes on: the cursor stays, the run grows.
+    s.keys("h");
+    s.keys("h");
+    s.keys("h");
+    s.wait_for("the cursor held", |sc| {
+        sc.contains("[LIVE, cursor held: F follows]") && cursor(sc) == Some((e2 - 4, e2 - 1))
+    });
+    let (three, e3) = phase(&s, &mut pipe, e2);
+    let three = s.wait_for("the held cursor", |sc| cursor(sc) == Some((e2 - 4, e3 - 1)));
+    assert_eq!(
+        class_15(&three),
+        Some(1997),
+        "the classes at the held cursor:\n{three}"
+    );
+    // `F` follows the newest event again.
+    s.keys("F");
+    s.wait_for("the head followed", |sc| {
+        sc.contains("[LIVE, following]")
+            && cursor(sc) == Some((e3 - 1, e3 - 1))
+            && class_15(sc) == Some(3000)
+    });
+
+    // The end of the FIFO ends the program: it frees everything, the recording ends, and the
+    // policies that need the whole trace replay.
+    drop(pipe);
+    let end = s.wait_for("the end of the recording", |sc| {
+        sc.contains("[recording ended]") && sc.contains("(9/9 replayed)")
+    });
+    let total = events(&end).unwrap();
+    assert_eq!(total, e3 + 3000, "{end}");
+    s.keys("q");
+    let done = s.wait_for("record's last words", |sc| {
+        sc.contains("the command's output is in")
+    });
+    assert!(done.contains(&format!("recorded {}", out.display())), "{done}");
+    let stats = json(&["stats", out.to_str().unwrap(), "--json"]);
+    assert_eq!(stats["events"].as_u64(), Some(total), "{stats}");
+    let log = std::fs::read_to_string(dir.path().join("run.avt.log")).unwrap();
+    assert!(log.contains("recorded 1 process"), "{log}");
+}
+
+#[test]
+fn follow_switches_from_a_finished_trace_to_a_new_recording_of_it() {
+    if tmux_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (exe, fifo, mut pipe) = program(dir.path());
+    let out = dir.path().join("run.avt");
+    // A finished trace of that name: shown as it is until a new recording starts.
+    std::fs::copy(common::sample("python_json.avt"), &out).unwrap();
+    let old = json(&["stats", out.to_str().unwrap(), "--json"])["events"]
+        .as_u64()
+        .unwrap();
+    let cmd = format!(
+        "{} {} --follow",
+        env!("CARGO_BIN_EXE_allocview"),
+        out.display()
+    );
+    let s = Session::start("follow", &cmd);
+    s.wait_for("the finished trace", |sc| {
+        sc.contains("[recording ended]") && events(sc) == Some(old)
+    });
+    // Another `record` starts writing it.
+    let mut record = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(["record", "-o", out.to_str().unwrap(), "--"])
+        .arg(&exe)
+        .arg(&fifo)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = s.wait_for("the new recording", |sc| {
+        sc.contains("[LIVE, following]") && events(sc).is_some_and(|n| n != old)
+    });
+    let start = events(&first).unwrap();
+    let (_, e1) = phase(&s, &mut pipe, start);
+    s.wait_for("phase 1's classes", |sc| class_15(sc) == Some(1000));
+    let (_, e2) = phase(&s, &mut pipe, e1);
+    s.wait_for("phase 2's classes", |sc| class_15(sc) == Some(2000));
+    drop(pipe);
+    assert!(record.wait().unwrap().success());
+    let end = s.wait_for("the end", |sc| {
+        sc.contains("[recording ended]") && events(sc) == Some(e2 + 2000)
+    });
+    s.keys("q");
+    let stats = json(&["stats", out.to_str().unwrap(), "--json"]);
+    assert_eq!(stats["events"].as_u64(), events(&end), "{stats}");
+}
