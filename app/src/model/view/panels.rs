@@ -1,6 +1,7 @@
 //! The panels beside and under the heap map: the sites panel, the frames of the cursor's
 //! allocation, and the size classes at the cursor and over time.
 
+use allocview_loaders::analysis::site_stats::SiteKind;
 use allocview_sim::classes::ClassSeries;
 use allocview_sim::trace::TraceView;
 
@@ -15,7 +16,14 @@ pub(super) fn sites_panel(state: &AppState, vp: &Viewport) -> Option<SitesVm> {
         return None;
     }
     let data = state.data.as_ref()?;
-    let kind = data.sites()?.kind.describe();
+    let sites_kind = data.sites()?.kind;
+    let recording = state.live.as_ref().is_some_and(|l| !l.ended);
+    let kind = if recording && sites_kind == SiteKind::SizeClasses {
+        // `record` writes the stacks once the program has ended.
+        "size classes until the recording ends (its call stacks are written then)"
+    } else {
+        sites_kind.describe()
+    };
     // Sampled stacks (`record --stack-sample`): the figures are estimates, said in the title.
     let kind = match data.sites()?.sampling() {
         Some(s) => format!(
