@@ -180,6 +180,10 @@ fn explore(
     // run's file may not be there yet).
     if !launch.follow {
         std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?;
+    } else if input.window.is_set() {
+        anyhow::bail!(
+            "--follow shows the whole run as it grows: it takes no window (--from, --to, --events)"
+        );
     }
     let (names, real) = policies.explorer_specs_and_real(Some(file))?;
     let config = policies.config()?;

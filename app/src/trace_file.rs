@@ -180,6 +180,27 @@ impl RecordWriter {
         Ok(())
     }
 
+    /// Writes the memory samples and marks a recording in progress has read so far (binary
+    /// form: its frames add up; the text form has neither, and says so once, at the end).
+    ///
+    /// # Errors
+    /// On write errors.
+    pub fn write_live_tables(
+        &mut self,
+        memory: &[allocview_loaders::binary::MemorySample],
+        marks: &[allocview_loaders::binary::Mark],
+    ) -> Result<()> {
+        if let Sink::Binary(w) = &mut self.sink {
+            if !memory.is_empty() {
+                w.write_memory(memory)?;
+            }
+            if !marks.is_empty() {
+                w.write_marks(marks)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Ends the events block in progress and flushes the file, so that a reader following the
     /// recording (`allocview FILE --follow`) sees the records so far.
     ///

@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
-use common::{build_c, json};
+use common::{build_c, json, ok};
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -165,9 +165,9 @@ fn program(dir: &Path) -> (PathBuf, PathBuf, std::fs::File) {
     (exe, fifo, pipe)
 }
 
-/// Asks for a phase and waits until the explorer shows its 1,000 allocations: returns the
-/// screen and its event count.
-fn phase(s: &Session, pipe: &mut std::fs::File, before: u64) -> (String, u64) {
+/// Asks for a phase and waits until the explorer shows its 1,000 allocations: returns its
+/// event count.
+fn phase(s: &Session, pipe: &mut std::fs::File, before: u64) -> u64 {
     pipe.write_all(b"go\n").unwrap();
     let screen = s.wait_for("a phase's 1,000 allocations", |sc| {
         events(sc).is_some_and(|n| n >= before + 1000)
@@ -178,7 +178,7 @@ fn phase(s: &Session, pipe: &mut std::fs::File, before: u64) -> (String, u64) {
         before + 1000,
         "a phase allocates 1,000 blocks:\n{screen}"
     );
-    (screen, n)
+    n
 }
 
 /// Whether a recording of `output` is still being written (its temporary file is there).
@@ -217,11 +217,24 @@ fn record_live_shows_the_run_while_it_goes_on() {
     let start = events(&first).unwrap();
 
     // Each phase shows up while the program still runs (it waits for the next line).
-    let (one, e1) = phase(&s, &mut pipe, start);
+    let e1 = phase(&s, &mut pipe, start);
     assert!(recording(&out), "the program should still be recorded");
     let one = s.wait_for("the classes of phase 1", |sc| class_15(sc) == Some(1000));
     assert_eq!(cursor(&one), Some((e1 - 1, e1 - 1)), "{one}");
-    let (two, e2) = phase(&s, &mut pipe, e1);
+    // A mark put in while it runs is on the timeline before the run ends, as is the program's
+    // resident memory.
+    let pid = Command::new("pgrep")
+        .arg("-f")
+        .arg(format!("^{} ", exe.display()))
+        .output()
+        .unwrap();
+    let pid = String::from_utf8_lossy(&pid.stdout).trim().to_owned();
+    assert!(!pid.is_empty(), "the program's pid");
+    ok(&["ctl", &pid, "mark", "before two"]);
+    let e2 = phase(&s, &mut pipe, e1);
+    s.wait_for("the mark and the RSS", |sc| {
+        sc.contains("before two") && sc.contains("recorded RSS")
+    });
     let two = s.wait_for("the classes of phase 2", |sc| {
         class_15(sc) == Some(2000) && cursor(sc) == Some((e2 - 1, e2 - 1))
     });
@@ -238,7 +251,7 @@ fn record_live_shows_the_run_while_it_goes_on() {
     s.wait_for("the cursor held", |sc| {
         sc.contains("[LIVE, cursor held: F follows]") && cursor(sc) == Some((e2 - 4, e2 - 1))
     });
-    let (three, e3) = phase(&s, &mut pipe, e2);
+    let e3 = phase(&s, &mut pipe, e2);
     let three = s.wait_for("the held cursor", |sc| cursor(sc) == Some((e2 - 4, e3 - 1)));
     assert_eq!(
         class_15(&three),
@@ -265,7 +278,10 @@ fn record_live_shows_the_run_while_it_goes_on() {
     let done = s.wait_for("record's last words", |sc| {
         sc.contains("the command's output is in")
     });
-    assert!(done.contains(&format!("recorded {}", out.display())), "{done}");
+    assert!(
+        done.contains(&format!("recorded {}", out.display())),
+        "{done}"
+    );
     let stats = json(&["stats", out.to_str().unwrap(), "--json"]);
     assert_eq!(stats["events"].as_u64(), Some(total), "{stats}");
     let log = std::fs::read_to_string(dir.path().join("run.avt.log")).unwrap();
@@ -307,9 +323,9 @@ fn follow_switches_from_a_finished_trace_to_a_new_recording_of_it() {
         sc.contains("[LIVE, following]") && events(sc).is_some_and(|n| n != old)
     });
     let start = events(&first).unwrap();
-    let (_, e1) = phase(&s, &mut pipe, start);
+    let e1 = phase(&s, &mut pipe, start);
     s.wait_for("phase 1's classes", |sc| class_15(sc) == Some(1000));
-    let (_, e2) = phase(&s, &mut pipe, e1);
+    let e2 = phase(&s, &mut pipe, e1);
     s.wait_for("phase 2's classes", |sc| class_15(sc) == Some(2000));
     drop(pipe);
     assert!(record.wait().unwrap().success());

@@ -633,6 +633,11 @@ pub fn run(args: &GuiArgs) -> Result<()> {
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
+    if args.follow && args.input.window.is_set() {
+        return Err(anyhow!(
+            "--follow shows the whole run as it grows: it takes no window (--from, --to, --events)"
+        ));
+    }
     // A followed run's file may not be there yet.
     for f in args.files.iter().skip(usize::from(args.follow)) {
         std::fs::File::open(f).map_err(|e| anyhow!("cannot open {}: {e}", f.display()))?;

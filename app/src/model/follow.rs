@@ -185,7 +185,6 @@ struct Follower {
 /// The recording being followed: what is replayed of it so far.
 struct Followed {
     inode: (u64, u64),
-    bytes: u64,
     ended: bool,
     /// Per policy: its live replay, or why it has none (`None`: replayed at the end).
     replays: Vec<Result<Option<LiveReplay>, String>>,
@@ -220,6 +219,8 @@ pub fn start_follow(state: &AppState, lenient: bool, tx: &Sender<Msg>) {
         let mut heap_id = None;
         let mut followed: Option<Followed> = None;
         let mut followed_name: Option<String> = None;
+        // The file as last read (inode, bytes, ended): read again only once it changed.
+        let mut last_read = None;
         while !follower.cancel.load(Ordering::Relaxed) {
             let started = Instant::now();
             let Some(found) = locate(&follower.output, followed_name.as_deref()) else {
@@ -245,12 +246,9 @@ pub fn start_follow(state: &AppState, lenient: bool, tx: &Sender<Msg>) {
                 }
                 follower.opening.heap = heap_id.unwrap_or(0);
             }
-            let unchanged = followed
-                .as_ref()
-                .is_some_and(|f| f.inode == found.inode && f.bytes == found.bytes);
-            let nothing_new =
-                unchanged && followed.as_ref().is_some_and(|f| f.ended == found.ended);
-            if !nothing_new {
+            let seen = Some((found.inode, found.bytes, found.ended));
+            if seen != last_read {
+                last_read = seen;
                 follower.round(&mut followed, &found, started);
             }
             let took = started.elapsed();
@@ -299,7 +297,7 @@ impl Follower {
             *followed = Some(self.fresh(found));
         }
         let Some(f) = followed.as_mut() else { return };
-        (f.bytes, f.ended) = (found.bytes, found.ended);
+        f.ended = found.ended;
         let data = Arc::new(data);
         let Some(grown) = self.grow(f, &data, restarted, started) else {
             return;
@@ -334,7 +332,6 @@ impl Follower {
             .collect();
         Followed {
             inode: found.inode,
-            bytes: 0,
             ended: false,
             replays,
             classes: ClassSeriesBuilder::growing(0, LIVE_BUCKET_WIDTH_NS, BUCKETS, 16_384),

@@ -304,11 +304,12 @@ pub fn read_index(path: &Path) -> Result<BlockIndex, LoadError> {
 /// # Errors
 /// When the file cannot be read, is not a trace, or its MEMORY frame is damaged.
 pub fn read_memory(path: &Path) -> Result<Vec<super::MemorySample>, LoadError> {
-    match trailing_frame(path, super::memory::FRAME_MEMORY)? {
-        Some((at, payload)) => super::memory::decode_frame(&payload)
-            .map_err(|why| corrupt(path, at, &format!("a MEMORY frame: {why}"))),
-        None => Ok(Vec::new()),
-    }
+    read_table(
+        path,
+        super::memory::FRAME_MEMORY,
+        super::memory::decode_frame,
+        "a MEMORY frame",
+    )
 }
 
 /// The mapping calls the recorded program made outside the allocator, read without the
@@ -317,11 +318,12 @@ pub fn read_memory(path: &Path) -> Result<Vec<super::MemorySample>, LoadError> {
 /// # Errors
 /// When the file cannot be read, is not a trace, or its MAPPINGS frame is damaged.
 pub fn read_mappings(path: &Path) -> Result<Vec<super::Mapping>, LoadError> {
-    match trailing_frame(path, super::memory::FRAME_MAPPINGS)? {
-        Some((at, payload)) => super::memory::decode_mappings(&payload)
-            .map_err(|why| corrupt(path, at, &format!("a MAPPINGS frame: {why}"))),
-        None => Ok(Vec::new()),
-    }
+    read_table(
+        path,
+        super::memory::FRAME_MAPPINGS,
+        super::memory::decode_mappings,
+        "a MAPPINGS frame",
+    )
 }
 
 /// The marks of a trace ([`super::marks`]), read without its events: none in a trace without
@@ -330,21 +332,40 @@ pub fn read_mappings(path: &Path) -> Result<Vec<super::Mapping>, LoadError> {
 /// # Errors
 /// When the file cannot be read, is not a trace, or its MARKS frame is damaged.
 pub fn read_marks(path: &Path) -> Result<Vec<super::Mark>, LoadError> {
-    match trailing_frame(path, super::marks::FRAME_MARKS)? {
-        Some((at, payload)) => super::marks::decode_frame(&payload)
-            .map_err(|why| corrupt(path, at, &format!("a MARKS frame: {why}"))),
-        None => Ok(Vec::new()),
-    }
+    read_table(
+        path,
+        super::marks::FRAME_MARKS,
+        super::marks::decode_frame,
+        "a MARKS frame",
+    )
 }
 
-/// The first frame tagged `tag` after the trace's last EVENTS block (where the tables that
-/// follow the events are) and before INDEX and END, with its offset: frame headers only are
-/// read on the way.
-fn trailing_frame(path: &Path, tag: u8) -> Result<Option<(u64, Vec<u8>)>, LoadError> {
-    let index = read_index(path)?;
+/// The rows of every frame tagged `tag` ([`tagged_frames`]), decoded by `decode`, in file
+/// order; `what` names the frame in errors.
+fn read_table<T>(
+    path: &Path,
+    tag: u8,
+    decode: fn(&[u8]) -> Result<Vec<T>, String>,
+    what: &str,
+) -> Result<Vec<T>, LoadError> {
+    let mut out = Vec::new();
+    for (at, payload) in tagged_frames(path, tag)? {
+        out.extend(decode(&payload).map_err(|why| corrupt(path, at, &format!("{what}: {why}")))?);
+    }
+    Ok(out)
+}
+
+/// Every frame tagged `tag` before INDEX and END, with its offset, in file order: frame
+/// headers only are read on the way. A trace written after its program ended has one of each
+/// table after its last EVENTS block; one written while the program ran (`record`, followed
+/// live) also has some between its blocks, which add up.
+fn tagged_frames(path: &Path, tag: u8) -> Result<Vec<(u64, Vec<u8>)>, LoadError> {
+    // Checks the file is a trace, and its index against its blocks.
+    read_index(path)?;
     let file = File::open(path).map_err(|e| LoadError::io(path, e))?;
     let file_bytes = file.metadata().map_err(|e| LoadError::io(path, e))?.len();
-    let mut offset = index.blocks.last().map_or(HEADER_BYTES, |b| b.offset);
+    let mut found = Vec::new();
+    let mut offset = HEADER_BYTES;
     while offset + FRAME_HEADER_BYTES <= file_bytes {
         let head = read_at(&file, path, offset, FRAME_HEADER_BYTES as usize)?;
         let this = head.first().copied().unwrap_or(0);
@@ -354,14 +375,14 @@ fn trailing_frame(path: &Path, tag: u8) -> Result<Option<(u64, Vec<u8>)>, LoadEr
             .map_or(0, u32::from_le_bytes);
         if this == tag {
             let (_, payload) = frame_payload_at(&file, path, offset, file_bytes)?;
-            return Ok(Some((offset, payload)));
+            found.push((offset, payload));
         }
         if this == super::FRAME_INDEX || this == super::FRAME_END {
             break;
         }
         offset += FRAME_HEADER_BYTES + u64::from(len);
     }
-    Ok(None)
+    Ok(found)
 }
 
 /// Builds the index of a file without an INDEX frame, reading its frames in order up to END,

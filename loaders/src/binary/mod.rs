@@ -43,8 +43,11 @@
 //! - `0x05` MODULES, `0x06` LOCATIONS, `0x07` STACKS, `0x08` SYMBOLS: the call stacks of a
 //!   trace recorded with stacks, after the last EVENTS frame (see `stacks.rs`).
 //! - `0x0a` MEMORY and `0x0b` MAPPINGS, the recorded program's own memory (`memory.rs`), and
-//!   `0x0c` MARKS, the run's marks (`marks.rs`), after the last EVENTS frame; a spool has one
-//!   frame per sample, call or mark instead (`0x14`, `0x15`, `0x16`).
+//!   `0x0c` MARKS, the run's marks (`marks.rs`), after the last EVENTS frame; a trace written
+//!   while its program ran (`record`, for a reader following it) also has MEMORY and MARKS
+//!   frames between its blocks, each with what came since the last: the frames of a kind add
+//!   up, in file order. A spool has one frame per sample, call or mark instead (`0x14`,
+//!   `0x15`, `0x16`).
 //! - `0x09` INDEX, just before END: the threads table and, per EVENTS block, its file
 //!   offset, event count and time span, ending in the index frame's own offset so it is found
 //!   from the end of the file (see `index.rs`). Files written before it existed have none and

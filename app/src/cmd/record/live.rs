@@ -51,6 +51,8 @@ struct LiveTrace {
     /// When the writer last flushed for a follower, and whether records came since.
     flushed_at: Instant,
     unflushed: bool,
+    /// The marks written while the command ran (the rest come with the spool's end).
+    marks_written: Vec<allocview_loaders::binary::Mark>,
 }
 
 /// The spools of a recording, converted while the command runs.
@@ -125,6 +127,7 @@ impl<'a> Converter<'a> {
                                 stats: RecordingStats::default(),
                                 flushed_at: Instant::now(),
                                 unflushed: false,
+                                marks_written: Vec::new(),
                             });
                     self.traces.insert(spool.path, trace);
                 }
@@ -208,7 +211,8 @@ fn finish_trace(
         mut writer,
         mut stats,
     } = written?;
-    if allocview_loaders::binary::marks::recording_stopped(&info.marks) {
+    let marks_so_far = [trace.marks_written.as_slice(), info.marks.as_slice()].concat();
+    if allocview_loaders::binary::marks::recording_stopped(&marks_so_far) {
         // Blocks allocated while recording was stopped were freed unseen.
         stats.mark_started_mid_run();
     }
@@ -252,6 +256,15 @@ impl LiveTrace {
         self.unflushed |= emitted;
         // A follower of the file sees the run a quarter second late at most.
         if self.unflushed && self.flushed_at.elapsed() >= LIVE_FLUSH {
+            // The program's memory and the marks so far go with the events, so a follower's
+            // timeline draws them as they come.
+            if form == Form::Binary {
+                let (memory, marks) = self.reader.take_run_tables()?;
+                writer
+                    .write_live_tables(&memory, &marks)
+                    .context("cannot write the trace")?;
+                self.marks_written.extend(marks);
+            }
             writer.flush_live().context("cannot write the trace")?;
             self.flushed_at = Instant::now();
             self.unflushed = false;

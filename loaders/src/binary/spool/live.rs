@@ -80,6 +80,21 @@ impl LiveSpool {
         self.state.new_modules_in_use()
     }
 
+    /// The program's memory samples and the run's marks read since the last call, for a trace
+    /// written while the program runs (`allocview FILE --follow` shows them); [`Self::finish`]
+    /// gives the rest. None with a TSC clock, whose tick length is known only at the end.
+    ///
+    /// # Errors
+    /// When the spool's header lacks its clock's calibration.
+    pub fn take_run_tables(
+        &mut self,
+    ) -> Result<(Vec<super::super::MemorySample>, Vec<super::super::Mark>), LoadError> {
+        if !self.header_read {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        self.state.take_run_tables_so_far()
+    }
+
     /// Takes in what the tracer wrote since the last step.
     ///
     /// # Errors

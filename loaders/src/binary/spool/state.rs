@@ -204,6 +204,59 @@ impl<'a> SpoolState<'a> {
         })
     }
 
+    /// The memory samples read and not taken yet, on the trace's clock, in time order.
+    fn take_memory(&mut self) -> Result<Vec<crate::binary::MemorySample>, LoadError> {
+        if self.memory.is_empty() {
+            return Ok(Vec::new());
+        }
+        let timing = self.timing()?;
+        let mut memory: Vec<crate::binary::MemorySample> = self
+            .memory
+            .drain(..)
+            .map(
+                |(tick, resident_bytes, anon_bytes)| crate::binary::MemorySample {
+                    t_ns: timing.to_ns(tick),
+                    resident_bytes,
+                    anon_bytes,
+                },
+            )
+            .collect();
+        memory.sort_by_key(|m| m.t_ns);
+        Ok(memory)
+    }
+
+    /// The marks read and not taken yet, on the trace's clock, in time order.
+    fn take_marks(&mut self) -> Result<Vec<crate::binary::Mark>, LoadError> {
+        if self.marks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let timing = self.timing()?;
+        let mut marks: Vec<crate::binary::Mark> = self
+            .marks
+            .drain(..)
+            .map(|(tick, kind, name)| crate::binary::Mark {
+                t_ns: timing.to_ns(tick),
+                kind,
+                name,
+            })
+            .collect();
+        marks.sort_by_key(|m| m.t_ns);
+        Ok(marks)
+    }
+
+    /// While the tracer still writes: the memory samples and marks read since the last call
+    /// (both written by the clock thread in time order, so each call's follow the last's);
+    /// none with a TSC clock, whose tick length is known only at the end. What is taken here
+    /// is not in [`Self::finish`]'s tables.
+    pub(super) fn take_run_tables_so_far(
+        &mut self,
+    ) -> Result<(Vec<crate::binary::MemorySample>, Vec<crate::binary::Mark>), LoadError> {
+        if self.tsc() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        Ok((self.take_memory()?, self.take_marks()?))
+    }
+
     /// While the tracer still writes: emits the events every thread has written out for
     /// certain, those before the next-to-last flush mark (the last one leaves a period for
     /// calls that read the time before the mark and wrote their event after it), at most
@@ -276,22 +329,7 @@ impl<'a> SpoolState<'a> {
             ));
         }
         self.info.records = self.merge.records;
-        if !self.memory.is_empty() {
-            let timing = self.timing()?;
-            let mut memory: Vec<crate::binary::MemorySample> = self
-                .memory
-                .iter()
-                .map(
-                    |&(tick, resident_bytes, anon_bytes)| crate::binary::MemorySample {
-                        t_ns: timing.to_ns(tick),
-                        resident_bytes,
-                        anon_bytes,
-                    },
-                )
-                .collect();
-            memory.sort_by_key(|m| m.t_ns);
-            self.info.memory = memory;
-        }
+        self.info.memory = self.take_memory()?;
         if !self.mappings.is_empty() {
             let timing = self.timing()?;
             let mut calls: Vec<crate::binary::Mapping> = self
@@ -306,20 +344,7 @@ impl<'a> SpoolState<'a> {
             calls.sort_by_key(|m| m.t_ns);
             self.info.mappings = calls;
         }
-        if !self.marks.is_empty() {
-            let timing = self.timing()?;
-            let mut marks: Vec<crate::binary::Mark> = self
-                .marks
-                .drain(..)
-                .map(|(tick, kind, name)| crate::binary::Mark {
-                    t_ns: timing.to_ns(tick),
-                    kind,
-                    name,
-                })
-                .collect();
-            marks.sort_by_key(|m| m.t_ns);
-            self.info.marks = marks;
-        }
+        self.info.marks = self.take_marks()?;
         if self.encoding()? == SpoolEncoding::Stacked {
             let defs = self
                 .streams

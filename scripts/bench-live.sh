@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Issue 42: what watching a run live costs the recorded program. The workloads of
+# scripts/bench-stacks.sh, made longer (a live view is for runs that last), each recorded
+# three ways, interleaved, ROUNDS times:
+#   record        allocview record (no viewer)
+#   record --live allocview record --live, the terminal explorer in tmux following the run
+#   record --gui  allocview record --gui, the desktop explorer in Xvfb following the run
+# For each: the program's own duration (its first to last event, from the trace: what the
+# viewer might slow down), the wall time until the trace is written, the CPU seconds of the
+# recording without a viewer (allocview record and the program), and the viewer's own CPU
+# seconds (the explorer's process; its `record` child is the same recording as the first).
+#
+# usage: scripts/bench-live.sh [ROUNDS] [PY_ITEMS_PER_THREAD] [CPP_ROUNDS]   (defaults 3, 1500000, 12000)
+# env:   ALLOCVIEW (default target/release/allocview), PYTHON (default /usr/bin/python3)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS="${1:-3}"
+PY_N="${2:-1500000}"
+CPP_N="${3:-12000}"
+ALLOCVIEW="$(realpath "${ALLOCVIEW:-target/release/allocview}")"
+[ -x "$ALLOCVIEW" ] || { echo "build allocview first (cargo build --release -p allocview)"; exit 1; }
+PYTHON="${PYTHON:-/usr/bin/python3}"
+for t in tmux xvfb-run g++; do command -v $t >/dev/null || { echo "needs $t"; exit 1; }; done
+
+W="$(mktemp -d)"
+trap 'tmux kill-session -t bench-live 2>/dev/null || true; rm -rf "$W"' EXIT
+g++ -O2 -pthread -o "$W/cw" scripts/stacks-workload.cpp
+
+# CPU seconds (user + system) of process $1 itself, from /proc ($2 once it is gone).
+cpu_self() {
+  awk '{print ($14 + $15) / 100}' "/proc/$1/stat" 2>/dev/null || echo "$2"
+}
+
+# The program's duration in the trace, in seconds.
+duration() {
+  "$ALLOCVIEW" stats "$1" --json | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["duration_s"])'
+}
+
+# record without a viewer: prints "program_s wall_s record_cpu_s viewer_cpu_s".
+plain() {
+  local out="$W/plain.avt"
+  rm -f "$out"
+  { TIMEFORMAT='%3R %3U %3S'; time "$ALLOCVIEW" record -o "$out" -- "$@" >/dev/null 2>&1; } 2> "$W/t"
+  read -r wall user sys < "$W/t"
+  echo "$(duration "$out") $wall $(echo "$user $sys" | awk '{print $1+$2}') 0"
+}
+
+# record --live / --gui: the explorer follows until the recording has ended, then quits.
+watched() {
+  local mode="$1"; shift
+  local out="$W/live.avt"
+  rm -f "$out" "$out.log"
+  local start end cmd
+  start=$(date +%s.%N)
+  if [ "$mode" = live ]; then
+    cmd="exec $ALLOCVIEW record --live -o $out -- $*"
+    tmux new-session -d -s bench-live -x 200 -y 50 "$cmd"
+    sleep 0.3
+    viewer=$(tmux list-panes -t bench-live -F '#{pane_pid}')
+  else
+    xvfb-run -a -s "-screen 0 1600x1000x24" "$ALLOCVIEW" record --gui -o "$out" -- "$@" \
+      > /dev/null 2>&1 &
+    local xvfb=$!
+    sleep 1
+    viewer=$(pgrep -f "^$ALLOCVIEW record --gui -o $out" | head -1)
+  fi
+  # The recording is the viewer's child `allocview record`; it has ended when the log says so.
+  until grep -q "^recorded " "$out.log" 2>/dev/null; do
+    view_cpu=$(cpu_self "$viewer" "${view_cpu:-0}")
+    sleep 0.05
+  done
+  end=$(date +%s.%N)
+  if [ "$mode" = live ]; then
+    tmux send-keys -t bench-live q
+    while tmux has-session -t bench-live 2>/dev/null; do sleep 0.05; done
+  else
+    kill "$viewer" 2>/dev/null || true
+    wait "$xvfb" 2>/dev/null || true
+  fi
+  echo "$(duration "$out") $(echo "$end $start" | awk '{printf "%.3f", $1-$2}') - ${view_cpu:-0}"
+}
+
+echo "allocview: $ALLOCVIEW"
+echo "python:    $PYTHON ($("$PYTHON" --version 2>&1))"
+echo "machine:   $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+bench() {
+  local name="$1"; shift
+  echo
+  echo "== $name: $*"
+  printf '%-16s %10s %8s %12s %12s\n' mode program_s wall_s record_cpu_s viewer_cpu_s
+  for _ in $(seq "$ROUNDS"); do
+    printf '%-16s %10s %8s %12s %12s\n' record $(plain "$@")
+    printf '%-16s %10s %8s %12s %12s\n' "record --live" $(watched live "$@")
+    printf '%-16s %10s %8s %12s %12s\n' "record --gui" $(watched gui "$@")
+  done
+}
+bench python env PYTHONMALLOC=malloc "$PYTHON" scripts/stacks-workload.py "$PY_N" 2
+bench c++ "$W/cw" "$CPP_N"
