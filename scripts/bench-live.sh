@@ -94,5 +94,8 @@ bench() {
     printf '%-16s %10s %8s %12s %12s\n' "record --gui" $(watched gui "$@")
   done
 }
-bench python env PYTHONMALLOC=malloc "$PYTHON" scripts/stacks-workload.py "$PY_N" 2
+# Set here, not through `env`: `env` would exec the interpreter, a second process image with a
+# trace of its own.
+export PYTHONMALLOC=malloc
+bench python "$PYTHON" scripts/stacks-workload.py "$PY_N" 2
 bench c++ "$W/cw" "$CPP_N"

@@ -131,7 +131,7 @@ fn main() -> ExitCode {
         (None, Some(file)) => {
             let launch = allocview::model::state::Launch {
                 goto: cli.goto,
-                follow: cli.follow,
+                follow: cli.follow.then(allocview::model::follow::Follow::default),
             };
             explore(&file, &cli.policies, &cli.input, launch)
         }
@@ -178,12 +178,10 @@ fn explore(
     use anyhow::Context as _;
     // Fail before taking over the terminal when the file cannot even be opened (a followed
     // run's file may not be there yet).
-    if !launch.follow {
+    if launch.follow.is_none() {
         std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?;
-    } else if input.window.is_set() {
-        anyhow::bail!(
-            "--follow shows the whole run as it grows: it takes no window (--from, --to, --events)"
-        );
+    } else {
+        allocview::model::follow::check_follow(input).map_err(anyhow::Error::msg)?;
     }
     let (names, real) = policies.explorer_specs_and_real(Some(file))?;
     let config = policies.config()?;

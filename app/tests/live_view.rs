@@ -289,7 +289,7 @@ fn record_live_shows_the_run_while_it_goes_on() {
 }
 
 #[test]
-fn follow_switches_from_a_finished_trace_to_a_new_recording_of_it() {
+fn follow_switches_from_a_finished_trace_to_a_new_recording_and_into_the_program_a_shell_execs() {
     if tmux_missing() {
         return;
     }
@@ -310,21 +310,22 @@ fn follow_switches_from_a_finished_trace_to_a_new_recording_of_it() {
     s.wait_for("the finished trace", |sc| {
         sc.contains("[recording ended]") && events(sc) == Some(old)
     });
-    // Another `record` starts writing it.
+    // Another `record` starts writing it, of a shell that execs the program (as a wrapper
+    // script or `env` does): two process images, the second the one that works.
     let mut record = Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .args(["record", "-o", out.to_str().unwrap(), "--"])
+        .args(["record", "-o", out.to_str().unwrap(), "--", "sh", "-c"])
+        .arg("exec \"$0\" \"$1\"")
         .arg(&exe)
         .arg(&fifo)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let first = s.wait_for("the new recording", |sc| {
-        sc.contains("[LIVE, following]") && events(sc).is_some_and(|n| n != old)
+    pipe.write_all(b"go\n").unwrap();
+    let one = s.wait_for("the program's first phase", |sc| {
+        sc.contains("[LIVE, following]") && class_15(sc) == Some(1000)
     });
-    let start = events(&first).unwrap();
-    let e1 = phase(&s, &mut pipe, start);
-    s.wait_for("phase 1's classes", |sc| class_15(sc) == Some(1000));
+    let e1 = events(&one).unwrap();
     let e2 = phase(&s, &mut pipe, e1);
     s.wait_for("phase 2's classes", |sc| class_15(sc) == Some(2000));
     drop(pipe);
@@ -333,6 +334,13 @@ fn follow_switches_from_a_finished_trace_to_a_new_recording_of_it() {
         sc.contains("[recording ended]") && events(sc) == Some(e2 + 2000)
     });
     s.keys("q");
-    let stats = json(&["stats", out.to_str().unwrap(), "--json"]);
+    // The program's image has its own trace (`run.PID-1.avt`), the one shown.
+    let program_trace = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with("-1.avt"))
+        .expect("a trace of the exec'd program");
+    let stats = json(&["stats", program_trace.to_str().unwrap(), "--json"]);
     assert_eq!(stats["events"].as_u64(), events(&end), "{stats}");
 }

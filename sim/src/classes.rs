@@ -277,9 +277,7 @@ impl ClassSeriesBuilder {
         let mut b = self.clone();
         b.out.flush(&b.hist, &mut b.max);
         let kept = b.out.live_count_last.len() / NUM_SIZE_CLASSES;
-        let full = b.out.bucketing;
-        let width = full.span_ns / full.buckets as u64;
-        b.out.bucketing = Bucketing::of_width(full.t0_ns, width, kept.max(1));
+        b.out.bucketing = b.out.bucketing.first(kept);
         b.out
     }
 

@@ -59,6 +59,9 @@ pub struct GuiArgs {
     /// follows the newest event again after the cursor was moved).
     #[arg(long)]
     pub follow: bool,
+    /// The recording `record --gui` started, followed as `--follow` does.
+    #[arg(skip)]
+    pub follow_recording: Option<crate::model::follow::Follow>,
 }
 
 fn col(rgb: Rgb) -> Color32 {
@@ -171,8 +174,10 @@ struct GuiApp {
     exit_code: Arc<Mutex<Option<String>>>,
     /// `--goto`, applied to the first file opened.
     goto: Option<String>,
-    /// `--follow`: the first file is a run being recorded.
-    follow: bool,
+    /// `--follow`: the first file opened is a run being recorded (taken by that opening).
+    follow: Option<crate::model::follow::Follow>,
+    /// To wake the window from the follower's thread.
+    ctx: egui::Context,
     /// The menu bar's "go to" box, and whether `g` asked for the keyboard to go there.
     goto_text: String,
     focus_goto: bool,
@@ -191,6 +196,14 @@ impl GuiApp {
     }
 
     fn open(&mut self, path: &Path, overlay: bool) {
+        // A followed run grows without any input: its rounds wake the window.
+        let follow = if overlay { None } else { self.follow.take() }.map(|mut f| {
+            let ctx = self.ctx.clone();
+            f.wake = Some(crate::model::follow::Wake(Arc::new(move || {
+                ctx.request_repaint();
+            })));
+            f
+        });
         let run = Run::start(
             path,
             &self.names,
@@ -201,7 +214,7 @@ impl GuiApp {
             crate::model::state::Launch {
                 goto: self.goto.take(),
                 // An overlaid trace is a finished one.
-                follow: self.follow && !overlay,
+                follow,
             },
         );
         if overlay && !self.runs.is_empty() {
@@ -243,10 +256,7 @@ impl GuiApp {
             &self.config,
             &input,
             self.jobs,
-            crate::model::state::Launch {
-                goto,
-                follow: false,
-            },
+            crate::model::state::Launch { goto, follow: None },
         );
         if let Some(first) = self.runs.first_mut() {
             *first = run;
@@ -512,14 +522,6 @@ impl GuiApp {
             r.drain();
         }
         self.open_asked_part();
-        if self
-            .runs
-            .iter()
-            .any(|r| r.state.live.as_ref().is_some_and(|l| !l.ended))
-        {
-            // A followed run grows without any input: look for its rounds.
-            ctx.request_repaint_after(std::time::Duration::from_millis(100));
-        }
         if self.runs.iter().any(|r| r.state.scanning()) {
             // The whole trace's strip fills in as the background read goes on.
             ctx.request_repaint_after(std::time::Duration::from_millis(250));
@@ -633,13 +635,16 @@ pub fn run(args: &GuiArgs) -> Result<()> {
     let jobs = args.policies.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    if args.follow && args.input.window.is_set() {
-        return Err(anyhow!(
-            "--follow shows the whole run as it grows: it takes no window (--from, --to, --events)"
-        ));
+    let follow = args
+        .follow_recording
+        .clone()
+        .or_else(|| args.follow.then(crate::model::follow::Follow::default));
+    if follow.is_some() {
+        crate::model::follow::check_follow(&args.input).map_err(|e| anyhow!(e))?;
+        crate::model::follow::yield_to_the_program();
     }
     // A followed run's file may not be there yet.
-    for f in args.files.iter().skip(usize::from(args.follow)) {
+    for f in args.files.iter().skip(usize::from(follow.is_some())) {
         std::fs::File::open(f).map_err(|e| anyhow!("cannot open {}: {e}", f.display()))?;
     }
     let (w, h) = args
@@ -653,7 +658,6 @@ pub fn run(args: &GuiArgs) -> Result<()> {
     let input = args.input.clone();
     let shot = args.screenshot.clone();
     let goto = args.goto.clone();
-    let follow = args.follow;
     let sites = args.sites;
     let tune = args.tune;
     let mut viewport = egui::ViewportBuilder::default()
@@ -670,7 +674,7 @@ pub fn run(args: &GuiArgs) -> Result<()> {
     eframe::run_native(
         "allocview",
         options,
-        Box::new(move |_cc| {
+        Box::new(move |cc| {
             let mut app = GuiApp {
                 runs: Vec::new(),
                 names,
@@ -690,6 +694,7 @@ pub fn run(args: &GuiArgs) -> Result<()> {
                 exit_code: app_exit,
                 goto,
                 follow,
+                ctx: cc.egui_ctx.clone(),
                 goto_text: String::new(),
                 focus_goto: false,
             };

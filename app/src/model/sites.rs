@@ -26,15 +26,15 @@ pub struct SitesState {
 }
 
 impl SitesState {
-    /// Recomputes what is stale: the table when the cursor moved, the series (over `buckets`
-    /// time buckets, those of the timeline it is drawn on) when the selected site changed.
+    /// Recomputes what is stale: the table when the cursor moved, the series (in the buckets
+    /// of `bucketing`, those of the timeline it is drawn on) when the selected site changed.
     /// Nothing while the panel is closed.
     pub fn refresh(
         &mut self,
         view: &TraceView<'_>,
         sites: &EventSites,
         cursor: usize,
-        buckets: usize,
+        bucketing: Bucketing,
     ) {
         if !self.open || view.is_empty() {
             return;
@@ -54,12 +54,18 @@ impl SitesState {
             .as_ref()
             .is_none_or(|(name, _)| *name != row.name)
         {
-            let b = Bucketing::for_trace(view, buckets);
             self.series = Some((
                 row.name.clone(),
-                Arc::new(live_series(view, sites, &row.name, b)),
+                Arc::new(live_series(view, sites, &row.name, bucketing)),
             ));
         }
+    }
+
+    /// Forgets the table and the series: the trace they were computed from has grown (a run
+    /// followed while it is recorded).
+    pub fn invalidate(&mut self) {
+        self.rows = None;
+        self.series = None;
     }
 
     /// The table at the cursor, once computed.

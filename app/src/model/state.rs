@@ -30,7 +30,7 @@ pub struct Launch {
     /// `--goto`: the event, time or `peak` to open at.
     pub goto: Option<String>,
     /// `--follow`: the input is a run being recorded, followed as it grows.
-    pub follow: bool,
+    pub follow: Option<super::follow::Follow>,
 }
 
 /// Where one policy's replay stands.
@@ -312,9 +312,10 @@ impl AppState {
     #[must_use]
     pub fn launched(mut self, launch: Launch) -> Self {
         self.initial_goto = launch.goto;
-        if launch.follow {
+        if let Some(from) = launch.follow {
             self.live = Some(super::follow::Live {
                 at_head: true,
+                from,
                 ..super::follow::Live::default()
             });
         }
@@ -392,9 +393,10 @@ impl AppState {
         if let Some(data) = self.data.clone()
             && self.sites.open
             && let Some(sites) = data.sites()
+            && let Some(bucketing) = self.bucketing()
         {
             self.sites
-                .refresh(&data.view(), sites, self.cursor, BUCKETS);
+                .refresh(&data.view(), sites, self.cursor, bucketing);
         }
     }
 

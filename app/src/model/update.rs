@@ -81,11 +81,15 @@ pub enum Msg {
 /// Applies one message. Returns a follow-up message, if any.
 pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
     let n = state.events();
-    if let Some(live) = state.live.as_mut()
-        && moves_cursor(&msg)
-    {
-        // Going back in time while the run goes on: the cursor stays where it is put.
-        live.at_head = false;
+    let by_hand = moves_cursor(state, &msg);
+    if let Some(live) = state.live.as_mut() {
+        match msg {
+            // The last event of a run that goes on is its newest: following it.
+            Msg::End => live.at_head = true,
+            // Going back in time while the run goes on: the cursor stays where it is put.
+            _ if by_hand => live.at_head = false,
+            _ => {}
+        }
     }
     match msg {
         // Moving the cursor.
@@ -171,7 +175,11 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
         Msg::Grown(g) => super::follow::grown(state, *g),
         Msg::LiveWaiting(why) => {
             if let Some(live) = state.live.as_mut() {
-                live.waiting = Some(why);
+                live.waiting = Some(why.clone());
+            }
+            // Over a run already shown (it stopped growing, say why).
+            if state.data.is_some() {
+                state.message = Some(why);
             }
         }
         Msg::FollowHead => super::follow::follow_head(state),
@@ -188,21 +196,23 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
 }
 
 /// Whether `msg` moves the cursor by the user's hand.
-fn moves_cursor(msg: &Msg) -> bool {
-    matches!(
-        msg,
+fn moves_cursor(state: &AppState, msg: &Msg) -> bool {
+    match msg {
         Msg::Step(_)
-            | Msg::StepBucket(_)
-            | Msg::StepPage(_)
-            | Msg::Home
-            | Msg::End
-            | Msg::ScrubTo(_)
-            | Msg::GotoTime(_)
-            | Msg::GotoEvent(_)
-            | Msg::NextMark
-            | Msg::PrevMark
-            | Msg::PromptSubmit
-    )
+        | Msg::StepBucket(_)
+        | Msg::StepPage(_)
+        | Msg::Home
+        | Msg::ScrubTo(_)
+        | Msg::GotoTime(_)
+        | Msg::GotoEvent(_)
+        | Msg::NextMark
+        | Msg::PrevMark => true,
+        Msg::PromptSubmit => state
+            .prompt
+            .as_ref()
+            .is_some_and(|p| p.kind == PromptKind::Goto),
+        _ => false,
+    }
 }
 
 /// Moves the cursor by `d` events, stopping at the first.

@@ -309,7 +309,7 @@ impl Replays {
 
 /// How an explorer replays a policy on a trace of `events` events: its buckets, the layout
 /// index for the heap maps, and the checkpoints seeking needs.
-fn explorer_options(align_bytes: u64, events: usize) -> ReplayOptions {
+pub(super) fn explorer_options(align_bytes: u64, events: usize) -> ReplayOptions {
     ReplayOptions {
         align_bytes,
         buckets: BUCKETS,

@@ -83,6 +83,9 @@ pub fn run(
     launch: crate::model::state::Launch,
 ) -> Result<()> {
     let lenient = input.lenient;
+    if launch.follow.is_some() {
+        crate::model::follow::yield_to_the_program();
+    }
     let mut state = AppState::new(path, policies, config.clone())
         .with_real(real)
         .launched(launch);

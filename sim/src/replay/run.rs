@@ -459,7 +459,13 @@ impl Run {
         );
         run.meter.series = SeriesBuilder::growing(t0_ns, bucket_width_ns, opts.buckets);
         run.meter.slots = Slots::Growing;
-        run.meter.interval = opts.checkpoint_every.max(1);
+        // 0: only the initial state, as for a replay of a whole trace.
+        run.meter.interval = match opts.checkpoint_every {
+            0 => usize::MAX,
+            k => k,
+        };
+        // A run that goes on for hours under a low limit could fail billions of requests.
+        run.meter.max_ooms_kept = STREAM_OOMS_KEPT;
         run
     }
 

@@ -15,6 +15,29 @@
 
 use super::{Bucketing, MinMaxLast, Series, SeriesBuilder};
 
+impl Bucketing {
+    /// `buckets` buckets of `width_ns` each from `t0_ns`: a bucketing whose bucket starts are
+    /// exact multiples of the width, so that doubling the span merges buckets pairwise (a
+    /// series that grows with a trace still being written, [`crate::replay::LiveReplay`]).
+    #[must_use]
+    pub fn of_width(t0_ns: i64, width_ns: u64, buckets: usize) -> Self {
+        let buckets = buckets.max(1);
+        Self {
+            t0_ns,
+            span_ns: width_ns.max(1).saturating_mul(buckets as u64),
+            buckets,
+        }
+    }
+
+    /// The first `kept` buckets of a bucketing made by [`Self::of_width`] (at least one): the
+    /// span a growing series has reached.
+    #[must_use]
+    pub fn first(self, kept: usize) -> Self {
+        let width_ns = self.span_ns / self.buckets.max(1) as u64;
+        Self::of_width(self.t0_ns, width_ns, kept)
+    }
+}
+
 /// One bucket of a [`Series`], taken out to be merged.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Row {
@@ -173,10 +196,7 @@ impl SeriesBuilder {
     pub(crate) fn snapshot(&self) -> Series {
         let mut b = self.clone();
         b.flush();
-        let kept = b.series.len().max(1);
-        let full = b.series.bucketing;
-        let width = full.span_ns / full.buckets as u64;
-        b.series.bucketing = Bucketing::of_width(full.t0_ns, width, kept);
+        b.series.bucketing = b.series.bucketing.first(b.series.len());
         b.series
     }
 }

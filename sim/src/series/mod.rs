@@ -35,19 +35,6 @@ impl Bucketing {
         Self::for_span(t0_ns, t_last, buckets)
     }
 
-    /// `buckets` buckets of `width_ns` each from `t0_ns`: a bucketing whose bucket starts are
-    /// exact multiples of the width, so that doubling the span merges buckets pairwise (a
-    /// series that grows with a trace still being written, [`crate::replay::LiveReplay`]).
-    #[must_use]
-    pub fn of_width(t0_ns: i64, width_ns: u64, buckets: usize) -> Self {
-        let buckets = buckets.max(1);
-        Self {
-            t0_ns,
-            span_ns: width_ns.max(1).saturating_mul(buckets as u64),
-            buckets,
-        }
-    }
-
     /// `buckets` equal time spans from `t0_ns` to `t_last` (at least one bucket).
     #[must_use]
     pub fn for_span(t0_ns: i64, t_last: i64, buckets: usize) -> Self {

@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 use anyhow::{Context as _, Result, bail};
 
 use super::RecordArgs;
+use crate::model::follow::Follow;
 use crate::model::state::Launch;
 
 /// The first line of the log, by which a later `record --live` knows the file is its own.
@@ -24,8 +25,13 @@ const LOG_HEADER: &str = "# allocview record --live: the recorded command's outp
 /// explorer following it; returns the status to exit with (the command's, once it has ended;
 /// 0 when it is still running).
 pub(super) fn run(args: &RecordArgs, output: &Path) -> Result<u8> {
+    if args.gui && !cfg!(feature = "gui") {
+        bail!("this allocview was built without the desktop explorer (feature `gui`)");
+    }
     let log_path = log_path(output);
     let log = open_log(&log_path)?;
+    // A trace of that name from an earlier run is not this run's.
+    let since = std::time::SystemTime::now();
     let exe = std::env::current_exe().context("cannot find allocview's own executable")?;
     let mut child = Command::new(exe)
         .args(forwarded(args, output))
@@ -34,23 +40,38 @@ pub(super) fn run(args: &RecordArgs, output: &Path) -> Result<u8> {
         .stderr(log)
         .spawn()
         .context("cannot start the recording")?;
-    let launch = Launch {
-        goto: None,
-        follow: true,
+    let follow = Follow {
+        since: Some(since),
+        recorder_pid: Some(child.id()),
+        wake: None,
     };
     let shown = if args.gui {
-        show_in_gui(output)
+        show_in_gui(output, follow)
     } else {
+        let launch = Launch {
+            goto: None,
+            follow: Some(follow),
+        };
         show_in_terminal(output, launch)
     };
     match child.try_wait().context("cannot wait for the recording")? {
         Some(status) => {
             shown?;
-            eprintln!(
-                "recorded {}; the command's output is in {}",
-                output.display(),
-                log_path.display()
-            );
+            if status.success() {
+                eprintln!(
+                    "recorded {}; the command's output is in {}",
+                    output.display(),
+                    log_path.display()
+                );
+            } else {
+                // `record`'s own failure, or the command's status: its last words say which.
+                eprintln!("the end of {}:", log_path.display());
+                let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                for line in lines.iter().skip(lines.len().saturating_sub(10)) {
+                    eprintln!("  {line}");
+                }
+            }
             Ok(status
                 .code()
                 .and_then(|c| u8::try_from(c).ok())
@@ -89,7 +110,7 @@ fn show_in_terminal(output: &Path, launch: Launch) -> Result<()> {
 }
 
 #[cfg(feature = "gui")]
-fn show_in_gui(output: &Path) -> Result<()> {
+fn show_in_gui(output: &Path, follow: Follow) -> Result<()> {
     crate::gui::run(&crate::gui::GuiArgs {
         files: vec![output.to_path_buf()],
         policies: default_policies()?,
@@ -100,11 +121,12 @@ fn show_in_gui(output: &Path) -> Result<()> {
         sites: false,
         tune: false,
         follow: true,
+        follow_recording: Some(follow),
     })
 }
 
 #[cfg(not(feature = "gui"))]
-fn show_in_gui(_output: &Path) -> Result<()> {
+fn show_in_gui(_output: &Path, _follow: Follow) -> Result<()> {
     bail!("this allocview was built without the desktop explorer (feature `gui`)")
 }
 

@@ -15,12 +15,12 @@
 //!   replay once the recording has ended.
 //!
 //! Each reading of the file is the whole file again (the loader is not incremental): the
-//! follower waits at least three times as long as its last round took before the next, so it
-//! takes at most a quarter of a core however long the run grows. A file identified by another
+//! follower waits at least three times as long as its last round took before the next, so a
+//! longer run is shown less often rather than at a higher cost, and the explorer runs at a
+//! lower priority than the program ([`yield_to_the_program`]). A file identified by another
 //! inode than the one followed is another recording: everything starts over.
 
-use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
@@ -37,9 +37,12 @@ use super::state::{AppState, BUCKETS, RunStatus};
 use super::trace_data::{Opening, TraceData};
 use super::update::Msg;
 
+mod locate;
+use locate::{Chosen, Found, locate};
+
 /// The shortest wait between two readings of a growing file.
 const REFRESH: Duration = Duration::from_millis(250);
-/// How many times its own duration the follower waits after a round: a quarter of a core.
+/// How many times its own duration the follower waits after a round.
 const IDLE_PER_WORK: u32 = 3;
 /// Policies that need the whole trace before they place anything.
 const WHOLE_TRACE_POLICIES: [&str; 2] = ["oracle", "predictive"];
@@ -58,6 +61,65 @@ pub struct Live {
     pub work_seconds: f64,
     /// Why there is nothing to show yet (no file, or one not readable yet).
     pub waiting: Option<String>,
+    /// Where the recording comes from.
+    pub from: Follow,
+}
+
+/// What an explorer launched to follow a run knows of its recording.
+#[derive(Clone, Debug, Default)]
+pub struct Follow {
+    /// Only a recording made from this moment on: `record --live` shows its own run, never an
+    /// earlier trace of that name.
+    pub since: Option<std::time::SystemTime>,
+    /// The `allocview record` writing it, when the explorer's command started it.
+    pub recorder_pid: Option<u32>,
+    /// Wakes the frontend when a round has reported (the desktop explorer draws a frame only
+    /// when something changed, rather than polling).
+    pub wake: Option<Wake>,
+}
+
+/// A frontend's wake-up call, for a thread that has sent it a message.
+#[derive(Clone)]
+pub struct Wake(pub Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for Wake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Wake")
+    }
+}
+
+/// Refuses what `--follow` cannot show: a window of the run (it shows the whole run as it
+/// grows).
+///
+/// # Errors
+/// When `input` asks for a window.
+pub fn check_follow(input: &crate::session::InputArgs) -> Result<(), String> {
+    if input.window.is_set() {
+        return Err(
+            "--follow shows the whole run as it grows: it takes no window (--from, --to, \
+             --events)"
+                .to_owned(),
+        );
+    }
+    Ok(())
+}
+
+/// Whether process `pid` runs (a zombie waiting for its parent does not).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+/// Lowers the explorer's priority below the recorded program's (nice 10), before its threads
+/// start, which inherit it: on a machine whose cores the program and `record` keep busy, the
+/// view lags behind the run instead of slowing it.
+pub fn yield_to_the_program() {
+    // Not being allowed to (a seccomp filter, say) leaves the priority as it was: the view
+    // works the same.
+    rustix::process::nice(10).ok();
 }
 
 /// One round of the follower: the trace as far as it was written, and every policy's replay
@@ -75,109 +137,17 @@ pub struct Grown {
     pub work_seconds: f64,
 }
 
-/// The file to read: a recording in progress, or the finished output.
-struct Found {
-    path: PathBuf,
-    /// The name the file gets when its recording ends.
-    finished_name: Option<String>,
-    inode: (u64, u64),
-    bytes: u64,
-    ended: bool,
-}
-
-/// Where the follower reads `output`'s recording: a temporary file of a `record` that is
-/// still running, else the output itself. While it runs, `record` writes each process's trace
-/// under its per-process name (`run.PID.avt`, renamed to `run.avt` at the end when the program
-/// ran one process): of the newest `record`'s files, the follower reads the first process's
-/// (the lowest pid, the program's own).
-fn locate(output: &Path, followed_name: Option<&str>) -> Option<Found> {
-    let name = output.file_name()?.to_str()?;
-    let dir = match output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    // (writer's modification time, process pid and exec generation, the file)
-    let mut candidates: Vec<(u32, std::time::SystemTime, (u32, u32), Found)> = Vec::new();
-    for entry in std::fs::read_dir(&dir).ok()?.flatten() {
-        let file = entry.file_name();
-        let Some(file) = file.to_str() else { continue };
-        let Some(rest) = file.strip_prefix(".allocview-tmp-") else {
-            continue;
-        };
-        // `WRITER-ATTEMPT-NAME`.
-        let mut parts = rest.splitn(3, '-');
-        let (Some(writer), Some(_), Some(written)) = (parts.next(), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        let Ok(writer) = writer.parse::<u32>() else {
-            continue;
-        };
-        let Some(process) = process_of(name, written) else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{writer}")).exists() {
-            continue;
-        }
-        let Ok(m) = entry.metadata() else { continue };
-        let modified = m.modified().unwrap_or(std::time::UNIX_EPOCH);
-        let found = Found {
-            path: entry.path(),
-            finished_name: Some(written.to_owned()),
-            inode: (m.dev(), m.ino()),
-            bytes: m.len(),
-            ended: false,
-        };
-        candidates.push((writer, modified, process, found));
-    }
-    let newest_writer = candidates.iter().max_by_key(|c| c.1).map(|c| c.0);
-    if let Some(writer) = newest_writer {
-        return candidates
-            .into_iter()
-            .filter(|c| c.0 == writer)
-            .min_by_key(|c| c.2)
-            .map(|c| c.3);
-    }
-    // Finished: the output, or the per-process trace that was followed (a program that ran
-    // several processes keeps them apart).
-    let finished = followed_name
-        .map(|n| output.with_file_name(n))
-        .filter(|p| p.exists())
-        .unwrap_or_else(|| output.to_path_buf());
-    let m = std::fs::metadata(&finished).ok()?;
-    Some(Found {
-        path: finished,
-        finished_name: None,
-        inode: (m.dev(), m.ino()),
-        bytes: m.len(),
-        ended: true,
-    })
-}
-
-/// Whether `written` is the output `name` or one of its per-process names (`stem.PID.ext`,
-/// `stem.PID-N.ext`): the process's pid and exec generation (`(0, 0)` for the name itself).
-fn process_of(name: &str, written: &str) -> Option<(u32, u32)> {
-    if written == name {
-        return Some((0, 0));
-    }
-    let (stem, ext) = match name.find('.') {
-        Some(dot) if dot > 0 => name.split_at(dot),
-        _ => (name, ""),
-    };
-    let tag = written
-        .strip_prefix(stem)?
-        .strip_prefix('.')?
-        .strip_suffix(ext)?;
-    let (pid, generation) = tag.split_once('-').unwrap_or((tag, "0"));
-    Some((pid.parse().ok()?, generation.parse().ok()?))
-}
-
 /// What the follower takes of the state.
 struct Follower {
     output: PathBuf,
-    opening: Opening,
+    /// `--heap`: the heap to show, by name (resolved in each recording).
+    heap: Option<String>,
+    lenient: bool,
+    device: Option<allocview_loaders::kineto::DeviceChoice>,
     specs: Vec<PolicySpec>,
     config: PolicyConfig,
+    /// Where the recording comes from (`record --live`: its time and pid).
+    from: Follow,
     cancel: Arc<AtomicBool>,
     tx: Sender<Msg>,
 }
@@ -186,6 +156,8 @@ struct Follower {
 struct Followed {
     inode: (u64, u64),
     ended: bool,
+    /// The heap shown, resolved in this recording.
+    heap: u32,
     /// Per policy: its live replay, or why it has none (`None`: replayed at the end).
     replays: Vec<Result<Option<LiveReplay>, String>>,
     classes: ClassSeriesBuilder,
@@ -193,126 +165,176 @@ struct Followed {
     whole_done: bool,
 }
 
+/// Whether the follower goes on after a round.
+#[derive(PartialEq, Eq)]
+enum Next {
+    Go,
+    Stop,
+}
+
 /// Starts following `state.path` on a thread of its own, reporting [`Msg::Grown`] each time
 /// the recording has grown (and [`Msg::Replayed`] for the whole-trace policies at its end).
 pub fn start_follow(state: &AppState, lenient: bool, tx: &Sender<Msg>) {
-    let heap = state.heap.clone();
-    let mut follower = Follower {
+    let follower = Follower {
         output: state.path.clone(),
-        opening: Opening {
-            lenient,
-            device: state.device,
-            heap: 0,
-            keep_calls: false,
-        },
+        heap: state.heap.clone(),
+        lenient,
+        device: state.device,
         specs: state.policies.iter().map(|p| p.spec.clone()).collect(),
         config: state.config.clone(),
+        from: state
+            .live
+            .as_ref()
+            .map(|l| l.from.clone())
+            .unwrap_or_default(),
         cancel: Arc::clone(&state.cancel),
         tx: tx.clone(),
     };
     for i in 0..state.real.len() {
         let why = "the real allocators replay a finished trace: open the file once the \
                    recording has ended";
-        tx.send(Msg::RealReplayed(i, Err(why.to_owned()))).ok();
+        follower.send(Msg::RealReplayed(i, Err(why.to_owned())));
     }
-    std::thread::spawn(move || {
-        let mut heap_id = None;
+    std::thread::spawn(move || follower.run());
+}
+
+impl Follower {
+    /// Looks for the recording and reads it again each time it changed, until the frontend
+    /// moves on.
+    fn run(self) {
         let mut followed: Option<Followed> = None;
-        let mut followed_name: Option<String> = None;
+        let mut chosen: Option<Chosen> = None;
         // The file as last read (inode, bytes, ended): read again only once it changed.
         let mut last_read = None;
-        while !follower.cancel.load(Ordering::Relaxed) {
+        while !self.cancel.load(Ordering::Relaxed) {
             let started = Instant::now();
-            let Some(found) = locate(&follower.output, followed_name.as_deref()) else {
-                follower.waiting(format!(
-                    "waiting for {} to be recorded",
-                    follower.output.display()
-                ));
+            let Some(found) = locate(&self.output, chosen.as_ref(), self.from.since) else {
+                self.waiting(self.why_nothing_yet());
                 std::thread::sleep(REFRESH);
                 continue;
             };
-            if let Some(n) = &found.finished_name {
-                followed_name = Some(n.clone());
-            }
-            if heap_id.is_none() {
-                match crate::session::input::heap_id(&found.path, heap.as_deref()) {
-                    Ok(id) => heap_id = Some(id),
-                    Err(e) if found.ended => {
-                        follower.tx.send(Msg::Loaded(Err(format!("{e:#}")))).ok();
-                        return;
-                    }
-                    // The heap may not have been named yet: look again next round.
-                    Err(_) => {}
-                }
-                follower.opening.heap = heap_id.unwrap_or(0);
+            if found.chosen.is_some() {
+                chosen.clone_from(&found.chosen);
             }
             let seen = Some((found.inode, found.bytes, found.ended));
             if seen != last_read {
                 last_read = seen;
-                follower.round(&mut followed, &found, started);
+                if self.round(&mut followed, &found, started) == Next::Stop {
+                    return;
+                }
             }
             let took = started.elapsed();
             std::thread::sleep(REFRESH.max(took * IDLE_PER_WORK));
         }
-    });
-}
+    }
 
-impl Follower {
+    /// Sends `msg` to the frontend and wakes it; false once the frontend is gone.
+    fn send(&self, msg: Msg) -> bool {
+        let sent = self.tx.send(msg).is_ok();
+        if let Some(Wake(wake)) = &self.from.wake {
+            wake();
+        }
+        sent
+    }
+
     fn waiting(&self, why: String) {
-        self.tx.send(Msg::LiveWaiting(why)).ok();
+        self.send(Msg::LiveWaiting(why));
+    }
+
+    /// Why there is no file to show: not recorded yet, or the `record` this command started
+    /// has ended without writing one.
+    fn why_nothing_yet(&self) -> String {
+        let log = || {
+            let mut name = self.output.as_os_str().to_owned();
+            name.push(".log");
+            PathBuf::from(name)
+        };
+        match self.from.recorder_pid {
+            Some(pid) if !running(pid) => format!(
+                "the recording ended without writing {}: see {}",
+                self.output.display(),
+                log().display()
+            ),
+            _ => format!("waiting for {} to be recorded", self.output.display()),
+        }
     }
 
     /// Reads the file again and replays what it added.
-    fn round(&self, followed: &mut Option<Followed>, found: &Found, started: Instant) {
+    fn round(&self, followed: &mut Option<Followed>, found: &Found, started: Instant) -> Next {
+        let same = followed.as_ref().filter(|f| f.inode == found.inode);
+        // The heap asked for is looked up in each recording, and may be named only once the
+        // program has made it.
+        let heap = match same {
+            Some(f) => f.heap,
+            None => match crate::session::input::heap_id(&found.path, self.heap.as_deref()) {
+                Ok(id) => id,
+                Err(e) => {
+                    self.waiting(format!("{}: {e:#}", found.path.display()));
+                    return Next::Go;
+                }
+            },
+        };
+        let opening = Opening {
+            lenient: self.lenient,
+            device: self.device,
+            heap,
+            keep_calls: false,
+        };
         let progress = Arc::new(AtomicU64::new(0));
         let window = crate::session::WindowArgs::default();
-        let mut data = match TraceData::load_with(&found.path, &self.opening, &window, progress) {
+        let mut data = match TraceData::load_with(&found.path, &opening, &window, progress) {
             Ok(d) => d,
-            // A file just created has no header yet, or is cut inside one.
-            Err(e) if !found.ended => {
-                self.waiting(format!("{}: not readable yet ({e})", found.path.display()));
-                return;
-            }
+            // A file just created has no header yet, or is cut inside one; a finished one
+            // that does not load may be replaced by a new recording.
             Err(e) => {
-                self.tx.send(Msg::Loaded(Err(e))).ok();
-                *followed = None;
-                return;
+                self.waiting(format!("{}: not readable ({e})", found.path.display()));
+                return Next::Go;
             }
         };
+        if data.part.is_some() {
+            // Past what the explorers load whole: only its first part would come back.
+            self.waiting(format!(
+                "the run has grown past what the explorer holds in memory: the view stops \
+                 here; open {} once the recording has ended (it opens a part at a time)",
+                self.output.display()
+            ));
+            return Next::Stop;
+        }
         data.path.clone_from(&self.output);
         if !found.ended {
             // A file being written is cut short by nature: that is no news.
             data.warnings.retain(|w| !is_cut_short(w));
         }
-        let restarted = match followed {
-            Some(f) => {
-                f.inode != found.inode
-                    || f.replays
-                        .iter()
-                        .any(|r| matches!(r, Ok(Some(l)) if l.events() > data.len()))
-            }
-            None => true,
-        };
+        let shrank = same.is_some_and(|f| {
+            f.classes.events() > data.len()
+                || f.replays
+                    .iter()
+                    .any(|r| matches!(r, Ok(Some(l)) if l.events() > data.len()))
+        });
+        let restarted = same.is_none() || shrank;
         if restarted {
-            *followed = Some(self.fresh(found));
+            *followed = Some(self.fresh(found, heap));
         }
-        let Some(f) = followed.as_mut() else { return };
+        let Some(f) = followed.as_mut() else {
+            return Next::Go;
+        };
         f.ended = found.ended;
         let data = Arc::new(data);
         let Some(grown) = self.grow(f, &data, restarted, started) else {
-            return;
+            return Next::Stop;
         };
-        if self.tx.send(Msg::Grown(Box::new(grown))).is_err() {
-            return;
+        if !self.send(Msg::Grown(Box::new(grown))) {
+            return Next::Stop;
         }
         if f.ended && !f.whole_done {
             f.whole_done = true;
             self.replay_whole(f, &data);
         }
+        Next::Go
     }
 
     /// A recording seen for the first time.
-    fn fresh(&self, found: &Found) -> Followed {
+    fn fresh(&self, found: &Found, heap: u32) -> Followed {
         let replays = self
             .specs
             .iter()
@@ -333,6 +355,7 @@ impl Follower {
         Followed {
             inode: found.inode,
             ended: false,
+            heap,
             replays,
             classes: ClassSeriesBuilder::growing(0, LIVE_BUCKET_WIDTH_NS, BUCKETS, 16_384),
             whole_done: false,
@@ -414,7 +437,7 @@ impl Follower {
                 })
                 .map(Arc::new)
                 .map_err(|e| e.to_string());
-            if self.tx.send(Msg::Replayed(i, result)).is_err() {
+            if !self.send(Msg::Replayed(i, result)) {
                 return;
             }
         }
@@ -434,6 +457,10 @@ pub(super) fn grown(state: &mut AppState, g: Grown) {
     live.work_seconds += g.work_seconds;
     live.waiting = None;
     let at_head = live.at_head;
+    // A recording that replaced one that failed to load.
+    state.load_error = None;
+    // The sites' table and series were computed on the shorter trace.
+    state.sites.invalidate();
     if g.restarted {
         if let Some(w) = g.data.warnings.first() {
             state.message = Some(format!("warning: {w}"));
@@ -481,62 +508,11 @@ fn is_cut_short(warning: &str) -> bool {
     warning.contains("cut short") || warning.contains("truncated")
 }
 
-/// How the follower replays a policy: the explorer's buckets and checkpoints, no layout index
-/// (it is sized by the trace's length; the heap map replays from a checkpoint instead).
+/// How the follower replays a policy: as the explorer does, without the layout index (it is
+/// sized by the trace's length; the heap map replays from a checkpoint instead).
 fn live_options(align_bytes: u64) -> ReplayOptions {
     ReplayOptions {
-        align_bytes,
-        buckets: BUCKETS,
         layout_index: false,
-        checkpoint_budget_bytes: super::workers::checkpoint_budget_bytes(0),
-        checkpoint_min_copies: super::workers::CHECKPOINT_MIN_COPIES,
-        ..ReplayOptions::default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn scratch(name: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("allocview-follow-{name}-{}", std::process::id()));
-        std::fs::remove_dir_all(&d).ok();
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
-
-    #[test]
-    fn a_recording_in_progress_is_found_before_the_finished_output() {
-        let d = scratch("locate");
-        let out = d.join("run.avt");
-        assert!(locate(&out, None).is_none());
-        std::fs::write(&out, b"old").unwrap();
-        let f = locate(&out, None).unwrap();
-        assert!(f.ended);
-        assert_eq!(f.path, out);
-        // A writer that is alive (this process) writing two processes' traces, and one that
-        // is gone.
-        let me = std::process::id();
-        let live = d.join(format!(".allocview-tmp-{me}-0-run.4242.avt"));
-        std::fs::write(&live, b"new, growing").unwrap();
-        std::fs::write(
-            d.join(format!(".allocview-tmp-{me}-0-run.4250-1.avt")),
-            b"child",
-        )
-        .unwrap();
-        std::fs::write(d.join(".allocview-tmp-999999999-0-run.avt"), b"dead").unwrap();
-        // Another output's recording in the same folder.
-        std::fs::write(d.join(format!(".allocview-tmp-{me}-0-other.avt")), b"x").unwrap();
-        std::fs::write(d.join(format!(".allocview-tmp-{me}-0-runner.1.avt")), b"x").unwrap();
-        let f = locate(&out, None).unwrap();
-        assert!(!f.ended);
-        assert_eq!(f.path, live);
-        assert_eq!(f.bytes, 12);
-        assert_eq!(process_of("run.avt", "run.avt"), Some((0, 0)));
-        assert_eq!(process_of("run.avt", "run.12-3.avt"), Some((12, 3)));
-        assert_eq!(process_of("run.avt", "runner.12.avt"), None);
-        assert_eq!(process_of("trace", "trace.7"), Some((7, 0)));
-        std::fs::remove_dir_all(&d).ok();
+        ..super::workers::explorer_options(align_bytes, 0)
     }
 }
