@@ -8,10 +8,12 @@
 # For each: the program's own duration (its first to last event, from the trace: what the
 # viewer might slow down), the wall time until the trace is written, the CPU seconds of the
 # recording without a viewer (allocview record and the program), and the viewer's own CPU
-# seconds (the explorer's process; its `record` child is the same recording as the first).
+# seconds and peak resident memory (the explorer's process; its `record` child is the same
+# recording as the first).
 #
 # usage: scripts/bench-live.sh [ROUNDS] [PY_ITEMS_PER_THREAD] [CPP_ROUNDS]   (defaults 3, 1500000, 12000)
-# env:   ALLOCVIEW (default target/release/allocview), PYTHON (default /usr/bin/python3)
+# env:   ALLOCVIEW (default target/release/allocview), PYTHON (default /usr/bin/python3),
+#        ONLY=python or ONLY=c++ for one workload
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS="${1:-3}"
@@ -42,7 +44,7 @@ plain() {
   rm -f "$out"
   { TIMEFORMAT='%3R %3U %3S'; time "$ALLOCVIEW" record -o "$out" -- "$@" >/dev/null 2>&1; } 2> "$W/t"
   read -r wall user sys < "$W/t"
-  echo "$(duration "$out") $wall $(echo "$user $sys" | awk '{print $1+$2}') 0"
+  echo "$(duration "$out") $wall $(echo "$user $sys" | awk '{print $1+$2}') - -"
 }
 
 # record --live / --gui: the explorer follows until the recording has ended, then quits.
@@ -67,6 +69,7 @@ watched() {
   # The recording is the viewer's child `allocview record`; it has ended when the log says so.
   until grep -q "^recorded " "$out.log" 2>/dev/null; do
     view_cpu=$(cpu_self "$viewer" "${view_cpu:-0}")
+    view_mib=$(awk '/^VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$viewer/status" 2>/dev/null || echo "${view_mib:-0}")
     sleep 0.05
   done
   end=$(date +%s.%N)
@@ -77,7 +80,7 @@ watched() {
     kill "$viewer" 2>/dev/null || true
     wait "$xvfb" 2>/dev/null || true
   fi
-  echo "$(duration "$out") $(echo "$end $start" | awk '{printf "%.3f", $1-$2}') - ${view_cpu:-0}"
+  echo "$(duration "$out") $(echo "$end $start" | awk '{printf "%.3f", $1-$2}') - ${view_cpu:-0} ${view_mib:-0}"
 }
 
 echo "allocview: $ALLOCVIEW"
@@ -87,15 +90,16 @@ bench() {
   local name="$1"; shift
   echo
   echo "== $name: $*"
-  printf '%-16s %10s %8s %12s %12s\n' mode program_s wall_s record_cpu_s viewer_cpu_s
+  local f='%-16s %10s %8s %12s %12s %15s\n'
+  printf "$f" mode program_s wall_s record_cpu_s viewer_cpu_s viewer_peak_mib
   for _ in $(seq "$ROUNDS"); do
-    printf '%-16s %10s %8s %12s %12s\n' record $(plain "$@")
-    printf '%-16s %10s %8s %12s %12s\n' "record --live" $(watched live "$@")
-    printf '%-16s %10s %8s %12s %12s\n' "record --gui" $(watched gui "$@")
+    printf "$f" record $(plain "$@")
+    printf "$f" "record --live" $(watched live "$@")
+    printf "$f" "record --gui" $(watched gui "$@")
   done
 }
 # Set here, not through `env`: `env` would exec the interpreter, a second process image with a
 # trace of its own.
 export PYTHONMALLOC=malloc
-bench python "$PYTHON" scripts/stacks-workload.py "$PY_N" 2
-bench c++ "$W/cw" "$CPP_N"
+case "${ONLY:-both}" in python | both) bench python "$PYTHON" scripts/stacks-workload.py "$PY_N" 2 ;; esac
+case "${ONLY:-both}" in c++ | both) bench c++ "$W/cw" "$CPP_N" ;; esac

@@ -254,3 +254,51 @@ fn gui_shows_a_load_error_instead_of_waiting_for_ever_under_xvfb() {
     };
     assert!(img.width() >= 1000, "{}", img.width());
 }
+
+/// `gui FILE --follow` on a recording in progress: the window shows the run so far while the
+/// program still runs (it waits on its standard input), its heap map and timeline drawn.
+#[test]
+fn gui_follows_a_recording_in_progress_under_xvfb() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("hold.c");
+    std::fs::write(
+        &src,
+        r#"#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+int main(void) {
+    for (int i = 0; i < 3000; i++) memset(malloc(1000 + i % 3000), 1, 16);
+    getchar();
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.path().join("hold");
+    let cc = Command::new("cc")
+        .args(["-O0", "-fno-builtin", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(cc.success());
+    let out = dir.path().join("hold.avt");
+    let mut record = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(["record", "-o", out.to_str().unwrap(), "--"])
+        .arg(&exe)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let img = screenshot(&out, &["--follow"]);
+    // The program was still waiting when the window was drawn: it ends now.
+    assert!(
+        record.try_wait().unwrap().is_none(),
+        "the program ended too early"
+    );
+    drop(record.stdin.take());
+    assert!(record.wait().unwrap().success());
+    let Some(img) = img else { return };
+    assert_not_blank(&img);
+}

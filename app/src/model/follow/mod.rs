@@ -15,7 +15,7 @@
 //!   replay once the recording has ended.
 //!
 //! Each reading of the file is the whole file again (the loader is not incremental): the
-//! follower waits at least three times as long as its last round took before the next, so a
+//! follower waits at least nine times as long as its last round took before the next, so a
 //! longer run is shown less often rather than at a higher cost, and the explorer runs at a
 //! lower priority than the program ([`yield_to_the_program`]). A file identified by another
 //! inode than the one followed is another recording: everything starts over.
@@ -42,8 +42,10 @@ use locate::{Chosen, Found, locate};
 
 /// The shortest wait between two readings of a growing file.
 const REFRESH: Duration = Duration::from_millis(250);
-/// How many times its own duration the follower waits after a round.
-const IDLE_PER_WORK: u32 = 3;
+/// How many times its own duration the follower waits after a round: a tenth of its time at
+/// work (at a third, the C++ workload of `scripts/bench-live.sh` ran 10 to 20% slower watched
+/// on 2 cores that `record` keeps busy).
+const IDLE_PER_WORK: u32 = 9;
 /// Policies that need the whole trace before they place anything.
 const WHOLE_TRACE_POLICIES: [&str; 2] = ["oracle", "predictive"];
 
@@ -113,13 +115,14 @@ fn running(pid: u32) -> bool {
     })
 }
 
-/// Lowers the explorer's priority below the recorded program's (nice 10), before its threads
-/// start, which inherit it: on a machine whose cores the program and `record` keep busy, the
-/// view lags behind the run instead of slowing it.
+/// Lowers the explorer's priority to the lowest (nice 19), before its threads start, which
+/// inherit it: on a machine whose cores the program and `record` keep busy, the view lags
+/// behind the run instead of slowing it (at nice 10 the Python workload of
+/// `scripts/bench-live.sh` still ran about 9% slower watched).
 pub fn yield_to_the_program() {
     // Not being allowed to (a seccomp filter, say) leaves the priority as it was: the view
     // works the same.
-    rustix::process::nice(10).ok();
+    rustix::process::nice(19).ok();
 }
 
 /// One round of the follower: the trace as far as it was written, and every policy's replay
