@@ -31,7 +31,7 @@ pub enum Msg {
     GotoTime(f64),
     /// Move the cursor to an event.
     GotoEvent(usize),
-    /// Next / previous peak or OOM.
+    /// Next / previous mark, peak or OOM.
     NextMark,
     PrevMark,
     CyclePolicy(i64),

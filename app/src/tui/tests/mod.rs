@@ -138,7 +138,8 @@ fn help_overlay_lists_the_keys() {
     send(&mut s, &key('?'));
     let text = screen(&mut s, 120, 40);
     assert!(text.contains("keys (? to close)"), "{text}");
-    assert!(text.contains("next / previous peak or OOM"), "{text}");
+    assert!(text.contains("next / previous mark, peak or OOM"), "{text}");
+    assert!(text.contains("follow the newest event"), "{text}");
     send(&mut s, &key('q'));
     assert!(!s.help && !s.quit, "q closes the help first");
     send(&mut s, &key('q'));
