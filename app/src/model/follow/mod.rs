@@ -58,9 +58,6 @@ pub struct Live {
     pub bucketing: Option<Bucketing>,
     /// Whether the recording has ended (the file is finished).
     pub ended: bool,
-    /// Readings of the file so far, and the seconds they took with the replays.
-    pub rounds: u64,
-    pub work_seconds: f64,
     /// Why there is nothing to show yet (no file, or one not readable yet).
     pub waiting: Option<String>,
     /// Where the recording comes from.
@@ -136,8 +133,6 @@ pub struct Grown {
     pub ended: bool,
     /// The file is another recording than the one shown so far.
     pub restarted: bool,
-    /// The round's seconds (reading and replaying).
-    pub work_seconds: f64,
 }
 
 /// What the follower takes of the state.
@@ -222,7 +217,7 @@ impl Follower {
             let seen = Some((found.inode, found.bytes, found.ended));
             if seen != last_read {
                 last_read = seen;
-                if self.round(&mut followed, &found, started) == Next::Stop {
+                if self.round(&mut followed, &found) == Next::Stop {
                     return;
                 }
             }
@@ -263,7 +258,7 @@ impl Follower {
     }
 
     /// Reads the file again and replays what it added.
-    fn round(&self, followed: &mut Option<Followed>, found: &Found, started: Instant) -> Next {
+    fn round(&self, followed: &mut Option<Followed>, found: &Found) -> Next {
         let same = followed.as_ref().filter(|f| f.inode == found.inode);
         // The heap asked for is looked up in each recording, and may be named only once the
         // program has made it.
@@ -323,7 +318,7 @@ impl Follower {
         };
         f.ended = found.ended;
         let data = Arc::new(data);
-        let Some(grown) = self.grow(f, &data, restarted, started) else {
+        let Some(grown) = self.grow(f, &data, restarted) else {
             return Next::Stop;
         };
         if !self.send(Msg::Grown(Box::new(grown))) {
@@ -367,13 +362,7 @@ impl Follower {
 
     /// Replays what `data` adds to `f` and makes the round's report; `None` when the frontend
     /// moved on.
-    fn grow(
-        &self,
-        f: &mut Followed,
-        data: &Arc<TraceData>,
-        restarted: bool,
-        started: Instant,
-    ) -> Option<Grown> {
+    fn grow(&self, f: &mut Followed, data: &Arc<TraceData>, restarted: bool) -> Option<Grown> {
         let view = data.view();
         if f.classes.events() == 0 {
             let t0 = view.t_ns.first().copied().unwrap_or(0);
@@ -414,7 +403,6 @@ impl Follower {
             bucketing,
             ended: f.ended,
             restarted,
-            work_seconds: started.elapsed().as_secs_f64(),
         })
     }
 
@@ -422,11 +410,11 @@ impl Follower {
     fn replay_whole(&self, f: &Followed, data: &TraceData) {
         let view = data.view();
         let bucketing = f.classes.snapshot().bucketing;
+        let config = data.with_predictive_features(data.policy_config(self.config.clone()));
         for (i, spec) in self.specs.iter().enumerate() {
             if !matches!(f.replays.get(i), Some(Ok(None))) {
                 continue;
             }
-            let config = data.with_predictive_features(data.policy_config(self.config.clone()));
             let result = spec
                 .apply(&config)
                 .and_then(|cfg| {
@@ -456,8 +444,6 @@ pub(super) fn grown(state: &mut AppState, g: Grown) {
     };
     live.bucketing = Some(g.bucketing);
     live.ended = g.ended;
-    live.rounds += 1;
-    live.work_seconds += g.work_seconds;
     live.waiting = None;
     let at_head = live.at_head;
     // A recording that replaced one that failed to load.
