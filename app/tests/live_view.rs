@@ -344,3 +344,37 @@ fn follow_switches_from_a_finished_trace_to_a_new_recording_and_into_the_program
     let stats = json(&["stats", program_trace.to_str().unwrap(), "--json"]);
     assert_eq!(stats["events"].as_u64(), events(&end), "{stats}");
 }
+
+/// Without a terminal, the terminal explorer and `record --live` say so instead of panicking
+/// in the terminal library, and `record --live` starts nothing.
+#[test]
+fn without_a_terminal_the_explorers_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let sample = common::sample("python_json.avt");
+    for args in [
+        vec![sample.to_str().unwrap().to_owned()],
+        vec![
+            "record".to_owned(),
+            "--live".to_owned(),
+            "-o".to_owned(),
+            dir.path().join("t.avt").to_str().unwrap().to_owned(),
+            "--".to_owned(),
+            "true".to_owned(),
+        ],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("terminal"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "nothing written"
+    );
+}

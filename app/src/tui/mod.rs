@@ -82,6 +82,14 @@ pub fn run(
     jobs: usize,
     launch: crate::model::state::Launch,
 ) -> Result<()> {
+    use std::io::IsTerminal as _;
+    // ratatui's own check panics: say what is wrong before anything starts.
+    if !io::stdout().is_terminal() || !io::stdin().is_terminal() {
+        anyhow::bail!(
+            "the terminal explorer needs a terminal (its input or output is not one): run it \
+             in a terminal, or use `allocview gui`, `allocview stats` or `allocview report`"
+        );
+    }
     let lenient = input.lenient;
     if launch.follow.is_some() {
         crate::model::follow::yield_to_the_program();
@@ -94,7 +102,7 @@ pub fn run(
     state.heap = input.heap.clone();
     let (mut tx, rx) = mpsc::channel();
     start_workers(&state, lenient, jobs, &tx);
-    let mut terminal = ratatui::init();
+    let mut terminal = ratatui::try_init().context("cannot set up the terminal")?;
     execute!(io::stdout(), EnableMouseCapture).ok();
     let mut rx = rx;
     let result = loop {

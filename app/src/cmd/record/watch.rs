@@ -8,7 +8,7 @@
 //! has ended leaves both running: the trace is finished when the command ends.
 
 use std::ffi::OsString;
-use std::io::{Read as _, Write as _};
+use std::io::{IsTerminal as _, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -27,6 +27,13 @@ const LOG_HEADER: &str = "# allocview record --live: the recorded command's outp
 pub(super) fn run(args: &RecordArgs, output: &Path) -> Result<u8> {
     if args.gui && !cfg!(feature = "gui") {
         bail!("this allocview was built without the desktop explorer (feature `gui`)");
+    }
+    let in_a_terminal = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    if !args.gui && !in_a_terminal {
+        bail!(
+            "record --live shows the run in this terminal, and its input or output is not one: \
+             use record --gui, or record without --live and `allocview FILE --follow` elsewhere"
+        );
     }
     let log_path = log_path(output);
     let log = open_log(&log_path)?;
