@@ -433,10 +433,13 @@ fn leaks_flamegraphs_diffs_and_parquet_carry_python_frames() {
         let prog = sub.join("grow.py");
         std::fs::write(
             &prog,
-            // `os._exit`: the interpreter's teardown would free what it keeps.
+            // `os._exit`: the interpreter's teardown would free what it keeps. The sleep lets
+            // the tracer's clock thread join the interpreter first (it does so once
+            // `Py_IsInitialized()` is true, between two bytecodes): on a loaded machine the
+            // whole program could otherwise run before, with no Python frames to show.
             format!(
-                "import os\nKEPT = []\ndef keep(n):\n    KEPT.append([str(i) * 4 for i in range(n)])\n\
-                 keep({n})\nos._exit(0)\n"
+                "import os, time\nKEPT = []\ndef keep(n):\n    KEPT.append([str(i) * 4 for i in range(n)])\n\
+                 time.sleep(0.5)\nkeep({n})\nos._exit(0)\n"
             ),
         )
         .unwrap();
