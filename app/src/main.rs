@@ -131,7 +131,7 @@ fn main() -> ExitCode {
         (None, Some(file)) => {
             let launch = allocview::model::state::Launch {
                 goto: cli.goto,
-                follow: cli.follow.then(allocview::model::follow::Follow::default),
+                follow: cli.follow.then(allocview::model::live::Follow::default),
             };
             explore(&file, &cli.policies, &cli.input, launch)
         }
@@ -181,7 +181,7 @@ fn explore(
     if launch.follow.is_none() {
         std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?;
     } else {
-        allocview::model::follow::check_follow(input).map_err(anyhow::Error::msg)?;
+        allocview::model::live::check_follow(input).map_err(anyhow::Error::msg)?;
     }
     let (names, real) = policies.explorer_specs_and_real(Some(file))?;
     let config = policies.config()?;

@@ -61,7 +61,7 @@ pub struct GuiArgs {
     pub follow: bool,
     /// The recording `record --gui` started, followed as `--follow` does.
     #[arg(skip)]
-    pub follow_recording: Option<crate::model::follow::Follow>,
+    pub follow_recording: Option<crate::model::live::Follow>,
 }
 
 fn col(rgb: Rgb) -> Color32 {
@@ -175,7 +175,7 @@ struct GuiApp {
     /// `--goto`, applied to the first file opened.
     goto: Option<String>,
     /// `--follow`: the first file opened is a run being recorded (taken by that opening).
-    follow: Option<crate::model::follow::Follow>,
+    follow: Option<crate::model::live::Follow>,
     /// To wake the window from the follower's thread.
     ctx: egui::Context,
     /// The menu bar's "go to" box, and whether `g` asked for the keyboard to go there.
@@ -199,7 +199,7 @@ impl GuiApp {
         // A followed run grows without any input: its rounds wake the window.
         let follow = if overlay { None } else { self.follow.take() }.map(|mut f| {
             let ctx = self.ctx.clone();
-            f.wake = Some(crate::model::follow::Wake(Arc::new(move || {
+            f.wake = Some(crate::model::live::Wake(Arc::new(move || {
                 ctx.request_repaint();
             })));
             f
@@ -638,10 +638,10 @@ pub fn run(args: &GuiArgs) -> Result<()> {
     let follow = args
         .follow_recording
         .clone()
-        .or_else(|| args.follow.then(crate::model::follow::Follow::default));
+        .or_else(|| args.follow.then(crate::model::live::Follow::default));
     if follow.is_some() {
-        crate::model::follow::check_follow(&args.input).map_err(|e| anyhow!(e))?;
-        crate::model::follow::yield_to_the_program();
+        crate::model::live::check_follow(&args.input).map_err(|e| anyhow!(e))?;
+        crate::model::live::yield_to_the_program();
     }
     // A followed run's file may not be there yet.
     for f in args.files.iter().skip(usize::from(follow.is_some())) {

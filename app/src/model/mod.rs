@@ -7,6 +7,8 @@ pub mod follow;
 pub mod heap_at;
 pub mod heapmap;
 pub mod heaps;
+pub mod live;
+pub mod options;
 pub mod overview;
 pub mod parts;
 pub mod plan_view;

@@ -30,7 +30,7 @@ pub struct Launch {
     /// `--goto`: the event, time or `peak` to open at.
     pub goto: Option<String>,
     /// `--follow`: the input is a run being recorded, followed as it grows.
-    pub follow: Option<super::follow::Follow>,
+    pub follow: Option<super::live::Follow>,
 }
 
 /// Where one policy's replay stands.
@@ -253,7 +253,7 @@ pub struct AppState {
     pub tune_running: bool,
     /// A run followed while it is recorded (`--follow`, `record --live`): the worker reads the
     /// growing file ([`super::follow`]) instead of loading it once.
-    pub live: Option<super::follow::Live>,
+    pub live: Option<super::live::Live>,
 }
 
 impl AppState {
@@ -313,10 +313,10 @@ impl AppState {
     pub fn launched(mut self, launch: Launch) -> Self {
         self.initial_goto = launch.goto;
         if let Some(from) = launch.follow {
-            self.live = Some(super::follow::Live {
+            self.live = Some(super::live::Live {
                 at_head: true,
                 from,
-                ..super::follow::Live::default()
+                ..super::live::Live::default()
             });
         }
         self

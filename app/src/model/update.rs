@@ -71,7 +71,7 @@ pub enum Msg {
     /// A real-allocator row's series (its measured RSS), or why it did not run.
     RealReplayed(usize, Result<Arc<allocview_sim::series::Series>, String>),
     /// A followed run has grown ([`super::follow`]).
-    Grown(Box<super::follow::Grown>),
+    Grown(Box<super::live::Grown>),
     /// A followed run has nothing to show yet, and why.
     LiveWaiting(String),
     /// The cursor follows the newest event of a followed run again (`F`).
@@ -172,7 +172,7 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
             state.tune_running = false;
             tuned(state, result);
         }
-        Msg::Grown(g) => super::follow::grown(state, *g),
+        Msg::Grown(g) => grown(state, *g),
         Msg::LiveWaiting(why) => {
             if let Some(live) = state.live.as_mut() {
                 live.waiting = Some(why.clone());
@@ -182,7 +182,7 @@ pub fn update(state: &mut AppState, msg: Msg) -> Option<Msg> {
                 state.message = Some(why);
             }
         }
-        Msg::FollowHead => super::follow::follow_head(state),
+        Msg::FollowHead => follow_head(state),
         Msg::RealReplayed(i, result) => {
             if let Some(slot) = state.real.get_mut(i) {
                 slot.status = match result {
@@ -488,4 +488,61 @@ fn describe_mark(state: &AppState, event: usize) -> String {
         "local peak of live bytes at event {}",
         crate::format::count(event as u64)
     )
+}
+
+/// Takes a round of the follower: the longer trace, the policies' replays of it (a policy
+/// replayed before keeps showing its last replay until the next arrives), the size classes;
+/// the cursor stays where it was unless it follows the newest event.
+fn grown(state: &mut AppState, g: super::live::Grown) {
+    let Some(live) = state.live.as_mut() else {
+        return;
+    };
+    live.bucketing = Some(g.bucketing);
+    live.ended = g.ended;
+    live.waiting = None;
+    let at_head = live.at_head;
+    // A recording that replaced one that failed to load.
+    state.load_error = None;
+    // The sites' table and series were computed on the shorter trace.
+    state.sites.invalidate();
+    if g.restarted {
+        if let Some(w) = g.data.warnings.first() {
+            state.message = Some(format!("warning: {w}"));
+        }
+        state.cursor = 0;
+        state.heaps = state.policies.iter().map(|_| None).collect();
+    }
+    state.data = Some(g.data);
+    state.classes = Some(g.classes);
+    for (slot, r) in state.policies.iter_mut().zip(g.replays) {
+        match r {
+            Some(Ok(r)) => slot.status = RunStatus::Done(r),
+            Some(Err(e)) => slot.status = RunStatus::Failed(e),
+            None => {}
+        }
+    }
+    let last = state.events().saturating_sub(1);
+    if at_head {
+        state.set_cursor(last);
+        // A zoomed timeline slides with the newest event.
+        let (lo, hi) = state.zoom;
+        if hi < 1.0 {
+            state.zoom = (1.0 - (hi - lo), 1.0);
+        }
+    } else {
+        state.set_cursor(state.cursor.min(last));
+    }
+    state.refresh_sites();
+    state.refresh_heaps();
+}
+
+/// `F`: the cursor goes to the newest event and follows it.
+fn follow_head(state: &mut AppState) {
+    let Some(live) = state.live.as_mut() else {
+        state.message = Some("F follows a run being recorded (--follow, record --live)".to_owned());
+        return;
+    };
+    live.at_head = true;
+    let last = state.events().saturating_sub(1);
+    state.set_cursor(last);
 }

@@ -92,7 +92,7 @@ pub fn run(
     }
     let lenient = input.lenient;
     if launch.follow.is_some() {
-        crate::model::follow::yield_to_the_program();
+        crate::model::live::yield_to_the_program();
     }
     let mut state = AppState::new(path, policies, config.clone())
         .with_real(real)

@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use anyhow::{Context as _, Result, bail};
 
 use super::RecordArgs;
-use crate::model::follow::Follow;
+use crate::model::live::Follow;
 use crate::model::state::Launch;
 
 /// The first line of the log, by which a later `record --live` knows the file is its own.

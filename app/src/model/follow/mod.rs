@@ -26,14 +26,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
-use allocview_sim::classes::{ClassSeries, ClassSeriesBuilder};
+use allocview_sim::classes::ClassSeriesBuilder;
 use allocview_sim::policy::config::PolicyConfig;
 use allocview_sim::policy::registry;
 use allocview_sim::policy::spec::PolicySpec;
-use allocview_sim::replay::{LIVE_BUCKET_WIDTH_NS, LiveReplay, Replay, ReplayOptions};
-use allocview_sim::series::Bucketing;
+use allocview_sim::replay::{LIVE_BUCKET_WIDTH_NS, LiveReplay, ReplayOptions};
 
-use super::state::{AppState, BUCKETS, RunStatus};
+use super::live::{Follow, Grown, Wake};
+use super::state::{AppState, BUCKETS};
 use super::trace_data::{Opening, TraceData};
 use super::update::Msg;
 
@@ -49,60 +49,6 @@ const IDLE_PER_WORK: u32 = 9;
 /// Policies that need the whole trace before they place anything.
 const WHOLE_TRACE_POLICIES: [&str; 2] = ["oracle", "predictive"];
 
-/// What the explorers know of a followed run (`AppState::live`).
-#[derive(Clone, Debug, Default)]
-pub struct Live {
-    /// Whether the cursor follows the newest event (`F`); a cursor moved by hand stops it.
-    pub at_head: bool,
-    /// The bucketing of the series shown: they grow with the run.
-    pub bucketing: Option<Bucketing>,
-    /// Whether the recording has ended (the file is finished).
-    pub ended: bool,
-    /// Why there is nothing to show yet (no file, or one not readable yet).
-    pub waiting: Option<String>,
-    /// Where the recording comes from.
-    pub from: Follow,
-}
-
-/// What an explorer launched to follow a run knows of its recording.
-#[derive(Clone, Debug, Default)]
-pub struct Follow {
-    /// Only a recording made from this moment on: `record --live` shows its own run, never an
-    /// earlier trace of that name.
-    pub since: Option<std::time::SystemTime>,
-    /// The `allocview record` writing it, when the explorer's command started it.
-    pub recorder_pid: Option<u32>,
-    /// Wakes the frontend when a round has reported (the desktop explorer draws a frame only
-    /// when something changed, rather than polling).
-    pub wake: Option<Wake>,
-}
-
-/// A frontend's wake-up call, for a thread that has sent it a message.
-#[derive(Clone)]
-pub struct Wake(pub Arc<dyn Fn() + Send + Sync>);
-
-impl std::fmt::Debug for Wake {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Wake")
-    }
-}
-
-/// Refuses what `--follow` cannot show: a window of the run (it shows the whole run as it
-/// grows).
-///
-/// # Errors
-/// When `input` asks for a window.
-pub fn check_follow(input: &crate::session::InputArgs) -> Result<(), String> {
-    if input.window.is_set() {
-        return Err(
-            "--follow shows the whole run as it grows: it takes no window (--from, --to, \
-             --events)"
-                .to_owned(),
-        );
-    }
-    Ok(())
-}
-
 /// Whether process `pid` runs (a zombie waiting for its parent does not).
 fn running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
@@ -110,29 +56,6 @@ fn running(pid: u32) -> bool {
             .and_then(|(_, rest)| rest.split_whitespace().next())
             .is_some_and(|state| state != "Z" && state != "X")
     })
-}
-
-/// Lowers the explorer's priority to the lowest (nice 19), before its threads start, which
-/// inherit it: on a machine whose cores the program and `record` keep busy, the view lags
-/// behind the run instead of slowing it (at nice 10 the Python workload of
-/// `scripts/bench-live.sh` still ran about 9% slower watched).
-pub fn yield_to_the_program() {
-    // Not being allowed to (a seccomp filter, say) leaves the priority as it was: the view
-    // works the same.
-    rustix::process::nice(19).ok();
-}
-
-/// One round of the follower: the trace as far as it was written, and every policy's replay
-/// of it (`None`: not replayed this round).
-#[derive(Clone)]
-pub struct Grown {
-    pub data: Arc<TraceData>,
-    pub replays: Vec<Option<Result<Arc<Replay>, String>>>,
-    pub classes: Arc<ClassSeries>,
-    pub bucketing: Bucketing,
-    pub ended: bool,
-    /// The file is another recording than the one shown so far.
-    pub restarted: bool,
 }
 
 /// What the follower takes of the state.
@@ -435,63 +358,6 @@ impl Follower {
     }
 }
 
-/// Takes a round of the follower: the longer trace, the policies' replays of it (a policy
-/// replayed before keeps showing its last replay until the next arrives), the size classes;
-/// the cursor stays where it was unless it follows the newest event.
-pub(super) fn grown(state: &mut AppState, g: Grown) {
-    let Some(live) = state.live.as_mut() else {
-        return;
-    };
-    live.bucketing = Some(g.bucketing);
-    live.ended = g.ended;
-    live.waiting = None;
-    let at_head = live.at_head;
-    // A recording that replaced one that failed to load.
-    state.load_error = None;
-    // The sites' table and series were computed on the shorter trace.
-    state.sites.invalidate();
-    if g.restarted {
-        if let Some(w) = g.data.warnings.first() {
-            state.message = Some(format!("warning: {w}"));
-        }
-        state.cursor = 0;
-        state.heaps = state.policies.iter().map(|_| None).collect();
-    }
-    state.data = Some(g.data);
-    state.classes = Some(g.classes);
-    for (slot, r) in state.policies.iter_mut().zip(g.replays) {
-        match r {
-            Some(Ok(r)) => slot.status = RunStatus::Done(r),
-            Some(Err(e)) => slot.status = RunStatus::Failed(e),
-            None => {}
-        }
-    }
-    let last = state.events().saturating_sub(1);
-    if at_head {
-        state.set_cursor(last);
-        // A zoomed timeline slides with the newest event.
-        let (lo, hi) = state.zoom;
-        if hi < 1.0 {
-            state.zoom = (1.0 - (hi - lo), 1.0);
-        }
-    } else {
-        state.set_cursor(state.cursor.min(last));
-    }
-    state.refresh_sites();
-    state.refresh_heaps();
-}
-
-/// `F`: the cursor goes to the newest event and follows it.
-pub(super) fn follow_head(state: &mut AppState) {
-    let Some(live) = state.live.as_mut() else {
-        state.message = Some("F follows a run being recorded (--follow, record --live)".to_owned());
-        return;
-    };
-    live.at_head = true;
-    let last = state.events().saturating_sub(1);
-    state.set_cursor(last);
-}
-
 /// Whether a load warning says the file was cut short (as a file being written is).
 fn is_cut_short(warning: &str) -> bool {
     warning.contains("cut short") || warning.contains("truncated")
@@ -502,6 +368,6 @@ fn is_cut_short(warning: &str) -> bool {
 fn live_options(align_bytes: u64) -> ReplayOptions {
     ReplayOptions {
         layout_index: false,
-        ..super::workers::explorer_options(align_bytes, 0)
+        ..super::options::explorer_options(align_bytes, 0)
     }
 }
