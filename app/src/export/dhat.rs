@@ -35,6 +35,56 @@ struct Point {
 /// The DHAT file of `view`'s run, whose sites `sites` gives; `cmd` names the input.
 #[must_use]
 pub fn write(view: &TraceView<'_>, sites: &EventSites, cmd: &str) -> Value {
+    let (points, times) = points_of(view, sites);
+    let n = |v: f64| v.round() as u64;
+    let cmd = match sites.sampling() {
+        Some(s) => format!("{cmd} ({})", s.note()),
+        None => cmd.to_owned(),
+    };
+    let mut ftbl: Vec<String> = vec!["[root]".to_owned()];
+    let mut frame_index: HashMap<u32, usize> = HashMap::new();
+    let stacks = &sites.stacks;
+    let pps: Vec<Value> = points
+        .iter()
+        .map(|pt| {
+            let fs = frames_of(stacks, pt.stack, &mut ftbl, &mut frame_index);
+            json!({
+                "tb": n(pt.total_bytes), "tbk": n(pt.total_blocks),
+                "tl": n(pt.total_lifetime_us),
+                "mb": n(pt.max_bytes), "mbk": n(pt.max_blocks),
+                "gb": n(pt.peak_bytes), "gbk": n(pt.peak_blocks),
+                "eb": n(pt.live_bytes), "ebk": n(pt.live_blocks),
+                "fs": fs,
+            })
+        })
+        .collect();
+    json!({
+        "dhatFileVersion": 2,
+        "mode": "heap",
+        "verb": "Allocated",
+        "bklt": true,
+        "bkacc": false,
+        "tu": "µs",
+        "Mtu": "s",
+        "tuth": SHORT_LIVED_US,
+        "cmd": cmd,
+        "pid": 0,
+        "te": times.end_us,
+        "tg": times.peak_us,
+        "pps": pps,
+        "ftbl": ftbl,
+    })
+}
+
+/// The trace's end and the moment of its peak of live bytes, in µs from its first event.
+struct Times {
+    end_us: u64,
+    peak_us: u64,
+}
+
+/// One pass over the events: each allocation site's totals, maxima, bytes at the trace's peak
+/// and at its end, and lifetimes (a block still live at the end lives until it).
+fn points_of(view: &TraceView<'_>, sites: &EventSites) -> (Vec<Point>, Times) {
     let t0 = view.t_ns.first().copied().unwrap_or(0);
     let us = |i: usize| (view.t_ns.get(i).copied().unwrap_or(t0) - t0).max(0) as u64 / 1000;
     let (peak_live, peak_at) = view.peak_live();
@@ -98,44 +148,11 @@ pub fn write(view: &TraceView<'_>, sites: &EventSites, cmd: &str) -> Value {
             pt.total_lifetime_us += end_us.saturating_sub(*born) as f64 * w.count;
         }
     }
-    let n = |v: f64| v.round() as u64;
-    let cmd = match sites.sampling() {
-        Some(s) => format!("{cmd} ({})", s.note()),
-        None => cmd.to_owned(),
+    let times = Times {
+        end_us,
+        peak_us: us(peak_at),
     };
-    let mut ftbl: Vec<String> = vec!["[root]".to_owned()];
-    let mut frame_index: HashMap<u32, usize> = HashMap::new();
-    let stacks = &sites.stacks;
-    let pps: Vec<Value> = points
-        .iter()
-        .map(|pt| {
-            let fs = frames_of(stacks, pt.stack, &mut ftbl, &mut frame_index);
-            json!({
-                "tb": n(pt.total_bytes), "tbk": n(pt.total_blocks),
-                "tl": n(pt.total_lifetime_us),
-                "mb": n(pt.max_bytes), "mbk": n(pt.max_blocks),
-                "gb": n(pt.peak_bytes), "gbk": n(pt.peak_blocks),
-                "eb": n(pt.live_bytes), "ebk": n(pt.live_blocks),
-                "fs": fs,
-            })
-        })
-        .collect();
-    json!({
-        "dhatFileVersion": 2,
-        "mode": "heap",
-        "verb": "Allocated",
-        "bklt": true,
-        "bkacc": false,
-        "tu": "µs",
-        "Mtu": "s",
-        "tuth": SHORT_LIVED_US,
-        "cmd": cmd,
-        "pid": 0,
-        "te": end_us,
-        "tg": us(peak_at),
-        "pps": pps,
-        "ftbl": ftbl,
-    })
+    (points, times)
 }
 
 /// The `ftbl` indices of stack `stack`'s frames, innermost first, adding new ones; a stack
