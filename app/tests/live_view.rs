@@ -5,12 +5,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
+use common::tmux::{Session, keys, start, tmux_missing, wait_for};
 use common::{build_c, json, ok};
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 /// One phase per line read from the FIFO named by its argument: 1,000 blocks of 30,000 bytes
 /// (size class 15), all kept; at the end of the FIFO it frees them all and exits. The FIFO is
@@ -37,78 +37,6 @@ int main(int argc, char **argv) {
     return 0;
 }
 "#;
-
-struct Session(String);
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        Command::new("tmux")
-            .args(["kill-session", "-t", &self.0])
-            .output()
-            .ok();
-    }
-}
-
-impl Session {
-    fn start(name: &str, cmd: &str) -> Self {
-        let name = format!("allocview-live-{name}-{}", std::process::id());
-        let out = Command::new("tmux")
-            .args([
-                "new-session",
-                "-d",
-                "-s",
-                &name,
-                "-x",
-                "200",
-                "-y",
-                "50",
-                cmd,
-            ])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        Self(name)
-    }
-
-    fn screen(&self) -> String {
-        let out = Command::new("tmux")
-            .args(["capture-pane", "-t", &self.0, "-p"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn keys(&self, keys: &str) {
-        Command::new("tmux")
-            .args(["send-keys", "-t", &self.0, keys])
-            .output()
-            .unwrap();
-    }
-
-    /// Polls the screen until `pred` holds.
-    fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
-            let screen = self.screen();
-            if pred(&screen) {
-                return screen;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "timed out waiting for {what}; screen:\n{screen}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-fn tmux_missing() -> bool {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        eprintln!("SKIPPED: tmux is not installed (CI installs it)");
-        return true;
-    }
-    false
-}
 
 /// The number before ` events` on the status line.
 fn events(screen: &str) -> Option<u64> {
@@ -169,7 +97,7 @@ fn program(dir: &Path) -> (PathBuf, PathBuf, std::fs::File) {
 /// event count.
 fn phase(s: &Session, pipe: &mut std::fs::File, before: u64) -> u64 {
     pipe.write_all(b"go\n").unwrap();
-    let screen = s.wait_for("a phase's 1,000 allocations", |sc| {
+    let screen = wait_for(s, "a phase's 1,000 allocations", |sc| {
         events(sc).is_some_and(|n| n >= before + 1000)
     });
     let n = events(&screen).unwrap();
@@ -209,9 +137,14 @@ fn record_live_shows_the_run_while_it_goes_on() {
         exe.display(),
         fifo.display()
     );
-    let s = Session::start("record", &cmd);
+    let s = start(
+        format!("allocview-live-record-{}", std::process::id()),
+        200,
+        50,
+        &cmd,
+    );
     // The program has opened its FIFO: its start-up events are shown, following the head.
-    let first = s.wait_for("the start of the run", |sc| {
+    let first = wait_for(&s, "the start of the run", |sc| {
         sc.contains("[LIVE, following]") && events(sc).is_some()
     });
     let start = events(&first).unwrap();
@@ -219,7 +152,9 @@ fn record_live_shows_the_run_while_it_goes_on() {
     // Each phase shows up while the program still runs (it waits for the next line).
     let e1 = phase(&s, &mut pipe, start);
     assert!(recording(&out), "the program should still be recorded");
-    let one = s.wait_for("the classes of phase 1", |sc| class_15(sc) == Some(1000));
+    let one = wait_for(&s, "the classes of phase 1", |sc| {
+        class_15(sc) == Some(1000)
+    });
     assert_eq!(cursor(&one), Some((e1 - 1, e1 - 1)), "{one}");
     // A mark put in while it runs is on the timeline before the run ends, as is the program's
     // resident memory.
@@ -232,10 +167,10 @@ fn record_live_shows_the_run_while_it_goes_on() {
     assert!(!pid.is_empty(), "the program's pid");
     ok(&["ctl", &pid, "mark", "before two"]);
     let e2 = phase(&s, &mut pipe, e1);
-    s.wait_for("the mark and the RSS", |sc| {
+    wait_for(&s, "the mark and the RSS", |sc| {
         sc.contains("before two") && sc.contains("recorded RSS")
     });
-    let two = s.wait_for("the classes of phase 2", |sc| {
+    let two = wait_for(&s, "the classes of phase 2", |sc| {
         class_15(sc) == Some(2000) && cursor(sc) == Some((e2 - 1, e2 - 1))
     });
     assert!(recording(&out));
@@ -245,22 +180,24 @@ fn record_live_shows_the_run_while_it_goes_on() {
     );
 
     // Back in time while the run goes on: the cursor stays, the run grows.
-    s.keys("h");
-    s.keys("h");
-    s.keys("h");
-    s.wait_for("the cursor held", |sc| {
+    keys(&s, &["h"]);
+    keys(&s, &["h"]);
+    keys(&s, &["h"]);
+    wait_for(&s, "the cursor held", |sc| {
         sc.contains("[LIVE, cursor held: F follows]") && cursor(sc) == Some((e2 - 4, e2 - 1))
     });
     let e3 = phase(&s, &mut pipe, e2);
-    let three = s.wait_for("the held cursor", |sc| cursor(sc) == Some((e2 - 4, e3 - 1)));
+    let three = wait_for(&s, "the held cursor", |sc| {
+        cursor(sc) == Some((e2 - 4, e3 - 1))
+    });
     assert_eq!(
         class_15(&three),
         Some(1997),
         "the classes at the held cursor:\n{three}"
     );
     // `F` follows the newest event again.
-    s.keys("F");
-    s.wait_for("the head followed", |sc| {
+    keys(&s, &["F"]);
+    wait_for(&s, "the head followed", |sc| {
         sc.contains("[LIVE, following]")
             && cursor(sc) == Some((e3 - 1, e3 - 1))
             && class_15(sc) == Some(3000)
@@ -269,13 +206,13 @@ fn record_live_shows_the_run_while_it_goes_on() {
     // The end of the FIFO ends the program: it frees everything, the recording ends, and the
     // policies that need the whole trace replay.
     drop(pipe);
-    let end = s.wait_for("the end of the recording", |sc| {
+    let end = wait_for(&s, "the end of the recording", |sc| {
         sc.contains("[recording ended]") && sc.contains("(9/9 replayed)")
     });
     let total = events(&end).unwrap();
     assert_eq!(total, e3 + 3000, "{end}");
-    s.keys("q");
-    let done = s.wait_for("record's last words", |sc| {
+    keys(&s, &["q"]);
+    let done = wait_for(&s, "record's last words", |sc| {
         sc.contains("the command's output is in")
     });
     assert!(
@@ -306,8 +243,13 @@ fn follow_switches_from_a_finished_trace_to_a_new_recording_and_into_the_program
         env!("CARGO_BIN_EXE_allocview"),
         out.display()
     );
-    let s = Session::start("follow", &cmd);
-    s.wait_for("the finished trace", |sc| {
+    let s = start(
+        format!("allocview-live-follow-{}", std::process::id()),
+        200,
+        50,
+        &cmd,
+    );
+    wait_for(&s, "the finished trace", |sc| {
         sc.contains("[recording ended]") && events(sc) == Some(old)
     });
     // Another `record` starts writing it, of a shell that execs the program (as a wrapper
@@ -322,18 +264,18 @@ fn follow_switches_from_a_finished_trace_to_a_new_recording_and_into_the_program
         .spawn()
         .unwrap();
     pipe.write_all(b"go\n").unwrap();
-    let one = s.wait_for("the program's first phase", |sc| {
+    let one = wait_for(&s, "the program's first phase", |sc| {
         sc.contains("[LIVE, following]") && class_15(sc) == Some(1000)
     });
     let e1 = events(&one).unwrap();
     let e2 = phase(&s, &mut pipe, e1);
-    s.wait_for("phase 2's classes", |sc| class_15(sc) == Some(2000));
+    wait_for(&s, "phase 2's classes", |sc| class_15(sc) == Some(2000));
     drop(pipe);
     assert!(record.wait().unwrap().success());
-    let end = s.wait_for("the end", |sc| {
+    let end = wait_for(&s, "the end", |sc| {
         sc.contains("[recording ended]") && events(sc) == Some(e2 + 2000)
     });
-    s.keys("q");
+    keys(&s, &["q"]);
     // The program's image has its own trace (`run.PID-1.avt`), the one shown.
     let program_trace = std::fs::read_dir(dir.path())
         .unwrap()

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod common;
+use common::tmux::{capture, keys, start, tmux_missing, wait_for};
 use common::{build_c, fails, json, ok};
 
 use std::io::{BufRead, BufReader, Write};
@@ -265,52 +266,29 @@ fn ctl_refuses_a_process_that_is_not_recorded_and_a_bad_command() {
 /// stops at them.
 #[test]
 fn the_explorer_shows_the_marks_and_n_stops_at_them() {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        eprintln!("SKIPPED: tmux is not installed (CI installs it)");
+    if tmux_missing() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let (trace, _) = record_on_demand(dir.path());
     let name = format!("allocview-test-marks-{}", std::process::id());
     let cmd = format!("{} {}", env!("CARGO_BIN_EXE_allocview"), trace.display());
-    let tmux = |args: &[&str]| {
-        let out = Command::new("tmux").args(args).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &name,
-        "-x",
-        "200",
-        "-y",
-        "50",
-        &cmd,
-    ]);
-    let screen = || tmux(&["capture-pane", "-t", &name, "-p"]);
-    let started = std::time::Instant::now();
-    let mut seen = screen();
+    let s = start(name, 200, 50, &cmd);
     // The legend names the first three marks in view and counts the rest.
-    while !(seen.contains("marks: ") && seen.contains("after b ✓") && seen.contains("more")) {
-        assert!(
-            started.elapsed().as_secs() < 30,
-            "no marks in the legend:\n{seen}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        seen = screen();
-    }
+    wait_for(&s, "the marks in the legend", |seen| {
+        seen.contains("marks: ") && seen.contains("after b ✓") && seen.contains("more")
+    });
     // `n` goes from mark to mark (peaks and OOMs too) until it reaches the user's.
     let mut reached = false;
+    let mut seen = String::new();
     for _ in 0..12 {
-        tmux(&["send-keys", "-t", &name, "n"]);
+        keys(&s, &["n"]);
         std::thread::sleep(std::time::Duration::from_millis(300));
-        seen = screen();
+        seen = capture(&s);
         if seen.contains("mark \"after b ✓\"") {
             reached = true;
             break;
         }
     }
-    tmux(&["kill-session", "-t", &name]);
     assert!(reached, "n never stopped at the mark:\n{seen}");
 }

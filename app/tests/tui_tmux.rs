@@ -6,41 +6,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-struct Session(String);
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        Command::new("tmux")
-            .args(["kill-session", "-t", &self.0])
-            .output()
-            .ok();
-    }
-}
-
-fn tmux(args: &[&str]) -> String {
-    let out = Command::new("tmux").args(args).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn capture(s: &Session) -> String {
-    tmux(&["capture-pane", "-t", &s.0, "-p"])
-}
-
-/// Polls the screen until `pred` holds (the explorer loads and replays in the background).
-fn wait_for(s: &Session, what: &str, pred: impl Fn(&str) -> bool) -> String {
-    let start = Instant::now();
-    loop {
-        let screen = capture(s);
-        if pred(&screen) {
-            return screen;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}; screen:\n{screen}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+mod common;
+use common::tmux::{keys, start, tmux, tmux_missing, wait_for};
 
 /// Runs `cmd`, which must succeed (its error output is the failure's message).
 fn run_ok(cmd: &mut Command) {
@@ -52,23 +19,9 @@ fn run_ok(cmd: &mut Command) {
     );
 }
 
-/// A detached tmux session `name` of `width` x `height` running `cmd`.
-fn start(name: String, width: u16, height: u16, cmd: &str) -> Session {
-    let (w, h) = (width.to_string(), height.to_string());
-    run_ok(Command::new("tmux").args(["new-session", "-d", "-s", &name, "-x", &w, "-y", &h, cmd]));
-    Session(name)
-}
-
-fn keys(s: &Session, keys: &[&str]) {
-    let mut args = vec!["send-keys", "-t", &s.0];
-    args.extend_from_slice(keys);
-    tmux(&args);
-}
-
 #[test]
 fn explorer_in_tmux() {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        skip_missing("tmux is not installed");
+    if tmux_missing() {
         return;
     }
     let trace =
@@ -136,8 +89,7 @@ fn explorer_in_tmux() {
 /// the status line says so.
 #[test]
 fn a_trace_too_big_to_load_opens_on_its_first_events() {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        skip_missing("tmux is not installed");
+    if tmux_missing() {
         return;
     }
     // A binary trace written now: with the block index that tells its size before reading.
@@ -189,8 +141,7 @@ fn a_trace_too_big_to_load_opens_on_its_first_events() {
 
 #[test]
 fn a_pytorch_snapshot_in_tmux() {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        skip_missing("tmux is not installed");
+    if tmux_missing() {
         return;
     }
     let snap = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -227,8 +178,7 @@ fn a_pytorch_snapshot_in_tmux() {
 
 #[test]
 fn the_recorded_memory_and_a_real_allocator_are_drawn_on_the_timeline() {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        skip_missing("tmux is not installed");
+    if tmux_missing() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -260,8 +210,7 @@ fn the_recorded_memory_and_a_real_allocator_are_drawn_on_the_timeline() {
 
 #[test]
 fn t_tunes_the_allocator_and_draws_the_best_setting_beside_the_default() {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        skip_missing("tmux is not installed");
+    if tmux_missing() {
         return;
     }
     let snap = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -282,15 +231,4 @@ fn t_tunes_the_allocator_and_draws_the_best_setting_beside_the_default() {
     assert!(screen.contains("pytorch:start=empty footprint"), "{screen}");
     assert!(screen.contains("footprint of every policy"), "{screen}");
     keys(&s, &["q"]);
-}
-
-/// A test whose input or tool is missing is skipped with a message; where CI asks for every
-/// input (`ALLOCVIEW_REQUIRE_TEST_INPUTS` set, as `.ci/run` does) it fails instead, so a missing
-/// `../shared` or tool cannot turn tests green.
-fn skip_missing(why: &str) {
-    assert!(
-        std::env::var_os("ALLOCVIEW_REQUIRE_TEST_INPUTS").is_none(),
-        "a required test tool is missing: {why}"
-    );
-    eprintln!("skipping: {why}");
 }
