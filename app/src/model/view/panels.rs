@@ -20,7 +20,7 @@ pub(super) fn sites_panel(state: &AppState, vp: &Viewport) -> Option<SitesVm> {
     let recording = state.live.as_ref().is_some_and(|l| !l.ended);
     let kind = if recording && sites_kind == SiteKind::SizeClasses {
         // `record` writes the stacks once the program has ended.
-        "size classes until the recording ends (its call stacks are written then)"
+        "size classes; call stacks at the end"
     } else {
         sites_kind.describe()
     };
