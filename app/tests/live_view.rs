@@ -320,3 +320,37 @@ fn without_a_terminal_the_explorers_say_so() {
         "nothing written"
     );
 }
+
+/// A recording that fails before writing anything: `record --live` says so on its screen,
+/// and prints the end of the log on the way out.
+#[test]
+fn record_live_says_when_the_recording_wrote_nothing() {
+    if tmux_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("none.avt");
+    let cmd = format!(
+        "{} record --live -o {} -- /nonexistent-program; echo EXIT=$?; sleep 60",
+        env!("CARGO_BIN_EXE_allocview"),
+        out.display()
+    );
+    let s = start(
+        format!("allocview-live-none-{}", std::process::id()),
+        200,
+        50,
+        &cmd,
+    );
+    wait_for(&s, "the failed recording", |sc| {
+        sc.contains("the recording ended without writing") && sc.contains("none.avt.log")
+    });
+    keys(&s, &["q"]);
+    let end = wait_for(&s, "the exit", |sc| sc.contains("EXIT="));
+    assert!(end.contains("cannot run /nonexistent-program"), "{end}");
+    assert!(
+        end.contains("the end of") && end.contains("none.avt.log"),
+        "{end}"
+    );
+    assert!(end.contains("EXIT=1"), "{end}");
+    assert!(!out.exists());
+}

@@ -181,20 +181,10 @@ fn check_waiting(started: Instant, pid: u32, what: &str) -> Result<()> {
             ANSWER_WITHIN.as_secs()
         );
     }
-    if !process_alive(pid) {
+    if !crate::inject::target::running(pid) {
         bail!("process {pid} ended before it took {what}");
     }
     Ok(())
-}
-
-fn process_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let after = s.rfind(')')?;
-            s.get(after + 2..after + 3).map(|state| state != "Z")
-        })
-        .unwrap_or(false)
 }
 
 #[cfg(test)]

@@ -30,8 +30,10 @@ pub struct Follow {
     /// Only a recording made from this moment on: `record --live` shows its own run, never an
     /// earlier trace of that name.
     pub since: Option<std::time::SystemTime>,
-    /// The `allocview record` writing it, when the explorer's command started it.
+    /// The `allocview record` writing it, when the explorer's command started it, and where
+    /// its output and the command's go.
     pub recorder_pid: Option<u32>,
+    pub log: Option<std::path::PathBuf>,
     /// Wakes the frontend when a round has reported (the desktop explorer draws a frame only
     /// when something changed, rather than polling).
     pub wake: Option<Wake>,

@@ -50,6 +50,7 @@ pub(super) fn run(args: &RecordArgs, output: &Path) -> Result<u8> {
     let follow = Follow {
         since: Some(since),
         recorder_pid: Some(child.id()),
+        log: Some(log_path.clone()),
         wake: None,
     };
     let shown = if args.gui {

@@ -49,15 +49,6 @@ const IDLE_PER_WORK: u32 = 9;
 /// Policies that need the whole trace before they place anything.
 const WHOLE_TRACE_POLICIES: [&str; 2] = ["oracle", "predictive"];
 
-/// Whether process `pid` runs (a zombie waiting for its parent does not).
-fn running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X")
-    })
-}
-
 /// What the follower takes of the state.
 struct Follower {
     output: PathBuf,
@@ -165,16 +156,11 @@ impl Follower {
     /// Why there is no file to show: not recorded yet, or the `record` this command started
     /// has ended without writing one.
     fn why_nothing_yet(&self) -> String {
-        let log = || {
-            let mut name = self.output.as_os_str().to_owned();
-            name.push(".log");
-            PathBuf::from(name)
-        };
-        match self.from.recorder_pid {
-            Some(pid) if !running(pid) => format!(
+        match (self.from.recorder_pid, &self.from.log) {
+            (Some(pid), Some(log)) if !crate::inject::target::running(pid) => format!(
                 "the recording ended without writing {}: see {}",
                 self.output.display(),
-                log().display()
+                log.display()
             ),
             _ => format!("waiting for {} to be recorded", self.output.display()),
         }

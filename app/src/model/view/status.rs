@@ -51,6 +51,10 @@ pub(super) fn frame(state: &AppState) -> ViewModel {
 
 /// The load's progress: a label with the bytes read of the file's, and the fraction done.
 pub(super) fn loading(state: &AppState) -> (String, f64) {
+    // A run followed before its file can be read: why there is nothing yet.
+    if let Some(why) = state.live.as_ref().and_then(|l| l.waiting.clone()) {
+        return (why, 0.0);
+    }
     let read = state
         .load_progress
         .load(std::sync::atomic::Ordering::Relaxed);
