@@ -17,7 +17,8 @@
 //! - `real`: the real-allocator rows, a trace's calls replayed through the library itself in a
 //!   process of their own;
 //! - `format`, `theme`, `units`, `progress`: formatting, colours, byte sizes, progress bars;
-//! - `safe_write`: every file a command writes goes through it (never over an input, atomically).
+//! - `safe_write`: every file a command writes goes through it (never over an input, atomically);
+//! - `procfs`: what `/proc` says of a process (whether it still runs).
 //!
 //! Domain logic lives in `allocview_sim` and `allocview_loaders`.
 
@@ -33,6 +34,7 @@ pub mod html;
 pub mod inject;
 pub mod model;
 pub mod parquet_out;
+pub mod procfs;
 pub mod progress;
 pub mod real;
 pub mod recording;

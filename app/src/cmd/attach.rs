@@ -10,13 +10,18 @@
 //! counted apart (`stats` says how many).
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail};
-
-use crate::format;
+use anyhow::{Result, bail};
+// What only the x86-64 Linux attach uses (elsewhere the command says it is unsupported).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+use {
+    crate::format,
+    anyhow::Context as _,
+    std::sync::Arc,
+    std::sync::atomic::{AtomicBool, Ordering},
+    std::time::Instant,
+};
 
 /// Arguments of `allocview attach`.
 #[derive(Debug, clap::Args)]

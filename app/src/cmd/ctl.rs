@@ -181,7 +181,7 @@ fn check_waiting(started: Instant, pid: u32, what: &str) -> Result<()> {
             ANSWER_WITHIN.as_secs()
         );
     }
-    if !crate::inject::target::running(pid) {
+    if !crate::procfs::running(pid) {
         bail!("process {pid} ended before it took {what}");
     }
     Ok(())

@@ -241,17 +241,7 @@ pub fn start_time(pid: i32) -> Option<u64> {
 
 /// Whether `pid` is the process that started at `started` and has not exited.
 pub fn still_running(pid: i32, started: u64) -> bool {
-    start_time(pid) == Some(started) && u32::try_from(pid).is_ok_and(running)
-}
-
-/// Whether process `pid` exists and has not exited (a zombie waiting for its parent has).
-pub fn running(pid: u32) -> bool {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The state follows the command name, which is in parentheses and may hold anything.
-    let state = text
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next());
-    !matches!(state, None | Some("Z" | "X"))
+    start_time(pid) == Some(started) && u32::try_from(pid).is_ok_and(crate::procfs::running)
 }
 
 #[cfg(test)]

@@ -157,7 +157,7 @@ impl Follower {
     /// has ended without writing one.
     fn why_nothing_yet(&self) -> String {
         match (self.from.recorder_pid, &self.from.log) {
-            (Some(pid), Some(log)) if !crate::inject::target::running(pid) => format!(
+            (Some(pid), Some(log)) if !crate::procfs::running(pid) => format!(
                 "the recording ended without writing {}: see {}",
                 self.output.display(),
                 log.display()
