@@ -166,6 +166,7 @@ use spool::read_spool;
 pub use spool::{LivePoll, LiveSpool};
 pub use stacks::{
     Location, NativeModule, NativeStack, NativeStacks, PYTHON_FRAMES_MODULE, SourceFrame, StackEnd,
+    StacksWritten,
 };
 pub use stream::{BinaryEventStream, PackedStreamPoint, StreamPoint};
 use trace::{read_trace, read_trace_staged};

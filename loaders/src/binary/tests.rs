@@ -562,3 +562,127 @@ fn a_trace_without_heap_events_is_written_as_before() {
     std::fs::write(&path, &bytes).unwrap();
     assert!(super::heap_names(&path).unwrap().is_empty());
 }
+
+/// Each allocation's frames, as the loader gives them (empty: no stack).
+fn frames_per_allocation(path: &std::path::Path) -> Vec<Vec<String>> {
+    let t = load_binary(path, &LoadOptions::default()).unwrap();
+    let table = t.stacks.expect("a trace with stacks");
+    let sites = crate::analysis::site_stats::EventSites::from_events(&t.events, Some(&table));
+    sites
+        .event_stack
+        .iter()
+        .map(|&id| {
+            if id == crate::sites::NO_STACK {
+                Vec::new()
+            } else {
+                table.frames_of(id).map(|f| f.to_string()).collect()
+            }
+        })
+        .collect()
+}
+
+/// A recording writes the stacks as they are placed (`record` while the program runs): the
+/// finished trace reads as if they were written once at the end, and the trace cut after the
+/// first round has the stacks of its events.
+#[test]
+fn stacks_appended_as_they_grow_read_as_stacks_written_once() {
+    use super::stacks::{PyCode, StackDef};
+    let module = |path: &str, lo: u64| NativeModule {
+        path: path.to_owned(),
+        build_id: vec![1, 2],
+        bias: lo,
+        segments: vec![(lo, lo + 0x1000)],
+    };
+    let modules = [module("/prog", 0x40_0000), module("/libx.so", 0x7000_0000)];
+    let def = |id: u32, pcs: Vec<u64>| StackDef {
+        id,
+        end: StackEnd::Complete,
+        pcs,
+        modules_before: 2,
+    };
+    let python = super::stacks::PY_FRAME_BIT | 5 << 24 | 12;
+    let code = PyCode {
+        id: 5,
+        name: "train".to_owned(),
+        file: "train.py".to_owned(),
+    };
+    let alloc = |i: u64, stack: u32| Record {
+        t_ns: 1_000 * (i as i64 + 1),
+        tid: 1,
+        size_bytes: Some(64),
+        addr: 0x10_000 + 0x100 * i,
+        call: None,
+        stack: Some(stack),
+        heap: 0,
+    };
+    let native = |loc: usize, name: &str| {
+        (
+            loc,
+            vec![SourceFrame {
+                function: name.to_owned(),
+                file: "x.c".to_owned(),
+                line: 3,
+            }],
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let grown = dir.path().join("grown.avt");
+    let cut = dir.path().join("cut.avt");
+    let mut p = super::stacks::Placer::default();
+    let mut written = StacksWritten::default();
+    let mut w = BinaryWriter::new(std::fs::File::create(&grown).unwrap(), &[]).unwrap();
+    // Round 1: the program's own module, one stack; its symbol found.
+    p.take_modules(&modules[..1]);
+    p.place([def(1, vec![0x40_0010, 0x40_0020])], false);
+    w.push(&alloc(0, 1)).unwrap();
+    w.push(&alloc(1, 1)).unwrap();
+    w.append_stacks(p.stacks(), &[native(0, "inner")], &mut written)
+        .unwrap();
+    w.flush().unwrap();
+    std::fs::copy(&grown, &cut).unwrap();
+    // Round 2: a library, a Python frame, the other symbol.
+    p.take_modules(&modules);
+    p.take_codes([code.clone()]);
+    p.place([def(2, vec![0x7000_0100, python, 0x40_0020])], false);
+    w.push(&alloc(2, 2)).unwrap();
+    let located = p.stacks().locations.len();
+    assert_eq!(written.locations(), 2);
+    w.append_stacks(p.stacks(), &[native(1, "outer")], &mut written)
+        .unwrap();
+    p.place([], true);
+    w.append_stacks(p.stacks(), &[], &mut written).unwrap();
+    assert_eq!(written.locations(), located);
+    w.finish().unwrap();
+
+    // The same tables, placed and written at once, symbols and all.
+    let mut once_stacks = super::stacks::from_spool(
+        modules.to_vec(),
+        vec![
+            def(1, vec![0x40_0010, 0x40_0020]),
+            def(2, vec![0x7000_0100, python, 0x40_0020]),
+        ],
+        &[code],
+    );
+    once_stacks
+        .symbols
+        .resize(once_stacks.locations.len(), Vec::new());
+    once_stacks.symbols[0] = native(0, "inner").1;
+    once_stacks.symbols[1] = native(1, "outer").1;
+    let once = dir.path().join("once.avt");
+    let mut w = BinaryWriter::new(std::fs::File::create(&once).unwrap(), &[]).unwrap();
+    for (i, s) in [(0, 1), (1, 1), (2, 2)] {
+        w.push(&alloc(i, s)).unwrap();
+    }
+    w.write_stacks(&once_stacks).unwrap();
+    w.finish().unwrap();
+
+    let expected = frames_per_allocation(&once);
+    assert_eq!(
+        expected[2],
+        ["libx.so+0x100", "train (train.py:12)", "outer (x.c:3)"]
+    );
+    assert_eq!(frames_per_allocation(&grown), expected);
+    // Cut after round 1: its events' stacks, with the one symbol found by then.
+    let first = ["inner (x.c:3)", "prog+0x20"];
+    assert_eq!(frames_per_allocation(&cut), [first, first]);
+}

@@ -255,6 +255,26 @@ impl<W: Write> BinaryWriter<W> {
         Ok(())
     }
 
+    /// Writes what the call-stack tables `s` hold beyond what `written` says this trace was
+    /// given, and `symbols` (source frames by location index, for locations `s` has none for):
+    /// the tables of a recording in progress, as they grow (see [`super::StacksWritten`]).
+    /// Ends the current block, so that the stacks follow the events that use them.
+    ///
+    /// # Errors
+    /// On write errors.
+    pub fn append_stacks(
+        &mut self,
+        s: &NativeStacks,
+        symbols: &[(usize, Vec<super::SourceFrame>)],
+        written: &mut super::StacksWritten,
+    ) -> io::Result<()> {
+        self.flush_block()?;
+        for (tag, payload) in stacks::encode_appended(s, symbols, written) {
+            self.frame(tag, &[&payload])?;
+        }
+        Ok(())
+    }
+
     /// Writes the recorded program's memory samples (a MEMORY frame, [`super::memory`]),
     /// after the events written so far; nothing when there are none.
     ///

@@ -80,6 +80,17 @@ impl LiveSpool {
         self.state.new_modules_in_use()
     }
 
+    /// The call stacks of the events emitted so far (and of some not yet emitted), for a trace
+    /// written while the program runs: its tables only grow, so what a call adds to the last
+    /// one's can be appended to the trace (see `stacks::Placer`). [`Self::finish`] gives the
+    /// whole tables. `None` for a spool without stacks.
+    pub fn stacks_so_far(&mut self) -> Option<&super::super::NativeStacks> {
+        if !self.header_read {
+            return None;
+        }
+        self.state.stacks_so_far()
+    }
+
     /// The program's memory samples and the run's marks read since the last call, for a trace
     /// written while the program runs (`allocview FILE --follow` shows them); [`Self::finish`]
     /// gives the rest. None with a TSC clock, whose tick length is known only at the end.

@@ -14,7 +14,6 @@ use super::{BinaryInfo, OP_CALL_MASK, OP_FREE, TimeBase};
 use crate::error::LoadError;
 use crate::events::Record;
 
-mod in_use;
 mod live;
 mod merge;
 mod order;

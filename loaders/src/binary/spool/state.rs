@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::super::codec::Cursor;
 use super::super::frames::parse_meta;
-use super::super::stacks::{self, NativeModule};
+use super::super::stacks::{self, NativeModule, NativeStacks, Placer};
 use super::super::{BinaryInfo, FRAME_META, FRAME_SEGMENT, FileKind, TimeBase, corrupt};
 use super::merge::{Merge, Out, Timing};
 use super::{FRAME_FLUSHED, FRAME_MODULE, SpoolEncoding, Stream, meta_i64};
@@ -20,7 +20,8 @@ pub(super) struct SpoolState<'a> {
     base: TimeBase,
     info: BinaryInfo,
     modules: Vec<NativeModule>,
-    in_use: super::in_use::ModulesInUse,
+    /// The stack definitions met so far, placed in the modules.
+    placer: Placer,
     streams: Vec<Stream<'a>>,
     by_id: HashMap<u32, usize>,
     /// The latest calibration point (tick, `CLOCK_MONOTONIC` ns) of the segment headers.
@@ -43,7 +44,7 @@ impl<'a> SpoolState<'a> {
             base,
             info: BinaryInfo::empty(FileKind::Spool),
             modules: Vec::new(),
-            in_use: super::in_use::ModulesInUse::default(),
+            placer: Placer::default(),
             streams: Vec::new(),
             by_id: HashMap::new(),
             calib_last: None,
@@ -72,11 +73,41 @@ impl<'a> SpoolState<'a> {
 
     /// Modules that a stack read since the last call uses and no earlier one did.
     pub(super) fn new_modules_in_use(&mut self) -> Vec<NativeModule> {
-        self.in_use
-            .take_new(&self.modules, &self.streams)
-            .into_iter()
-            .filter_map(|i| self.modules.get(i).cloned())
+        self.place_stacks(false);
+        let new = self.placer.take_newly_used();
+        let placed = self.placer.stacks();
+        new.into_iter()
+            .filter_map(|m| placed.modules.get(m as usize).cloned())
             .collect()
+    }
+
+    /// The call stacks of the events read so far, as placed; `None` for a spool without
+    /// stacks (or whose header is not read yet).
+    pub(super) fn stacks_so_far(&mut self) -> Option<&NativeStacks> {
+        if self.encoding().ok() != Some(SpoolEncoding::Stacked) {
+            return None;
+        }
+        self.place_stacks(false);
+        Some(self.placer.stacks())
+    }
+
+    /// Places the stack definitions met since the last call (see `stacks::Placer`): all
+    /// when `last`, else those whose modules and Python codes are read.
+    fn place_stacks(&mut self, last: bool) {
+        self.placer.take_modules(&self.modules);
+        // Every stream's codes first: a code object is named once, for all threads.
+        let codes: Vec<_> = self
+            .streams
+            .iter_mut()
+            .flat_map(|s| s.codes.drain(..))
+            .collect();
+        self.placer.take_codes(codes);
+        let defs: Vec<_> = self
+            .streams
+            .iter_mut()
+            .flat_map(|s| s.defs.drain(..))
+            .collect();
+        self.placer.place(defs, last);
     }
 
     /// Takes in one frame (`at`: its file offset, for errors).
@@ -346,17 +377,8 @@ impl<'a> SpoolState<'a> {
         }
         self.info.marks = self.take_marks()?;
         if self.encoding()? == SpoolEncoding::Stacked {
-            let defs = self
-                .streams
-                .iter_mut()
-                .flat_map(|s| s.defs.drain(..))
-                .collect();
-            let codes: Vec<_> = self
-                .streams
-                .iter_mut()
-                .flat_map(|s| s.codes.drain(..))
-                .collect();
-            self.info.stacks = Some(stacks::from_spool(self.modules, defs, &codes));
+            self.place_stacks(true);
+            self.info.stacks = Some(std::mem::take(&mut self.placer).finish());
         }
         Ok(self.info)
     }

@@ -29,6 +29,11 @@ use std::collections::HashMap;
 use super::codec::{Cursor, put_varint, unzigzag};
 use crate::sites::{Frame, StackTable};
 
+mod place;
+pub(super) use place::Placer;
+#[cfg(test)]
+pub(super) use place::from_spool;
+
 /// How a stack walk ended (the tracer's `End`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StackEnd {
@@ -228,183 +233,6 @@ pub(super) fn read_module_frame(payload: &[u8]) -> Option<NativeModule> {
     })
 }
 
-/// Which module held an address when a stack was recorded. A module unloaded and another
-/// mapped at its addresses leave overlapping segments over time: an address belongs to the
-/// latest module, among those whose frame came before the stack's definition, with a segment
-/// that holds it (the tracer writes out the stacks recorded while a module was mapped before
-/// the frame of the one mapped there next); failing that, to the first module read after the
-/// definition (a stack recorded while another thread was adding its module to the tracer's
-/// table).
-#[derive(Default)]
-pub(super) struct ModuleRanges {
-    /// Distinct segments, sorted, each with the modules (ascending) that map it.
-    segments: Vec<((u64, u64), Vec<u32>)>,
-    /// Per segment, the highest end among it and those before it: where a look back stops.
-    reach: Vec<u64>,
-}
-
-/// Most segments holding one address that a look-up considers: a process has one, a
-/// process that unloads libraries a few; more only in a crafted file, whose further modules
-/// are then not looked at.
-const MAX_OVERLAPS: usize = 64;
-
-impl ModuleRanges {
-    pub(super) fn new(modules: &[NativeModule]) -> Self {
-        let mut by_segment: HashMap<(u64, u64), Vec<u32>> = HashMap::new();
-        for (m, i) in modules.iter().zip(0u32..) {
-            for &segment in &m.segments {
-                let holders = by_segment.entry(segment).or_default();
-                if holders.last() != Some(&i) {
-                    holders.push(i);
-                }
-            }
-        }
-        let mut segments: Vec<_> = by_segment.into_iter().collect();
-        segments.sort_unstable_by_key(|&(segment, _)| segment);
-        let reach = segments
-            .iter()
-            .scan(0u64, |reach, &((_, hi), _)| {
-                *reach = (*reach).max(hi);
-                Some(*reach)
-            })
-            .collect();
-        Self { segments, reach }
-    }
-
-    /// The index of the module that held `pc` for a stack defined after the first
-    /// `modules_before` module frames.
-    pub(super) fn module_of(&self, pc: u64, modules_before: u32) -> Option<u32> {
-        let starts = self.segments.partition_point(|&((lo, _), _)| lo <= pc);
-        let (mut before, mut after) = (None::<u32>, None::<u32>);
-        for j in (0..starts).rev().take(MAX_OVERLAPS) {
-            // No segment from here down reaches `pc`.
-            if self.reach.get(j).is_none_or(|&reach| reach <= pc) {
-                break;
-            }
-            let Some(((_, hi), holders)) = self.segments.get(j) else {
-                break;
-            };
-            if pc >= *hi {
-                continue;
-            }
-            let k = holders.partition_point(|&m| m < modules_before);
-            if let Some(&m) = k.checked_sub(1).and_then(|k| holders.get(k)) {
-                before = before.max(Some(m));
-            }
-            if let Some(&m) = holders.get(k) {
-                after = Some(after.map_or(m, |a| a.min(m)));
-            }
-        }
-        before.or(after)
-    }
-}
-
-/// Places a spool's stack definitions in its modules: locations deduplicated, and modules
-/// too (a library unloaded and loaded again at the same place has a frame each time).
-pub(super) fn from_spool(
-    modules: Vec<NativeModule>,
-    defs: Vec<StackDef>,
-    codes: &[PyCode],
-) -> NativeStacks {
-    let ranges = ModuleRanges::new(&modules);
-    let mut distinct: Vec<NativeModule> = Vec::new();
-    let canonical: Vec<u32> = {
-        let mut first: HashMap<&NativeModule, u32> = HashMap::new();
-        modules
-            .iter()
-            .map(|m| {
-                *first.entry(m).or_insert_with(|| {
-                    distinct.push(m.clone());
-                    (distinct.len() - 1) as u32
-                })
-            })
-            .collect()
-    };
-    let python = defs
-        .iter()
-        .any(|d| d.pcs.iter().any(|&pc| pc & PY_FRAME_BIT != 0))
-        .then(|| {
-            distinct.push(NativeModule {
-                path: PYTHON_FRAMES_MODULE.to_owned(),
-                ..NativeModule::default()
-            });
-            (distinct.len() - 1) as u32
-        });
-    let place = |pc: u64, modules_before: u32| -> Location {
-        let m = ranges
-            .module_of(pc, modules_before)
-            .and_then(|m| canonical.get(m as usize).copied());
-        match m {
-            Some(m) => Location {
-                module: Some(m),
-                offset: pc.wrapping_sub(distinct.get(m as usize).map_or(0, |m| m.bias)),
-            },
-            None => Location {
-                module: None,
-                offset: pc,
-            },
-        }
-    };
-    let mut out = NativeStacks::default();
-    let mut index: HashMap<Location, u32> = HashMap::new();
-    for def in defs {
-        let locations = def
-            .pcs
-            .iter()
-            .map(|&pc| {
-                let loc = match python {
-                    Some(m) if pc & PY_FRAME_BIT != 0 => Location {
-                        module: Some(m),
-                        offset: pc & !PY_FRAME_BIT,
-                    },
-                    _ => place(pc, def.modules_before),
-                };
-                *index.entry(loc).or_insert_with(|| {
-                    out.locations.push(loc);
-                    (out.locations.len() - 1) as u32
-                })
-            })
-            .collect();
-        out.stacks.insert(
-            def.id,
-            NativeStack {
-                locations,
-                end: def.end,
-            },
-        );
-    }
-    out.modules = distinct;
-    if let Some(m) = python {
-        name_python_frames(&mut out, m, codes);
-    }
-    out
-}
-
-/// The symbols of the Python frames' locations (module `m`): each code's name and file, and
-/// the line.
-fn name_python_frames(s: &mut NativeStacks, m: u32, codes: &[PyCode]) {
-    let by_id: HashMap<u32, &PyCode> = codes.iter().map(|c| (c.id, c)).collect();
-    s.symbols = s
-        .locations
-        .iter()
-        .map(|l| {
-            if l.module != Some(m) {
-                return Vec::new();
-            }
-            let (id, line) = (
-                l.offset >> PY_LINE_BITS,
-                l.offset & ((1 << PY_LINE_BITS) - 1),
-            );
-            let code = u32::try_from(id).ok().and_then(|id| by_id.get(&id));
-            vec![SourceFrame {
-                function: code.map_or_else(|| format!("<python code {id}>"), |c| c.name.clone()),
-                file: code.map_or_else(String::new, |c| c.file.clone()),
-                line: u32::try_from(line).unwrap_or(0),
-            }]
-        })
-        .collect();
-}
-
 pub(super) const FRAME_MODULES: u8 = 0x05;
 pub(super) const FRAME_LOCATIONS: u8 = 0x06;
 pub(super) const FRAME_STACKS: u8 = 0x07;
@@ -426,25 +254,64 @@ fn read_str(c: &mut Cursor<'_>) -> Option<String> {
 
 /// The trace frames (tag, payload) that hold `s`, in the order they are written.
 pub(super) fn encode_frames(s: &NativeStacks) -> Vec<(u8, Vec<u8>)> {
+    encode_appended(s, &[], &mut StacksWritten::default())
+}
+
+/// How much of a growing [`NativeStacks`] a trace was given: a trace's stack frames append
+/// modules and locations and add stacks by id (see [`merge`]), so tables that only grow (a
+/// spool's, placed while the program runs) can be written as they grow, and a reader of the
+/// file cut anywhere has the stacks of the events before the cut.
+#[derive(Debug, Default)]
+pub struct StacksWritten {
+    modules: usize,
+    locations: usize,
+    stacks: std::collections::HashSet<u32>,
+    started: bool,
+}
+
+impl StacksWritten {
+    /// Locations written so far (those of `s.locations` before this index).
+    #[must_use]
+    pub fn locations(&self) -> usize {
+        self.locations
+    }
+}
+
+/// The trace frames that add to a trace what `s` holds beyond `written`, and `symbols`
+/// (source frames by location index, for locations `s` has none for); `written` then
+/// counts them. The first call writes MODULES, LOCATIONS and STACKS even when empty (a trace
+/// recorded with stacks says so), later ones only frames with something in them.
+pub(super) fn encode_appended(
+    s: &NativeStacks,
+    symbols: &[(usize, Vec<SourceFrame>)],
+    written: &mut StacksWritten,
+) -> Vec<(u8, Vec<u8>)> {
+    let new_modules = s.modules.get(written.modules..).unwrap_or(&[]);
     let mut modules = Vec::new();
-    put_varint(&mut modules, s.modules.len() as u64);
-    for m in &s.modules {
+    put_varint(&mut modules, new_modules.len() as u64);
+    for m in new_modules {
         put_varint(&mut modules, m.bias);
         put_str(&mut modules, &m.build_id);
         put_str(&mut modules, m.path.as_bytes());
     }
+    let new_locations = s.locations.get(written.locations..).unwrap_or(&[]);
     let mut locations = Vec::new();
-    put_varint(&mut locations, s.locations.len() as u64);
-    for l in &s.locations {
+    put_varint(&mut locations, new_locations.len() as u64);
+    for l in new_locations {
         put_varint(&mut locations, l.module.map_or(0, |m| u64::from(m) + 1));
         put_varint(&mut locations, l.offset);
     }
-    let mut ids: Vec<&u32> = s.stacks.keys().collect();
+    let mut ids: Vec<u32> = s
+        .stacks
+        .keys()
+        .filter(|id| !written.stacks.contains(id))
+        .copied()
+        .collect();
     ids.sort_unstable();
     let mut stacks = Vec::new();
     put_varint(&mut stacks, ids.len() as u64);
-    for id in ids {
-        let st = &s.stacks[id];
+    for id in &ids {
+        let Some(st) = s.stacks.get(id) else { continue };
         put_varint(&mut stacks, u64::from(*id));
         stacks.push(st.end.to_u8());
         put_varint(&mut stacks, st.locations.len() as u64);
@@ -452,31 +319,44 @@ pub(super) fn encode_frames(s: &NativeStacks) -> Vec<(u8, Vec<u8>)> {
             put_varint(&mut stacks, u64::from(l));
         }
     }
-    let mut frames = vec![
-        (FRAME_MODULES, modules),
-        (FRAME_LOCATIONS, locations),
-        (FRAME_STACKS, stacks),
-    ];
-    let symbolized: Vec<(usize, &Vec<SourceFrame>)> = s
+    let first = !written.started;
+    let mut frames = Vec::new();
+    for (tag, payload, n) in [
+        (FRAME_MODULES, modules, new_modules.len()),
+        (FRAME_LOCATIONS, locations, new_locations.len()),
+        (FRAME_STACKS, stacks, ids.len()),
+    ] {
+        if first || n > 0 {
+            frames.push((tag, payload));
+        }
+    }
+    let symbolized: Vec<(usize, &[SourceFrame])> = s
         .symbols
         .iter()
         .enumerate()
+        .skip(written.locations)
+        .map(|(i, f)| (i, f.as_slice()))
+        .chain(symbols.iter().map(|(i, f)| (*i, f.as_slice())))
         .filter(|(_, f)| !f.is_empty())
         .collect();
     if !symbolized.is_empty() {
-        let mut symbols = Vec::new();
-        put_varint(&mut symbols, symbolized.len() as u64);
+        let mut payload = Vec::new();
+        put_varint(&mut payload, symbolized.len() as u64);
         for (i, frames) in symbolized {
-            put_varint(&mut symbols, i as u64);
-            put_varint(&mut symbols, frames.len() as u64);
+            put_varint(&mut payload, i as u64);
+            put_varint(&mut payload, frames.len() as u64);
             for f in frames {
-                put_str(&mut symbols, f.function.as_bytes());
-                put_str(&mut symbols, f.file.as_bytes());
-                put_varint(&mut symbols, u64::from(f.line));
+                put_str(&mut payload, f.function.as_bytes());
+                put_str(&mut payload, f.file.as_bytes());
+                put_varint(&mut payload, u64::from(f.line));
             }
         }
-        frames.push((FRAME_SYMBOLS, symbols));
+        frames.push((FRAME_SYMBOLS, payload));
     }
+    written.modules = s.modules.len();
+    written.locations = s.locations.len();
+    written.stacks.extend(ids);
+    written.started = true;
     frames
 }
 
@@ -729,124 +609,8 @@ impl NativeStacks {
 
 #[cfg(test)]
 mod tests {
-    use super::super::codec::zigzag;
+    use super::place::tests::module;
     use super::*;
-
-    fn module(path: &str, bias: u64, seg: (u64, u64)) -> NativeModule {
-        NativeModule {
-            path: path.to_owned(),
-            build_id: vec![0xab, 0xcd],
-            bias,
-            segments: vec![seg],
-        }
-    }
-
-    #[test]
-    fn an_address_mapped_by_several_modules_over_time_is_placed_in_the_one_of_its_stack() {
-        // liba, then libb at the same place (a dlclose between), then liba again, then libc
-        // elsewhere; and libd, partly over libb's range, after them.
-        let modules = vec![
-            module("/liba.so", 0x7000_0000, (0x7000_0000, 0x7000_2000)),
-            module("/libb.so", 0x7000_0000, (0x7000_0000, 0x7000_3000)),
-            module("/liba.so", 0x7000_0000, (0x7000_0000, 0x7000_2000)),
-            module("/libc.so", 0x7100_0000, (0x7100_0000, 0x7110_0000)),
-            module("/libd.so", 0x7000_2800, (0x7000_2800, 0x7000_4000)),
-        ];
-        let def = |id: u32, pc: u64, modules_before: u32| StackDef {
-            id,
-            end: StackEnd::Complete,
-            pcs: vec![pc],
-            modules_before,
-        };
-        let s = from_spool(
-            modules,
-            vec![
-                def(1, 0x7000_1000, 1),
-                def(2, 0x7000_1000, 2),
-                def(3, 0x7000_1000, 3),
-                def(4, 0x7000_2900, 2),
-                def(5, 0x7000_2900, 5),
-                def(6, 0x7000_2100, 5),
-                // Recorded before its module's frame was written: the next one to map it.
-                def(7, 0x7100_0010, 0),
-                def(8, 0x7000_1000, 0),
-                def(9, 0x7200_0000, 5),
-            ],
-            &[],
-        );
-        // liba is one module, read twice.
-        let paths: Vec<&str> = s.modules.iter().map(|m| m.path.as_str()).collect();
-        assert_eq!(paths, ["/liba.so", "/libb.so", "/libc.so", "/libd.so"]);
-        let placed = |id: u32| {
-            let loc = s.locations[s.stacks[&id].locations[0] as usize];
-            (
-                loc.module.map(|m| s.modules[m as usize].path.as_str()),
-                loc.offset,
-            )
-        };
-        assert_eq!(placed(1), (Some("/liba.so"), 0x1000));
-        assert_eq!(placed(2), (Some("/libb.so"), 0x1000));
-        assert_eq!(placed(3), (Some("/liba.so"), 0x1000));
-        assert_eq!(placed(4), (Some("/libb.so"), 0x2900));
-        assert_eq!(placed(5), (Some("/libd.so"), 0x100));
-        // libb's range past liba's, not mapped again since: still libb's.
-        assert_eq!(placed(6), (Some("/libb.so"), 0x2100));
-        assert_eq!(placed(7), (Some("/libc.so"), 0x10));
-        assert_eq!(placed(8), (Some("/liba.so"), 0x1000));
-        assert_eq!(placed(9), (None, 0x7200_0000));
-        // The same address in liba's two loads is one location.
-        assert_eq!(s.stacks[&1].locations, s.stacks[&3].locations);
-    }
-
-    #[test]
-    fn spool_definitions_become_module_offsets_with_shared_locations() {
-        // A definition as the tracer writes it: id, end, count, zigzag LEB128 deltas.
-        let mut def = vec![0x03]; // prefix varint of 1
-        def.extend([0u8, 3]);
-        let pcs = [0x7000_1234u64, 0x40_0100, 0x9999];
-        let mut prev = 0u64;
-        for pc in pcs {
-            put_varint(&mut def, zigzag(pc.wrapping_sub(prev) as i64));
-            prev = pc;
-        }
-        let mut c = Cursor::new(&def);
-        let d = read_stack_def(&mut c, 2).unwrap();
-        assert!(c.at_end());
-        assert_eq!(
-            (d.id, d.end, d.pcs.clone()),
-            (1, StackEnd::Complete, pcs.to_vec())
-        );
-        let second = StackDef {
-            id: 2,
-            end: StackEnd::DepthCap,
-            pcs: vec![0x40_0100],
-            modules_before: 2,
-        };
-        let modules = vec![
-            module("/lib/libc.so.6", 0x7000_0000, (0x7000_0000, 0x7010_0000)),
-            module("/usr/bin/prog", 0, (0x40_0000, 0x50_0000)),
-        ];
-        let s = from_spool(modules, vec![d, second], &[]);
-        assert_eq!(
-            s.locations,
-            [
-                Location {
-                    module: Some(0),
-                    offset: 0x1234
-                },
-                Location {
-                    module: Some(1),
-                    offset: 0x40_0100
-                },
-                Location {
-                    module: None,
-                    offset: 0x9999
-                },
-            ]
-        );
-        assert_eq!(s.stacks[&1].locations, [0, 1, 2]);
-        assert_eq!(s.stacks[&2].locations, [1]);
-    }
 
     #[test]
     fn trace_frames_round_trip_and_unresolved_frames_are_module_plus_offset() {
