@@ -9,7 +9,7 @@ use allocview_loaders::analysis::stats::{RecordingStats, RecordingSummary};
 use allocview_loaders::binary::{BinaryInfo, TimeBase};
 use anyhow::Result;
 
-use crate::symbolize::Symbolizer;
+use crate::symbolize::{Symbolizer, TraceStacks};
 use crate::trace_file::{Form, RecordWriter, read_any};
 
 /// The tracer shared object, compiled by `build.rs` (empty where it did not build).
@@ -44,6 +44,10 @@ pub fn trace_meta(header: &[(String, String)], program: &str) -> Vec<(String, St
     meta
 }
 
+/// What writes a finished trace's run tables and the rest of its stacks, given what the trace
+/// was given of them while the program ran.
+pub type AddStacks<'a> = dyn FnMut(&mut RecordWriter, BinaryInfo, TraceStacks) -> Result<()> + 'a;
+
 /// Converts a finished spool into the trace `path`; returns the trace's summary.
 pub fn convert_file(
     spool: &Path,
@@ -52,7 +56,7 @@ pub fn convert_file(
     program: &str,
     base: TimeBase,
     protected: &[&Path],
-    add_stacks: &mut dyn FnMut(&mut RecordWriter, BinaryInfo) -> Result<()>,
+    add_stacks: &mut AddStacks<'_>,
 ) -> Result<RecordingSummary> {
     let meta = trace_meta(&spool_header(spool), program);
     let mut writer = RecordWriter::create(path, form, &meta, protected)?;
@@ -71,7 +75,7 @@ pub fn convert_file(
             // Blocks allocated while recording was stopped were freed unseen.
             stats.mark_started_mid_run();
         }
-        add_stacks(&mut writer, info)?;
+        add_stacks(&mut writer, info, TraceStacks::default())?;
     }
     writer.finish()?;
     Ok(stats.finish())
@@ -114,11 +118,10 @@ pub fn spool_to_trace(spool: &Path, out: &Path, program: &str) -> Result<Recordi
         program,
         TimeBase::default(),
         &[],
-        &mut |writer: &mut RecordWriter, info: BinaryInfo| -> Result<()> {
+        &mut |writer: &mut RecordWriter, info: BinaryInfo, written: TraceStacks| -> Result<()> {
             writer.write_run_tables(&info)?;
-            if let Some(mut stacks) = info.stacks {
-                symbolizer.symbolize_stacks(&mut stacks);
-                writer.write_stacks(&stacks)?;
+            if let Some(stacks) = info.stacks {
+                written.finish(writer, &stacks, &mut symbolizer)?;
             }
             Ok(())
         },

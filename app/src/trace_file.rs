@@ -349,6 +349,27 @@ impl RecordWriter {
         }
     }
 
+    /// Writes what the growing stack tables `stacks` add to what `written` says this trace was
+    /// given, and `symbols` (frames by location index): a recording's stacks as they are
+    /// placed. Nothing in the text form, which has no place for them ([`Self::write_stacks`]
+    /// says what is lost).
+    ///
+    /// # Errors
+    /// On write errors.
+    pub fn append_stacks(
+        &mut self,
+        stacks: &NativeStacks,
+        symbols: &[(usize, Vec<allocview_loaders::binary::SourceFrame>)],
+        written: &mut allocview_loaders::binary::StacksWritten,
+    ) -> Result<()> {
+        match &mut self.sink {
+            Sink::Binary(w) => w
+                .append_stacks(stacks, symbols, written)
+                .with_context(|| format!("cannot write {}", self.path.display())),
+            Sink::Text(_) => Ok(()),
+        }
+    }
+
     /// Makes the finished file `path` instead (in the same directory; `inputs` refused).
     pub fn retarget(&mut self, path: &Path, inputs: &[&Path]) -> Result<()> {
         self.pending.retarget(path, inputs)?;

@@ -13,23 +13,27 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// One phase per line read from the FIFO named by its argument: 1,000 blocks of 30,000 bytes
-/// (size class 15), all kept; at the end of the FIFO it frees them all and exits. The FIFO is
-/// opened once, before the first phase, so a phase allocates nothing else.
+/// (size class 15), all kept, allocated in `grow_phase`; at the end of the FIFO it frees them
+/// all and exits. The FIFO is opened once, before the first phase, so a phase allocates
+/// nothing else.
 const GROW_C: &str = r#"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 static void *keep[100][1000];
+__attribute__((noinline)) void grow_phase(void **blocks) {
+    for (int i = 0; i < 1000; i++) {
+        blocks[i] = malloc(30000);
+        memset(blocks[i], 1, 64);
+    }
+}
 int main(int argc, char **argv) {
     FILE *f = fopen(argv[1], "r");
     if (!f) return 2;
     char line[64];
     int phases = 0;
     while (phases < 100 && fgets(line, sizeof line, f)) {
-        for (int i = 0; i < 1000; i++) {
-            keep[phases][i] = malloc(30000);
-            memset(keep[phases][i], 1, 64);
-        }
+        grow_phase(keep[phases]);
         phases++;
     }
     for (int p = 0; p < phases; p++)
@@ -178,6 +182,24 @@ fn record_live_shows_the_run_while_it_goes_on() {
         span_s(&two).unwrap() > span_s(&one).unwrap(),
         "the timeline grows:\n{one}\n{two}"
     );
+    // The sites panel shows the run's call stacks by function while it runs: the 2,000
+    // blocks of the two phases at `grow_phase` (selected, its frames below the rows), and
+    // the FIFO's buffer at `main`.
+    keys(&s, &["s"]);
+    let sites = wait_for(&s, "the sites of the run", |sc| {
+        sc.contains("(call stacks)")
+            && sc.lines().any(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                w.windows(3).any(|w| w == ["2000", "2000", "grow_phase"])
+            })
+    });
+    assert!(sites.contains("at grow_phase"), "{sites}");
+    assert!(sites.lines().any(|l| l.contains("  main ")), "{sites}");
+    assert!(recording(&out), "the program should still be recorded");
+    keys(&s, &["s"]);
+    wait_for(&s, "the sites panel closed", |sc| {
+        !sc.contains("(call stacks)")
+    });
 
     // Back in time while the run goes on: the cursor stays, the run grows.
     keys(&s, &["h"]);

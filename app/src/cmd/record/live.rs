@@ -9,16 +9,17 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use allocview_loaders::analysis::stats::{RecordingStats, RecordingSummary};
-use allocview_loaders::binary::{BinaryInfo, LivePoll, LiveSpool, TimeBase};
+use allocview_loaders::binary::{LivePoll, LiveSpool, TimeBase};
 use anyhow::{Context as _, Result};
 
 use super::pipe::{Pipe, Written};
 use super::spools::{list_spools, per_process_name};
-use crate::recording::trace_meta;
-use crate::symbolize::ModuleFeed;
+use crate::recording::{AddStacks, trace_meta};
+use crate::symbolize::{ModuleFeed, Symbolized, TraceStacks};
 use crate::trace_file::{Form, LIVE_FLUSH, RecordWriter};
 
 /// How long the converter waits between looks at the spools.
@@ -53,6 +54,8 @@ struct LiveTrace {
     unflushed: bool,
     /// The marks written while the command ran (the rest come with the spool's end).
     marks_written: Vec<allocview_loaders::binary::Mark>,
+    /// The call stacks written while the command ran, and their symbols found.
+    stacks: TraceStacks,
 }
 
 /// The spools of a recording, converted while the command runs.
@@ -67,8 +70,10 @@ pub(super) struct Converter<'a> {
     traces: HashMap<PathBuf, Option<LiveTrace>>,
     /// Why a spool's live conversion was given up, by spool path.
     given_up: HashMap<PathBuf, String>,
-    /// Where the modules of the stacks go to be read while the command runs.
+    /// Where the modules of the stacks go to be read, and their locations symbolized, while
+    /// the command runs; and where the symbols come back.
     modules: Option<ModuleFeed>,
+    symbolized: (mpsc::Sender<Symbolized>, mpsc::Receiver<Symbolized>),
 }
 
 impl<'a> Converter<'a> {
@@ -91,6 +96,7 @@ impl<'a> Converter<'a> {
             traces: HashMap::new(),
             given_up: HashMap::new(),
             modules,
+            symbolized: mpsc::channel(),
         }
     }
 
@@ -128,18 +134,25 @@ impl<'a> Converter<'a> {
                                 flushed_at: Instant::now(),
                                 unflushed: false,
                                 marks_written: Vec::new(),
+                                stacks: TraceStacks::default(),
                             });
                     self.traces.insert(spool.path, trace);
                 }
             }
         }
+        self.take_symbols();
         let (program, output, form, protected) =
             (self.program, self.output, self.form, self.protected);
         let records = step_records(self.traces.len());
         let mut more = false;
         for (path, slot) in &mut self.traces {
             let Some(trace) = slot else { continue };
-            match trace.step(program, output, form, protected, emit.then_some(records)) {
+            let symbolize = self
+                .modules
+                .as_ref()
+                .map(|feed| (path.as_path(), feed, &self.symbolized.0));
+            let target = (program, output, form, protected);
+            match trace.step(target, emit.then_some(records), symbolize) {
                 Ok(m) => more |= m,
                 Err(e) => {
                     // The spool stays; it is converted from the finished file.
@@ -157,20 +170,31 @@ impl<'a> Converter<'a> {
         more
     }
 
+    /// Takes in the symbols that came back from the symbolizing thread.
+    fn take_symbols(&mut self) {
+        while let Ok(s) = self.symbolized.1.try_recv() {
+            if let Some(Some(trace)) = self.traces.get_mut(&s.trace) {
+                trace.stacks.answer(s);
+            }
+        }
+    }
+
     /// Why the live conversion of `spool` was given up, if it was.
     pub(super) fn given_up(&self, spool: &Path) -> Option<&str> {
         self.given_up.get(spool).map(String::as_str)
     }
 
-    /// Finishes the live conversion of `spool` into `path`: the trace's stacks (`None` when
-    /// the spool has none) and summary, or `None` when it is to be converted from the file
-    /// (why is then in [`Self::given_up`]).
+    /// Finishes the live conversion of `spool` into `path` (`stacks` writes the run's tables
+    /// and the rest of its stacks) and returns its summary, or `None` when it is to be
+    /// converted from the file (why is then in [`Self::given_up`]). Call it once the
+    /// symbolizing thread has stopped: the symbols it found are then all here.
     pub(super) fn finish(
         &mut self,
         spool: &Path,
         path: &Path,
-        stacks: &mut dyn FnMut(&mut RecordWriter, BinaryInfo) -> Result<()>,
+        stacks: &mut AddStacks<'_>,
     ) -> Option<RecordingSummary> {
+        self.take_symbols();
         let mut trace = self.traces.remove(spool).flatten()?;
         let writer = trace.writer.take()?;
         match finish_trace(trace, writer, path, self.protected, stacks) {
@@ -189,7 +213,7 @@ fn finish_trace(
     mut writer: RecordWriter,
     path: &Path,
     protected: &[&Path],
-    stacks: &mut dyn FnMut(&mut RecordWriter, BinaryInfo) -> Result<()>,
+    stacks: &mut AddStacks<'_>,
 ) -> std::result::Result<RecordingSummary, String> {
     // Refused before the backlog is converted rather than after.
     writer
@@ -216,19 +240,25 @@ fn finish_trace(
         // Blocks allocated while recording was stopped were freed unseen.
         stats.mark_started_mid_run();
     }
-    stacks(&mut writer, info).map_err(|e| format!("{e:#}"))?;
+    stacks(&mut writer, info, trace.stacks).map_err(|e| format!("{e:#}"))?;
     writer.finish().map_err(|e| format!("{e:#}"))?;
     Ok(stats.finish())
 }
 
+/// What a trace is written from and to: the program's name, the output, its form, and the
+/// files it must not replace.
+type TraceTarget<'a> = (&'a str, &'a Path, Form, &'a [&'a Path]);
+
+/// Where a trace's locations are symbolized while the command runs: the trace's spool (its
+/// key), the symbolizing thread, and where the frames come back.
+type Symbolize<'a> = (&'a Path, &'a ModuleFeed, &'a mpsc::Sender<Symbolized>);
+
 impl LiveTrace {
     fn step(
         &mut self,
-        program: &str,
-        output: &Path,
-        form: Form,
-        protected: &[&Path],
+        (program, output, form, protected): TraceTarget<'_>,
         emit: Option<u64>,
+        symbolize: Option<Symbolize<'_>>,
     ) -> Result<bool> {
         self.reader.read()?;
         if self.writer.is_none() {
@@ -264,6 +294,14 @@ impl LiveTrace {
                     .write_live_tables(&memory, &marks)
                     .context("cannot write the trace")?;
                 self.marks_written.extend(marks);
+                // And the stacks of its events, with the symbols found so far: the sites
+                // panel of a follower shows functions while the program runs.
+                if let Some(stacks) = self.reader.stacks_so_far() {
+                    if let Some((key, feed, reply)) = symbolize {
+                        self.stacks.ask(key, stacks, feed, reply);
+                    }
+                    self.stacks.write(writer, stacks)?;
+                }
             }
             writer.flush_live().context("cannot write the trace")?;
             self.flushed_at = Instant::now();

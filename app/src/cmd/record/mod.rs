@@ -13,9 +13,9 @@
 //!
 //! Every allocation's call stack is captured by default (x86-64; `--no-stacks` turns it off,
 //! and `--text` too, the text form having no place for stacks): the tracer records return
-//! addresses and the module map; the modules its stacks use are read here while the command
-//! runs (`crate::symbolize::Prefetch`), and the stacks symbolized once it has exited and
-//! written into the binary trace. With `--stack-sample SIZE` every event is still recorded but
+//! addresses and the module map; the stacks are placed in the modules, written into the binary
+//! trace and symbolized (`crate::symbolize::Prefetch`, `TraceStacks`) while the command runs,
+//! as its conversion meets them; what is left is symbolized and written once it has exited. With `--stack-sample SIZE` every event is still recorded but
 //! only the allocations sampled by bytes (a mean of one every SIZE bytes, see the tracer's
 //! `sample.rs`) have their stack walked; the trace's META says `stack_sample_bytes`, and the
 //! site figures weigh the sampled allocations (`allocview_loaders::analysis::sampling`).
@@ -36,7 +36,7 @@ use tempfile::TempDir;
 use crate::format;
 use crate::recording::{TRACER_SO, convert_file};
 use crate::safe_write;
-use crate::symbolize::{Prefetch, Symbolizer};
+use crate::symbolize::{Prefetch, Symbolizer, TraceStacks};
 use crate::trace_file::{Form, RecordWriter};
 
 mod limit;
@@ -415,14 +415,14 @@ fn convert_spool(
     live: &mut live::Converter<'_>,
     symbolizer: &mut Symbolizer,
 ) -> Result<RecordingSummary> {
-    let mut add_stacks = |writer: &mut RecordWriter, info: BinaryInfo| -> Result<()> {
-        writer.write_run_tables(&info)?;
-        if let Some(mut stacks) = info.stacks {
-            symbolizer.symbolize_stacks(&mut stacks).print_summary();
-            writer.write_stacks(&stacks)?;
-        }
-        Ok(())
-    };
+    let mut add_stacks =
+        |writer: &mut RecordWriter, info: BinaryInfo, written: TraceStacks| -> Result<()> {
+            writer.write_run_tables(&info)?;
+            if let Some(stacks) = info.stacks {
+                written.finish(writer, &stacks, symbolizer)?.print_summary();
+            }
+            Ok(())
+        };
     let converted = match live.finish(&spool.path, path, &mut add_stacks) {
         Some(summary) => Ok(summary),
         None => {

@@ -1,7 +1,6 @@
 //! The panels beside and under the heap map: the sites panel, the frames of the cursor's
 //! allocation, and the size classes at the cursor and over time.
 
-use allocview_loaders::analysis::site_stats::SiteKind;
 use allocview_sim::classes::ClassSeries;
 use allocview_sim::trace::TraceView;
 
@@ -16,14 +15,7 @@ pub(super) fn sites_panel(state: &AppState, vp: &Viewport) -> Option<SitesVm> {
         return None;
     }
     let data = state.data.as_ref()?;
-    let sites_kind = data.sites()?.kind;
-    let recording = state.live.as_ref().is_some_and(|l| !l.ended);
-    let kind = if recording && sites_kind == SiteKind::SizeClasses {
-        // `record` writes the stacks once the program has ended.
-        "size classes; call stacks at the end"
-    } else {
-        sites_kind.describe()
-    };
+    let kind = data.sites()?.kind.describe();
     // Sampled stacks (`record --stack-sample`): the figures are estimates, said in the title.
     let kind = match data.sites()?.sampling() {
         Some(s) => format!(

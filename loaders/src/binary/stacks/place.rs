@@ -438,11 +438,12 @@ pub(super) mod tests {
         PY_FRAME_BIT | code << PY_LINE_BITS | line
     }
 
-    /// Each stack as what its frames name: module path, offset and symbols (the location
-    /// indices differ with the order of placement).
-    fn resolved(
-        s: &NativeStacks,
-    ) -> std::collections::BTreeMap<u32, Vec<(Option<String>, u64, Vec<SourceFrame>)>> {
+    /// A frame as what it names: module path, offset and symbols.
+    type Named = (Option<String>, u64, Vec<SourceFrame>);
+
+    /// Each stack as what its frames name (the location indices differ with the order of
+    /// placement).
+    fn resolved(s: &NativeStacks) -> std::collections::BTreeMap<u32, Vec<Named>> {
         s.stacks
             .iter()
             .map(|(&id, st)| {
