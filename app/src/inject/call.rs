@@ -173,6 +173,13 @@ impl Hijack {
     /// When the target cannot be written, the call faults elsewhere than on its return, the
     /// process exits, or the call does not return within [`CALL_TIMEOUT`].
     pub fn call(&mut self, func: u64, args: &[Arg<'_>]) -> Result<u64> {
+        self.call_within(func, args, CALL_TIMEOUT)
+    }
+
+    /// [`Self::call`], given up after `timeout`: the thread is then stopped where the call
+    /// got to and, when the [`Hijack`] is let go, put back where it was before the call (a
+    /// thread left running the call would return to address 0 and kill the process).
+    fn call_within(&mut self, func: u64, args: &[Arg<'_>], timeout: Duration) -> Result<u64> {
         if args.len() > 6 {
             bail!("at most six arguments are passed in registers");
         }
@@ -214,19 +221,14 @@ impl Hijack {
         regs.orig_rax = u64::MAX;
         ptrace::setregs(self.tid, regs).context("setting the call's registers")?;
         ptrace::cont(self.tid, None).context("resuming the thread for the call")?;
-        let deadline = Instant::now() + CALL_TIMEOUT;
+        let deadline = Instant::now() + timeout;
         loop {
             let status = waitpid(self.tid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG))
                 .context("waiting for the call")?;
             match status {
                 WaitStatus::StillAlive => {
                     if Instant::now() > deadline {
-                        bail!(
-                            "the call in process {} did not return within {} s (a lock held by \
-                             a stopped thread?)",
-                            self.pid,
-                            CALL_TIMEOUT.as_secs()
-                        );
+                        return self.abandon_call(timeout);
                     }
                     std::thread::sleep(Duration::from_millis(1));
                 }
@@ -257,6 +259,42 @@ impl Hijack {
                 WaitStatus::Continued(_) => {}
             }
         }
+    }
+
+    /// Stops the thread inside a call that did not return in time, so that its registers can
+    /// be put back (a thread running is out of ptrace's reach); the call's result if it
+    /// returned meanwhile.
+    fn abandon_call(&mut self, timeout: Duration) -> Result<u64> {
+        ptrace::interrupt(self.tid).context("stopping the thread of a call that did not return")?;
+        loop {
+            match waitpid(self.tid, Some(WaitPidFlag::__WALL))
+                .context("waiting for the thread to stop")?
+            {
+                WaitStatus::PtraceEvent(_, _, PTRACE_EVENT_STOP) => break,
+                WaitStatus::Stopped(_, Signal::SIGSEGV) => {
+                    let now = ptrace::getregs(self.tid).context("reading the call's result")?;
+                    if now.rip == 0 {
+                        return Ok(now.rax);
+                    }
+                    break;
+                }
+                WaitStatus::Stopped(_, sig) => {
+                    self.pending.push(sig);
+                    ptrace::cont(self.tid, None).context("resuming the thread")?;
+                }
+                WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
+                    self.released = true;
+                    bail!("process {} ended during the call", self.pid);
+                }
+                _ => {}
+            }
+        }
+        bail!(
+            "the call in process {} did not return within {} s (a lock held by a stopped \
+             thread?); it was abandoned and the thread put back where it was",
+            self.pid,
+            timeout.as_secs_f64()
+        )
     }
 
     fn write(&self, addr: u64, bytes: &[u8]) -> Result<()> {
@@ -341,4 +379,56 @@ fn threads(pid: i32) -> Result<Vec<i32>> {
         .collect();
     tids.sort_unstable_by_key(|&t| (t != pid, t));
     Ok(tids)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+    use super::*;
+
+    /// The address of the C library's `name` in process `pid`.
+    fn libc_function(pid: i32, name: &str) -> u64 {
+        let maps = super::super::target::mappings(pid).unwrap();
+        let libc = super::super::target::libc_path(&maps).unwrap().to_owned();
+        let base = super::super::target::base_of(&maps, &libc).unwrap();
+        let elf = std::fs::read(super::super::target::in_root(pid, &libc)).unwrap();
+        super::super::target::symbol_address(&elf, base, name, std::path::Path::new(&libc))
+            .unwrap()
+            .unwrap()
+    }
+
+    /// A call that never returns (`pause`) is given up: the thread is put back in its
+    /// `sleep`, which ends as it would have, instead of returning from `pause` to address 0
+    /// (or staying in it for good) once let go.
+    #[test]
+    fn a_call_that_does_not_return_is_abandoned_and_the_thread_put_back() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("1.5")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        // Its main thread is in clock_nanosleep once the program has started.
+        std::thread::sleep(Duration::from_millis(200));
+        let pause = libc_function(pid, "pause");
+        let mut thread = Hijack::new(pid).unwrap();
+        let started = Instant::now();
+        let err = thread
+            .call_within(pause, &[], Duration::from_millis(300))
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("abandoned"), "{err:#}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        thread.release().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                child.kill().ok();
+                panic!("the program did not go on after the call was abandoned");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "{status:?}");
+    }
 }
