@@ -206,6 +206,12 @@ impl Attach {
         text
     }
 
+    /// SIGKILL: gone without a word to the process it attached to.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
     /// Ctrl-C: stops the recording and detaches.
     fn interrupt(self) -> String {
         let ok = Command::new("kill")
@@ -310,16 +316,75 @@ fn a_process_attached_twice_records_each_window() {
     let first = dir.path().join("first.avt");
     Attach::start(p.pid(), &first, &["--duration", "200ms"]).wait();
     let second = dir.path().join("second.avt");
-    let attach = Attach::start(p.pid(), &second, &[]);
-    p.go();
-    p.expect_ready("C");
-    attach.interrupt();
-    p.go();
-    assert!(p.finish().starts_with("checksum "));
+    assert!(record_phase_b(p, &second).starts_with("checksum "));
     let (allocs, _, _) = by_size(&first);
     assert_eq!(allocs.get(&34_567), None);
     let (allocs, _, _) = by_size(&second);
     assert_eq!(allocs.get(&34_567), Some(&7), "{allocs:?}");
+}
+
+/// The phases program, built in `dir`: the output of an untraced run, and a run waiting to
+/// start phase B.
+fn phases_waiting_for_b(dir: &Path) -> (String, Paced) {
+    let exe = build_c(dir, "phases", PHASES_C);
+    let expected = Paced::untraced(&mut Command::new(&exe));
+    let mut p = Paced::spawn(&mut Command::new(&exe));
+    p.expect_ready("B");
+    (expected, p)
+}
+
+/// Attaches to `p`, waiting for phase B, for phase B only, into `out`; lets it finish: its
+/// output.
+fn record_phase_b(mut p: Paced, out: &Path) -> String {
+    let attach = Attach::start(p.pid(), out, &[]);
+    p.go();
+    p.expect_ready("C");
+    attach.interrupt();
+    p.go();
+    p.finish()
+}
+
+/// The spool an attach's tracer has open in process `pid`, if any.
+fn attach_spool_open_in(pid: i32) -> Option<PathBuf> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .find(|p| {
+            let s = p.to_string_lossy();
+            s.contains("/allocview-attach-") && s.ends_with(".spool")
+        })
+}
+
+/// An `allocview attach` killed (SIGKILL, the OOM killer) cannot stop its recording: the
+/// tracer sees its lock go and ends the run by itself, instead of recording into its spool
+/// until the program ends (a disk filled by a service that runs for weeks) and refusing every
+/// later attach as "being recorded already". The spool is left where it was.
+#[test]
+fn a_killed_attach_ends_its_recording_and_the_process_can_be_attached_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (expected, p) = phases_waiting_for_b(dir.path());
+    let killed = Attach::start(p.pid(), &dir.path().join("killed.avt"), &[]);
+    let spool = attach_spool_open_in(p.pid()).expect("the attached run's spool is open");
+    killed.kill();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while attach_spool_open_in(p.pid()).is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tracer still records into {} after its attach was killed",
+            spool.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(spool.exists(), "the spool is left for the user");
+
+    let second = dir.path().join("second.avt");
+    assert_eq!(record_phase_b(p, &second), expected);
+    let (allocs, _, _) = by_size(&second);
+    assert_eq!(allocs.get(&34_567), Some(&7), "{allocs:?}");
+    if let Some(d) = spool.parent() {
+        std::fs::remove_dir_all(d).ok();
+    }
 }
 
 #[test]
@@ -509,10 +574,7 @@ fn attaching_to_no_process_says_so() {
 #[test]
 fn an_output_in_no_folder_is_refused_before_attaching() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = build_c(dir.path(), "phases", PHASES_C);
-    let expected = Paced::untraced(&mut Command::new(&exe));
-    let mut p = Paced::spawn(&mut Command::new(&exe));
-    p.expect_ready("B");
+    let (expected, mut p) = phases_waiting_for_b(dir.path());
     let nowhere = dir.path().join("no-such-folder").join("x.avt");
     let stderr = fails(&[
         "attach",

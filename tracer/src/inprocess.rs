@@ -15,12 +15,18 @@
 //! native-only run (the C library calls, redirected as with `native`; Python's allocators are
 //! left alone, since wrapping them needs the GIL), whose spool says `started_mid_run=1`.
 //!
+//! An attached run also ends when its `allocview attach` is gone (killed, out of memory)
+//! without stopping it: that command holds a lock on `<prefix>.owner` while it runs, and the
+//! clock thread ends the run within a second of the lock's release ([`poll`]), as
+//! [`allocview_tracker_stop`] would have; else the program would record into its spool until
+//! it ends, filling the disk, and no attach could start again.
+//!
 //! Between the two, every thread records as under `LD_PRELOAD`. A thread that recorded in an
 //! earlier run finds the run number ([`crate::EPOCH`]) moved at its next call and starts a new
 //! stream in its buffer (the spool, the stack and code ids and the module map start again too).
 
 use std::ffi::{CStr, c_char, c_int};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 
 use crate::*;
 
@@ -33,6 +39,13 @@ static PY_DETECTED: AtomicBool = AtomicBool::new(false);
 /// The current run was started by `allocview attach`, in the middle of the program's run: its
 /// spool's META says `started_mid_run=1`.
 pub(crate) static MID_RUN: AtomicBool = AtomicBool::new(false);
+/// An attached run: the open `<prefix>.owner`, whose lock `allocview attach` holds while it
+/// runs (-1: none).
+static OWNER_FD: AtomicI32 = AtomicI32::new(-1);
+/// Flush periods until the next look at the owner's lock.
+static OWNER_COUNTDOWN: AtomicU32 = AtomicU32::new(0);
+/// How many flush periods (of 20 ms) apart the owner's lock is looked at.
+const OWNER_EVERY_PERIODS: u32 = 25;
 
 /// Starts recording into `<prefix>.<pid>.spool`; `native` also records the C library calls
 /// of the whole process. Returns 0, or -1 when a run is on (or the tracer is preloaded and
@@ -102,6 +115,10 @@ unsafe fn start_run(prefix: *const c_char, native: bool, python: bool) -> c_int 
     if !unsafe { open_spool() } {
         return -3;
     }
+    if native && !python {
+        // SAFETY: a NUL-terminated path in a stack buffer.
+        unsafe { open_owner() };
+    }
     modules::emit_all(stacks::emit_module);
     // Redirected before the run is on, so that recording starts for every function at once:
     // until then the tracer's functions pass calls through. Slots rewritten one by one while
@@ -160,7 +177,52 @@ pub unsafe extern "C" fn allocview_tracker_stop() -> c_int {
         // SAFETY: the run's own spool.
         unsafe { close(fd) };
     }
+    let owner = OWNER_FD.swap(-1, Ordering::AcqRel);
+    if owner >= 0 {
+        // SAFETY: the run's own descriptor.
+        unsafe { close(owner) };
+    }
     0
+}
+
+/// Opens `<prefix>.owner` for an attached run (none when `allocview attach` made none: the run
+/// then ends only when asked).
+///
+/// # Safety
+/// Called while starting a run, before the clock thread looks at [`OWNER_FD`].
+unsafe fn open_owner() {
+    let mut path = [0u8; 4200];
+    let mut w = StackWriter::new(&mut path);
+    w.put(PREFIX.get());
+    w.put(b".owner\0");
+    if w.overflowed() {
+        return;
+    }
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe { open(path.as_ptr().cast(), O_RDONLY | O_CLOEXEC) };
+    OWNER_COUNTDOWN.store(OWNER_EVERY_PERIODS, Ordering::Relaxed);
+    let old = OWNER_FD.swap(fd.max(-1), Ordering::AcqRel);
+    if old >= 0 {
+        // SAFETY: an earlier run's descriptor, left open.
+        unsafe { close(old) };
+    }
+}
+
+/// Whether the `allocview attach` of this run is gone: its lock on the owner file was
+/// released (a lock this can take). Looked at every [`OWNER_EVERY_PERIODS`] flush periods.
+fn owner_gone() -> bool {
+    let fd = OWNER_FD.load(Ordering::Acquire);
+    if fd < 0 {
+        return false;
+    }
+    let left = OWNER_COUNTDOWN.load(Ordering::Relaxed);
+    if left > 1 {
+        OWNER_COUNTDOWN.store(left - 1, Ordering::Relaxed);
+        return false;
+    }
+    OWNER_COUNTDOWN.store(OWNER_EVERY_PERIODS, Ordering::Relaxed);
+    // SAFETY: the run's own descriptor; the lock is dropped with it by the stop.
+    unsafe { flock(fd, LOCK_EX | LOCK_NB) == 0 }
 }
 
 /// Before a new run: every buffer empty and its thread's stream to start again, stack and
@@ -179,8 +241,15 @@ fn restart_streams() {
     stacks::reset_after_fork();
 }
 
-/// Called by the clock thread each flush period: the objects loaded since are redirected too.
+/// Called by the clock thread each flush period: the objects loaded since are redirected too,
+/// and an attached run whose `allocview attach` is gone ends.
 pub(crate) fn poll() {
+    if owner_gone() {
+        // SAFETY: an attached run: nothing is needed; the clock thread holds none of the
+        // tracer's locks here.
+        unsafe { allocview_tracker_stop() };
+        return;
+    }
     if NATIVE.load(Ordering::Acquire) {
         got::poll_new_objects();
     }

@@ -60,6 +60,7 @@ unsafe extern "C" {
     pub(crate) fn writev(fd: c_int, iov: *const IoVec, count: c_int) -> isize;
     pub(crate) fn write(fd: c_int, buf: *const c_void, n: usize) -> isize;
     pub(crate) fn close(fd: c_int) -> c_int;
+    pub(crate) fn flock(fd: c_int, op: c_int) -> c_int;
     pub(crate) fn unlink(path: *const c_char) -> c_int;
     pub(crate) fn sysconf(name: c_int) -> std::ffi::c_long;
     pub(crate) fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int;
@@ -100,6 +101,8 @@ unsafe extern "C" {
 
 pub(crate) const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
 pub(crate) const O_RDONLY: c_int = 0;
+pub(crate) const LOCK_EX: c_int = 2;
+pub(crate) const LOCK_NB: c_int = 4;
 pub(crate) const O_WRONLY: c_int = 1;
 pub(crate) const O_CREAT: c_int = 0o100;
 pub(crate) const O_EXCL: c_int = 0o200;

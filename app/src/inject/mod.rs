@@ -45,6 +45,9 @@ pub struct Attached {
     _dir_handle: std::fs::File,
     /// The spool's path prefix, as the target sees it.
     prefix_in_target: String,
+    /// `<prefix>.owner`, locked (shared) while this process lives: the tracer ends the run
+    /// by itself once the lock is gone (this process killed without stopping it).
+    _owner: std::fs::File,
 }
 
 /// The name of the tracer library written for the target: it carries a hash of the library's
@@ -91,6 +94,7 @@ impl Attached {
                 .context("the private directory's name")?
         );
         let prefix_in_target = format!("{dir_in_target}/attach");
+        let owner = owner_lock(pid, &dir.path().join("attach.owner"))?;
         let mut thread = Hijack::new(pid)?;
         let maps = target::mappings(pid)?;
         let tracer_base = match loaded_tracer(&maps, &name)? {
@@ -129,6 +133,7 @@ impl Attached {
             dir_access,
             _dir_handle: dir_handle,
             prefix_in_target,
+            _owner: owner,
         })
     }
 
@@ -231,7 +236,7 @@ fn give_to_target(pid: i32, path: &Path) -> Result<()> {
 /// that user. Created, never opened if it exists (`O_EXCL` follows no link), and given through
 /// its open handle: the directory is the target user's, who could otherwise plant a link there
 /// and have allocview, run as root, write and give away the file it points to.
-fn write_new_for_target(pid: i32, path: &Path, bytes: &[u8]) -> Result<()> {
+fn write_new_for_target(pid: i32, path: &Path, bytes: &[u8]) -> Result<std::fs::File> {
     use std::io::Write as _;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -247,7 +252,16 @@ fn write_new_for_target(pid: i32, path: &Path, bytes: &[u8]) -> Result<()> {
         std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
             .with_context(|| format!("giving {} to user {uid} of process {pid}", path.display()))?;
     }
-    Ok(())
+    Ok(f)
+}
+
+/// Creates the owner file at `path` for the target and holds a shared lock on it, released
+/// when this process ends however it ends (see the tracer's `inprocess.rs`).
+fn owner_lock(pid: i32, path: &Path) -> Result<std::fs::File> {
+    let f = write_new_for_target(pid, path, b"")?;
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::LockShared)
+        .with_context(|| format!("locking {}", path.display()))?;
+    Ok(f)
 }
 
 /// The base of the tracer `name` if an earlier attach loaded it; an error when another
