@@ -102,10 +102,12 @@ pub(in crate::binary) struct Placer {
     python: Option<u32>,
     index: HashMap<Location, u32>,
     codes: HashMap<u32, PyCode>,
-    /// Definitions not placed yet, and the (modules, codes) they were last tried with: they
-    /// are tried again only once there are more.
-    waiting: Vec<StackDef>,
-    tried_with: (usize, usize),
+    /// Definitions not placed yet, by what they wait for ([`Wait`]), and how many modules
+    /// and codes there were when each list was last tried: a list is tried again only once
+    /// there are more of what it waits for (code in no module, a JIT's, may wait to the end:
+    /// it is not looked at again for each new Python code).
+    waiting: [Vec<StackDef>; 2],
+    tried_with: [usize; 2],
     /// Per module of `out`, whether a location is in it; and those that became so since
     /// [`Self::take_newly_used`].
     used: Vec<bool>,
@@ -145,19 +147,23 @@ impl Placer {
         defs: impl IntoIterator<Item = StackDef>,
         last: bool,
     ) {
-        let now = (self.canonical.len(), self.codes.len());
-        let retry = last || now != self.tried_with;
-        let mut waiting = if retry {
-            std::mem::take(&mut self.waiting)
-        } else {
-            Vec::new()
-        };
-        waiting.extend(defs);
-        for def in waiting {
-            if last || self.settled(&def) {
-                self.place_one(def);
-            } else {
-                self.waiting.push(def);
+        let now = [self.canonical.len(), self.codes.len()];
+        let mut tried: Vec<StackDef> = defs.into_iter().collect();
+        for (w, &n) in now.iter().enumerate() {
+            if last || self.tried_with.get(w) != Some(&n) {
+                if let Some(list) = self.waiting.get_mut(w) {
+                    tried.append(list);
+                }
+            }
+        }
+        for def in tried {
+            match self.settled(&def).filter(|_| !last) {
+                None => self.place_one(def),
+                Some(w) => {
+                    if let Some(list) = self.waiting.get_mut(w as usize) {
+                        list.push(def);
+                    }
+                }
             }
         }
         self.tried_with = now;
@@ -185,16 +191,20 @@ impl Placer {
         self.out
     }
 
-    /// Whether where `def` lands is settled: every address in a module, every Python frame's
-    /// code named.
-    fn settled(&self, def: &StackDef) -> bool {
-        def.pcs.iter().all(|&pc| {
+    /// What `def` waits for before where it lands is settled (`None`: nothing): a module for
+    /// one of its addresses, else a Python frame's code.
+    fn settled(&self, def: &StackDef) -> Option<Wait> {
+        let mut wait = None;
+        for &pc in &def.pcs {
             if pc & PY_FRAME_BIT != 0 {
-                u32::try_from(pc_code(pc)).is_ok_and(|id| self.codes.contains_key(&id))
-            } else {
-                self.ranges.module_of(pc, def.modules_before).is_some()
+                if !u32::try_from(pc_code(pc)).is_ok_and(|id| self.codes.contains_key(&id)) {
+                    wait = Some(Wait::Code);
+                }
+            } else if self.ranges.module_of(pc, def.modules_before).is_none() {
+                return Some(Wait::Module);
             }
-        })
+        }
+        wait
     }
 
     fn place_one(&mut self, def: StackDef) {
@@ -287,6 +297,13 @@ impl Placer {
             line: u32::try_from(line).unwrap_or(0),
         }]
     }
+}
+
+/// What a stack definition waits for before it is placed (an index into `Placer::waiting`).
+#[derive(Clone, Copy)]
+enum Wait {
+    Module = 0,
+    Code = 1,
 }
 
 /// The code id of a Python frame's `pc`.
