@@ -150,10 +150,10 @@ impl Placer {
         let now = [self.canonical.len(), self.codes.len()];
         let mut tried: Vec<StackDef> = defs.into_iter().collect();
         for (w, &n) in now.iter().enumerate() {
-            if last || self.tried_with.get(w) != Some(&n) {
-                if let Some(list) = self.waiting.get_mut(w) {
-                    tried.append(list);
-                }
+            if (last || self.tried_with.get(w) != Some(&n))
+                && let Some(list) = self.waiting.get_mut(w)
+            {
+                tried.append(list);
             }
         }
         for def in tried {
