@@ -317,7 +317,7 @@ fn otel_memory_usdt_probes_land_in_their_heap() {
     let alone = Command::new(&exe).output().unwrap();
     assert_eq!(
         String::from_utf8_lossy(&alone.stdout).trim(),
-        "probes enabled=0"
+        "probes enabled=0 errno lost=0"
     );
     let trace = dir.join("otel.avt");
     let out = allocview(&[
@@ -334,7 +334,7 @@ fn otel_memory_usdt_probes_land_in_their_heap() {
     );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "probes enabled=1"
+        "probes enabled=1 errno lost=0"
     );
     let t = trace.to_str().unwrap();
     // 300 blocks of 64 * (i + 1) bytes, the first 100 freed.

@@ -381,14 +381,36 @@ unsafe fn value(op: Operand, gregs: *const u64) -> u64 {
             Operand::Reg(r, bytes, signed) => sized(gregs.add(r).read(), bytes, signed),
             Operand::Mem(r, off, bytes, signed) => {
                 let at = gregs.add(r).read().wrapping_add(off as u64);
-                sized((at as *const u64).read_unaligned(), bytes, signed)
+                // Only the operand's own bytes: eight read for a 4-byte operand at the end of
+                // a mapping would fault, in a signal handler.
+                let raw = match bytes {
+                    1 => u64::from((at as *const u8).read()),
+                    2 => u64::from((at as *const u16).read_unaligned()),
+                    4 => u64::from((at as *const u32).read_unaligned()),
+                    _ => (at as *const u64).read_unaligned(),
+                };
+                sized(raw, bytes, signed)
             }
         }
     }
 }
 
-/// The `SIGTRAP` handler: a probe's `int3` records its event and goes on past the `nop`.
-unsafe extern "C" fn on_trap(_sig: c_int, _info: *mut c_void, ctx: *mut c_void) {
+/// The `SIGTRAP` handler: a probe's `int3` records its event and goes on past the `nop`. The
+/// interrupted code's `errno` is kept (recording may make a system call that sets it).
+unsafe extern "C" fn on_trap(sig: c_int, info: *mut c_void, ctx: *mut c_void) {
+    // SAFETY: the calling thread's errno.
+    let errno = unsafe { *__errno_location() };
+    // SAFETY: as the kernel called this.
+    unsafe { trapped(sig, info, ctx) };
+    // SAFETY: as above.
+    unsafe { *__errno_location() = errno };
+}
+
+/// What [`on_trap`] does.
+///
+/// # Safety
+/// Called from the `SIGTRAP` handler with its arguments.
+unsafe fn trapped(_sig: c_int, _info: *mut c_void, ctx: *mut c_void) {
     // SAFETY: the kernel's ucontext; `gregs` sits at glibc's offset.
     let gregs = unsafe { ctx.cast::<u8>().add(GREGS_OFFSET).cast::<u64>() };
     // SAFETY: as above.
