@@ -170,4 +170,62 @@ mod tests {
         // A feed that outlives its prefetch sends to no one, and does not fail.
         feed.read(&module("/nonexistent/libz.so"));
     }
+
+    /// A function of this test binary, to be found by its address.
+    #[inline(never)]
+    fn a_function_to_find() -> u64 {
+        std::hint::black_box(42)
+    }
+
+    #[test]
+    fn locations_sent_to_a_prefetch_come_back_named_in_order() {
+        use object::{Object as _, ObjectSymbol as _};
+        assert_eq!(a_function_to_find(), 42);
+        let exe = std::env::current_exe().unwrap();
+        let bytes = std::fs::read(&exe).unwrap();
+        let file = object::File::parse(&*bytes).unwrap();
+        let addr = file
+            .symbols()
+            .find(|s| s.name().is_ok_and(|n| n.contains("a_function_to_find")))
+            .expect("the test binary's symbol table names the function")
+            .address();
+        let modules = [NativeModule {
+            path: exe.display().to_string(),
+            ..NativeModule::default()
+        }];
+        // Return addresses: one past a call inside the function.
+        let at = |offset: u64| Location {
+            module: Some(0),
+            offset,
+        };
+        let prefetch = Prefetch::start();
+        let feed = prefetch.feed();
+        let (tx, rx) = mpsc::channel();
+        let trace = PathBuf::from("t.avt");
+        assert!(feed.symbolize(trace.clone(), 5, &modules, &[at(addr + 2)], &tx));
+        let jit = Location {
+            module: None,
+            offset: 0x7f00_0000_1234,
+        };
+        assert!(feed.symbolize(trace.clone(), 6, &modules, &[jit, at(addr + 1)], &tx));
+        let first = rx.recv().unwrap();
+        let second = rx.recv().unwrap();
+        assert_eq!((first.trace.as_path(), first.first), (trace.as_path(), 5));
+        assert_eq!(second.first, 6);
+        let name = |f: &[SourceFrame]| f.first().map(|f| f.function.clone()).unwrap_or_default();
+        assert!(
+            name(&first.frames[0]).ends_with("a_function_to_find"),
+            "{:?}",
+            first.frames
+        );
+        assert_eq!(
+            second.frames[0],
+            Vec::new(),
+            "code in no module is not named"
+        );
+        assert!(name(&second.frames[1]).ends_with("a_function_to_find"));
+        drop(prefetch.finish());
+        // Once the thread has stopped, asking says so: the caller symbolizes them itself.
+        assert!(!feed.symbolize(trace, 8, &modules, &[at(addr + 1)], &tx));
+    }
 }
