@@ -41,8 +41,8 @@
 //! - `0x04` END: varint total events. A file without it was cut short (the loader loads what
 //!   is there and says so).
 //! - `0x05` MODULES, `0x06` LOCATIONS, `0x07` STACKS, `0x08` SYMBOLS: the call stacks of a
-//!   trace recorded with stacks, after the events that use them: after the last EVENTS frame,
-//!   and in a trace written while its program ran, between blocks too (see `stacks/`).
+//!   trace recorded with stacks, anywhere before END: after the last EVENTS frame, and in a
+//!   trace written while its program ran, between blocks too (see `stacks/`).
 //! - `0x0a` MEMORY and `0x0b` MAPPINGS, the recorded program's own memory (`memory.rs`), and
 //!   `0x0c` MARKS, the run's marks (`marks.rs`), after the last EVENTS frame; a trace written
 //!   while its program ran (`record`, for a reader following it) also has MEMORY and MARKS

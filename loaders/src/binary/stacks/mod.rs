@@ -8,9 +8,9 @@
 //! LEB128 varint of its difference from the previous (the first from 0), innermost first.
 //! Allocation events carry a stack id after the address (prefix varint, 0 = none).
 //!
-//! In a **trace**, four frames hold the stacks, after the events that use them and before END
-//! (once at the end, or as they grow between blocks: each frame adds to those before it, see
-//! [`merge`] and [`StacksWritten`]); ids are the spool's:
+//! In a **trace**, four frames hold the stacks, anywhere before END (once after the events, or
+//! as they grow between blocks: each frame adds to those before it, see [`merge`] and
+//! [`StacksWritten`]); ids are the spool's:
 //!
 //! - `0x05` MODULES: varint n, then per module: varint bias, varint build-id length and bytes,
 //!   varint path length and UTF-8 path.
