@@ -15,9 +15,10 @@
 //! and `--text` too, the text form having no place for stacks): the tracer records return
 //! addresses and the module map; the stacks are placed in the modules, written into the binary
 //! trace and symbolized (`crate::symbolize::Prefetch`, `TraceStacks`) while the command runs,
-//! as its conversion meets them; what is left is symbolized and written once it has exited. With `--stack-sample SIZE` every event is still recorded but
-//! only the allocations sampled by bytes (a mean of one every SIZE bytes, see the tracer's
-//! `sample.rs`) have their stack walked; the trace's META says `stack_sample_bytes`, and the
+//! as its conversion meets them; what is left is symbolized and written once it has exited.
+//! With `--stack-sample SIZE` every event is still recorded but only the allocations sampled
+//! by bytes (a mean of one every SIZE bytes, see the tracer's `sample.rs`) have their stack
+//! walked; the trace's META says `stack_sample_bytes`, and the
 //! site figures weigh the sampled allocations (`allocview_loaders::analysis::sampling`).
 
 use std::ffi::OsString;
