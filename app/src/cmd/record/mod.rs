@@ -18,8 +18,8 @@
 //! as its conversion meets them; what is left is symbolized and written once it has exited.
 //! With `--stack-sample SIZE` every event is still recorded but only the allocations sampled
 //! by bytes (a mean of one every SIZE bytes, see the tracer's `sample.rs`) have their stack
-//! walked; the trace's META says `stack_sample_bytes`, and the
-//! site figures weigh the sampled allocations (`allocview_loaders::analysis::sampling`).
+//! walked; the trace's META says `stack_sample_bytes`, and the site figures weigh the sampled
+//! allocations (`allocview_loaders::analysis::sampling`).
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt as _;
